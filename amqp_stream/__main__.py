@@ -1,0 +1,3 @@
+from amqp_stream.cli import main
+
+raise SystemExit(main())

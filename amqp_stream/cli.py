@@ -1,0 +1,63 @@
+"""The ``amqp-stream`` command: one entry point, one module per subcommand.
+
+Each subcommand lives in ``amqp_stream.commands.<module>`` and exposes
+``add_arguments(parser)`` and ``run(args) -> int`` (the exit code); a module serving several
+commands (``manage``) reads ``args.command``. Modules are imported only
+when their command runs, so ``amqp-stream inspect`` does not pay for importing proton or Spark.
+
+Exit codes shared by all commands: 0 success, 1 failure at run time (e.g. the broker refused),
+2 bad usage (argparse), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+# command name -> (module under amqp_stream.commands, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("serve", "run the broker"),
+    "inspect": ("inspect", "show the segments and chunks of a stream directory"),
+    "read": ("read", "print the records of a stream directory (stage-1 filtering only)"),
+    "declare": ("manage", "declare a stream through the management node"),
+    "delete": ("manage", "delete a stream through the management node"),
+    "info": ("manage", "show a stream's info through the management node"),
+    "publish": ("publish", "publish lines or JSON lines to a stream"),
+    "consume": ("consume", "consume a stream with filters and print the messages"),
+    "perf": ("perf", "a load generator for publishers and filtered consumers"),
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; with ``only``, import just that command's module."""
+    parser = argparse.ArgumentParser(prog="amqp-stream", description=__doc__.splitlines()[0])
+    from amqp_stream import __version__
+
+    parser.add_argument("--version", action="version", version=f"amqp-stream {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module_name, help_text) in COMMANDS.items():
+        cmd = sub.add_parser(name, help=help_text, description=help_text)
+        if only is None or name == only:
+            module = importlib.import_module(f"amqp_stream.commands.{module_name}")
+            module.add_arguments(cmd)
+            cmd.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    only = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(only if only in COMMANDS else None)
+    args = parser.parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""One module per ``amqp-stream`` subcommand; see ``amqp_stream.cli``."""
