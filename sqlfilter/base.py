@@ -1,0 +1,26 @@
+"""What every compiled stage-2 filter offers, whatever language it was written in."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from sqlfilter.message import MessageView, as_view
+
+
+class Filter(ABC):
+    """A compiled filter. Compile once per link, then call ``matches`` per message.
+
+    ``matches`` takes the stored bytes of an encoded message (the broker's hot path: only the
+    sections the filter reads are decoded), a ``proton.Message``, or a ``MessageView``.
+    """
+
+    #: the sections the filter reads, e.g. {"properties", "application_properties"}
+    sections: frozenset[str] = frozenset()
+
+    def matches(self, message: Any) -> bool:
+        return self.evaluate_view(as_view(message)) is True
+
+    @abstractmethod
+    def evaluate_view(self, view: MessageView) -> bool | None:
+        """True, False, or None for unknown (only True matches)."""
