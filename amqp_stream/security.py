@@ -1,0 +1,232 @@
+"""Turns the security settings into the proton objects the server applies to every connection.
+
+Strategy: proton's built-in server SASL can only say yes to ANONYMOUS (and EXTERNAL); checking a
+PLAIN password needs proton built against Cyrus SASL. Cyrus reads a ``<name>.conf`` file from a
+configuration directory, and its ``sasldb`` plugin checks passwords against a Berkeley-DB file
+that only ``saslpasswd2`` writes. So at start the broker reads the users file (``user:password``
+lines), builds a sasldb and a conf file in a private temporary directory (mode 0700, removed at
+exit), and points every accepted transport at it. Cyrus keys users by ``user@realm`` with the
+host's name as the default realm on both sides (``saslpasswd2`` without ``-u`` and proton's
+``sasl_server_new``), so the database is built on the machine that serves it, at every start.
+
+The loopback rule: a broker that can be reached from other machines must authenticate. Listening
+on anything but a loopback address with ANONYMOUS allowed is a ``ConfigError`` unless the operator
+said ``--allow-anonymous``; with a users file, ANONYMOUS is refused unless allowed explicitly.
+
+TLS: ``--tls-cert``/``--tls-key`` make an ``SSLDomain(MODE_SERVER)`` for the listener; then every
+connection must use TLS (amqps). PLAIN over plain TCP is allowed (RabbitMQ allows it too), which
+is only safe on loopback; ``docs/security.md`` says so.
+
+Cyrus reads its configuration path once per process (at the first server transport), so one
+process serves one ``SecuritySetup``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ipaddress
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from proton import SASL, SSLDomain, SSLException, Transport
+
+try:  # the package's configuration error lives with the settings
+    from amqp_stream.config import ConfigError
+except ImportError:  # pragma: no cover - only while amqp_stream.config does not define it
+    class ConfigError(ValueError):
+        """Settings that cannot work together; the broker refuses to start."""
+
+__all__ = ["ConfigError", "SecuritySetup", "prepare", "read_users", "is_loopback",
+           "SASL_CONFIG_NAME"]
+
+log = logging.getLogger(__name__)
+
+SASL_CONFIG_NAME = "amqp-stream"
+"""Cyrus looks for ``<name>.conf`` in the configuration directory."""
+
+_SASLPASSWD2_PLACES = ("/usr/sbin/saslpasswd2", "/usr/bin/saslpasswd2")
+
+
+@dataclass
+class SecuritySetup:
+    """What the server needs: pass ``ssl_domain`` to ``Container.listen`` and call
+    ``configure(transport)`` for every accepted connection (on ``connection_bound``, before any
+    SASL frame is read). ``close()`` removes the private Cyrus directory."""
+
+    ssl_domain: SSLDomain | None
+    mechanisms: str
+    sasl_config_dir: str | None
+    sasl_config_name: str | None
+    require_auth: bool = True
+    users: tuple[str, ...] = ()
+    _tmp: str | None = field(default=None, repr=False)
+
+    def configure(self, transport: Transport) -> None:
+        """Apply the SASL settings to one server transport."""
+        sasl = transport.sasl()
+        sasl.allowed_mechs(self.mechanisms)
+        if self.sasl_config_dir:
+            sasl.config_path(self.sasl_config_dir)
+        if self.sasl_config_name:
+            sasl.config_name(self.sasl_config_name)
+        # PLAIN over plain TCP (never needed with TLS, where it is not "insecure").
+        sasl.allow_insecure_mechs = True
+        transport.require_auth(self.require_auth)
+
+    def describe(self) -> str:
+        """One line for the start-up log."""
+        tls = "TLS (amqps only)" if self.ssl_domain is not None else "no TLS"
+        users = f", {len(self.users)} user(s)" if self.users else ""
+        return f"SASL {self.mechanisms}{users}; {tls}"
+
+    def close(self) -> None:
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` can only be reached from this machine (127.0.0.0/8, ::1, localhost).
+
+    The wildcard addresses (``0.0.0.0``, ``::``, empty) and any name that resolves to an address
+    outside the loopback range are not loopback.
+    """
+    host = (host or "").strip().strip("[]")
+    if not host:
+        return False
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    addresses = {info[4][0] for info in infos}
+    return bool(addresses) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
+
+
+def read_users(path: str | os.PathLike) -> dict[str, str]:
+    """Parse a users file: one ``user:password`` per line, split at the first colon.
+
+    Blank lines and lines starting with ``#`` are ignored; the password is everything after the
+    colon up to the end of the line (spaces included). Raises ``ConfigError`` for a missing file,
+    an empty user name, a line without a colon, a duplicate user or a file with no users.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read users file {path}: {exc.strerror or exc}") from None
+    users: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        user, sep, password = line.partition(":")
+        user = user.strip()
+        if not sep or not user:
+            raise ConfigError(f"{path}:{number}: expected 'user:password'")
+        if any(c.isspace() or c == "@" for c in user):
+            raise ConfigError(f"{path}:{number}: user name {user!r} may not contain spaces or '@'")
+        if not password:
+            raise ConfigError(f"{path}:{number}: empty password for {user!r}")
+        if user in users:
+            raise ConfigError(f"{path}:{number}: user {user!r} appears twice")
+        users[user] = password
+    if not users:
+        raise ConfigError(f"users file {path} defines no users")
+    try:
+        if Path(path).stat().st_mode & 0o077:
+            log.warning("users file %s is readable by other users (chmod 600 it)", path)
+    except OSError:
+        pass
+    return users
+
+
+def _saslpasswd2() -> str:
+    found = shutil.which("saslpasswd2") or next((p for p in _SASLPASSWD2_PLACES if os.access(p, os.X_OK)), None)
+    if not found:
+        raise ConfigError("a users file needs saslpasswd2 (Debian package sasl2-bin) to build the password database")
+    return found
+
+
+def _build_sasl_dir(users: dict[str, str], mechanisms: str) -> str:
+    """A private directory with ``amqp-stream.conf`` and, when there are users, a sasldb."""
+    directory = tempfile.mkdtemp(prefix="amqp-stream-sasl-")  # mode 0700
+    try:
+        conf = [f"mech_list: {mechanisms}"]
+        if users:
+            db = os.path.join(directory, "users.sasldb")
+            tool = _saslpasswd2()
+            for user, password in users.items():
+                done = subprocess.run([tool, "-p", "-c", "-f", db, user], input=password.encode(),
+                                      capture_output=True, timeout=30)
+                if done.returncode != 0:
+                    raise ConfigError(f"saslpasswd2 failed for user {user!r}: "
+                                      f"{done.stderr.decode(errors='replace').strip()}")
+            conf += ["pwcheck_method: auxprop", "auxprop_plugin: sasldb", f"sasldb_path: {db}"]
+        Path(directory, f"{SASL_CONFIG_NAME}.conf").write_text("\n".join(conf) + "\n")
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    return directory
+
+
+def _ssl_domain(cert: str | None, key: str | None) -> SSLDomain | None:
+    if not cert and not key:
+        return None
+    if not cert or not key:
+        raise ConfigError("TLS needs both --tls-cert and --tls-key")
+    for what, path in (("certificate", cert), ("key", key)):
+        if not os.path.isfile(path):
+            raise ConfigError(f"TLS {what} file not found: {path}")
+    domain = SSLDomain(SSLDomain.MODE_SERVER)
+    try:
+        domain.set_credentials(str(cert), str(key), None)
+        domain.set_peer_authentication(SSLDomain.ANONYMOUS_PEER)
+    except SSLException as exc:
+        raise ConfigError(f"cannot load TLS certificate {cert} / key {key}: {exc}") from None
+    return domain
+
+
+def prepare(config: Any) -> SecuritySetup:
+    """Check the security settings of ``config`` and build the proton objects for them.
+
+    Reads ``host``, ``allow_anonymous``, ``users_file``, ``tls_cert`` and ``tls_key``. Raises
+    ``ConfigError`` (the broker must not start) for a wildcard or non-loopback ``host`` without
+    authentication, an unreadable or invalid users file, or unusable TLS files.
+    """
+    host = getattr(config, "host", "127.0.0.1")
+    allow_anonymous = bool(getattr(config, "allow_anonymous", False))
+    users_file = getattr(config, "users_file", None)
+    ssl_domain = _ssl_domain(getattr(config, "tls_cert", None), getattr(config, "tls_key", None))
+
+    users = read_users(users_file) if users_file else {}
+    mechs = []
+    if users:
+        if not SASL.extended():
+            raise ConfigError("a users file needs python-qpid-proton built with Cyrus SASL "
+                              "(scripts/bootstrap rebuilds it); this build cannot check PLAIN passwords")
+        mechs.append("PLAIN")
+    if allow_anonymous or not users:
+        mechs.append("ANONYMOUS")
+    if "ANONYMOUS" in mechs and not allow_anonymous and not is_loopback(host):
+        raise ConfigError(
+            f"refusing to listen on {host} without authentication: anyone who can reach it could "
+            "read and write every stream. Give --users FILE (PLAIN), listen on 127.0.0.1, or pass "
+            "--allow-anonymous to accept anonymous clients on purpose")
+    mechanisms = " ".join(mechs)
+
+    conf_dir = None
+    if SASL.extended():
+        conf_dir = _build_sasl_dir(users, mechanisms)
+        atexit.register(shutil.rmtree, conf_dir, True)
+    return SecuritySetup(ssl_domain=ssl_domain, mechanisms=mechanisms, sasl_config_dir=conf_dir,
+                         sasl_config_name=SASL_CONFIG_NAME if conf_dir else None,
+                         require_auth="ANONYMOUS" not in mechs, users=tuple(users), _tmp=conf_dir)
