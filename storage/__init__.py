@@ -1,0 +1,33 @@
+"""The stream log: RabbitMQ's segment/index/chunk format on disk, a writer with group commit and
+a durability policy, readers with offset specs and stage-1 chunk skipping, recovery, retention.
+
+Format: ``storage.format`` (and ``../shared/design/storage-format.md``). Entry point:
+``Stream.open(directory, StreamConfig(...))``; ``open_reader(directory, spec)`` reads a directory
+from its files alone (another process may be writing it).
+"""
+
+from storage.config import FsyncPolicy, StreamConfig
+from storage.errors import CorruptionError, StorageError, StreamClosedError
+from storage.offsets import OffsetSpec, parse_interval_ms
+from storage.reader import DirectorySource, ReadChunk, Reader, ReaderStats, open_reader
+from storage.recovery import SegmentInfo, recover
+from storage.stream import DurableCallback, Stream
+
+__all__ = [
+    "CorruptionError",
+    "DirectorySource",
+    "DurableCallback",
+    "FsyncPolicy",
+    "OffsetSpec",
+    "ReadChunk",
+    "Reader",
+    "ReaderStats",
+    "SegmentInfo",
+    "StorageError",
+    "Stream",
+    "StreamClosedError",
+    "StreamConfig",
+    "open_reader",
+    "parse_interval_ms",
+    "recover",
+]

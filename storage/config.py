@@ -1,0 +1,58 @@
+"""The settings of one stream log, in one frozen object the writer and readers share.
+
+Defaults follow osiris where it has one (segment size 500 MB, 256,000 chunks per segment,
+8192 entries per chunk); the durability policy is ours (osiris relies on replication instead).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from storage.errors import StorageError
+
+__all__ = ["FsyncPolicy", "StreamConfig"]
+
+MAX_SEGMENT_BYTES_LIMIT = 3_000_000_000  # RabbitMQ's cap; positions are u32
+
+
+class FsyncPolicy(str, enum.Enum):
+    """When a written chunk counts as durable (and is confirmed, and visible to readers).
+
+    ``always``: after an fsync of the segment (one fsync covers everything written since the
+    last); ``interval``: after the write, with an fsync at most every ``fsync_interval_ms``;
+    ``never``: after the write, the OS decides when pages reach the disk."""
+
+    ALWAYS = "always"
+    INTERVAL = "interval"
+    NEVER = "never"
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    max_segment_bytes: int = 500_000_000
+    max_segment_chunks: int = 256_000
+    max_chunk_entries: int = 8192
+    max_chunk_bytes: int = 8 * 1024 * 1024
+    filter_size: int = 16
+    filter_scheme: int = 1  # bloom.Scheme.MMH3
+    fsync: FsyncPolicy = FsyncPolicy.INTERVAL
+    fsync_interval_ms: int = 200
+    retention_bytes: int | None = None
+    retention_age_ms: int | None = None
+    epoch: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fsync", FsyncPolicy(self.fsync))
+        if not 0 < self.max_segment_bytes <= MAX_SEGMENT_BYTES_LIMIT:
+            raise StorageError(f"max_segment_bytes must be 1..{MAX_SEGMENT_BYTES_LIMIT}")
+        if self.max_segment_chunks < 1:
+            raise StorageError("max_segment_chunks must be >= 1")
+        if not 1 <= self.max_chunk_entries <= 0xFFFF:
+            raise StorageError("max_chunk_entries must be 1..65535 (u16 entry count)")
+        if self.max_chunk_bytes < 1:
+            raise StorageError("max_chunk_bytes must be >= 1")
+        if self.filter_size and not 16 <= self.filter_size <= 255:
+            raise StorageError("filter_size must be 0 (no filters) or 16..255")
+        if self.fsync_interval_ms < 0:
+            raise StorageError("fsync_interval_ms must be >= 0")

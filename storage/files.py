@@ -1,0 +1,124 @@
+"""File-level helpers shared by the writer, readers, recovery and the CLI tools.
+
+Why a module of its own: listing a stream directory, reading index records with ``os.pread``
+and replacing a file atomically are needed by every part of the package, and all of them must
+agree on which files make up the log (a segment counts only with its index beside it).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+from storage.format import (
+    INDEX_RECORD,
+    IndexRecord,
+    index_name,
+    parse_file_name,
+    segment_name,
+)
+
+__all__ = [
+    "list_files", "list_segments", "segment_path", "index_path", "fsync_dir", "replace_file",
+    "index_count", "read_index_records", "read_index_record", "pread_exact",
+]
+
+_REC = INDEX_RECORD.size
+
+
+def segment_path(directory: str, start: int) -> str:
+    return os.path.join(directory, segment_name(start))
+
+
+def index_path(directory: str, start: int) -> str:
+    return os.path.join(directory, index_name(start))
+
+
+def list_files(directory: str) -> tuple[list[int], list[int]]:
+    """Sorted first offsets of the ``.segment`` files and of the ``.index`` files."""
+    segments, indexes = [], []
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return [], []
+    for name in names:
+        parsed = parse_file_name(name)
+        if parsed is None:
+            continue
+        (segments if parsed[1] == "segment" else indexes).append(parsed[0])
+    return sorted(segments), sorted(indexes)
+
+
+def list_segments(directory: str) -> list[int]:
+    """First offsets of the segments that have an index beside them (the readable log)."""
+    segments, indexes = list_files(directory)
+    have = set(indexes)
+    return [s for s in segments if s in have]
+
+
+def fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_file(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: temp file, fsync, ``os.replace``, fsync dir."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path) or ".")
+
+
+def pread_exact(fd: int, size: int, position: int) -> bytes:
+    """``os.pread`` until ``size`` bytes or end of file (short result = end of file)."""
+    data = os.pread(fd, size, position)
+    if len(data) == size or not data:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < size:
+        more = os.pread(fd, size - got, position + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
+def index_count(fd: int) -> int:
+    """Complete 29-byte records in an index file (trailing zero records included)."""
+    return max(0, (os.fstat(fd).st_size - 8) // _REC)
+
+
+def read_index_record(fd: int, i: int) -> IndexRecord | None:
+    buf = os.pread(fd, _REC, 8 + i * _REC)
+    if len(buf) < _REC:
+        return None
+    rec = IndexRecord._make(INDEX_RECORD.unpack(buf))
+    return None if rec.position == 0 else rec
+
+
+def read_index_records(fd: int, first: int = 0, limit: int = 1 << 30) -> list[IndexRecord]:
+    """Records ``first ..`` (at most ``limit``), stopping at a zero record or a partial one."""
+    buf = pread_exact(fd, min(limit, 1 << 22) * _REC, 8 + first * _REC)
+    out = []
+    for rec in _iter_records(buf):
+        if rec.position == 0:
+            break
+        out.append(rec)
+    return out
+
+
+def _iter_records(buf: bytes) -> Iterator[IndexRecord]:
+    usable = len(buf) - len(buf) % _REC
+    return map(IndexRecord._make, INDEX_RECORD.iter_unpack(memoryview(buf)[:usable]))

@@ -1,0 +1,362 @@
+"""Every byte of the stream log: segment and index files, chunks, entries, tracking records.
+
+Strategy: this module is the one home of the on-disk format (RabbitMQ's osiris log, version 1;
+see ``design/storage-format.md``). Each layout is a named ``struct.Struct`` below, used both to
+encode and to decode; everything here is a pure function over bytes (no file I/O), so the
+writer, the readers, recovery and the ``inspect`` tool share one definition and the saved
+fixtures in ``tests/storage/fixtures`` pin it. All integers are big-endian.
+
+Segment file (``NNNNNNNNNNNNNNNNNNNN.segment``, N = first offset, 20 digits)::
+
+    0       4       8
+    +-------+-------+-------------------------------+
+    | "OSIL"| u32 1 | chunk | chunk | ... (to EOF)  |
+    +-------+-------+-------------------------------+
+
+Index file (``NNNNNNNNNNNNNNNNNNNN.index``), one 29-byte record per chunk::
+
+    0       4       8
+    +-------+-------+---------+---------+----
+    | "OSII"| u32 1 | record  | record  | ...
+    +-------+-------+---------+---------+----
+
+    INDEX_RECORD  >QqQIB
+    0        8        16       24    28 29
+    +--------+--------+--------+-----+--+
+    |chunk id|  ts ms | epoch  | pos |ty|      pos = byte position of the chunk header
+    +--------+--------+--------+-----+--+
+
+Chunk: 48-byte header, filter bytes, data section, trailer::
+
+    CHUNK_HEADER  >BBHIqQQIIIBBBx
+    byte 0    0x50: magic 5 (high nibble), chunk format version 0 (low nibble)
+    byte 1    chunk type: 0 user, 1 tracking delta, 2 tracking snapshot
+    2-3       entries (u16)          4-7   records = offsets consumed (u32)
+    8-15      timestamp (s64 ms)     16-23 epoch (u64)      24-31 chunk id (u64)
+    32-35     CRC-32 (zlib) of the data section only
+    36-39     data length (u32)      40-43 trailer length (u32)
+    44        filter size in bytes (0 = no filter)
+    45        filter scheme (0 = osiris; ours otherwise)   46 scheme parameter   47 zero
+
+Entries in the data section::
+
+    SIMPLE_ENTRY    >I    |0| length:31 |  then `length` bytes; one offset
+    SUBBATCH_HEADER >BHII |1|cmp:3|rsv:4| records:16 | uncompressed length:32 | length:32 |
+                          then `length` bytes; `records` offsets; uncompressed, the body is a
+                          run of simple entries. cmp: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd,
+                          7 user-defined.
+
+Tracking records (trailer of a user chunk, or the single entry of a tracking chunk)::
+
+    TRACKING_PREFIX >BB   | type:8 | id length:8 | then the id, then
+    TRACKING_VALUE  >Q    value:64                    (delta and trailer; and types 1, 2)
+    TRACKING_SNAP   >QQ   chunk id:64, sequence:64    (type 0 in a snapshot chunk)
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import struct
+import zlib
+from typing import Iterable, NamedTuple, Sequence
+
+from storage.errors import CorruptionError, StorageError
+
+__all__ = [
+    "SEGMENT_HEADER", "INDEX_HEADER", "INDEX_RECORD", "CHUNK_HEADER", "SIMPLE_ENTRY",
+    "SUBBATCH_HEADER", "TRACKING_PREFIX", "TRACKING_VALUE", "TRACKING_SNAP",
+    "SEGMENT_MAGIC", "INDEX_MAGIC", "LOG_VERSION", "CHUNK_MAGIC_VERSION", "SEGMENT_HEADER_BYTES",
+    "CHUNK_USER", "CHUNK_TRACKING_DELTA", "CHUNK_TRACKING_SNAPSHOT",
+    "COMPRESSION_NONE", "COMPRESSION_GZIP", "COMPRESSION_SNAPPY", "COMPRESSION_LZ4",
+    "COMPRESSION_ZSTD", "COMPRESSION_USER",
+    "ChunkHeader", "IndexRecord", "TrackingRecord",
+    "segment_name", "index_name", "parse_file_name",
+    "segment_header", "index_header", "encode_entries", "encode_chunk", "encode_index_record",
+    "decode_header", "chunk_size", "decode_records", "decode_tracking", "encode_subbatch",
+    "encode_tracking",
+]
+
+# -- layouts -----------------------------------------------------------------------------------
+SEGMENT_HEADER = struct.Struct(">4sI")
+INDEX_HEADER = struct.Struct(">4sI")
+INDEX_RECORD = struct.Struct(">QqQIB")
+CHUNK_HEADER = struct.Struct(">BBHIqQQIIIBBBx")
+SIMPLE_ENTRY = struct.Struct(">I")
+SUBBATCH_HEADER = struct.Struct(">BHII")
+TRACKING_PREFIX = struct.Struct(">BB")
+TRACKING_VALUE = struct.Struct(">Q")
+TRACKING_SNAP = struct.Struct(">QQ")
+
+SEGMENT_MAGIC = b"OSIL"
+INDEX_MAGIC = b"OSII"
+LOG_VERSION = 1
+SEGMENT_HEADER_BYTES = 8
+CHUNK_MAGIC_VERSION = 0x50
+
+CHUNK_USER = 0
+CHUNK_TRACKING_DELTA = 1
+CHUNK_TRACKING_SNAPSHOT = 2
+
+COMPRESSION_NONE = 0
+COMPRESSION_GZIP = 1
+COMPRESSION_SNAPPY = 2
+COMPRESSION_LZ4 = 3
+COMPRESSION_ZSTD = 4
+COMPRESSION_USER = 7
+
+_SIMPLE_MAX = 0x7FFFFFFF
+_pack_len = SIMPLE_ENTRY.pack
+_unpack_len = SIMPLE_ENTRY.unpack_from
+
+assert CHUNK_HEADER.size == 48 and INDEX_RECORD.size == 29 and SUBBATCH_HEADER.size == 11
+
+
+class ChunkHeader(NamedTuple):
+    """The 48-byte chunk header, decoded (field order = byte order)."""
+
+    magic_version: int
+    type: int
+    entries: int
+    records: int
+    timestamp: int
+    epoch: int
+    chunk_id: int
+    crc: int
+    data_length: int
+    trailer_length: int
+    filter_size: int
+    filter_scheme: int
+    filter_param: int
+
+    @property
+    def size(self) -> int:
+        """Bytes from the header's first byte to the next chunk."""
+        return 48 + self.filter_size + self.data_length + self.trailer_length
+
+    @property
+    def next_offset(self) -> int:
+        return self.chunk_id + self.records
+
+
+class IndexRecord(NamedTuple):
+    chunk_id: int
+    timestamp: int
+    epoch: int
+    position: int
+    type: int
+
+
+class TrackingRecord(NamedTuple):
+    """type 0 publisher sequence, 1 consumer offset, 2 timestamp; ``chunk_id`` only in a
+    snapshot's type-0 record."""
+
+    type: int
+    id: bytes
+    value: int
+    chunk_id: int | None = None
+
+
+# -- file names --------------------------------------------------------------------------------
+_NAME = re.compile(r"^(\d{20})\.(segment|index)$")
+
+
+def segment_name(first_offset: int) -> str:
+    return f"{first_offset:020d}.segment"
+
+
+def index_name(first_offset: int) -> str:
+    return f"{first_offset:020d}.index"
+
+
+def parse_file_name(name: str) -> tuple[int, str] | None:
+    """``(first offset, "segment" | "index")`` for a log file name, else None."""
+    m = _NAME.match(name)
+    return (int(m.group(1)), m.group(2)) if m else None
+
+
+def segment_header() -> bytes:
+    return SEGMENT_HEADER.pack(SEGMENT_MAGIC, LOG_VERSION)
+
+
+def index_header() -> bytes:
+    return INDEX_HEADER.pack(INDEX_MAGIC, LOG_VERSION)
+
+
+# -- encoding ----------------------------------------------------------------------------------
+def encode_entries(bodies: Sequence[bytes]) -> bytes:
+    """The data section for simple entries, one per body (one join, no per-entry copies)."""
+    parts: list = [None] * (2 * len(bodies))
+    parts[0::2] = map(_pack_len, map(len, bodies))
+    parts[1::2] = bodies
+    return b"".join(parts)
+
+
+def encode_subbatch(bodies: Sequence[bytes], compression: int = COMPRESSION_NONE) -> bytes:
+    """One sub-batch entry holding ``bodies`` (gzip/lz4/zstd via the installed libraries)."""
+    raw = encode_entries(bodies)
+    body = _compress(compression, raw)
+    return SUBBATCH_HEADER.pack(0x80 | (compression << 4), len(bodies), len(raw), len(body)) + body
+
+
+def encode_tracking(records: Iterable[TrackingRecord]) -> bytes:
+    out = []
+    for r in records:
+        out.append(TRACKING_PREFIX.pack(r.type, len(r.id)) + r.id)
+        if r.chunk_id is not None:
+            out.append(TRACKING_SNAP.pack(r.chunk_id, r.value))
+        else:
+            out.append(TRACKING_VALUE.pack(r.value))
+    return b"".join(out)
+
+
+def encode_chunk(
+    chunk_id: int,
+    timestamp: int,
+    data: bytes,
+    entries: int,
+    records: int,
+    *,
+    chunk_type: int = CHUNK_USER,
+    epoch: int = 1,
+    filter_bits: bytes = b"",
+    filter_scheme: int = 0,
+    filter_param: int = 0,
+    trailer: bytes = b"",
+) -> list[bytes]:
+    """The chunk as buffers to hand to ``os.writev``: header, filter, data, trailer."""
+    if len(filter_bits) > 255:
+        raise StorageError("filter larger than 255 bytes")
+    header = CHUNK_HEADER.pack(
+        CHUNK_MAGIC_VERSION, chunk_type, entries, records, timestamp, epoch, chunk_id,
+        zlib.crc32(data), len(data), len(trailer), len(filter_bits),
+        filter_scheme if filter_bits else 0, filter_param if filter_bits else 0,
+    )
+    out = [header]
+    if filter_bits:
+        out.append(filter_bits)
+    out.append(data)
+    if trailer:
+        out.append(trailer)
+    return out
+
+
+def encode_index_record(chunk_id: int, timestamp: int, epoch: int, position: int,
+                        chunk_type: int = CHUNK_USER) -> bytes:
+    return INDEX_RECORD.pack(chunk_id, timestamp, epoch, position, chunk_type)
+
+
+# -- decoding ----------------------------------------------------------------------------------
+def decode_header(buf: bytes | memoryview, offset: int = 0, *, path: str = "?",
+                  position: int = 0) -> ChunkHeader:
+    """Decode and sanity-check a chunk header; ``path``/``position`` name it in errors."""
+    if len(buf) - offset < 48:
+        raise CorruptionError(path, position, "short chunk header")
+    h = ChunkHeader._make(CHUNK_HEADER.unpack_from(buf, offset))
+    if h.magic_version != CHUNK_MAGIC_VERSION:
+        raise CorruptionError(path, position, f"bad chunk magic/version byte {h.magic_version:#04x}")
+    if h.type > CHUNK_TRACKING_SNAPSHOT:
+        raise CorruptionError(path, position, f"unknown chunk type {h.type}")
+    if h.filter_size and h.filter_size < 16:
+        raise CorruptionError(path, position, f"filter size {h.filter_size} below 16")
+    return h
+
+
+def chunk_size(h: ChunkHeader) -> int:
+    return 48 + h.filter_size + h.data_length + h.trailer_length
+
+
+def _compress(compression: int, raw: bytes) -> bytes:
+    if compression == COMPRESSION_NONE:
+        return raw
+    if compression == COMPRESSION_GZIP:
+        return gzip.compress(raw)
+    if compression == COMPRESSION_LZ4:
+        import lz4.frame
+        return lz4.frame.compress(raw)
+    if compression == COMPRESSION_ZSTD:
+        import zstandard
+        return zstandard.ZstdCompressor().compress(raw)
+    raise StorageError(f"cannot compress with sub-batch compression {compression}")
+
+
+def _decompress(compression: int, body: bytes | memoryview, size: int) -> bytes:
+    if compression == COMPRESSION_NONE:
+        return bytes(body)
+    if compression == COMPRESSION_GZIP:
+        return zlib.decompress(body, 47)  # gzip or zlib wrapper, auto-detected
+    if compression == COMPRESSION_LZ4:
+        import lz4.frame
+        return lz4.frame.decompress(body)
+    if compression == COMPRESSION_ZSTD:
+        import zstandard
+        return zstandard.ZstdDecompressor().decompress(body, max_output_size=size)
+    raise StorageError(f"sub-batch compression {compression} is not supported")
+
+
+def _simple_run(data: bytes, start: int, end: int, out: list, path: str, position: int) -> None:
+    """Append the bodies of the simple entries in ``data[start:end]`` to ``out``."""
+    pos = start
+    ap = out.append
+    while pos < end:
+        (h,) = _unpack_len(data, pos)
+        pos += 4
+        if h & 0x80000000:
+            raise CorruptionError(path, position, "sub-batch entry inside a sub-batch")
+        ap(data[pos:pos + h])
+        pos += h
+    if pos != end:
+        raise CorruptionError(path, position, "entry runs past the end of its section")
+
+
+def decode_records(data: bytes, chunk_id: int, *, path: str = "?",
+                   position: int = 0) -> list[tuple[int, bytes]]:
+    """``[(offset, body), ...]`` for a user chunk's data section; sub-batches are expanded
+    (decompressed) and their records numbered in order. Raises CorruptionError when entries do
+    not fit the section."""
+    end = len(data)
+    bodies: list = []
+    ap = bodies.append
+    pos = 0
+    try:
+        while pos < end:
+            (h,) = _unpack_len(data, pos)
+            if not h & 0x80000000:
+                pos += 4
+                ap(data[pos:pos + h])
+                pos += h
+                continue
+            flags, count, raw_len, length = SUBBATCH_HEADER.unpack_from(data, pos)
+            pos += 11
+            raw = _decompress((flags >> 4) & 0x7, data[pos:pos + length], raw_len)
+            pos += length
+            before = len(bodies)
+            _simple_run(raw, 0, len(raw), bodies, path, position)
+            if len(bodies) - before != count:
+                raise CorruptionError(path, position,
+                                      f"sub-batch says {count} records, holds {len(bodies) - before}")
+    except struct.error as exc:
+        raise CorruptionError(path, position, f"truncated entry header: {exc}") from None
+    if pos != end:
+        raise CorruptionError(path, position, "entry runs past the end of the data section")
+    return list(zip(range(chunk_id, chunk_id + len(bodies)), bodies))
+
+
+def decode_tracking(buf: bytes, snapshot: bool = False) -> list[TrackingRecord]:
+    """Tracking records of a trailer or a tracking chunk's entry body."""
+    out = []
+    pos = 0
+    while pos < len(buf):
+        ttype, id_len = TRACKING_PREFIX.unpack_from(buf, pos)
+        pos += 2
+        tid = bytes(buf[pos:pos + id_len])
+        pos += id_len
+        if snapshot and ttype == 0:
+            chid, seq = TRACKING_SNAP.unpack_from(buf, pos)
+            pos += 16
+            out.append(TrackingRecord(ttype, tid, seq, chid))
+        else:
+            (value,) = TRACKING_VALUE.unpack_from(buf, pos)
+            pos += 8
+            out.append(TrackingRecord(ttype, tid, value))
+    return out

@@ -1,0 +1,409 @@
+"""Readers: chunks from an offset spec onwards, skipping chunks the stage-1 filter rules out.
+
+Strategy:
+- The index says what is complete: a reader walks the current segment's index records (read in
+  bulk with ``os.pread``) and reads each chunk at the position a record gives. A stream in this
+  process also bounds readers by its committed end, so they never see a chunk before it counts
+  as written under the fsync policy; a reader in another process works from the files alone
+  (the writer appends an index record only after the chunk is in the segment).
+- With stage-1 values a reader first reads only the header and filter (one ``pread`` of
+  48 + filter size bytes). A chunk the filter rules out costs nothing more; a matching one costs
+  one more ``pread`` of its data section. Without values, a chunk is one ``pread`` of exactly its
+  size when the next index record gives it.
+- Every data section read is CRC-checked; a mismatch raises ``CorruptionError`` (never served).
+- At the end of a segment's index the reader looks for a newer segment; since the writer
+  creates a segment only after finishing the previous one, seeing a newer segment means the
+  current one is final (it re-reads the current index once more before moving on).
+- Tracking chunks (types 1, 2) consume offsets but are never returned.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Protocol, Sequence
+
+import bloom
+
+from storage.errors import CorruptionError
+from storage.files import (
+    index_count,
+    index_path,
+    list_segments,
+    pread_exact,
+    read_index_record,
+    read_index_records,
+    segment_path,
+)
+from storage.format import CHUNK_USER, IndexRecord, decode_header, decode_records
+from storage.offsets import OffsetSpec
+
+__all__ = ["LogSource", "DirectorySource", "Reader", "ReadChunk", "ReaderStats", "open_reader"]
+
+_INDEX_BATCH = 4096
+
+
+class LogSource(Protocol):
+    """What a reader needs from the log it reads (a ``Stream``, or a directory alone)."""
+
+    directory: str
+
+    def segment_starts(self) -> Sequence[int]: ...
+
+    def committed_end(self) -> int | None: ...
+
+    def wait_beyond(self, offset: int, timeout: float | None) -> bool: ...
+
+
+class DirectorySource:
+    """A stream directory read from its files alone (another process may be writing it)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def segment_starts(self) -> Sequence[int]:
+        return list_segments(self.directory)
+
+    def committed_end(self) -> int | None:
+        return None
+
+    def wait_beyond(self, offset: int, timeout: float | None) -> bool:  # polled by the reader
+        raise NotImplementedError
+
+
+@dataclass
+class ReaderStats:
+    chunks_read: int = 0
+    chunks_skipped: int = 0
+    bytes_read: int = 0
+
+
+@dataclass(slots=True)
+class ReadChunk:
+    """A user chunk as delivered: its records as ``(offset, stored bytes)``."""
+
+    chunk_id: int
+    timestamp: int
+    records: list[tuple[int, bytes]]
+    next_offset: int = 0
+
+
+@dataclass
+class _Open:
+    start: int
+    spath: str
+    sfd: int
+    ifd: int
+    recs: list[IndexRecord] = field(default_factory=list)
+    ri: int = 0
+    idx_next: int = 0  # index record number after the last one in ``recs``
+
+
+class Reader:
+    """Reads chunks from ``spec`` onwards. Not thread-safe: one reader per consumer.
+
+    Args:
+        source: the log (a ``Stream`` or a ``DirectorySource``).
+        spec: where to start.
+        filter_values: stage-1 values; empty = every chunk.
+        match_unfiltered: also deliver chunks holding records without a filter value.
+    """
+
+    def __init__(self, source: LogSource, spec: OffsetSpec, filter_values: Iterable[str | bytes] = (),
+                 match_unfiltered: bool = False, *, filter_size_hint: int = 16) -> None:
+        self.source = source
+        self.stats = ReaderStats()
+        values = list(filter_values)
+        self._matcher = bloom.Matcher(values, match_unfiltered) if values else None
+        self._hint = filter_size_hint if filter_size_hint else 16
+        self._seg: _Open | None = None
+        self._next_id = 0
+        self._min = 0
+        self._closed = False
+        self._seek(spec)
+
+    # -- public --------------------------------------------------------------------------------
+    @property
+    def position(self) -> int:
+        """The offset this reader continues from (after the last chunk it read or skipped)."""
+        return self._next_id
+
+    def read_chunk(self) -> ReadChunk | None:
+        """The next matching user chunk, or None when nothing more is committed yet."""
+        source = self.source
+        while True:
+            lim = source.committed_end()
+            if lim is not None and self._next_id >= lim:
+                return None
+            seg = self._seg
+            if seg is None:
+                if not self._open_first():
+                    return None
+                continue
+            if seg.ri >= len(seg.recs):
+                if not self._fill(seg):
+                    if not self._advance():
+                        return None
+                    continue
+            rec = seg.recs[seg.ri]
+            if lim is not None and rec.chunk_id >= lim:
+                return None
+            nxt = seg.recs[seg.ri + 1].position if seg.ri + 1 < len(seg.recs) else 0
+            seg.ri += 1
+            chunk = self._read(seg, rec, nxt)
+            if chunk is not None:
+                return chunk
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until more may be readable (True) or ``timeout`` seconds pass (False)."""
+        if self.source.committed_end() is not None:
+            return self.source.wait_beyond(self._next_id, timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._more_on_disk():
+                return True
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            time.sleep(0.02 if left is None else min(0.02, left))
+
+    def close(self) -> None:
+        self._close_segment()
+        self._closed = True
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self):
+        """Chunks until nothing more is committed (does not wait)."""
+        while (chunk := self.read_chunk()) is not None:
+            yield chunk
+
+    # -- reading -------------------------------------------------------------------------------
+    def _read(self, seg: _Open, rec: IndexRecord, nxt: int) -> ReadChunk | None:
+        pos = rec.position
+        fd = seg.sfd
+        stats = self.stats
+        if rec.type != CHUNK_USER:
+            head = os.pread(fd, 48, pos)
+            stats.bytes_read += len(head)
+            h = decode_header(head, path=seg.spath, position=pos)
+            self._next_id = h.next_offset
+            return None
+        if self._matcher is None:
+            if nxt > pos:
+                buf = pread_exact(fd, nxt - pos, pos)
+            else:
+                buf = pread_exact(fd, 48, pos)
+                h = decode_header(buf, path=seg.spath, position=pos)
+                buf += pread_exact(fd, h.size - 48, pos + 48)
+            stats.bytes_read += len(buf)
+            h = decode_header(buf, path=seg.spath, position=pos)
+            start = 48 + h.filter_size
+            data = buf[start:start + h.data_length]
+        else:
+            head = pread_exact(fd, 48 + self._hint, pos)
+            h = decode_header(head, path=seg.spath, position=pos)
+            fs = h.filter_size
+            if fs > len(head) - 48:
+                head += pread_exact(fd, fs - (len(head) - 48), pos + len(head))
+                self._hint = fs
+            stats.bytes_read += len(head)
+            if not self._matcher.matches(head[48:48 + fs], h.filter_scheme, h.filter_param):
+                stats.chunks_skipped += 1
+                self._check_id(h.chunk_id, rec, seg)
+                self._next_id = h.next_offset
+                return None
+            data = pread_exact(fd, h.data_length, pos + 48 + fs)
+            stats.bytes_read += len(data)
+        self._check_id(h.chunk_id, rec, seg)
+        if len(data) != h.data_length:
+            raise CorruptionError(seg.spath, pos, "chunk runs past the end of the segment")
+        if zlib.crc32(data) != h.crc:
+            raise CorruptionError(seg.spath, pos, "CRC mismatch in the data section")
+        records = decode_records(data, h.chunk_id, path=seg.spath, position=pos)
+        if len(records) != h.records:
+            raise CorruptionError(seg.spath, pos, f"header says {h.records} records, "
+                                                  f"data holds {len(records)}")
+        self._next_id = h.next_offset
+        stats.chunks_read += 1
+        if h.chunk_id < self._min:
+            records = records[self._min - h.chunk_id:]
+            if not records:
+                return None
+        return ReadChunk(h.chunk_id, h.timestamp, records, h.next_offset)
+
+    def _check_id(self, chunk_id: int, rec: IndexRecord, seg: _Open) -> None:
+        if chunk_id != rec.chunk_id:
+            raise CorruptionError(seg.spath, rec.position, f"index says chunk {rec.chunk_id}, "
+                                                           f"segment holds {chunk_id}")
+
+    def _fill(self, seg: _Open) -> bool:
+        recs = read_index_records(seg.ifd, seg.idx_next, _INDEX_BATCH)
+        self.stats.bytes_read += 29 * len(recs)
+        seg.recs = recs
+        seg.ri = 0
+        seg.idx_next += len(recs)
+        return bool(recs)
+
+    def _advance(self) -> bool:
+        """Move to the next segment if there is one (the current one is final then)."""
+        seg = self._seg
+        assert seg is not None
+        later = [s for s in self.source.segment_starts() if s > seg.start]
+        if not later:
+            return False
+        if self._fill(seg):  # written just before the rollover
+            return True
+        for start in later:
+            try:
+                self._open_segment(start, 0)
+                return True
+            except FileNotFoundError:  # removed by retention meanwhile
+                continue
+        return False
+
+    def _more_on_disk(self) -> bool:
+        seg = self._seg
+        if seg is None:
+            return bool(self.source.segment_starts())
+        if seg.ri < len(seg.recs) or read_index_record(seg.ifd, seg.idx_next) is not None:
+            return True
+        return any(s > seg.start for s in self.source.segment_starts())
+
+    # -- positioning ---------------------------------------------------------------------------
+    def _close_segment(self) -> None:
+        if self._seg is not None:
+            os.close(self._seg.sfd)
+            os.close(self._seg.ifd)
+            self._seg = None
+
+    def _open_segment(self, start: int, idx_next: int) -> None:
+        d = self.source.directory
+        spath = segment_path(d, start)
+        ifd = os.open(index_path(d, start), os.O_RDONLY)
+        try:
+            sfd = os.open(spath, os.O_RDONLY)
+        except BaseException:
+            os.close(ifd)
+            raise
+        self._close_segment()
+        self._seg = _Open(start, spath, sfd, ifd, idx_next=idx_next)
+
+    def _open_first(self) -> bool:
+        for start in self.source.segment_starts():
+            try:
+                self._open_segment(start, 0)
+                return True
+            except FileNotFoundError:
+                continue
+        return False
+
+    def _count(self, ifd: int, lim: int | None) -> int:
+        """Index records that are complete, non-zero and (in process) committed."""
+        n = index_count(ifd)
+        while n:
+            rec = read_index_record(ifd, n - 1)
+            if rec is not None and (lim is None or rec.chunk_id < lim):
+                break
+            n -= 1
+        return n
+
+    @staticmethod
+    def _bisect(ifd: int, n: int, pred: Callable[[IndexRecord], bool]) -> int:
+        """The first record number in ``[0, n)`` for which ``pred`` holds (monotone), else n."""
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            rec = read_index_record(ifd, mid)
+            if rec is not None and pred(rec):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def _segment_end(self, start: int, ifd: int, sfd: int, n: int) -> int:
+        if n == 0:
+            return start
+        rec = read_index_record(ifd, n - 1)
+        assert rec is not None
+        return decode_header(os.pread(sfd, 48, rec.position)).next_offset
+
+    def _seek(self, spec: OffsetSpec) -> None:
+        src = self.source
+        lim = src.committed_end()
+        starts = list(src.segment_starts())
+        if not starts:
+            self._next_id = 0
+            return
+        opened = {}
+
+        def idx(start: int) -> tuple[int, int, int]:
+            if start not in opened:
+                d = src.directory
+                ifd = os.open(index_path(d, start), os.O_RDONLY)
+                sfd = os.open(segment_path(d, start), os.O_RDONLY)
+                opened[start] = (ifd, sfd, self._count(ifd, lim))
+            return opened[start]
+
+        try:
+            last = starts[-1]
+            ifd, sfd, n = idx(last)
+            end = self._segment_end(last, ifd, sfd, n) if lim is None else lim
+            target: tuple[int, int] | None = None  # (segment start, record number)
+            if spec.kind == "first":
+                target = (starts[0], 0)
+            elif spec.kind == "last":
+                for start in reversed(starts):
+                    ifd, _, n = idx(start)
+                    for i in range(n - 1, -1, -1):
+                        rec = read_index_record(ifd, i)
+                        if rec is not None and rec.type == CHUNK_USER:
+                            target = (start, i)
+                            break
+                    if target:
+                        break
+            elif spec.kind == "offset":
+                n_off = spec.value
+                if n_off < end:
+                    k = max(0, bisect.bisect_right(starts, n_off) - 1)
+                    ifd, _, n = idx(starts[k])
+                    i = self._bisect(ifd, n, lambda r: r.chunk_id > n_off) - 1
+                    target = (starts[k], max(i, 0))
+                    self._min = n_off
+            elif spec.kind == "timestamp":
+                t = spec.value
+                for start in starts:
+                    ifd, _, n = idx(start)
+                    if n == 0:
+                        continue
+                    rec = read_index_record(ifd, n - 1)
+                    if rec is not None and rec.timestamp >= t:
+                        target = (start, self._bisect(ifd, n, lambda r: r.timestamp >= t))
+                        break
+            if target is None:  # next, or beyond the end
+                self._open_segment(last, opened[last][2])
+                self._next_id = end
+                self._min = max(self._min, end)
+                return
+            start, i = target
+            ifd, _, n = idx(start)
+            rec = read_index_record(ifd, i) if i < n else None
+            self._open_segment(start, i)
+            self._next_id = rec.chunk_id if rec is not None else start
+        finally:
+            for ifd, sfd, _ in opened.values():
+                os.close(ifd)
+                os.close(sfd)
+
+
+def open_reader(directory: str, spec: OffsetSpec, filter_values: Iterable[str | bytes] = (),
+                match_unfiltered: bool = False) -> Reader:
+    """A reader over a stream directory's files alone (no recovery, nothing written)."""
+    return Reader(DirectorySource(directory), spec, filter_values, match_unfiltered)

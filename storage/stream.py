@@ -1,0 +1,458 @@
+"""One stream: recovery at open, a writer thread with group commit, retention, readers.
+
+Strategy:
+- ``append`` only takes a lock, hands out the next offset and queues the body; it never does
+  I/O. One writer thread per stream takes everything waiting, cuts it into chunks (at most
+  ``max_chunk_entries`` entries and about ``max_chunk_bytes`` bytes each), builds each chunk's
+  filter with ``bloom.build``, and writes a group of chunks with one ``os.writev`` on the segment
+  and one ``os.write`` on the index (segment first). Then it makes the group as durable as the
+  policy says (``always``: ``fdatasync`` the segment; ``interval``: an fsync if the last one is
+  older than the interval; ``never``: nothing), moves the committed end, calls the
+  ``on_durable`` callbacks and the listeners, all from the writer thread.
+- Readers in this process never look past the committed end, so they never see a chunk before
+  it counts as written, nor a partly written one.
+- Rollover happens before a chunk when the segment has reached its maximum bytes or chunks; the
+  new files are named after the chunk id and the directory is fsynced (unless ``never``).
+  Retention runs after each rollover and at open: whole segments, oldest first, index before
+  segment, never the newest.
+- A write error fails the stream: the segment and index are cut back to where the group began,
+  every waiting callback gets the error, and ``append`` raises ``StreamClosedError`` after.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+from bisect import bisect_right
+from typing import Callable, Iterable, Sequence
+
+import bloom
+
+from storage.config import FsyncPolicy, StreamConfig
+from storage.errors import StorageError, StreamClosedError
+from storage.files import fsync_dir, index_path, segment_path
+from storage.format import (
+    INDEX_RECORD,
+    encode_chunk,
+    encode_entries,
+    index_header,
+    segment_header,
+)
+from storage.offsets import OffsetSpec
+from storage.reader import Reader
+from storage.recovery import SegmentInfo, recover
+
+__all__ = ["Stream", "DurableCallback"]
+
+log = logging.getLogger(__name__)
+
+DurableCallback = Callable[[int, "Exception | None"], None]
+
+_IOV_MAX = 1020
+_GROUP_BYTES = 4 << 20  # bytes written per writev group before committing
+_pack_index = INDEX_RECORD.pack
+
+
+class Stream:
+    """An open stream directory. Use ``Stream.open``; ``close()`` when done."""
+
+    def __init__(self, directory: str, config: StreamConfig, segments: list[SegmentInfo]) -> None:
+        self.directory = directory
+        self.config = config
+        self._infos = segments
+        self._starts: tuple[int, ...] = tuple(s.start for s in segments)
+        last = segments[-1]
+        self._end = last.end  # committed end (exclusive)
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._commit_cond = threading.Condition(threading.Lock())
+        self._bodies: list[bytes] = []
+        self._values: list = []
+        self._callbacks: list[tuple[int, DurableCallback]] = []
+        self._next = last.end  # next offset to hand out
+        self._closing = False
+        self._error: Exception | None = None
+        self._writer_idle = False
+        self._listeners: tuple[Callable[[], None], ...] = ()
+        self._last_ts = last.last_timestamp or 0
+        self._sfd = os.open(segment_path(directory, last.start), os.O_WRONLY | os.O_APPEND)
+        self._ifd = os.open(index_path(directory, last.start), os.O_WRONLY | os.O_APPEND)
+        self._unsynced = False
+        self._last_sync = time.monotonic()
+        self._pending_failed: list[tuple[int, DurableCallback]] = []
+        self._filter_size = config.filter_size
+        self._scheme = config.filter_scheme
+        self._thread = threading.Thread(target=self._run, name=f"stream-writer:{directory}",
+                                        daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike, config: StreamConfig | None = None) -> Stream:
+        """Open (creating if needed) and recover the stream in ``directory``."""
+        directory = os.fspath(directory)
+        config = config or StreamConfig()
+        os.makedirs(directory, exist_ok=True)
+        segments = recover(directory)
+        if not segments:
+            _create_segment(directory, 0, config.fsync != FsyncPolicy.NEVER)
+            segments = [SegmentInfo(0, 8, 0, 0, None)]
+        stream = cls(directory, config, segments)
+        with stream._lock:
+            stream._apply_retention()
+        return stream
+
+    # -- appending -----------------------------------------------------------------------------
+    def append(self, body: bytes, filter_value: str | None = None,
+               on_durable: DurableCallback | None = None) -> int:
+        """Queue one record; returns its offset. ``on_durable(offset, error)`` is called from the
+        writer thread once its chunk is durable per the policy (or failed)."""
+        with self._lock:
+            if self._closing or self._error is not None:
+                raise StreamClosedError(f"stream {self.directory} is closed"
+                                        + (f": {self._error}" if self._error else ""))
+            offset = self._next
+            self._next = offset + 1
+            self._bodies.append(body)
+            self._values.append(filter_value)
+            if on_durable is not None:
+                self._callbacks.append((offset, on_durable))
+            if self._writer_idle:
+                self._writer_idle = False
+                self._wake.notify()
+            return offset
+
+    def append_batch(self, bodies: Sequence[bytes], filter_values: Sequence[str | None] | None = None,
+                     on_durable: DurableCallback | None = None) -> int:
+        """Queue many records at once; returns the first offset (they get consecutive offsets).
+        ``on_durable(last_offset, error)`` is called once, when all of them are durable."""
+        n = len(bodies)
+        if filter_values is not None and len(filter_values) != n:
+            raise StorageError("filter_values must have one entry per body")
+        with self._lock:
+            if self._closing or self._error is not None:
+                raise StreamClosedError(f"stream {self.directory} is closed")
+            first = self._next
+            self._next = first + n
+            self._bodies.extend(bodies)
+            if filter_values is None:
+                self._values.extend(itertools.repeat(None, n))
+            else:
+                self._values.extend(filter_values)
+            if on_durable is not None and n:
+                self._callbacks.append((first + n - 1, on_durable))
+            if self._writer_idle and n:
+                self._writer_idle = False
+                self._wake.notify()
+            return first
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def committed_offset(self) -> int:
+        """The last committed offset, -1 when nothing is committed."""
+        return self._end - 1
+
+    @property
+    def next_offset(self) -> int:
+        """The committed end: the offset a reader at ``next`` starts from."""
+        return self._end
+
+    @property
+    def first_offset(self) -> int:
+        """The first offset still kept (= ``next_offset`` for an empty stream)."""
+        return self._starts[0]
+
+    def segment_starts(self) -> Sequence[int]:
+        return self._starts
+
+    def committed_end(self) -> int | None:
+        return self._end
+
+    def add_listener(self, fn: Callable[[], None]) -> None:
+        """``fn()`` is called from the writer thread whenever the committed end moves."""
+        with self._lock:
+            self._listeners = self._listeners + (fn,)
+
+    def remove_listener(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            self._listeners = tuple(f for f in self._listeners if f is not fn)
+
+    def wait_beyond(self, offset: int, timeout: float | None) -> bool:
+        with self._commit_cond:
+            return self._commit_cond.wait_for(
+                lambda: self._end > offset or self._thread is None or not self._thread.is_alive(),
+                timeout) and self._end > offset
+
+    def reader(self, spec: OffsetSpec, filter_values: Iterable[str | bytes] = (),
+               match_unfiltered: bool = False) -> Reader:
+        return Reader(self, spec, filter_values, match_unfiltered,
+                      filter_size_hint=self._filter_size or 16)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until everything appended so far is committed (or the stream failed)."""
+        target = self._next
+        with self._commit_cond:
+            self._commit_cond.wait_for(lambda: self._end >= target or self._error is not None
+                                       or not self._thread.is_alive(), timeout)
+        if self._error is not None:
+            raise StreamClosedError(str(self._error))
+
+    def close(self) -> None:
+        """Write what is queued, fsync, stop the writer, close the files."""
+        with self._lock:
+            self._closing = True
+            self._wake.notify()
+        self._thread.join()
+        for fd in (self._sfd, self._ifd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._sfd = self._ifd = -1
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the writer thread ---------------------------------------------------------------------
+    def _run(self) -> None:
+        cfg = self.config
+        interval = cfg.fsync_interval_ms / 1000.0
+        while True:
+            with self._lock:
+                while not self._bodies and not self._closing:
+                    if self._unsynced and cfg.fsync == FsyncPolicy.INTERVAL:
+                        due = self._last_sync + interval - time.monotonic()
+                        if due <= 0:
+                            break
+                        self._writer_idle = True
+                        self._wake.wait(due)
+                    else:
+                        self._writer_idle = True
+                        self._wake.wait()
+                self._writer_idle = False
+                bodies, values, callbacks = self._bodies, self._values, self._callbacks
+                self._bodies, self._values, self._callbacks = [], [], []
+                first = self._next - len(bodies)
+                closing = self._closing
+            try:
+                if bodies:
+                    self._write_all(first, bodies, values, callbacks)
+                if self._unsynced and (closing or (cfg.fsync == FsyncPolicy.INTERVAL and
+                                                   time.monotonic() - self._last_sync >= interval)):
+                    self._sync()
+            except Exception as exc:  # noqa: BLE001 - every failure must reach the callbacks
+                self._fail(exc)
+                return
+            if closing:
+                with self._lock:
+                    if not self._bodies:
+                        break
+        with self._commit_cond:
+            self._commit_cond.notify_all()
+
+    def _sync(self) -> None:
+        os.fdatasync(self._sfd)
+        self._unsynced = False
+        self._last_sync = time.monotonic()
+
+    def _fail(self, exc: Exception) -> None:
+        log.error("stream %s: writer failed: %s", self.directory, exc)
+        err = exc if isinstance(exc, StorageError) else StorageError(f"write failed: {exc}")
+        with self._lock:
+            self._error = err
+            pending = list(self._pending_failed) + self._callbacks
+            self._callbacks, self._bodies, self._values = [], [], []
+        for offset, cb in pending:
+            _call(cb, offset, err)
+        with self._commit_cond:
+            self._commit_cond.notify_all()
+
+    def _write_all(self, first: int, bodies: list, values: list, callbacks: list) -> None:
+        """Write ``bodies`` (offsets ``first ..``) as chunks, committing group by group."""
+        cfg = self.config
+        max_entries, max_bytes = cfg.max_chunk_entries, cfg.max_chunk_bytes
+        fsize, scheme = self._filter_size, self._scheme
+        total = len(bodies)
+        i = 0
+        cb_i = 0
+        self._pending_failed = callbacks
+        info = self._infos[-1]
+        while i < total:
+            # one group: chunks up to _GROUP_BYTES / _IOV_MAX buffers
+            iov: list[bytes] = []
+            idx: list[bytes] = []
+            group_start_size = info.size
+            idx_start_size = 8 + 29 * info.chunks
+            ts = max(time.time_ns() // 1_000_000, self._last_ts)
+            self._last_ts = ts
+            group_bytes = 0
+            while i < total and group_bytes < _GROUP_BYTES and len(iov) < _IOV_MAX - 4:
+                if info.chunks and (info.size >= cfg.max_segment_bytes
+                                    or info.chunks >= cfg.max_segment_chunks):
+                    self._write_group(iov, idx)
+                    iov, idx = [], []
+                    info = self._rollover(first + i)
+                    group_start_size, idx_start_size = info.size, 8
+                n = min(max_entries, total - i)
+                chunk_bodies = bodies[i:i + n]
+                size = sum(map(len, chunk_bodies)) + 4 * n
+                if size > max_bytes and n > 1:
+                    acc = list(itertools.accumulate(len(b) + 4 for b in chunk_bodies))
+                    n = max(1, bisect_right(acc, max_bytes))
+                    chunk_bodies = chunk_bodies[:n]
+                    size = acc[n - 1]
+                data = encode_entries(chunk_bodies)
+                filt = None
+                if fsize:
+                    chunk_values = values[i:i + n]
+                    if any(chunk_values):
+                        filt = bloom.build(chunk_values, fsize, scheme)
+                chunk_id = first + i
+                if filt is not None:
+                    bufs = encode_chunk(chunk_id, ts, data, n, n, epoch=cfg.epoch,
+                                        filter_bits=filt.bits, filter_scheme=filt.scheme,
+                                        filter_param=filt.param)
+                    csize = 48 + len(filt.bits) + len(data)
+                else:
+                    bufs = encode_chunk(chunk_id, ts, data, n, n, epoch=cfg.epoch)
+                    csize = 48 + len(data)
+                idx.append(_pack_index(chunk_id, ts, cfg.epoch, info.size, 0))
+                iov.extend(bufs)
+                info.size += csize
+                info.chunks += 1
+                info.end = chunk_id + n
+                info.last_timestamp = ts
+                group_bytes += csize
+                i += n
+            try:
+                self._write_group(iov, idx)
+            except Exception:
+                _truncate_quietly(self._sfd, group_start_size)
+                _truncate_quietly(self._ifd, idx_start_size)
+                raise
+            # durable per policy, then commit
+            if cfg.fsync == FsyncPolicy.ALWAYS:
+                self._sync()
+            else:
+                self._unsynced = True
+                if (cfg.fsync == FsyncPolicy.INTERVAL
+                        and time.monotonic() - self._last_sync >= cfg.fsync_interval_ms / 1000.0):
+                    self._sync()
+            end = first + i
+            self._commit(end)
+            j = cb_i
+            while j < len(callbacks) and callbacks[j][0] < end:
+                j += 1
+            for offset, cb in callbacks[cb_i:j]:
+                _call(cb, offset, None)
+            cb_i = j
+            self._pending_failed = callbacks[cb_i:]
+        self._pending_failed = []
+
+    def _write_group(self, iov: list[bytes], idx: list[bytes]) -> None:
+        if not iov:
+            return
+        self._unsynced = True
+        _writev_all(self._sfd, iov)
+        _writev_all(self._ifd, [b"".join(idx)])
+
+    def _commit(self, end: int) -> None:
+        self._end = end
+        for fn in self._listeners:
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - a listener must not stop the writer
+                log.exception("stream listener failed")
+        with self._commit_cond:
+            self._commit_cond.notify_all()
+
+    def _rollover(self, start: int) -> SegmentInfo:
+        if self.config.fsync != FsyncPolicy.NEVER and self._unsynced:
+            self._sync()
+        os.close(self._sfd)
+        os.close(self._ifd)
+        self._sfd = self._ifd = -1
+        _create_segment(self.directory, start, self.config.fsync != FsyncPolicy.NEVER)
+        self._sfd = os.open(segment_path(self.directory, start), os.O_WRONLY | os.O_APPEND)
+        self._ifd = os.open(index_path(self.directory, start), os.O_WRONLY | os.O_APPEND)
+        info = SegmentInfo(start, 8, 0, start, None)
+        with self._lock:
+            self._infos.append(info)
+            self._starts = self._starts + (start,)
+            self._apply_retention()
+        return info
+
+    def _apply_retention(self) -> None:
+        """Delete whole old segments per the retention settings (called holding ``_lock``)."""
+        cfg = self.config
+        infos = self._infos
+        drop = 0
+        if cfg.retention_bytes is not None:
+            kept = 0
+            for k in range(len(infos) - 1, -1, -1):
+                kept += infos[k].size
+                if kept > cfg.retention_bytes and k < len(infos) - 1:
+                    drop = max(drop, k + 1)
+                    break
+        if cfg.retention_age_ms is not None:
+            cutoff = time.time_ns() // 1_000_000 - cfg.retention_age_ms
+            k = 0
+            while k < len(infos) - 1 and (infos[k].last_timestamp or 0) < cutoff:
+                k += 1
+            drop = max(drop, k)
+        if not drop:
+            return
+        for info in infos[:drop]:
+            for path in (index_path(self.directory, info.start),
+                         segment_path(self.directory, info.start)):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+        del infos[:drop]
+        self._starts = tuple(s.start for s in infos)
+
+
+def _create_segment(directory: str, start: int, sync: bool) -> None:
+    """Segment file, then its index (a crash in between leaves an orphan, removed at open)."""
+    for path, header in ((segment_path(directory, start), segment_header()),
+                         (index_path(directory, start), index_header())):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, header)
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    if sync:
+        fsync_dir(directory)
+
+
+def _writev_all(fd: int, bufs: list[bytes]) -> None:
+    for k in range(0, len(bufs), _IOV_MAX):
+        part = bufs[k:k + _IOV_MAX]
+        want = sum(map(len, part))
+        done = os.writev(fd, part)
+        if done != want:  # rare for regular files: finish the rest
+            rest = memoryview(b"".join(part))[done:]
+            while rest:
+                rest = rest[os.write(fd, rest):]
+
+
+def _truncate_quietly(fd: int, size: int) -> None:
+    try:
+        os.ftruncate(fd, size)
+    except OSError:
+        pass
+
+
+def _call(cb: DurableCallback, offset: int, error: Exception | None) -> None:
+    try:
+        cb(offset, error)
+    except Exception:  # noqa: BLE001 - a callback must not stop the writer
+        log.exception("on_durable callback failed")
