@@ -6,5 +6,6 @@ See ``../shared/design/filter-language.md`` and ``docs/sql-filters.md``.
 from sqlfilter.errors import FilterError, MessageFormatError
 from sqlfilter.base import Filter
 from sqlfilter.message import MessageView
+from sqlfilter.sql import compile_sql
 
-__all__ = ["Filter", "FilterError", "MessageFormatError", "MessageView"]
+__all__ = ["Filter", "FilterError", "MessageFormatError", "MessageView", "compile_sql"]

@@ -1,0 +1,124 @@
+"""SQL filter text → expression tree: limits, tokens, Lark LALR parse, ``TreeToFilter``.
+
+Strategy: the grammar lives in ``grammar/sql_filter.lark`` and is loaded once (``_lark()``, a
+cached factory). Lark's basic lexer is the tokenizer; a post-lexer (``_TokenChecks``) enforces
+what RabbitMQ's lexer enforces per token: the token limit and that reserved words, in any case,
+are not identifiers. Every Lark error is turned into a ``FilterError`` carrying the 1-based
+character position, so callers only ever see ``FilterError`` for bad input.
+
+Order of checks (as ``rabbit_amqp_filter_sql:parse/1``): valid UTF-8, length in characters,
+tokens (count), grammar, then the tree's own checks.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+from typing import Iterator
+
+from lark import Lark, Token
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+
+from grammar import GRAMMAR_DIR
+from sqlfilter import ast
+from sqlfilter.errors import FilterError
+from sqlfilter.tree_to_filter import TreeToFilter
+
+__all__ = ["parse", "RESERVED", "DEFAULT_MAX_LENGTH", "DEFAULT_MAX_TOKENS"]
+
+DEFAULT_MAX_LENGTH = 4096
+DEFAULT_MAX_TOKENS = 200
+
+#: words that are never identifiers, in any case (RabbitMQ's ?KEYWORDS in
+#: rabbit_amqp_sql_lexer.xrl, plus nan and inf which its test suite shows are reserved).
+#: BETWEEN is not reserved by RabbitMQ, so ``between`` stays an identifier here too.
+RESERVED = frozenset((
+    "and", "or", "not", "like", "in", "is", "null", "escape", "true", "false", "exists", "lower",
+    "upper", "left", "right", "substring", "utc", "date", "nan", "inf"))
+
+_max_tokens: contextvars.ContextVar[int] = contextvars.ContextVar("sql_max_tokens",
+                                                                  default=DEFAULT_MAX_TOKENS)
+
+
+class _TokenChecks:
+    """Post-lexer: count tokens against the limit and refuse reserved words as identifiers."""
+
+    always_accept = ()
+
+    def process(self, stream: Iterator[Token]) -> Iterator[Token]:
+        limit = _max_tokens.get()
+        count = 0
+        for token in stream:
+            count += 1
+            if count > limit:
+                raise FilterError(f"more than {limit} tokens", token.start_pos + 1)
+            if token.type == "IDENT" and token.value.lower() in RESERVED:
+                raise FilterError(f"{token.value!r} is a reserved word", token.start_pos + 1)
+            yield token
+
+
+@functools.lru_cache(maxsize=None)
+def _lark() -> Lark:
+    """The grammar, loaded once (LALR, basic lexer = leex-like longest match via priorities)."""
+    return Lark.open(str(GRAMMAR_DIR / "sql_filter.lark"), parser="lalr", lexer="basic",
+                     postlex=_TokenChecks(), propagate_positions=True, maybe_placeholders=False)
+
+
+_TRANSFORMER = TreeToFilter()
+
+
+def _describe(err: UnexpectedInput) -> str:
+    if isinstance(err, UnexpectedCharacters):
+        return f"unexpected character {err.char!r}"
+    if isinstance(err, UnexpectedToken):
+        if err.token.type == "$END":
+            return "unexpected end of expression"
+        return f"unexpected {err.token.value!r}"
+    if isinstance(err, UnexpectedEOF):
+        return "unexpected end of expression"
+    return "syntax error"
+
+
+def parse(text: str | bytes, *, max_length: int = DEFAULT_MAX_LENGTH,
+          max_tokens: int = DEFAULT_MAX_TOKENS) -> ast.Node:
+    """Parse one filter expression into its tree.
+
+    Args:
+        text: the expression, ``str`` or UTF-8 ``bytes``.
+        max_length: most characters (code points) allowed.
+        max_tokens: most tokens allowed.
+    Raises:
+        FilterError: for anything that is not a valid expression, with ``position`` when the
+        problem has a place in the text.
+    """
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise FilterError("the expression is not valid UTF-8", err.start + 1) from None
+    elif not isinstance(text, str):
+        raise FilterError(f"an SQL expression is a string, not {type(text).__name__}")
+    else:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise FilterError("the expression is not valid Unicode", err.start + 1) from None
+    if len(text) > max_length:
+        raise FilterError(f"expression longer than {max_length} characters", max_length + 1)
+    reset = _max_tokens.set(max_tokens)
+    try:
+        tree = _lark().parse(text)
+        return _TRANSFORMER.transform(tree)
+    except FilterError:
+        raise
+    except VisitError as err:
+        if isinstance(err.orig_exc, FilterError):
+            raise err.orig_exc from None
+        raise FilterError(f"invalid expression: {err.orig_exc}") from None
+    except UnexpectedInput as err:
+        position = err.pos_in_stream + 1 if err.pos_in_stream is not None else len(text) + 1
+        raise FilterError(_describe(err), position) from None
+    except RecursionError:
+        raise FilterError("expression nested too deeply") from None
+    finally:
+        _max_tokens.reset(reset)
