@@ -65,6 +65,7 @@ PROPERTY_NAMES: dict[str, str] = {
     "reply_to_group_id": "reply_to_group_id",
 }
 _TIME_PROPERTIES = {"absolute_expiry_time", "creation_time"}
+_ZERO_IS_ABSENT = {"absolute_expiry_time", "creation_time", "group_sequence"}
 
 
 class ClientError(Exception):
@@ -630,11 +631,18 @@ class StreamMessage:
         props = {}
         for key, attr in PROPERTY_NAMES.items():
             v = getattr(msg, attr)
-            if v is not None and not (key == "group_sequence" and v == 0) and v != "":
-                props[key] = v
+            # proton reports absent fields as empty/zero values (and content types as 'None')
+            if v is None or v == "" or v == b"" or (v == 0 and key in _ZERO_IS_ABSENT):
+                continue
+            if key in ("content_type", "content_encoding") and str(v) == "None":
+                continue
+            props[key] = bytes(v) if isinstance(v, memoryview) else v
         off = ann.get(STREAM_OFFSET)
         fv = ann.get(FILTER_VALUE)
-        return cls(offset=int(off) if off is not None else None, body=msg.body,
+        body = msg.body
+        if isinstance(body, memoryview):
+            body = bytes(body)
+        return cls(offset=int(off) if off is not None else None, body=body,
                    filter_value=str(fv) if fv is not None else None, properties=props,
                    application_properties=dict(msg.properties or {}), annotations=ann, message=msg)
 

@@ -1,0 +1,111 @@
+"""Data source options: one place that reads them, so reader, writer and docs agree.
+
+Spark hands options over as a case-insensitive map of strings; ``SourceOptions.parse`` turns
+them into typed fields once on the driver, and the (picklable) result travels to the tasks, which
+open their own ``amqp_stream.client`` connection with ``connect()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from amqp_stream import client as amqp
+
+__all__ = ["SourceOptions", "OptionError"]
+
+
+class OptionError(ValueError):
+    """A missing or invalid data source option."""
+
+
+def _bool(value: str | None, default: bool) -> bool:
+    if value is None:
+        return default
+    v = str(value).strip().lower()
+    if v in ("true", "1", "yes", "on"):
+        return True
+    if v in ("false", "0", "no", "off"):
+        return False
+    raise OptionError(f"expected true or false, got {value!r}")
+
+
+def _int(options: Mapping[str, str], key: str, default: int | None) -> int | None:
+    raw = options.get(key)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise OptionError(f"option {key} must be an integer, got {raw!r}") from None
+
+
+def _argument(value: str) -> Any:
+    """Stream arguments arrive as strings; the integer ones go to the broker as integers."""
+    return int(value) if value.strip().lstrip("-").isdigit() else value
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    url: str
+    stream: str
+    user: str | None = None
+    password: str | None = None
+    tls: amqp.TlsOptions | None = None
+    timeout: float = 30.0
+    # writing
+    filter_value_column: str | None = None
+    window: int = 512
+    declare: bool = False
+    arguments: dict = field(default_factory=dict)
+    # reading
+    properties_ddl: str | None = None
+    starting_offset: str = "first"
+    ending_offset: str = "latest"
+    num_partitions: int | None = None
+    max_records_per_partition: int = 100_000
+    credit: int = 512
+    pushdown: bool = True
+    filter_values: tuple[str, ...] | None = None  # explicit stage 1 (streaming has no pushFilters)
+    match_unfiltered: bool = False
+    sql_filter: str | None = None                  # explicit stage 2
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
+        # Spark's map is case-insensitive but lower-cases keys when iterated.
+        opts = {str(k).lower(): v for k, v in options.items()}
+        url, stream = opts.get("url"), opts.get("stream")
+        if not url:
+            raise OptionError("option url is required (e.g. amqp://127.0.0.1:5672)")
+        if not stream:
+            raise OptionError("option stream is required")
+        tls = None
+        if any(k.startswith("tls") for k in opts):
+            tls = amqp.TlsOptions(ca_file=opts.get("tlscafile"), cert_file=opts.get("tlscertfile"),
+                                  key_file=opts.get("tlskeyfile"), key_password=opts.get("tlskeypassword"),
+                                  verify=_bool(opts.get("tlsverify"), True), peer_name=opts.get("tlspeername"))
+        fv = opts.get("filtervalues")
+        try:
+            timeout = float(opts.get("timeout", "30"))
+        except ValueError:
+            raise OptionError(f"option timeout must be a number of seconds, got {opts['timeout']!r}") from None
+        return cls(
+            url=url, stream=stream, user=opts.get("user"), password=opts.get("password"), tls=tls,
+            timeout=timeout,
+            filter_value_column=opts.get("filtervaluecolumn"),
+            window=_int(opts, "window", 512), declare=_bool(opts.get("declare"), False),
+            arguments={k: _argument(v) for k, v in opts.items() if k.startswith("x-")},
+            properties_ddl=opts.get("properties"),
+            starting_offset=opts.get("startingoffset", "first"),
+            ending_offset=opts.get("endingoffset", "latest"),
+            num_partitions=_int(opts, "numpartitions", None),
+            max_records_per_partition=_int(opts, "maxrecordsperpartition", 100_000),
+            credit=_int(opts, "credit", 512), pushdown=_bool(opts.get("pushdown"), True),
+            filter_values=tuple(v.strip() for v in fv.split(",")) if fv else None,
+            match_unfiltered=_bool(opts.get("matchunfiltered"), False),
+            sql_filter=opts.get("sqlfilter"),
+        )
+
+    def connect(self) -> amqp.Client:
+        """A new client connection for this task (``amqp.ClientError`` when unreachable)."""
+        return amqp.connect(self.url, user=self.user, password=self.password, tls=self.tls, timeout=self.timeout)

@@ -1,0 +1,145 @@
+"""Batch and streaming readers: offset ranges per partition, filters pushed to the broker.
+
+Planning (driver) asks the broker once for ``first_offset``/``next_offset`` and splits the
+range (``offsets``). Each task opens a consumer at its range's start with the pushed-down
+filters and reads until the first message at or past the range's end, or until a drain says the
+stream has nothing more (a filtered range can end without any message past it). Streaming reads
+use ``{"offset": n}`` dicts as progress: ``latestOffset`` is the broker's ``next_offset``, so a
+query restarted from its checkpoint resumes at the first offset it had not processed.
+
+Stage 1 is probabilistic, so the reader checks filter values exactly; the stage-2 SQL filter
+decides on the broker (``pushdown`` explains which predicates also go back to Spark).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+
+from amqp_stream import client as amqp
+from amqp_stream.spark.mapping import declared_columns, message_to_row
+from amqp_stream.spark.offsets import OffsetRange, resolve, split
+from amqp_stream.spark.options import SourceOptions
+from amqp_stream.spark.pushdown import Pushdown, plan_pushdown
+
+__all__ = ["BatchReader", "PushdownBatchReader", "StreamReader", "read_range", "stream_bounds"]
+
+
+def stream_bounds(opts: SourceOptions) -> tuple[int, int]:
+    """(first_offset, next_offset) from the management node; StreamNotFound names the stream."""
+    with opts.connect() as c:
+        try:
+            info = c.info(opts.stream)
+        except amqp.StreamNotFound as exc:
+            raise amqp.StreamNotFound(f"stream {opts.stream!r} does not exist at "
+                                      f"{amqp._safe_url(opts.url)}", 404) from exc
+    if "next_offset" not in info:
+        raise amqp.ClientError(f"the broker's info for {opts.stream!r} lacks next_offset; it is not amqp-stream")
+    return int(info.get("first_offset", 0)), int(info["next_offset"])
+
+
+def explicit_pushdown(opts: SourceOptions) -> Pushdown:
+    """Filters given as options (``filterValues``, ``sqlFilter``): what streaming reads use."""
+    return Pushdown(opts.filter_values, opts.sql_filter, [])
+
+
+def _merge(a: Pushdown, b: Pushdown) -> Pushdown:
+    values = a.filter_values
+    if b.filter_values is not None:
+        values = b.filter_values if values is None else tuple(v for v in values if v in b.filter_values)
+    sqls = [s for s in (a.sql, b.sql) if s]
+    sql = " AND ".join(f"({s})" for s in sqls) if len(sqls) > 1 else (sqls[0] if sqls else None)
+    return Pushdown(values, sql, a.pushed + b.pushed)
+
+
+def read_range(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, declared) -> Iterator[tuple]:
+    """The rows of ``[rng.start, rng.end)`` that pass ``pd``."""
+    if rng.end <= rng.start or pd.empty:
+        return
+    try:
+        client = opts.connect()
+    except amqp.ClientError as exc:
+        raise amqp.ConsumerError(f"cannot read stream {opts.stream!r}: {exc}") from exc
+    try:
+        consumer = client.consumer(opts.stream, offset=rng.start, filter_values=pd.filter_values,
+                                   match_unfiltered=opts.match_unfiltered, sql=pd.sql,
+                                   credit=max(1, min(opts.credit, rng.end - rng.start)))
+        missing = consumer.missing_filters
+        if missing and any("offset" not in k for k in missing):
+            raise amqp.ConsumerError(f"the broker did not put filter(s) {missing} in place for stream "
+                                     f"{opts.stream!r} (invalid SQL filter?)")
+        for m in consumer.read_available(end=rng.end, timeout=opts.timeout):
+            if m.offset is None or m.offset < rng.start:
+                continue
+            if not pd.accepts(m.filter_value):
+                continue
+            yield message_to_row(m, declared)
+        consumer.close()
+    finally:
+        client.close()
+
+
+class BatchReader(DataSourceReader):
+    """Reads ``startingOffset``..``endingOffset`` (default: all there is at planning)."""
+
+    def __init__(self, opts: SourceOptions, schema):
+        self.opts = opts
+        self.declared = declared_columns(schema)
+        self.pd = explicit_pushdown(opts)
+
+    def partitions(self):
+        first, next_ = stream_bounds(self.opts)
+        start = resolve(self.opts.starting_offset, first, next_, what="startingOffset")
+        end = resolve(self.opts.ending_offset, first, next_, what="endingOffset")
+        return split(start, max(start, end), num_partitions=self.opts.num_partitions,
+                     max_records=self.opts.max_records_per_partition)
+
+    def read(self, partition: InputPartition):
+        return read_range(self.opts, partition, self.pd, self.declared)
+
+
+class PushdownBatchReader(BatchReader):
+    """A batch reader that takes filters from Spark (needs
+    ``spark.sql.python.filterPushdown.enabled=true``, which ``register`` sets)."""
+
+    def pushFilters(self, filters):
+        columns = {f.name: f.dataType for f in self.declared.fields}
+        pd, rest = plan_pushdown(filters, columns)
+        self.pd = _merge(self.pd, pd)
+        return rest
+
+
+class StreamReader(DataSourceStreamReader):
+    """Micro-batches over offset ranges; progress is ``{"offset": next offset to read}``."""
+
+    def __init__(self, opts: SourceOptions, schema):
+        self.opts = opts
+        self.declared = declared_columns(schema)
+        self.pd = explicit_pushdown(opts)
+
+    def initialOffset(self) -> dict:
+        first, next_ = stream_bounds(self.opts)
+        return {"offset": resolve(self.opts.starting_offset, first, next_, what="startingOffset")}
+
+    def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        from pyspark.sql.streaming.datasource import ReadMaxRows
+        _, next_ = stream_bounds(self.opts)
+        if start is not None:
+            next_ = max(next_, int(start["offset"]))
+            if isinstance(limit, ReadMaxRows):
+                next_ = min(next_, int(start["offset"]) + limit.maxRows)
+        return {"offset": next_}
+
+    def partitions(self, start: dict, end: dict):
+        s, e = int(start["offset"]), int(end["offset"])
+        if e <= s:
+            return []
+        return split(s, e, num_partitions=self.opts.num_partitions,
+                     max_records=self.opts.max_records_per_partition)
+
+    def read(self, partition: InputPartition):
+        return read_range(self.opts, partition, self.pd, self.declared)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: the broker keeps no consumer state."""
