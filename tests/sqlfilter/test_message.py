@@ -1,0 +1,292 @@
+"""sqlfilter.message against proton.Message: section views and the broker's byte edits."""
+
+from __future__ import annotations
+
+import proton
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sqlfilter import MessageFormatError, MessageView
+from sqlfilter.codec import encode
+from sqlfilter.message import (
+    as_view, filter_value, split_sections, strip_delivery_annotations, with_stream_offset,
+)
+from tests.sqlfilter.test_codec import SCALARS, expected, typed
+
+SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+simple = st.one_of(*(SCALARS[k] for k in (
+    "null", "bool", "ubyte", "ushort", "uint", "ulong", "byte", "short", "int", "long", "float",
+    "double", "char", "timestamp", "uuid", "binary", "string", "symbol")))
+short_text = st.text(max_size=20)
+symbols = st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=20).map(proton.symbol)
+ms_times = st.integers(0, 2**41).map(lambda ms: ms / 1000)
+
+
+@st.composite
+def messages(draw) -> proton.Message:
+    m = proton.Message()
+    opt = lambda s: draw(st.one_of(st.none(), s))  # noqa: E731
+    m.id = opt(st.one_of(SCALARS["ulong"], st.uuids(), st.binary(max_size=16), short_text))
+    m.correlation_id = opt(st.one_of(SCALARS["ulong"], st.uuids(), st.binary(max_size=16), short_text))
+    m.user_id = draw(st.binary(max_size=10))
+    m.address = opt(short_text)
+    m.subject = opt(short_text)
+    m.reply_to = opt(short_text)
+    m.content_type = opt(symbols)
+    m.content_encoding = opt(symbols)
+    m.expiry_time = draw(st.one_of(st.just(0), ms_times))
+    m.creation_time = draw(st.one_of(st.just(0), ms_times))
+    m.group_id = opt(short_text)
+    m.group_sequence = draw(st.integers(0, 2**31 - 1))
+    m.reply_to_group_id = opt(short_text)
+    m.durable = draw(st.booleans())
+    m.priority = draw(st.integers(0, 255))
+    m.ttl = draw(st.integers(0, 10**6)) / 1000
+    m.first_acquirer = draw(st.booleans())
+    m.delivery_count = draw(st.integers(0, 2**31 - 1))
+    m.properties = draw(st.dictionaries(short_text, simple, max_size=8)) or None
+    m.annotations = draw(st.dictionaries(symbols, simple, max_size=5)) or None
+    m.instructions = draw(st.dictionaries(symbols, simple, max_size=5)) or None
+    kind = draw(st.sampled_from(["data", "sequence", "value"]))
+    if kind == "data":
+        m.inferred = True
+        m.body = draw(st.binary(max_size=300))
+    elif kind == "sequence":
+        m.inferred = True
+        m.body = draw(st.lists(simple, max_size=5))
+    else:
+        m.body = draw(st.one_of(simple, st.dictionaries(short_text, simple, max_size=3)))
+    return m
+
+
+footers = st.one_of(st.none(), st.dictionaries(symbols, simple, min_size=1, max_size=3))
+
+
+def encoded(m: proton.Message, footer: dict | None = None) -> bytes:
+    b = bytes(m.encode())
+    if footer:
+        b += encode(proton.Described(proton.ulong(0x78), footer))
+    return b
+
+
+def decoded(b: bytes) -> proton.Message:
+    m = proton.Message()
+    m.decode(b)
+    return m
+
+
+def dict_of(d) -> dict:
+    return expected(dict(d or {}))
+
+
+def proton_sections(b: bytes) -> dict:
+    """Section code -> value, decoded by proton's own decoder (our representation)."""
+    out = {}
+    pos = 0
+    while pos < len(b):
+        data = proton.Data()
+        pos += data.decode(b[pos:])  # one value per call
+        data.rewind()
+        data.next()
+        section = data.get_object()
+        out.setdefault(int(section.descriptor), expected(section.value))
+    return out
+
+
+def fields(names, values) -> dict:
+    return {n: v for n, v in zip(names, values or []) if v is not None}
+
+
+HEADER = ("durable", "priority", "ttl", "first_acquirer", "delivery_count")
+PROPERTIES = ("message_id", "user_id", "to", "subject", "reply_to", "correlation_id",
+              "content_type", "content_encoding", "absolute_expiry_time", "creation_time",
+              "group_id", "group_sequence", "reply_to_group_id")
+
+
+def check_view(view: MessageView, b: bytes) -> None:
+    """Every section of the view equals what proton decodes from the same bytes."""
+    sections = proton_sections(b)
+    assert typed(view.header) == typed(fields(HEADER, sections.get(0x70)))
+    assert typed(view.properties) == typed(fields(PROPERTIES, sections.get(0x73)))
+    assert typed(view.application_properties) == typed(sections.get(0x74) or {})
+    assert typed(view.message_annotations) == typed(sections.get(0x72) or {})
+    assert typed(view.footer) == typed(sections.get(0x78) or {})
+
+
+def check_against_message(view: MessageView, m: proton.Message) -> None:
+    """The fields proton.Message reports (for the few with an unambiguous mapping)."""
+    assert typed(view.application_properties) == typed(dict_of(m.properties))
+    assert typed(view.message_annotations) == typed(dict_of(m.annotations))
+    assert view.header.get("durable", False) == m.durable
+    assert view.header.get("priority", 4) == m.priority
+    assert view.properties.get("subject") == m.subject
+    assert view.properties.get("to") == m.address
+    assert typed(view.properties.get("message_id")) == typed(expected(m.id))
+
+
+@SETTINGS
+@given(messages(), footers)
+def test_view_from_bytes_matches_proton(m, footer):
+    b = encoded(m, footer)
+    check_view(MessageView.from_bytes(b), b)
+    check_view(MessageView.from_bytes(memoryview(b)), b)
+    check_view(as_view(bytearray(b)), b)
+    check_against_message(MessageView.from_bytes(b), m)
+
+
+@SETTINGS
+@given(messages())
+def test_view_from_message_matches_proton(m):
+    check_view(MessageView.from_message(m), bytes(m.encode()))
+    check_view(as_view(m), bytes(m.encode()))
+    check_against_message(MessageView.from_message(m), m)
+
+
+def test_view_sections_are_cached_and_absent_sections_empty():
+    view = MessageView.from_bytes(b"\x00\x53\x77\xa1\x01x")
+    assert view.header == {} and view.properties == {} and view.footer == {}
+    assert view.application_properties is view.application_properties
+    assert as_view(view) is view
+    with pytest.raises(TypeError):
+        as_view(42)
+
+
+@pytest.mark.parametrize("descriptor", [
+    proton.ulong(0x74), proton.symbol("amqp:application-properties:map"),
+])
+def test_view_accepts_every_descriptor_form(descriptor):
+    # a ulong descriptor is written as smallulong by the encoder; force the 8-byte form too
+    section = encode(proton.Described(descriptor, {"k": "v"}))
+    long_form = b"\x00\x80" + (0x74).to_bytes(8, "big") + encode({"k": "v"})
+    for raw in (section, long_form):
+        view = MessageView.from_bytes(raw + b"\x00\x53\x75\xa0\x00")
+        assert view.application_properties == {"k": "v"}
+    header = encode(proton.Described(proton.symbol("amqp:header:list"), [True, proton.ubyte(9)]))
+    assert MessageView.from_bytes(header).header == {"durable": True, "priority": 9}
+
+
+@pytest.mark.parametrize("raw", [
+    b"\x41", b"\x00\x53\x79\x45", b"\x00\x53\x74\xa1\x01x", b"\x00\x53\x74\xc1\x05\x02\xa1\x01x",
+    b"\x00\xa3\x03abc\x45", b"\x00\x53\x70\xa1\x01x", b"\x00\x53",
+])
+def test_malformed_messages(raw):
+    with pytest.raises(MessageFormatError):
+        view = MessageView.from_bytes(raw)
+        view.header, view.application_properties  # noqa: B018
+
+
+@SETTINGS
+@given(st.binary(max_size=120), st.integers(0, 2**63 - 1))
+def test_garbage_only_format_errors(raw, offset):
+    for run in (lambda: split_sections(raw), lambda: strip_delivery_annotations(raw),
+                lambda: filter_value(raw), lambda: with_stream_offset(raw, offset),
+                lambda: repr(MessageView.from_bytes(raw))):
+        try:
+            run()
+        except MessageFormatError:
+            pass
+
+
+@SETTINGS
+@given(messages(), st.data())
+def test_damaged_messages_only_format_errors(m, data):
+    b = bytearray(m.encode())
+    for _ in range(data.draw(st.integers(1, 3))):
+        b[data.draw(st.integers(0, len(b) - 1))] = data.draw(st.integers(0, 255))
+    raw = bytes(b[:data.draw(st.integers(0, len(b)))])
+    for run in (lambda: split_sections(raw), lambda: strip_delivery_annotations(raw),
+                lambda: filter_value(raw), lambda: with_stream_offset(raw, 5),
+                lambda: repr(MessageView.from_bytes(raw))):
+        try:
+            run()
+        except MessageFormatError:
+            pass
+
+
+# --- byte edits ---------------------------------------------------------------------------------
+def sections_except(b: bytes, *codes: int) -> list[bytes]:
+    return [b[start:end] for code, start, _, end in split_sections(b) if code not in codes]
+
+
+@SETTINGS
+@given(messages(), footers)
+def test_strip_delivery_annotations(m, footer):
+    b = encoded(m, footer)
+    stripped = strip_delivery_annotations(b)
+    m.instructions = None
+    assert stripped == encoded(m, footer)  # exactly what proton writes without them
+    if not m.instructions:
+        assert strip_delivery_annotations(stripped) is stripped
+
+
+@SETTINGS
+@given(messages(), st.one_of(st.none(), st.text(max_size=40), simple))
+def test_filter_value(m, value):
+    annotations = dict(m.annotations or {})
+    if value is not None:
+        annotations[proton.symbol("x-stream-filter-value")] = value
+    m.annotations = annotations or None
+    b = bytes(m.encode())
+    if value is None or type(value) is str:
+        assert filter_value(b) == value
+        assert filter_value(memoryview(b)) == value
+    else:
+        with pytest.raises(MessageFormatError):
+            filter_value(b)
+
+
+def test_filter_value_inside_another_value_is_not_a_key():
+    m = proton.Message(body="x", annotations={proton.symbol("k"): "x-stream-filter-value"},
+                       properties={"x-stream-filter-value": "no"})
+    assert filter_value(bytes(m.encode())) is None
+
+
+@SETTINGS
+@given(messages(), footers, st.integers(-(2**63), 2**63 - 1), st.booleans())
+def test_with_stream_offset(m, footer, offset, twice):
+    b = encoded(m, footer)
+    out = with_stream_offset(b, offset + 1 if twice else offset)
+    if twice:
+        out = with_stream_offset(out, offset)  # replaces the first one
+    got = decoded(out)
+    want = dict_of(m.annotations)
+    want[proton.symbol("x-stream-offset")] = offset
+    assert typed(dict_of(got.annotations)) == typed(want)
+    assert type(got.annotations[proton.symbol("x-stream-offset")]) is int  # an AMQP long
+    assert sections_except(out, 0x72) == sections_except(b, 0x72)  # every other byte unchanged
+    check_view(MessageView.from_bytes(out), out)
+
+
+def big_annotations(size: int) -> bytes:
+    """A message whose annotations are a map8 of about ``size`` bytes."""
+    annotations = encode(proton.Described(proton.ulong(0x72),
+                                          {proton.symbol("pad"): "p" * (size - 10)}))
+    assert annotations[3] == 0xC1  # map8
+    return b"\x00\x53\x70\xc0\x02\x01\x41" + annotations + b"\x00\x53\x75\xa0\x03abc"
+
+
+@pytest.mark.parametrize("size", [100, 229, 230, 240])
+def test_map8_grows_into_map32_when_needed(size):
+    b = big_annotations(size)
+    out = with_stream_offset(b, 42)
+    got = decoded(out)
+    assert got.annotations == {"pad": "p" * (size - 10), "x-stream-offset": 42}
+    assert got.body == b"abc" and got.durable
+    ma = [out[v:e] for code, _, v, e in split_sections(out) if code == 0x72][0]
+    assert ma[0] == (0xC1 if len(ma) <= 257 else 0xD1)
+
+
+def test_new_annotations_section_goes_after_header_and_delivery_annotations():
+    m = proton.Message(body="x", durable=True, instructions={proton.symbol("d"): 1}, subject="s")
+    out = with_stream_offset(bytes(m.encode()), 7)
+    assert [code for code, *_ in split_sections(out)] == [0x70, 0x71, 0x72, 0x73, 0x77]
+    assert decoded(out).annotations == {"x-stream-offset": 7}
+    bare = b"\x00\x53\x77\x40"
+    assert with_stream_offset(bare, 1)[:3] == b"\x00\x53\x72"
+
+
+def test_null_annotations_section_becomes_a_map():
+    out = with_stream_offset(b"\x00\x53\x72\x40\x00\x53\x77\x40", 3)
+    assert decoded(out).annotations == {"x-stream-offset": 3}
