@@ -1,0 +1,151 @@
+"""Options and fixtures of the conformance suite: which broker to talk to, and how.
+
+With no `--broker-url` the suite starts this project's broker (the one thing of ours it may
+import is `amqp_stream.testing`); with one, it talks to that broker only, e.g. a RabbitMQ 4.2
+node: `pytest conformance --broker-url amqp://localhost:5672 --broker-user guest
+--broker-password guest -m "not extension"`. The options are registered here, which pytest
+loads both for `pytest` at the repository root (testpaths include `conformance`) and for
+`pytest conformance ...`.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+from proton import SSLDomain
+
+from conformance.amqp import Client
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("conformance", "AMQP 1.0 stream broker conformance suite")
+    group.addoption("--broker-url", default=None,
+                    help="AMQP URL of the broker under test (default: start this project's broker)")
+    group.addoption("--broker-user", default=None, help="SASL PLAIN user (default: ANONYMOUS)")
+    group.addoption("--broker-password", default=None, help="SASL PLAIN password")
+    group.addoption("--broker-ca", default=None, help="CA certificate file to verify an amqps:// broker")
+    group.addoption("--broker-cert", default=None, help="client certificate file (amqps://)")
+    group.addoption("--broker-key", default=None, help="client private key file (amqps://)")
+    group.addoption("--broker-insecure", action="store_true",
+                    help="amqps:// without verifying the broker's certificate")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "extension: checks a behaviour of this project beyond RabbitMQ 4.2 "
+        "(leave out with -m 'not extension' against another broker)")
+
+
+class Target:
+    """How to reach the broker under test."""
+
+    def __init__(self, url: str, user: str | None, password: str | None,
+                 ssl_domain: SSLDomain | None, ours: bool):
+        self.url, self.user, self.password = url, user, password
+        self.ssl_domain, self.ours = ssl_domain, ours
+
+    def connect(self) -> Client:
+        return Client(self.url, self.user, self.password, self.ssl_domain)
+
+
+def _ssl_domain(config: pytest.Config, url: str) -> SSLDomain | None:
+    if not url.startswith("amqps://"):
+        return None
+    domain = SSLDomain(SSLDomain.MODE_CLIENT)
+    if config.getoption("--broker-ca"):
+        domain.set_trusted_ca_db(config.getoption("--broker-ca"))
+    if config.getoption("--broker-cert"):
+        domain.set_credentials(config.getoption("--broker-cert"), config.getoption("--broker-key"), None)
+    if config.getoption("--broker-insecure"):
+        domain.set_peer_authentication(SSLDomain.ANONYMOUS_PEER)
+    else:
+        domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME, config.getoption("--broker-ca"))
+    return domain
+
+
+@pytest.fixture(scope="session")
+def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    config = request.config
+    url = config.getoption("--broker-url")
+    if url:
+        yield Target(url, config.getoption("--broker-user"), config.getoption("--broker-password"),
+                     _ssl_domain(config, url), ours=False)
+        return
+    from amqp_stream.testing import BrokerProcess
+
+    proc = BrokerProcess(tmp_path_factory.mktemp("conformance-broker") / "data")
+    proc.start()
+    try:
+        yield Target(proc.url, None, None, None, ours=True)
+    finally:
+        proc.close()
+
+
+@pytest.fixture
+def client(target: Target):
+    """A fresh connection for one test."""
+    c = target.connect()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def connect(target: Target):
+    """Open more connections; all are closed after the test."""
+    opened: list[Client] = []
+
+    def _connect() -> Client:
+        opened.append(target.connect())
+        return opened[-1]
+
+    yield _connect
+    for c in opened:
+        c.close()
+
+
+def unique_name(request: pytest.FixtureRequest, suffix: str = "") -> str:
+    base = re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)[:60]
+    return f"conf-{base}-{uuid.uuid4().hex[:8]}{suffix}"
+
+
+@pytest.fixture
+def new_stream(request: pytest.FixtureRequest, target: Target):
+    """Declare streams (`new_stream(arguments=None) -> name`); all are deleted after the test."""
+    made: list[str] = []
+    admin = target.connect()
+
+    def _new(arguments: dict | None = None) -> str:
+        name = unique_name(request, f"-{len(made)}")
+        response = admin.declare(name, arguments)
+        assert response.status == 201, (response.status, response.body)
+        made.append(name)
+        return name
+
+    yield _new
+    for name in made:
+        try:
+            admin.delete(name)
+        except Exception:  # noqa: BLE001 - cleanup must not hide the test's own failure
+            pass
+    admin.close()
+
+
+@pytest.fixture
+def name(request: pytest.FixtureRequest, target: Target):
+    """A unique stream name, not declared; deleted after the test if the test made it."""
+    value = unique_name(request)
+    yield value
+    admin = target.connect()
+    try:
+        admin.delete(value)
+    except Exception:  # noqa: BLE001
+        pass
+    admin.close()
+
+
+@pytest.fixture
+def stream(new_stream) -> str:
+    """One freshly declared, empty stream."""
+    return new_stream()
