@@ -328,7 +328,17 @@ def decode_records(data: bytes, chunk_id: int, *, path: str = "?",
                 continue
             flags, count, raw_len, length = SUBBATCH_HEADER.unpack_from(data, pos)
             pos += 11
-            raw = _decompress((flags >> 4) & 0x7, data[pos:pos + length], raw_len)
+            if pos + length > end:
+                raise CorruptionError(path, position, "sub-batch runs past the data section")
+            try:
+                raw = _decompress((flags >> 4) & 0x7, data[pos:pos + length], raw_len)
+            except StorageError:
+                raise
+            except Exception as exc:  # each library has its own error types
+                raise CorruptionError(path, position, f"sub-batch does not decompress: {exc}") from None
+            if len(raw) != raw_len:
+                raise CorruptionError(path, position, f"sub-batch is {len(raw)} bytes uncompressed, "
+                                                      f"header says {raw_len}")
             pos += length
             before = len(bodies)
             _simple_run(raw, 0, len(raw), bodies, path, position)
