@@ -283,16 +283,41 @@ def with_stream_offset(data: Any, offset: int) -> bytes:
 
 
 # --- the lazy view ----------------------------------------------------------------------------------
-def _spans(buf: bytes) -> dict[int, tuple[int, int]]:
-    """Section code -> (value start, end) of the first section with that code."""
-    spans: dict[int, tuple[int, int]] = {}
-    try:
-        for code, _, vstart, end in _split(buf):
-            if code not in spans:
-                spans[code] = (vstart, end)
-    except codec._FAILURES as exc:
-        raise _format_error(exc, 0) from None
-    return spans
+def _scan(buf: bytes, pos: int, spans: dict[int, tuple[int, int]], want: int) -> int:
+    """Record sections from ``pos`` in ``spans`` until one with code ``want`` (or the end).
+
+    Returns where scanning stopped. Only the first section of each code is recorded.
+    """
+    n = len(buf)
+    width = codec._WIDTH
+    u32 = codec._u32
+    while pos < n:
+        if buf[pos] == 0x00 and buf[pos + 1] == 0x53:
+            code = buf[pos + 2]
+            vstart = pos + 3
+        elif buf[pos] == 0x00:
+            code, vstart = _descriptor(buf, pos + 1)
+        else:
+            raise _Bad("expected a described section", pos)
+        if not HEADER <= code <= FOOTER:
+            raise _Bad(f"unknown section descriptor 0x{code:x}", pos)
+        w = width[buf[vstart]]
+        if w is None:
+            end = _skip(buf, vstart)
+        elif w == -4:
+            end = vstart + 5 + u32(buf, vstart + 1)[0]
+        elif w == -1:
+            end = vstart + 2 + buf[vstart + 1]
+        else:
+            end = vstart + 1 + w
+        if end > n:
+            raise _Bad("section runs past the end of the message", pos)
+        pos = end
+        if code not in spans:
+            spans[code] = (vstart, end)
+            if code == want:
+                break
+    return pos
 
 
 def _section(name: str, code: int) -> property:
@@ -315,7 +340,7 @@ class MessageView:
     """The filterable sections of one message; from bytes, each is decoded on first access."""
 
     __slots__ = ("_header", "_properties", "_application_properties", "_message_annotations",
-                 "_footer", "_data", "_spans")
+                 "_footer", "_data", "_spans", "_scanned")
 
     header = _section("header", HEADER)
     properties = _section("properties", PROPERTIES)
@@ -324,7 +349,9 @@ class MessageView:
     footer = _section("footer", FOOTER)
 
     def __init__(self) -> None:
-        self._data = self._spans = None
+        self._data = None
+        self._spans: dict[int, tuple[int, int]] = {}
+        self._scanned = 0
         self._header = self._properties = self._application_properties = None
         self._message_annotations = self._footer = None
 
@@ -365,9 +392,13 @@ class MessageView:
         if data is None:  # a view built without bytes: a missing section is empty
             return {}
         spans = self._spans
-        if spans is None:
-            spans = self._spans = _spans(data)
         span = spans.get(code)
+        if span is None and self._scanned < len(data):  # read on up to the section asked for
+            try:
+                self._scanned = _scan(data, self._scanned, spans, code)
+            except codec._FAILURES as exc:
+                raise _format_error(exc, self._scanned) from None
+            span = spans.get(code)
         return {} if span is None else _decode_section(data, code, span[0], span[1])
 
     def __repr__(self) -> str:
@@ -388,8 +419,11 @@ def _decode_section(data: bytes, code: int, vstart: int, end: int) -> dict:
     if code == HEADER or code == PROPERTIES:
         if type(value) is not list:
             raise MessageFormatError(f"section 0x{code:x} at byte {vstart} is not a list")
-        names = HEADER_FIELDS if code == HEADER else PROPERTY_FIELDS
-        return {n: v for n, v in zip(names, value) if v is not None}
+        out = {}
+        for name, field in zip(HEADER_FIELDS if code == HEADER else PROPERTY_FIELDS, value):
+            if field is not None:
+                out[name] = field
+        return out
     if type(value) is not dict:
         raise MessageFormatError(f"section 0x{code:x} at byte {vstart} is not a map")
     return value
