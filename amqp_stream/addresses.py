@@ -1,0 +1,100 @@
+"""Link and management addresses (RabbitMQ's AMQP 1.0 address format v2), as pure functions.
+
+``/queues/<name>`` is a stream; ``/queues/<name>/messages`` the purge path; ``/exchanges/<name>``
+and ``/exchanges/<name>/<key>`` RabbitMQ's exchange targets (not supported here, but recognised so
+the error says so); ``/management`` the management node. Segments are percent-encoded UTF-8:
+``[A-Za-z0-9-._~]`` stay as they are, everything else is ``%HH``. A malformed address is an
+``AddressError`` with the reason, turned into ``amqp:invalid-field``/400 by the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+__all__ = ["Address", "AddressError", "parse", "queue_address", "MANAGEMENT", "MAX_NAME_BYTES"]
+
+MANAGEMENT = "/management"
+MAX_NAME_BYTES = 255
+
+
+class AddressError(ValueError):
+    """An address that is not one of the forms above."""
+
+
+@dataclass(frozen=True)
+class Address:
+    kind: str  # "queue", "queue_messages", "exchange", "management", "bindings"
+    name: str = ""
+    key: str | None = None
+
+
+_HEX = "0123456789abcdefABCDEF"
+
+
+def decode_segment(segment: str) -> str:
+    """Percent-decode one path segment as UTF-8; strict about malformed escapes."""
+    if "%" not in segment:
+        return segment
+    out = bytearray()
+    i = 0
+    n = len(segment)
+    while i < n:
+        ch = segment[i]
+        if ch == "%":
+            if i + 2 >= n:
+                raise AddressError(f"truncated percent escape in {segment!r}")
+            pair = segment[i + 1:i + 3]
+            if len(pair) != 2 or pair[0] not in _HEX or pair[1] not in _HEX:
+                raise AddressError(f"bad percent escape {segment[i:i + 3]!r}")
+            out.append(int(pair, 16))
+            i += 3
+        else:
+            out += ch.encode("utf-8")
+            i += 1
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError:
+        raise AddressError(f"percent escapes in {segment!r} are not UTF-8") from None
+
+
+def encode_segment(text: str) -> str:
+    return quote(text, safe="-._~")
+
+
+def queue_address(name: str) -> str:
+    return "/queues/" + encode_segment(name)
+
+
+def check_name(name: str) -> str:
+    if not name:
+        raise AddressError("empty queue name")
+    if len(name.encode("utf-8")) > MAX_NAME_BYTES:
+        raise AddressError(f"queue name longer than {MAX_NAME_BYTES} bytes")
+    return name
+
+
+def parse(address: str | None) -> Address:
+    """Parse a target/source/management ``to`` address."""
+    if address is None:
+        raise AddressError("no address")
+    if address == MANAGEMENT:
+        return Address("management")
+    if not address.startswith("/"):
+        raise AddressError(f"address {address!r} does not start with /queues/ or /exchanges/ "
+                           f"(v1 addresses are not supported)")
+    parts = address.split("/")[1:]
+    head = parts[0]
+    rest = parts[1:]
+    if head == "queues":
+        if len(rest) == 1:
+            return Address("queue", check_name(decode_segment(rest[0])))
+        if len(rest) == 2 and rest[1] == "messages":
+            return Address("queue_messages", check_name(decode_segment(rest[0])))
+        raise AddressError(f"bad queue address {address!r}")
+    if head == "exchanges" and len(rest) in (1, 2):
+        return Address("exchange", decode_segment(rest[0]),
+                       decode_segment(rest[1]) if len(rest) == 2 else None)
+    if head == "bindings":
+        return Address("bindings", "/".join(rest))
+    raise AddressError(f"unknown address {address!r}")

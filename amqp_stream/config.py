@@ -1,0 +1,194 @@
+"""The broker's settings: one typed object, loaded from a file, the environment and CLI flags.
+
+Strategy: every setting is a field of ``BrokerConfig`` with its default, its type and a short help
+text (the table ``FIELDS`` drives the CLI flags, the environment names and the file keys, so the
+three cannot drift apart). Precedence, lowest first: built-in defaults, the config file
+(``--config FILE`` or ``AMQP_STREAM_CONFIG``; TOML, or JSON when the name ends in ``.json``), the
+environment (``AMQP_STREAM_<FIELD>``, e.g. ``AMQP_STREAM_PORT=5673``), then CLI flags. Values are
+checked once, here; a bad value is a ``ConfigError`` naming the setting and where it came from.
+The defaults run out of the box: data in ``./data``, listening on 127.0.0.1:5672.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+__all__ = ["BrokerConfig", "ConfigError", "load", "ENV_PREFIX"]
+
+ENV_PREFIX = "AMQP_STREAM_"
+
+
+class ConfigError(ValueError):
+    """Settings that cannot work (a bad value, an unreadable file, an unsafe combination)."""
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    host: str = "127.0.0.1"
+    port: int = 5672
+    data_dir: Path = Path("data")
+    fsync: str = "always"
+    fsync_interval_ms: int = 200
+    filter_size: int = 16
+    filter_scheme: str = "mmh3"
+    metrics_port: int = 15692
+    log_level: str = "INFO"
+    allow_anonymous: bool = False
+    users_file: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    max_message_size: int = 16 * 1024 * 1024
+    publisher_credit: int = 170
+    max_unconfirmed: int = 4096
+    container_id: str | None = None
+
+    def __post_init__(self) -> None:
+        check(self)
+
+
+HELP: dict[str, str] = {
+    "host": "address to listen on",
+    "port": "AMQP port",
+    "data_dir": "directory holding the streams",
+    "fsync": "durability before a publish is accepted: always (fsync each chunk), "
+             "interval (fsync every --fsync-interval-ms), never (after the write)",
+    "fsync_interval_ms": "fsync period for --fsync interval",
+    "filter_size": "default chunk filter size in bytes (16..255)",
+    "filter_scheme": "chunk filter hash scheme: mmh3 (default) or osiris (RabbitMQ-compatible)",
+    "metrics_port": "Prometheus metrics port (0 = off)",
+    "log_level": "DEBUG, INFO, WARNING or ERROR",
+    "allow_anonymous": "allow SASL ANONYMOUS beyond loopback / alongside a users file",
+    "users_file": "file of user:password lines for SASL PLAIN",
+    "tls_cert": "PEM certificate for amqps",
+    "tls_key": "PEM private key for amqps",
+    "max_message_size": "largest message accepted, in bytes",
+    "publisher_credit": "link credit granted to each publisher (topped up at half)",
+    "max_unconfirmed": "unconfirmed messages per publisher before credit stops being topped up",
+    "container_id": "container id sent in the open frame (default: amqp-stream@<hostname>)",
+}
+
+# CLI flag names that differ from the field name
+FLAGS: dict[str, str] = {"users_file": "--users"}
+
+_CHOICES = {
+    "fsync": ("always", "interval", "never"),
+    "filter_scheme": ("mmh3", "osiris"),
+    "log_level": ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
+}
+
+
+def flag_name(field_name: str) -> str:
+    return FLAGS.get(field_name, "--" + field_name.replace("_", "-"))
+
+
+def _field_types() -> dict[str, str]:
+    return {f.name: str(f.type) for f in fields(BrokerConfig)}
+
+
+def convert(name: str, value: Any, source: str) -> Any:
+    """Convert a raw value (a string from env/CLI, or a file value) to the field's type."""
+    kind = _field_types().get(name)
+    if kind is None:
+        raise ConfigError(f"unknown setting {name!r} in {source}")
+    if value is None:
+        return None
+    try:
+        if kind == "int":
+            if isinstance(value, bool) or isinstance(value, float):
+                raise ValueError("not an integer")
+            return int(value)
+        if kind == "bool":
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError("not a boolean")
+        if kind.startswith("Path"):
+            return Path(str(value)) if str(value) != "" else None
+        if kind.startswith("str"):
+            if not isinstance(value, (str, int)):
+                raise ValueError("not a string")
+            value = str(value)
+            if name == "log_level":
+                value = value.upper()
+            return value
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {name} = {value!r}: {exc}") from None
+    return value
+
+
+def check(config: BrokerConfig) -> None:
+    """Raise ``ConfigError`` for values out of range."""
+    for name, choices in _CHOICES.items():
+        if getattr(config, name) not in choices:
+            raise ConfigError(f"{name} must be one of {', '.join(choices)}, not {getattr(config, name)!r}")
+    if not 0 < config.port < 65536:
+        raise ConfigError(f"port must be 1..65535, not {config.port}")
+    if not 0 <= config.metrics_port < 65536:
+        raise ConfigError(f"metrics_port must be 0..65535, not {config.metrics_port}")
+    if not 16 <= config.filter_size <= 255:
+        raise ConfigError(f"filter_size must be 16..255, not {config.filter_size}")
+    if config.fsync_interval_ms <= 0:
+        raise ConfigError("fsync_interval_ms must be > 0")
+    if config.max_message_size <= 0:
+        raise ConfigError("max_message_size must be > 0")
+    if not 1 <= config.publisher_credit <= 100_000:
+        raise ConfigError("publisher_credit must be 1..100000")
+    if config.max_unconfirmed < 1:
+        raise ConfigError("max_unconfirmed must be >= 1")
+    if (config.tls_cert is None) != (config.tls_key is None):
+        raise ConfigError("--tls-cert and --tls-key go together")
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """Settings from a TOML file (or JSON when the name ends in .json); keys as field names
+    (``data_dir`` or ``data-dir``), optionally under a ``[broker]`` table."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        if path.suffix == ".json":
+            data = json.loads(raw)
+        else:
+            data = tomllib.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: expected a table of settings")
+    if isinstance(data.get("broker"), dict):
+        data = data["broker"]
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def load(cli: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None,
+         config_file: str | os.PathLike | None = None) -> BrokerConfig:
+    """Defaults < file < environment < CLI. ``cli`` maps field names to values, ``None`` meaning
+    "not given". ``env`` defaults to ``os.environ``."""
+    env = os.environ if env is None else env
+    cli = dict(cli or {})
+    values: dict[str, Any] = {}
+    path = config_file or cli.pop("config", None) or env.get(ENV_PREFIX + "CONFIG")
+    if path:
+        for name, value in read_file(Path(path)).items():
+            values[name] = convert(name, value, f"config file {path}")
+    known = _field_types()
+    for name in known:
+        key = ENV_PREFIX + name.upper()
+        if key in env:
+            values[name] = convert(name, env[key], f"environment {key}")
+    for name, value in cli.items():
+        if name in known and value is not None:
+            values[name] = convert(name, value, flag_name(name))
+    try:
+        return replace(BrokerConfig(), **values)
+    except TypeError as exc:
+        raise ConfigError(str(exc)) from None

@@ -1,0 +1,163 @@
+"""A consumer link (our sender): stored records out under link credit, filtered in two stages.
+
+Strategy (the hot path): a ``storage`` reader hands over whole chunks that passed stage 1 (the
+chunk's Bloom filter, decided from its header and filter bytes without reading the data). Each
+record of a chunk is offered to the compiled stage-2 filter over its stored bytes; a match gets
+``x-stream-offset`` spliced into its message annotations (``sqlfilter.message``) and goes out as
+raw bytes (``link.send``). Dropped records use no credit and leave the delivery count alone.
+
+Turns: ``pump`` runs until the credit is used up, the stream's end is reached (then the consumer
+waits for the broker to wake it when the committed end moves; a drain request is answered with
+``drained()``), or the turn's budget is spent (``ConsumerTurn``: a batch of deliveries, 200
+dropped records in a row, or too many bytes waiting for the socket); then it asks the broker
+for another turn later, so other links and connections are served in between.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from amqp_stream.credit import ConsumerTurn
+from amqp_stream.source_filters import SourceFilters
+from sqlfilter import message as message_bytes
+
+__all__ = ["Consumer", "offset_spec"]
+
+log = logging.getLogger(__name__)
+
+
+def offset_spec(filters: SourceFilters) -> Any:
+    """The storage ``OffsetSpec`` for the start the filters asked for."""
+    from storage import OffsetSpec
+    start = filters.start
+    if start.kind == "offset":
+        return OffsetSpec.offset(start.value)
+    if start.kind == "timestamp":
+        return OffsetSpec.timestamp(start.value)
+    return getattr(OffsetSpec, start.kind)()
+
+
+class Consumer:
+    def __init__(self, link: Any, entry: Any, filters: SourceFilters,
+                 schedule: Callable[["Consumer", bool], None]):
+        self.link = link
+        self.entry = entry
+        self.filters = filters
+        self.stage2 = filters.stage2
+        self.schedule = schedule  # schedule(consumer, soon): ask for another turn
+        self.reader = entry.stream.reader(offset_spec(filters), filters.filter_values,
+                                          filters.match_unfiltered)
+        self.presettled = link.snd_settle_mode == 1  # Link.SND_SETTLED
+        self.records: list = []
+        self.pos = 0
+        self.tag = 0
+        self.turn = ConsumerTurn()
+        self.waiting = False  # at the end of the stream: woken when it grows
+        self.scheduled = False
+        self.closed = False
+        self._stats = (0, 0, 0)
+
+    def close(self) -> None:
+        self.closed = True
+        self.records = []
+        close = getattr(self.reader, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:
+                log.debug("closing a reader", exc_info=True)
+
+    def pump(self) -> None:
+        """Send what credit allows; see the module docstring for when a turn ends."""
+        if self.closed:
+            return
+        self.scheduled = False
+        self.waiting = False
+        link = self.link
+        turn = self.turn
+        turn.start()
+        stage2 = self.stage2
+        splice = message_bytes.with_stream_offset
+        records = self.records
+        pos = self.pos
+        n = len(records)
+        delivered = delivered_bytes = dropped = 0
+        session = link.session
+        tag = self.tag
+        presettled = self.presettled
+        try:
+            while True:
+                if link.credit <= 0:
+                    break
+                if pos >= n:
+                    chunk = self.reader.read_chunk()
+                    if chunk is None:
+                        self.waiting = True
+                        if link.drain:
+                            link.drained()
+                        break
+                    records = chunk.records
+                    pos = 0
+                    n = len(records)
+                    continue
+                offset, data = records[pos]
+                pos += 1
+                if stage2 is not None:
+                    try:
+                        ok = stage2.matches(data)
+                    except Exception:  # a record the filter cannot read: not a match
+                        ok = False
+                    if not ok:
+                        dropped += 1
+                        if not turn.on_dropped():
+                            self.scheduled = True
+                            self.schedule(self, True)
+                            break
+                        continue
+                out = splice(data, offset)
+                tag += 1
+                delivery = link.delivery(tag.to_bytes(8, "big"))
+                link.send(out)
+                link.advance()
+                if presettled:
+                    delivery.settle()
+                delivered += 1
+                delivered_bytes += len(out)
+                if not turn.on_delivered() or turn.buffer_full(session.outgoing_bytes):
+                    self.scheduled = True
+                    self.schedule(self, turn.buffer_full(session.outgoing_bytes))
+                    break
+        finally:
+            self.records = records
+            self.pos = pos
+            self.tag = tag
+            self._account(delivered, delivered_bytes, dropped)
+
+    def wake(self) -> None:
+        """The stream grew: go on if this consumer was waiting at its end."""
+        if self.waiting and not self.scheduled and not self.closed:
+            self.waiting = False
+            self.pump()
+
+    def _account(self, delivered: int, delivered_bytes: int, dropped: int) -> None:
+        m = self.entry.metrics
+        if m is None:
+            return
+        if delivered:
+            m.delivered_messages.inc(delivered)
+            m.delivered_bytes.inc(delivered_bytes)
+        if dropped:
+            m.stage2_dropped_messages.inc(dropped)
+        stats = getattr(self.reader, "stats", None)
+        if stats is not None:
+            now = (stats.chunks_read, stats.chunks_skipped, stats.bytes_read)
+            before = self._stats
+            if now != before:
+                if now[0] - before[0]:
+                    m.chunks_read.inc(now[0] - before[0])
+                if now[1] - before[1]:
+                    m.chunks_skipped.inc(now[1] - before[1])
+                if now[2] - before[2]:
+                    m.read_bytes.inc(now[2] - before[2])
+                self._stats = now

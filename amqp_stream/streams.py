@@ -1,0 +1,221 @@
+"""The broker's streams: name -> open ``storage.Stream`` with its declared arguments.
+
+Strategy: each stream has a directory under ``<data-dir>/streams/`` named after the stream
+(percent-encoded, or a hash for very long names). It holds ``stream.json`` (name, arguments,
+creation time; replaced atomically: temp file, fsync, ``os.replace``, fsync of the directory)
+and ``log/``, the storage directory (segments and indexes). At start every directory with a
+``stream.json`` is opened again with its arguments, so a restart recovers every stream.
+Deleting a stream closes it, renames its directory into ``<data-dir>/trash/`` (one atomic step;
+the stream is gone even if the process dies now) and removes it; leftovers in ``trash/`` are
+removed at the next start.
+
+The writer thread's "committed end moved" notifications arrive through ``on_moved(name)``,
+which the server hands over to its event loop; nothing here touches proton.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import storage
+from amqp_stream.config import BrokerConfig
+from amqp_stream.source_filters import parse_interval
+
+__all__ = ["StreamEntry", "Registry", "stream_config"]
+
+log = logging.getLogger(__name__)
+
+META = "stream.json"
+LOG_DIR = "log"
+
+
+@dataclass
+class StreamEntry:
+    name: str
+    arguments: dict
+    directory: Path
+    stream: Any  # storage.Stream
+    consumers: set = field(default_factory=set)  # consumer objects (the server's)
+    publishers: set = field(default_factory=set)
+    listener: Callable[[], None] | None = None
+    metrics: Any = None  # metrics.StreamMetrics, set by the server
+
+
+def dir_name(name: str) -> str:
+    safe = "".join(c if (c.isascii() and (c.isalnum() or c in "-_")) else f"%{b:02X}"
+                   for c in name for b in ([ord(c)] if c.isascii() else c.encode("utf-8")))
+    # the comprehension above yields one item per byte for non-ASCII characters
+    if len(safe) > 120:
+        safe = safe[:80] + "-" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
+    return safe
+
+
+def stream_config(arguments: dict, config: BrokerConfig) -> "storage.StreamConfig":
+    """The storage settings for a stream's arguments and the broker's settings."""
+    import bloom
+    kwargs: dict[str, Any] = dict(
+        filter_size=int(arguments.get("x-stream-filter-size-bytes", config.filter_size)),
+        filter_scheme=int(bloom.Scheme.OSIRIS if config.filter_scheme == "osiris" else bloom.Scheme.MMH3),
+        fsync=config.fsync,
+        fsync_interval_ms=config.fsync_interval_ms,
+    )
+    if "x-stream-max-segment-size-bytes" in arguments:
+        kwargs["max_segment_bytes"] = int(arguments["x-stream-max-segment-size-bytes"])
+    if "x-max-length-bytes" in arguments:
+        kwargs["retention_bytes"] = int(arguments["x-max-length-bytes"])
+    if "x-max-age" in arguments:
+        seconds = parse_interval(str(arguments["x-max-age"]))
+        if seconds:
+            kwargs["retention_age_ms"] = seconds * 1000
+    return storage.StreamConfig(**kwargs)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + f".tmp-{uuid.uuid4().hex[:8]}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Registry:
+    """Open streams by name. ``on_moved(name)`` is called from storage's writer thread."""
+
+    def __init__(self, config: BrokerConfig, on_moved: Callable[[str], None]):
+        self.config = config
+        self.root = Path(config.data_dir) / "streams"
+        self.trash = Path(config.data_dir) / "trash"
+        self.on_moved = on_moved
+        self.entries: dict[str, StreamEntry] = {}
+        self.node = f"amqp-stream@{socket.gethostname()}"
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def open_all(self) -> list[str]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self.trash.exists():
+            shutil.rmtree(self.trash, ignore_errors=True)
+        for directory in sorted(self.root.iterdir()):
+            meta_path = directory / META
+            if not meta_path.is_file():
+                if directory.is_dir():
+                    log.warning("removing %s: a stream directory without %s (an interrupted "
+                                "declare)", directory, META)
+                    shutil.rmtree(directory, ignore_errors=True)
+                continue
+            meta = json.loads(meta_path.read_text("utf-8"))
+            self._open(meta["name"], meta["arguments"], directory)
+        return sorted(self.entries)
+
+    def _open(self, name: str, arguments: dict, directory: Path) -> StreamEntry:
+        (directory / LOG_DIR).mkdir(parents=True, exist_ok=True)
+        stream = storage.Stream.open(directory / LOG_DIR, stream_config(arguments, self.config))
+        entry = StreamEntry(name, dict(arguments), directory, stream)
+        entry.listener = lambda: self.on_moved(name)
+        stream.add_listener(entry.listener)
+        self.entries[name] = entry
+        return entry
+
+    def close_all(self) -> None:
+        for entry in list(self.entries.values()):
+            try:
+                entry.stream.close()
+            except Exception:
+                log.exception("closing stream %r", entry.name)
+
+    # -- the management protocol (amqp_stream.management.Streams) ---------------------------
+    def exists(self, name: str) -> bool:
+        return name in self.entries
+
+    def get(self, name: str) -> StreamEntry | None:
+        return self.entries.get(name)
+
+    def arguments(self, name: str) -> dict:
+        return dict(self.entries[name].arguments)
+
+    def create(self, name: str, arguments: dict) -> StreamEntry:
+        self.root.mkdir(parents=True, exist_ok=True)
+        directory = self.root / dir_name(name)
+        n = 0
+        while directory.exists():  # a hash collision or a leftover: never share a directory
+            n += 1
+            directory = self.root / f"{dir_name(name)}~{n}"
+        directory.mkdir()
+        # storage first, then the meta file: a crash in between leaves a directory without
+        # stream.json, which the next start removes
+        entry = self._open(name, arguments, directory)
+        meta = {"name": name, "arguments": arguments, "created_ms": int(time.time() * 1000)}
+        write_atomically(directory / META, json.dumps(meta, sort_keys=True).encode("utf-8"))
+        fsync_dir(self.root)
+        log.info("declared stream %r arguments=%s in %s", name, arguments, directory)
+        return entry
+
+    def delete(self, name: str) -> int | None:
+        entry = self.entries.pop(name, None)
+        if entry is None:
+            return None
+        count = self.message_count(entry)
+        try:
+            if entry.listener is not None:
+                entry.stream.remove_listener(entry.listener)
+            entry.stream.close()
+        except Exception:
+            log.exception("closing deleted stream %r", name)
+        self.trash.mkdir(parents=True, exist_ok=True)
+        target = self.trash / f"{entry.directory.name}-{uuid.uuid4().hex[:8]}"
+        os.replace(entry.directory, target)
+        fsync_dir(self.root)
+        shutil.rmtree(target, ignore_errors=True)
+        log.info("deleted stream %r (%d messages)", name, count)
+        return count
+
+    @staticmethod
+    def offsets(entry: StreamEntry) -> tuple[int, int]:
+        """(first offset still kept, next offset)."""
+        stream = entry.stream
+        return int(stream.first_offset), int(stream.next_offset)
+
+    def message_count(self, entry: StreamEntry) -> int:
+        first, nxt = self.offsets(entry)
+        return max(0, nxt - first)
+
+    def info(self, name: str) -> dict:
+        entry = self.entries[name]
+        first, nxt = self.offsets(entry)
+        return {
+            "name": name,
+            "vhost": "/",
+            "durable": True,
+            "auto_delete": False,
+            "exclusive": False,
+            "type": "stream",
+            "arguments": dict(entry.arguments),
+            "message_count": max(0, nxt - first),
+            "consumer_count": len(entry.consumers),
+            "leader": self.node,
+            "replicas": [self.node],
+            "members": [self.node],
+            "first_offset": first,
+            "next_offset": nxt,
+        }
