@@ -1,0 +1,271 @@
+"""The writer: offsets, group commit, chunk limits, durability callbacks, rollover, retention,
+listeners and tailing readers, on real files."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from storage import (
+    OffsetSpec,
+    StorageError,
+    Stream,
+    StreamClosedError,
+    StreamConfig,
+    open_reader,
+)
+from storage.files import list_segments
+from storage.format import decode_header
+
+
+def chunks_on_disk(directory) -> list:
+    """Every chunk header, walking the segments (not the index)."""
+    out = []
+    for start in list_segments(str(directory)):
+        with open(os.path.join(directory, f"{start:020d}.segment"), "rb") as f:
+            raw = f.read()
+        pos = 8
+        while pos < len(raw):
+            h = decode_header(raw, pos)
+            out.append((start, pos, h))
+            pos += h.size
+    return out
+
+
+def all_records(stream_or_dir, spec=None):
+    spec = spec or OffsetSpec.first()
+    if isinstance(stream_or_dir, Stream):
+        r = stream_or_dir.reader(spec)
+    else:
+        r = open_reader(str(stream_or_dir), spec)
+    with r:
+        return [(o, bytes(b)) for c in r for o, b in c.records]
+
+
+@pytest.mark.parametrize("policy", ["always", "interval", "never"])
+def test_appends_get_consecutive_offsets_and_durable_callbacks_in_order(tmp_path, policy):
+    seen = []
+    with Stream.open(tmp_path / "s", StreamConfig(fsync=policy, fsync_interval_ms=5)) as s:
+        offs = [s.append(b"m%d" % i, None, lambda o, e: seen.append((o, e, s.committed_offset)))
+                for i in range(500)]
+        first = s.append_batch([b"b%d" % i for i in range(300)], None,
+                               lambda o, e: seen.append((o, e, s.committed_offset)))
+        s.flush()
+    assert offs == list(range(500)) and first == 500
+    assert [o for o, _, _ in seen] == list(range(500)) + [799]
+    assert all(e is None for _, e, _ in seen)
+    # a callback runs only once its record is committed (visible to readers)
+    assert all(committed >= o for o, _, committed in seen)
+    assert all_records(tmp_path / "s") == [(i, b"m%d" % i) for i in range(500)] + \
+        [(500 + i, b"b%d" % i) for i in range(300)]
+
+
+def test_group_commit_forms_chunks_from_what_is_waiting_within_limits(tmp_path):
+    cfg = StreamConfig(fsync="never", max_chunk_entries=50, max_chunk_bytes=1000)
+    with Stream.open(tmp_path / "s", cfg) as s:
+        s.append_batch([b"x" * 10] * 120)  # 14 bytes per entry: 50-entry chunks fit 700 B
+        s.flush()
+        s.append_batch([b"y" * 96] * 25)  # 100 bytes per entry: 10 per chunk
+        s.flush()
+        s.append(b"z" * 5000)  # one entry larger than the byte limit still gets a chunk
+        s.flush()
+    sizes = [h.records for _, _, h in chunks_on_disk(tmp_path / "s")]
+    assert sizes == [50, 50, 20, 10, 10, 5, 1]
+    assert all(h.entries == h.records for _, _, h in chunks_on_disk(tmp_path / "s"))
+
+
+def test_many_concurrent_appenders_share_chunks(tmp_path):
+    cfg = StreamConfig(fsync="always")
+    with Stream.open(tmp_path / "s", cfg) as s:
+        def work(k):
+            for i in range(200):
+                s.append(b"%d-%d" % (k, i), f"v{k}")
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        s.flush()
+        recs = all_records(s)
+    assert len(recs) == 800 and [o for o, _ in recs] == list(range(800))
+    for k in range(4):  # each appender's records keep their order
+        mine = [b for _, b in recs if b.startswith(b"%d-" % k)]
+        assert mine == [b"%d-%d" % (k, i) for i in range(200)]
+    # with fsync always, appends waiting during an fsync are written together
+    assert len(chunks_on_disk(tmp_path / "s")) < 800
+
+
+def test_filters_are_written_per_chunk_and_only_when_a_value_exists(tmp_path):
+    import bloom
+    cfg = StreamConfig(fsync="never", filter_size=32, filter_scheme=bloom.Scheme.MMH3)
+    with Stream.open(tmp_path / "s", cfg) as s:
+        s.append_batch([b"a", b"b"], ["red", None])
+        s.flush()
+        s.append_batch([b"c"], None)
+        s.flush()
+    (_, p0, h0), (_, p1, h1) = chunks_on_disk(tmp_path / "s")
+    assert (h0.filter_size, h0.filter_scheme) == (32, int(bloom.Scheme.MMH3))
+    raw = (tmp_path / "s" / "00000000000000000000.segment").read_bytes()
+    bits = raw[p0 + 48:p0 + 80]
+    assert bits[0] & 0x80  # bit 0: an unfiltered entry
+    assert bloom.Matcher(["red"]).matches(bits, h0.filter_scheme, h0.filter_param)
+    assert h1.filter_size == 0
+
+
+def test_rollover_by_chunks_and_by_bytes_names_segments_after_the_chunk_id(tmp_path):
+    with Stream.open(tmp_path / "c", StreamConfig(fsync="never", max_segment_chunks=2)) as s:
+        for i in range(5):
+            s.append(b"r%d" % i)
+            s.flush()
+        assert list(s.segment_starts()) == [0, 2, 4]
+    assert list_segments(str(tmp_path / "c")) == [0, 2, 4]
+    cfg = StreamConfig(fsync="never", max_segment_bytes=300, max_chunk_entries=10)
+    with Stream.open(tmp_path / "b", cfg) as s:
+        for i in range(6):
+            s.append_batch([b"x" * 20] * 3)
+            s.flush()
+    for start, pos, h in chunks_on_disk(tmp_path / "b"):
+        assert pos < 300  # a chunk starts only below the limit
+    starts = list_segments(str(tmp_path / "b"))
+    assert len(starts) > 1
+    assert [h.chunk_id for st, p, h in chunks_on_disk(tmp_path / "b") if p == 8] == starts
+    assert [o for o, _ in all_records(tmp_path / "b")] == list(range(18))
+
+
+def test_retention_by_bytes_keeps_the_newest_segments_that_fit(tmp_path):
+    cfg = StreamConfig(fsync="never", max_segment_chunks=1, retention_bytes=250)
+    with Stream.open(tmp_path / "s", cfg) as s:
+        for i in range(10):
+            s.append(b"x" * 50)  # each segment: 8 + 48 + 54 = 110 bytes
+            s.flush()
+        starts = list(s.segment_starts())
+        assert s.first_offset == starts[0]
+        recs = all_records(s)
+    sizes = [os.path.getsize(tmp_path / "s" / f"{st:020d}.segment") for st in starts]
+    # retention runs at rollover (as in osiris), when the newest segment is just its header:
+    # what was kept then fit (110 + 110 + 8), one more older segment would not have
+    assert sizes == [110, 110, 110] and sum(sizes[:-1]) + 8 <= 250 < sum(sizes) + 8
+    assert starts == [7, 8, 9] and [o for o, _ in recs] == [7, 8, 9]
+    names = sorted(os.listdir(tmp_path / "s"))
+    assert names == sorted(f"{n:020d}.{k}" for n in (7, 8, 9) for k in ("index", "segment"))
+
+
+def test_retention_by_age_never_deletes_the_newest_segment(tmp_path):
+    cfg = StreamConfig(fsync="never", max_segment_chunks=1, retention_age_ms=1)
+    with Stream.open(tmp_path / "s", cfg) as s:
+        for i in range(4):
+            s.append(b"old")
+            s.flush()
+            time.sleep(0.005)  # chunk timestamps must be older than the age limit
+        assert list(s.segment_starts()) == [3]
+    # reopening with the newest segment old too keeps it
+    with Stream.open(tmp_path / "s", cfg) as s:
+        assert list(s.segment_starts()) == [3]
+        assert all_records(s) == [(3, b"old")]
+
+
+def test_listeners_and_tailing_reader(tmp_path):
+    calls = []
+    with Stream.open(tmp_path / "s", StreamConfig(fsync="never")) as s:
+        s.add_listener(lambda: calls.append(s.next_offset))
+        r = s.reader(OffsetSpec.next())
+        assert r.read_chunk() is None
+        assert r.wait(0.01) is False
+        got = []
+
+        def consume():
+            while len(got) < 3:
+                c = r.read_chunk()
+                if c is None:
+                    r.wait(5)
+                    continue
+                got.extend(c.records)
+        t = threading.Thread(target=consume)
+        t.start()
+        for i in range(3):
+            s.append(b"t%d" % i)
+            s.flush()
+        t.join(10)
+        assert not t.is_alive()
+        assert [b for _, b in got] == [b"t0", b"t1", b"t2"]
+        assert calls and calls[-1] == 3
+        fn = s._listeners[0]
+        s.remove_listener(fn)
+        s.append(b"more")
+        s.flush()
+        assert calls[-1] == 3
+
+
+def test_reader_never_sees_uncommitted_chunks(tmp_path):
+    """With fsync always, a record is visible only after its callback's fsync."""
+    cfg = StreamConfig(fsync="always")
+    with Stream.open(tmp_path / "s", cfg) as s:
+        seen_before_durable = []
+        durable = set()
+
+        def cb(o, e):
+            durable.add(o)
+        stop = threading.Event()
+
+        def reader():
+            rd = s.reader(OffsetSpec.first())
+            while not stop.is_set():
+                c = rd.read_chunk()
+                if c is None:
+                    rd.wait(0.05)
+                    continue
+                seen_before_durable.extend(o for o, _ in c.records if o not in durable)
+        t = threading.Thread(target=reader)
+        t.start()
+        for i in range(300):
+            s.append(b"%d" % i, None, cb)
+        s.flush()
+        time.sleep(0.1)
+        stop.set()
+        t.join()
+    assert seen_before_durable == []
+
+
+def test_append_after_close_raises_and_close_is_durable(tmp_path):
+    s = Stream.open(tmp_path / "s", StreamConfig(fsync="never"))
+    s.append_batch([b"a"] * 10)
+    s.close()
+    with pytest.raises(StreamClosedError):
+        s.append(b"late")
+    assert isinstance(StreamClosedError("x"), StorageError)
+    assert len(all_records(tmp_path / "s")) == 10
+
+
+def test_a_write_error_fails_every_waiting_append(tmp_path):
+    """ENOSPC cannot be made on demand here; closing the segment fd under the writer gives a
+    real EBADF from os.writev, the same path."""
+    s = Stream.open(tmp_path / "s", StreamConfig(fsync="never"))
+    s.append(b"ok")
+    s.flush()
+    errors = []
+    with s._lock:  # hold the writer off while its file goes away
+        os.close(s._sfd)
+        s._sfd = os.open(os.devnull, os.O_RDONLY)
+        for i in range(3):
+            s._bodies.append(b"x")
+            s._values.append(None)
+            s._callbacks.append((s._next, lambda o, e: errors.append((o, e))))
+            s._next += 1
+        s._wake.notify()
+    s._thread.join(10)
+    assert [o for o, _ in errors] == [1, 2, 3]
+    assert all(isinstance(e, StorageError) for _, e in errors)
+    with pytest.raises(StreamClosedError):
+        s.append(b"after")
+    s.close()
+    assert all_records(tmp_path / "s") == [(0, b"ok")]
+
+
+def test_bad_config_is_refused():
+    for kw in ({"max_chunk_entries": 70000}, {"filter_size": 8}, {"max_segment_bytes": 5 * 2**30},
+               {"fsync": "sometimes"}):
+        with pytest.raises((StorageError, ValueError)):
+            StreamConfig(**kw)
