@@ -1,0 +1,149 @@
+"""A minimal in-memory AMQP 1.0 broker on proton: the ceiling for ``bench.broker``.
+
+Why: the real broker's throughput is bounded by proton and Python before anything of ours runs.
+This broker does only what cannot be avoided: it accepts a transfer, appends its bytes to a list
+per address and settles it as accepted at once (no storage, no fsync, no filter value, no
+management node); it delivers a list's bytes to a receiver from the start, as credit allows, and
+honours drain. Measured in the same run with the same client, it says how close the real broker
+comes to what proton in Python can do at all.
+
+    python -m bench.inmemory_broker --port 5673
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections import defaultdict
+
+from proton import Delivery, Endpoint, Link
+from proton.reactor import Container
+from proton import Handler
+
+__all__ = ["InMemoryBroker", "main"]
+
+_ACTIVE = Endpoint.REMOTE_ACTIVE
+
+
+class InMemoryBroker(Handler):
+    """Every address is a list of encoded messages; receivers read it from offset 0."""
+
+    def __init__(self, host: str, port: int, credit: int = 1000):
+        super().__init__()
+        self.url = f"{host}:{port}"
+        self.credit = credit
+        self.queues: dict[str, list[bytes]] = defaultdict(list)
+        self.positions: dict[Link, int] = {}
+        self.waiting: dict[str, set[Link]] = defaultdict(set)
+
+    def on_reactor_init(self, event) -> None:
+        event.container.listen(self.url)
+
+    def on_connection_bound(self, event) -> None:
+        sasl = event.transport.sasl()
+        sasl.allowed_mechs("ANONYMOUS")
+        event.transport.require_auth(False)
+
+    def on_connection_remote_open(self, event) -> None:
+        event.connection.container = "inmemory-broker"
+        event.connection.open()
+
+    def on_session_remote_open(self, event) -> None:
+        event.session.open()
+
+    def on_link_remote_open(self, event) -> None:
+        link = event.link
+        if link.is_receiver:
+            link.target.address = link.remote_target.address
+            link.open()
+            link.flow(self.credit)
+        else:
+            address = link.remote_source.address
+            link.source.address = address
+            link.open()
+            self.positions[link] = 0
+            self.waiting[address].add(link)
+
+    def on_link_remote_close(self, event) -> None:
+        link = event.link
+        self.positions.pop(link, None)
+        if link.is_sender:
+            self.waiting[link.source.address].discard(link)
+        link.close()
+
+    def on_session_remote_close(self, event) -> None:
+        event.session.close()
+
+    def on_connection_remote_close(self, event) -> None:
+        for link in list(self.positions):
+            if link.connection is event.connection:
+                self.positions.pop(link, None)
+                self.waiting[link.source.address].discard(link)
+        event.connection.close()
+
+    def on_transport_closed(self, event) -> None:
+        if event.connection is not None:
+            for link in list(self.positions):
+                if link.connection is event.connection:
+                    self.positions.pop(link, None)
+                    self.waiting[link.source.address].discard(link)
+
+    def on_delivery(self, event) -> None:
+        delivery = event.delivery
+        link = delivery.link
+        if link.is_receiver:
+            if not delivery.readable or delivery.partial:
+                return
+            data = link.recv(delivery.pending)
+            link.advance()
+            address = link.target.address
+            self.queues[address].append(data)
+            if not delivery.settled:
+                delivery.update(Delivery.ACCEPTED)
+            delivery.settle()
+            if link.credit < self.credit // 2:
+                link.flow(self.credit - link.credit)
+            for consumer in self.waiting.get(address, ()):
+                if consumer.credit > 0:
+                    self._pump(consumer)
+        elif delivery.settled or delivery.remote_state:
+            delivery.settle()
+
+    def on_link_flow(self, event) -> None:
+        if event.link.is_sender and event.link in self.positions:
+            self._pump(event.link)
+
+    def _pump(self, link: Link) -> None:
+        queue = self.queues[link.source.address]
+        position = self.positions[link]
+        presettled = link.snd_settle_mode == Link.SND_SETTLED
+        while link.credit > 0 and position < len(queue):
+            delivery = link.delivery(str(position))
+            link.send(queue[position])
+            link.advance()
+            if presettled:
+                delivery.settle()
+            position += 1
+        self.positions[link] = position
+        if link.drain_mode and link.credit > 0:
+            link.drained()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.inmemory_broker", description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=5673)
+    parser.add_argument("--credit", type=int, default=1000, help="link credit granted to publishers")
+    args = parser.parse_args(argv)
+    container = Container(InMemoryBroker(args.host, args.port, args.credit))
+    signal.signal(signal.SIGTERM, lambda *_: container.stop())
+    try:
+        container.run()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
