@@ -7,5 +7,6 @@ from sqlfilter.errors import FilterError, MessageFormatError
 from sqlfilter.base import Filter
 from sqlfilter.message import MessageView
 from sqlfilter.sql import compile_sql
+from sqlfilter.property_filter import compile_property_filter
 
-__all__ = ["Filter", "FilterError", "MessageFormatError", "MessageView", "compile_sql"]
+__all__ = ["Filter", "FilterError", "MessageFormatError", "MessageView", "compile_property_filter", "compile_sql"]

@@ -1,0 +1,228 @@
+"""Property filters: ``amqp:properties-filter`` and ``amqp:application-properties-filter``.
+
+Why: the simplest stage-2 filters of "AMQP Filter Expressions" (filtex §4), which the official
+RabbitMQ clients send. RabbitMQ 4.2 (rabbit_amqp_filter_prop.erl) is the baseline:
+
+- properties-filter: map of symbol field name (``message-id``, ``user-id``, ...) to a reference
+  value of the one type RabbitMQ allows for that field (FIELD_TYPES below); anything else makes the
+  whole filter invalid. Extension: a null reference is also accepted (filtex §4.1.1: the field
+  must be present), which RabbitMQ rejects for this filter.
+- application-properties-filter: map of *string* key (a symbol key is invalid) to a simple-typed
+  reference value (compound values are invalid); null matches when the key is present.
+- 1 to 16 entries per filter map; all entries of all given filters must match (AND).
+- Matching (RabbitMQ compares its unwrapped values with Erlang ``==``): numbers compare by value
+  across types (10 matches 10.0; timestamps are numbers of ms); a boolean only equals a boolean;
+  strings and symbols of the same text are equal; binaries equal binaries, uuids uuids.
+- A *string* reference (not a symbol) may carry a modifier: ``&p:x`` prefix, ``&s:x`` suffix
+  (compared on characters; as in RabbitMQ they also apply to binary values, on the UTF-8 bytes),
+  ``&&x`` the literal ``&x``; any other leading ``&`` makes the filter invalid.
+
+Compiled once per link into a list of (field, test) pairs; ``evaluate_view`` reads only the
+sections the filter names, so from stored bytes only those sections are decoded.
+"""
+
+from __future__ import annotations
+
+import decimal
+import uuid
+from typing import Any, Callable, Mapping
+
+import proton
+
+from sqlfilter.base import Filter
+from sqlfilter.errors import FilterError
+from sqlfilter.message import MessageView
+
+__all__ = ["compile_property_filter", "PropertyFilter", "MAX_ENTRIES", "FIELD_TYPES"]
+
+#: "Impose a limit on the complexity of each filter expression" (filtex §7.1; RabbitMQ: 16)
+MAX_ENTRIES = 16
+
+PREFIX = "&p:"
+SUFFIX = "&s:"
+ESCAPE = "&&"
+
+_STRING = "string"
+_SYMBOL = "symbol"
+_BINARY = "binary"
+_ULONG = "ulong"
+_UUID = "uuid"
+_TIMESTAMP = "timestamp"
+_UINT = "uint"
+
+#: the reference types RabbitMQ 4.2 accepts per properties field
+FIELD_TYPES: dict[str, frozenset[str]] = {
+    "message-id": frozenset((_ULONG, _UUID, _BINARY, _STRING)),
+    "user-id": frozenset((_BINARY,)),
+    "to": frozenset((_STRING,)),
+    "subject": frozenset((_STRING,)),
+    "reply-to": frozenset((_STRING,)),
+    "correlation-id": frozenset((_ULONG, _UUID, _BINARY, _STRING)),
+    "content-type": frozenset((_SYMBOL,)),
+    "content-encoding": frozenset((_SYMBOL,)),
+    "absolute-expiry-time": frozenset((_TIMESTAMP,)),
+    "creation-time": frozenset((_TIMESTAMP,)),
+    "group-id": frozenset((_STRING,)),
+    "group-sequence": frozenset((_UINT,)),
+    "reply-to-group-id": frozenset((_STRING,)),
+}
+
+_MISSING = object()
+_NUMBER_TYPES = (int, float, decimal.Decimal)
+_Test = Callable[[Any], bool]
+
+
+def _amqp_type(value: Any) -> str | None:
+    """The AMQP type name of a reference value as proton decodes it (None if compound)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, proton.symbol):
+        return _SYMBOL
+    if isinstance(value, proton.char):
+        return "char"
+    if isinstance(value, str):
+        return _STRING
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return _BINARY
+    if isinstance(value, uuid.UUID):
+        return _UUID
+    if isinstance(value, proton.timestamp):
+        return _TIMESTAMP
+    if isinstance(value, proton.ulong):
+        return _ULONG
+    if isinstance(value, proton.uint):
+        return _UINT
+    if isinstance(value, _NUMBER_TYPES):
+        return "number"
+    return None
+
+
+# --- tests for one entry ------------------------------------------------------------------------
+def _is_number(v: Any) -> bool:
+    return isinstance(v, _NUMBER_TYPES) and not isinstance(v, bool)
+
+
+def _test_for(ref: Any, kind: str) -> _Test:
+    if kind == "null":
+        return lambda v: True  # the field is present: that is all
+    if kind == _STRING:
+        return _string_test(ref)
+    if kind == "boolean":
+        return lambda v: v is ref if isinstance(v, bool) else False
+    if kind in (_ULONG, _UINT, _TIMESTAMP, "number"):
+        number = int(ref) if isinstance(ref, int) else ref
+        return lambda v: _is_number(v) and v == number
+    if kind in (_SYMBOL, "char"):
+        text = str(ref)
+        return lambda v: isinstance(v, str) and v == text
+    if kind == _BINARY:
+        raw = bytes(ref)
+        return lambda v: isinstance(v, bytes) and v == raw
+    if kind == _UUID:
+        return lambda v: isinstance(v, uuid.UUID) and v == ref
+    raise FilterError(f"unsupported reference value {ref!r}")  # not reached: checked before
+
+
+def _string_test(ref: str) -> _Test:
+    text = str(ref)
+    if text.startswith(PREFIX):
+        prefix = text[len(PREFIX):]
+        raw = prefix.encode("utf-8")
+        return lambda v: v.startswith(prefix) if isinstance(v, str) else (
+            isinstance(v, bytes) and v.startswith(raw))
+    if text.startswith(SUFFIX):
+        suffix = text[len(SUFFIX):]
+        raw = suffix.encode("utf-8")
+        return lambda v: v.endswith(suffix) if isinstance(v, str) else (
+            isinstance(v, bytes) and v.endswith(raw))
+    if text.startswith(ESCAPE):
+        text = text[1:]
+    elif text.startswith("&"):
+        raise FilterError(f"reference value {text!r}: '&' starts a modifier (&p:, &s:, &&)")
+    return lambda v: isinstance(v, str) and v == text
+
+
+# --- compiling ------------------------------------------------------------------------------------
+def _entries(name: str, spec: Any) -> list:
+    if not isinstance(spec, Mapping):
+        raise FilterError(f"{name} must be a map, not {type(spec).__name__}")
+    if not 1 <= len(spec) <= MAX_ENTRIES:
+        raise FilterError(f"{name} must have 1 to {MAX_ENTRIES} entries, not {len(spec)}")
+    return list(spec.items())
+
+
+def _compile_properties(spec: Any) -> list[tuple[str, _Test]]:
+    out = []
+    for key, ref in _entries("amqp:properties-filter", spec):
+        if not isinstance(key, str) or key not in FIELD_TYPES:
+            raise FilterError(f"amqp:properties-filter: unknown field {key!r}")
+        kind = _amqp_type(ref)
+        if kind != "null" and kind not in FIELD_TYPES[key]:
+            allowed = ", ".join(sorted(FIELD_TYPES[key]))
+            raise FilterError(f"amqp:properties-filter: {key} takes {allowed}, not {kind or type(ref).__name__}")
+        out.append((key.replace("-", "_"), _test_for(ref, kind)))
+    return out
+
+
+def _compile_application_properties(spec: Any) -> list[tuple[str, _Test]]:
+    out = []
+    for key, ref in _entries("amqp:application-properties-filter", spec):
+        if not isinstance(key, str) or isinstance(key, (proton.symbol, proton.char)):
+            raise FilterError(f"amqp:application-properties-filter: key {key!r} is not a string")
+        kind = _amqp_type(ref)
+        if kind is None:
+            raise FilterError(f"amqp:application-properties-filter: {key!r} needs a simple value, "
+                              f"not {type(ref).__name__}")
+        out.append((str(key), _test_for(ref, kind)))
+    return out
+
+
+class PropertyFilter(Filter):
+    """A compiled pair of property filters (either may be empty, not both)."""
+
+    def __init__(self, properties: list[tuple[str, _Test]],
+                 application_properties: list[tuple[str, _Test]]):
+        self._properties = tuple(properties)
+        self._application_properties = tuple(application_properties)
+        self.sections = frozenset(
+            name for name, entries in (("properties", properties),
+                                       ("application_properties", application_properties))
+            if entries)
+
+    def evaluate_view(self, view: MessageView) -> bool:
+        if self._properties:
+            fields = view.properties
+            for key, test in self._properties:
+                value = fields.get(key, _MISSING)
+                if value is _MISSING or not test(value):
+                    return False
+        if self._application_properties:
+            fields = view.application_properties
+            for key, test in self._application_properties:
+                value = fields.get(key, _MISSING)
+                if value is _MISSING or not test(value):
+                    return False
+        return True
+
+    def __repr__(self) -> str:
+        return (f"PropertyFilter(properties={[k for k, _ in self._properties]}, "
+                f"application_properties={[k for k, _ in self._application_properties]})")
+
+
+def compile_property_filter(properties: Mapping | None = None,
+                            application_properties: Mapping | None = None) -> PropertyFilter:
+    """Compile the maps of ``amqp:properties-filter`` and ``amqp:application-properties-filter``.
+
+    Keys and reference values are as proton decodes them (``proton.symbol`` field names,
+    ``proton.ulong``, ``uuid.UUID``, ``bytes``, ``str``, ``proton.timestamp``, ``proton.uint`` ...).
+    Raises ``FilterError`` for anything RabbitMQ 4.2 would not put in place.
+    """
+    if properties is None and application_properties is None:
+        raise FilterError("a property filter needs properties or application properties")
+    return PropertyFilter(
+        _compile_properties(properties) if properties is not None else [],
+        _compile_application_properties(application_properties)
+        if application_properties is not None else [],
+    )
