@@ -116,7 +116,12 @@ def parse(text: str | bytes, *, max_length: int = DEFAULT_MAX_LENGTH,
             raise err.orig_exc from None
         raise FilterError(f"invalid expression: {err.orig_exc}") from None
     except UnexpectedInput as err:
-        position = err.pos_in_stream + 1 if err.pos_in_stream is not None else len(text) + 1
+        at_end = isinstance(err, UnexpectedEOF) or (
+            isinstance(err, UnexpectedToken) and err.token.type == "$END")
+        if at_end or err.pos_in_stream is None:
+            position = len(text) + 1
+        else:
+            position = err.pos_in_stream + 1
         raise FilterError(_describe(err), position) from None
     except RecursionError:
         raise FilterError("expression nested too deeply") from None
