@@ -94,7 +94,7 @@ class Consumer:
                     chunk = self.reader.read_chunk()
                     if chunk is None:
                         self.waiting = True
-                        if link.drain:
+                        if link.drain_mode:
                             link.drained()
                         break
                     records = chunk.records
