@@ -1,0 +1,221 @@
+"""Security of a real broker process: SASL PLAIN against a users file, ANONYMOUS rules, TLS, and
+the refusal to listen beyond loopback without authentication.
+
+Clients are plain proton ``BlockingConnection``s (an independent client, not our own), so what is
+tested is what any AMQP client sees. The TLS certificate is made at test time with the
+``openssl`` command line tool.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import types
+
+import pytest
+from proton import Message
+from proton import ConnectionException
+from proton.utils import BlockingConnection
+from proton import SSLDomain
+
+from amqp_stream import security
+from amqp_stream.client import connect
+from amqp_stream.testing import BrokerProcess, free_port
+
+USERS = "# test users\nalice:wonderland\nbob:with:colons and spaces\n"
+
+
+@pytest.fixture(scope="module")
+def users_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("users") / "users"
+    path.write_text(USERS)
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture(scope="module")
+def plain_broker(tmp_path_factory, users_file):
+    proc = BrokerProcess(tmp_path_factory.mktemp("plain") / "data", extra_args=["--users", str(users_file)])
+    proc.start()
+    yield proc
+    proc.close()
+
+
+def _open(url: str, **kwargs) -> BlockingConnection:
+    return BlockingConnection(url, timeout=10, **kwargs)
+
+
+def _plain(url: str, user: str, password: str, **kwargs) -> BlockingConnection:
+    return _open(url, user=user, password=password, allowed_mechs="PLAIN", allow_insecure_mechs=True, **kwargs)
+
+
+def test_plain_accepted_with_the_right_password_and_usable(plain_broker):
+    conn = _plain(plain_broker.url, "alice", "wonderland")
+    try:
+        assert conn.conn.remote_container  # the broker opened the connection
+    finally:
+        conn.close()
+    # a password with colons and spaces is taken whole (split at the first colon)
+    client = connect(plain_broker.url, user="bob", password="with:colons and spaces")
+    try:
+        client.declare("secured")
+        publisher = client.publisher("secured")
+        publisher.publish("after PLAIN")
+        assert [o.accepted for o in publisher.flush()] == [True]
+        consumer = client.consumer("secured", offset="first")
+        message = consumer.receive(timeout=10)
+        assert message is not None and message.body == "after PLAIN"
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("user,password", [("alice", "wrong"), ("alice", "wonderlan"), ("carol", "wonderland"),
+                                           ("bob", "with")])
+def test_plain_refused_with_a_wrong_password_or_unknown_user(plain_broker, user, password):
+    with pytest.raises(ConnectionException) as info:
+        _plain(plain_broker.url, user, password)
+    assert "unauthorized-access" in str(info.value)
+
+
+def test_anonymous_refused_when_users_are_configured(plain_broker):
+    with pytest.raises(ConnectionException) as info:
+        _open(plain_broker.url, allowed_mechs="ANONYMOUS")
+    assert "unauthorized-access" in str(info.value)
+    # a client that skips SASL altogether is refused too (authentication is required)
+    with pytest.raises(ConnectionException):
+        _open(plain_broker.url, sasl_enabled=False)
+
+
+def test_anonymous_allowed_beside_plain_only_when_asked(tmp_path, users_file):
+    with BrokerProcess(tmp_path / "data", extra_args=["--users", str(users_file), "--allow-anonymous"]) as proc:
+        _open(proc.url, allowed_mechs="ANONYMOUS").close()
+        _plain(proc.url, "alice", "wonderland").close()
+        with pytest.raises(ConnectionException):
+            _plain(proc.url, "alice", "nope")
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory):
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.fail("the openssl command is needed to make a test certificate (scripts/bootstrap installs it)")
+    directory = tmp_path_factory.mktemp("tls")
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return cert, key
+
+
+def _client_domain(ca: str | None) -> SSLDomain:
+    domain = SSLDomain(SSLDomain.MODE_CLIENT)
+    if ca:
+        domain.set_trusted_ca_db(ca)
+        domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME, ca)
+    else:
+        domain.set_peer_authentication(SSLDomain.ANONYMOUS_PEER)
+    return domain
+
+
+def test_tls_amqps_with_plain(tmp_path, certificate, users_file):
+    cert, key = certificate
+    proc = BrokerProcess(tmp_path / "data", extra_args=["--tls-cert", str(cert), "--tls-key", str(key),
+                                                        "--users", str(users_file)])
+    with proc:
+        # the broker's certificate verifies against itself as CA, host name included (proton
+        # checks DNS names only, not IP addresses in subjectAltName: hence "localhost")
+        url = f"amqps://localhost:{proc.port}"
+        conn = BlockingConnection(url, timeout=10, ssl_domain=_client_domain(str(cert)), user="alice",
+                                  password="wonderland", allowed_mechs="PLAIN")
+        assert conn.conn.remote_container
+        conn.close()
+        # our own client over amqps: declare, publish, consume
+        from amqp_stream.client import TlsOptions
+        client = connect(url, user="alice", password="wonderland", tls=TlsOptions(ca_file=str(cert)))
+        try:
+            client.declare("over-tls")
+            publisher = client.publisher("over-tls")
+            for i in range(3):
+                publisher.publish(f"tls-{i}")
+            assert all(o.accepted for o in publisher.flush())
+            consumer = client.consumer("over-tls", offset="first")
+            assert [consumer.receive(timeout=10).body for _ in range(3)] == ["tls-0", "tls-1", "tls-2"]
+        finally:
+            client.close()
+        # a plain-TCP client cannot talk to a TLS listener
+        with pytest.raises(ConnectionException):
+            _plain(f"amqp://127.0.0.1:{proc.port}", "alice", "wonderland")
+        # a wrong password is still refused over TLS
+        with pytest.raises(ConnectionException) as info:
+            BlockingConnection(url, timeout=10, ssl_domain=_client_domain(str(cert)), user="alice",
+                               password="nope", allowed_mechs="PLAIN")
+        assert "unauthorized-access" in str(info.value)
+
+
+def _serve(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "amqp_stream", "serve", "--port", str(free_port()),
+                           "--metrics-port", "0", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_refuses_to_listen_on_all_interfaces_without_auth(tmp_path):
+    done = _serve("--host", "0.0.0.0", "--data-dir", str(tmp_path / "data"))
+    assert done.returncode == 2
+    assert "refusing to listen on 0.0.0.0 without authentication" in done.stderr
+    assert "--users" in done.stderr and "--allow-anonymous" in done.stderr
+    assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())
+
+
+def test_bad_security_settings_are_clear_errors(tmp_path):
+    done = _serve("--users", str(tmp_path / "missing"), "--data-dir", str(tmp_path / "d1"))
+    assert done.returncode == 2 and "cannot read users file" in done.stderr
+    bad = tmp_path / "bad-users"
+    bad.write_text("no colon here\n")
+    done = _serve("--users", str(bad), "--data-dir", str(tmp_path / "d2"))
+    assert done.returncode == 2 and "expected 'user:password'" in done.stderr
+    done = _serve("--tls-cert", str(tmp_path / "c.pem"), "--tls-key", str(tmp_path / "k.pem"),
+                  "--data-dir", str(tmp_path / "d3"))
+    assert done.returncode == 2 and "not found" in done.stderr
+
+
+# -- the rules themselves, without a process ------------------------------------------------------
+
+@pytest.mark.parametrize("host,loopback", [("127.0.0.1", True), ("127.1.2.3", True), ("::1", True),
+                                           ("[::1]", True), ("localhost", True), ("0.0.0.0", False),
+                                           ("::", False), ("", False), ("192.0.2.1", False)])
+def test_is_loopback(host, loopback):
+    assert security.is_loopback(host) is loopback
+
+
+def _config(**kw):
+    base = dict(host="127.0.0.1", allow_anonymous=False, users_file=None, tls_cert=None, tls_key=None)
+    base.update(kw)
+    return types.SimpleNamespace(**base)
+
+
+def test_prepare_mechanisms(users_file):
+    setups = [security.prepare(_config()),
+              security.prepare(_config(users_file=users_file)),
+              security.prepare(_config(users_file=users_file, allow_anonymous=True)),
+              security.prepare(_config(host="0.0.0.0", users_file=users_file)),
+              security.prepare(_config(host="0.0.0.0", allow_anonymous=True))]
+    try:
+        assert [s.mechanisms for s in setups] == ["ANONYMOUS", "PLAIN", "PLAIN ANONYMOUS", "PLAIN", "ANONYMOUS"]
+        assert [s.require_auth for s in setups] == [False, True, False, True, False]
+        assert setups[1].users == ("alice", "bob")
+    finally:
+        for s in setups:
+            s.close()
+    with pytest.raises(security.ConfigError, match="refusing to listen on ::"):
+        security.prepare(_config(host="::"))
+
+
+def test_users_file_format(tmp_path):
+    path = tmp_path / "u"
+    path.write_text("# comment\n\n  alice:pw with spaces \nbob::starts-with-colon\n")
+    assert security.read_users(path) == {"alice": "pw with spaces ", "bob": ":starts-with-colon"}
+    for text, message in [("alice:x\nalice:y\n", "appears twice"), (":pw\n", "expected"),
+                          ("alice:\n", "empty password"), ("al ice:pw\n", "may not contain"), ("# none\n", "no users")]:
+        path.write_text(text)
+        with pytest.raises(security.ConfigError, match=message):
+            security.read_users(path)
