@@ -257,6 +257,11 @@ def decode_header(buf: bytes | memoryview, offset: int = 0, *, path: str = "?",
         raise CorruptionError(path, position, f"bad chunk magic/version byte {h.magic_version:#04x}")
     if h.type > CHUNK_TRACKING_SNAPSHOT:
         raise CorruptionError(path, position, f"unknown chunk type {h.type}")
+    if h.type != CHUNK_USER and (h.entries, h.records) != (1, 1):
+        raise CorruptionError(path, position, f"tracking chunk with {h.entries} entries and "
+                                              f"{h.records} records (osiris writes 1 and 1)")
+    if h.entries == 0:
+        raise CorruptionError(path, position, "chunk without entries")
     if h.filter_size and h.filter_size < 16:
         raise CorruptionError(path, position, f"filter size {h.filter_size} below 16")
     return h

@@ -100,6 +100,7 @@ class _Open:
     recs: list[IndexRecord] = field(default_factory=list)
     ri: int = 0
     idx_next: int = 0  # index record number after the last one in ``recs``
+    expect: int | None = None  # the chunk id that must come next in this segment
 
 
 class Reader:
@@ -194,6 +195,7 @@ class Reader:
             head = os.pread(fd, 48, pos)
             stats.bytes_read += len(head)
             h = decode_header(head, path=seg.spath, position=pos)
+            self._check_id(h, rec, seg)
             self._next_id = h.next_offset
             return None
         if self._matcher is None:
@@ -217,12 +219,12 @@ class Reader:
             stats.bytes_read += len(head)
             if not self._matcher.matches(head[48:48 + fs], h.filter_scheme, h.filter_param):
                 stats.chunks_skipped += 1
-                self._check_id(h.chunk_id, rec, seg)
+                self._check_id(h, rec, seg)
                 self._next_id = h.next_offset
                 return None
             data = pread_exact(fd, h.data_length, pos + 48 + fs)
             stats.bytes_read += len(data)
-        self._check_id(h.chunk_id, rec, seg)
+        self._check_id(h, rec, seg)
         if len(data) != h.data_length:
             raise CorruptionError(seg.spath, pos, "chunk runs past the end of the segment")
         if zlib.crc32(data) != h.crc:
@@ -239,10 +241,17 @@ class Reader:
                 return None
         return ReadChunk(h.chunk_id, h.timestamp, records, h.next_offset)
 
-    def _check_id(self, chunk_id: int, rec: IndexRecord, seg: _Open) -> None:
-        if chunk_id != rec.chunk_id:
-            raise CorruptionError(seg.spath, rec.position, f"index says chunk {rec.chunk_id}, "
-                                                           f"segment holds {chunk_id}")
+    @staticmethod
+    def _check_id(h, rec: IndexRecord, seg: _Open) -> None:
+        """The header must agree with its index record and follow the previous chunk."""
+        if h.chunk_id != rec.chunk_id or h.type != rec.type:
+            raise CorruptionError(seg.spath, rec.position,
+                                  f"index says chunk {rec.chunk_id} type {rec.type}, segment holds "
+                                  f"chunk {h.chunk_id} type {h.type}")
+        if seg.expect is not None and h.chunk_id != seg.expect:
+            raise CorruptionError(seg.spath, rec.position, f"chunk {h.chunk_id} where chunk "
+                                                           f"{seg.expect} should follow")
+        seg.expect = h.next_offset
 
     def _fill(self, seg: _Open) -> bool:
         recs = read_index_records(seg.ifd, seg.idx_next, _INDEX_BATCH)

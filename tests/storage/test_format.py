@@ -101,6 +101,18 @@ def test_bad_magic_and_short_header_raise_corruption_naming_the_place():
         fmt.decode_header(b"\x50" * 20)
 
 
+def test_header_fields_outside_the_crc_are_checked_for_consistency():
+    """The CRC covers only the data: a flipped type byte must not turn a user chunk into a
+    tracking chunk that readers would skip silently."""
+    raw = bytearray(b"".join(fmt.encode_chunk(5, 1, fmt.encode_entries([b"a", b"b"]), 2, 2)))
+    raw[1] = 1
+    with pytest.raises(CorruptionError):
+        fmt.decode_header(bytes(raw))
+    raw[1], raw[2], raw[3] = 0, 0, 0  # zero entries
+    with pytest.raises(CorruptionError):
+        fmt.decode_header(bytes(raw))
+
+
 def test_entries_overrunning_the_section_raise():
     data = fmt.encode_entries([b"abc", b"defg"])
     with pytest.raises(CorruptionError):
@@ -135,6 +147,8 @@ def test_entries_and_subbatches_round_trip(groups, chunk_id):
        bits=st.one_of(st.just(b""), st.binary(min_size=16, max_size=255)),
        scheme=st.integers(0, 255), param=st.integers(0, 255), trailer=st.binary(max_size=40))
 def test_chunk_header_round_trips(chunk_id, ts, epoch, ctype, bodies, bits, scheme, param, trailer):
+    if ctype != 0:
+        bodies = bodies[:1]  # a tracking chunk holds one entry, one record
     data = fmt.encode_entries(bodies)
     raw = b"".join(fmt.encode_chunk(chunk_id, ts, data, len(bodies), len(bodies), chunk_type=ctype,
                                     epoch=epoch, filter_bits=bits, filter_scheme=scheme,
