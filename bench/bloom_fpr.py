@@ -10,11 +10,13 @@ Definitions:
 - m = usable bits = 8 * size - 1 (bit 0 is reserved for "chunk has unfiltered entries").
 - theoretical optimum = min over integers k >= 1 of ``(1 - (1 - 1/m)**(k*n))**k``, the
   standard Bloom filter FPR for n distinct values in m bits with k hash positions.
-- measured FPR = share of (chunk filter, value not in the chunk) pairs that match. Chunks are
-  built with ``bloom.build`` from n fresh random values; the absent values' bits come from
-  ``bloom.schemes.digest_mask``, the code ``Matcher`` uses. A ratio is printed only where the
-  optimum predicts at least ``MIN_EXPECTED`` false positives in the pairs tried (else the cell
-  shows the false-positive count, and "<res": below what the run can resolve).
+- measured FPR = share of (chunk filter, value not in the chunk) pairs that match. Each
+  chunk's filter is the OR of its n values' masks from ``bloom.schemes.digest_mask`` (the
+  code ``build`` and ``Matcher`` use; the first chunks of each cell are checked against
+  ``bloom.build``), each chunk is tested against 1000 values it does not hold, and at least
+  1000 chunks are tried per cell. A ratio is printed only where the optimum predicts at least
+  ``MIN_EXPECTED`` false positives in the pairs tried (else the cell shows "<res", the
+  false-positive count, and how many the chosen k predicts).
 
 Run: ``.venv/bin/python -m bench.bloom_fpr`` (``--quick`` for a smaller run).
 """
@@ -33,6 +35,8 @@ from bloom.schemes import Scheme, choose_k, digest, digest_mask, theoretical_fpr
 SIZES = (16, 32, 64, 128, 255)
 COUNTS = (5, 10, 20, 30, 50, 100, 200)
 MIN_EXPECTED = 30
+POOL = 4000  # values per pool (chunk values, absent values)
+QUERIES = 1000  # absent values tested per chunk
 
 
 def optimum(m: int, n: int) -> tuple[int, float]:
@@ -45,21 +49,37 @@ def _random_values(rng: random.Random, count: int, tag: str) -> list[bytes]:
     return [f"{tag}{rng.getrandbits(64):016x}".encode() for _ in range(count)]
 
 
-def measure(scheme: Scheme, size: int, n: int, budget: int, queries: int, rng: random.Random):
-    """(false positives, pairs tried) for one cell."""
+def measure(scheme: Scheme, size: int, n: int, budget: int, rng: random.Random) -> tuple[int, int]:
+    """(false positives, pairs tried) for one cell.
+
+    Each chunk holds n values drawn from a pool of ``POOL`` random values and is tested
+    against ``QUERIES`` values from a disjoint pool, so many chunks are tried (a chunk's fill
+    varies, and with it its FPR: too few chunks would make the estimate noisy). The first
+    chunks of every cell are also built with ``bloom.build`` and must come out identical.
+    """
     k = choose_k(n, size) if scheme == Scheme.MMH3 else 0
-    qmasks = [digest_mask(digest(v, scheme), size, scheme, k) for v in _random_values(rng, queries, "q")]
-    filters = max(1, budget // queries)
+    values = _random_values(rng, POOL, "v")
+    vmasks = [digest_mask(digest(v, scheme), size, scheme, k) for v in values]
+    qmasks = [digest_mask(digest(v, scheme), size, scheme, k) for v in _random_values(rng, POOL, "q")]
+    qmasks = qmasks + qmasks[:QUERIES]
+    chunks = max(1, budget // QUERIES)
+    indexes = range(POOL)
     fp = 0
-    for _ in range(filters):
-        cf = bloom.build(_random_values(rng, n, "v"), size, scheme)
-        assert cf is not None and cf.param == k
-        x = int.from_bytes(cf.bits, "big")
-        fp += sum(1 for mk in qmasks if x & mk == mk)
-    return fp, filters * queries
+    for c in range(chunks):
+        picked = rng.sample(indexes, n)
+        x = 0
+        for i in picked:
+            x |= vmasks[i]
+        if c < 3:
+            cf = bloom.build([values[i] for i in picked], size, scheme)
+            if cf is None or cf.param != k or int.from_bytes(cf.bits, "big") != x:
+                raise RuntimeError(f"bloom.build disagrees with digest_mask ({scheme.name}, {size} B, n={n})")
+        start = rng.randrange(POOL)
+        fp += sum(1 for mk in qmasks[start:start + QUERIES] if x & mk == mk)
+    return fp, chunks * QUERIES
 
 
-def fpr_table(budget_max: int, queries: int, seed: int) -> None:
+def fpr_table(budget_max: int, seed: int) -> None:
     rng = random.Random(seed)
     print(f"FPR per reader value per chunk; pairs per cell up to {budget_max:,}; seed {seed}")
     head = f"{'size':>5} {'n':>4} | {'opt k':>5} {'optimum':>10} | {'osiris':>10} {'x opt':>6} | {'mmh3 k':>6} {'mmh3':>10} {'x opt':>6} {'pairs':>11}"
@@ -70,10 +90,10 @@ def fpr_table(budget_max: int, queries: int, seed: int) -> None:
         m = 8 * size - 1
         for n in COUNTS:
             kopt, popt = optimum(m, n)
-            budget = int(min(budget_max, max(200_000, 2000 / max(popt, 1e-30))))
+            budget = int(min(budget_max, max(budget_max // 20, 2000 / max(popt, 1e-30))))
             cells = []
             for scheme in (Scheme.OSIRIS, Scheme.MMH3):
-                fp, pairs = measure(scheme, size, n, budget, queries, rng)
+                fp, pairs = measure(scheme, size, n, budget, rng)
                 rate = fp / pairs
                 if popt * pairs >= MIN_EXPECTED:
                     ratio = rate / popt
@@ -86,7 +106,8 @@ def fpr_table(budget_max: int, queries: int, seed: int) -> None:
             print(
                 f"{size:>5} {n:>4} | {kopt:>5} {popt:>10.3e} | {orate:>10.3e} {ortxt} | "
                 f"{choose_k(n, size):>6} {mrate:>10.3e} {mrtxt} {mpairs:>11,}"
-                + (f"  ({mfp} fp)" if mrtxt == "  <res" else "")
+                + (f"  ({mfp} fp; {theoretical_fpr(m, n, choose_k(n, size)) * mpairs:.3g} expected at mmh3's k)"
+                   if mrtxt == "  <res" else "")
             )
     print(f"worst resolved ratio to optimum: osiris {worst[Scheme.OSIRIS]:.2f}x, mmh3 {worst[Scheme.MMH3]:.2f}x")
 
@@ -99,31 +120,34 @@ def _timeit(fn, number: int) -> float:
 
 
 def speed(seed: int) -> None:
-    """µs per build of a 100-record chunk and per match, both schemes; baseline: osiris."""
+    """µs per build of a 100-record chunk and per match, both schemes; baseline: scheme 0."""
     rng = random.Random(seed)
-    print("\nspeed (µs; 'x osiris' = ratio to scheme 0 in the same run)")
-    print(f"{'size':>5} | {'build osiris':>12} {'build mmh3':>10} {'x osiris':>8} | "
-          f"{'build fresh o':>13} {'fresh mmh3':>10} | {'match osiris':>12} {'match mmh3':>10} {'x osiris':>8}")
+    print("\nspeed, µs (x osiris = scheme 1 / scheme 0, same run)")
+    print(f"{'size':>5} {'operation':<44} {'osiris':>9} {'mmh3':>9} {'x osiris':>9}")
+    repeating = [f"region-{i % 20}" for i in range(100)]
+    distinct = [f"customer-{i}" for i in range(100)]
     for size in (16, 255):
-        vals = [f"region-{i % 20}" for i in range(100)]  # 20 distinct values, repeating (warm cache)
-        res = {}
+        rows: dict[str, dict[Scheme, float]] = {}
         for scheme in (Scheme.OSIRIS, Scheme.MMH3):
-            bloom.build(vals, size, scheme)
-            res[("build", scheme)] = _timeit(lambda: bloom.build(vals, size, scheme), 2000)
-            fresh = [_random_values(rng, 100, "f") for _ in range(200)]
-            it = iter(fresh)
-            res[("fresh", scheme)] = _timeit(lambda: bloom.build(next(it), size, scheme), 200)
-            cf = bloom.build(vals, size, scheme)
-            matcher = bloom.Matcher(["region-3x", "region-77", "other"], match_unfiltered=True)
-            matcher.matches(cf.bits, cf.scheme, cf.param)
-            res[("match", scheme)] = _timeit(lambda: matcher.matches(cf.bits, cf.scheme, cf.param), 50_000)
-        o, h = Scheme.OSIRIS, Scheme.MMH3
-        print(f"{size:>5} | {res[('build', o)]:>12.1f} {res[('build', h)]:>10.1f} {res[('build', h)] / res[('build', o)]:>8.2f} | "
-              f"{res[('fresh', o)]:>13.1f} {res[('fresh', h)]:>10.1f} | "
-              f"{res[('match', o)]:>12.2f} {res[('match', h)]:>10.2f} {res[('match', h)] / res[('match', o)]:>8.2f}")
-    print("build: 100 records, 20 distinct values seen before; fresh: 100 never-seen values; "
-          "match: 3 reader values + match_unfiltered, non-matching chunk")
-
+            for label, vals in (("build, 100 records, 20 values seen before", repeating),
+                                ("build, 100 records, 100 values seen before", distinct)):
+                bloom.build(vals, size, scheme)
+                rows.setdefault(label, {})[scheme] = _timeit(lambda: bloom.build(vals, size, scheme), 2000)
+            fresh = iter([_random_values(rng, 100, "f") for _ in range(200)])
+            rows.setdefault("build, 100 records, 100 new values", {})[scheme] = _timeit(
+                lambda: bloom.build(next(fresh), size, scheme), 200)
+            cf = bloom.build(repeating, size, scheme)
+            for label, matcher in (("match, 3 values + unfiltered, no match", bloom.Matcher(["a", "b", "c"], True)),
+                                   ("match, 1 value, matches", bloom.Matcher(["region-7"]))):
+                matcher.matches(cf.bits, cf.scheme, cf.param)
+                rows.setdefault(label, {})[scheme] = _timeit(
+                    lambda: matcher.matches(cf.bits, cf.scheme, cf.param), 50_000)
+            new_size = iter(range(16, 256))
+            rows.setdefault("match, first chunk of a new size (hash + masks)", {})[scheme] = _timeit(
+                lambda: bloom.Matcher(["a", "b", "c"]).matches(bytes(next(new_size)), scheme, 3), 200)
+        for label, r in rows.items():
+            o, h = r[Scheme.OSIRIS], r[Scheme.MMH3]
+            print(f"{size:>5} {label:<44} {o:>9.2f} {h:>9.2f} {h / o:>9.2f}")
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -131,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     print(f"load: {os.getloadavg()[0]:.2f} (1 min avg), cpus {os.cpu_count()}")
-    fpr_table(2_000_000 if args.quick else 20_000_000, 5_000 if args.quick else 20_000, args.seed)
+    fpr_table(2_000_000 if args.quick else 20_000_000, args.seed)
     speed(args.seed)
 
 

@@ -19,13 +19,20 @@ Scheme 0, ``OSIRIS`` (param 0): k = 2 positions, ``phash2(V) mod m + 1`` and
 
 Scheme 1, ``MMH3`` (param = k, the number of positions, 1..255, chosen per chunk by
 ``choose_k`` for its number of distinct values and its size): one MurmurHash3 x64 128-bit
-hash per value gives two 64-bit words ``h1, h2`` (low, high). Position i (0-based) is
-``1 + ((z_i >> 32) * m >> 32)`` with ``z_i = splitmix64_finalizer((h1 + i * h2) mod 2**64)``:
-a lane per position, each well mixed, reduced to ``1 .. m`` by multiply-shift. Measured
-(``bench/bloom_fpr.py``): plain or enhanced double hashing mod m, and double hashing in 2**64
-reduced without the finalizer, put a value's k positions on an arithmetic progression, which
-collides often when m is small or not prime (m = 127, 255, 511, 1023 for the usual sizes) and
-gave FPRs from 1.3x to more than 60x the optimum; the mixed lanes track the independent-hash formula.
+hash per value gives two 64-bit words ``h1, h2`` (low, high). Lane i (0-based) is
+``z_i = splitmix64_finalizer((h1 + i * (h2 | 1)) mod 2**64)``, its position
+``1 + ((z_i >> 32) * m >> 32)``; the value's k positions are the first k *distinct* positions
+of lanes 0, 1, 2, ... (a lane that repeats an earlier position is skipped; at most
+64k + 1024 lanes are tried, so a pathological digest cannot loop; k is capped at m).
+
+Why this derivation, measured (``bench/bloom_fpr.py`` and the notes in ``bench/RESULTS.md``):
+- plain or enhanced double hashing mod m, and double hashing in 2**64 reduced without the
+  finalizer, put a value's positions on an arithmetic progression, which collides often when
+  m is small or not prime (m = 127, 255, 511, 1023 for the usual sizes): FPRs from 1.3x to
+  more than 60x the optimum;
+- independent positions drawn with replacement are exactly the textbook Bloom filter, whose
+  real FPR exceeds the textbook formula when k is large for m (16 B, 5 values, k = 18:
+  exact 7.5e-6 vs formula 5.3e-6, 1.4x); distinct positions per value bring it to 1.03x.
 """
 
 from __future__ import annotations
@@ -64,6 +71,10 @@ MMH3_SEED = 0
 _M64 = (1 << 64) - 1
 _SPLITMIX_1 = 0xBF58476D1CE4E5B9  # splitmix64 finalizer multipliers (Steele et al.)
 _SPLITMIX_2 = 0x94D049BB133111EB
+# Lanes tried per wanted MMH3 position before giving up (a bound so no digest loops forever;
+# taking k of m positions needs about m * ln(m / (m - k)) lanes, far below this for k <= m).
+_MAX_LANES_PER_POSITION = 64
+_MAX_LANES_EXTRA = 1024
 
 
 class Scheme(IntEnum):
@@ -113,6 +124,7 @@ def choose_k(n: int, size: int) -> int:
     m = 8 * size - 1
     if n <= 0:
         return 1
+    # (k never exceeds m: m >= 127 and the optimum is below m * ln 2.)
     centre = m / n * math.log(2)
     candidates = {max(1, min(MAX_K, c)) for c in range(int(centre) - 1, int(centre) + 3)}
     return min(sorted(candidates), key=lambda k: theoretical_fpr(m, n, k))
@@ -132,18 +144,28 @@ def digest(value: bytes, scheme: Scheme) -> tuple[int, int]:
 
 
 def positions(dig: tuple[int, int], size: int, scheme: Scheme, param: int) -> list[int]:
-    """Bit positions (1..8*size-1, MSB-first numbering) of a digest for one size and param."""
+    """Bit positions (1..8*size-1, MSB-first numbering) of a digest for one size and param.
+
+    OSIRIS: the two osiris positions (they may coincide). MMH3: ``param`` distinct positions
+    (at most m), taken from the lanes in order, skipping a lane whose position was already taken.
+    """
     m = 8 * size - 1
     if scheme == Scheme.OSIRIS:
         return [dig[0] % m + 1, dig[1] % m + 1]
-    h1, h2 = dig
-    out = []
-    for i in range(param):
+    h1, h2 = dig[0], dig[1] | 1
+    want = min(param, m)
+    out: list[int] = []
+    seen: set[int] = set()
+    for i in range(_MAX_LANES_PER_POSITION * want + _MAX_LANES_EXTRA):
+        if len(out) == want:
+            break
         z = (h1 + i * h2) & _M64
         z = ((z ^ (z >> 30)) * _SPLITMIX_1) & _M64
         z = ((z ^ (z >> 27)) * _SPLITMIX_2) & _M64
-        z ^= z >> 31
-        out.append(1 + (((z >> 32) * m) >> 32))
+        p = 1 + ((((z ^ (z >> 31)) >> 32) * m) >> 32)
+        if p not in seen:
+            seen.add(p)
+            out.append(p)
     return out
 
 
@@ -153,11 +175,18 @@ def digest_mask(dig: tuple[int, int], size: int, scheme: Scheme, param: int) -> 
     if scheme == Scheme.OSIRIS:
         return (1 << (top - 1 - dig[0] % top)) | (1 << (top - 1 - dig[1] % top))
     # Same arithmetic as ``positions``, inlined: this is the write path's inner loop.
-    h1, h2 = dig
+    h1, h2 = dig[0], dig[1] | 1
+    want = min(param, top)
     mask = 0
-    for i in range(param):
+    taken = 0
+    for i in range(_MAX_LANES_PER_POSITION * want + _MAX_LANES_EXTRA):
+        if taken == want:
+            break
         z = (h1 + i * h2) & _M64
         z = ((z ^ (z >> 30)) * _SPLITMIX_1) & _M64
         z = ((z ^ (z >> 27)) * _SPLITMIX_2) & _M64
-        mask |= 1 << (top - 1 - ((((z ^ (z >> 31)) >> 32) * top) >> 32))
+        bit = 1 << (top - 1 - ((((z ^ (z >> 31)) >> 32) * top) >> 32))
+        if not mask & bit:
+            mask |= bit
+            taken += 1
     return mask
