@@ -104,6 +104,9 @@ class Publisher:
                 self.reject(delivery, "amqp:resource-deleted", "the stream was deleted")
             return
         try:
+            if not data:
+                raise MessageFormatError("empty transfer")
+            message_bytes.split_sections(data)  # the framing of every section is sound
             body = message_bytes.strip_delivery_annotations(data)
         except (MessageFormatError, ValueError, IndexError) as exc:
             if delivery is not None:

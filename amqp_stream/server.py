@@ -596,6 +596,7 @@ class Broker:
         self._forget_link(link)
         if not link.state & LOCAL_CLOSED:
             link.close()
+        link.free()  # the name may be attached again at once
 
     @guarded
     def on_link_remote_detach(self, event: Any) -> None:
@@ -603,6 +604,7 @@ class Broker:
         self._forget_link(link)
         if not link.state & LOCAL_CLOSED:
             link.detach()
+        link.free()
 
     @guarded
     def on_session_remote_close(self, event: Any) -> None:

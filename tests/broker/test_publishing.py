@@ -1,0 +1,143 @@
+"""Publishing over a real connection: outcomes, stored bytes, rejections, pre-settled."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from proton import Message, symbol
+from proton.utils import LinkDetached
+
+from tests.broker.amqp import Client, annotations, offset, Delivery
+
+from storage import OffsetSpec, Stream
+
+
+def _stored(broker, name: str) -> list[bytes]:
+    """The records of a stream as stored on disk (read from its files alone)."""
+    from storage import open_reader
+    root = broker.data_dir / "streams"
+    for d in root.iterdir():
+        meta = (d / "stream.json")
+        if meta.is_file() and f'"name": "{name}"' in meta.read_text():
+            out = []
+            with open_reader(str(d / "log"), OffsetSpec.first()) as reader:
+                while (chunk := reader.read_chunk()) is not None:
+                    out.extend(bytes(b) for _, b in chunk.records)
+            return out
+    raise AssertionError(f"no directory for {name}")
+
+
+def test_publish_is_accepted_and_stored_verbatim_without_delivery_annotations(broker, stream_name):
+    with Client(broker.url) as c:
+        c.declare(stream_name)
+        m = Message(body="hello", annotations={"x-stream-filter-value": "red"},
+                    instructions={"x-opt-da": 1}, properties={"k": 1}, durable=True)
+        assert c.publish(stream_name, [m]) == [Delivery.ACCEPTED]
+        assert c.info(stream_name)["message_count"] == 1
+    stored = _stored(broker, stream_name)
+    assert len(stored) == 1
+    expected = Message(body="hello", annotations={"x-stream-filter-value": "red"},
+                       properties={"k": 1}, durable=True).encode()
+    assert stored[0] == expected
+
+
+def test_non_string_filter_value_is_rejected_and_others_go_on(broker, stream_name):
+    with Client(broker.url) as c:
+        c.declare(stream_name)
+        sender = c.sender(stream_name)
+        bad = Message(body="x", annotations={"x-stream-filter-value": 42}).encode()
+        assert c.send_bytes(sender, bad) == Delivery.REJECTED
+        cond = c.last_delivery.remote.condition
+        assert cond is not None and cond.name == "amqp:invalid-field"
+        assert c.send_bytes(sender, Message(body="ok").encode()) == Delivery.ACCEPTED
+        assert c.info(stream_name)["message_count"] == 1
+
+
+def test_garbage_transfer_bytes_are_rejected(broker, stream_name):
+    with Client(broker.url) as c:
+        c.declare(stream_name)
+        sender = c.sender(stream_name)
+        assert c.send_bytes(sender, b"\x00\x53\x77\xa1\xff garbage") == Delivery.REJECTED
+        assert c.last_delivery.remote.condition.name == "amqp:decode-error"
+        assert c.send_bytes(sender, Message(body="fine").encode()) == Delivery.ACCEPTED
+
+
+def test_oversize_message_is_rejected(tmp_path):
+    from amqp_stream.testing import BrokerProcess
+    b = BrokerProcess(tmp_path / "data", extra_args=["--max-message-size", "1000"]).start()
+    try:
+        with Client(b.url) as c:
+            c.declare("s")
+            sender = c.sender("s")
+            big = Message(body=b"x" * 5000).encode()  # several frames? at least > limit
+            assert c.send_bytes(sender, big) == Delivery.REJECTED
+            assert c.last_delivery.remote.condition.name == "amqp:link:message-size-exceeded"
+            assert c.send_bytes(sender, Message(body=b"y" * 100).encode()) == Delivery.ACCEPTED
+            assert c.info("s")["message_count"] == 1
+    finally:
+        b.close()
+
+
+def test_large_multi_frame_message_round_trips(broker, stream_name):
+    body = os.urandom(300_000)
+    with Client(broker.url) as c:
+        c.declare(stream_name)
+        assert c.publish(stream_name, [Message(body=body)]) == [Delivery.ACCEPTED]
+        r = c.receiver(stream_name, [(symbol("o"), offset("first"))], credit=1)
+        msg = r.receive(timeout=15)
+        assert msg.body == body
+        assert annotations(msg)["x-stream-offset"] == 0
+
+
+def test_presettled_publishing(broker, stream_name):
+    with Client(broker.url) as c:
+        c.declare(stream_name)
+        sender = c.sender(stream_name, options=[_AtMostOnce()])
+        for i in range(50):
+            sender.send(Message(body=f"m{i}"))
+        r = c.receiver(stream_name, [(symbol("o"), offset("first"))], credit=100)
+        got = [r.receive(timeout=15).body for _ in range(50)]
+        assert got == [f"m{i}" for i in range(50)]
+
+
+def _AtMostOnce():
+    from proton.reactor import AtMostOnce
+    return AtMostOnce()
+
+
+def test_publisher_to_unknown_stream_is_refused_with_not_found(broker):
+    with Client(broker.url) as c:
+        with pytest.raises(LinkDetached) as info:
+            c.sender("no-such-stream-here")
+        assert "amqp:not-found" in str(info.value)
+        # the connection still works
+        c.declare("after-refusal-" + str(os.getpid()))
+
+
+def test_publisher_credit_is_granted_and_topped_up(broker, stream_name):
+    with Client(broker.url) as c:
+        c.declare(stream_name)
+        sender = c.sender(stream_name)
+        c.conn.wait(lambda: sender.link.credit > 0)
+        assert sender.link.credit == 170
+        for i in range(400):  # more than the initial credit: needs top-ups
+            sender.send(Message(body=i))
+        assert c.info(stream_name)["message_count"] == 400
+
+
+def test_delete_detaches_publisher_and_removes_files(broker, stream_name):
+    with Client(broker.url) as c, Client(broker.url) as other:
+        c.declare(stream_name)
+        sender = other.sender(stream_name)
+        sender.send(Message(body="x"))
+        stream_dirs = {d.name for d in (broker.data_dir / "streams").iterdir()}
+        assert c.delete(stream_name) == 1
+        with pytest.raises(LinkDetached) as info:
+            other.conn.wait(lambda: False, timeout=10)
+        assert "amqp:resource-deleted" in str(info.value)
+        after = {d.name for d in (broker.data_dir / "streams").iterdir()}
+        assert len(stream_dirs - after) == 1
+        # the name can be declared again, empty
+        c.declare(stream_name)
+        assert c.info(stream_name)["message_count"] == 0
