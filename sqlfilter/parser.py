@@ -1,7 +1,7 @@
 """SQL filter text → expression tree: limits, tokens, Lark LALR parse, ``TreeToFilter``.
 
 Strategy: the grammar lives in ``grammar/sql_filter.lark`` and is loaded once (``_lark()``, a
-cached factory). Lark's basic lexer is the tokenizer; a post-lexer (``_TokenChecks``) enforces
+cached factory) with ``TreeToFilter`` applied inline by the LALR parser. Lark's basic lexer is the tokenizer; a post-lexer (``_TokenChecks``) enforces
 what RabbitMQ's lexer enforces per token: the token limit and that reserved words, in any case,
 are not identifiers. Every Lark error is turned into a ``FilterError`` carrying the 1-based
 character position, so callers only ever see ``FilterError`` for bad input.
@@ -59,12 +59,15 @@ class _TokenChecks:
 
 @functools.lru_cache(maxsize=None)
 def _lark() -> Lark:
-    """The grammar, loaded once (LALR, basic lexer = leex-like longest match via priorities)."""
+    """The grammar, loaded once (LALR, basic lexer = leex-like longest match via priorities).
+
+    ``TreeToFilter`` runs inline (as each rule is reduced), so no parse tree is built and
+    ``parse`` returns the expression tree directly. ``propagate_positions`` is off: it doubled
+    the parse time (bench/sql_filter.py), and nodes take their position from their first token.
+    """
     return Lark.open(str(GRAMMAR_DIR / "sql_filter.lark"), parser="lalr", lexer="basic",
-                     postlex=_TokenChecks(), propagate_positions=True, maybe_placeholders=False)
-
-
-_TRANSFORMER = TreeToFilter()
+                     postlex=_TokenChecks(), transformer=TreeToFilter(),
+                     propagate_positions=False, maybe_placeholders=False)
 
 
 def _describe(err: UnexpectedInput) -> str:
@@ -107,8 +110,7 @@ def parse(text: str | bytes, *, max_length: int = DEFAULT_MAX_LENGTH,
         raise FilterError(f"expression longer than {max_length} characters", max_length + 1)
     reset = _max_tokens.set(max_tokens)
     try:
-        tree = _lark().parse(text)
-        return _TRANSFORMER.transform(tree)
+        return _lark().parse(text)
     except FilterError:
         raise
     except VisitError as err:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lark import Token, Transformer, v_args
+from lark import Token, Transformer
 
 from sqlfilter import ast
 from sqlfilter.errors import FilterError
@@ -42,6 +42,19 @@ def _pos(token_or_meta: Any) -> int:
     """1-based character offset of a token or of a tree node's first token (0 if unknown)."""
     start = getattr(token_or_meta, "start_pos", None)
     return start + 1 if start is not None else 0
+
+
+def _first(children: list) -> int:
+    """Position of a node: that of its first child holding one (keywords are not kept)."""
+    for child in children:
+        if isinstance(child, Token):
+            return child.start_pos + 1
+        pos = getattr(child, "pos", 0)
+        if pos:
+            return pos
+        if isinstance(child, tuple) and child:
+            return _first(list(child))
+    return 0
 
 
 def _is_control(ch: str) -> bool:
@@ -76,123 +89,122 @@ def resolve_section(prefix: str, name: str, pos: int) -> ast.Field:
     return ast.Field(section, name, pos)
 
 
-@v_args(meta=True)
 class TreeToFilter(Transformer):
     """Builds the frozen expression tree; one method per aliased alternative."""
 
     # ---- logic and comparison ----
-    def or_(self, meta, c):
-        return ast.Or(c[0], c[1], _pos(meta))
+    def or_(self, c):
+        return ast.Or(c[0], c[1], _first(c))
 
-    def and_(self, meta, c):
-        return ast.And(c[0], c[1], _pos(meta))
+    def and_(self, c):
+        return ast.And(c[0], c[1], _first(c))
 
-    def not_(self, meta, c):
-        return ast.Not(c[0], _pos(meta))
+    def not_(self, c):
+        return ast.Not(c[0], _first(c))
 
-    def compare(self, meta, c):
+    def compare(self, c):
         op = str(c[1])
-        return ast.Compare("<>" if op == "!=" else op, c[0], c[2], _pos(meta))
+        return ast.Compare("<>" if op == "!=" else op, c[0], c[2], _first(c))
 
-    def like(self, meta, c):
+    def like(self, c):
         return ast.Like(c[0], _unquote(c[1]), None, _pos(c[1]))
 
-    def like_escape(self, meta, c):
+    def like_escape(self, c):
         return ast.Like(c[0], _unquote(c[1]), _unquote(c[2]), _pos(c[1]))
 
-    def not_like(self, meta, c):
-        return ast.Not(self.like(meta, c), _pos(meta))
+    def not_like(self, c):
+        return ast.Not(self.like(c), _first(c))
 
-    def not_like_escape(self, meta, c):
-        return ast.Not(self.like_escape(meta, c), _pos(meta))
+    def not_like_escape(self, c):
+        return ast.Not(self.like_escape(c), _first(c))
 
-    def sum_list(self, meta, c):
+    def sum_list(self, c):
         return tuple(c)
 
-    def in_(self, meta, c):
-        return ast.In(c[0], c[1], _pos(meta))
+    def in_(self, c):
+        return ast.In(c[0], c[1], _first(c))
 
-    def not_in(self, meta, c):
-        return ast.Not(ast.In(c[0], c[1], _pos(meta)), _pos(meta))
+    def not_in(self, c):
+        return ast.Not(ast.In(c[0], c[1], _first(c)), _first(c))
 
-    def between(self, meta, c):
-        return ast.Between(c[0], c[1], c[2], _pos(meta))
+    def between(self, c):
+        return ast.Between(c[0], c[1], c[2], _first(c))
 
-    def not_between(self, meta, c):
-        return ast.Not(ast.Between(c[0], c[1], c[2], _pos(meta)), _pos(meta))
+    def not_between(self, c):
+        return ast.Not(ast.Between(c[0], c[1], c[2], _first(c)), _first(c))
 
-    def is_null(self, meta, c):
-        return ast.IsNull(c[0], _pos(meta))
+    def is_null(self, c):
+        return ast.IsNull(c[0], _first(c))
 
-    def is_not_null(self, meta, c):
-        return ast.Not(ast.IsNull(c[0], _pos(meta)), _pos(meta))
+    def is_not_null(self, c):
+        return ast.Not(ast.IsNull(c[0], _first(c)), _first(c))
 
     # ---- arithmetic ----
-    def add(self, meta, c):
-        return ast.Arith("+", c[0], c[1], _pos(meta))
+    def add(self, c):
+        return ast.Arith("+", c[0], c[1], _first(c))
 
-    def sub(self, meta, c):
-        return ast.Arith("-", c[0], c[1], _pos(meta))
+    def sub(self, c):
+        return ast.Arith("-", c[0], c[1], _first(c))
 
-    def mul(self, meta, c):
-        return ast.Arith("*", c[0], c[1], _pos(meta))
+    def mul(self, c):
+        return ast.Arith("*", c[0], c[1], _first(c))
 
-    def div(self, meta, c):
-        return ast.Arith("/", c[0], c[1], _pos(meta))
+    def div(self, c):
+        return ast.Arith("/", c[0], c[1], _first(c))
 
-    def mod(self, meta, c):
-        return ast.Arith("%", c[0], c[1], _pos(meta))
+    def mod(self, c):
+        return ast.Arith("%", c[0], c[1], _first(c))
 
-    def pos(self, meta, c):
-        return ast.Pos(c[0], _pos(meta))
+    def pos(self, c):
+        return ast.Pos(c[0], _first(c))
 
-    def neg(self, meta, c):
-        return ast.Neg(c[0], _pos(meta))
+    def neg(self, c):
+        return ast.Neg(c[0], _first(c))
 
     # ---- literals ----
-    def int_lit(self, meta, c):
-        return ast.Literal(int(c[0]), _pos(meta))
+    def int_lit(self, c):
+        return ast.Literal(int(c[0]), _first(c))
 
-    def float_lit(self, meta, c):
+    def float_lit(self, c):
         value = float(c[0])
         if math.isinf(value):
-            raise FilterError("approximate numeric literal out of range", _pos(meta))
-        return ast.Literal(value, _pos(meta))
+            raise FilterError("approximate numeric literal out of range", _first(c))
+        return ast.Literal(value, _first(c))
 
-    def string_lit(self, meta, c):
-        return ast.Literal(_unquote(c[0]), _pos(meta))
+    def string_lit(self, c):
+        return ast.Literal(_unquote(c[0]), _first(c))
 
-    def binary_lit(self, meta, c):
-        return ast.Literal(bytes.fromhex(str(c[0])[2:]), _pos(meta))
+    def binary_lit(self, c):
+        return ast.Literal(bytes.fromhex(str(c[0])[2:]), _first(c))
 
-    def true_lit(self, meta, c):
-        return ast.Literal(True, _pos(meta))
+    def true_lit(self, c):
+        return ast.Literal(True, _first(c))
 
-    def false_lit(self, meta, c):
-        return ast.Literal(False, _pos(meta))
+    def false_lit(self, c):
+        return ast.Literal(False, _first(c))
 
-    def inf_lit(self, meta, c):
-        return ast.Literal(math.inf, _pos(meta))
+    def inf_lit(self, c):
+        return ast.Literal(math.inf, _first(c))
 
-    def nan_lit(self, meta, c):
-        return ast.Literal(math.nan, _pos(meta))
+    def nan_lit(self, c):
+        return ast.Literal(math.nan, _first(c))
 
     # ---- references ----
-    def plain_ref(self, meta, c):
-        return ast.Field("application_properties", str(c[0]), _pos(meta))
+    def plain_ref(self, c):
+        return ast.Field("application_properties", str(c[0]), _first(c))
 
-    def delimited_ref(self, meta, c):
-        return ast.Field("application_properties", _unbracket(str(c[0]), _pos(c[0])), _pos(meta))
+    def delimited_ref(self, c):
+        return ast.Field("application_properties", _unbracket(str(c[0]), _pos(c[0])), _first(c))
 
-    def section_ref(self, meta, c):
+    def section_ref(self, c):
         prefix, name = str(c[0]).split(".", 1)
-        return resolve_section(prefix, name, _pos(meta))
+        return resolve_section(prefix, name, _first(c))
 
-    def section_delimited_ref(self, meta, c):
+    def section_delimited_ref(self, c):
         prefix, rest = str(c[0]).split(".", 1)
-        return resolve_section(prefix, _unbracket(rest, _pos(c[0])), _pos(meta))
+        return resolve_section(prefix, _unbracket(rest, _pos(c[0])), _first(c))
 
-    def element_ref(self, meta, c):
+    def element_ref(self, c):
         selector = str(c[1])[1:-1].strip()
         pos = _pos(c[1])
         if selector.isdigit() and selector.isascii():
@@ -205,31 +217,31 @@ class TreeToFilter(Transformer):
             key = inner.replace(quote + quote, quote)
         else:
             raise FilterError("an element selector is [index] or ['key']", pos)
-        return ast.Element(c[0], key, _pos(meta))
+        return ast.Element(c[0], key, _first(c))
 
     # ---- functions ----
-    def utc(self, meta, c):
-        return ast.Utc(_pos(meta))
+    def utc(self, c):
+        return ast.Utc(_first(c))
 
-    def lower(self, meta, c):
-        return ast.Call("LOWER", tuple(c), _pos(meta))
+    def lower(self, c):
+        return ast.Call("LOWER", tuple(c), _first(c))
 
-    def upper(self, meta, c):
-        return ast.Call("UPPER", tuple(c), _pos(meta))
+    def upper(self, c):
+        return ast.Call("UPPER", tuple(c), _first(c))
 
-    def left(self, meta, c):
-        return ast.Call("LEFT", tuple(c), _pos(meta))
+    def left(self, c):
+        return ast.Call("LEFT", tuple(c), _first(c))
 
-    def right(self, meta, c):
-        return ast.Call("RIGHT", tuple(c), _pos(meta))
+    def right(self, c):
+        return ast.Call("RIGHT", tuple(c), _first(c))
 
-    def substring(self, meta, c):
-        return ast.Call("SUBSTRING", tuple(c), _pos(meta))
+    def substring(self, c):
+        return ast.Call("SUBSTRING", tuple(c), _first(c))
 
     substring_len = substring
 
-    def date(self, meta, c):
-        return ast.Call("DATE", tuple(c), _pos(meta))
+    def date(self, c):
+        return ast.Call("DATE", tuple(c), _first(c))
 
-    def exists(self, meta, c):
-        return ast.Exists(c[0], _pos(meta))
+    def exists(self, c):
+        return ast.Exists(c[0], _first(c))
