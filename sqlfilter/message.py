@@ -82,6 +82,7 @@ PROPERTY_FIELDS = (
 MESSAGE_ANNOTATIONS_PREFIX = b"\x00\x53\x72"
 STREAM_OFFSET_KEY = b"\xa3\x0fx-stream-offset"  # sym8 "x-stream-offset"
 FILTER_VALUE_NAME = "x-stream-filter-value"
+FILTER_VALUE_KEY = b"\xa3\x15x-stream-filter-value"  # sym8 "x-stream-filter-value"
 _FILTER_VALUE_BYTES = FILTER_VALUE_NAME.encode("ascii")
 _STREAM_OFFSET_BYTES = b"x-stream-offset"
 _LONG = b"\x81"  # x-stream-offset is always written as a full 8-byte long
@@ -155,19 +156,34 @@ def split_sections(data: Any) -> list[tuple[int, int, int, int]]:
 def _first_sections(buf: Any, stop_after: int) -> tuple[int, tuple | None]:
     """Scan the leading sections whose code <= stop_after.
 
-    Returns (position of the first section with a larger code, span of the one with code
-    stop_after or None).
+    Returns (position of the first section with a larger code, (section start, value start,
+    end) of the one with code stop_after or None).
     """
     pos = 0
     n = len(buf)
     found = None
+    width = codec._WIDTH
     while pos < n:
-        if buf[pos] != 0x00:
+        if buf[pos] == 0x00 and buf[pos + 1] == 0x53:  # smallulong descriptor, read inline
+            code = buf[pos + 2]
+            vstart = pos + 3
+        elif buf[pos] == 0x00:
+            code, vstart = _descriptor(buf, pos + 1)
+        else:
             raise _Bad("expected a described section", pos)
-        code, vstart = _descriptor(buf, pos + 1)
         if code > stop_after:
             break
-        end = _skip(buf, vstart)
+        w = width[buf[vstart]]
+        if w is None:
+            end = _skip(buf, vstart)
+        elif w == -4:
+            end = vstart + 5 + codec._u32(buf, vstart + 1)[0]
+        elif w == -1:
+            end = vstart + 2 + buf[vstart + 1]
+        else:
+            end = vstart + 1 + w
+        if end > n:
+            raise _Bad("section runs past the end of the message", pos)
         if code == stop_after:
             found = (pos, vstart, end)
         pos = end
@@ -200,13 +216,29 @@ def _map_header(buf: Any, vstart: int) -> tuple[int, int, int]:
     raise _Bad("message annotations are not a map", vstart)
 
 
-def _find_key(buf: Any, first: int, end: int, count: int, name: str) -> tuple[int, int, int] | None:
-    """(key start, value start, value end) of the entry whose key is symbol/string ``name``."""
+def _find_key(buf: bytes, first: int, end: int, count: int, key: bytes
+              ) -> tuple[int, int, int] | None:
+    """(key start, value start, value end) of the entry whose key is the symbol ``key``.
+
+    ``key`` is the sym8 encoding of the name; a sym32 key is decoded and compared.
+    """
     pos = first
+    name = None
     for _ in range(count // 2):
-        key, vpos = _decode(buf, pos)
+        c = buf[pos]
+        if c == 0xA3:
+            vpos = pos + 2 + buf[pos + 1]
+            hit = buf.startswith(key, pos) and vpos == pos + len(key)
+        elif c == 0xB3:
+            found, vpos = _decode(buf, pos)
+            hit = found == (name or key[2:].decode("ascii"))
+        else:
+            vpos = _skip(buf, pos)
+            hit = False
         vend = _skip(buf, vpos)
-        if key == name and isinstance(key, str):
+        if vend > end:
+            raise _Bad("annotation runs past its map", pos)
+        if hit:
             return pos, vpos, vend
         pos = vend
     if pos != end:
@@ -229,7 +261,7 @@ def filter_value(data: Any) -> str | None:
         if data.find(_FILTER_VALUE_BYTES, vstart, end) < 0:
             return None
         first, mend, count = _map_header(data, vstart)
-        entry = _find_key(data, first, mend, count, FILTER_VALUE_NAME)
+        entry = _find_key(data, first, mend, count, FILTER_VALUE_KEY)
         if entry is None:
             return None
         value, _ = _decode(data, entry[1])
@@ -265,7 +297,7 @@ def with_stream_offset(data: Any, offset: int) -> bytes:
             raise _Bad("message annotations map size does not match the section", vstart)
         old = None
         if data.find(_STREAM_OFFSET_BYTES, first, mend) >= 0:
-            old = _find_key(data, first, mend, count, "x-stream-offset")
+            old = _find_key(data, first, mend, count, STREAM_OFFSET_KEY)
     except codec._FAILURES as exc:
         raise _format_error(exc, 0) from None
     if old is None:
@@ -320,33 +352,72 @@ def _scan(buf: bytes, pos: int, spans: dict[int, tuple[int, int]], want: int) ->
     return pos
 
 
-def _section(name: str, code: int) -> property:
-    slot = "_" + name
-
-    def get(self: "MessageView") -> dict:
-        value = getattr(self, slot)
-        if value is None:
-            value = self._load(code)
-            setattr(self, slot, value)
-        return value
-
-    def set_(self: "MessageView", value: dict) -> None:
-        setattr(self, slot, value)
-
-    return property(get, set_, doc=f"The {name} section as a dict (empty if absent).")
-
-
 class MessageView:
     """The filterable sections of one message; from bytes, each is decoded on first access."""
 
     __slots__ = ("_header", "_properties", "_application_properties", "_message_annotations",
                  "_footer", "_data", "_spans", "_scanned")
 
-    header = _section("header", HEADER)
-    properties = _section("properties", PROPERTIES)
-    application_properties = _section("application_properties", APPLICATION_PROPERTIES)
-    message_annotations = _section("message_annotations", MESSAGE_ANNOTATIONS)
-    footer = _section("footer", FOOTER)
+    @property
+    def header(self) -> dict:
+        """The header section as a dict (empty if absent), decoded on first access."""
+        value = self._header
+        if value is None:
+            value = self._header = self._load(HEADER)
+        return value
+
+    @header.setter
+    def header(self, value: dict) -> None:
+        self._header = value
+
+    @property
+    def properties(self) -> dict:
+        """The properties section as a dict (empty if absent), decoded on first access."""
+        value = self._properties
+        if value is None:
+            value = self._properties = self._load(PROPERTIES)
+        return value
+
+    @properties.setter
+    def properties(self, value: dict) -> None:
+        self._properties = value
+
+    @property
+    def application_properties(self) -> dict:
+        """The application_properties section as a dict (empty if absent), decoded on first access."""
+        value = self._application_properties
+        if value is None:
+            value = self._application_properties = self._load(APPLICATION_PROPERTIES)
+        return value
+
+    @application_properties.setter
+    def application_properties(self, value: dict) -> None:
+        self._application_properties = value
+
+    @property
+    def message_annotations(self) -> dict:
+        """The message_annotations section as a dict (empty if absent), decoded on first access."""
+        value = self._message_annotations
+        if value is None:
+            value = self._message_annotations = self._load(MESSAGE_ANNOTATIONS)
+        return value
+
+    @message_annotations.setter
+    def message_annotations(self, value: dict) -> None:
+        self._message_annotations = value
+
+    @property
+    def footer(self) -> dict:
+        """The footer section as a dict (empty if absent), decoded on first access."""
+        value = self._footer
+        if value is None:
+            value = self._footer = self._load(FOOTER)
+        return value
+
+    @footer.setter
+    def footer(self, value: dict) -> None:
+        self._footer = value
+
 
     def __init__(self) -> None:
         self._data = None
@@ -409,6 +480,11 @@ class MessageView:
 
 def _decode_section(data: bytes, code: int, vstart: int, end: int) -> dict:
     try:
+        if data[vstart] == 0xD1 and code != HEADER and code != PROPERTIES:  # the usual map32
+            size, count = SIZE_COUNT32.unpack_from(data, vstart + 1)
+            if vstart + 5 + size != end:
+                raise _Bad("map size does not match the section", vstart)
+            return codec._entries(data, vstart + 9, end, count)
         value, pos = _decode(data, vstart)
     except codec._FAILURES as exc:
         raise _format_error(exc, vstart) from None

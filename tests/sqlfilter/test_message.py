@@ -290,3 +290,29 @@ def test_new_annotations_section_goes_after_header_and_delivery_annotations():
 def test_null_annotations_section_becomes_a_map():
     out = with_stream_offset(b"\x00\x53\x72\x40\x00\x53\x77\x40", 3)
     assert decoded(out).annotations == {"x-stream-offset": 3}
+
+
+def sym32(name: str) -> bytes:
+    return b"\xb3" + len(name).to_bytes(4, "big") + name.encode()
+
+
+def annotations_section(*entries: bytes, count: int) -> bytes:
+    body = b"".join(entries)
+    return b"\x00\x53\x72\xc1" + bytes((len(body) + 1, count)) + body
+
+
+def test_annotation_keys_in_long_symbol_form_are_found():
+    ma = annotations_section(sym32("x-stream-filter-value"), b"\xa1\x02eu",
+                             sym32("x-stream-offset"), b"\x55\x01", count=4)
+    b = ma + b"\x00\x53\x77\x40"
+    assert filter_value(b) == "eu"
+    out = with_stream_offset(b, 9)
+    assert decoded(out).annotations == {"x-stream-filter-value": "eu", "x-stream-offset": 9}
+
+
+def test_annotation_keys_of_other_types_are_skipped():
+    ma = annotations_section(b"\x53\x07", b"\xa1\x15x-stream-filter-value",  # ulong key 7
+                             b"\xa3\x15x-stream-filter-valuf", b"\xa1\x01x", count=4)
+    b = ma + b"\x00\x53\x77\x40"
+    assert filter_value(b) is None
+    assert decoded(with_stream_offset(b, 2)).annotations[proton.symbol("x-stream-offset")] == 2

@@ -1,0 +1,125 @@
+"""Cost of the broker's message byte work (``sqlfilter.message``) against proton.Message.
+
+Why: the broker must not build ``proton.Message`` objects on its hot paths. This measures, on the
+same encoded messages and in the same run, ``proton.Message.decode`` (the baseline) and what the
+broker does instead: ``MessageView.from_bytes`` + reading one section, ``filter_value``,
+``strip_delivery_annotations``, ``with_stream_offset`` (extending the annotations map, and
+inserting a new section), a compiled application-properties filter on bytes; and for the byte
+edits, the proton way too (decode, change, encode).
+
+The message is a typical filtered-stream message: header (durable), message annotations with
+``x-stream-filter-value``, properties (message-id, subject, creation-time), 5 application
+properties (string, long, double, boolean, string), a 100-byte data body.
+
+Each figure is the best of ``--repeat`` timings of ``--number`` calls (µs per call); ratios are
+baseline time / time (higher is faster than proton.Message.decode).
+
+Run: ``.venv/bin/python -m bench.message_codec`` (``--quick`` for a smaller run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import timeit
+
+import proton
+
+from sqlfilter import compile_property_filter
+from sqlfilter.message import (
+    MessageView, filter_value, strip_delivery_annotations, with_stream_offset,
+)
+
+sym = proton.symbol
+
+
+def typical_message(delivery_annotations: bool = False, annotations: bool = True) -> bytes:
+    m = proton.Message()
+    m.durable = True
+    m.id = "msg-000123"
+    m.subject = "orders"
+    m.creation_time = 1_700_000_000.123
+    m.properties = {"region": "eu-west", "n": 12345, "price": 9.5, "ok": True, "tag": "abc"}
+    if annotations:
+        m.annotations = {sym("x-stream-filter-value"): "eu-west"}
+    if delivery_annotations:
+        m.instructions = {sym("x-opt-delivery"): "x"}
+    m.inferred = True
+    m.body = bytes(range(100))
+    return bytes(m.encode())
+
+
+def best(fn, number: int, repeat: int) -> float:
+    """Best µs per call."""
+    return min(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e6
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--number", type=int, default=20000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    number = 2000 if args.quick else args.number
+    repeat = 3 if args.quick else args.repeat
+
+    data = typical_message()
+    with_da = typical_message(delivery_annotations=True)
+    no_ma = typical_message(annotations=False)
+    stored = with_stream_offset(data, 1)  # what a reader finds after a first delivery edit
+    app_filter = compile_property_filter(application_properties={"region": "eu-west", "ok": True})
+    prop_filter = compile_property_filter(properties={sym("subject"): "&p:ord"})
+
+    def proton_decode():
+        proton.Message().decode(data)
+
+    def proton_app_props():
+        m = proton.Message()
+        m.decode(data)
+        return m.properties
+
+    def proton_strip():
+        m = proton.Message()
+        m.decode(with_da)
+        m.instructions = None
+        return m.encode()
+
+    def proton_offset():
+        m = proton.Message()
+        m.decode(data)
+        m.annotations[sym("x-stream-offset")] = 12345
+        return m.encode()
+
+    cases = [
+        ("proton.Message.decode (baseline)", proton_decode),
+        ("proton decode + application properties", proton_app_props),
+        ("from_bytes + application_properties", lambda: MessageView.from_bytes(data).application_properties),
+        ("from_bytes + properties", lambda: MessageView.from_bytes(data).properties),
+        ("from_bytes + header", lambda: MessageView.from_bytes(data).header),
+        ("from_bytes + message_annotations", lambda: MessageView.from_bytes(data).message_annotations),
+        ("app-properties filter .matches(bytes)", lambda: app_filter.matches(data)),
+        ("properties filter .matches(bytes)", lambda: prop_filter.matches(data)),
+        ("filter_value", lambda: filter_value(data)),
+        ("filter_value (no annotations)", lambda: filter_value(no_ma)),
+        ("strip_delivery_annotations (present)", lambda: strip_delivery_annotations(with_da)),
+        ("strip_delivery_annotations (none)", lambda: strip_delivery_annotations(data)),
+        ("proton: decode, drop DA, encode", proton_strip),
+        ("with_stream_offset (extend map)", lambda: with_stream_offset(data, 12345)),
+        ("with_stream_offset (replace)", lambda: with_stream_offset(stored, 12345)),
+        ("with_stream_offset (new section)", lambda: with_stream_offset(no_ma, 12345)),
+        ("proton: decode, add offset, encode", proton_offset),
+    ]
+    print(f"message: {len(data)} bytes; load average {os.getloadavg()[0]:.2f}; "
+          f"best of {repeat} x {number} calls")
+    baseline = None
+    print(f"{'operation':44} {'µs/op':>8} {'ops/s':>10} {'vs decode':>10}")
+    for name, fn in cases:
+        us = best(fn, number, repeat)
+        if baseline is None:
+            baseline = us
+        print(f"{name:44} {us:8.2f} {1e6 / us:10,.0f} {baseline / us:9.1f}x")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
