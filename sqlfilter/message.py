@@ -223,7 +223,6 @@ def _find_key(buf: bytes, first: int, end: int, count: int, key: bytes
     ``key`` is the sym8 encoding of the name; a sym32 key is decoded and compared.
     """
     pos = first
-    name = None
     for _ in range(count // 2):
         c = buf[pos]
         if c == 0xA3:
@@ -231,7 +230,7 @@ def _find_key(buf: bytes, first: int, end: int, count: int, key: bytes
             hit = buf.startswith(key, pos) and vpos == pos + len(key)
         elif c == 0xB3:
             found, vpos = _decode(buf, pos)
-            hit = found == (name or key[2:].decode("ascii"))
+            hit = found == key[2:].decode("ascii")
         else:
             vpos = _skip(buf, pos)
             hit = False
