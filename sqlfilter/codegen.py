@@ -6,8 +6,9 @@ Each sub-expression becomes a statement assigning a temporary ``tN``:
 - a field is a raw ``dict.get`` on a section read once at the top of the function (only the
   sections the expression names are read, so a lazy view decodes nothing else);
 - operators with a literal operand get a fast path for the common value type (``str`` for a
-  string literal, ``int``/``float`` for a number) and fall back to ``sqlfilter.runtime`` (after
-  ``norm``) for anything else, so the fast path can never change a result;
+  string literal, a finite ``int``/``float`` for a number, tested as ``x - x == 0``) and fall
+  back to ``sqlfilter.runtime`` (after ``norm``) for anything else, so the fast path can never
+  change a result;
 - AND/OR are ``if`` blocks that skip the right side when the left side decides (three-valued:
   FALSE AND x is FALSE, TRUE OR x is TRUE, otherwise both sides are looked at).
 Literals of type str/int/bytes/bool and finite floats are written with ``repr`` (exact);
@@ -182,7 +183,8 @@ class _Emitter:
                                                                 or _is_number(value)):
                 x = self.raw(other)
                 k = self.const(value)
-                guard = f"type({x}) is str" if type(value) is str else f"type({x}) in _NUM"
+                guard = (f"type({x}) is str" if type(value) is str
+                         else f"type({x}) in _NUM and {x} - {x} == 0")
                 return self.assign(f"({x} {_PY_OP[op]} {k}) if {guard} "
                                    f"else {_RT_OP[op]}(_norm({x}), {k})")
             x = self.value(other)
@@ -241,7 +243,7 @@ class _Emitter:
             if all(_is_number(v) and v == v for v in values):
                 x = self.raw(node.subject)
                 kset = self.const(frozenset(values))
-                return self.assign(f"({x} in {kset}) if type({x}) in _NUM "
+                return self.assign(f"({x} in {kset}) if type({x}) in _NUM and {x} - {x} == 0 "
                                    f"else _in(_norm({x}), {self.const(tuple(values))})")
         x = self.value(node.subject)
         if literal:
@@ -256,7 +258,7 @@ class _Emitter:
                 and _is_number(high.value)):
             x = self.raw(node.subject)
             lo, hi = self.const(low.value), self.const(high.value)
-            return self.assign(f"({lo} <= {x} <= {hi}) if type({x}) in _NUM "
+            return self.assign(f"({lo} <= {x} <= {hi}) if type({x}) in _NUM and {x} - {x} == 0 "
                                f"else _between(_norm({x}), {lo}, {hi})")
         x = self.value(node.subject)
         return self.assign(f"_between({x}, {self.value(low)}, {self.value(high)})")

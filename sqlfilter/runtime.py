@@ -18,7 +18,8 @@ binary ``bytes``                     a binary                   ``bytes`` (equal
 uuid ``uuid.UUID``                   its 16 bytes (binary)      ``bytes``
 char ``proton.char``                 its code point (integer)   ``int``
 timestamp, every integer width       an integer                 ``int``
-float, double                        a float                    ``float``
+float, double                        a float; NaN and ±inf are  ``float``; ``None`` for NaN
+                                     kept "as is": dropped      and ±inf
 boolean                              true / false               ``bool``
 decimal32/64/128, list, map, array,  not a simple value: the    ``None`` (null)
 described                            key is dropped
@@ -48,7 +49,10 @@ _DROPPED = (Decimal, proton.decimal32, proton.decimal64, proton.decimal128, list
 
 def norm(value: Any) -> Any:
     """The value as RabbitMQ's evaluator sees it (table above); ``None`` for null/dropped."""
-    if type(value) in _SIMPLE:
+    t = type(value)
+    if t is float:
+        return value if value - value == 0 else None  # NaN and ±inf are dropped
+    if t in _SIMPLE:
         return value
     if value is None or isinstance(value, _DROPPED):
         return None
@@ -61,7 +65,7 @@ def norm(value: Any) -> Any:
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
-        return float(value)
+        return float(value) if value - value == 0 else None
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
     if isinstance(value, uuid.UUID):
