@@ -435,8 +435,11 @@ class Publisher:
         self.failed: list[Outcome] = []
         with client.lock:
             try:
+                # Own handler: a detach of this link is noted here and raised by this
+                # publisher, not by whatever else the connection is waiting for.
+                self._watch = _Collector(client)
                 self._sender = client.conn.create_sender(
-                    self.address, name=client._name("publisher"),
+                    self.address, name=client._name("publisher"), handler=self._watch,
                     options=_LinkOpts(snd_settle=Link.SND_SETTLED if presettled else Link.SND_UNSETTLED))
             except LinkDetached as exc:
                 cls = StreamNotFound if exc.condition == "amqp:not-found" else PublishError
