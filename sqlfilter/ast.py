@@ -136,8 +136,11 @@ class Between:
 
 @dataclass(frozen=True)
 class IsNull:
-    """``ref IS NULL``; IS NOT NULL is ``Not(IsNull(...))`` (never unknown, so that is exact)."""
-    ref: "Field | Element"
+    """``x IS NULL``; IS NOT NULL is ``Not(IsNull(...))`` (never unknown, so that is exact).
+
+    RabbitMQ's documented form is ``identifier IS NULL``; any operand is accepted here and is
+    null when it evaluates to unknown (RabbitMQ: ``eval0(Expr) =:= undefined``)."""
+    ref: "Node"
     pos: int = field(default=0, compare=False)
 
 

@@ -29,8 +29,13 @@ def _lit(node: ast.Node) -> bool:
 
 def fold(node: ast.Node) -> ast.Node:
     """The tree with every constant sub-expression replaced by its value."""
-    if isinstance(node, (ast.Literal, ast.Field, ast.Element, ast.Utc, ast.IsNull, ast.Exists)):
+    if isinstance(node, (ast.Literal, ast.Field, ast.Element, ast.Utc, ast.Exists)):
         return node
+    if isinstance(node, ast.IsNull):
+        ref = fold(node.ref)
+        if _lit(ref):
+            return ast.Literal(runtime.norm(ref.value) is None, node.pos)
+        return replace(node, ref=ref)
     if isinstance(node, (ast.Neg, ast.Pos)):
         operand = fold(node.operand)
         if _lit(operand):

@@ -282,7 +282,7 @@ T - -(-5) = 5
 T - 2 - -2 = 4
 # arithmetic on non-numbers is unknown, also booleans and strings (no concatenation)
 U - 'a' + 'b' = 'ab'
-E - ('a' + 'b') IS NULL
+T - ('a' + 'b') IS NULL
 U - TRUE + 1 = 2
 U rmq active + premium = 1
 U rmq country + weight = 'UK5'
@@ -557,8 +557,11 @@ U rmq missing = missing
 U rmq absent = absent
 U rmq missing AND TRUE
 U rmq missing OR FALSE
-E - 1 IS NULL
-E - (a) IS NULL
+F - 1 IS NULL
+T - (a) IS NULL
+T rmq (weight + 1) IS NOT NULL
+T rmq weight / 0 IS NULL
+T - LOWER(1) IS NULL
 E - x = NULL
 E - x IS NULL NULL
 E - NULL

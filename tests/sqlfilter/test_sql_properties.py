@@ -74,7 +74,8 @@ def _expressions() -> st.SearchStrategy[str]:
             st.tuples(inner, st.booleans(), st.lists(inner, min_size=1, max_size=3)).map(
                 lambda t: f"({t[0]} {'NOT ' if t[1] else ''}IN ({', '.join(t[2])}))"),
             st.tuples(inner, inner, inner).map(lambda t: f"({t[0]} BETWEEN {t[1]} AND {t[2]})"),
-            st.tuples(st.sampled_from(_KEYS + ["p.subject", "a[1]"]), st.booleans()).map(
+            st.tuples(st.sampled_from(_KEYS + ["p.subject", "a[1]", "(a + 1)", "2"]),
+                      st.booleans()).map(
                 lambda t: f"({t[0]} IS {'NOT ' if t[1] else ''}NULL)"),
             st.sampled_from(_KEYS + ["p.subject", "n['k']"]).map(lambda r: f"EXISTS({r})"),
             st.tuples(st.sampled_from(["LOWER", "UPPER", "DATE"]), inner).map(
@@ -148,7 +149,9 @@ def reference(node, view):
     if isinstance(node, ast.Between):
         return runtime.between(r(node.subject), r(node.low), r(node.high))
     if isinstance(node, ast.IsNull):
-        return runtime.norm(_raw(node.ref, view)) is None
+        if isinstance(node.ref, (ast.Field, ast.Element)):
+            return runtime.norm(_raw(node.ref, view)) is None
+        return runtime.norm(r(node.ref)) is None
     if isinstance(node, ast.Exists):
         return _exists(node.ref, view)
     if isinstance(node, ast.Call):
