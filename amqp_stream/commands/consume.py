@@ -1,0 +1,224 @@
+"""`amqp-stream consume STREAM`: consume with filters and print each message as it arrives.
+
+Why: to see what a filtered consumer gets, and whether the broker honoured the filters. The
+broker's attach reply says which filters it put in place; this command prints that set on
+stderr and warns about each filter the broker left out (`--strict` makes that an error), since
+a left-out filter means more messages than asked for. Stage-1 values (`--filter`) select whole
+chunks, so the command also drops, client-side, messages whose filter value was not asked for
+(RabbitMQ's advice for stream filtering; `--raw` shows what the broker sent instead).
+
+stdout carries only messages: the body as text, or one JSON object per line with `--json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import decimal
+import json
+import sys
+import uuid
+from typing import Any
+
+from amqp_stream.client import ClientError, StreamMessage, StreamNotFound
+from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
+from amqp_stream.commands.publish import parse_assignments
+
+_TIMESTAMP_FROM = 10**12  # a bare integer this large is a timestamp in ms (as `amqp-stream read`)
+_PROPERTY_PREFIXES = ("p.", "properties.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("stream", help="stream name")
+    parser.add_argument("--from", dest="start", default="first", metavar="SPEC",
+                        help="first | last | next | N (offset) | TIMESTAMP_MS (>= 1e12, or @MS) | "
+                             "ISO-8601 time | an interval such as 10m, 2h, 7D (default: first)")
+    parser.add_argument("--filter", action="append", default=[], metavar="V",
+                        help="stage-1 filter value (repeatable, values are ORed)")
+    parser.add_argument("--match-unfiltered", action="store_true",
+                        help="with --filter, also messages published without a filter value")
+    parser.add_argument("--sql", metavar="EXPR", help="stage-2 SQL filter expression")
+    parser.add_argument("--property", action="append", default=[], metavar="K=V",
+                        help="stage-2 property filter entry (repeatable, ANDed): application "
+                             "property K, or AMQP property NAME with K = p.NAME (e.g. p.subject=x); "
+                             "V as JSON when it parses, &p:/&s: prefix/suffix modifiers")
+    parser.add_argument("--count", type=int, metavar="N", help="stop after N messages")
+    parser.add_argument("--no-follow", action="store_true",
+                        help="stop at the current end of the stream instead of waiting")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON object per message: offset, filter_value, properties, "
+                             "application_properties, annotations, body")
+    parser.add_argument("--strict", action="store_true",
+                        help="fail (exit 1) when the broker leaves out a filter that was asked for")
+    parser.add_argument("--raw", action="store_true",
+                        help="print every message the broker sends (no client-side check of --filter)")
+    parser.add_argument("--credit", type=int, default=256, metavar="N",
+                        help="link credit kept open (default: %(default)s)")
+    add_connection_arguments(parser)
+
+
+def parse_start(text: str) -> Any:
+    """The --from value as the client's offset (int, datetime or first/last/next/interval)."""
+    t = text.strip()
+    if t.startswith("@") and t[1:].isdigit():
+        return dt.datetime.fromtimestamp(int(t[1:]) / 1000, dt.timezone.utc)
+    if t.isdigit():
+        n = int(t)
+        return dt.datetime.fromtimestamp(n / 1000, dt.timezone.utc) if n >= _TIMESTAMP_FROM else n
+    if t in ("first", "last", "next") or (t[:-1].isdigit() and t[-1:] in "YMDhms" and t[:-1]):
+        return t
+    try:
+        return dt.datetime.fromisoformat(t)
+    except ValueError:
+        raise ValueError(f"--from: not an offset spec: {text!r} (first, last, next, N, @MS, "
+                         "ISO time or an interval like 10m)") from None
+
+
+def split_properties(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """--property entries -> (AMQP properties filter, application properties filter)."""
+    amqp, app = {}, {}
+    for key, value in parse_assignments(items, "--property").items():
+        for prefix in _PROPERTY_PREFIXES:
+            if key.startswith(prefix):
+                amqp[key[len(prefix):].replace("_", "-")] = value
+                break
+        else:
+            app[key] = value
+    return amqp, app
+
+
+def jsonable(value: Any) -> Any:
+    """A decoded AMQP value as JSON: binary as UTF-8 text when it is, else `base64:...`."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return "base64:" + base64.b64encode(data).decode()
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, (uuid.UUID, decimal.Decimal)):
+        return str(value)
+    if isinstance(value, str):
+        return str(value)
+    return repr(value)
+
+
+def render(m: StreamMessage, as_json: bool) -> str:
+    if as_json:
+        return json.dumps({
+            "offset": m.offset, "filter_value": m.filter_value,
+            "properties": jsonable(m.properties),
+            "application_properties": jsonable(m.application_properties),
+            "annotations": jsonable({k: v for k, v in m.annotations.items()
+                                     if k not in ("x-stream-offset", "x-stream-filter-value")}),
+            "body": jsonable(m.body),
+        }, ensure_ascii=False, sort_keys=False)
+    body = m.body
+    if isinstance(body, str):
+        return body
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body).decode("utf-8", "replace")
+    return json.dumps(jsonable(body), ensure_ascii=False)
+
+
+def describe(value: Any) -> str:
+    v = getattr(value, "value", value)
+    return json.dumps(jsonable(v), ensure_ascii=False)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        start = parse_start(args.start)
+        amqp_props, app_props = split_properties(args.property)
+        if args.sql is not None and (amqp_props or app_props):
+            raise ValueError("--sql and --property are alternatives: a link has one kind of stage-2 filter")
+        if args.count is not None and args.count < 1:
+            raise ValueError("--count must be >= 1")
+        if args.credit < 1:
+            raise ValueError("--credit must be >= 1")
+    except ValueError as exc:
+        print(f"amqp-stream consume: error: {exc}", file=sys.stderr)
+        return 2
+    wanted = set(args.filter)
+    check_values = bool(wanted) and not args.raw
+    err = _Err()
+    printed = 0
+    try:
+        with open_client(args) as client:
+            with client.consumer(args.stream, offset=start, filter_values=args.filter or None,
+                                 match_unfiltered=args.match_unfiltered, sql=args.sql,
+                                 properties=amqp_props or None, application_properties=app_props or None,
+                                 credit=args.credit) as consumer:
+                accepted = consumer.accepted_filters or {}
+                shown = ", ".join(f"{k}={describe(v)}" for k, v in accepted.items()) or "none"
+                err.info(f"filters in place: {shown}")
+                missing = consumer.missing_filters
+                for key in missing:
+                    err.warn(f"the broker left out filter {key} ({describe(consumer.requested_filters[key])}): "
+                             "it is not applied")
+                if missing and args.strict:
+                    return fail("consume", f"filter(s) not in place: {', '.join(missing)}")
+                for m in _messages(consumer, args.no_follow):
+                    if check_values and not (m.filter_value in wanted or
+                                             (args.match_unfiltered and m.filter_value is None)):
+                        continue
+                    print(render(m, args.json), flush=True)
+                    printed += 1
+                    if args.count is not None and printed >= args.count:
+                        break
+    except StreamNotFound:
+        return fail("consume", f"stream {args.stream!r} not found")
+    except ClientError as exc:
+        return fail("consume", exc)
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+def _messages(consumer, no_follow: bool):
+    if no_follow:
+        yield from consumer.read_available()
+        return
+    while True:
+        m = consumer.receive(timeout=1.0)
+        if m is not None:
+            yield m
+
+
+class _Err:
+    """Status lines on stderr: yellow warnings on a terminal, plain `amqp-stream consume: ...` otherwise."""
+
+    def __init__(self):
+        self.console = None
+        if is_terminal(sys.stderr):
+            from rich.console import Console
+
+            self.console = Console(stderr=True, highlight=False)
+
+    def info(self, text: str) -> None:
+        if self.console:
+            self.console.print(f"[dim]{_escape(text)}[/dim]")
+        else:
+            print(f"amqp-stream consume: {text}", file=sys.stderr)
+
+    def warn(self, text: str) -> None:
+        if self.console:
+            self.console.print(f"[yellow]warning:[/yellow] {_escape(text)}")
+        else:
+            print(f"amqp-stream consume: warning: {text}", file=sys.stderr)
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)

@@ -1,0 +1,297 @@
+"""`amqp-stream perf`: a load tool for publishers and filtered consumers, in the spirit of
+RabbitMQ Stream PerfTest.
+
+Why: to see what filtering saves. Producers publish messages of `--size` bytes, each with a
+filter value drawn round-robin from `--filter-values K` values (`v0` .. `vK-1`, also set as the
+application property `value`); consumers attach at `next` with the filters given and count what
+they receive. Latency is publish-to-delivery, measured with a send time (ns, application property
+`ts`) that producers and consumers on this machine read from the same clock.
+
+Each producer and consumer runs in its own thread with its own connection (the client is
+blocking and not shared). On a terminal a live table shows the rates every second; otherwise one
+plain line per second. The summary at the end is `key: value` lines, easy to parse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from amqp_stream.client import ClientError, PublishError, build_message
+from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
+
+_GRACE_S = 30.0  # after the producers stop, at most this long for consumers to catch up
+_IDLE_S = 1.0    # a consumer that got nothing for this long after publishing ended is done
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stream", default=None,
+                        help="stream to use; declared if missing (default: a new perf-<id> stream, deleted at the end)")
+    parser.add_argument("--producers", type=int, default=1, metavar="N", help="publishing connections (default: 1)")
+    parser.add_argument("--consumers", type=int, default=1, metavar="N", help="consuming connections (default: 1)")
+    parser.add_argument("--rate", type=float, default=0, metavar="R",
+                        help="total messages per second over all producers; 0 = as fast as possible (default)")
+    parser.add_argument("--size", type=int, default=100, metavar="B", help="body size in bytes (default: 100)")
+    parser.add_argument("--filter-values", type=int, default=0, metavar="K",
+                        help="give messages one of K filter values v0..vK-1 in turn; 0 = no filter value")
+    parser.add_argument("--consumer-filter", action="append", default=[], metavar="V",
+                        help="stage-1 filter value of every consumer (repeatable, e.g. v0)")
+    parser.add_argument("--consumer-sql", metavar="EXPR",
+                        help="stage-2 SQL filter of every consumer (e.g. \"value = 'v0'\")")
+    parser.add_argument("--match-unfiltered", action="store_true",
+                        help="consumers with --consumer-filter also get messages without a filter value")
+    parser.add_argument("--duration", type=float, default=10.0, metavar="S",
+                        help="seconds to publish for (default: 10)")
+    parser.add_argument("--window", type=int, default=256, metavar="N",
+                        help="unconfirmed messages per producer (default: 256)")
+    add_connection_arguments(parser)
+
+
+@dataclass
+class Counters:
+    """One producer's or consumer's figures; written by its thread, read by the reporter."""
+    messages: int = 0
+    bytes: int = 0
+    errors: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    error: str | None = None
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    """Nearest-rank percentile of an ascending list (0 for an empty one)."""
+    if not sorted_values:
+        return 0.0
+    rank = max(1, min(len(sorted_values), int(round(p / 100 * len(sorted_values) + 0.5))))
+    return sorted_values[rank - 1]
+
+
+def _producer(args, index: int, stop: threading.Event, counters: Counters, started: threading.Barrier) -> None:
+    body = os.urandom(args.size // 2 + 1).hex()[: args.size].encode()
+    per_second = args.rate / args.producers if args.rate > 0 else 0.0
+    values = [f"v{i}" for i in range(args.filter_values)]
+    try:
+        with open_client(args) as client, client.publisher(args.stream, window=args.window) as pub:
+            started.wait()
+            t0 = time.monotonic()
+            n = 0
+            while not stop.is_set():
+                if per_second:
+                    due = t0 + n / per_second
+                    delay = due - time.monotonic()
+                    if delay > 0:
+                        stop.wait(min(delay, 0.1))
+                        continue
+                value = values[(n * args.producers + index) % len(values)] if values else None
+                props = {"ts": time.time_ns(), "producer": index}
+                if value is not None:
+                    props["value"] = value
+                pub.send(build_message(body, application_properties=props, filter_value=value))
+                n += 1
+                if per_second or n % 16 == 0:
+                    _flush_io(client)
+                counters.messages = n  # sent so far; the accepted count replaces it at the end
+            pub.flush(check=False)
+            counters.messages = pub.accepted
+            counters.errors = len(pub.failed)
+            counters.bytes = pub.accepted * args.size
+    except (ClientError, PublishError) as exc:
+        counters.error = str(exc)
+        _abort(started)
+
+
+def _consumer(args, stop: threading.Event, counters: Counters, started: threading.Barrier,
+              ready: threading.Event) -> None:
+    try:
+        with open_client(args) as client, client.consumer(
+                args.stream, offset="next", filter_values=args.consumer_filter or None,
+                match_unfiltered=args.match_unfiltered, sql=args.consumer_sql, credit=1000) as consumer:
+            if consumer.missing_filters:
+                counters.error = f"broker left out filter(s) {', '.join(consumer.missing_filters)}"
+            started.wait()
+            idle_since = None
+            while True:
+                m = consumer.receive(timeout=0.2)
+                now = time.time_ns()
+                if m is None:
+                    if ready.is_set():
+                        idle_since = idle_since or time.monotonic()
+                        if time.monotonic() - idle_since > _IDLE_S:
+                            return
+                    continue
+                idle_since = None
+                body = m.body
+                counters.bytes += len(body) if isinstance(body, (bytes, str)) else 0
+                counters.messages += 1
+                ts = m.application_properties.get("ts")
+                if isinstance(ts, int):
+                    counters.latencies_ms.append((now - ts) / 1e6)
+    except ClientError as exc:
+        counters.error = str(exc)
+        _abort(started)
+
+
+def _flush_io(client) -> None:
+    """One pass of the client's event loop, so a sent message goes out now: the blocking client
+    only does I/O while one of its calls waits (a rate-limited producer would otherwise hold a
+    whole window back until it fills)."""
+    with client.lock:
+        container = client.conn.container
+        saved, container.timeout = container.timeout, 0
+        try:
+            # proton's Python reactor does socket I/O on the REACTOR_QUIESCED event that the
+            # first pass only queues; the second pass runs it (with a zero select timeout)
+            container.process()
+            container.process()
+        finally:
+            container.timeout = saved
+
+
+def _abort(barrier: threading.Barrier) -> None:
+    try:
+        barrier.abort()
+    except threading.BrokenBarrierError:
+        pass
+
+
+def run(args: argparse.Namespace) -> int:
+    problems = [msg for bad, msg in [
+        (args.producers < 0 or args.consumers < 0, "--producers and --consumers must be >= 0"),
+        (args.producers + args.consumers < 1, "nothing to do: no producers and no consumers"),
+        (args.size < 1 or args.window < 1, "--size and --window must be >= 1"),
+        (args.rate < 0 or args.filter_values < 0, "--rate and --filter-values must be >= 0"),
+        (args.duration <= 0, "--duration must be > 0"),
+    ] if bad]
+    if problems:
+        print(f"amqp-stream perf: error: {problems[0]}", file=sys.stderr)
+        return 2
+    temporary = args.stream is None
+    args.stream = args.stream or f"perf-{uuid.uuid4().hex[:8]}"
+    try:
+        with open_client(args) as admin:
+            admin.declare(args.stream)
+    except ClientError as exc:
+        return fail("perf", exc)
+
+    stop, done_publishing = threading.Event(), threading.Event()
+    producers = [Counters() for _ in range(args.producers)]
+    consumers = [Counters() for _ in range(args.consumers)]
+    started = threading.Barrier(args.producers + args.consumers + 1)
+    threads = [threading.Thread(target=_consumer, args=(args, stop, c, started, done_publishing), daemon=True)
+               for c in consumers]
+    threads += [threading.Thread(target=_producer, args=(args, i, stop, p, started), daemon=True)
+                for i, p in enumerate(producers)]
+    for t in threads:
+        t.start()
+    try:
+        started.wait(timeout=args.timeout)
+    except threading.BrokenBarrierError:
+        stop.set()
+        errors = [c.error for c in producers + consumers if c.error]
+        _cleanup(args, temporary)
+        return fail("perf", errors[0] if errors else "clients did not start in time")
+    live = _Live(producers, consumers, terminal=is_terminal(sys.stderr))
+    t0 = time.monotonic()
+    try:
+        while time.monotonic() - t0 < args.duration:
+            time.sleep(min(1.0, max(0.0, args.duration - (time.monotonic() - t0))))
+            live.update(time.monotonic() - t0)
+    finally:
+        stop.set()
+        publish_elapsed = time.monotonic() - t0
+        for t in threads[args.consumers:]:
+            t.join()
+        done_publishing.set()
+        deadline = time.monotonic() + _GRACE_S
+        for t in threads[: args.consumers]:
+            t.join(max(0.0, deadline - time.monotonic()))
+        live.stop()
+    elapsed = time.monotonic() - t0
+    _summary(args, producers, consumers, publish_elapsed, elapsed)
+    _cleanup(args, temporary)
+    errors = [c.error for c in producers + consumers if c.error]
+    for e in errors:
+        print(f"amqp-stream perf: error: {e}", file=sys.stderr)
+    return 1 if errors or any(p.errors for p in producers) else 0
+
+
+def _cleanup(args, temporary: bool) -> None:
+    if not temporary:
+        return
+    try:
+        with open_client(args) as admin:
+            admin.delete(args.stream)
+    except ClientError:
+        pass
+
+
+def _summary(args, producers: list[Counters], consumers: list[Counters], publish_s: float, total_s: float) -> None:
+    published = sum(p.messages for p in producers)
+    consumed = sum(c.messages for c in consumers)
+    latencies = sorted(x for c in consumers for x in c.latencies_ms)
+    lines = [
+        ("stream", args.stream),
+        ("duration_s", f"{publish_s:.2f}"),
+        ("producers", args.producers), ("consumers", args.consumers),
+        ("published", published),
+        ("publish_rate_msg_s", f"{published / publish_s:.1f}"),
+        ("rejected", sum(p.errors for p in producers)),
+        ("consumed", consumed),
+        ("consume_rate_msg_s", f"{consumed / total_s:.1f}"),
+        ("latency_ms_p50", f"{percentile(latencies, 50):.2f}"),
+        ("latency_ms_p95", f"{percentile(latencies, 95):.2f}"),
+        ("latency_ms_p99", f"{percentile(latencies, 99):.2f}"),
+        ("latency_ms_max", f"{latencies[-1] if latencies else 0:.2f}"),
+    ]
+    for i, c in enumerate(consumers):
+        lines.append((f"consumer_{i}", f"messages={c.messages} bytes={c.bytes}"))
+    for key, value in lines:
+        print(f"{key}: {value}")
+    sys.stdout.flush()
+
+
+class _Live:
+    """Live rates: a rich table on a terminal, else one `progress:` line per second on stderr."""
+
+    def __init__(self, producers: list[Counters], consumers: list[Counters], terminal: bool):
+        self.producers, self.consumers = producers, consumers
+        self.last = (0.0, 0, 0)
+        self.live = None
+        if terminal:
+            from rich.console import Console
+            from rich.live import Live
+
+            self.live = Live(self._table(0, 0, 0), console=Console(stderr=True), transient=True,
+                             auto_refresh=False)
+            self.live.start()
+
+    def _table(self, elapsed: float, pub_rate: float, con_rate: float):
+        from rich.table import Table
+
+        t = Table(title="amqp-stream perf")
+        for col in ("elapsed s", "published", "msg/s out", "consumed", "msg/s in"):
+            t.add_column(col, justify="right")
+        t.add_row(f"{elapsed:.0f}", str(sum(p.messages for p in self.producers)), f"{pub_rate:.0f}",
+                  str(sum(c.messages for c in self.consumers)), f"{con_rate:.0f}")
+        return t
+
+    def update(self, elapsed: float) -> None:
+        published = sum(p.messages for p in self.producers)
+        consumed = sum(c.messages for c in self.consumers)
+        t_prev, p_prev, c_prev = self.last
+        dt = max(elapsed - t_prev, 1e-9)
+        pub_rate, con_rate = (published - p_prev) / dt, (consumed - c_prev) / dt
+        self.last = (elapsed, published, consumed)
+        if self.live is not None:
+            self.live.update(self._table(elapsed, pub_rate, con_rate), refresh=True)
+        else:
+            print(f"progress: t={elapsed:.0f}s published={published} consumed={consumed} "
+                  f"publish_rate={pub_rate:.0f} consume_rate={con_rate:.0f}", file=sys.stderr, flush=True)
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.stop()
