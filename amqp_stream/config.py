@@ -150,7 +150,8 @@ def check(config: BrokerConfig) -> None:
 
 def read_file(path: Path) -> dict[str, Any]:
     """Settings from a TOML file (or JSON when the name ends in .json); keys as field names
-    (``data_dir`` or ``data-dir``), optionally under a ``[broker]`` table."""
+    (``data_dir`` or ``data-dir``), optionally under a ``[broker]`` table; other tables are
+    ignored."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -166,7 +167,8 @@ def read_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: expected a table of settings")
     if isinstance(data.get("broker"), dict):
         data = data["broker"]
-    return {str(k).replace("-", "_"): v for k, v in data.items()}
+    # other tables ([spark], [client] ...) belong to other tools
+    return {str(k).replace("-", "_"): v for k, v in data.items() if not isinstance(v, dict)}
 
 
 def load(cli: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None,
