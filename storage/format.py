@@ -296,7 +296,9 @@ def _decompress(compression: int, body: bytes | memoryview, size: int) -> bytes:
     if compression == COMPRESSION_ZSTD:
         import zstandard
         return zstandard.ZstdDecompressor().decompress(body, max_output_size=size)
-    raise StorageError(f"sub-batch compression {compression} is not supported")
+    if compression in (COMPRESSION_SNAPPY, COMPRESSION_USER):
+        raise StorageError(f"sub-batch compression {compression} is not supported")
+    raise CorruptionError("?", 0, f"undefined sub-batch compression {compression}")
 
 
 def _simple_run(data: bytes, start: int, end: int, out: list, path: str, position: int) -> None:
@@ -314,11 +316,33 @@ def _simple_run(data: bytes, start: int, end: int, out: list, path: str, positio
         raise CorruptionError(path, position, "entry runs past the end of its section")
 
 
-def decode_records(data: bytes, chunk_id: int, *, path: str = "?",
-                   position: int = 0) -> list[tuple[int, bytes]]:
+def _uniform(data: bytes, entries: int) -> list | None:
+    """Bodies of a data section made of ``entries`` simple entries of one length, else None.
+
+    The common case of same-sized records costs four strided byte comparisons (the 4-byte
+    headers, checked column by column) and one slice per record, instead of a header decode per
+    record."""
+    if entries < 2 or len(data) < 4:
+        return None
+    (length,) = _unpack_len(data, 0)
+    stride = length + 4
+    if length & 0x80000000 or len(data) != entries * stride:
+        return None
+    for k in range(4):
+        if data[k::stride] != data[k:k + 1] * entries:
+            return None
+    return [data[i:i + length] for i in range(4, 4 + entries * stride, stride)]
+
+
+def decode_records(data: bytes, chunk_id: int, *, path: str = "?", position: int = 0,
+                   entries: int = 0) -> list[tuple[int, bytes]]:
     """``[(offset, body), ...]`` for a user chunk's data section; sub-batches are expanded
-    (decompressed) and their records numbered in order. Raises CorruptionError when entries do
-    not fit the section."""
+    (decompressed) and their records numbered in order. ``entries`` (from the header) enables
+    the fast path for same-sized simple entries. Raises CorruptionError when entries do not fit
+    the section."""
+    uniform = _uniform(data, entries) if entries else None
+    if uniform is not None:
+        return list(zip(range(chunk_id, chunk_id + entries), uniform))
     end = len(data)
     bodies: list = []
     ap = bodies.append
@@ -337,6 +361,8 @@ def decode_records(data: bytes, chunk_id: int, *, path: str = "?",
                 raise CorruptionError(path, position, "sub-batch runs past the data section")
             try:
                 raw = _decompress((flags >> 4) & 0x7, data[pos:pos + length], raw_len)
+            except CorruptionError as exc:
+                raise CorruptionError(path, position, exc.reason) from None
             except StorageError:
                 raise
             except Exception as exc:  # each library has its own error types

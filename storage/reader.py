@@ -229,7 +229,8 @@ class Reader:
             raise CorruptionError(seg.spath, pos, "chunk runs past the end of the segment")
         if zlib.crc32(data) != h.crc:
             raise CorruptionError(seg.spath, pos, "CRC mismatch in the data section")
-        records = decode_records(data, h.chunk_id, path=seg.spath, position=pos)
+        records = decode_records(data, h.chunk_id, path=seg.spath, position=pos,
+                                  entries=h.entries)
         if len(records) != h.records:
             raise CorruptionError(seg.spath, pos, f"header says {h.records} records, "
                                                   f"data holds {len(records)}")

@@ -176,3 +176,26 @@ def test_decoding_garbage_raises_corruption_or_returns(garbage, chunk_id):
         fmt.decode_header(garbage)
     except CorruptionError:
         pass
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 40), st.integers(1, 30), st.integers(0, 29), st.integers(0, 3),
+       st.integers(0, 255))
+def test_same_length_fast_path_agrees_with_the_general_decoder(length, n, which, byte, value):
+    """Same-sized entries take a fast path; one differing header byte must fall back."""
+    bodies = [bytes([i % 256]) * length for i in range(n)]
+    data = bytearray(fmt.encode_entries(bodies))
+    want = list(zip(range(7, 7 + n), bodies))
+    assert fmt.decode_records(bytes(data), 7, entries=n) == want
+    k = which % n
+    data[k * (length + 4) + byte] = value
+    from storage.errors import StorageError
+    try:
+        slow = fmt.decode_records(bytes(data), 7)
+    except StorageError:
+        slow = "error"
+    try:
+        fast = fmt.decode_records(bytes(data), 7, entries=n)
+    except StorageError:
+        fast = "error"
+    assert fast == slow
