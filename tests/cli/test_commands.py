@@ -1,0 +1,206 @@
+"""The client commands run as real subprocesses against the session broker.
+
+Each test drives `python -m amqp_stream <command>` exactly as a user would, and checks the exact
+stdout, the stderr reports and the exit code (0 ok, 1 runtime failure, 2 usage).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from amqp_stream.testing import free_port
+
+pytestmark = pytest.mark.timeout(180)
+
+EVENTS = [
+    {"id": 1, "region": "eu", "n": 10, "name": "alpha"},
+    {"id": 2, "region": "us", "n": 20, "name": "beta"},
+    {"id": 3, "region": "eu", "n": 30, "tags": ["x", "y"]},
+    {"id": 4, "n": 40},
+    {"id": 5, "region": "apac", "n": 50, "ok": True},
+]
+LINES = [json.dumps(e) for e in EVENTS]
+
+
+def cli(*args: str, url: str | None = None, stdin: str | None = None, timeout: float = 120
+        ) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("AMQP_STREAM_URL", None)
+    command = [sys.executable, "-m", "amqp_stream", *args]
+    if url is not None:
+        command += ["--url", url]
+    return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture
+def declared(broker, stream_name) -> str:
+    r = cli("declare", stream_name, url=broker.url)
+    assert r.returncode == 0, r.stderr
+    yield stream_name
+    cli("delete", stream_name, url=broker.url)
+
+
+@pytest.fixture
+def events(broker, declared, tmp_path) -> str:
+    """The stream with EVENTS published from a JSON-lines file, filter value from `region`."""
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(LINES) + "\n")
+    r = cli("publish", declared, "--file", str(path), "--filter-value-from", "region", url=broker.url)
+    assert (r.returncode, r.stdout) == (0, f"published 5 messages to {declared}\n"), r.stderr
+    return declared
+
+
+def consume(broker, stream, *args) -> subprocess.CompletedProcess:
+    return cli("consume", stream, "--no-follow", *args, url=broker.url)
+
+
+def test_declare_info_delete(broker, stream_name):
+    r = cli("declare", stream_name, "--max-age", "7D", "--filter-size-bytes", "32", url=broker.url)
+    assert (r.returncode, r.stdout) == (0, f"created {stream_name}\n"), r.stderr
+    r = cli("declare", stream_name, "--max-age", "7D", "--filter-size-bytes", "32", url=broker.url)
+    assert (r.returncode, r.stdout) == (0, f"exists {stream_name}\n")
+    r = cli("declare", stream_name, "--max-age", "8D", url=broker.url)
+    assert r.returncode == 1 and "exists with other arguments" in r.stderr
+    r = cli("info", stream_name, url=broker.url)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["name"] == stream_name and info["type"] == "stream"
+    assert info["arguments"]["x-max-age"] == "7D"
+    assert info["arguments"]["x-stream-filter-size-bytes"] == 32
+    r = cli("delete", stream_name, url=broker.url)
+    assert (r.returncode, r.stdout) == (0, f"deleted {stream_name} (0 messages)\n")
+    r = cli("info", stream_name, url=broker.url)
+    assert r.returncode == 1 and f"stream '{stream_name}' not found" in r.stderr
+
+
+def test_declare_invalid_argument_is_runtime_failure(broker, stream_name):
+    r = cli("declare", stream_name, "--filter-size-bytes", "300", url=broker.url)
+    assert r.returncode == 1
+    assert "refused" in r.stderr and "x-stream-filter-size-bytes" in r.stderr
+
+
+def test_usage_errors_exit_2(broker, stream_name):
+    assert cli("declare", url=broker.url).returncode == 2
+    assert cli("declare", stream_name, "--max-length-bytes", "lots", url=broker.url).returncode == 2
+    r = cli("info", stream_name, "--max-age", "1D", url=broker.url)
+    assert r.returncode == 2 and "only apply to declare" in r.stderr
+    assert cli("consume", stream_name, "--from", "bogus", url=broker.url).returncode == 2
+    assert cli("consume", stream_name, "--sql", "a = 1", "--property", "a=1", url=broker.url).returncode == 2
+    assert cli("publish", stream_name, "--property", "novalue", url=broker.url).returncode == 2
+
+
+def test_consume_everything_plain(broker, events):
+    r = consume(broker, events)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == LINES
+    assert 'filters in place: rabbitmq:stream-offset-spec="first"' in r.stderr
+
+
+def test_consume_stage1_filter(broker, events):
+    r = consume(broker, events, "--filter", "eu")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [LINES[0], LINES[2]]
+    assert 'rabbitmq:stream-filter="eu"' in r.stderr
+    r = consume(broker, events, "--filter", "eu", "--filter", "apac", "--match-unfiltered")
+    assert r.stdout.splitlines() == [LINES[0], LINES[2], LINES[3], LINES[4]]
+
+
+def test_consume_sql(broker, events):
+    r = consume(broker, events, "--sql", "n >= 20 AND n < 50 AND region IS NOT NULL")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [LINES[1], LINES[2]]
+    assert 'sql-filter="n >= 20 AND n < 50 AND region IS NOT NULL"' in r.stderr
+    r = consume(broker, events, "--sql", "ok")
+    assert r.stdout.splitlines() == [LINES[4]]
+
+
+def test_consume_property_filter(broker, events):
+    r = consume(broker, events, "--property", "region=&p:e", "--property", "n=30")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [LINES[2]]
+
+
+def test_consume_count_and_offset(broker, events):
+    r = cli("consume", events, "--from", "1", "--count", "2", url=broker.url)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == LINES[1:3]
+
+
+def test_consume_json(broker, events):
+    r = consume(broker, events, "--json", "--filter", "eu")
+    assert r.returncode == 0, r.stderr
+    records = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [rec["offset"] for rec in records] == [0, 2]
+    assert records[0] == {
+        "offset": 0, "filter_value": "eu", "properties": {}, "annotations": {},
+        "application_properties": {"id": 1, "region": "eu", "n": 10, "name": "alpha"},
+        "body": LINES[0],
+    }
+    assert records[1]["application_properties"]["tags"] == '["x","y"]'
+
+
+def test_left_out_filter_warning_and_strict(broker, events):
+    r = consume(broker, events, "--sql", "n >= ")
+    assert r.returncode == 0
+    assert "warning: the broker left out filter sql-filter" in r.stderr
+    assert r.stdout.splitlines() == LINES  # not filtered: the broker did not put it in place
+    r = consume(broker, events, "--sql", "n >= ", "--strict")
+    assert r.returncode == 1 and r.stdout == ""
+    assert "not in place: sql-filter" in r.stderr
+
+
+def test_publish_stdin_text_and_filter_value(broker, declared):
+    r = cli("publish", declared, "--filter-value", "k", "--property", "src=stdin", "--property", "n=7",
+            url=broker.url, stdin="one\n\ntwo\n")
+    assert (r.returncode, r.stdout) == (0, f"published 2 messages to {declared}\n"), r.stderr
+    r = consume(broker, declared, "--json")
+    records = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [(x["body"], x["filter_value"], x["application_properties"]) for x in records] == [
+        ("one", "k", {"src": "stdin", "n": 7}), ("two", "k", {"src": "stdin", "n": 7})]
+
+
+def test_publish_json_format_rejects_bad_line(broker, declared):
+    r = cli("publish", declared, "--format", "json", url=broker.url, stdin='{"a": 1}\nnot json\n')
+    assert r.returncode == 1 and "line 2" in r.stderr
+
+
+def test_publish_to_missing_stream(broker, stream_name):
+    r = cli("publish", stream_name, url=broker.url, stdin="x\n")
+    assert r.returncode == 1 and "not found" in r.stderr
+
+
+def test_consume_missing_stream(broker, stream_name):
+    r = consume(broker, stream_name)
+    assert r.returncode == 1 and "not found" in r.stderr
+
+
+@pytest.mark.parametrize("command", [["info", "s"], ["publish", "s"], ["consume", "s", "--count", "1"],
+                                     ["perf", "--duration", "1"]], ids=lambda c: c[0])
+def test_unreachable_broker_exit_1(command):
+    url = f"amqp://127.0.0.1:{free_port()}"
+    r = cli(*command, "--timeout", "5", url=url, stdin="x\n")
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert r.stderr.startswith(f"amqp-stream {command[0]}: error:")
+
+
+def test_perf_prints_summary(broker):
+    r = cli("perf", "--duration", "2", "--producers", "1", "--consumers", "2", "--rate", "300",
+            "--filter-values", "3", "--consumer-filter", "v0", "--consumer-sql", "value = 'v0'",
+            url=broker.url)
+    assert r.returncode == 0, r.stderr
+    summary = dict(line.split(": ", 1) for line in r.stdout.splitlines())
+    published = int(summary["published"])
+    assert published > 0 and summary["rejected"] == "0"
+    # values go round-robin v0, v1, v2: each consumer gets exactly the v0 third
+    expected = len(range(0, published, 3))
+    assert summary["consumer_0"] == f"messages={expected} bytes={expected * 100}"
+    assert summary["consumer_1"] == summary["consumer_0"]
+    assert int(summary["consumed"]) == 2 * expected
+    for key in ("publish_rate_msg_s", "consume_rate_msg_s", "latency_ms_p50", "latency_ms_p99"):
+        float(summary[key])
+    assert "progress: t=1s" in r.stderr
