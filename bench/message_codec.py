@@ -11,7 +11,8 @@ The message is a typical filtered-stream message: header (durable), message anno
 ``x-stream-filter-value``, properties (message-id, subject, creation-time), 5 application
 properties (string, long, double, boolean, string), a 100-byte data body.
 
-Each figure is the best of ``--repeat`` timings of ``--number`` calls (µs per call); ratios are
+Each figure is the best of ``--repeat`` rounds of ``--number`` calls (µs per call); each round
+times every operation in turn, so a change of machine load hits all of them alike. Ratios are
 baseline time / time (higher is faster than proton.Message.decode).
 
 Run: ``.venv/bin/python -m bench.message_codec`` (``--quick`` for a smaller run).
@@ -47,11 +48,6 @@ def typical_message(delivery_annotations: bool = False, annotations: bool = True
     m.inferred = True
     m.body = bytes(range(100))
     return bytes(m.encode())
-
-
-def best(fn, number: int, repeat: int) -> float:
-    """Best µs per call."""
-    return min(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e6
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -110,13 +106,15 @@ def main(argv: list[str] | None = None) -> None:
         ("proton: decode, add offset, encode", proton_offset),
     ]
     print(f"message: {len(data)} bytes; load average {os.getloadavg()[0]:.2f}; "
-          f"best of {repeat} x {number} calls")
-    baseline = None
+          f"best of {repeat} rounds x {number} calls (rounds interleave all operations)")
+    timings = {name: float("inf") for name, _ in cases}
+    for _ in range(repeat):  # round-robin, so load changes hit every operation alike
+        for name, fn in cases:
+            timings[name] = min(timings[name], timeit.timeit(fn, number=number) / number * 1e6)
+    baseline = timings[cases[0][0]]
     print(f"{'operation':44} {'µs/op':>8} {'ops/s':>10} {'vs decode':>10}")
-    for name, fn in cases:
-        us = best(fn, number, repeat)
-        if baseline is None:
-            baseline = us
+    for name, _ in cases:
+        us = timings[name]
         print(f"{name:44} {us:8.2f} {1e6 / us:10,.0f} {baseline / us:9.1f}x")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 

@@ -109,32 +109,30 @@ def _descriptor(buf: Any, pos: int) -> tuple[int, int]:
     raise _Bad(f"section descriptor with constructor 0x{c:02x}", pos)
 
 
+def _section_at(buf: bytes, pos: int) -> tuple[int, int, int]:
+    """(code, value start, end) of the section at ``pos``, its value skipped by size.
+
+    (``_scan`` below is the same walk inlined, for the filters' hot path.)
+    """
+    if buf[pos] == 0x00 and buf[pos + 1] == 0x53:  # the usual smallulong descriptor
+        code = buf[pos + 2]
+        vstart = pos + 3
+    elif buf[pos] == 0x00:
+        code, vstart = _descriptor(buf, pos + 1)
+    else:
+        raise _Bad("expected a described section", pos)
+    if not HEADER <= code <= FOOTER:
+        raise _Bad(f"unknown section descriptor 0x{code:x}", pos)
+    end = _skip(buf, vstart)
+    return code, vstart, end
+
+
 def _split(buf: bytes) -> list[tuple[int, int, int, int]]:
     out = []
     pos = 0
     n = len(buf)
-    width = codec._WIDTH
     while pos < n:
-        if buf[pos] != 0x00:
-            raise _Bad("expected a described section", pos)
-        if buf[pos + 1] == 0x53:  # the usual smallulong descriptor, read inline
-            code = buf[pos + 2]
-            vstart = pos + 3
-        else:
-            code, vstart = _descriptor(buf, pos + 1)
-        if not HEADER <= code <= FOOTER:
-            raise _Bad(f"unknown section descriptor 0x{code:x}", pos)
-        w = width[buf[vstart]]  # skip the value inline (codec._skip for described ones)
-        if w is None:
-            end = _skip(buf, vstart)
-        elif w == -1:
-            end = vstart + 2 + buf[vstart + 1]
-        elif w == -4:
-            end = vstart + 5 + codec._u32(buf, vstart + 1)[0]
-        else:
-            end = vstart + 1 + w
-        if end > n:
-            raise _Bad("section runs past the end of the message", pos)
+        code, vstart, end = _section_at(buf, pos)
         out.append((code, pos, vstart, end))
         pos = end
     return out
@@ -162,28 +160,10 @@ def _first_sections(buf: Any, stop_after: int) -> tuple[int, tuple | None]:
     pos = 0
     n = len(buf)
     found = None
-    width = codec._WIDTH
     while pos < n:
-        if buf[pos] == 0x00 and buf[pos + 1] == 0x53:  # smallulong descriptor, read inline
-            code = buf[pos + 2]
-            vstart = pos + 3
-        elif buf[pos] == 0x00:
-            code, vstart = _descriptor(buf, pos + 1)
-        else:
-            raise _Bad("expected a described section", pos)
+        code, vstart, end = _section_at(buf, pos)
         if code > stop_after:
             break
-        w = width[buf[vstart]]
-        if w is None:
-            end = _skip(buf, vstart)
-        elif w == -4:
-            end = vstart + 5 + codec._u32(buf, vstart + 1)[0]
-        elif w == -1:
-            end = vstart + 2 + buf[vstart + 1]
-        else:
-            end = vstart + 1 + w
-        if end > n:
-            raise _Bad("section runs past the end of the message", pos)
         if code == stop_after:
             found = (pos, vstart, end)
         pos = end

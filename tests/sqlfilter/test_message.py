@@ -215,6 +215,7 @@ def sections_except(b: bytes, *codes: int) -> list[bytes]:
 def test_strip_delivery_annotations(m, footer):
     b = encoded(m, footer)
     stripped = strip_delivery_annotations(b)
+    assert bytes(strip_delivery_annotations(memoryview(b))) == stripped
     m.instructions = None
     assert stripped == encoded(m, footer)  # exactly what proton writes without them
     if not m.instructions:
