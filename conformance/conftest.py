@@ -3,9 +3,7 @@
 With no `--broker-url` the suite starts this project's broker (the one thing of ours it may
 import is `amqp_stream.testing`); with one, it talks to that broker only, e.g. a RabbitMQ 4.2
 node: `pytest conformance --broker-url amqp://localhost:5672 --broker-user guest
---broker-password guest -m "not extension"`. The options are registered here, which pytest
-loads both for `pytest` at the repository root (testpaths include `conformance`) and for
-`pytest conformance ...`.
+--broker-password guest -m "not extension"`. The options live in `conformance.plugin`.
 """
 
 from __future__ import annotations
@@ -16,26 +14,19 @@ import uuid
 import pytest
 from proton import SSLDomain
 
+from conformance import plugin
 from conformance.amqp import Client
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("conformance", "AMQP 1.0 stream broker conformance suite")
-    group.addoption("--broker-url", default=None,
-                    help="AMQP URL of the broker under test (default: start this project's broker)")
-    group.addoption("--broker-user", default=None, help="SASL PLAIN user (default: ANONYMOUS)")
-    group.addoption("--broker-password", default=None, help="SASL PLAIN password")
-    group.addoption("--broker-ca", default=None, help="CA certificate file to verify an amqps:// broker")
-    group.addoption("--broker-cert", default=None, help="client certificate file (amqps://)")
-    group.addoption("--broker-key", default=None, help="client private key file (amqps://)")
-    group.addoption("--broker-insecure", action="store_true",
-                    help="amqps:// without verifying the broker's certificate")
+    try:
+        plugin.add_options(parser)
+    except ValueError:  # already added by `-p conformance.plugin` (setup.cfg addopts)
+        pass
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "extension: checks a behaviour of this project beyond RabbitMQ 4.2 "
-        "(leave out with -m 'not extension' against another broker)")
+    plugin.register_markers(config)
 
 
 class Target:

@@ -1,0 +1,1 @@
+"""Black-box AMQP 1.0 conformance tests for stream brokers (see README.md)."""
