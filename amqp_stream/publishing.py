@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 from typing import Any, Callable
 
 from proton import Condition, Delivery
@@ -164,9 +165,14 @@ class Publisher:
 
 def storage_condition(exc: BaseException) -> tuple[str, str]:
     """The AMQP error condition for a storage failure."""
+    full = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
     cause: BaseException | None = exc
     while cause is not None:
-        if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
+        if isinstance(cause, OSError) and cause.errno in full:
             return "amqp:resource-limit-exceeded", f"disk full: {exc}"
         cause = cause.__cause__ or cause.__context__
+    # storage wraps the OSError in its own error with the text only
+    text = str(exc)
+    if any(os.strerror(code) in text for code in full):
+        return "amqp:resource-limit-exceeded", f"disk full: {exc}"
     return "amqp:internal-error", f"the message could not be stored: {exc}"

@@ -19,6 +19,21 @@ def _publish(c: Client, name: str, messages: list[Message]) -> None:
     sender.close()
 
 
+def _fill(c: Client, name: str, messages: list[Message]) -> None:
+    """Publish many messages fast (pre-settled), then wait until the stream holds them all."""
+    from proton.reactor import AtMostOnce
+    before = c.info(name)["next_offset"]
+    fast = c.conn.create_sender(f"/queues/{name}", options=[AtMostOnce()], name="fill")
+    for m in messages:
+        fast.send(m)
+    for _ in range(600):
+        if c.info(name)["next_offset"] >= before + len(messages):
+            break
+        time.sleep(0.05)
+    fast.close()
+    assert c.info(name)["next_offset"] == before + len(messages)
+
+
 def _bodies(msgs) -> list:
     return [m.body for m in msgs]
 
@@ -290,14 +305,47 @@ def test_a_scanning_consumer_does_not_starve_another(client, broker, stream_name
     """A consumer whose filter matches nothing in a long stream yields between turns, so a
     second consumer on another connection is served meanwhile."""
     client.declare(stream_name)
-    from proton.reactor import AtMostOnce
-    fast = client.conn.create_sender(f"/queues/{stream_name}", options=[AtMostOnce()], name="fast")
-    sender = client.sender(stream_name)
-    for i in range(3000):
-        fast.send(Message(body=i, properties={"n": i}))
-    sender.send(Message(body="last", properties={"n": -1}))
+    _fill(client, stream_name, [Message(body=i, properties={"n": i}) for i in range(3000)])
+    _publish(client, stream_name, [Message(body="last", properties={"n": -1})])
     scanning = client.receiver(stream_name, [(OFFSET, offset("first")), (SQL, Described(SQL, "n = -1"))])
     with Client(broker.url) as other:
         r = other.receiver(stream_name, [(OFFSET, offset("first"))], credit=5)
         assert r.receive(timeout=15).body == 0
     assert scanning.receive(timeout=30).body == "last"
+
+
+def test_absurd_credit_is_served_in_bounded_turns(client, broker, stream_name):
+    client.declare(stream_name)
+    _fill(client, stream_name, [Message(body=i) for i in range(2001)])
+    r = client.receiver(stream_name, [(OFFSET, offset("first"))], credit=0)
+    r.link.flow(2**31 - 1)  # as much credit as proton lets a client say
+    with Client(broker.url) as other:  # the broker still answers others meanwhile
+        assert other.info(stream_name)["message_count"] == 2001
+    got = [r.receive(timeout=30).body for _ in range(2001)]
+    assert got == list(range(2001))
+
+
+@pytest.mark.parametrize("entries", [
+    [(symbol("k"), Described(OFFSET, Described(symbol("nested"), "first")))],
+    [({"map": "as key"}, Described(VALUES, "a"))],
+    [(symbol("k"), Described(ulong(2**64 - 1), "x"))],
+    [(symbol("k"), Described(Described(symbol("d"), 1), "x"))],
+    [(symbol("k"), Described(SQL, "a" * 5000))],
+    [(symbol("k"), Described(SQL, "a = 'unterminated"))],
+    [(symbol("k"), Described(SQL, "\udcff"))] if False else [(symbol("k"), Described(SQL, "x = '\u0000'"))],
+    [(symbol("k"), Described(APP_PROPS, {1: "int key"}))],
+    [(symbol("k"), Described(PROPS, {symbol("subject"): "&x:bad modifier"}))],
+])
+def test_adversarial_filter_entries_never_hurt_the_connection(client, stream_name, entries):
+    client.declare(stream_name)
+    try:
+        r = client.receiver(stream_name, entries, link_name="adv")
+        echo = echo_of(r)
+        assert echo is not None
+        r.close()
+    except LinkDetached as exc:  # a hard failure (e.g. an offset spec that is not one)
+        assert "amqp:invalid-field" in str(exc)
+    # the same connection still works
+    _publish(client, stream_name, [Message(body="alive")])
+    r = client.receiver(stream_name, [(OFFSET, offset("first"))], link_name="check")
+    assert r.receive(timeout=15).body == "alive"

@@ -10,7 +10,8 @@ from proton.utils import LinkDetached
 
 from tests.broker.amqp import Client, annotations, offset, Delivery
 
-from storage import OffsetSpec, Stream
+from amqp_stream.testing import BrokerProcess
+from storage import OffsetSpec
 
 
 def _stored(broker, name: str) -> list[bytes]:
@@ -64,7 +65,6 @@ def test_garbage_transfer_bytes_are_rejected(broker, stream_name):
 
 
 def test_oversize_message_is_rejected(tmp_path):
-    from amqp_stream.testing import BrokerProcess
     b = BrokerProcess(tmp_path / "data", extra_args=["--max-message-size", "1000"]).start()
     try:
         with Client(b.url) as c:
@@ -141,3 +141,35 @@ def test_delete_detaches_publisher_and_removes_files(broker, stream_name):
         # the name can be declared again, empty
         c.declare(stream_name)
         assert c.info(stream_name)["message_count"] == 0
+
+
+class _SmallDiskBroker(BrokerProcess):
+    """A broker whose files may not grow beyond ~200 KB (RLIMIT_FSIZE): writes fail for real
+    with EFBIG, as they would with ENOSPC on a full disk."""
+
+    def command(self):
+        return ["sh", "-c", 'ulimit -f 400 && exec "$@"', "sh", *super().command()]
+
+
+def test_disk_full_rejects_with_resource_limit_and_the_broker_keeps_serving(tmp_path):
+    b = _SmallDiskBroker(tmp_path / "data").start()
+    try:
+        with Client(b.url) as c:
+            c.declare("full")
+            c.declare("other")
+            sender = c.sender("full")
+            outcomes = []
+            for i in range(40):
+                outcomes.append(c.send_bytes(sender, Message(body=os.urandom(10_000)).encode()))
+                if outcomes[-1] == Delivery.REJECTED:
+                    break
+            assert outcomes[-1] == Delivery.REJECTED
+            assert c.last_delivery.remote.condition.name == "amqp:resource-limit-exceeded"
+            accepted = outcomes.count(Delivery.ACCEPTED)
+            assert accepted >= 1
+            # what was accepted is readable; other streams and the management node still work
+            r = c.receiver("full", [(symbol("o"), offset("first"))], credit=100)
+            assert len([r.receive(timeout=15) for _ in range(accepted)]) == accepted
+            assert c.publish("other", [Message(body="small")]) == [Delivery.ACCEPTED]
+    finally:
+        b.close()
