@@ -18,7 +18,7 @@ Definitions:
   ``MIN_EXPECTED`` false positives in the pairs tried (else the cell shows "<res", the
   false-positive count, and how many the chosen k predicts).
 
-Run: ``.venv/bin/python -m bench.bloom_fpr`` (``--quick`` for a smaller run).
+Run: ``.venv/bin/python -m bench.bloom_fpr`` (``--quick`` for a smaller run, ``--only fpr|speed``).
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def speed(seed: int) -> None:
                 rows.setdefault(label, {})[scheme] = _timeit(
                     lambda: matcher.matches(cf.bits, cf.scheme, cf.param), 50_000)
             new_size = iter(range(16, 256))
-            rows.setdefault("match, first chunk of a new size (hash + masks)", {})[scheme] = _timeit(
+            rows.setdefault("match, new size: masks for 3 values", {})[scheme] = _timeit(
                 lambda: bloom.Matcher(["a", "b", "c"]).matches(bytes(next(new_size)), scheme, 3), 200)
         for label, r in rows.items():
             o, h = r[Scheme.OSIRIS], r[Scheme.MMH3]
@@ -153,10 +153,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer pairs per cell")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--only", choices=("fpr", "speed"), help="run one part")
     args = parser.parse_args(argv)
     print(f"load: {os.getloadavg()[0]:.2f} (1 min avg), cpus {os.cpu_count()}")
-    fpr_table(2_000_000 if args.quick else 20_000_000, args.seed)
-    speed(args.seed)
+    if args.only != "speed":
+        fpr_table(2_000_000 if args.quick else 20_000_000, args.seed)
+    if args.only != "fpr":
+        speed(args.seed)
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ def _block_hash(data: bytes, initval: int) -> int:
     return _mix((a + x) & _M32, (b + y) & _M32, (c + length + (z << 8)) & _M32)
 
 
-@lru_cache(maxsize=1 << 16)
+@lru_cache(maxsize=1 << 14)
 def phash2_binary(value: bytes) -> int:
     """``make_hash2(Value)`` for a binary: the full 32-bit hash (``phash2/2`` is this mod Range)."""
     if not value:
@@ -109,7 +109,7 @@ def phash2_binary(value: bytes) -> int:
     return _block_hash(bytes(value), HCONST_13)
 
 
-@lru_cache(maxsize=1 << 16)
+@lru_cache(maxsize=1 << 14)
 def phash2_list(value: bytes) -> int:
     """``make_hash2([Value])`` for a one-element list holding the binary ``value``."""
     h = phash2_binary(value)

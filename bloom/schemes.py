@@ -130,7 +130,7 @@ def choose_k(n: int, size: int) -> int:
     return min(sorted(candidates), key=lambda k: theoretical_fpr(m, n, k))
 
 
-@lru_cache(maxsize=1 << 16)
+@lru_cache(maxsize=1 << 14)
 def _mmh3_digest(value: bytes) -> tuple[int, int]:
     h = mmh3.hash128(value, MMH3_SEED, True, False)
     return h & _M64, h >> 64
