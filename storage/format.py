@@ -186,8 +186,13 @@ def index_header() -> bytes:
 # -- encoding ----------------------------------------------------------------------------------
 def encode_entries(bodies: Sequence[bytes]) -> bytes:
     """The data section for simple entries, one per body (one join, no per-entry copies)."""
-    parts: list = [None] * (2 * len(bodies))
-    parts[0::2] = map(_pack_len, map(len, bodies))
+    n = len(bodies)
+    parts: list = [None] * (2 * n)
+    lens = list(map(len, bodies))
+    if n and min(lens) == max(lens):  # same-sized: one header, repeated
+        parts[0::2] = [_pack_len(lens[0])] * n
+    else:
+        parts[0::2] = map(_pack_len, lens)
     parts[1::2] = bodies
     return b"".join(parts)
 

@@ -35,15 +35,24 @@ from storage.files import (
     list_segments,
     pread_exact,
     read_index_record,
-    read_index_records,
+    read_index_tuples,
     segment_path,
 )
-from storage.format import CHUNK_USER, IndexRecord, decode_header, decode_records
+from storage.format import (
+    CHUNK_HEADER,
+    CHUNK_MAGIC_VERSION,
+    CHUNK_USER,
+    ChunkHeader,
+    IndexRecord,
+    decode_header,
+    decode_records,
+)
 from storage.offsets import OffsetSpec
 
 __all__ = ["LogSource", "DirectorySource", "Reader", "ReadChunk", "ReaderStats", "open_reader"]
 
 _INDEX_BATCH = 4096
+_unpack_header = CHUNK_HEADER.unpack_from
 
 
 class LogSource(Protocol):
@@ -97,7 +106,7 @@ class _Open:
     spath: str
     sfd: int
     ifd: int
-    recs: list[IndexRecord] = field(default_factory=list)
+    recs: list[tuple] = field(default_factory=list)  # raw INDEX_RECORD tuples
     ri: int = 0
     idx_next: int = 0  # index record number after the last one in ``recs``
     expect: int | None = None  # the chunk id that must come next in this segment
@@ -119,6 +128,7 @@ class Reader:
         self.stats = ReaderStats()
         values = list(filter_values)
         self._matcher = bloom.Matcher(values, match_unfiltered) if values else None
+        self._matches = self._matcher.matches if self._matcher is not None else None
         self._hint = filter_size_hint if filter_size_hint else 16
         self._seg: _Open | None = None
         self._next_id = 0
@@ -150,9 +160,9 @@ class Reader:
                         return None
                     continue
             rec = seg.recs[seg.ri]
-            if lim is not None and rec.chunk_id >= lim:
+            if lim is not None and rec[0] >= lim:
                 return None
-            nxt = seg.recs[seg.ri + 1].position if seg.ri + 1 < len(seg.recs) else 0
+            nxt = seg.recs[seg.ri + 1][3] if seg.ri + 1 < len(seg.recs) else 0
             seg.ri += 1
             chunk = self._read(seg, rec, nxt)
             if chunk is not None:
@@ -187,11 +197,11 @@ class Reader:
             yield chunk
 
     # -- reading -------------------------------------------------------------------------------
-    def _read(self, seg: _Open, rec: IndexRecord, nxt: int) -> ReadChunk | None:
-        pos = rec.position
+    def _read(self, seg: _Open, rec: tuple, nxt: int) -> ReadChunk | None:
+        pos = rec[3]
         fd = seg.sfd
         stats = self.stats
-        if rec.type != CHUNK_USER:
+        if rec[4] != CHUNK_USER:
             head = os.pread(fd, 48, pos)
             stats.bytes_read += len(head)
             h = decode_header(head, path=seg.spath, position=pos)
@@ -210,18 +220,26 @@ class Reader:
             start = 48 + h.filter_size
             data = buf[start:start + h.data_length]
         else:
-            head = pread_exact(fd, 48 + self._hint, pos)
-            h = decode_header(head, path=seg.spath, position=pos)
-            fs = h.filter_size
+            head = os.pread(fd, 48 + self._hint, pos)
+            if len(head) < 48:
+                decode_header(head, path=seg.spath, position=pos)  # raises
+            t = _unpack_header(head)
+            fs = t[10]
+            if t[0] != CHUNK_MAGIC_VERSION or t[1] or not t[2] or 0 < fs < 16:
+                decode_header(head, path=seg.spath, position=pos)  # raises with the reason
+                raise CorruptionError(seg.spath, pos, "user chunk expected")
             if fs > len(head) - 48:
                 head += pread_exact(fd, fs - (len(head) - 48), pos + len(head))
                 self._hint = fs
             stats.bytes_read += len(head)
-            if not self._matcher.matches(head[48:48 + fs], h.filter_scheme, h.filter_param):
+            if not self._matches(head[48:48 + fs], t[11], t[12]):
+                chunk_id = t[6]
+                if chunk_id != rec[0] or (seg.expect is not None and chunk_id != seg.expect):
+                    self._check_id(ChunkHeader._make(t), rec, seg)  # raises
+                seg.expect = self._next_id = chunk_id + t[3]
                 stats.chunks_skipped += 1
-                self._check_id(h, rec, seg)
-                self._next_id = h.next_offset
                 return None
+            h = ChunkHeader._make(t)
             data = pread_exact(fd, h.data_length, pos + 48 + fs)
             stats.bytes_read += len(data)
         self._check_id(h, rec, seg)
@@ -243,19 +261,20 @@ class Reader:
         return ReadChunk(h.chunk_id, h.timestamp, records, h.next_offset)
 
     @staticmethod
-    def _check_id(h, rec: IndexRecord, seg: _Open) -> None:
-        """The header must agree with its index record and follow the previous chunk."""
-        if h.chunk_id != rec.chunk_id or h.type != rec.type:
-            raise CorruptionError(seg.spath, rec.position,
-                                  f"index says chunk {rec.chunk_id} type {rec.type}, segment holds "
+    def _check_id(h, rec: tuple, seg: _Open) -> None:
+        """The header must agree with its index record (a raw ``INDEX_RECORD`` tuple) and
+        follow the previous chunk."""
+        if h.chunk_id != rec[0] or h.type != rec[4]:
+            raise CorruptionError(seg.spath, rec[3],
+                                  f"index says chunk {rec[0]} type {rec[4]}, segment holds "
                                   f"chunk {h.chunk_id} type {h.type}")
         if seg.expect is not None and h.chunk_id != seg.expect:
-            raise CorruptionError(seg.spath, rec.position, f"chunk {h.chunk_id} where chunk "
+            raise CorruptionError(seg.spath, rec[3], f"chunk {h.chunk_id} where chunk "
                                                            f"{seg.expect} should follow")
         seg.expect = h.next_offset
 
     def _fill(self, seg: _Open) -> bool:
-        recs = read_index_records(seg.ifd, seg.idx_next, _INDEX_BATCH)
+        recs = read_index_tuples(seg.ifd, seg.idx_next, _INDEX_BATCH)
         self.stats.bytes_read += 29 * len(recs)
         seg.recs = recs
         seg.ri = 0

@@ -310,8 +310,8 @@ class Stream:
                 filt = None
                 if fsize:
                     chunk_values = values[i:i + n]
-                    if any(chunk_values):
-                        filt = bloom.build(chunk_values, fsize, scheme)
+                    if any(chunk_values):  # dedupe in C first: build() is per value
+                        filt = bloom.build(set(chunk_values), fsize, scheme)
                 chunk_id = first + i
                 if filt is not None:
                     bufs = encode_chunk(chunk_id, ts, data, n, n, epoch=cfg.epoch,
