@@ -18,14 +18,20 @@ from sqlfilter.like import LikeMatcher, compile_like
 __all__ = ["check", "children"]
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
 def children(node: ast.Node) -> list[ast.Node]:
     """The direct sub-expressions of a node, in source order."""
+    names = _FIELDS.get(type(node))
+    if names is None:
+        names = _FIELDS[type(node)] = tuple(f.name for f in fields(node) if f.name != "pos")
     out: list[ast.Node] = []
-    for f in fields(node):
-        value = getattr(node, f.name)
+    for name in names:
+        value = getattr(node, name)
         if isinstance(value, tuple):
-            out.extend(v for v in value if not isinstance(v, (str, int, float, bytes)))
-        elif f.name not in ("pos",) and hasattr(value, "__dataclass_fields__"):
+            out.extend(value)
+        elif hasattr(value, "__dataclass_fields__"):
             out.append(value)
     return out
 

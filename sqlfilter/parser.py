@@ -1,10 +1,11 @@
 """SQL filter text → expression tree: limits, tokens, Lark LALR parse, ``TreeToFilter``.
 
 Strategy: the grammar lives in ``grammar/sql_filter.lark`` and is loaded once (``_lark()``, a
-cached factory) with ``TreeToFilter`` applied inline by the LALR parser. Lark's basic lexer is the tokenizer; a post-lexer (``_TokenChecks``) enforces
-what RabbitMQ's lexer enforces per token: the token limit and that reserved words, in any case,
-are not identifiers. Every Lark error is turned into a ``FilterError`` carrying the 1-based
-character position, so callers only ever see ``FilterError`` for bad input.
+cached factory) with ``TreeToFilter`` applied inline by the LALR parser. ``sqlfilter.tokens``
+is the tokenizer (built from the grammar's terminals); it enforces what RabbitMQ's lexer
+enforces per token: the token limit and that reserved words, in any case, are not identifiers.
+Every Lark error is turned into a ``FilterError`` carrying the 1-based character position, so
+callers only ever see ``FilterError`` for bad input.
 
 Order of checks (as ``rabbit_amqp_filter_sql:parse/1``): valid UTF-8, length in characters,
 tokens (count), grammar, then the tree's own checks.
@@ -12,16 +13,16 @@ tokens (count), grammar, then the tree's own checks.
 
 from __future__ import annotations
 
-import contextvars
 import functools
-from typing import Iterator
 
-from lark import Lark, Token
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+from lark import Lark
+from lark.exceptions import (UnexpectedCharacters, UnexpectedEOF, UnexpectedInput,
+                             UnexpectedToken, VisitError)
 
 from grammar import GRAMMAR_DIR
-from sqlfilter import ast
+from sqlfilter import ast, tokens
 from sqlfilter.errors import FilterError
+from sqlfilter.tokens import RESERVED, Tokenizer
 from sqlfilter.tree_to_filter import TreeToFilter
 
 __all__ = ["parse", "RESERVED", "DEFAULT_MAX_LENGTH", "DEFAULT_MAX_TOKENS"]
@@ -29,44 +30,17 @@ __all__ = ["parse", "RESERVED", "DEFAULT_MAX_LENGTH", "DEFAULT_MAX_TOKENS"]
 DEFAULT_MAX_LENGTH = 4096
 DEFAULT_MAX_TOKENS = 200
 
-#: words that are never identifiers, in any case (RabbitMQ's ?KEYWORDS in
-#: rabbit_amqp_sql_lexer.xrl, plus nan and inf which its test suite shows are reserved).
-#: BETWEEN is not reserved by RabbitMQ, so ``between`` stays an identifier here too.
-RESERVED = frozenset((
-    "and", "or", "not", "like", "in", "is", "null", "escape", "true", "false", "exists", "lower",
-    "upper", "left", "right", "substring", "utc", "date", "nan", "inf"))
-
-_max_tokens: contextvars.ContextVar[int] = contextvars.ContextVar("sql_max_tokens",
-                                                                  default=DEFAULT_MAX_TOKENS)
-
-
-class _TokenChecks:
-    """Post-lexer: count tokens against the limit and refuse reserved words as identifiers."""
-
-    always_accept = ()
-
-    def process(self, stream: Iterator[Token]) -> Iterator[Token]:
-        limit = _max_tokens.get()
-        count = 0
-        for token in stream:
-            count += 1
-            if count > limit:
-                raise FilterError(f"more than {limit} tokens", token.start_pos + 1)
-            if token.type == "IDENT" and token.value.lower() in RESERVED:
-                raise FilterError(f"{token.value!r} is a reserved word", token.start_pos + 1)
-            yield token
-
 
 @functools.lru_cache(maxsize=None)
 def _lark() -> Lark:
-    """The grammar, loaded once (LALR, basic lexer = leex-like longest match via priorities).
+    """The grammar, loaded once (LALR over ``Tokenizer``, built from the grammar's terminals).
 
     ``TreeToFilter`` runs inline (as each rule is reduced), so no parse tree is built and
     ``parse`` returns the expression tree directly. ``propagate_positions`` is off: it doubled
     the parse time (bench/sql_filter.py), and nodes take their position from their first token.
     """
-    return Lark.open(str(GRAMMAR_DIR / "sql_filter.lark"), parser="lalr", lexer="basic",
-                     postlex=_TokenChecks(), transformer=TreeToFilter(),
+    return Lark.open(str(GRAMMAR_DIR / "sql_filter.lark"), parser="lalr", lexer=Tokenizer,
+                     transformer=TreeToFilter(),
                      propagate_positions=False, maybe_placeholders=False)
 
 
@@ -108,7 +82,7 @@ def parse(text: str | bytes, *, max_length: int = DEFAULT_MAX_LENGTH,
             raise FilterError("the expression is not valid Unicode", err.start + 1) from None
     if len(text) > max_length:
         raise FilterError(f"expression longer than {max_length} characters", max_length + 1)
-    reset = _max_tokens.set(max_tokens)
+    reset = tokens.max_tokens.set(max_tokens)
     try:
         return _lark().parse(text)
     except FilterError:
@@ -128,4 +102,4 @@ def parse(text: str | bytes, *, max_length: int = DEFAULT_MAX_LENGTH,
     except RecursionError:
         raise FilterError("expression nested too deeply") from None
     finally:
-        _max_tokens.reset(reset)
+        tokens.max_tokens.reset(reset)

@@ -161,3 +161,13 @@ def test_proton_message_and_bytes_inputs() -> None:
     assert f.matches(bytes(msg.encode())) is True
     msg.properties = {"n": 7}
     assert f.evaluate(msg) is False
+
+
+def test_same_text_compiles_once_and_limits_still_apply() -> None:
+    text = "a = 1 AND b = 2"
+    assert compile_sql(text) is compile_sql(text)
+    assert compile_sql(text.encode()) is not compile_sql(text)  # bytes are not cached
+    with pytest.raises(FilterError):
+        compile_sql(text, max_tokens=6)
+    assert compile_sql(text, max_tokens=7).evaluate(
+        MessageView.from_sections(application_properties={"a": 1, "b": 2})) is True
