@@ -516,14 +516,20 @@ def _format_error(exc: BaseException, pos: int) -> MessageFormatError:
 def decode(buf: Any, pos: int = 0) -> tuple[Any, int]:
     """Decode the value at ``buf[pos]``; return (value, position after it).
 
-    ``buf`` is bytes, bytearray or a memoryview (copied to bytes). Raises
-    ``MessageFormatError``.
+    ``buf`` is bytes, bytearray or a memoryview (only the value's own bytes are copied).
+    Raises ``MessageFormatError``.
     """
-    if type(buf) is not bytes:
-        buf = bytes(buf)
+    base = 0
     try:
-        return _decode(buf, pos)
+        if type(buf) is bytes:
+            return _decode(buf, pos)
+        end = _skip(buf, pos)  # size fields only; then decode a copy of just this value
+        base = pos
+        value, used = _decode(bytes(buf[pos:end]), 0)
+        return value, pos + used
     except _FAILURES as exc:
+        if isinstance(exc, _Bad):
+            exc.pos += base  # a position in the copy: make it a position in buf
         raise _format_error(exc, pos) from None
 
 
@@ -572,8 +578,6 @@ def skip(buf: Any, pos: int = 0) -> int:
 
     The value's contents are not checked. Raises ``MessageFormatError``.
     """
-    if type(buf) is not bytes:
-        buf = bytes(buf)
     try:
         return _skip(buf, pos)
     except _FAILURES as exc:
@@ -653,90 +657,97 @@ def _w_map(out, v):
     _compound(out, MAP8, MAP32, 2 * len(v), body)
 
 
-def _array_constructor(array: "proton.Array") -> tuple[bytes, Callable]:
-    """The element constructor bytes and a body writer for a proton.Array's element type."""
-    kind = array.type
-    data = proton.Data
-    simple = {
-        data.NULL: (NULL, lambda out, v: None),
-        data.BOOL: (BOOLEAN, lambda out, v: out.append(1 if v else 0)),
-        data.UBYTE: (UBYTE, lambda out, v: out.append(v)),
-        data.BYTE: (BYTE, lambda out, v: out.extend(I8.pack(v))),
-        data.USHORT: (USHORT, lambda out, v: out.extend(U16.pack(v))),
-        data.SHORT: (SHORT, lambda out, v: out.extend(I16.pack(v))),
-        data.UINT: (UINT, lambda out, v: out.extend(U32.pack(v))),
-        data.INT: (INT, lambda out, v: out.extend(I32.pack(v))),
-        data.CHAR: (CHAR, lambda out, v: out.extend(U32.pack(ord(v)))),
-        data.FLOAT: (FLOAT, lambda out, v: out.extend(F32.pack(v))),
-        data.ULONG: (ULONG, lambda out, v: out.extend(U64.pack(v))),
-        data.LONG: (LONG, lambda out, v: out.extend(I64.pack(v))),
-        data.TIMESTAMP: (TIMESTAMP, lambda out, v: out.extend(I64.pack(v))),
-        data.DOUBLE: (DOUBLE, lambda out, v: out.extend(F64.pack(v))),
-        data.DECIMAL32: (DECIMAL32, lambda out, v: out.extend(U32.pack(_raw_decimal(v, DECIMAL32)))),
-        data.DECIMAL64: (DECIMAL64, lambda out, v: out.extend(U64.pack(_raw_decimal(v, DECIMAL64)))),
-        data.DECIMAL128: (DECIMAL128, lambda out, v: out.extend(
-            bytes(v) if isinstance(v, bytes) else _decimal_to_bid(v, DECIMAL128).to_bytes(16, "big"))),
-        data.UUID: (UUID, lambda out, v: out.extend(v.bytes)),
-        data.BINARY: (VBIN32, lambda out, v: out.extend(U32.pack(len(v)) + bytes(v))),
-        data.STRING: (STR32, lambda out, v: out.extend(U32.pack(len(v.encode())) + v.encode())),
-        data.SYMBOL: (SYM32, lambda out, v: out.extend(U32.pack(len(v)) + v.encode("ascii"))),
-    }
-    if kind in simple:
-        code, writer = simple[kind]
-        return bytes((code,)), writer
-    if kind in (data.LIST, data.MAP, data.ARRAY):
-        return bytes((LIST32 if kind == data.LIST else MAP32 if kind == data.MAP else ARRAY32,)), None
-    raise ValueError(f"cannot encode arrays of proton type {kind}")
+def _e_list(out: bytearray, v: Any) -> None:
+    """A list as an array element: size32 | count32 | items (the constructor is the array's)."""
+    body = bytearray()
+    for item in v:
+        encode_into(body, item)
+    out += SIZE_COUNT32.pack(len(body) + 4, len(v))
+    out += body
 
 
-def _raw_decimal(v, code):
-    if isinstance(v, decimal.Decimal):
-        return _decimal_to_bid(v, code)
-    return int(v)
+def _e_map(out: bytearray, v: Any) -> None:
+    body = bytearray()
+    for key, item in v.items():
+        encode_into(body, key)
+        encode_into(body, item)
+    out += SIZE_COUNT32.pack(len(body) + 4, 2 * len(v))
+    out += body
 
 
-def _w_array(out, v):
-    ctor, writer = _array_constructor(v)
-    if v.type in (proton.Data.LIST, proton.Data.MAP, proton.Data.ARRAY):
-        # the elements of a compound array all use the 32-bit form (one shared constructor)
-        def writer(out2, item, _kind=v.type):  # noqa: E306
-            tmp = bytearray()
-            if _kind == proton.Data.LIST:
-                body = bytearray()
-                for x in item:
-                    encode_into(body, x)
-                tmp += SIZE_COUNT32.pack(len(body) + 4, len(item)) + body
-            elif _kind == proton.Data.MAP:
-                body = bytearray()
-                for k, x in item.items():
-                    encode_into(body, k)
-                    encode_into(body, x)
-                tmp += SIZE_COUNT32.pack(len(body) + 4, 2 * len(item)) + body
-            else:
-                inner = bytearray()
-                _w_array(inner, item)
-                tmp += inner[1:] if inner[0] == ARRAY32 else _promote_array8(inner)
-            out2 += tmp
+def _e_array(out: bytearray, v: Any) -> None:
+    inner = bytearray()
+    _w_array(inner, v, wide=True)
+    out += inner[1:]
+
+
+def _e_decimal(code: int, width: int) -> Callable:
+    def write(out: bytearray, v: Any) -> None:
+        if isinstance(v, bytes):  # proton.decimal128 holds its 16 bytes
+            out += v
+        else:
+            raw = _decimal_to_bid(v, code) if isinstance(v, decimal.Decimal) else int(v)
+            out += raw.to_bytes(width, "big")
+    return write
+
+
+def _e_utf8(out: bytearray, v: Any, encoding: str = "utf-8") -> None:
+    raw = v.encode(encoding)
+    out += U32.pack(len(raw))
+    out += raw
+
+
+_D = proton.Data
+#: proton.Array element type -> (element constructor, element body writer); arrays use the wide
+#: (32-bit) form of variable-width and compound elements
+_ARRAY_ELEMENTS: dict[int, tuple[int, Callable]] = {
+    _D.NULL: (NULL, lambda out, v: None),
+    _D.BOOL: (BOOLEAN, lambda out, v: out.append(1 if v else 0)),
+    _D.UBYTE: (UBYTE, lambda out, v: out.append(v)),
+    _D.BYTE: (BYTE, lambda out, v: out.extend(I8.pack(v))),
+    _D.USHORT: (USHORT, lambda out, v: out.extend(U16.pack(v))),
+    _D.SHORT: (SHORT, lambda out, v: out.extend(I16.pack(v))),
+    _D.UINT: (UINT, lambda out, v: out.extend(U32.pack(v))),
+    _D.INT: (INT, lambda out, v: out.extend(I32.pack(v))),
+    _D.CHAR: (CHAR, lambda out, v: out.extend(U32.pack(ord(v)))),
+    _D.FLOAT: (FLOAT, lambda out, v: out.extend(F32.pack(v))),
+    _D.ULONG: (ULONG, lambda out, v: out.extend(U64.pack(v))),
+    _D.LONG: (LONG, lambda out, v: out.extend(I64.pack(v))),
+    _D.TIMESTAMP: (TIMESTAMP, lambda out, v: out.extend(I64.pack(v))),
+    _D.DOUBLE: (DOUBLE, lambda out, v: out.extend(F64.pack(v))),
+    _D.DECIMAL32: (DECIMAL32, _e_decimal(DECIMAL32, 4)),
+    _D.DECIMAL64: (DECIMAL64, _e_decimal(DECIMAL64, 8)),
+    _D.DECIMAL128: (DECIMAL128, _e_decimal(DECIMAL128, 16)),
+    _D.UUID: (UUID, lambda out, v: out.extend(v.bytes)),
+    _D.BINARY: (VBIN32, lambda out, v: out.extend(U32.pack(len(v)) + bytes(v))),
+    _D.STRING: (STR32, _e_utf8),
+    _D.SYMBOL: (SYM32, lambda out, v: _e_utf8(out, v, "ascii")),
+    _D.LIST: (LIST32, _e_list),
+    _D.MAP: (MAP32, _e_map),
+    _D.ARRAY: (ARRAY32, _e_array),
+}
+del _D
+
+
+def _w_array(out: bytearray, v: Any, wide: bool = False) -> None:
+    entry = _ARRAY_ELEMENTS.get(v.type)
+    if entry is None:
+        raise ValueError(f"cannot encode arrays of proton type {v.type}")
+    code, writer = entry
     body = bytearray()
     if v.descriptor is not proton.UNDESCRIBED and v.descriptor is not None:
         body.append(DESCRIBED)
         encode_into(body, v.descriptor)
-    body += ctor
+    body.append(code)
     for item in v.elements:
         writer(body, item)
-    if len(body) + 1 < 256 and len(v.elements) < 256:
+    if not wide and len(body) + 1 < 256 and len(v.elements) < 256:
         out.append(ARRAY8)
         out += SIZE_COUNT8.pack(len(body) + 1, len(v.elements))
     else:
         out.append(ARRAY32)
         out += SIZE_COUNT32.pack(len(body) + 4, len(v.elements))
     out += body
-
-
-def _promote_array8(inner: bytearray) -> bytes:
-    """An array8 encoding rewritten as the body of an array32 (without its constructor)."""
-    size, count = SIZE_COUNT8.unpack_from(inner, 1)
-    return SIZE_COUNT32.pack(size + 3, count) + bytes(inner[3:])
 
 
 def _w_described(out, v):
