@@ -4,7 +4,8 @@ Strategy: the tree is compiled once into straight-line Python (``compile()`` + `
 message costs one function call, a few dict lookups and type checks, instead of a tree walk.
 Each sub-expression becomes a statement assigning a temporary ``tN``:
 - a field is a raw ``dict.get`` on a section read once at the top of the function (only the
-  sections the expression names are read, so a lazy view decodes nothing else);
+  sections the expression names are read, so a lazy view decodes nothing else); a message
+  whose sections cannot be decoded (``MessageFormatError``) gives unknown, never an exception;
 - operators with a literal operand get a fast path for the common value type (``str`` for a
   string literal, a finite ``int``/``float`` for a number, tested as ``x - x == 0``) and fall
   back to ``sqlfilter.runtime`` (after ``norm``) for anything else, so the fast path can never
@@ -21,6 +22,7 @@ import math
 from typing import Any
 
 from sqlfilter import ast, runtime
+from sqlfilter.errors import MessageFormatError
 from sqlfilter.like import LikeMatcher, compile_like
 
 __all__ = ["generate", "Generated"]
@@ -48,6 +50,7 @@ BASE_GLOBALS: dict[str, Any] = {
     "_upper": runtime.upper, "_left": runtime.left, "_right": runtime.right,
     "_substring": runtime.substring, "_date": runtime.date, "_elem": runtime.element,
     "_has": runtime.has_element, "_NUM": frozenset((int, float)),
+    "_MessageFormatError": MessageFormatError,
     "__builtins__": {"type": type, "str": str, "len": len},
 }
 
@@ -276,7 +279,9 @@ def generate(tree: ast.Node, matchers: dict[ast.Like, LikeMatcher] | None = None
     em = _Emitter(matchers or {})
     result = em.boolean(tree)
     body = em.lines
-    head = [f"    {_SECTION_VAR[s]} = view.{s}" for s in ast.SECTIONS if s in em.sections]
+    head = [f"        {_SECTION_VAR[s]} = view.{s}" for s in ast.SECTIONS if s in em.sections]
+    if head:  # a message whose sections cannot be decoded matches nothing (unknown)
+        head = ["    try:", *head, "    except _MessageFormatError:", "        return None"]
     source = "\n".join(["def _evaluate(view):", *head, *body, f"    return {result}", ""])
     globals_ = dict(BASE_GLOBALS)
     globals_.update(em.consts)

@@ -13,7 +13,7 @@ import proton
 import pytest
 from proton import Data, Described, symbol, ubyte, uint, ulong
 
-from sqlfilter import FilterError, MessageView, compile_sql
+from sqlfilter import FilterError, MessageFormatError, MessageView, compile_sql
 from tests.sqlfilter.sql_cases import CASES, MESSAGES, NOT_ENCODABLE
 
 _EXPECTED = {"T": True, "F": False, "U": None}
@@ -171,3 +171,18 @@ def test_same_text_compiles_once_and_limits_still_apply() -> None:
         compile_sql(text, max_tokens=6)
     assert compile_sql(text, max_tokens=7).evaluate(
         MessageView.from_sections(application_properties={"a": 1, "b": 2})) is True
+
+
+def test_undecodable_message_is_unknown_not_an_exception() -> None:
+    f = compile_sql("a = 1")
+    good = encode({"application_properties": {"a": 1}})
+    assert f.evaluate(MessageView.from_bytes(good)) is True
+    broken = good[:-12] + b"\xa1\xff" + good[-10:]  # damage the end of the encoding
+    g = compile_sql("a IS NULL")  # true for a message without the key: unknown only on error
+    for data in (b"\x00Sp\xc0\x02\x01", b"\x00St\xd1\x00\x00\x00\x09", broken[:-3]):
+        with pytest.raises(MessageFormatError):
+            MessageView.from_bytes(data).application_properties
+        assert g.evaluate(MessageView.from_bytes(data)) is None
+        assert f.evaluate(MessageView.from_bytes(data)) is None
+        assert g.matches(data) is False
+    assert compile_sql("1 = 1").evaluate(MessageView.from_bytes(b"\xff")) is True  # reads nothing
