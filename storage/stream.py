@@ -21,6 +21,7 @@ Strategy:
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import logging
 import os
@@ -51,6 +52,7 @@ log = logging.getLogger(__name__)
 
 DurableCallback = Callable[[int, "Exception | None"], None]
 
+LOCK_FILE = ".writer.lock"
 _IOV_MAX = 1020
 _GROUP_BYTES = 4 << 20  # bytes written per writev group before committing
 _pack_index = INDEX_RECORD.pack
@@ -83,6 +85,7 @@ class Stream:
         self._unsynced = False
         self._last_sync = time.monotonic()
         self._pending_failed: list[tuple[int, DurableCallback]] = []
+        self._lock_fd = -1
         self._filter_size = config.filter_size
         self._scheme = config.filter_scheme
         self._thread = threading.Thread(target=self._run, name=f"stream-writer:{directory}",
@@ -95,11 +98,17 @@ class Stream:
         directory = os.fspath(directory)
         config = config or StreamConfig()
         os.makedirs(directory, exist_ok=True)
-        segments = recover(directory)
-        if not segments:
-            _create_segment(directory, 0, config.fsync != FsyncPolicy.NEVER)
-            segments = [SegmentInfo(0, 8, 0, 0, None)]
-        stream = cls(directory, config, segments)
+        lock_fd = _lock_directory(directory)
+        try:
+            segments = recover(directory)
+            if not segments:
+                _create_segment(directory, 0, config.fsync != FsyncPolicy.NEVER)
+                segments = [SegmentInfo(0, 8, 0, 0, None)]
+            stream = cls(directory, config, segments)
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        stream._lock_fd = lock_fd
         with stream._lock:
             stream._apply_retention()
         return stream
@@ -205,12 +214,12 @@ class Stream:
             self._closing = True
             self._wake.notify()
         self._thread.join()
-        for fd in (self._sfd, self._ifd):
+        for fd in (self._sfd, self._ifd, self._lock_fd):
             try:
                 os.close(fd)
             except OSError:
                 pass
-        self._sfd = self._ifd = -1
+        self._sfd = self._ifd = self._lock_fd = -1
 
     def __enter__(self) -> Stream:
         return self
@@ -416,6 +425,18 @@ class Stream:
                     pass
         del infos[:drop]
         self._starts = tuple(s.start for s in infos)
+
+
+def _lock_directory(directory: str) -> int:
+    """One writer per stream directory: an exclusive ``flock`` on ``.writer.lock``, held while
+    the stream is open (the kernel drops it when the process dies; readers never take it)."""
+    fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StorageError(f"{directory} is open by another writer (lock {LOCK_FILE})") from None
+    return fd
 
 
 def _create_segment(directory: str, start: int, sync: bool) -> None:

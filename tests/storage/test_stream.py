@@ -149,7 +149,7 @@ def test_retention_by_bytes_keeps_the_newest_segments_that_fit(tmp_path):
     # what was kept then fit (110 + 110 + 8), one more older segment would not have
     assert sizes == [110, 110, 110] and sum(sizes[:-1]) + 8 <= 250 < sum(sizes) + 8
     assert starts == [7, 8, 9] and [o for o, _ in recs] == [7, 8, 9]
-    names = sorted(os.listdir(tmp_path / "s"))
+    names = sorted(n for n in os.listdir(tmp_path / "s") if n != ".writer.lock")
     assert names == sorted(f"{n:020d}.{k}" for n in (7, 8, 9) for k in ("index", "segment"))
 
 
@@ -269,3 +269,12 @@ def test_bad_config_is_refused():
                {"fsync": "sometimes"}):
         with pytest.raises((StorageError, ValueError)):
             StreamConfig(**kw)
+
+
+def test_one_writer_per_directory(tmp_path):
+    with Stream.open(tmp_path / "s", StreamConfig(fsync="never")) as s:
+        with pytest.raises(StorageError, match="another writer"):
+            Stream.open(tmp_path / "s")
+        s.append(b"still mine")
+    with Stream.open(tmp_path / "s") as again:  # released at close
+        assert again.next_offset == 1
