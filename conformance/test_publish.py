@@ -113,3 +113,26 @@ def test_non_string_filter_value_never_crashes(client, stream, value):
     bodies = [r.message.body for r in client.read(stream)]
     assert bodies[-1] == "fine"
     assert bodies in (["fine"], ["odd", "fine"])
+
+
+def test_publish_after_stream_deleted_is_not_accepted(client, connect, new_stream):
+    """A message that cannot be stored because the stream was deleted is not accepted: it is
+    rejected with an error condition, or the broker detaches the publisher with an error
+    (amqp-interface.md "Publishing": Outcome; RabbitMQ detaches with amqp:resource-deleted)."""
+    name = new_stream()
+    pub = client.publisher(address(name))
+    (ok,) = pub.send([Message(body="stored")])
+    assert ok.remote_state == Delivery.ACCEPTED
+    admin = connect()
+    assert admin.delete(name).status == 200
+    try:
+        (d,) = pub.send([Message(body="too late")], timeout=10)
+    except LinkDetached as exc:
+        assert exc.condition is not None
+    else:
+        assert d.remote_state == Delivery.REJECTED
+        assert d.remote.condition is not None
+    # the connection still works for everything else
+    other = new_stream()
+    client.publish(other, [Message(body="fine")])
+    assert [r.message.body for r in client.read(other)] == ["fine"]
