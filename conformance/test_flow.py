@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from proton import Delivery, Message, symbol
 
-from conformance.amqp import address, offset_spec, sql_filter, stream_filter
+from conformance.amqp import address, app_properties_filter, offset_spec, sql_filter, stream_filter
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -120,11 +120,11 @@ def test_fairness_between_filtered_links(connect, new_stream):
     pub.send([Message(body=i, properties={"last": i == n - 1}) for i in range(n)])
     pub.close()
     loader.publish(big, [Message(body="sync")])  # confirmed after all pre-settled ones
-    loader.publish(small, [Message(body=f"s{i}") for i in range(5)])
+    loader.publish(small, [Message(body=f"s{i}", properties={"k": "x"}) for i in range(5)])
 
     client = connect()
     busy = client.consumer(address(big), [offset_spec("first"), sql_filter("last")])
-    light = client.consumer(address(small), [offset_spec("first")])
+    light = client.consumer(address(small), [offset_spec("first"), app_properties_filter({"k": "x"})])
     busy.link.flow(1)
     light.link.flow(5)
     (match,) = busy.receive(1, timeout=60)

@@ -31,7 +31,8 @@ def corpus() -> list[Message]:
         Message(body=4, subject="red"),
         Message(body=5, content_type="text/plain",
                 properties={"n": -7, "s": "Apple", "with space": "x", "w]x": "y"}),
-        Message(body=6, group_id="g1", group_sequence=3, properties={"n": 7, "s": ""}),
+        Message(body=6, group_id="g1", group_sequence=3, creation_time=1_700_000_000.0,
+                properties={"n": 7, "s": ""}),
         Message(body=7, annotations={symbol("x-colour"): "teal"}, properties={"s": "aXb", "n": 3}),
         Message(body=8, properties={"s": "ab" * 3 + "c", "n": 4, "d": "2025-01-01"}),
     ]
@@ -139,6 +140,10 @@ ROWS: list[tuple[str, list[int]]] = [
     ("p.content_type = 'text/plain'", [5]),
     ("p.group_id = 'g1' AND p.group_sequence = 3", [6]),
     ("p.subject IS NULL", [3, 5, 6, 7, 8]),
+    ("p.group_sequence > 2", [6]),
+    ("p.creation_time = 1700000000000", [6]),
+    ("p.creation_time > 1600000000000", [6]),
+    ("p.absolute_expiry_time IS NULL", ALL),
     ("a.s = 'apple'", [0]),
     ("application_properties.n = 1", [1]),
     ("[with space] = 'x'", [5]),
@@ -155,6 +160,10 @@ EXTENSION_ROWS: list[tuple[str, list[int]]] = [
     ("m.[x-colour] = 'teal'", [7]),
     ("message_annotations.[x-colour] IS NOT NULL", [7]),
     ("f < INF", [0, 1, 2]),
+    ("LEFT(s, 2) = 'ap'", [0]),
+    ("RIGHT(s, 3) = 'ple'", [0, 5]),
+    ("SUBSTRING(s, 2, 3) = 'ppl'", [0, 5]),
+    ("EXISTS(nul)", [2]),
 ]
 
 INVALID = [
@@ -212,8 +221,9 @@ def test_sql_expression(client, sql_stream, expression, expected):
 @pytest.mark.extension
 @pytest.mark.parametrize("expression,expected", EXTENSION_ROWS, ids=[r[0] for r in EXTENSION_ROWS])
 def test_sql_extension_expression(client, sql_stream, expression, expected):
-    """Extensions accepted here, rejected by RabbitMQ 4.2: BETWEEN, LOWER/UPPER, message
-    annotations, INF (filter-language.md "Extensions"; filtex §6.4)."""
+    """Extensions accepted here, rejected by RabbitMQ 4.2: BETWEEN, the spec's functions
+    (LOWER, UPPER, LEFT, RIGHT, SUBSTRING, EXISTS), message annotations, INF
+    (filter-language.md "Extensions"; filtex §6.4)."""
     got, keys = select(client, sql_stream, expression)
     assert keys == ["rabbitmq:stream-offset-spec", "sql-filter"]
     assert got == sorted(expected)
