@@ -1,0 +1,212 @@
+"""Throughput of the Spark data source against a plain proton client, in the same run.
+
+Why: the data source adds Spark (planning, Python workers, Arrow/pickle between JVM and Python)
+and the row -> message mapping on top of publishing and consuming. This shows what that costs
+and what pushdown saves, with the broker process started here on loopback.
+
+Write: the same rows (``--rows``, 100 regions) published
+- by a plain proton publisher (``MessagingHandler``, window of unsettled messages, messages built
+  from the rows with the data source's own ``WritePlan`` inside the timed loop): the baseline;
+- by ``df.write.format("amqp-stream")`` with 1 and with 2 partitions (DataFrame cached first).
+Read: a stream of the same rows sorted by region (so chunks hold mostly one region), read in
+full with Spark, and filtered to one region (1 % of the rows) without and with pushdown; the
+broker's ``amqp_stream_read_bytes_total`` says how much it read. The baseline is a plain
+``amqp_stream.client`` consumer reading the whole stream.
+
+Run: ``.venv/bin/python -m bench.spark`` (``--rows N``, ``--repeat K``). The machine is shared:
+run it 2-3 times and note ``uptime``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import urllib.request
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+from proton import Url  # noqa: E402
+from proton.handlers import MessagingHandler  # noqa: E402
+from proton.reactor import Container  # noqa: E402
+
+from amqp_stream import client as amqp  # noqa: E402
+from amqp_stream.testing import BrokerProcess  # noqa: E402
+
+SCHEMA = "n INT, region STRING, amount DOUBLE, message_id STRING"
+REGIONS = 100
+
+
+def make_rows(count: int, sort: bool = False) -> list[tuple]:
+    rows = [(i, f"r{(i * 7919) % REGIONS:02d}", i * 0.25, f"m-{i}") for i in range(count)]
+    return sorted(rows, key=lambda r: r[1]) if sort else rows
+
+
+class _ProtonPublisher(MessagingHandler):
+    """The baseline: plain proton, a window of unsettled messages, done when all are accepted."""
+
+    def __init__(self, url: str, address: str, messages, window: int):
+        super().__init__()
+        self.url, self.address, self.messages, self.window = url, address, messages, window
+        self.sent = self.accepted = 0
+
+    def on_start(self, event):
+        conn = event.container.connect(Url(self.url))
+        event.container.create_sender(conn, self.address)
+
+    def on_sendable(self, event):
+        s = event.sender
+        while s.credit and self.sent < len(self.messages) and self.sent - self.accepted < self.window:
+            s.send(self.messages[self.sent]())
+            self.sent += 1
+
+    def on_accepted(self, event):
+        self.accepted += 1
+        if self.accepted == len(self.messages):
+            event.connection.close()
+        else:
+            self.on_sendable(event)
+
+    def on_rejected(self, event):
+        raise RuntimeError("baseline publisher: message rejected")
+
+
+def read_bytes(broker: BrokerProcess, stream: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+    text = urllib.request.urlopen(broker.metrics_url, timeout=10).read().decode()
+    return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+               if s.name == "amqp_stream_read_bytes_total" and s.labels.get("stream") == stream)
+
+
+def timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=20000)
+    ap.add_argument("--repeat", type=int, default=2, help="runs of each measurement; the best is shown")
+    ap.add_argument("--window", type=int, default=512)
+    args = ap.parse_args(argv)
+
+    from pyspark.sql import SparkSession
+
+    from amqp_stream.spark import register
+
+    print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min), "
+          f"rows {args.rows}, best of {args.repeat}")
+    spark = (SparkSession.builder.master("local[2]").appName("bench-spark").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    with tempfile.TemporaryDirectory() as tmp, BrokerProcess(os.path.join(tmp, "data")) as broker:
+        try:
+            run(args, spark, broker)
+        except Exception:
+            print("broker log (tail):\n" + broker.log_text()[-3000:], file=sys.stderr)
+            raise
+    spark.stop()
+    return 0
+
+
+def run(args, spark, broker: BrokerProcess) -> None:
+    from amqp_stream.spark.mapping import WritePlan
+
+    with amqp.connect(broker.url) as client:
+        rows = make_rows(args.rows)
+        df = spark.createDataFrame(rows, SCHEMA)
+        df1, df2 = df.coalesce(1).cache(), df.repartition(2).cache()
+        df1.count(), df2.count()
+        plan = WritePlan.for_schema(df.schema, "region")
+        names = iter(range(10**6))
+
+        def fresh() -> str:
+            name = f"w{next(names)}"
+            client.declare(name)
+            return name
+
+        def baseline():
+            stream = fresh()
+            msgs = [lambda r=r: plan.message(r) for r in rows]
+            h = _ProtonPublisher(broker.url, amqp.queue_address(stream), msgs, args.window)
+            Container(h).run()
+            assert h.accepted == len(rows)
+
+        def spark_write(frame):
+            stream = fresh()
+            (frame.write.format("amqp-stream").option("url", broker.url).option("stream", stream)
+             .option("filterValueColumn", "region").option("window", args.window).mode("append").save())
+            assert client.info(stream)["next_offset"] == len(rows)
+
+        spark_write(df1)  # warm up Python workers and the JVM paths
+        results = {}
+        for label, fn in [("plain proton publisher", baseline), ("spark, 1 partition", lambda: spark_write(df1)),
+                          ("spark, 2 partitions", lambda: spark_write(df2))]:
+            results[label] = min(timed(fn)[1] for _ in range(args.repeat))
+        base = results["plain proton publisher"]
+        print("\nwrite (rows/s, ratio to plain proton)")
+        for label, secs in results.items():
+            print(f"  {label:<28} {args.rows / secs:>10,.0f} rows/s  x{base / secs:.2f}")
+
+        # read: a stream sorted by region, published once by the client
+        stream = "read"
+        client.declare(stream)
+        with client.publisher(stream, window=args.window) as pub:
+            last = None
+            for r in make_rows(args.rows, sort=True):
+                if r[1] != last and last is not None:
+                    pub.flush()  # chunk boundary at every region change
+                last = r[1]
+                pub.send(plan.message(r))
+            pub.flush()
+        target = "r42"
+        expected = sum(1 for r in rows if r[1] == target)
+
+        def reader(pushdown: bool):
+            return (spark.read.format("amqp-stream").option("url", broker.url).option("stream", stream)
+                    .option("properties", SCHEMA).option("numPartitions", 2)
+                    .option("pushdown", str(pushdown).lower()).load())
+
+        def plain_client():
+            with amqp.connect(broker.url) as c, c.consumer(stream, credit=args.window) as con:
+                return sum(1 for _ in con.read_available())
+
+        def spark_count(pushdown: bool, filtered: bool):
+            df = reader(pushdown)
+            if filtered:
+                df = df.where(f"filter_value = '{target}'")
+            return df.select("offset", "n").collect()
+
+        spark_count(False, False)  # warm-up
+        reads = {}
+        for label, fn, n_expected in [
+                ("plain client, whole stream", plain_client, None),
+                ("spark, whole stream", lambda: len(spark_count(False, False)), None),
+                ("spark, 1 % filter, no pushdown", lambda: len(spark_count(False, True)), expected),
+                ("spark, 1 % filter, pushdown", lambda: len(spark_count(True, True)), expected)]:
+            best, bytes_read = None, None
+            for _ in range(args.repeat):
+                before = read_bytes(broker, stream)
+                got, secs = timed(fn)
+                assert got == (n_expected if n_expected is not None else args.rows), (label, got)
+                if best is None or secs < best:
+                    best, bytes_read = secs, read_bytes(broker, stream) - before
+            reads[label] = (best, bytes_read)
+        base = reads["plain client, whole stream"][0]
+        nopd = reads["spark, 1 % filter, no pushdown"]
+        print(f"\nread ({args.rows} rows in the stream, {expected} match the filter; stream rows/s, "
+              "ratio to the plain client; bytes the broker read)")
+        for label, (secs, b) in reads.items():
+            print(f"  {label:<32} {args.rows / secs:>10,.0f} rows/s  x{base / secs:.2f}  "
+                  f"{b / 1e6:7.2f} MB read")
+        pd = reads["spark, 1 % filter, pushdown"]
+        print(f"  pushdown vs none for the 1 % filter: time x{nopd[0] / pd[0]:.2f} faster, "
+              f"bytes read x{pd[1] / max(nopd[1], 1):.3f}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
