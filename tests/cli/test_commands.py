@@ -204,3 +204,41 @@ def test_perf_prints_summary(broker):
     for key in ("publish_rate_msg_s", "consume_rate_msg_s", "latency_ms_p50", "latency_ms_p99"):
         float(summary[key])
     assert "progress: t=1s" in r.stderr
+
+
+def test_consume_follows_until_count(broker, declared):
+    """Without --no-follow the command waits at the end of the stream for new messages."""
+    env = dict(os.environ)
+    env.pop("AMQP_STREAM_URL", None)
+    proc = subprocess.Popen([sys.executable, "-m", "amqp_stream", "consume", declared, "--from", "next",
+                             "--count", "2", "--url", broker.url],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        # the filter report on stderr comes once the link is attached
+        assert "filters in place" in proc.stderr.readline()
+        r = cli("publish", declared, url=broker.url, stdin="first\nsecond\nthird\n")
+        assert r.returncode == 0, r.stderr
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    assert out.splitlines() == ["first", "second"]
+
+
+def test_consume_from_last_and_timestamp(broker, declared):
+    for line in ("a", "b", "c"):  # one publish per message: one chunk each
+        assert cli("publish", declared, url=broker.url, stdin=line + "\n").returncode == 0
+    r = consume(broker, declared, "--from", "last")
+    assert r.stdout.splitlines() == ["c"]
+    r = consume(broker, declared, "--from", "@1000")  # before the start: everything
+    assert r.stdout.splitlines() == ["a", "b", "c"]
+    r = consume(broker, declared, "--from", "2000-01-01T00:00:00+00:00")
+    assert r.stdout.splitlines() == ["a", "b", "c"]
+
+
+def test_publish_lines_format_keeps_json_as_text(broker, declared):
+    r = cli("publish", declared, "--format", "lines", url=broker.url, stdin='{"a": 1}\n')
+    assert r.returncode == 0, r.stderr
+    (record,) = [json.loads(x) for x in consume(broker, declared, "--json").stdout.splitlines()]
+    assert record["body"] == '{"a": 1}' and record["application_properties"] == {}
