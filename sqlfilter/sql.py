@@ -15,6 +15,7 @@ from sqlfilter import ast
 from sqlfilter.base import Filter
 from sqlfilter.checks import check
 from sqlfilter.codegen import generate
+from sqlfilter.errors import FilterError
 from sqlfilter.fold import fold
 from sqlfilter.message import MessageView, as_view
 from sqlfilter.parser import DEFAULT_MAX_LENGTH, DEFAULT_MAX_TOKENS, parse
@@ -70,11 +71,16 @@ def compile_uncached(text: str | bytes, *, max_length: int = DEFAULT_MAX_LENGTH,
                      max_tokens: int = DEFAULT_MAX_TOKENS) -> SqlFilter:
     """``compile_sql`` without the cache (what the benchmark times)."""
     tree = parse(text, max_length=max_length, max_tokens=max_tokens)
-    matchers = check(tree)
-    folded = fold(tree)
-    generated = generate(folded, matchers)
-    namespace = generated.globals
-    exec(compile(generated.source, "<sql filter>", "exec"), namespace)
+    try:
+        matchers = check(tree)
+        folded = fold(tree)
+        generated = generate(folded, matchers)
+        namespace = generated.globals
+        exec(compile(generated.source, "<sql filter>", "exec"), namespace)
+    except (RecursionError, MemoryError, SyntaxError):
+        # only reachable with limits far above RabbitMQ's (thousands of nested operators);
+        # SyntaxError: CPython refuses blocks nested deeper than 100 levels (deep AND/OR)
+        raise FilterError("expression nested too deeply") from None
     shown = text if isinstance(text, str) else bytes(text).decode("utf-8")
     return SqlFilter(shown, folded, generated.source, namespace["_evaluate"], generated.sections)
 

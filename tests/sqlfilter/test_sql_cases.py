@@ -186,3 +186,16 @@ def test_undecodable_message_is_unknown_not_an_exception() -> None:
         assert f.evaluate(MessageView.from_bytes(data)) is None
         assert g.matches(data) is False
     assert compile_sql("1 = 1").evaluate(MessageView.from_bytes(b"\xff")) is True  # reads nothing
+
+
+def test_deep_nesting_is_a_filter_error_or_works() -> None:
+    view = MessageView.from_sections(application_properties={"a": 1})
+    big = {"max_tokens": 100_000, "max_length": 100_000}
+    for text in ["NOT " * 3000 + "a", " + ".join(["1"] * 3000) + " = a",
+                 "a = 1 AND (" * 200 + "a = 1" + ")" * 200]:
+        with pytest.raises(FilterError):
+            compile_sql(text, **big)
+    assert compile_sql("(" * 3000 + "a = 1" + ")" * 3000, **big).evaluate(view) is True
+    assert compile_sql(" AND ".join(["a = 1"] * 150), **big).evaluate(view) is True
+    # the deepest right-nested AND the default limits allow still compiles
+    assert compile_sql("a = 1 AND (" * 32 + "a = 1" + ")" * 32).evaluate(view) is True
