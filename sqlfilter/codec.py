@@ -183,7 +183,6 @@ def _decimal_to_bid(value: decimal.Decimal, code: int) -> int:
 
 # --- decoding: one body reader per constructor --------------------------------------------------
 # A reader takes (buf, pos) with pos just after the constructor and returns (value, end).
-_Reader = Callable[[Any, int], tuple]
 _READERS: list = [None] * 256
 _ZERO_WIDTH = frozenset((NULL, TRUE, FALSE, UINT0, ULONG0, LIST0))
 

@@ -261,15 +261,16 @@ def with_stream_offset(data: Any, offset: int) -> bytes:
     map32; an existing ``x-stream-offset`` entry is replaced), or a new annotations section is
     inserted after the header and delivery annotations. Every other byte is unchanged.
     """
+    if not -(1 << 63) <= offset < (1 << 63):
+        raise ValueError(f"offset {offset} does not fit an AMQP long")
     if not isinstance(data, bytes):
         data = bytes(data)
     entry = STREAM_OFFSET_KEY + _LONG + I64.pack(offset)
     try:
         after, found = _first_sections(data, MESSAGE_ANNOTATIONS)
         if found is None:
-            return b"".join((data[:after], MESSAGE_ANNOTATIONS_PREFIX,
-                             SIZE_COUNT8.pack(len(entry) + 1, 2).join((b"\xc1", entry)),
-                             data[after:]))
+            return b"".join((data[:after], MESSAGE_ANNOTATIONS_PREFIX, b"\xc1",
+                             SIZE_COUNT8.pack(len(entry) + 1, 2), entry, data[after:]))
         start, vstart, end = found
         first, mend, count = _map_header(data, vstart)
         if mend != end:
