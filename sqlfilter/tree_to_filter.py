@@ -1,6 +1,8 @@
-"""TreeToFilter: the Lark parse tree of ``grammar/sql_filter.lark`` → ``sqlfilter.ast`` nodes.
+"""TreeToFilter: the rules of ``grammar/sql_filter.lark`` → ``sqlfilter.ast`` nodes.
 
-Strategy: one method per aliased grammar alternative, named after it. Lexical values are decoded
+Strategy: one method per aliased grammar alternative, named after it. The LALR parser calls them
+as it reduces each rule (``sqlfilter.parser``), so no parse tree is built; a node's position is
+that of its first kept token. Lexical values are decoded
 here (quotes, brackets, hex), and names are resolved to (section, field) once, so that later
 passes never see text. Anything the grammar lets through but the language forbids, and that can
 be decided from one token (an unknown section or field, a control character in a delimited
@@ -38,9 +40,9 @@ _PROPERTIES_FIELDS = frozenset((
     "reply_to_group_id"))
 
 
-def _pos(token_or_meta: Any) -> int:
-    """1-based character offset of a token or of a tree node's first token (0 if unknown)."""
-    start = getattr(token_or_meta, "start_pos", None)
+def _pos(token: Any) -> int:
+    """1-based character offset of a token (0 if unknown)."""
+    start = getattr(token, "start_pos", None)
     return start + 1 if start is not None else 0
 
 
