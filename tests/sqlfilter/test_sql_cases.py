@@ -199,3 +199,18 @@ def test_deep_nesting_is_a_filter_error_or_works() -> None:
     assert compile_sql(" AND ".join(["a = 1"] * 150), **big).evaluate(view) is True
     # the deepest right-nested AND the default limits allow still compiles
     assert compile_sql("a = 1 AND (" * 32 + "a = 1" + ")" * 32).evaluate(view) is True
+
+
+def test_evaluator_touches_only_the_sections_it_declares() -> None:
+    from types import SimpleNamespace
+
+    cases = [("p.subject LIKE 'order.%'", {"properties": {"subject": "order.1"}}),
+             ("h.priority > 4 AND EXISTS(f.sig)", {"header": {"priority": 7},
+                                                   "footer": {"sig": 1}}),
+             ("m.[x-opt-a] = 1 OR UTC() < 0", {"message_annotations": {"x-opt-a": 1}}),
+             ("NOT (region IN ('a', 'b'))", {"application_properties": {"region": "c"}})]
+    for text, sections in cases:
+        f = compile_sql(text)
+        assert f.sections == set(sections), text
+        # an object with only those attributes: touching any other section would raise
+        assert f.evaluate_view(SimpleNamespace(**sections)) is True, text
