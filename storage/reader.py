@@ -159,6 +159,8 @@ class Reader:
                     if not self._advance():
                         return None
                     continue
+            if self._matches is not None and self._skip_run(seg, lim):
+                continue  # skipped to the end of the buffered index records
             rec = seg.recs[seg.ri]
             if lim is not None and rec[0] >= lim:
                 return None
@@ -259,6 +261,41 @@ class Reader:
             if not records:
                 return None
         return ReadChunk(h.chunk_id, h.timestamp, records, h.next_offset)
+
+    def _skip_run(self, seg: _Open, lim: int | None) -> bool:
+        """The stage-1 hot loop: skip consecutive user chunks the filter rules out, reading
+        only header and filter of each. Stops (leaving ``seg.ri`` on it) at a chunk to read,
+        at anything unusual (left to ``_read``, which checks and reports it), or at the
+        committed end. True when it consumed every buffered index record."""
+        recs = seg.recs
+        i, n = seg.ri, len(recs)
+        fd, want, matches = seg.sfd, 48 + self._hint, self._matches
+        pread, unpack = os.pread, _unpack_header
+        expect = seg.expect
+        skipped = 0
+        while i < n:
+            rec = recs[i]
+            if rec[4] or (lim is not None and rec[0] >= lim):
+                break
+            head = pread(fd, want, rec[3])
+            if len(head) != want:
+                break
+            t = unpack(head)
+            fs = t[10]
+            if (t[0] != CHUNK_MAGIC_VERSION or t[1] or not t[2] or t[6] != rec[0]
+                    or 48 + fs > want or 0 < fs < 16 or (expect is not None and t[6] != expect)):
+                break
+            if matches(head[48:48 + fs], t[11], t[12]):
+                break  # _read reads this header again: one extra small pread per match
+            expect = t[6] + t[3]
+            skipped += 1
+            i += 1
+        if skipped:
+            seg.ri = i
+            seg.expect = self._next_id = expect
+            self.stats.chunks_skipped += skipped
+            self.stats.bytes_read += skipped * want
+        return i >= n
 
     @staticmethod
     def _check_id(h, rec: tuple, seg: _Open) -> None:
