@@ -259,3 +259,33 @@ def test_string_modifiers_agree_with_python(value, affix, modifier):
     want = {"&p:": value.startswith(affix), "&s:": value.endswith(affix),
             "": value == affix, "&&": value == "&" + affix}[modifier]
     assert run_both_ways(f, message(app={"k": value})) is want
+
+
+simple_values = st.one_of(
+    st.booleans(), st.integers(-(2**63), 2**63 - 1), st.integers(0, 2**64 - 1).map(proton.ulong),
+    st.integers(-(2**31), 2**31 - 1).map(proton.int32), st.floats(allow_nan=False),
+    st.text(max_size=10), st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=10).map(sym),
+    st.binary(max_size=10), st.uuids(), st.integers(0, 2**50).map(proton.timestamp),
+)
+
+
+def as_reference(value):
+    """The reference value that must match ``value`` exactly (a leading & escaped)."""
+    if type(value) is str and value.startswith("&"):
+        return "&" + value
+    return value
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.text(max_size=8), simple_values, min_size=1, max_size=16), st.data())
+def test_a_message_matches_a_filter_of_its_own_values(app, data):
+    m = message(app=app)
+    chosen = data.draw(st.lists(st.sampled_from(sorted(app)), min_size=1, max_size=15, unique=True))
+    spec = {k: as_reference(app[k]) for k in chosen}
+    assert run_both_ways(compile_property_filter(application_properties=spec), m)
+    # a missing key, or the same key with a value of another kind, does not match
+    key = chosen[0]
+    assert not run_both_ways(compile_property_filter(
+        application_properties={**spec, key + "\x00missing": None}), m)
+    other = {bool: "x", str: 1.5, bytes: "x", uuid.UUID: b"x"}.get(type(app[key]), b"\x01")
+    assert not run_both_ways(compile_property_filter(application_properties={**spec, key: other}), m)
