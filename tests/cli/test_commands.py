@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -242,3 +243,19 @@ def test_publish_lines_format_keeps_json_as_text(broker, declared):
     assert r.returncode == 0, r.stderr
     (record,) = [json.loads(x) for x in consume(broker, declared, "--json").stdout.splitlines()]
     assert record["body"] == '{"a": 1}' and record["application_properties"] == {}
+
+
+def test_interrupt_exits_130(broker, declared):
+    """Ctrl-C (SIGINT) while following ends the command with exit code 130."""
+    env = dict(os.environ)
+    env.pop("AMQP_STREAM_URL", None)
+    proc = subprocess.Popen([sys.executable, "-m", "amqp_stream", "consume", declared, "--url", broker.url],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert "filters in place" in proc.stderr.readline()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
