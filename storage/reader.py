@@ -134,7 +134,14 @@ class Reader:
         self._next_id = 0
         self._min = 0
         self._closed = False
-        self._seek(spec)
+        for attempt in range(3):
+            try:
+                self._seek(spec)
+                break
+            except FileNotFoundError:  # retention removed a segment while we looked
+                self._close_segment()
+                if attempt == 2:
+                    raise
 
     # -- public --------------------------------------------------------------------------------
     @property

@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 DurableCallback = Callable[[int, "Exception | None"], None]
 
 LOCK_FILE = ".writer.lock"
+MAX_RECORD_BYTES = 0x7FFFFFFF - 4  # a simple entry's length is 31 bits; the data section u32
 _IOV_MAX = 1020
 _GROUP_BYTES = 4 << 20  # bytes written per writev group before committing
 _pack_index = INDEX_RECORD.pack
@@ -118,6 +119,8 @@ class Stream:
                on_durable: DurableCallback | None = None) -> int:
         """Queue one record; returns its offset. ``on_durable(offset, error)`` is called from the
         writer thread once its chunk is durable per the policy (or failed)."""
+        if len(body) > MAX_RECORD_BYTES:
+            raise StorageError(f"a record is at most {MAX_RECORD_BYTES} bytes")
         with self._lock:
             if self._closing or self._error is not None:
                 raise StreamClosedError(f"stream {self.directory} is closed"
@@ -140,6 +143,8 @@ class Stream:
         n = len(bodies)
         if filter_values is not None and len(filter_values) != n:
             raise StorageError("filter_values must have one entry per body")
+        if n and max(map(len, bodies)) > MAX_RECORD_BYTES:
+            raise StorageError(f"a record is at most {MAX_RECORD_BYTES} bytes")
         with self._lock:
             if self._closing or self._error is not None:
                 raise StreamClosedError(f"stream {self.directory} is closed")

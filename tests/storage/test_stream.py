@@ -278,3 +278,14 @@ def test_one_writer_per_directory(tmp_path):
         s.append(b"still mine")
     with Stream.open(tmp_path / "s") as again:  # released at close
         assert again.next_offset == 1
+
+
+def test_records_too_large_for_a_31_bit_length_are_refused(tmp_path, monkeypatch):
+    import storage.stream
+    monkeypatch.setattr(storage.stream, "MAX_RECORD_BYTES", 10)  # 2 GiB bodies are too slow here
+    with Stream.open(tmp_path / "s", StreamConfig(fsync="never")) as s:
+        with pytest.raises(StorageError):
+            s.append(b"x" * 11)
+        with pytest.raises(StorageError):
+            s.append_batch([b"ok", b"x" * 11])
+        assert s.append(b"x" * 10) == 0  # nothing was queued by the refused calls
