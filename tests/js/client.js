@@ -7,13 +7,14 @@
 //
 //   node client.js '{"op": "publish", "url": "amqp://127.0.0.1:5672", "address": "/queues/s",
 //                    "messages": [{"body": "a", "filter_value": "x", "application_properties": {}}]}'
-//   node client.js '{"op": "consume", "url": ..., "address": ..., "count": 3,
+//   node client.js '{"op": "consume", "url": ..., "address": ..., "until_body": "END",
 //                    "filters": [{"key": "sql-filter", "descriptor": 288, "value": "..."}]}'
 //   node client.js '{"op": "management", "url": ..., "requests": [{"method": "PUT", "path": ...,
 //                    "body": {...}}], "link_name": "management-link-pair"}'
 //
 // Filter values are typed with "type": string (default), symbol, long, ulong, bool, list
-// (of strings), symbol_map (keys symbols, values strings) or map (string keys). Every run
+// (of strings), symbol_map (keys symbols, values strings) or map (string keys). A consumer stops
+// at the message whose body is "until_body" (not reported) or after "count" messages; every run
 // stops itself after "timeout_ms" (default 10 s) and reports what it had.
 'use strict';
 
@@ -53,7 +54,7 @@ function filterMap(filters) {
 function plain(v) {
     if (v === null || v === undefined) return null;
     if (Buffer.isBuffer(v)) return {binary: v.toString('hex')};
-    if (v instanceof types.Typed || (typeof v === 'object' && v.type && 'value' in v && v.type.name)) {
+    if (typeof v === 'object' && v.type && typeof v.type.name === 'string' && 'value' in v) {  // rhea's Typed
         const out = {type: v.type.name, value: plain(v.value)};
         if (v.descriptor !== undefined) out.descriptor = plain(v.descriptor);
         return out;
@@ -99,7 +100,7 @@ function finish(error) {
 setTimeout(() => finish('timeout after ' + timeoutMs + ' ms'), timeoutMs);
 
 const container = rhea.create_container();
-container.on('error', (ctx) => finish('error: ' + (ctx.error || 'unknown')));
+container.on('error', (ctx) => finish('error: ' + (ctx.error && ctx.error.stack ? ctx.error.stack : JSON.stringify(plain(ctx.error)))));
 container.on('connection_error', (ctx) => finish('connection error: ' + JSON.stringify(plain(ctx.connection.error))));
 container.on('disconnected', (ctx) => finish('disconnected: ' + (ctx.error || 'no reason')));
 connection = container.connect(connectOptions());
@@ -120,8 +121,9 @@ function publish() {
     sender.on('sender_open', (ctx) => {
         result.attach_target = plain(ctx.sender.remote.attach.target);
     });
-    sender.on('sendable', () => {
-        while (next < spec.messages.length && sender.sendable()) {
+    const pump = () => {
+        // one_at_a_time: wait for each outcome (each message then makes a chunk of its own)
+        while (next < spec.messages.length && sender.sendable() && !(spec.one_at_a_time && settled < next)) {
             const m = spec.messages[next];
             const message = {body: m.body};
             if (m.filter_value !== undefined) message.message_annotations = {'x-stream-filter-value': m.filter_value};
@@ -132,10 +134,12 @@ function publish() {
             const delivery = sender.send(message);
             delivery.index = index;
         }
-    });
+    };
+    sender.on('sendable', pump);
     const done = (outcome) => (ctx) => {
         outcomes[ctx.delivery.index] = outcome;
         if (++settled === spec.messages.length) finish();
+        else if (spec.one_at_a_time) pump();
     };
     sender.on('accepted', done('accepted'));
     sender.on('rejected', done('rejected'));
@@ -154,20 +158,24 @@ function consume() {
     result.messages = [];
     receiver.on('receiver_open', (ctx) => {
         const source = ctx.receiver.remote.attach.source;
-        result.attach_source_address = source ? source.address : null;
+        result.attach_source_address = source && source.address !== undefined ? source.address : null;
         result.attach_filter = source ? plain(source.filter) : null;
         result.offered_capabilities = plain(ctx.receiver.remote.attach.offered_capabilities);
-        if (!spec.count) finish();
+        if (!spec.count && spec.until_body === undefined) finish();
     });
     receiver.on('message', (ctx) => {
         const m = ctx.message;
+        if (spec.until_body !== undefined && m.body === spec.until_body) {
+            finish();
+            return;
+        }
         result.messages.push({
             body: plain(m.body),
             message_annotations: plain(m.message_annotations),
             application_properties: plain(m.application_properties),
             subject: m.subject === undefined ? null : m.subject,
         });
-        if (result.messages.length >= spec.count) {
+        if (spec.count && result.messages.length >= spec.count) {
             // wait a little: anything beyond count would be a bug the test must see
             setTimeout(finish, spec.linger_ms || 300);
         }
@@ -175,18 +183,19 @@ function consume() {
     receiver.on('receiver_close', (ctx) => finish('receiver closed: ' + JSON.stringify(plain(ctx.receiver.error))));
 }
 
-// The management node wants a sender and a receiver with the same name and paired = true.
-// rhea keys links by name in a session, so the two go on two sessions.
+// The management node pairs a sender and a receiver on one session (RabbitMQ: same name and
+// paired = true). rhea keys links by name within a session, so same-named links would share one
+// entry: this client names them <link_name>-requests / <link_name>-replies on the same session.
 function management() {
     const name = spec.link_name || 'management-link-pair';
     const props = {paired: true};
-    const sender = connection.create_session().open_sender({
-        name, target: {address: '/management'}, source: {address: '/management'}, properties: props,
-        snd_settle_mode: 1,
+    const sender = connection.open_sender({
+        name: name + '-requests', target: {address: '/management'}, source: {address: '/management'},
+        properties: props, snd_settle_mode: 1,
     });
-    const receiver = connection.create_session().open_receiver({
-        name, source: {address: '/management'}, target: {address: '/management'}, properties: props,
-        credit_window: 10, autoaccept: true, rcv_settle_mode: 0,
+    const receiver = connection.open_receiver({
+        name: name + '-replies', source: {address: '/management'}, target: {address: '/management'},
+        properties: props, credit_window: 10, autoaccept: true, rcv_settle_mode: 0,
     });
     result.responses = [];
     let sent = 0;
