@@ -487,6 +487,8 @@ def _decode_section(data: bytes, code: int, vstart: int, end: int) -> dict:
 
 def as_view(message: Any) -> MessageView:
     """A view of bytes, a ``proton.Message`` or a view (returned as is)."""
+    if type(message) is bytes:  # the broker's hot path: stored message bytes
+        return MessageView.from_bytes(message)
     if isinstance(message, MessageView):
         return message
     if isinstance(message, (bytes, bytearray, memoryview)):
