@@ -29,6 +29,7 @@ _SETTINGS = settings(max_examples=300, deadline=None,
 # ---- random messages ----
 _KEYS = ["a", "b", "c", "n", "s"]
 _values = st.one_of(
+    st.integers(-5, 5), st.sampled_from(["a", "b", "ab", "a%"]),
     st.none(), st.booleans(), st.integers(-2**63, 2**64 - 1), st.floats(allow_nan=True),
     st.text(max_size=6), st.binary(max_size=4), st.text(max_size=3).map(symbol),
     st.integers(0, 2**40).map(timestamp), st.characters().map(char), st.uuids(),
@@ -39,7 +40,7 @@ _messages = st.builds(
         header={} if prio is None else {"priority": prio},
         properties={} if subject is None else {"subject": subject},
         application_properties=ap),
-    st.dictionaries(st.sampled_from(_KEYS), _values, max_size=5),
+    st.fixed_dictionaries({}, optional={k: _values for k in _KEYS}),
     st.none() | st.text(max_size=5), st.none() | st.integers(0, 9))
 
 # ---- random expressions from the grammar ----
@@ -87,7 +88,33 @@ def _expressions() -> st.SearchStrategy[str]:
     return st.recursive(leaf, extend, max_leaves=12)
 
 
-_exprs = _expressions()
+def _conditions() -> st.SearchStrategy[str]:
+    """Well-typed conditions (comparisons of values, predicates, AND/OR/NOT of those), so
+    that more results are true or false rather than unknown."""
+    value = st.recursive(
+        st.one_of(_literal, _ref),
+        lambda inner: st.tuples(inner, st.sampled_from(["+", "-", "*", "/", "%"]), inner).map(
+            lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        max_leaves=4)
+    predicate = st.one_of(
+        st.tuples(value, st.sampled_from(["=", "<>", "<", ">", "<=", ">="]), value).map(
+            lambda t: f"{t[0]} {t[1]} {t[2]}"),
+        st.tuples(value, st.booleans(), _patterns).map(
+            lambda t: f"{t[0]} {'NOT ' if t[1] else ''}LIKE '{t[2]}'"),
+        st.tuples(value, st.lists(value, min_size=1, max_size=4)).map(
+            lambda t: f"{t[0]} IN ({', '.join(t[1])})"),
+        st.tuples(value, value, value).map(lambda t: f"{t[0]} NOT BETWEEN {t[1]} AND {t[2]}"),
+        value.map(lambda v: f"{v} IS NULL"),
+        st.sampled_from(_KEYS).map(lambda k: f"EXISTS {k}"),
+        st.sampled_from(["TRUE", "FALSE", "a", "b"]),
+    )
+    return st.recursive(predicate, lambda inner: st.one_of(
+        st.tuples(inner, st.sampled_from(["AND", "OR"]), inner).map(
+            lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        inner.map(lambda x: f"NOT ({x})")), max_leaves=6)
+
+
+_exprs = st.one_of(_expressions(), _conditions())
 
 
 def _compile(text: str):
