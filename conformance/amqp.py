@@ -314,11 +314,15 @@ class Client:
         """Process I/O for a moment without waiting for anything in particular."""
         deadline = time.monotonic() + seconds
         self.blocking.container.timeout = min(seconds, 0.05) or 0.0
-        while True:
-            self.blocking.container.process()
-            if time.monotonic() >= deadline:
-                break
-        self.blocking.container.timeout = self.blocking.timeout
+        passes = 0
+        try:
+            # at least two passes: proton's Python reactor does socket I/O on the
+            # REACTOR_QUIESCED event that a first pass may only queue
+            while passes < 2 or time.monotonic() < deadline:
+                self.blocking.container.process()
+                passes += 1
+        finally:
+            self.blocking.container.timeout = self.blocking.timeout
 
     # -- links --
     def consumer(self, address: str, filters: Sequence[Entry] | None = None, credit: int = 0,
