@@ -317,3 +317,21 @@ def test_annotation_keys_of_other_types_are_skipped():
     b = ma + b"\x00\x53\x77\x40"
     assert filter_value(b) is None
     assert decoded(with_stream_offset(b, 2)).annotations[proton.symbol("x-stream-offset")] == 2
+
+
+@SETTINGS
+@given(st.dictionaries(symbols, st.one_of(st.text(max_size=60), st.integers(-5, 5)), max_size=12),
+       st.integers(0, 2**63 - 1), st.booleans())
+def test_with_stream_offset_on_small_and_large_annotation_maps(annotations, offset, present):
+    """Annotations written by our encoder: map8 when small, map32 when not (proton: map32)."""
+    if present:
+        annotations[proton.symbol("x-stream-offset")] = 77
+    ma = encode(proton.Described(proton.ulong(0x72), annotations))
+    b = b"\x00\x53\x70\xc0\x02\x01\x41" + ma + b"\x00\x53\x75\xa0\x02hi"
+    out = with_stream_offset(b, offset)
+    got = decoded(out)
+    want = dict_of(annotations)
+    want[proton.symbol("x-stream-offset")] = offset
+    assert typed(dict_of(got.annotations)) == typed(want)
+    assert sections_except(out, 0x72) == sections_except(b, 0x72)
+    assert filter_value(out) is None
