@@ -12,6 +12,8 @@ Spark gives ``pushFilters`` a list of simple predicates that are ANDed. We trans
   Predicates whose meaning is the same in Spark and in the broker's SQL (strings, integers,
   booleans) are left to the broker alone; the others (floating point, whose NaN ordering
   differs) are pushed and also handed back to Spark, so results never depend on pushdown.
+- Comparisons of ``offset`` with integers narrow the offset ranges planned (Spark checks them
+  too, so ``offset IN (3, 900)`` reads 3..900 and Spark keeps the two).
 - Everything else stays with Spark.
 
 Pure functions over ``pyspark.sql.datasource`` filter objects; tested without a broker.
@@ -35,6 +37,7 @@ from amqp_stream.client import PROPERTY_NAMES
 __all__ = ["Pushdown", "plan_pushdown", "sql_identifier", "sql_literal"]
 
 FILTER_VALUE_COLUMN = "filter_value"
+OFFSET_COLUMN = "offset"
 _IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _RESERVED = {"AND", "OR", "NOT", "LIKE", "IN", "IS", "NULL", "ESCAPE", "TRUE", "FALSE", "UTC",
              "BETWEEN", "EXISTS", "INF", "NAN", "LOWER", "UPPER", "LEFT", "RIGHT", "SUBSTRING", "DATE"}
@@ -50,6 +53,8 @@ class Pushdown:
     filter_values: tuple[str, ...] | None = None  # None: no stage 1; () : nothing can match
     sql: str | None = None
     pushed: list[str] = field(default_factory=list)  # descriptions, for explain/debugging
+    offset_start: int = 0          # offsets outside [offset_start, offset_end) are not read
+    offset_end: int | None = None
 
     def accepts(self, filter_value: str | None) -> bool:
         """The exact check behind stage 1."""
@@ -57,7 +62,35 @@ class Pushdown:
 
     @property
     def empty(self) -> bool:
-        return self.filter_values == ()
+        return self.filter_values == () or (self.offset_end is not None and self.offset_end <= self.offset_start)
+
+    def clamp(self, start: int, end: int) -> tuple[int, int]:
+        """A planned offset range narrowed by the offset predicates."""
+        start = max(start, self.offset_start)
+        end = end if self.offset_end is None else min(end, self.offset_end)
+        return start, max(start, end)
+
+
+def _offset_bounds(f: Filter) -> tuple[int, int | None] | None:
+    """[start, end) implied by a predicate on the ``offset`` column, or None."""
+    v = getattr(f, "value", None)
+    if isinstance(f, In):
+        if not f.value or not all(isinstance(x, int) and not isinstance(x, bool) for x in f.value):
+            return None
+        return min(f.value), max(f.value) + 1
+    if not isinstance(v, int) or isinstance(v, bool):
+        return None
+    if isinstance(f, EqualTo):
+        return v, v + 1
+    if isinstance(f, GreaterThan):
+        return v + 1, None
+    if isinstance(f, GreaterThanOrEqual):
+        return v, None
+    if isinstance(f, LessThan):
+        return 0, v
+    if isinstance(f, LessThanOrEqual):
+        return 0, v + 1
+    return None
 
 
 def sql_identifier(column: str) -> str:
@@ -136,6 +169,7 @@ def plan_pushdown(filters: Iterable[Filter], columns: Mapping[str, DataType]) ->
     """Split ``filters`` into a ``Pushdown`` and the filters Spark must still evaluate
     (returned by reference, as ``pushFilters`` requires)."""
     values: set[str] | None = None
+    start, end = 0, None
     clauses: list[str] = []
     pushed: list[str] = []
     rest: list[Filter] = []
@@ -147,6 +181,14 @@ def plan_pushdown(filters: Iterable[Filter], columns: Mapping[str, DataType]) ->
                 values = set(vals) if values is None else values & set(vals)
                 pushed.append(repr(f))
                 continue
+        if attr == (OFFSET_COLUMN,):
+            bounds = _offset_bounds(f)
+            if bounds is not None:  # narrows the ranges read; Spark still checks the predicate
+                start = max(start, max(bounds[0], 0))
+                end = bounds[1] if end is None else (end if bounds[1] is None else min(end, bounds[1]))
+                pushed.append(repr(f))
+            rest.append(f)
+            continue
         pred = _predicate(f, columns)
         if pred is None:
             rest.append(f)
@@ -156,4 +198,4 @@ def plan_pushdown(filters: Iterable[Filter], columns: Mapping[str, DataType]) ->
         if not pred[1]:
             rest.append(f)
     sql = " AND ".join(f"({c})" if len(clauses) > 1 else c for c in clauses) or None
-    return Pushdown(tuple(sorted(values)) if values is not None else None, sql, pushed), rest
+    return Pushdown(tuple(sorted(values)) if values is not None else None, sql, pushed, start, end), rest

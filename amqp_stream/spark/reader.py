@@ -50,7 +50,8 @@ def _merge(a: Pushdown, b: Pushdown) -> Pushdown:
         values = b.filter_values if values is None else tuple(v for v in values if v in b.filter_values)
     sqls = [s for s in (a.sql, b.sql) if s]
     sql = " AND ".join(f"({s})" for s in sqls) if len(sqls) > 1 else (sqls[0] if sqls else None)
-    return Pushdown(values, sql, a.pushed + b.pushed)
+    end = a.offset_end if b.offset_end is None else (b.offset_end if a.offset_end is None else min(a.offset_end, b.offset_end))
+    return Pushdown(values, sql, a.pushed + b.pushed, max(a.offset_start, b.offset_start), end)
 
 
 def read_range(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, declared) -> Iterator[tuple]:
@@ -92,7 +93,8 @@ class BatchReader(DataSourceReader):
         first, next_ = stream_bounds(self.opts)
         start = resolve(self.opts.starting_offset, first, next_, what="startingOffset")
         end = resolve(self.opts.ending_offset, first, next_, what="endingOffset")
-        return split(start, max(start, end), num_partitions=self.opts.num_partitions,
+        start, end = self.pd.clamp(start, max(start, end))
+        return split(start, end, num_partitions=self.opts.num_partitions,
                      max_records=self.opts.max_records_per_partition)
 
     def read(self, partition: InputPartition):

@@ -117,3 +117,14 @@ def test_broker_sql_agrees_with_spark(pair):
         encoded = proton.Message(body=b"", properties=dict(row)).encode()
         expected = all(spark_eval(f, row) is True for f in filters)
         assert compiled.matches(encoded) == expected, (pd.sql, row)
+
+
+def test_offset_predicates_narrow_the_range_and_stay_with_spark():
+    filters = [GreaterThanOrEqual(("offset",), 100), LessThan(("offset",), 250), GreaterThan(("offset",), 120),
+               In(("offset",), (130, 400)), EqualTo(("offset",), "x")]
+    pd, rest = plan_pushdown(filters, COLUMNS)
+    assert (pd.offset_start, pd.offset_end) == (130, 250)
+    assert len(rest) == len(filters) and all(a is b for a, b in zip(rest, filters))
+    assert pd.clamp(0, 1000) == (130, 250) and pd.clamp(200, 220) == (200, 220)
+    pd, _ = plan_pushdown([LessThanOrEqual(("offset",), 5), GreaterThan(("offset",), 5)], COLUMNS)
+    assert pd.empty

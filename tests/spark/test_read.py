@@ -134,3 +134,13 @@ def test_streaming_read_with_and_without_pushdown_and_resume(spark, broker, fill
 def test_missing_stream_read_fails_clearly(spark, broker, stream_name):
     with pytest.raises(Exception, match=rf"stream '{stream_name}' does not exist"):
         reader(spark, broker, stream_name).collect()
+
+
+def test_offset_predicates_read_less(spark, broker, filled):
+    query = "offset >= 120 AND offset < 150"
+    name = "amqp_stream_read_bytes_total"
+    plain, plain_bytes = measured(broker, filled, name,
+                                  lambda: rows(reader(spark, broker, filled, pushdown="false").where(query)))
+    pushed, pushed_bytes = measured(broker, filled, name, lambda: rows(reader(spark, broker, filled).where(query)))
+    assert pushed == plain and [r[0] for r in plain] == list(range(120, 150))
+    assert 0 < pushed_bytes < plain_bytes / 2, (pushed_bytes, plain_bytes)
