@@ -129,6 +129,7 @@ class Reader:
         values = list(filter_values)
         self._matcher = bloom.Matcher(values, match_unfiltered) if values else None
         self._matches = self._matcher.matches if self._matcher is not None else None
+        self._verdicts: dict[tuple[bytes, int, int], bool] = {}
         self._hint = filter_size_hint if filter_size_hint else 16
         self._seg: _Open | None = None
         self._next_id = 0
@@ -279,6 +280,7 @@ class Reader:
         fd, want, matches = seg.sfd, 48 + self._hint, self._matches
         pread, unpack = os.pread, _unpack_header
         expect = seg.expect
+        verdicts = self._verdicts  # filters repeat (bursts of a value): decide each once
         skipped = 0
         while i < n:
             rec = recs[i]
@@ -292,7 +294,13 @@ class Reader:
             if (t[0] != CHUNK_MAGIC_VERSION or t[1] or not t[2] or t[6] != rec[0]
                     or 48 + fs > want or 0 < fs < 16 or (expect is not None and t[6] != expect)):
                 break
-            if matches(head[48:48 + fs], t[11], t[12]):
+            key = (head[48:48 + fs], t[11], t[12])
+            verdict = verdicts.get(key)
+            if verdict is None:
+                if len(verdicts) > 4096:
+                    verdicts.clear()
+                verdict = verdicts[key] = matches(*key)
+            if verdict:
                 break  # _read reads this header again: one extra small pread per match
             expect = t[6] + t[3]
             skipped += 1

@@ -121,20 +121,23 @@ class Stream:
         writer thread once its chunk is durable per the policy (or failed)."""
         if len(body) > MAX_RECORD_BYTES:
             raise StorageError(f"a record is at most {MAX_RECORD_BYTES} bytes")
-        with self._lock:
-            if self._closing or self._error is not None:
-                raise StreamClosedError(f"stream {self.directory} is closed"
-                                        + (f": {self._error}" if self._error else ""))
-            offset = self._next
-            self._next = offset + 1
-            self._bodies.append(body)
-            self._values.append(filter_value)
-            if on_durable is not None:
-                self._callbacks.append((offset, on_durable))
-            if self._writer_idle:
-                self._writer_idle = False
-                self._wake.notify()
-            return offset
+        lock = self._lock
+        lock.acquire()  # not ``with``: this is the per-record hot path; nothing below raises
+        if self._closing or self._error is not None:
+            lock.release()
+            raise StreamClosedError(f"stream {self.directory} is closed"
+                                    + (f": {self._error}" if self._error else ""))
+        offset = self._next
+        self._next = offset + 1
+        self._bodies.append(body)
+        self._values.append(filter_value)
+        if on_durable is not None:
+            self._callbacks.append((offset, on_durable))
+        if self._writer_idle:
+            self._writer_idle = False
+            self._wake.notify()
+        lock.release()
+        return offset
 
     def append_batch(self, bodies: Sequence[bytes], filter_values: Sequence[str | None] | None = None,
                      on_durable: DurableCallback | None = None) -> int:
