@@ -34,6 +34,7 @@ An absent section is an empty dict. Values use the representation of ``sqlfilter
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import proton
@@ -114,16 +115,19 @@ def _section_at(buf: bytes, pos: int) -> tuple[int, int, int]:
 
     (``_scan`` below is the same walk inlined, for the filters' hot path.)
     """
-    if buf[pos] == 0x00 and buf[pos + 1] == 0x53:  # the usual smallulong descriptor
-        code = buf[pos + 2]
-        vstart = pos + 3
-    elif buf[pos] == 0x00:
-        code, vstart = _descriptor(buf, pos + 1)
-    else:
-        raise _Bad("expected a described section", pos)
-    if not HEADER <= code <= FOOTER:
-        raise _Bad(f"unknown section descriptor 0x{code:x}", pos)
-    end = _skip(buf, vstart)
+    try:
+        if buf[pos] == 0x00 and buf[pos + 1] == 0x53:  # the usual smallulong descriptor
+            code = buf[pos + 2]
+            vstart = pos + 3
+        elif buf[pos] == 0x00:
+            code, vstart = _descriptor(buf, pos + 1)
+        else:
+            raise _Bad("expected a described section", pos)
+        if not HEADER <= code <= FOOTER:
+            raise _Bad(f"unknown section descriptor 0x{code:x}", pos)
+        end = _skip(buf, vstart)
+    except (IndexError, struct.error):
+        raise _Bad("truncated section", pos) from None
     return code, vstart, end
 
 
@@ -304,24 +308,27 @@ def _scan(buf: bytes, pos: int, spans: dict[int, tuple[int, int]], want: int) ->
     width = codec._WIDTH
     u32 = codec._u32
     while pos < n:
-        if buf[pos] == 0x00 and buf[pos + 1] == 0x53:
-            code = buf[pos + 2]
-            vstart = pos + 3
-        elif buf[pos] == 0x00:
-            code, vstart = _descriptor(buf, pos + 1)
-        else:
-            raise _Bad("expected a described section", pos)
-        if not HEADER <= code <= FOOTER:
-            raise _Bad(f"unknown section descriptor 0x{code:x}", pos)
-        w = width[buf[vstart]]
-        if w is None:
-            end = _skip(buf, vstart)
-        elif w == -4:
-            end = vstart + 5 + u32(buf, vstart + 1)[0]
-        elif w == -1:
-            end = vstart + 2 + buf[vstart + 1]
-        else:
-            end = vstart + 1 + w
+        try:
+            if buf[pos] == 0x00 and buf[pos + 1] == 0x53:
+                code = buf[pos + 2]
+                vstart = pos + 3
+            elif buf[pos] == 0x00:
+                code, vstart = _descriptor(buf, pos + 1)
+            else:
+                raise _Bad("expected a described section", pos)
+            if not HEADER <= code <= FOOTER:
+                raise _Bad(f"unknown section descriptor 0x{code:x}", pos)
+            w = width[buf[vstart]]
+            if w is None:
+                end = _skip(buf, vstart)
+            elif w == -4:
+                end = vstart + 5 + u32(buf, vstart + 1)[0]
+            elif w == -1:
+                end = vstart + 2 + buf[vstart + 1]
+            else:
+                end = vstart + 1 + w
+        except (IndexError, struct.error):
+            raise _Bad("truncated section", pos) from None
         if end > n:
             raise _Bad("section runs past the end of the message", pos)
         pos = end

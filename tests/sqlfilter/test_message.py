@@ -335,3 +335,11 @@ def test_with_stream_offset_on_small_and_large_annotation_maps(annotations, offs
     assert typed(dict_of(got.annotations)) == typed(want)
     assert sections_except(out, 0x72) == sections_except(b, 0x72)
     assert filter_value(out) is None
+
+
+def test_errors_name_the_section_position():
+    b = b"\x00\x53\x70\x45" + b"\x00\x53\x74\xd1\x00\x00"
+    with pytest.raises(MessageFormatError, match="byte 4"):
+        split_sections(b)
+    with pytest.raises(MessageFormatError, match="byte 4"):
+        MessageView.from_bytes(b).application_properties  # noqa: B018
