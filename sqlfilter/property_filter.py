@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping
 import proton
 
 from sqlfilter.base import Filter
+from sqlfilter.codec import DECIMAL32, DECIMAL64, DECIMAL128, _bid_to_decimal
 from sqlfilter.errors import FilterError
 from sqlfilter.message import MessageView
 
@@ -70,6 +71,17 @@ FIELD_TYPES: dict[str, frozenset[str]] = {
 _MISSING = object()
 _NUMBER_TYPES = (int, float, decimal.Decimal)
 _Test = Callable[[Any], bool]
+
+
+def _reference(value: Any) -> Any:
+    """A reference value in the codec's representation where proton's differs (decimals)."""
+    if isinstance(value, proton.decimal32):
+        return _bid_to_decimal(int(value), DECIMAL32)
+    if isinstance(value, proton.decimal64):
+        return _bid_to_decimal(int(value), DECIMAL64)
+    if isinstance(value, proton.decimal128):
+        return _bid_to_decimal(int.from_bytes(bytes(value), "big"), DECIMAL128)
+    return value
 
 
 def _amqp_type(value: Any) -> str | None:
@@ -171,6 +183,7 @@ def _compile_application_properties(spec: Any) -> list[tuple[str, _Test]]:
     for key, ref in _entries("amqp:application-properties-filter", spec):
         if not isinstance(key, str) or isinstance(key, (proton.symbol, proton.char)):
             raise FilterError(f"amqp:application-properties-filter: key {key!r} is not a string")
+        ref = _reference(ref)
         kind = _amqp_type(ref)
         if kind is None:
             raise FilterError(f"amqp:application-properties-filter: {key!r} needs a simple value, "

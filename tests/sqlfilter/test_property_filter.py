@@ -148,6 +148,12 @@ APP_ROWS = [
     ({"k2": proton.uint(10)}, {}, False),
     ({"nan": float("nan")}, {"nan": float("nan")}, False),
     ({"K1": -2}, APP, False),  # keys are case-sensitive
+    # decimals: proton hands over raw IEEE 754 bits; they compare by value
+    ({"k2": proton.decimal32(0x3280000A)}, APP, True),  # decimal32 10
+    ({"d": proton.decimal64(0x31A0000000000019)}, APP, True),  # decimal64 2.5
+    ({"k2": proton.decimal128(bytes.fromhex("3040000000000000000000000000000A"))}, APP, True),
+    ({"k2": proton.decimal32(0x3280000B)}, APP, False),
+    ({"dec": 7.5}, {"dec": proton.decimal32(0x3200004B)}, True),  # message value decimal32 7.5
 ]
 
 # --- both filters at once -------------------------------------------------------------------------
