@@ -281,12 +281,13 @@ class Reader:
         pread, unpack = os.pread, _unpack_header
         expect = seg.expect
         verdicts = self._verdicts  # filters repeat (bursts of a value): decide each once
-        skipped = 0
+        skipped = looked = 0
         while i < n:
             rec = recs[i]
             if rec[4] or (lim is not None and rec[0] >= lim):
                 break
             head = pread(fd, want, rec[3])
+            looked += len(head)
             if len(head) != want:
                 break
             t = unpack(head)
@@ -305,11 +306,11 @@ class Reader:
             expect = t[6] + t[3]
             skipped += 1
             i += 1
+        self.stats.bytes_read += looked
         if skipped:
             seg.ri = i
             seg.expect = self._next_id = expect
             self.stats.chunks_skipped += skipped
-            self.stats.bytes_read += skipped * want
         return i >= n
 
     @staticmethod

@@ -289,3 +289,58 @@ def test_records_too_large_for_a_31_bit_length_are_refused(tmp_path, monkeypatch
         with pytest.raises(StorageError):
             s.append_batch([b"ok", b"x" * 11])
         assert s.append(b"x" * 10) == 0  # nothing was queued by the refused calls
+
+
+@pytest.mark.parametrize("policy", ["always", "interval", "never"])
+def test_fsync_policy_decides_when_callbacks_run(tmp_path, monkeypatch, policy):
+    """A spy around the real os.writev / os.fdatasync records the order of writes, syncs and
+    callbacks: under ``always`` every callback follows a sync of what was written before it;
+    under ``interval`` (10 s here) and ``never`` callbacks follow the write, with no sync until
+    close."""
+    import storage.stream as mod
+    events: list = []
+    real_writev, real_sync = os.writev, os.fdatasync
+    monkeypatch.setattr(mod.os, "writev", lambda fd, bufs: (events.append("write"),
+                                                             real_writev(fd, bufs))[1])
+    monkeypatch.setattr(mod.os, "fdatasync", lambda fd: (events.append("sync"), real_sync(fd))[1])
+    cfg = StreamConfig(fsync=policy, fsync_interval_ms=10_000)
+    with Stream.open(tmp_path / "s", cfg) as s:
+        time.sleep(0.05)  # let the writer settle before the first append
+        for i in range(200):
+            s.append(b"%d" % i, None, lambda o, e: events.append(("cb", o)))
+        s.flush()
+        during = list(events)
+    # after close nothing written is left unsynced
+    assert [e for e in events if not isinstance(e, tuple)][-1] == "sync"
+    assert [e[1] for e in during if isinstance(e, tuple)] == list(range(200))
+    io = [e for e in during if not isinstance(e, tuple)]
+    assert "write" in io
+    if policy == "always":
+        for k, e in enumerate(during):
+            if isinstance(e, tuple):
+                last_io = next(x for x in reversed(during[:k]) if not isinstance(x, tuple))
+                assert last_io == "sync"
+    elif policy == "interval":
+        assert io.count("sync") <= 1  # at most one per 10 s (the first write may sync)
+    else:
+        assert "sync" not in io
+
+
+def test_a_skipped_chunk_costs_only_its_header_and_filter(tmp_path):
+    """bytes_read adds up exactly: index records, 48 + 16 bytes per chunk looked at, and the
+    data section of each chunk read; a skipped chunk's data is never read."""
+    cfg = StreamConfig(fsync="never", max_chunk_entries=10, filter_size=16)
+    with Stream.open(tmp_path / "s", cfg) as s:
+        for c in range(20):
+            s.append_batch([b"z" * 200] * 10, [f"value-{c}"] * 10)
+            s.flush()
+        with s.reader(OffsetSpec.first(), ["value-7"]) as r:
+            got = list(r)
+    hdrs = chunks_on_disk(tmp_path / "s")
+    data = {h.chunk_id: h.data_length for _, _, h in hdrs}
+    read_ids = [c.chunk_id for c in got]
+    assert 70 in read_ids and r.stats.chunks_read == len(read_ids)
+    assert r.stats.chunks_skipped == 20 - len(read_ids)
+    # every matched chunk is looked at twice (skip loop, then _read): 64 bytes more each
+    expected = 29 * 20 + 64 * 20 + 64 * len(read_ids) + sum(data[i] for i in read_ids)
+    assert r.stats.bytes_read == expected
