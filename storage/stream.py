@@ -45,6 +45,7 @@ from storage.format import (
 from storage.offsets import OffsetSpec
 from storage.reader import Reader
 from storage.recovery import SegmentInfo, recover
+from storage.retention import segments_to_drop
 
 __all__ = ["Stream", "DurableCallback"]
 
@@ -408,20 +409,8 @@ class Stream:
         """Delete whole old segments per the retention settings (called holding ``_lock``)."""
         cfg = self.config
         infos = self._infos
-        drop = 0
-        if cfg.retention_bytes is not None:
-            kept = 0
-            for k in range(len(infos) - 1, -1, -1):
-                kept += infos[k].size
-                if kept > cfg.retention_bytes and k < len(infos) - 1:
-                    drop = max(drop, k + 1)
-                    break
-        if cfg.retention_age_ms is not None:
-            cutoff = time.time_ns() // 1_000_000 - cfg.retention_age_ms
-            k = 0
-            while k < len(infos) - 1 and (infos[k].last_timestamp or 0) < cutoff:
-                k += 1
-            drop = max(drop, k)
+        drop = segments_to_drop(infos, cfg.retention_bytes, cfg.retention_age_ms,
+                                time.time_ns() // 1_000_000)
         if not drop:
             return
         for info in infos[:drop]:
