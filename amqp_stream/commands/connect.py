@@ -53,7 +53,7 @@ def fail(command: str, error: BaseException | str, stream: TextIO | None = None)
 
 
 def is_terminal(stream: TextIO) -> bool:
-    """Progress bars and colour only for a terminal (and not when NO_COLOR/TERM=dumb say so)."""
+    """Progress bars and colour only for a terminal (and not when TERM=dumb)."""
     try:
         tty = stream.isatty()
     except (AttributeError, ValueError):
