@@ -224,3 +224,21 @@ def test_connection_loss_and_timeout_raise_publish_error(tmp_path):
             amqp.connect(b.url, timeout=3)
     finally:
         b.close()
+
+
+def test_plain_credentials_over_tls(tmp_path):
+    from tests.spark.secure import PASSWORD, USER, secure_broker
+
+    b, url, ca = secure_broker(tmp_path)
+    with b:
+        tls = amqp.TlsOptions(ca_file=str(ca))
+        with amqp.connect(url, user=USER, password=PASSWORD, tls=tls) as c:
+            c.declare("s")
+            fill(c, "s", 3)
+            assert c.info("s")["next_offset"] == 3
+        with pytest.raises(amqp.ClientError, match="unauthorized-access"):
+            amqp.connect(url, user=USER, password="wrong", tls=tls, timeout=10)
+        with pytest.raises(amqp.ClientError, match="unauthorized-access"):
+            amqp.connect(url, tls=tls, timeout=10)  # anonymous is refused
+        with pytest.raises(amqp.ClientError, match="certificate verify failed"):
+            amqp.connect(url, user=USER, password=PASSWORD, timeout=10)  # CA not trusted

@@ -84,3 +84,17 @@ def test_rejected_message_fails_the_task(spark, tmp_path):
         with pytest.raises(Exception, match=r"(?s)PublishError.*not accepted.*rejected"):
             (df.write.format("amqp-stream").option("url", small.url).option("stream", "big")
              .option("declare", "true").option("window", "4").mode("append").save())
+
+
+def test_credentials_and_tls_options(spark, tmp_path):
+    from tests.spark.secure import PASSWORD, USER, secure_broker
+
+    b, url, ca = secure_broker(tmp_path)
+    with b:
+        opts = {"url": url, "stream": "secured", "user": USER, "password": PASSWORD, "tlsCaFile": str(ca)}
+        events(spark, 30).write.format("amqp-stream").options(**opts).option("declare", "true") \
+            .option("filterValueColumn", "region").mode("append").save()
+        back = spark.read.format("amqp-stream").options(**opts).option("properties", "n INT").load()
+        assert sorted(r.n for r in back.select("n").collect()) == list(range(30))
+        with pytest.raises(Exception, match="unauthorized-access"):
+            spark.read.format("amqp-stream").options(**dict(opts, password="wrong")).load().collect()
