@@ -126,9 +126,9 @@ def test_interval(client, stream):
     """An interval string (`10m`, units Y M D h m s) means timestamp now - interval
     (amqp-interface.md table; RabbitMQ streams docs)."""
     client.publish(stream, [Message(body="old")], each=True)
-    time.sleep(3.2)
+    time.sleep(5)  # "old" is >= 5 s old at the attach; "new" has 3 s to be attached to
     client.publish(stream, [Message(body=f"new{i}") for i in range(3)], each=True)
-    assert bodies(client.read(stream, [offset_spec("2s")])) == ["new0", "new1", "new2"]
+    assert bodies(client.read(stream, [offset_spec("3s")])) == ["new0", "new1", "new2"]
     assert bodies(client.read(stream, [offset_spec("10m")])) == ["old", "new0", "new1", "new2"]
     assert bodies(client.read(stream, [offset_spec("1D")])) == ["old", "new0", "new1", "new2"]
 
