@@ -88,3 +88,4 @@ def compile_uncached(text: str | bytes, *, max_length: int = DEFAULT_MAX_LENGTH,
 @functools.lru_cache(maxsize=256)
 def _compile_cached(text: str, max_length: int, max_tokens: int) -> SqlFilter:
     return compile_uncached(text, max_length=max_length, max_tokens=max_tokens)
+

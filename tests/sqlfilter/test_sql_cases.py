@@ -214,3 +214,15 @@ def test_evaluator_touches_only_the_sections_it_declares() -> None:
         assert f.sections == set(sections), text
         # an object with only those attributes: touching any other section would raise
         assert f.evaluate_view(SimpleNamespace(**sections)) is True, text
+
+
+def test_explain_tool(capsys) -> None:
+    from sqlfilter.explain import main
+
+    assert main(["p.subject LIKE 'a%' AND 1 + 1 = 2"]) == 0
+    out = capsys.readouterr().out
+    assert "sections: properties" in out and "def _evaluate(view):" in out
+    assert "startswith('a')" in out
+    assert main(["a = = 1"]) == 1
+    err = capsys.readouterr().err
+    assert "invalid" in err and "\n      ^" in err
