@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 DurableCallback = Callable[[int, "Exception | None"], None]
 
 LOCK_FILE = ".writer.lock"
+_VALUE_TYPES = frozenset({str, bytes, bytearray, type(None)})
 MAX_RECORD_BYTES = 0x7FFFFFFF - 4  # a simple entry's length is 31 bits; the data section u32
 _IOV_MAX = 1020
 _GROUP_BYTES = 4 << 20  # bytes written per writev group before committing
@@ -122,6 +123,8 @@ class Stream:
         writer thread once its chunk is durable per the policy (or failed)."""
         if len(body) > MAX_RECORD_BYTES:
             raise StorageError(f"a record is at most {MAX_RECORD_BYTES} bytes")
+        if filter_value is not None and type(filter_value) not in _VALUE_TYPES:
+            raise StorageError(f"a filter value is str or bytes, not {type(filter_value).__name__}")
         lock = self._lock
         lock.acquire()  # not ``with``: this is the per-record hot path; nothing below raises
         if self._closing or self._error is not None:
@@ -149,6 +152,8 @@ class Stream:
             raise StorageError("filter_values must have one entry per body")
         if n and max(map(len, bodies)) > MAX_RECORD_BYTES:
             raise StorageError(f"a record is at most {MAX_RECORD_BYTES} bytes")
+        if filter_values is not None and not set(map(type, filter_values)) <= _VALUE_TYPES:
+            raise StorageError("filter values are str, bytes or None")
         with self._lock:
             if self._closing or self._error is not None:
                 raise StreamClosedError(f"stream {self.directory} is closed")
@@ -328,8 +333,8 @@ class Stream:
                 filt = None
                 if fsize:
                     chunk_values = values[i:i + n]
-                    if any(chunk_values):  # dedupe in C first: build() is per value
-                        filt = bloom.build(set(chunk_values), fsize, scheme)
+                    if any(chunk_values):
+                        filt = bloom.build(_distinct(chunk_values), fsize, scheme)
                 chunk_id = first + i
                 if filt is not None:
                     bufs = encode_chunk(chunk_id, ts, data, n, n, epoch=cfg.epoch,
@@ -422,6 +427,15 @@ class Stream:
                     pass
         del infos[:drop]
         self._starts = tuple(s.start for s in infos)
+
+
+def _distinct(values: list) -> Iterable:
+    """The values deduplicated in C (``bloom.build`` works per value); unhashable ones (a
+    ``bytearray``) are passed as they are."""
+    try:
+        return set(values)
+    except TypeError:
+        return values
 
 
 def _lock_directory(directory: str) -> int:

@@ -344,3 +344,25 @@ def test_a_skipped_chunk_costs_only_its_header_and_filter(tmp_path):
     # every matched chunk is looked at twice (skip loop, then _read): 64 bytes more each
     expected = 29 * 20 + 64 * 20 + 64 * len(read_ids) + sum(data[i] for i in read_ids)
     assert r.stats.bytes_read == expected
+
+
+def test_filter_values_may_be_bytes_or_bytearray(tmp_path):
+    with Stream.open(tmp_path / "s", StreamConfig(fsync="never")) as s:
+        s.append_batch([b"1", b"2", b"3"], [b"blue", bytearray(b"red"), "green"])
+        s.flush()
+        for v in ("blue", "red", "green"):
+            with s.reader(OffsetSpec.first(), [v]) as r:
+                assert [o for c in r for o, _ in c.records] == [0, 1, 2]
+        with s.reader(OffsetSpec.first(), ["nope"]) as r:
+            assert list(r) == [] and r.stats.chunks_skipped == 1
+
+
+def test_a_bad_filter_value_is_refused_and_the_stream_keeps_working(tmp_path):
+    with Stream.open(tmp_path / "s", StreamConfig(fsync="never")) as s:
+        with pytest.raises(StorageError):
+            s.append(b"x", 42)
+        with pytest.raises(StorageError):
+            s.append_batch([b"x", b"y"], ["ok", 3.5])
+        assert s.append(b"fine", "ok") == 0
+        s.flush()
+        assert all_records(s) == [(0, b"fine")]
