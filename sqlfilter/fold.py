@@ -4,7 +4,8 @@ Strategy: bottom-up rebuild of the tree; a node whose operands are all literals 
 literal it evaluates to, computed by the very functions of ``sqlfilter.runtime`` that evaluate
 it per message (so folding cannot change a result). ``Literal(None)`` stands for unknown.
 AND/OR also fold when one side alone decides (FALSE AND x, x AND FALSE → FALSE; TRUE OR x,
-x OR TRUE → TRUE): evaluation has no side effects, so skipping x changes nothing. ``UTC()`` is
+x OR TRUE → TRUE): evaluation has no side effects, so skipping x changes nothing; and TRUE AND x,
+FALSE OR x are x when x is a predicate (a value that is not boolean would become unknown). ``UTC()`` is
 never folded: its value changes while the filter is in place.
 """
 
@@ -19,6 +20,9 @@ __all__ = ["fold"]
 
 _ARITH = {"+": runtime.add, "-": runtime.sub, "*": runtime.mul, "/": runtime.div,
           "%": runtime.mod}
+#: nodes that always evaluate to True/False/None (so TRUE AND x and FALSE OR x are just x)
+_PREDICATES = (ast.Compare, ast.And, ast.Or, ast.Not, ast.Like, ast.In, ast.Between, ast.IsNull,
+               ast.Exists)
 _CALLS = {"LOWER": runtime.lower, "UPPER": runtime.upper, "LEFT": runtime.left,
           "RIGHT": runtime.right, "SUBSTRING": runtime.substring, "DATE": runtime.date}
 
@@ -58,6 +62,10 @@ def fold(node: ast.Node) -> ast.Node:
             return ast.Literal(False, node.pos)
         if _lit(left) and _lit(right):
             return ast.Literal(runtime.and3(left.value, right.value), node.pos)
+        if _lit(left) and left.value is True and isinstance(right, _PREDICATES):
+            return right
+        if _lit(right) and right.value is True and isinstance(left, _PREDICATES):
+            return left
         return replace(node, left=left, right=right)
     if isinstance(node, ast.Or):
         left, right = fold(node.left), fold(node.right)
@@ -65,6 +73,10 @@ def fold(node: ast.Node) -> ast.Node:
             return ast.Literal(True, node.pos)
         if _lit(left) and _lit(right):
             return ast.Literal(runtime.or3(left.value, right.value), node.pos)
+        if _lit(left) and left.value is False and isinstance(right, _PREDICATES):
+            return right
+        if _lit(right) and right.value is False and isinstance(left, _PREDICATES):
+            return left
         return replace(node, left=left, right=right)
     if isinstance(node, ast.Not):
         operand = fold(node.operand)

@@ -147,6 +147,14 @@ def test_constant_expressions_fold_to_one_return() -> None:
         assert f.source.strip().splitlines()[-1].strip() == f"return {value!r}", (text, f.source)
 
 
+def test_neutral_literals_fold_away_only_around_predicates() -> None:
+    assert compile_sql("a = 'x' OR FALSE").tree == compile_sql("a = 'x'").tree
+    assert compile_sql("TRUE AND a LIKE 'x%'").tree == compile_sql("a LIKE 'x%'").tree
+    view = MessageView.from_sections(application_properties={"a": 5})
+    assert compile_sql("a OR FALSE").evaluate(view) is None  # 5 is not a boolean: unknown
+    assert compile_sql("TRUE AND a").evaluate(view) is None
+
+
 def test_utc_is_not_folded() -> None:
     f = compile_sql("UTC() > 0")
     assert "_utc()" in f.source
