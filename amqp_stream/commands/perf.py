@@ -26,7 +26,6 @@ from amqp_stream.client import ClientError, PublishError, build_message
 from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
 
 _GRACE_S = 30.0  # after the producers stop, at most this long for consumers to catch up
-_IDLE_S = 1.0    # a consumer that got nothing for this long after publishing ended is done
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,17 +112,15 @@ def _consumer(args, stop: threading.Event, counters: Counters, started: threadin
             if consumer.missing_filters:
                 counters.error = f"broker left out filter(s) {', '.join(consumer.missing_filters)}"
             started.wait()
-            idle_since = None
             while True:
                 m = consumer.receive(timeout=0.2)
                 now = time.time_ns()
                 if m is None:
-                    if ready.is_set():
-                        idle_since = idle_since or time.monotonic()
-                        if time.monotonic() - idle_since > _IDLE_S:
-                            return
+                    # publishing has ended: a drain that leaves nothing buffered means this
+                    # consumer has seen the whole stream (everything it matches has arrived)
+                    if ready.is_set() and consumer.drain() == 0:
+                        return
                     continue
-                idle_since = None
                 body = m.body
                 counters.bytes += len(body) if isinstance(body, (bytes, str)) else 0
                 counters.messages += 1
