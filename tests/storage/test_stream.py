@@ -366,3 +366,19 @@ def test_a_bad_filter_value_is_refused_and_the_stream_keeps_working(tmp_path):
         assert s.append(b"fine", "ok") == 0
         s.flush()
         assert all_records(s) == [(0, b"fine")]
+
+
+def test_interval_policy_syncs_an_idle_stream_within_the_interval(tmp_path, monkeypatch):
+    import storage.stream as mod
+    synced = threading.Event()
+    real_sync = os.fdatasync
+    monkeypatch.setattr(mod.os, "fdatasync", lambda fd: (synced.set(), real_sync(fd))[1])
+    cfg = StreamConfig(fsync="interval", fsync_interval_ms=50)
+    with Stream.open(tmp_path / "s", cfg) as s:
+        time.sleep(0.1)  # the first write may sync at once: start with an old last sync
+        s.append(b"a")
+        s.flush()
+        synced.clear()
+        s.append(b"b")  # written now, synced by the writer's timed wait, without more appends
+        s.flush()
+        assert synced.wait(5), "no fsync of the idle stream"
