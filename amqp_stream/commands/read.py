@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import sys
 
 from storage.errors import StorageError
@@ -49,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
     except StorageError as exc:
         print(f"amqp-stream read: {exc}", file=sys.stderr)
         return 2
+    if not os.path.isdir(args.directory):
+        print(f"amqp-stream read: {args.directory}: not a directory", file=sys.stderr)
+        return 1
     out = sys.stdout
     try:
         with open_reader(args.directory, spec, args.filter, args.match_unfiltered) as reader:
