@@ -16,7 +16,7 @@ from storage import OffsetSpec, Stream, open_reader
 from tests.storage.crash_writer import CONFIG, body_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-KILLS = 14
+KILLS = 20
 
 
 def durable_max(path) -> tuple[int, int]:
