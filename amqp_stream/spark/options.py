@@ -69,6 +69,7 @@ class SourceOptions:
     filter_values: tuple[str, ...] | None = None  # explicit stage 1 (streaming has no pushFilters)
     match_unfiltered: bool = False
     sql_filter: str | None = None                  # explicit stage 2
+    max_records_per_trigger: int | None = None     # streaming: offsets per micro-batch
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
@@ -104,6 +105,7 @@ class SourceOptions:
             filter_values=tuple(v.strip() for v in fv.split(",")) if fv else None,
             match_unfiltered=_bool(opts.get("matchunfiltered"), False),
             sql_filter=opts.get("sqlfilter"),
+            max_records_per_trigger=_int(opts, "maxrecordspertrigger", None),
         )
 
     def connect(self) -> amqp.Client:

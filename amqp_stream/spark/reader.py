@@ -130,8 +130,13 @@ class StreamReader(DataSourceStreamReader):
         if start is not None:
             next_ = max(next_, int(start["offset"]))
             if isinstance(limit, ReadMaxRows):
-                next_ = min(next_, int(start["offset"]) + limit.maxRows)
+                next_ = min(next_, int(start["offset"]) + limit.max_rows)
         return {"offset": next_}
+
+    def getDefaultReadLimit(self):
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+        n = self.opts.max_records_per_trigger
+        return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def partitions(self, start: dict, end: dict):
         s, e = int(start["offset"]), int(end["offset"])

@@ -144,3 +144,18 @@ def test_offset_predicates_read_less(spark, broker, filled):
     pushed, pushed_bytes = measured(broker, filled, name, lambda: rows(reader(spark, broker, filled).where(query)))
     assert pushed == plain and [r[0] for r in plain] == list(range(120, 150))
     assert 0 < pushed_bytes < plain_bytes / 2, (pushed_bytes, plain_bytes)
+
+
+def test_streaming_micro_batch_limit(spark, broker, filled, tmp_path):
+    df = (spark.readStream.format("amqp-stream").option("url", broker.url).option("stream", filled)
+          .option("maxRecordsPerTrigger", 250).load().select("offset"))
+    q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+         .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="0 seconds").start())
+    try:
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    assert q.exception() is None
+    sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    assert sizes == [250, 250, 100]
+    assert sorted(r.offset for r in spark.read.parquet(str(tmp_path / "out")).collect()) == list(range(600))
