@@ -349,6 +349,21 @@ def decode_records(data: bytes, chunk_id: int, *, path: str = "?", position: int
     if uniform is not None:
         return list(zip(range(chunk_id, chunk_id + entries), uniform))
     end = len(data)
+    # simple entries only (the usual case): a sub-batch header's top bit makes its "length"
+    # exceed the section, which ends this loop past ``end`` and falls back to the full parser
+    bodies: list = []
+    ap = bodies.append
+    pos = 0
+    try:
+        while pos < end:
+            pos += 4
+            nxt = pos + _unpack_len(data, pos - 4)[0]
+            ap(data[pos:nxt])
+            pos = nxt
+    except struct.error:
+        pos = -1
+    if pos == end:
+        return list(zip(range(chunk_id, chunk_id + len(bodies)), bodies))
     bodies: list = []
     ap = bodies.append
     pos = 0

@@ -55,7 +55,7 @@ def test_sigkilled_writer_loses_nothing_it_reported_durable(tmp_path):
                                  str(report), str(rng.randrange(1 << 30))], cwd=ROOT)
         try:
             wait_ready(report, proc)
-            time.sleep(rng.uniform(0.0, 0.3))
+            time.sleep(rng.uniform(0.0, 0.1))
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
