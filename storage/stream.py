@@ -80,6 +80,7 @@ class Stream:
         self._next = last.end  # next offset to hand out
         self._closing = False
         self._error: Exception | None = None
+        self._refused = False  # closing or failed: one flag for the append hot path
         self._writer_idle = False
         self._listeners: tuple[Callable[[], None], ...] = ()
         self._last_ts = last.last_timestamp or 0
@@ -127,7 +128,7 @@ class Stream:
             raise StorageError(f"a filter value is str or bytes, not {type(filter_value).__name__}")
         lock = self._lock
         lock.acquire()  # not ``with``: this is the per-record hot path; nothing below raises
-        if self._closing or self._error is not None:
+        if self._refused:
             lock.release()
             raise StreamClosedError(f"stream {self.directory} is closed"
                                     + (f": {self._error}" if self._error else ""))
@@ -226,6 +227,7 @@ class Stream:
         """Write what is queued, fsync, stop the writer, close the files."""
         with self._lock:
             self._closing = True
+            self._refused = True
             self._wake.notify()
         self._thread.join()
         for fd in (self._sfd, self._ifd, self._lock_fd):
@@ -288,6 +290,7 @@ class Stream:
         err = exc if isinstance(exc, StorageError) else StorageError(f"write failed: {exc}")
         with self._lock:
             self._error = err
+            self._refused = True
             pending = list(self._pending_failed) + self._callbacks
             self._callbacks, self._bodies, self._values = [], [], []
         for offset, cb in pending:
