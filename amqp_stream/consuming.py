@@ -6,6 +6,10 @@ record of a chunk is offered to the compiled stage-2 filter over its stored byte
 ``x-stream-offset`` spliced into its message annotations (``sqlfilter.message``) and goes out as
 raw bytes (``link.send``). Dropped records use no credit and leave the delivery count alone.
 
+The loop calls proton's C functions directly (``cproton``) for the per-message steps (create the
+delivery, send, advance, settle): the ``proton`` wrappers would build a Python object per
+delivery that nothing here needs.
+
 Turns: ``pump`` runs until the credit is used up, the stream's end is reached (then the consumer
 waits for the broker to wake it when the committed end moves; a drain request is answered with
 ``drained()``), or the turn's budget is spent (``ConsumerTurn``: a batch of deliveries, 200
@@ -17,6 +21,8 @@ from __future__ import annotations
 
 import logging
 from typing import Any, Callable
+
+from cproton import pn_delivery, pn_delivery_settle, pn_link_advance, pn_link_credit, pn_link_send
 
 from amqp_stream.credit import ConsumerTurn
 from amqp_stream.source_filters import SourceFilters
@@ -86,9 +92,11 @@ class Consumer:
         session = link.session
         tag = self.tag
         presettled = self.presettled
+        impl = link._impl
+        credit = pn_link_credit(impl)
         try:
             while True:
-                if link.credit <= 0:
+                if credit <= 0:
                     break
                 if pos >= n:
                     chunk = self.reader.read_chunk()
@@ -117,11 +125,12 @@ class Consumer:
                         continue
                 out = splice(data, offset)
                 tag += 1
-                delivery = link.delivery(tag.to_bytes(8, "big"))
-                link.send(out)
-                link.advance()
+                delivery = pn_delivery(impl, tag.to_bytes(8, "big"))
+                pn_link_send(impl, out)
+                pn_link_advance(impl)
                 if presettled:
-                    delivery.settle()
+                    pn_delivery_settle(delivery)
+                credit -= 1
                 delivered += 1
                 delivered_bytes += len(out)
                 if not turn.on_delivered() or turn.buffer_full(session.outgoing_bytes):

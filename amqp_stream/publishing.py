@@ -3,15 +3,17 @@
 Strategy: no ``proton.Message`` on this path. The transfer's bytes are read as they arrive
 (``link.recv``), delivery annotations are cut out (``sqlfilter.message``), the filter value is
 read from the message annotations, and the bytes go to the stream's writer thread
-(``stream.append``). The writer's ``on_durable`` callback runs on its own thread, so it only
-posts to the broker's mailbox; the settlement (``accepted``, or ``rejected`` with a condition)
-happens back on the event loop. Credit follows ``amqp_stream.credit.PublisherCredit``.
+(``stream.append_batch``, once per reactor turn for all the messages of that turn: the
+server calls ``flush`` when the loop is quiet). The writer's ``on_durable`` callback runs on its
+own thread, so it only posts to the broker's mailbox; the settlement (``accepted``, or
+``rejected`` with a condition) of the whole batch happens back on the event loop. Credit follows ``amqp_stream.credit.PublisherCredit``.
 Pre-settled transfers are appended and forgotten.
 """
 
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
 from typing import Any, Callable
@@ -26,20 +28,38 @@ __all__ = ["Publisher"]
 
 log = logging.getLogger(__name__)
 
+# batches waiting for the disk: key -> (publisher, unsettled deliveries); event loop only
+_batches: dict[int, tuple["Publisher", list]] = {}
+_batch_keys = itertools.count()
+
+
+def _batch_durable(key: int, error: Exception | None) -> None:
+    """On the event loop: a batch handed to storage is durable (or failed)."""
+    publisher, deliveries = _batches.pop(key)
+    publisher._durable(deliveries, error)
+
+
+class StreamGone(Exception):
+    """The stream of a publisher was deleted."""
+
+
 ACCEPTED = Delivery.ACCEPTED
 REJECTED = Delivery.REJECTED
 
 
 class Publisher:
     def __init__(self, link: Any, entry: Any, credit: PublisherCredit, max_message_size: int,
-                 post: Callable[..., None], metrics: Any):
+                 post: Callable[..., None], mark_dirty: Callable[["Publisher"], None]):
         self.link = link
         self.entry = entry  # streams.StreamEntry, None once the stream is deleted
         self.credit = credit
         self.max_message_size = max_message_size
         self.post = post  # thread-safe: run fn(*args) on the event loop
-        self.metrics = metrics
+        self.mark_dirty = mark_dirty  # ask for ``flush`` at the end of this reactor turn
         self.closed = False
+        self.bodies: list[bytes] = []
+        self.values: list[str | None] = []
+        self.waiting: list[Any] = []  # unsettled deliveries of the batch being formed
 
     def start(self) -> None:
         self.link.flow(self.credit.initial())
@@ -56,6 +76,10 @@ class Publisher:
         if delivery.aborted:
             delivery.settle()
             link.advance()
+            return
+        if not delivery.readable:
+            # an update of a delivery already read (e.g. the client settled it first): the
+            # outcome still comes from the writer; nothing to read
             return
         if delivery.partial:
             self._partial(delivery)
@@ -74,8 +98,8 @@ class Publisher:
         presettled = delivery.settled
         self.credit.received(presettled)
         if presettled:
-            self._append(None, data)
             delivery.settle()
+            self._append(None, data)
         elif oversize:
             self.credit.confirmed()
             self.reject(delivery, "amqp:link:message-size-exceeded",
@@ -98,6 +122,7 @@ class Publisher:
             buffered += data
 
     def _append(self, delivery: Any | None, data: bytes) -> None:
+        """Check one message and queue it for this turn's batch (see ``flush``)."""
         entry = self.entry
         if entry is None:
             if delivery is not None:
@@ -122,37 +147,69 @@ class Publisher:
                 self.reject(delivery, "amqp:invalid-field",
                             f"x-stream-filter-value must be a string: {exc}")
             return
-        callback = None
+        if not self.bodies:
+            self.mark_dirty(self)
+        self.bodies.append(body)
+        self.values.append(value)
         if delivery is not None:
-            post = self.post
-            done = self._durable
+            self.waiting.append(delivery)
 
-            def callback(offset: int, error: Exception | None, delivery=delivery) -> None:
-                post(done, delivery, error)
+    def flush(self) -> None:
+        """Hand this turn's messages to the writer thread in one ``append_batch``; one
+        ``on_durable`` callback settles them all (called once per reactor turn)."""
+        bodies, values, waiting = self.bodies, self.values, self.waiting
+        if not bodies:
+            return
+        self.bodies, self.values, self.waiting = [], [], []
+        entry = self.entry
+        callback = None
+        if waiting:
+            # The callback runs on the writer thread and is dropped there: it must hold no
+            # proton object (a wrapper freed on that thread would decref a C object while the
+            # event loop uses proton). It holds a number; the loop maps it back.
+            key = next(_batch_keys)
+            _batches[key] = (self, waiting)
+            post = self.post
+
+            def callback(offset: int, error: Exception | None, key: int = key) -> None:
+                post(_batch_durable, key, error)
         try:
-            entry.stream.append(body, value, on_durable=callback)
+            if entry is None:
+                raise StreamGone("the stream was deleted")
+            entry.stream.append_batch(bodies, values, on_durable=callback)
         except Exception as exc:  # storage refused (closed, writer failed, disk full)
-            if delivery is not None:
-                self.credit.confirmed()
-                self.reject(delivery, *storage_condition(exc))
-            else:
-                log.warning("dropped a pre-settled message for %r: %s", entry.name, exc)
+            condition = (("amqp:resource-deleted", str(exc)) if isinstance(exc, StreamGone)
+                         else storage_condition(exc))
+            if waiting:
+                _batches.pop(key, None)
+            self.credit.confirmed(len(waiting))
+            for delivery in waiting:
+                if not self.closed:
+                    self.reject(delivery, *condition)
+            if len(waiting) < len(bodies):
+                log.warning("dropped %d pre-settled messages: %s", len(bodies) - len(waiting), exc)
+            self.top_up()
             return
         m = entry.metrics
-        m.published_messages.inc()
-        m.published_bytes.inc(len(body))
+        if m is not None:
+            m.published_messages.inc(len(bodies))
+            m.published_bytes.inc(sum(map(len, bodies)))
 
-    def _durable(self, delivery: Any, error: Exception | None) -> None:
-        """On the event loop: the writer thread says the message is durable (or failed)."""
-        self.credit.confirmed()
+    def _durable(self, deliveries: list, error: Exception | None) -> None:
+        """On the event loop: the writer thread says a batch is durable (or failed)."""
+        self.credit.confirmed(len(deliveries))
         if self.closed:
-            delivery.settle()
+            for delivery in deliveries:
+                delivery.settle()
             return
         if error is None:
-            delivery.update(ACCEPTED)
-            delivery.settle()
+            for delivery in deliveries:
+                delivery.update(ACCEPTED)
+                delivery.settle()
         else:
-            self.reject(delivery, *storage_condition(error))
+            condition = storage_condition(error)
+            for delivery in deliveries:
+                self.reject(delivery, *condition)
         self.top_up()
 
     def top_up(self) -> None:

@@ -26,6 +26,7 @@ import sys
 import time
 from typing import Any, Callable
 
+from cproton import pn_delivery_link, pn_delivery_settle, pn_delivery_settled, pn_link_is_sender
 from proton import Condition, Data, Delivery, Endpoint, Message, Terminus, symbol
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
@@ -178,6 +179,7 @@ class Broker:
         self.registry = Registry(config, self._on_moved)
         self.connections: dict[Any, _ConnState] = {}
         self.moved: collections.deque = collections.deque()
+        self.dirty: list[Publisher] = []  # publishers with messages to hand to storage
         self.stop_requested = False
         self.stopping = False
 
@@ -207,6 +209,7 @@ class Broker:
         self.container.container_id = self.container_id
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGUSR1, self._on_dump_signal)
         try:
             self.container.run()
         finally:
@@ -219,7 +222,29 @@ class Broker:
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.stop_requested = True  # the loop's tick picks it up (no proton calls from here)
 
+    def _on_dump_signal(self, signum: int, frame: Any) -> None:
+        self.dump_requested = True
+
+    def dump_state(self) -> None:
+        """SIGUSR1: log every link's flow-control state (for operators chasing a stall)."""
+        for conn, state in self.connections.items():
+            for link in state.links:
+                obj = getattr(link, "amqs", None)
+                if isinstance(obj, Publisher):
+                    log.warning("state: %s publisher %r credit=%d unconfirmed=%d batch=%d closed=%s",
+                                state.name, link.name, link.credit, obj.credit.unconfirmed,
+                                len(obj.bodies), obj.closed)
+                elif isinstance(obj, Consumer):
+                    log.warning("state: %s consumer %r credit=%d waiting=%s scheduled=%s drain=%s "
+                                "queued=%d", state.name, link.name, link.credit, obj.waiting,
+                                obj.scheduled, link.drain_mode, link.queued)
+        log.warning("state: mailbox signalled=%s calls=%d dirty=%d", self.mailbox.signalled,
+                    len(self.mailbox.calls), len(self.dirty))
+
     def _tick(self) -> None:
+        if getattr(self, "dump_requested", False):
+            self.dump_requested = False
+            self.dump_state()
         if self.stop_requested and not self.stopping:
             self.shutdown()
         elif not self.stopping:
@@ -230,6 +255,7 @@ class Broker:
         log.info("shutting down: no new connections, settling what is durable")
         if self.acceptor is not None:
             self.acceptor.close()
+        self.flush_publishers()
         self.registry.close_all()  # writers finish and fsync what is queued
         self.mailbox.drain()  # settle what became durable
         for conn in list(self.connections):
@@ -252,6 +278,19 @@ class Broker:
         self.mailbox = Mailbox(self.injector)
         self.container.schedule(0.2, _Task(self._tick))
         log.info("listening on %s://%s:%d as %s", scheme, host, port, self.container_id)
+
+    def on_reactor_quiesced(self, event: Any) -> None:
+        """The loop has nothing else to do right now: hand this turn's messages to storage."""
+        self.flush_publishers()
+
+    def flush_publishers(self) -> None:
+        dirty = self.dirty
+        while dirty:
+            publisher = dirty.pop()
+            try:
+                publisher.flush()
+            except Exception:
+                log.exception("flushing a publisher")
 
     def on_amqs_mailbox(self, event: Any) -> None:
         self.mailbox.drain()
@@ -387,7 +426,7 @@ class Broker:
         link.open()
         publisher = Publisher(link, entry, PublisherCredit(self.config.publisher_credit,
                                                            self.config.max_unconfirmed),
-                              self.config.max_message_size, self.mailbox.post, self.metrics)
+                              self.config.max_message_size, self.mailbox.post, self.dirty.append)
         link.amqs = publisher
         conn_state.links.add(link)
         entry.publishers.add(publisher)
@@ -473,14 +512,15 @@ class Broker:
     @guarded
     def on_delivery(self, event: Any) -> None:
         delivery = event.delivery
+        impl = delivery._impl
+        if pn_link_is_sender(pn_delivery_link(impl)):
+            # a consumer's (or the management node's) outcome: nothing to do for a stream but
+            # to forget the delivery once the client settled it (C calls: one per message)
+            if pn_delivery_settled(impl):
+                pn_delivery_settle(impl)
+            return
         link = delivery.link
         state = getattr(link, "amqs", None)
-        if link.is_sender:
-            # a consumer's (or the management node's) outcome: nothing to do for a stream but
-            # to forget the delivery once the client settled it
-            if delivery.settled:
-                delivery.settle()
-            return
         if isinstance(state, Publisher):
             state.on_delivery(delivery)
         elif isinstance(state, _MgmtIn):
@@ -491,6 +531,8 @@ class Broker:
             delivery.settle()
 
     def _management_request(self, link: Any, delivery: Any) -> None:
+        if not delivery.readable:
+            return
         if delivery.partial:
             buffered = getattr(delivery, "buffered", None)
             if buffered is None:
@@ -553,6 +595,7 @@ class Broker:
         entry = self.registry.get(name)
         if entry is None:
             return None
+        self.flush_publishers()
         for consumer in list(entry.consumers):
             self._detach(consumer.link, "amqp:resource-deleted", f"stream '{name}' was deleted")
         for publisher in list(entry.publishers):
