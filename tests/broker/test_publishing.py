@@ -173,3 +173,66 @@ def test_disk_full_rejects_with_resource_limit_and_the_broker_keeps_serving(tmp_
             assert c.publish("other", [Message(body="small")]) == [Delivery.ACCEPTED]
     finally:
         b.close()
+
+
+class _WindowPublisher:
+    """An asynchronous publisher that keeps the broker's whole credit window in flight (as the
+    official clients do), counting outcomes; used to load the settle path."""
+
+    def __init__(self, url: str, address: str, messages: list[bytes]):
+        from proton.handlers import MessagingHandler
+
+        outer = self
+
+        class Handler(MessagingHandler):
+            def __init__(self):
+                super().__init__(auto_settle=True)
+                self.sent = 0
+
+            def on_start(self, event):
+                conn = event.container.connect(url)
+                event.container.create_sender(conn, address)
+
+            def on_sendable(self, event):
+                s = event.sender
+                while s.credit and self.sent < len(messages):
+                    s.delivery(str(self.sent))
+                    s.send(messages[self.sent])
+                    s.advance()
+                    self.sent += 1
+
+            def on_accepted(self, event):
+                outer.accepted += 1
+                self._done(event)
+
+            def on_rejected(self, event):
+                outer.rejected += 1
+                self._done(event)
+
+            def _done(self, event):
+                if outer.accepted + outer.rejected == len(messages):
+                    event.connection.close()
+
+        self.accepted = self.rejected = 0
+        self.handler = Handler()
+
+    def run(self) -> None:
+        from proton.reactor import Container
+        Container(self.handler).run()
+
+
+def test_a_full_window_of_unsettled_publishes_is_all_accepted(broker, stream_name):
+    """Regression: settling thousands of in-flight deliveries from the writer thread's
+    callbacks once crashed proton-C (a Delivery wrapper freed on the writer thread)."""
+    with Client(broker.url) as c:
+        c.declare(stream_name)
+    messages = [Message(body=i, annotations={"x-stream-filter-value": str(i % 3)}).encode()
+                for i in range(6000)]
+    p = _WindowPublisher(broker.url, f"/queues/{stream_name}", messages)
+    p.run()
+    assert (p.accepted, p.rejected) == (6000, 0)
+    with Client(broker.url) as c:
+        assert c.info(stream_name)["message_count"] == 6000
+        r = c.receiver(stream_name, [(symbol("o"), offset("first"))], credit=500)
+        offsets = [annotations(r.receive(timeout=15))["x-stream-offset"] for _ in range(6000)]
+        assert offsets == list(range(6000))
