@@ -349,3 +349,42 @@ def test_adversarial_filter_entries_never_hurt_the_connection(client, stream_nam
     _publish(client, stream_name, [Message(body="alive")])
     r = client.receiver(stream_name, [(OFFSET, offset("first"))], link_name="check")
     assert r.receive(timeout=15).body == "alive"
+
+
+def test_refusal_attaches_with_a_null_terminus_then_detaches(broker):
+    """Unknown stream: the attach reply has a null source (consumer) / target (publisher)."""
+    from proton import Terminus
+    from proton.handlers import MessagingHandler
+    from proton.reactor import Container
+
+    seen = {}
+
+    class H(MessagingHandler):
+        def on_start(self, event):
+            conn = event.container.connect(broker.url)
+            event.container.create_receiver(conn, "/queues/no-such-stream-a", name="r")
+            event.container.create_sender(conn, "/queues/no-such-stream-b", name="s")
+
+        def on_link_remote_open(self, event):
+            link = event.link
+            term = link.remote_source if link.is_receiver else link.remote_target
+            seen[link.name] = [term.type]
+
+        def on_link_remote_close(self, event):
+            seen[event.link.name].append(event.link.remote_condition.name)
+            if len(seen) == 2 and all(len(v) == 2 for v in seen.values()):
+                event.connection.close()
+
+    Container(H()).run()
+    assert seen == {"r": [Terminus.UNSPECIFIED, "amqp:not-found"],
+                    "s": [Terminus.UNSPECIFIED, "amqp:not-found"]}
+
+
+def test_delete_detaches_consumers(client, broker, stream_name):
+    client.declare(stream_name)
+    with Client(broker.url) as other:
+        r = other.receiver(stream_name, [(OFFSET, offset("first"))])
+        client.delete(stream_name)
+        with pytest.raises(LinkDetached) as info:
+            r.receive(timeout=15)
+        assert "amqp:resource-deleted" in str(info.value)
