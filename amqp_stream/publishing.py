@@ -49,17 +49,20 @@ REJECTED = Delivery.REJECTED
 
 class Publisher:
     def __init__(self, link: Any, entry: Any, credit: PublisherCredit, max_message_size: int,
-                 post: Callable[..., None], mark_dirty: Callable[["Publisher"], None]):
+                 post: Callable[..., None], mark_dirty: Callable[["Publisher"], None],
+                 lookup: Callable[[str], Any] | None = None):
         self.link = link
-        self.entry = entry  # streams.StreamEntry, None once the stream is deleted
+        # streams.StreamEntry; None for the anonymous terminus (a null target address), where
+        # each message's ``to`` (/queues/<name>) picks the stream through ``lookup``
+        self.entry = entry
+        self.lookup = lookup
         self.credit = credit
         self.max_message_size = max_message_size
         self.post = post  # thread-safe: run fn(*args) on the event loop
         self.mark_dirty = mark_dirty  # ask for ``flush`` at the end of this reactor turn
         self.closed = False
-        self.bodies: list[bytes] = []
-        self.values: list[str | None] = []
-        self.waiting: list[Any] = []  # unsettled deliveries of the batch being formed
+        # the batch being formed, per stream: name -> [entry, bodies, values, unsettled deliveries]
+        self.batches: dict[str, list] = {}
 
     def start(self) -> None:
         self.link.flow(self.credit.initial())
@@ -68,8 +71,8 @@ class Publisher:
         delivery.local.condition = Condition(condition, description)
         delivery.update(REJECTED)
         delivery.settle()
-        log.info("rejected a message on %r: %s %s", self.entry.name if self.entry else None,
-                 condition, description)
+        log.info("rejected a message on %r: %s %s",
+                 self.entry.name if self.entry else "(anonymous terminus)", condition, description)
 
     def on_delivery(self, delivery: Any) -> None:
         link = self.link
@@ -123,46 +126,80 @@ class Publisher:
 
     def _append(self, delivery: Any | None, data: bytes) -> None:
         """Check one message and queue it for this turn's batch (see ``flush``)."""
-        entry = self.entry
-        if entry is None:
-            if delivery is not None:
-                self.credit.confirmed()
-                self.reject(delivery, "amqp:resource-deleted", "the stream was deleted")
-            return
         try:
             if not data:
                 raise MessageFormatError("empty transfer")
             message_bytes.split_sections(data)  # the framing of every section is sound
             body = message_bytes.strip_delivery_annotations(data)
         except (MessageFormatError, ValueError, IndexError) as exc:
-            if delivery is not None:
-                self.credit.confirmed()
-                self.reject(delivery, "amqp:decode-error", f"not an AMQP 1.0 message: {exc}")
+            self._refuse(delivery, "amqp:decode-error", f"not an AMQP 1.0 message: {exc}")
             return
         try:
             value = message_bytes.filter_value(body)
         except (MessageFormatError, ValueError) as exc:
-            if delivery is not None:
-                self.credit.confirmed()
-                self.reject(delivery, "amqp:invalid-field",
-                            f"x-stream-filter-value must be a string: {exc}")
+            self._refuse(delivery, "amqp:invalid-field", f"x-stream-filter-value must be a string: {exc}")
             return
-        if not self.bodies:
-            self.mark_dirty(self)
-        self.bodies.append(body)
-        self.values.append(value)
+        entry = self.entry
+        if entry is None:
+            entry = self._route(delivery, body)
+            if entry is None:
+                return
+        batch = self.batches.get(entry.name)
+        if batch is None:
+            if not self.batches:
+                self.mark_dirty(self)
+            batch = self.batches[entry.name] = [entry, [], [], []]
+        batch[1].append(body)
+        batch[2].append(value)
         if delivery is not None:
-            self.waiting.append(delivery)
+            batch[3].append(delivery)
+
+    def _refuse(self, delivery: Any | None, condition: str, description: str) -> None:
+        if delivery is not None:
+            self.credit.confirmed()
+            self.reject(delivery, condition, description)
+        else:
+            log.info("dropped a pre-settled message: %s %s", condition, description)
+
+    def _route(self, delivery: Any | None, body: bytes) -> Any:
+        """The anonymous terminus: the stream named by the message's ``to``."""
+        from amqp_stream import addresses
+        try:
+            to = message_bytes.MessageView.from_bytes(body).properties.get("to")
+        except (MessageFormatError, ValueError) as exc:
+            self._refuse(delivery, "amqp:decode-error", f"cannot read the properties: {exc}")
+            return None
+        if not isinstance(to, str):
+            self._refuse(delivery, "amqp:invalid-field", "a message on the anonymous terminus needs "
+                                                         "to = /queues/<stream>")
+            return None
+        try:
+            address = addresses.parse(to)
+        except addresses.AddressError as exc:
+            self._refuse(delivery, "amqp:invalid-field", str(exc))
+            return None
+        if address.kind != "queue":
+            self._refuse(delivery, "amqp:not-implemented" if address.kind == "exchange" else
+                         "amqp:invalid-field", f"cannot publish to {to!r}: use /queues/<stream>")
+            return None
+        entry = self.lookup(address.name) if self.lookup else None
+        if entry is None:
+            self._refuse(delivery, "amqp:not-found", f"no stream '{address.name}'")
+        return entry
 
     def flush(self) -> None:
-        """Hand this turn's messages to the writer thread in one ``append_batch``; one
-        ``on_durable`` callback settles them all (called once per reactor turn)."""
-        bodies, values, waiting = self.bodies, self.values, self.waiting
-        if not bodies:
+        """Hand this turn's messages to the writer thread, one ``append_batch`` per stream; one
+        ``on_durable`` callback settles a whole batch (called once per reactor turn)."""
+        batches = self.batches
+        if not batches:
             return
-        self.bodies, self.values, self.waiting = [], [], []
-        entry = self.entry
+        self.batches = {}
+        for entry, bodies, values, waiting in batches.values():
+            self._flush_one(entry, bodies, values, waiting)
+
+    def _flush_one(self, entry: Any, bodies: list, values: list, waiting: list) -> None:
         callback = None
+        key = -1
         if waiting:
             # The callback runs on the writer thread and is dropped there: it must hold no
             # proton object (a wrapper freed on that thread would decref a C object while the
@@ -174,18 +211,19 @@ class Publisher:
             def callback(offset: int, error: Exception | None, key: int = key) -> None:
                 post(_batch_durable, key, error)
         try:
-            if entry is None:
-                raise StreamGone("the stream was deleted")
+            if entry.deleted:
+                raise StreamGone(f"stream '{entry.name}' was deleted")
             entry.stream.append_batch(bodies, values, on_durable=callback)
         except Exception as exc:  # storage refused (closed, writer failed, disk full)
             condition = (("amqp:resource-deleted", str(exc)) if isinstance(exc, StreamGone)
                          else storage_condition(exc))
-            if waiting:
-                _batches.pop(key, None)
+            _batches.pop(key, None)
             self.credit.confirmed(len(waiting))
             for delivery in waiting:
                 if not self.closed:
                     self.reject(delivery, *condition)
+                else:
+                    delivery.settle()
             if len(waiting) < len(bodies):
                 log.warning("dropped %d pre-settled messages: %s", len(bodies) - len(waiting), exc)
             self.top_up()
@@ -213,7 +251,7 @@ class Publisher:
         self.top_up()
 
     def top_up(self) -> None:
-        if self.closed or self.entry is None:
+        if self.closed:
             return
         more = self.credit.top_up(self.link.credit)
         if more:

@@ -233,7 +233,7 @@ class Broker:
                 if isinstance(obj, Publisher):
                     log.warning("state: %s publisher %r credit=%d unconfirmed=%d batch=%d closed=%s",
                                 state.name, link.name, link.credit, obj.credit.unconfirmed,
-                                len(obj.bodies), obj.closed)
+                                sum(len(b[1]) for b in obj.batches.values()), obj.closed)
                 elif isinstance(obj, Consumer):
                     log.warning("state: %s consumer %r credit=%d waiting=%s scheduled=%s drain=%s "
                                 "queued=%d", state.name, link.name, link.credit, obj.waiting,
@@ -399,9 +399,8 @@ class Broker:
             conn_state.links.add(link)
             link.flow(MANAGEMENT_CREDIT)
             return
-        if address is None:
-            self._refuse(link, "amqp:not-implemented",
-                         "a target address is required: publish to /queues/<stream>")
+        if address is None:  # the anonymous terminus: each message's ``to`` names the stream
+            self._open_publisher(link, conn_state, None)
             return
         try:
             parsed = addresses.parse(address)
@@ -419,21 +418,25 @@ class Broker:
         if entry is None:
             self._refuse(link, "amqp:not-found", f"no stream '{parsed.name}' (declare it first)")
             return
+        self._open_publisher(link, conn_state, entry)
+
+    def _open_publisher(self, link: Any, conn_state: _ConnState, entry: Any) -> None:
         link.target.copy(link.remote_target)
-        link.target.address = address
         link.source.copy(link.remote_source)
         link.max_message_size = self.config.max_message_size
         link.open()
         publisher = Publisher(link, entry, PublisherCredit(self.config.publisher_credit,
                                                            self.config.max_unconfirmed),
-                              self.config.max_message_size, self.mailbox.post, self.dirty.append)
+                              self.config.max_message_size, self.mailbox.post, self.dirty.append,
+                              lookup=self.registry.get)
         link.amqs = publisher
         conn_state.links.add(link)
-        entry.publishers.add(publisher)
+        if entry is not None:
+            entry.publishers.add(publisher)
         self.metrics.publishers.inc()
         publisher.start()
-        log.info("publisher attached: %s link %r -> stream %r", conn_state.name, link.name,
-                 entry.name)
+        log.info("publisher attached: %s link %r -> %s", conn_state.name, link.name,
+                 f"stream {entry.name!r}" if entry else "the anonymous terminus")
 
     def _attach_consumer(self, link: Any, conn_state: _ConnState) -> None:
         address = link.remote_source.address
@@ -624,9 +627,10 @@ class Broker:
             log.info("consumer detached: link %r from stream %r", link.name, state.entry.name)
         elif isinstance(state, Publisher):
             state.closed = True
-            state.entry.publishers.discard(state)
+            if state.entry is not None:
+                state.entry.publishers.discard(state)
             self.metrics.publishers.dec()
-            log.info("publisher detached: link %r from stream %r", link.name, state.entry.name)
+            log.info("publisher detached: link %r", link.name)
         else:
             state.closed = True
             pairs = getattr(link.session, "amqs_mgmt", None)

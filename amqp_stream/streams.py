@@ -49,6 +49,7 @@ class StreamEntry:
     publishers: set = field(default_factory=set)
     listener: Callable[[], None] | None = None
     metrics: Any = None  # metrics.StreamMetrics, set by the server
+    deleted: bool = False
 
 
 def dir_name(name: str) -> str:
@@ -176,6 +177,7 @@ class Registry:
         if entry is None:
             return None
         count = self.message_count(entry)
+        entry.deleted = True
         try:
             if entry.listener is not None:
                 entry.stream.remove_listener(entry.listener)

@@ -236,3 +236,21 @@ def test_a_full_window_of_unsettled_publishes_is_all_accepted(broker, stream_nam
         r = c.receiver(stream_name, [(symbol("o"), offset("first"))], credit=500)
         offsets = [annotations(r.receive(timeout=15))["x-stream-offset"] for _ in range(6000)]
         assert offsets == list(range(6000))
+
+
+def test_anonymous_terminus_routes_by_to(broker, stream_name):
+    """A null target address: each message's ``to`` names the stream (RabbitMQ's v2 format)."""
+    a, b = stream_name + "-a", stream_name + "-b"
+    with Client(broker.url) as c:
+        c.declare(a)
+        c.declare(b)
+        sender = c.conn.create_sender(None, name="anon")
+        assert c.send_bytes(sender, Message(address=f"/queues/{a}", body=1).encode()) == Delivery.ACCEPTED
+        assert c.send_bytes(sender, Message(address=f"/queues/{b}", body=2).encode()) == Delivery.ACCEPTED
+        assert c.send_bytes(sender, Message(address="/queues/missing-" + stream_name, body=3).encode()) == Delivery.REJECTED
+        assert c.last_delivery.remote.condition.name == "amqp:not-found"
+        assert c.send_bytes(sender, Message(body=4).encode()) == Delivery.REJECTED
+        assert c.last_delivery.remote.condition.name == "amqp:invalid-field"
+        assert c.send_bytes(sender, Message(address="/exchanges/amq.direct", body=5).encode()) == Delivery.REJECTED
+        assert c.last_delivery.remote.condition.name == "amqp:not-implemented"
+        assert c.info(a)["message_count"] == 1 and c.info(b)["message_count"] == 1
