@@ -51,7 +51,7 @@ SERVER_PROPERTIES = {
     symbol("platform"): f"Python {sys.version.split()[0]} (amqp-stream {__version__})",
     symbol("amqp-stream-version"): __version__,
 }
-CONNECTION_CAPABILITIES = [symbol("LINK_PAIR_V1_0"), *FILTER_CAPABILITIES]
+CONNECTION_CAPABILITIES = [symbol("LINK_PAIR_V1_0"), symbol("ANONYMOUS-RELAY"), *FILTER_CAPABILITIES]
 MANAGEMENT_CREDIT = 64
 LOCAL_ACTIVE = Endpoint.LOCAL_ACTIVE
 LOCAL_CLOSED = Endpoint.LOCAL_CLOSED
