@@ -137,10 +137,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--credit", type=int, default=1000, help="link credit granted to publishers")
     args = parser.parse_args(argv)
     container = Container(InMemoryBroker(args.host, args.port, args.credit))
-    signal.signal(signal.SIGTERM, lambda *_: container.stop())
+
+    def stop(*_: object) -> None:
+        raise SystemExit(0)  # interrupts the select the reactor sleeps in
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         container.run()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):
         pass
     return 0
 
