@@ -110,6 +110,7 @@ class Registry:
         self.trash = Path(config.data_dir) / "trash"
         self.on_moved = on_moved
         self.entries: dict[str, StreamEntry] = {}
+        self.broken: list[str] = []  # stream directories that could not be opened at start
         self.node = f"amqp-stream@{socket.gethostname()}"
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -125,8 +126,18 @@ class Registry:
                                 "declare)", directory, META)
                     shutil.rmtree(directory, ignore_errors=True)
                 continue
-            meta = json.loads(meta_path.read_text("utf-8"))
-            self._open(meta["name"], meta["arguments"], directory)
+            try:
+                meta = json.loads(meta_path.read_text("utf-8"))
+                name, arguments = meta["name"], meta["arguments"]
+                if not isinstance(name, str) or not isinstance(arguments, dict):
+                    raise ValueError("name must be a string and arguments a map")
+                if name in self.entries:
+                    raise ValueError(f"a second directory for stream {name!r}")
+                self._open(name, arguments, directory)
+            except Exception as exc:  # one damaged stream must not keep the others offline
+                log.error("stream directory %s not opened (left as it is): %s: %s", directory,
+                          type(exc).__name__, exc)
+                self.broken.append(str(directory))
         return sorted(self.entries)
 
     def _open(self, name: str, arguments: dict, directory: Path) -> StreamEntry:

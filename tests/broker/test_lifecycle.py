@@ -131,3 +131,25 @@ def test_settings_from_a_config_file_and_the_environment(tmp_path):
     finally:
         b.close()
     del port
+
+
+def test_a_damaged_stream_directory_does_not_keep_the_others_offline(tmp_path):
+    b = BrokerProcess(tmp_path / "data").start()
+    try:
+        with Client(b.url) as c:
+            c.declare("good")
+            c.declare("bad")
+            c.sender("good").send(Message(body="kept"))
+        assert b.stop() == 0
+        bad_meta = next(p for p in (tmp_path / "data" / "streams").glob("*/stream.json")
+                        if '"bad"' in p.read_text())
+        bad_meta.write_text("{ not json")
+        b.start()
+        with Client(b.url) as c:
+            assert c.info("good")["message_count"] == 1
+            status, body, _ = c.request("GET", "/queues/bad")
+            assert status == 404
+        assert "not opened" in b.log_text()
+        assert bad_meta.exists()  # left for the operator, not deleted
+    finally:
+        b.close()
