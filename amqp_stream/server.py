@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import gc
 import logging
 import os
 import signal
@@ -182,6 +183,7 @@ class Broker:
         self.dirty: list[Publisher] = []  # publishers with messages to hand to storage
         self.stop_requested = False
         self.stopping = False
+        self.ticks = 0
 
     def _prepare_security(self) -> Any:
         try:
@@ -207,6 +209,10 @@ class Broker:
         self.metrics.serve(self.config.host, self.config.metrics_port)
         self.container = Container(self)
         self.container.container_id = self.container_id
+        # Cyclic garbage is collected on this thread only (see _tick): a proton wrapper freed by
+        # a collection that happens to run on a storage writer thread would touch proton off
+        # the event loop.
+        gc.disable()
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGUSR1, self._on_dump_signal)
@@ -242,6 +248,8 @@ class Broker:
                     len(self.mailbox.calls), len(self.dirty))
 
     def _tick(self) -> None:
+        self.ticks += 1
+        gc.collect(2 if self.ticks % 50 == 0 else 0)
         if getattr(self, "dump_requested", False):
             self.dump_requested = False
             self.dump_state()
