@@ -2,8 +2,7 @@
 
 Strategy: counters are incremented in batches by the server (once per settled chunk of publishes
 or once per consumer turn), never per message through a label lookup; ``Metrics.for_stream``
-caches the labelled children. A private registry keeps the process's default collectors out of
-the tests' way but the standard process/platform collectors are added for operators.
+caches the labelled children. The broker's own registry holds only these series.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import logging
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
-
 
 __all__ = ["Metrics", "StreamMetrics"]
 

@@ -53,9 +53,13 @@ class StreamEntry:
 
 
 def dir_name(name: str) -> str:
-    safe = "".join(c if (c.isascii() and (c.isalnum() or c in "-_")) else f"%{b:02X}"
-                   for c in name for b in ([ord(c)] if c.isascii() else c.encode("utf-8")))
-    # the comprehension above yields one item per byte for non-ASCII characters
+    """A file-system-safe directory name for a stream: ``[A-Za-z0-9_-]`` as is, every other
+    byte of the UTF-8 name as ``%HH``; long names are cut and made unique with a hash."""
+    out = []
+    for byte in name.encode("utf-8"):
+        ch = chr(byte)
+        out.append(ch if ch.isascii() and (ch.isalnum() or ch in "-_") else f"%{byte:02X}")
+    safe = "".join(out)
     if len(safe) > 120:
         safe = safe[:80] + "-" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
     return safe

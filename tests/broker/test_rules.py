@@ -203,3 +203,12 @@ def test_bad_files(tmp_path):
 def test_config_object_checks_itself():
     with pytest.raises(ConfigError):
         BrokerConfig(filter_size=1)
+
+
+def test_stream_directory_names_are_safe():
+    from amqp_stream.streams import dir_name
+    assert dir_name("abc-1_x") == "abc-1_x"
+    assert dir_name("..") == "%2E%2E" and "/" not in dir_name("a/b")
+    assert dir_name("ü") == "%C3%BC"
+    long_a, long_b = dir_name("x" * 200 + "a"), dir_name("x" * 200 + "b")
+    assert len(long_a) <= 120 and long_a != long_b
