@@ -103,55 +103,68 @@ def main(argv=None) -> int:
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
-    with tempfile.TemporaryDirectory() as tmp, BrokerProcess(os.path.join(tmp, "data")) as broker:
-        try:
-            run(args, spark, broker)
-        except Exception:
-            print("broker log (tail):\n" + broker.log_text()[-3000:], file=sys.stderr)
-            raise
+    rows = make_rows(args.rows)
+    df = spark.createDataFrame(rows, SCHEMA)
+    df1, df2 = df.coalesce(1).cache(), df.repartition(2).cache()
+    df1.count(), df2.count()
+    with tempfile.TemporaryDirectory() as tmp:
+        write_phase(args, spark, tmp, rows, df1, df2)
+        with BrokerProcess(os.path.join(tmp, "read")) as broker:
+            try:
+                read_phase(args, spark, broker, rows)
+            except Exception:
+                print("broker log (tail):\n" + broker.log_text()[-3000:], file=sys.stderr)
+                raise
     spark.stop()
     return 0
 
 
-def run(args, spark, broker: BrokerProcess) -> None:
+def write_phase(args, spark, tmp: str, rows, df1, df2) -> None:
+    """Each measurement on a fresh broker, so none inherits another's streams and files."""
+    from amqp_stream.spark.mapping import WritePlan
+
+    plan = WritePlan.for_schema(df1.schema, "region")
+    runs = iter(range(10**6))
+
+    def on_fresh_broker(fn) -> float:
+        with BrokerProcess(os.path.join(tmp, f"w{next(runs)}")) as broker:
+            try:
+                with amqp.connect(broker.url) as client:
+                    client.declare("w")
+                    _, secs = timed(lambda: fn(broker.url))
+                    assert client.info("w")["next_offset"] == len(rows)
+                return secs
+            except Exception:
+                print("broker log (tail):\n" + broker.log_text()[-3000:], file=sys.stderr)
+                raise
+
+    def baseline(url: str) -> None:
+        msgs = [lambda r=r: plan.message(r) for r in rows]
+        h = _ProtonPublisher(url, amqp.queue_address("w"), msgs, args.window)
+        Container(h).run()
+        assert h.accepted == len(rows)
+
+    def spark_write(frame, url: str) -> None:
+        (frame.write.format("amqp-stream").option("url", url).option("stream", "w")
+         .option("filterValueColumn", "region").option("window", args.window).mode("append").save())
+
+    on_fresh_broker(lambda url: spark_write(df1, url))  # warm up Python workers and the JVM paths
+    results = {}
+    for label, fn in [("plain proton publisher", baseline),
+                      ("spark, 1 partition", lambda url: spark_write(df1, url)),
+                      ("spark, 2 partitions", lambda url: spark_write(df2, url))]:
+        results[label] = min(on_fresh_broker(fn) for _ in range(args.repeat))
+    base = results["plain proton publisher"]
+    print("\nwrite (rows/s, ratio to plain proton)")
+    for label, secs in results.items():
+        print(f"  {label:<28} {args.rows / secs:>10,.0f} rows/s  x{base / secs:.2f}")
+
+
+def read_phase(args, spark, broker: BrokerProcess, rows) -> None:
     from amqp_stream.spark.mapping import WritePlan
 
     with amqp.connect(broker.url) as client:
-        rows = make_rows(args.rows)
-        df = spark.createDataFrame(rows, SCHEMA)
-        df1, df2 = df.coalesce(1).cache(), df.repartition(2).cache()
-        df1.count(), df2.count()
-        plan = WritePlan.for_schema(df.schema, "region")
-        names = iter(range(10**6))
-
-        def fresh() -> str:
-            name = f"w{next(names)}"
-            client.declare(name)
-            return name
-
-        def baseline():
-            stream = fresh()
-            msgs = [lambda r=r: plan.message(r) for r in rows]
-            h = _ProtonPublisher(broker.url, amqp.queue_address(stream), msgs, args.window)
-            Container(h).run()
-            assert h.accepted == len(rows)
-
-        def spark_write(frame):
-            stream = fresh()
-            (frame.write.format("amqp-stream").option("url", broker.url).option("stream", stream)
-             .option("filterValueColumn", "region").option("window", args.window).mode("append").save())
-            assert client.info(stream)["next_offset"] == len(rows)
-
-        spark_write(df1)  # warm up Python workers and the JVM paths
-        results = {}
-        for label, fn in [("plain proton publisher", baseline), ("spark, 1 partition", lambda: spark_write(df1)),
-                          ("spark, 2 partitions", lambda: spark_write(df2))]:
-            results[label] = min(timed(fn)[1] for _ in range(args.repeat))
-        base = results["plain proton publisher"]
-        print("\nwrite (rows/s, ratio to plain proton)")
-        for label, secs in results.items():
-            print(f"  {label:<28} {args.rows / secs:>10,.0f} rows/s  x{base / secs:.2f}")
-
+        plan = WritePlan.for_schema(spark.createDataFrame([], SCHEMA).schema, "region")
         # read: a stream sorted by region, published once by the client
         stream = "read"
         client.declare(stream)

@@ -55,20 +55,21 @@ def publish_rows(opts: SourceOptions, plan: WritePlan, rows) -> int:
         client = opts.connect()
     except amqp.ClientError as exc:
         raise amqp.PublishError(f"{where}: cannot publish to stream {opts.stream!r}: {exc}") from exc
-    try:
-        pub = client.publisher(opts.stream, window=opts.window, timeout=opts.timeout)
-        n = 0
-        for row in rows:
-            pub.send(plan.message(row))
-            n += 1
-        pub.flush()
-        pub.close()
-        return n
-    except amqp.ClientError as exc:
-        raise amqp.PublishError(f"{where}: {exc}", getattr(exc, "outcomes", ()),
-                                getattr(exc, "unconfirmed", 0), exc.condition) from exc
-    finally:
-        client.close()
+    with client:
+        try:
+            pub = client.publisher(opts.stream, window=opts.window, timeout=opts.timeout)
+            n = 0
+            for row in rows:
+                pub.send(plan.message(row))
+                n += 1
+            pub.flush()
+            pub.close()
+            return n
+        except amqp.ClientError as exc:
+            cause = exc
+    # raised after the connection is closed, so the task's traceback ends here, not in close()
+    raise amqp.PublishError(f"{where}: {cause}", getattr(cause, "outcomes", ()),
+                            getattr(cause, "unconfirmed", 0), cause.condition) from cause
 
 
 class BatchWriter(DataSourceWriter):
