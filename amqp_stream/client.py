@@ -38,7 +38,7 @@ from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender, L
 __all__ = [
     "ClientError", "ManagementError", "StreamNotFound", "PublishError", "ConsumerError",
     "TlsOptions", "Client", "connect", "Publisher", "Outcome", "Consumer", "StreamMessage",
-    "queue_address", "PROPERTY_NAMES", "OFFSET_SPEC", "STREAM_FILTER", "MATCH_UNFILTERED",
+    "queue_address", "build_message", "build_filters", "offset_value", "PROPERTY_NAMES", "OFFSET_SPEC", "STREAM_FILTER", "MATCH_UNFILTERED",
     "SQL_FILTER", "PROPERTIES_FILTER", "APPLICATION_PROPERTIES_FILTER", "FILTER_VALUE",
     "STREAM_OFFSET",
 ]
@@ -528,7 +528,9 @@ class Publisher:
         with self.client.lock:
             if self.presettled:
                 # Nothing to wait for but the socket: let the loop write what is buffered.
-                self._wait(lambda: self.link.queued == 0, "writing pre-settled messages")
+                transport = self.client.conn.conn.transport
+                self._wait(lambda: self.link.queued == 0 and (transport is None or transport.pending() <= 0),
+                           "writing pre-settled messages")
             elif self._pending:
                 self._wait(lambda: self._collect() == 0, "outcomes")
             done, self._done = self._done, []
