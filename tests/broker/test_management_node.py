@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from proton import Message
+from proton import Message, symbol
 
-from tests.broker.amqp import Client, queue_address
+from tests.broker.amqp import Client, RawFilter, offset, queue_address
 
 
 def test_declare_info_redeclare_conflict_delete(broker, stream_name):
@@ -91,3 +91,21 @@ def test_management_request_without_subject_gets_400(broker):
         reply = receiver.receive(timeout=15)
         receiver.accept()
         assert reply.subject == "400"
+
+
+def test_retention_arguments_reach_storage(broker, stream_name):
+    """x-max-length-bytes with small segments: old segments go, first_offset moves on."""
+    with Client(broker.url) as c:
+        c.declare(stream_name, {"x-queue-type": "stream", "x-max-length-bytes": 20_000,
+                                "x-stream-max-segment-size-bytes": 5_000})
+        sender = c.sender(stream_name)
+        for i in range(60):
+            sender.send(Message(body=b"x" * 1000))
+        info = c.info(stream_name)
+        assert info["next_offset"] == 60
+        assert 0 < info["first_offset"] < 60
+        assert info["message_count"] == info["next_offset"] - info["first_offset"]
+        r = c.conn.create_receiver(queue_address(stream_name), credit=100,
+                                   options=[RawFilter([(symbol("o"), offset("first"))])])
+        first = r.receive(timeout=15)
+        assert first.annotations["x-stream-offset"] == info["first_offset"]
