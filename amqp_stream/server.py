@@ -184,6 +184,8 @@ class Broker:
         self.stop_requested = False
         self.stopping = False
         self.ticks = 0
+        self.listen_error: OSError | None = None
+        self.dump_requested = False
 
     def _prepare_security(self) -> Any:
         try:
@@ -206,7 +208,13 @@ class Broker:
             describe = getattr(self.security, "describe", None)
             if describe:
                 log.info("security: %s", describe())
-        self.metrics.serve(self.config.host, self.config.metrics_port)
+        try:
+            self.metrics.serve(self.config.host, self.config.metrics_port)
+        except OSError as exc:
+            log.error("cannot serve metrics on %s:%d: %s", self.config.host,
+                      self.config.metrics_port, exc.strerror or exc)
+            self.registry.close_all()
+            return 1
         self.container = Container(self)
         self.container.container_id = self.container_id
         # Cyclic garbage is collected on this thread only (see _tick): a proton wrapper freed by
@@ -222,6 +230,10 @@ class Broker:
             self.registry.close_all()
             if self.security is not None and hasattr(self.security, "close"):
                 self.security.close()
+        if self.listen_error is not None:
+            log.error("cannot listen on %s:%d: %s", self.config.host, self.config.port,
+                      self.listen_error.strerror or self.listen_error)
+            return 1
         log.info("stopped")
         return 0
 
@@ -250,7 +262,7 @@ class Broker:
     def _tick(self) -> None:
         self.ticks += 1
         gc.collect(2 if self.ticks % 50 == 0 else 0)
-        if getattr(self, "dump_requested", False):
+        if self.dump_requested:
             self.dump_requested = False
             self.dump_state()
         if self.stop_requested and not self.stopping:
@@ -280,7 +292,12 @@ class Broker:
         host, port = self.config.host, self.config.port
         ssl_domain = getattr(self.security, "ssl_domain", None)
         scheme = "amqps" if ssl_domain else "amqp"
-        self.acceptor = self.container.listen(f"{scheme}://{host}:{port}", ssl_domain=ssl_domain)
+        try:
+            self.acceptor = self.container.listen(f"{scheme}://{host}:{port}", ssl_domain=ssl_domain)
+        except OSError as exc:
+            self.listen_error = exc
+            self.container.stop()
+            return
         self.injector = EventInjector()
         self.container.selectable(self.injector)
         self.mailbox = Mailbox(self.injector)

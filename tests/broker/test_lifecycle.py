@@ -153,3 +153,16 @@ def test_a_damaged_stream_directory_does_not_keep_the_others_offline(tmp_path):
         assert bad_meta.exists()  # left for the operator, not deleted
     finally:
         b.close()
+
+
+def test_a_port_in_use_exits_1_with_a_message(tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = _serve("--port", str(port), "--metrics-port", "0", "--data-dir", str(tmp_path / "d"))
+        assert r.returncode == 1
+        assert f"cannot listen on 127.0.0.1:{port}" in r.stderr
+        r = _serve("--port", "1", "--metrics-port", str(port), "--data-dir", str(tmp_path / "d"))
+        assert r.returncode == 1 and "cannot serve metrics" in r.stderr
