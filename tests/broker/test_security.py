@@ -219,3 +219,53 @@ def test_users_file_format(tmp_path):
         path.write_text(text)
         with pytest.raises(security.ConfigError, match=message):
             security.read_users(path)
+
+
+# -- other clients' PLAIN ----------------------------------------------------------------------
+
+def test_rabbitmq_client_plain(plain_broker):
+    from rabbitmq_amqp_python_client import Environment, StreamSpecification
+
+    good = Environment(f"amqp://alice:wonderland@127.0.0.1:{plain_broker.port}/")
+    try:
+        connection = good.connection()
+        connection.dial()
+        management = connection.management()
+        assert management.declare_queue(StreamSpecification(name="rabbit-plain")).name == "rabbit-plain"
+        management.close()
+        connection.close()
+    finally:
+        good.close()
+    bad = Environment(f"amqp://alice:nope@127.0.0.1:{plain_broker.port}/")
+    try:
+        with pytest.raises(Exception) as info:
+            bad.connection().dial()
+        assert "unauthorized-access" in str(info.value) or "Authentication failed" in str(info.value)
+    finally:
+        try:
+            bad.close()
+        except Exception:
+            pass
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_rhea_plain(plain_broker):
+    import json
+    from pathlib import Path
+
+    js = Path(__file__).resolve().parents[1] / "js"
+    if not (js / "node_modules" / "rhea").is_dir():
+        pytest.fail("rhea is not installed: run scripts/bootstrap (npm ci in tests/js)")
+
+    def run(user: str, password: str) -> dict:
+        spec = {"op": "management", "url": f"amqp://{user}:{password}@127.0.0.1:{plain_broker.port}",
+                "requests": [{"method": "GET", "path": "/queues/none-such"}]}
+        done = subprocess.run(["node", str(js / "client.js"), json.dumps(spec)], capture_output=True,
+                              text=True, timeout=60, cwd=js)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    ok = run("alice", "wonderland")
+    assert ok["ok"] and ok["responses"][0]["subject"] == "404"
+    refused = run("alice", "nope")
+    assert not refused["ok"]
+    assert "amqp:unauthorized-access" in refused["error"]

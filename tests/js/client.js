@@ -101,7 +101,10 @@ setTimeout(() => finish('timeout after ' + timeoutMs + ' ms'), timeoutMs);
 
 const container = rhea.create_container();
 container.on('error', (ctx) => finish('error: ' + (ctx.error && ctx.error.stack ? ctx.error.stack : JSON.stringify(plain(ctx.error)))));
-container.on('connection_error', (ctx) => finish('connection error: ' + JSON.stringify(plain(ctx.connection.error))));
+container.on('connection_error', (ctx) => {
+    const e = ctx.error || ctx.connection.error;
+    finish('connection error: ' + (e && e.condition ? e.condition + ' ' + (e.description || '') : JSON.stringify(plain(e))));
+});
 container.on('disconnected', (ctx) => finish('disconnected: ' + (ctx.error || 'no reason')));
 connection = container.connect(connectOptions());
 connection.on('connection_open', (ctx) => {
