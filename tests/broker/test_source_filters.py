@@ -146,3 +146,35 @@ def test_describe_for_logs():
     r = parse([(O, Described(O, 5)), (V, Described(V, "a")), (U, Described(U, True)),
                (S, Described(S, "a = 1"))])
     assert r.describe() == "start=offset:5 values=['a'] match-unfiltered stage2=sql"
+
+
+# -- fuzz: any filter set either parses or refuses with AttachRefused, never anything else ----------
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_descriptors = st.sampled_from([O, V, U, P, A, S, ulong(0x120), ulong(0x173), ulong(0x174),
+                                ulong(0x999), symbol("x:y"), "not-a-symbol", 7])
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64 - 1), st.floats(),
+                     st.text(max_size=20), st.binary(max_size=10),
+                     st.sampled_from(["first", "last", "next", "10m", "a = 1", "n > ", "&p:x"]).map(str),
+                     st.builds(symbol, st.text(max_size=10)), st.builds(timestamp, st.integers(0, 2**40)))
+_values = st.recursive(_scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.one_of(st.text(max_size=5), st.builds(symbol, st.text(max_size=5))),
+                                                 inner, max_size=3)), max_leaves=6)
+_entries = st.lists(st.tuples(st.one_of(st.builds(symbol, st.text(max_size=8)), st.text(max_size=8), st.integers()),
+                              st.one_of(_values, st.builds(Described, _descriptors, _values))), max_size=6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_entries)
+def test_fuzz_parse_or_refuse(entries):
+    try:
+        result = parse(entries)
+    except AttachRefused as exc:
+        assert exc.condition == "amqp:invalid-field" and exc.description
+        return
+    assert len(result.echo) + len(result.dropped) <= len(entries)
+    # the echo is a subsequence of the entries, in wire order, with their values as received
+    it = iter(entries)
+    assert all(any(e[0] is k and e[1] is v for e in it) for k, v in result.echo)
+    if result.stage2 is not None:
+        assert result.stage2_kind in ("sql", "properties")
