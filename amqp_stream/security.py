@@ -4,8 +4,8 @@ Strategy: proton's built-in server SASL can only say yes to ANONYMOUS (and EXTER
 PLAIN password needs proton built against Cyrus SASL. Cyrus reads a ``<name>.conf`` file from a
 configuration directory, and its ``sasldb`` plugin checks passwords against a Berkeley-DB file
 that only ``saslpasswd2`` writes. So at start the broker reads the users file (``user:password``
-lines), builds a sasldb and a conf file in a private temporary directory (mode 0700, removed at
-exit), and points every accepted transport at it. Cyrus keys users by ``user@realm`` with the
+lines), builds a sasldb and a conf file in ``<data dir>/.sasl`` (mode 0700, rebuilt at every
+start, removed at exit), and points every accepted transport at it. Cyrus keys users by ``user@realm`` with the
 host's name as the default realm on both sides (``saslpasswd2`` without ``-u`` and proton's
 ``sasl_server_new``), so the database is built on the machine that serves it, at every start.
 
@@ -156,9 +156,25 @@ def _saslpasswd2() -> str:
     return found
 
 
-def _build_sasl_dir(users: dict[str, str], mechanisms: str) -> str:
+def _sasl_dir(data_dir: Any) -> str:
+    """``<data dir>/.sasl`` (mode 0700, emptied), so a crash leaves at most one copy, replaced at
+    the next start; a private temporary directory when there is no usable data directory
+    (Cyrus takes a colon-separated path list, so a data directory with a colon cannot be used)."""
+    if data_dir and ":" not in os.path.abspath(str(data_dir)):
+        directory = os.path.join(os.path.abspath(str(data_dir)), ".sasl")
+        try:
+            shutil.rmtree(directory, ignore_errors=True)
+            os.makedirs(os.path.dirname(directory), exist_ok=True)
+            os.mkdir(directory, 0o700)
+            return directory
+        except OSError as exc:
+            raise ConfigError(f"cannot create {directory}: {exc.strerror or exc}") from None
+    return tempfile.mkdtemp(prefix="amqp-stream-sasl-")  # mode 0700
+
+
+def _build_sasl_dir(users: dict[str, str], mechanisms: str, data_dir: Any = None) -> str:
     """A private directory with ``amqp-stream.conf`` and, when there are users, a sasldb."""
-    directory = tempfile.mkdtemp(prefix="amqp-stream-sasl-")  # mode 0700
+    directory = _sasl_dir(data_dir)
     try:
         conf = [f"mech_list: {mechanisms}"]
         if users:
@@ -225,7 +241,7 @@ def prepare(config: Any) -> SecuritySetup:
 
     conf_dir = None
     if SASL.extended():
-        conf_dir = _build_sasl_dir(users, mechanisms)
+        conf_dir = _build_sasl_dir(users, mechanisms, getattr(config, "data_dir", None))
         atexit.register(shutil.rmtree, conf_dir, True)
     return SecuritySetup(ssl_domain=ssl_domain, mechanisms=mechanisms, sasl_config_dir=conf_dir,
                          sasl_config_name=SASL_CONFIG_NAME if conf_dir else None,

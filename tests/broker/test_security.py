@@ -88,11 +88,19 @@ def test_anonymous_refused_when_users_are_configured(plain_broker):
 
 
 def test_anonymous_allowed_beside_plain_only_when_asked(tmp_path, users_file):
+    sasl_dir = tmp_path / "data" / ".sasl"
+    sasl_dir.mkdir(parents=True)
+    (sasl_dir / "stale").write_text("left by a crash")
     with BrokerProcess(tmp_path / "data", extra_args=["--users", str(users_file), "--allow-anonymous"]) as proc:
         _open(proc.url, allowed_mechs="ANONYMOUS").close()
         _plain(proc.url, "alice", "wonderland").close()
         with pytest.raises(ConnectionException):
             _plain(proc.url, "alice", "nope")
+        # the password database lives in <data>/.sasl, private, rebuilt at start
+        assert sasl_dir.stat().st_mode & 0o777 == 0o700
+        assert sorted(p.name for p in sasl_dir.iterdir()) == ["amqp-stream.conf", "users.sasldb"]
+        proc.stop()
+        assert not sasl_dir.exists()  # removed at a clean exit
 
 
 @pytest.fixture(scope="module")
