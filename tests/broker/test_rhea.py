@@ -151,7 +151,7 @@ def test_stage_one_values_and_match_unfiltered_as_symbols(broker, fruit):
 
 
 def test_offset_as_long_and_link_names(broker, fruit):
-    # two consumers with the same link name on two connections do not disturb each other
+    # the same link name again on a new connection starts afresh (no state kept by link name)
     one = consume(broker, fruit, [f("offset", OFFSET, 3, "long")], link_name="same-name")
     two = consume(broker, fruit, [f("offset", OFFSET, 1, "long")], link_name="same-name")
     assert bodies(one) == ["a2"]
