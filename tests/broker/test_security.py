@@ -151,6 +151,20 @@ def test_tls_amqps_with_plain(tmp_path, certificate, users_file):
             assert [consumer.receive(timeout=10).body for _ in range(3)] == ["tls-0", "tls-1", "tls-2"]
         finally:
             client.close()
+        # the official RabbitMQ client over amqps with PLAIN, verifying the certificate
+        from rabbitmq_amqp_python_client import Environment, PosixSslConfigurationContext, StreamSpecification
+        environment = Environment(f"amqps://alice:wonderland@localhost:{proc.port}/",
+                                  ssl_context=PosixSslConfigurationContext(ca_cert=str(cert)))
+        try:
+            connection = environment.connection()
+            connection.dial()
+            management = connection.management()
+            assert management.queue_info("over-tls").message_count == 3
+            management.declare_queue(StreamSpecification(name="rabbit-over-tls"))
+            management.close()
+            connection.close()
+        finally:
+            environment.close()
         # a plain-TCP client cannot talk to a TLS listener
         with pytest.raises(ConnectionException):
             _plain(f"amqp://127.0.0.1:{proc.port}", "alice", "wonderland")
