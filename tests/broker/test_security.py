@@ -78,6 +78,23 @@ def test_plain_refused_with_a_wrong_password_or_unknown_user(plain_broker, user,
     assert "unauthorized-access" in str(info.value)
 
 
+def test_a_failed_login_does_not_disturb_other_connections(plain_broker):
+    client = connect(plain_broker.url, user="alice", password="wonderland")
+    try:
+        client.declare("bystander")
+        publisher = client.publisher("bystander")
+        publisher.publish("before")
+        for _ in range(3):
+            with pytest.raises(ConnectionException):
+                _plain(plain_broker.url, "alice", "guess")
+        publisher.publish("after")
+        assert [o.accepted for o in publisher.flush()] == [True, True]
+        consumer = client.consumer("bystander", offset="first")
+        assert [consumer.receive(timeout=10).body for _ in range(2)] == ["before", "after"]
+    finally:
+        client.close()
+
+
 def test_anonymous_refused_when_users_are_configured(plain_broker):
     with pytest.raises(ConnectionException) as info:
         _open(plain_broker.url, allowed_mechs="ANONYMOUS")
