@@ -6,6 +6,11 @@ Each sub-expression becomes a statement assigning a temporary ``tN``:
 - a field is a raw ``dict.get`` on a section read once at the top of the function (only the
   sections the expression names are read, so a lazy view decodes nothing else); a message
   whose sections cannot be decoded (``MessageFormatError``) gives unknown, never an exception;
+- the properties and application properties are read with one ``view.pick(...)`` call, each
+  with a ``message.KeyPicker`` of the keys the expression names: from stored bytes the sections
+  are found in one pass and only those values are decoded (decoding whole maps was most of the
+  cost of a message). Any other view object (a duck-typed one in tests and tools) is read
+  through its plain section attributes;
 - operators with a literal operand get a fast path for the common value type (``str`` for a
   string literal, a finite ``int``/``float`` for a number, tested as ``x - x == 0``) and fall
   back to ``sqlfilter.runtime`` (after ``norm``) for anything else, so the fast path can never
@@ -24,6 +29,7 @@ from typing import Any
 from sqlfilter import ast, runtime
 from sqlfilter.errors import MessageFormatError
 from sqlfilter.like import LikeMatcher, compile_like
+from sqlfilter.message import KeyPicker, MessageView
 
 __all__ = ["generate", "Generated"]
 
@@ -40,6 +46,9 @@ _ARITH = {"+": "_add", "-": "_sub", "*": "_mul", "/": "_div", "%": "_mod"}
 _CALLS = {"LOWER": "_lower", "UPPER": "_upper", "LEFT": "_left", "RIGHT": "_right",
           "SUBSTRING": "_substring", "DATE": "_date"}
 
+#: sections read through ``MessageView.pick`` with a KeyPicker, in its argument order
+_PICKED = ("properties", "application_properties")
+
 #: names every generated function may use
 BASE_GLOBALS: dict[str, Any] = {
     "_norm": runtime.norm, "_cond": runtime.cond, "_eq": runtime.eq, "_ne": runtime.ne,
@@ -50,7 +59,7 @@ BASE_GLOBALS: dict[str, Any] = {
     "_upper": runtime.upper, "_left": runtime.left, "_right": runtime.right,
     "_substring": runtime.substring, "_date": runtime.date, "_elem": runtime.element,
     "_has": runtime.has_element, "_NUM": frozenset((int, float)),
-    "_MessageFormatError": MessageFormatError,
+    "_MessageFormatError": MessageFormatError, "_MV": MessageView,
     "__builtins__": {"type": type, "str": str, "len": len},
 }
 
@@ -78,6 +87,7 @@ class _Emitter:
         self.temps = 0
         self.consts: dict[str, Any] = {}
         self.sections: set[str] = set()
+        self.keys: dict[str, set[str]] = {}  # section -> the names the expression reads
         self.matchers = matchers
 
     # ---- helpers ----
@@ -110,6 +120,7 @@ class _Emitter:
         if isinstance(node, ast.Field):
             var = _SECTION_VAR[node.section]
             self.sections.add(node.section)
+            self.keys.setdefault(node.section, set()).add(node.name)
             if node.section == "header" and node.name in _HEADER_DEFAULTS:
                 return self.assign(f"{var}.get({node.name!r}, {_HEADER_DEFAULTS[node.name]!r})")
             return self.assign(f"{var}.get({node.name!r})")
@@ -269,6 +280,7 @@ class _Emitter:
     def exists(self, ref: ast.Field | ast.Element) -> str:
         if isinstance(ref, ast.Field):
             self.sections.add(ref.section)
+            self.keys.setdefault(ref.section, set()).add(ref.name)
             return self.assign(f"{ref.name!r} in {_SECTION_VAR[ref.section]}")
         base = self.raw(ref.base)
         return self.assign(f"_has({base}, {ref.key!r})")
@@ -279,7 +291,18 @@ def generate(tree: ast.Node, matchers: dict[ast.Like, LikeMatcher] | None = None
     em = _Emitter(matchers or {})
     result = em.boolean(tree)
     body = em.lines
-    head = [f"        {_SECTION_VAR[s]} = view.{s}" for s in ast.SECTIONS if s in em.sections]
+    head = []
+    picked = [s for s in _PICKED if s in em.sections]
+    if picked:  # properties / application properties: one pick of just the keys named
+        args = ", ".join(em.const(KeyPicker(em.keys.get(s, ()))) if s in em.sections else "None"
+                         for s in _PICKED)
+        names = ", ".join(_SECTION_VAR[s] if s in em.sections else "_" for s in _PICKED)
+        plain = "; ".join(f"{_SECTION_VAR[s]} = view.{s}" for s in picked)
+        head += ["        if type(view) is _MV:", f"            {names} = view.pick({args})",
+                 "        else:", f"            {plain}"]
+    for s in ast.SECTIONS:
+        if s in em.sections and s not in _PICKED:
+            head.append(f"        {_SECTION_VAR[s]} = view.{s}")
     if head:  # a message whose sections cannot be decoded matches nothing (unknown)
         head = ["    try:", *head, "    except _MessageFormatError:", "        return None"]
     source = "\n".join(["def _evaluate(view):", *head, *body, f"    return {result}", ""])

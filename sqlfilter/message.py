@@ -30,21 +30,34 @@ A ``MessageView`` exposes each section as a dict, decoded on first access and ca
   reply_to_group_id (present, non-null fields only);
 - ``application_properties``, ``message_annotations``, ``footer``: the section's map.
 An absent section is an empty dict. Values use the representation of ``sqlfilter.codec``.
+
+Filters know at compile time which keys they read, so they need not decode whole sections: a
+``KeyPicker`` holds a filter's keys (and their raw str8/sym8 encodings) and
+``view.pick_application_properties(picker)`` / ``view.pick_properties(picker)`` return a dict
+with just those keys. The pick walks the section once, comparing raw key bytes (the map) or
+counting fields (the properties list), decodes only the values asked for and jumps over the rest
+by their size fields; ~0.4 µs per map entry decoded in pure Python is what this saves. It checks
+the framing of everything it walks (sizes, counts, constructors, the section's end) and decodes
+what it returns as ``application_properties`` would; the contents of entries it does not return
+(e.g. a string's UTF-8) are not looked at. For a view whose section is already decoded, or a view
+built from dicts, a pick is the whole section dict (a superset: callers only ``get`` their keys).
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, Iterable
 
 import proton
 
 from sqlfilter import codec
-from sqlfilter.codec import I64, SIZE_COUNT8, SIZE_COUNT32, _Bad, _decode, _format_error, _skip
+from sqlfilter.codec import (
+    I64, SIZE_COUNT8, SIZE_COUNT32, _Bad, _decode, _format_error, _skip,
+)
 from sqlfilter.errors import MessageFormatError
 
 __all__ = [
-    "MessageView", "as_view", "split_sections", "strip_delivery_annotations", "filter_value",
+    "MessageView", "KeyPicker", "as_view", "split_sections", "strip_delivery_annotations", "filter_value",
     "with_stream_offset", "HEADER_FIELDS", "PROPERTY_FIELDS",
 ]
 
@@ -433,8 +446,12 @@ class MessageView:
         Nothing is read until a section is asked for; a malformed message then raises
         ``MessageFormatError``.
         """
-        view = cls()
+        view = _new(cls)  # no __init__ call: this runs once per stored message
         view._data = data if type(data) is bytes else bytes(data)
+        view._spans = {}
+        view._scanned = 0
+        view._header = view._properties = view._application_properties = None
+        view._message_annotations = view._footer = None
         return view
 
     @classmethod
@@ -445,18 +462,78 @@ class MessageView:
         """
         return cls.from_bytes(bytes(message.encode()))
 
+    def pick(self, properties: "KeyPicker | None",
+             application_properties: "KeyPicker | None") -> tuple[dict | None, dict | None]:
+        """(properties, application properties) with (at least) the keys of each picker present.
+
+        A section whose picker is None is not read (None in its place). From bytes, only the
+        picked values are decoded (see the module docstring); once a section has been decoded
+        in full, or for a view built from dicts, that section's dict itself.
+        """
+        data = self._data
+        if (data is not None and not self._scanned and self._properties is None
+                and self._application_properties is None):  # a fresh view: one pass
+            try:
+                found = _fast_pick(data, properties, application_properties)
+            except codec._FAILURES:
+                found = None
+            if found is not None:
+                return found
+        return (None if properties is None else self.pick_properties(properties),
+                None if application_properties is None
+                else self.pick_application_properties(application_properties))
+
+    def pick_application_properties(self, picker: "KeyPicker") -> dict:
+        """The application properties with (at least) the keys of ``picker`` that are present."""
+        value = self._application_properties
+        if value is not None:
+            return value
+        data = self._data
+        if data is None:
+            return {}
+        span = self._span(APPLICATION_PROPERTIES)
+        if span is None:
+            return {}
+        vstart = span[0]
+        try:
+            return _pick_map(data, vstart, span[1], picker)
+        except codec._FAILURES as exc:
+            raise _format_error(exc, vstart) from None
+
+    def pick_properties(self, picker: "KeyPicker") -> dict:
+        """The properties section with (at least) the fields of ``picker`` that are present."""
+        value = self._properties
+        if value is not None:
+            return value
+        data = self._data
+        if data is None:
+            return {}
+        span = self._span(PROPERTIES)
+        if span is None:
+            return {}
+        vstart = span[0]
+        try:
+            return _pick_list(data, vstart, span[1], picker)
+        except codec._FAILURES as exc:
+            raise _format_error(exc, vstart) from None
+
+    def _span(self, code: int) -> tuple[int, int] | None:
+        """(value start, end) of the first section with ``code``, scanning on as far as needed."""
+        spans = self._spans
+        span = spans.get(code)
+        if span is None and self._scanned < len(self._data):  # read on up to the section asked for
+            try:
+                self._scanned = _scan(self._data, self._scanned, spans, code)
+            except codec._FAILURES as exc:
+                raise _format_error(exc, self._scanned) from None
+            span = spans.get(code)
+        return span
+
     def _load(self, code: int) -> dict:
         data = self._data
         if data is None:  # a view built without bytes: a missing section is empty
             return {}
-        spans = self._spans
-        span = spans.get(code)
-        if span is None and self._scanned < len(data):  # read on up to the section asked for
-            try:
-                self._scanned = _scan(data, self._scanned, spans, code)
-            except codec._FAILURES as exc:
-                raise _format_error(exc, self._scanned) from None
-            span = spans.get(code)
+        span = self._span(code)
         return {} if span is None else _decode_section(data, code, span[0], span[1])
 
     def __repr__(self) -> str:
@@ -490,6 +567,341 @@ def _decode_section(data: bytes, code: int, vstart: int, end: int) -> dict:
     if type(value) is not dict:
         raise MessageFormatError(f"section 0x{code:x} at byte {vstart} is not a map")
     return value
+
+
+# --- picking a few keys out of a section ------------------------------------------------------------
+class KeyPicker:
+    """The keys one filter reads from the application properties or properties, compiled once.
+
+    ``raw`` maps the str8 and sym8 encodings of each key (constructor, length, bytes) to the key,
+    ``lengths[n]`` is 1 when some key is n bytes long (most keys are rejected on their length
+    byte alone), ``fields`` has the property field name at its index in the properties list
+    (None elsewhere).
+    """
+
+    __slots__ = ("names", "raw", "lengths", "fields", "first_field", "last_field")
+
+    def __init__(self, names: Iterable[str]):
+        self.names = frozenset(str(n) for n in names)
+        raw: dict[bytes, str] = {}
+        lengths = bytearray(256)
+        for name in self.names:
+            try:
+                encoded = name.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate: no decoded key can equal it
+                continue
+            if len(encoded) < 256:
+                raw[bytes((0xA1, len(encoded))) + encoded] = name
+                if encoded.isascii():
+                    raw[bytes((0xA3, len(encoded))) + encoded] = name
+                lengths[len(encoded)] = 1
+        self.raw = raw
+        self.lengths = bytes(lengths)
+        self.fields = tuple(f if f in self.names else None for f in PROPERTY_FIELDS)
+        #: the properties list is walked up to this index (-1: no field wanted) ...
+        self.last_field = max((i for i, f in enumerate(self.fields) if f), default=-1)
+        #: ... and its fields before this one are only skipped
+        self.first_field = min((i for i, f in enumerate(self.fields) if f), default=0)
+
+    def __repr__(self) -> str:
+        return f"KeyPicker({sorted(self.names)!r})"
+
+
+_new = object.__new__
+_WIDTH = codec._WIDTH
+#: codec._WIDTH with -9 for "not sized by the constructor" (so ``w >= 0`` tests a fixed width)
+_FW = tuple(-9 if w is None else w for w in _WIDTH)
+_READERS = codec._READERS
+_u32 = codec._u32
+_sc32 = SIZE_COUNT32.unpack_from
+
+
+def _fast_pick(buf: bytes, properties: KeyPicker | None, application_properties: KeyPicker | None
+               ) -> tuple[dict | None, dict | None] | None:
+    """``MessageView.pick`` of a fresh view in one pass over the sections, or None when unsure.
+
+    Every section up to the last one wanted must have the usual smallulong descriptor and a
+    value sized by its constructor, within the message; the picked
+    sections must be of the shapes ``_fast_map``/``_fast_list`` take. Anything else (None) goes
+    the exact way (``_scan``, ``_pick_map``, ``_pick_list``), which also reports the errors.
+    """
+    p = None if properties is None else {}
+    ap = None if application_properties is None else {}
+    p_todo = properties is not None  # only the first section of each kind counts
+    ap_todo = application_properties is not None
+    pos = 0
+    n = len(buf)
+    width = _WIDTH
+    while pos < n:
+        if buf[pos] or buf[pos + 1] != 0x53:
+            return None
+        w = width[buf[pos + 3]]
+        if w == -4:
+            end = pos + 8 + _u32(buf, pos + 4)[0]
+        elif w == -1:
+            end = pos + 5 + buf[pos + 4]
+        elif w is None:
+            return None
+        else:
+            end = pos + 4 + w
+        code = buf[pos + 2]
+        if end > n or not HEADER <= code <= FOOTER:
+            return None
+        if code == PROPERTIES and p_todo:
+            p = _fast_list(buf, pos + 3, end, properties)
+            if p is None:
+                return None
+            p_todo = False
+            if not ap_todo:
+                break
+        elif code == APPLICATION_PROPERTIES and ap_todo:
+            ap = _fast_map(buf, pos + 3, end, application_properties)
+            if ap is None:
+                return None
+            ap_todo = False
+            if not p_todo:
+                break
+        pos = end
+    return p, ap
+
+
+def _fast_map(buf: bytes, vstart: int, end: int, picker: KeyPicker) -> dict | None:
+    """``_pick_map`` in one pass, or None when unsure.
+
+    Handles a map of str8/sym8 keys and values sized by their constructors (no described
+    values) that exactly fills its section.
+    """
+    c = buf[vstart]
+    if c == 0xD1:
+        size, count = _sc32(buf, vstart + 1)
+        pos = vstart + 9
+    elif c == 0xC1:
+        pos = vstart + 3
+        size = buf[vstart + 1] - 3  # so that vstart + 5 + size is the end
+        count = buf[vstart + 2]
+    else:
+        return None
+    if count & 1 or count > end - pos or vstart + 5 + size != end:
+        return None
+    raw = picker.raw
+    lengths = picker.lengths
+    width = _FW
+    out = {}
+    for _ in range(count >> 1):
+        c = buf[pos]
+        if c != 0xA1 and c != 0xA3:
+            return None
+        n = buf[pos + 1]
+        kend = pos + 2 + n
+        name = raw.get(buf[pos:kend]) if lengths[n] else None
+        pos = kend
+        c = buf[pos]
+        if name is None:
+            w = width[c]
+            if w == -1:
+                pos += 2 + buf[pos + 1]
+            elif w >= 0:
+                pos += 1 + w
+            elif w == -4:
+                pos += 5 + _u32(buf, pos + 1)[0]
+            else:
+                return None
+        elif c == 0xA1:
+            start = pos + 2
+            pos = start + buf[pos + 1]
+            if pos > end:
+                return None
+            out[name] = buf[start:pos].decode()
+        elif c == 0x55 or c == 0x54 or c == 0x51:
+            v = buf[pos + 1]
+            out[name] = v - 256 if v > 127 else v
+            pos += 2
+        elif width[c] == -9:
+            return None
+        else:
+            out[name], pos = _decode(buf, pos)
+    return out if pos == end else None
+
+
+def _fast_list(buf: bytes, vstart: int, end: int, picker: KeyPicker) -> dict | None:
+    """``_pick_list`` in one pass, or None when unsure (see ``_fast_map``)."""
+    c = buf[vstart]
+    if c == 0xD0:
+        size, count = _sc32(buf, vstart + 1)
+        pos = vstart + 9
+    elif c == 0xC0:
+        pos = vstart + 3
+        size = buf[vstart + 1] - 3  # so that vstart + 5 + size is the end
+        count = buf[vstart + 2]
+    else:
+        return None
+    if count > end - pos or vstart + 5 + size != end:
+        return None
+    fields = picker.fields
+    last = picker.last_field
+    first = picker.first_field
+    width = _FW
+    for _ in range(first if first < count else count):  # the fields before the first wanted
+        c = buf[pos]
+        w = width[c]
+        if w == -1:
+            pos += 2 + buf[pos + 1]
+        elif w >= 0:
+            pos += 1 + w
+        elif w == -4:
+            pos += 5 + _u32(buf, pos + 1)[0]
+        else:
+            return None
+    out = {}
+    for i in range(first, count):
+        c = buf[pos]
+        w = width[c]
+        name = fields[i] if i <= last else None
+        if name is None or c == 0x40:
+            if w == -1:
+                pos += 2 + buf[pos + 1]
+            elif w >= 0:
+                pos += 1 + w
+            elif w == -4:
+                pos += 5 + _u32(buf, pos + 1)[0]
+            else:
+                return None
+        elif c == 0xA1:
+            start = pos + 2
+            pos = start + buf[pos + 1]
+            if pos > end:
+                return None
+            out[name] = buf[start:pos].decode()
+        elif w == -9:
+            return None
+        else:
+            out[name], pos = _decode(buf, pos)
+        if i == last:
+            return out if pos <= end else None
+    return out if pos == end else None
+
+
+def _pick_map(buf: bytes, vstart: int, end: int, picker: KeyPicker) -> dict:
+    """The entries of the map section at ``vstart`` whose keys ``picker`` holds.
+
+    Keys in str8/sym8 form are compared as raw bytes; other keys are decoded (a char or str32 key
+    can equal a wanted string). A key seen twice keeps its last value, as in a decoded dict.
+    """
+    c = buf[vstart]
+    if c == 0xD1:
+        size, count = _sc32(buf, vstart + 1)
+        pos = vstart + 9
+        mend = vstart + 5 + size
+    elif c == 0xC1:
+        pos = vstart + 3
+        mend = vstart + 2 + buf[vstart + 1]
+        count = buf[vstart + 2]
+    elif c == 0x40 and end == vstart + 1:
+        return {}
+    else:
+        raise MessageFormatError(f"section value at byte {vstart} is not a map")
+    if mend != end:
+        raise _Bad("map size does not match the section", vstart)
+    if count & 1:
+        raise _Bad("map with an odd number of items", pos)
+    if count > end - pos:
+        raise _Bad(f"count {count} cannot fit in {end - pos} bytes", pos)
+    out = {}
+    raw = picker.raw
+    lengths = picker.lengths
+    names = picker.names
+    width = _WIDTH
+    for _ in range(count >> 1):
+        c = buf[pos]
+        if c == 0xA1 or c == 0xA3:  # str8 / sym8 key: compare its bytes
+            n = buf[pos + 1]
+            kend = pos + 2 + n
+            name = raw.get(buf[pos:kend]) if lengths[n] else None
+            pos = kend
+        else:
+            key, pos = _decode(buf, pos)
+            try:
+                name = key if key in names else None
+            except TypeError:
+                raise _Bad("map key is not hashable", pos) from None
+        c = buf[pos]
+        if name is None:  # not wanted: jump over it by its size
+            w = width[c]
+            if w == -1:
+                pos += 2 + buf[pos + 1]
+            elif w == -4:
+                pos += 5 + _u32(buf, pos + 1)[0]
+            elif w is None:
+                pos = _skip(buf, pos)
+            else:
+                pos += 1 + w
+        elif c == 0xA1:
+            start = pos + 2
+            pos = start + buf[pos + 1]
+            if pos > end:
+                raise _Bad("map entry runs past the map", pos)
+            out[name] = buf[start:pos].decode()
+        else:
+            out[name], pos = _decode(buf, pos)
+    if pos != end:
+        raise _Bad(f"map ends at {pos}, its size says {end}", pos)
+    return out
+
+
+def _pick_list(buf: bytes, vstart: int, end: int, picker: KeyPicker) -> dict:
+    """The non-null items of the properties list at ``vstart`` at the positions named in
+    ``picker.fields``, keyed by those names; the walk ends after the last of them."""
+    c = buf[vstart]
+    if c == 0xD0:
+        size, count = _sc32(buf, vstart + 1)
+        pos = vstart + 9
+        lend = vstart + 5 + size
+    elif c == 0xC0:
+        pos = vstart + 3
+        lend = vstart + 2 + buf[vstart + 1]
+        count = buf[vstart + 2]
+    elif (c == 0x45 or c == 0x40) and end == vstart + 1:
+        return {}
+    else:
+        raise MessageFormatError(f"section 0x73 at byte {vstart} is not a list")
+    if lend != end:
+        raise _Bad("list size does not match the section", vstart)
+    if count > end - pos:
+        raise _Bad(f"count {count} cannot fit in {end - pos} bytes", pos)
+    out = {}
+    width = _WIDTH
+    fields = picker.fields
+    last = picker.last_field
+    for i in range(count):
+        c = buf[pos]
+        name = fields[i] if i <= last else None
+        if name is None or c == 0x40:
+            w = width[c]
+            if w == -1:
+                pos += 2 + buf[pos + 1]
+            elif w == -4:
+                pos += 5 + _u32(buf, pos + 1)[0]
+            elif w is None:
+                pos = _skip(buf, pos)
+            else:
+                pos += 1 + w
+        elif c == 0xA1:
+            start = pos + 2
+            pos = start + buf[pos + 1]
+            if pos > end:
+                raise _Bad("list item runs past the list", pos)
+            out[name] = buf[start:pos].decode()
+        else:
+            value, pos = _decode(buf, pos)
+            if value is not None:
+                out[name] = value
+        if i == last:  # fields are positional: nothing further is wanted
+            if pos > end:
+                raise _Bad("list item runs past the list", pos)
+            return out
+    if pos != end:
+        raise _Bad(f"list ends at {pos}, its size says {end}", pos)
+    return out
 
 
 def as_view(message: Any) -> MessageView:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from sqlfilter import MessageFormatError, MessageView
 from sqlfilter.codec import encode
 from sqlfilter.message import (
-    as_view, filter_value, split_sections, strip_delivery_annotations, with_stream_offset,
+    KeyPicker, as_view, filter_value, split_sections, strip_delivery_annotations, with_stream_offset,
 )
 from tests.sqlfilter.test_codec import SCALARS, expected, typed
 
@@ -349,3 +349,100 @@ def test_errors_name_the_section_position():
 def test_offset_outside_a_long_is_refused(offset):
     with pytest.raises(ValueError):
         with_stream_offset(b"\x00\x53\x77\x40", offset)
+
+
+# --- picks: just the keys a filter reads ------------------------------------------------------------
+def check_pick(b: bytes, app_keys, fields) -> None:
+    """A pick agrees with the fully decoded sections on every key asked for, whichever path
+    (one pass on a fresh view, the exact walk after another section was read, the cache)."""
+    full = MessageView.from_bytes(b)
+    try:
+        app, props = full.application_properties, full.properties
+    except MessageFormatError:
+        return  # the whole sections are bad: a pick may or may not notice (module docstring)
+    pa, pp = KeyPicker(app_keys), KeyPicker(fields)
+    fresh = MessageView.from_bytes(b)
+    warm = MessageView.from_bytes(b)
+    warm.header  # noqa: B018  (reads a section: the exact path from here on)
+    for view in (fresh, warm, full):
+        got_p, got_ap = view.pick(pp, pa)
+        for key in app_keys:
+            assert (key in got_ap) == (key in app), key
+            assert typed(got_ap.get(key)) == typed(app.get(key)), key
+        for name in fields:
+            assert (name in got_p) == (name in props), name
+            assert typed(got_p.get(name)) == typed(props.get(name)), name
+    assert MessageView.from_bytes(b).pick(None, pa)[0] is None
+    assert typed(MessageView.from_bytes(b).pick_properties(pp)) == typed(
+        {k: v for k, v in props.items() if k in fields})
+
+
+keys_of = lambda d, data: data.draw(st.sets(  # noqa: E731
+    st.one_of(st.sampled_from(sorted(d)) if d else short_text, short_text), max_size=4))
+field_sets = st.sets(st.sampled_from(PROPERTIES), max_size=4)
+
+
+@SETTINGS
+@given(messages(), footers, field_sets, st.data())
+def test_pick_agrees_with_the_decoded_sections(m, footer, fields, data):
+    b = encoded(m, footer)
+    check_pick(b, keys_of(dict_of(m.properties), data), fields)
+
+
+@SETTINGS
+@given(st.dictionaries(st.one_of(short_text, symbols, SCALARS["char"], SCALARS["int"]), simple,
+                       max_size=6),
+       st.lists(st.one_of(st.none(), short_text, SCALARS["ulong"]), max_size=14),
+       field_sets, st.data())
+def test_pick_agrees_on_our_own_encodings(app, props, fields, data):
+    """map8/list8, symbol/char/int keys, list items past the 13 fields: the exact path's cases."""
+    b = (encode(proton.Described(proton.ulong(0x73), props)) +
+         encode(proton.Described(proton.ulong(0x74), app)) + b"\x00\x53\x77\x40")
+    keys = keys_of({str(k) for k in app if isinstance(k, str)}, data)
+    check_pick(b, keys, fields)
+
+
+@SETTINGS
+@given(messages(), field_sets, st.data())
+def test_pick_on_damaged_messages(m, fields, data):
+    b = bytearray(m.encode())
+    for _ in range(data.draw(st.integers(1, 3))):
+        b[data.draw(st.integers(0, len(b) - 1))] = data.draw(st.integers(0, 255))
+    raw = bytes(b[:data.draw(st.integers(0, len(b)))])
+    try:
+        check_pick(raw, keys_of(dict_of(m.properties), data), fields)
+    except MessageFormatError:
+        pass  # a pick of bad bytes raises this or agrees; nothing else
+
+
+def test_pick_keys_in_every_form_and_duplicates():
+    def app_section(body: bytes, count: int) -> bytes:
+        return b"\x00\x53\x74\xc1" + bytes((len(body) + 1, count)) + body
+
+    k = KeyPicker(["ab", "c", "ü"])
+    cases = [  # (map body, entries, the picked keys' values)
+        (b"\xa1\x02ab\x55\x01", 1, {"ab": 1}),                        # str8
+        (b"\xa1\x02ab\x55\xfe", 1, {"ab": -2}),                       # smalllong -2
+        (b"\xa3\x02ab\x55\x02", 1, {"ab": 2}),                        # sym8
+        (b"\xb1\x00\x00\x00\x02ab\x55\x03", 1, {"ab": 3}),            # str32
+        (b"\x73\x00\x00\x00\x63\x55\x04", 1, {"c": 4}),                # char 'c'
+        (b"\xa1\x02\xc3\xbc\x55\x05", 1, {"ü": 5}),                    # UTF-8 key
+        (b"\xa1\x02ab\x55\x01\xa1\x02ab\x55\x09", 2, {"ab": 9}),       # the last one wins
+        (b"\xa1\x02xy\x00\xa3\x01d\x55\x01\xa1\x01c\x40", 2, {"c": None}),  # described
+        (b"\xa1\x02xy\xa1\x02ab\xa1\x01c\x55\x07", 2, {"c": 7}),       # 'ab' in a value
+    ]
+    for body, entries, want in cases:
+        raw = app_section(body, 2 * entries) + b"\x00\x53\x77\x40"
+        full = MessageView.from_bytes(raw).application_properties
+        assert {key: full[key] for key in full if key in k.names} == want, body
+        fresh, warm = MessageView.from_bytes(raw), MessageView.from_bytes(raw)
+        warm.header  # noqa: B018  (a section was read: the exact path)
+        for view in (fresh, warm):
+            got = view.pick(None, k)[1]
+            assert {key: got[key] for key in got if key in k.names} == want, body
+    # a list key cannot be hashed: the whole map is refused, as when it is decoded
+    bad = app_section(b"\x45\x55\x01", 2)
+    with pytest.raises(MessageFormatError):
+        MessageView.from_bytes(bad).pick(None, k)
+    with pytest.raises(MessageFormatError):
+        MessageView.from_bytes(bad).application_properties  # noqa: B018
