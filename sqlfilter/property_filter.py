@@ -9,6 +9,15 @@ RabbitMQ clients send. RabbitMQ 4.2 (rabbit_amqp_filter_prop.erl) is the baselin
   must be present), which RabbitMQ rejects for this filter.
 - application-properties-filter: map of *string* key (a symbol key is invalid) to a simple-typed
   reference value (compound values are invalid); null matches when the key is present.
+- The application properties a filter sees are RabbitMQ's: ``mc:routing_headers/2`` (mc_amqp.erl,
+  ``application_properties_as_simple_map``), the same map its SQL filter reads, keeps only
+  entries whose value is a string, symbol, binary, number, boolean or null. A decimal, a NaN or
+  ±infinite float (its binary parser keeps those "as is"), a list, map, array or described value
+  is dropped: here such an entry is *absent*, so no reference matches it, not even null. The SQL
+  filter sees the same thing (``runtime.norm`` makes those values null, and null and absent are
+  alike there): one behaviour for both filters. A decimal or a NaN/±inf float *reference* is
+  accepted (RabbitMQ parses it to an "as is" term) but equals no message value: it never
+  matches.
 - 1 to 16 entries per filter map; all entries of all given filters must match (AND).
 - Matching (RabbitMQ compares its unwrapped values with Erlang ``==``): numbers compare by value
   across types (10 matches 10.0; timestamps are numbers of ms); a boolean only equals a boolean;
@@ -17,8 +26,9 @@ RabbitMQ clients send. RabbitMQ 4.2 (rabbit_amqp_filter_prop.erl) is the baselin
   (compared on characters; as in RabbitMQ they also apply to binary values, on the UTF-8 bytes),
   ``&&x`` the literal ``&x``; any other leading ``&`` makes the filter invalid.
 
-Compiled once per link into a list of (field, test) pairs; ``evaluate_view`` reads only the
-sections the filter names, so from stored bytes only those sections are decoded.
+Compiled once per link into a list of (field, test) pairs and a ``message.KeyPicker`` per
+section; ``evaluate_view`` picks just those keys (``MessageView.pick``), so from stored bytes only
+their values are decoded.
 """
 
 from __future__ import annotations
@@ -32,7 +42,8 @@ import proton
 from sqlfilter.base import Filter
 from sqlfilter.codec import DECIMAL32, DECIMAL64, DECIMAL128, _bid_to_decimal
 from sqlfilter.errors import FilterError
-from sqlfilter.message import MessageView
+from sqlfilter.message import KeyPicker, MessageView
+from sqlfilter.runtime import norm
 
 __all__ = ["compile_property_filter", "PropertyFilter", "MAX_ENTRIES", "FIELD_TYPES"]
 
@@ -69,7 +80,7 @@ FIELD_TYPES: dict[str, frozenset[str]] = {
 }
 
 _MISSING = object()
-_NUMBER_TYPES = (int, float, decimal.Decimal)
+_NUMBER_TYPES = (int, float)
 _Test = Callable[[Any], bool]
 
 
@@ -106,6 +117,10 @@ def _amqp_type(value: Any) -> str | None:
         return _ULONG
     if isinstance(value, proton.uint):
         return _UINT
+    if isinstance(value, decimal.Decimal):
+        return "as-is"  # RabbitMQ keeps a decimal "as is": it equals no message value
+    if isinstance(value, float) and value - value != 0:
+        return "as-is"  # ... and so NaN and ±inf
     if isinstance(value, _NUMBER_TYPES):
         return "number"
     return None
@@ -119,6 +134,8 @@ def _is_number(v: Any) -> bool:
 def _test_for(ref: Any, kind: str) -> _Test:
     if kind == "null":
         return lambda v: True  # the field is present: that is all
+    if kind == "as-is":
+        return lambda v: False
     if kind == _STRING:
         return _string_test(ref)
     if kind == "boolean":
@@ -199,24 +216,33 @@ class PropertyFilter(Filter):
                  application_properties: list[tuple[str, _Test]]):
         self._properties = tuple(properties)
         self._application_properties = tuple(application_properties)
+        self._pickers = (KeyPicker(k for k, _ in properties) if properties else None,
+                         KeyPicker(k for k, _ in application_properties)
+                         if application_properties else None)
         self.sections = frozenset(
             name for name, entries in (("properties", properties),
                                        ("application_properties", application_properties))
             if entries)
 
     def evaluate_view(self, view: MessageView) -> bool:
-        if self._properties:
-            fields = view.properties
-            for key, test in self._properties:
-                value = fields.get(key, _MISSING)
-                if value is _MISSING or not test(value):
-                    return False
-        if self._application_properties:
-            fields = view.application_properties
-            for key, test in self._application_properties:
-                value = fields.get(key, _MISSING)
-                if value is _MISSING or not test(value):
-                    return False
+        if type(view) is MessageView:
+            fields, app = view.pick(*self._pickers)
+        else:
+            fields = view.properties if self._properties else None
+            app = view.application_properties if self._application_properties else None
+        for key, test in self._properties:
+            value = fields.get(key, _MISSING)
+            if value is _MISSING or not test(value):
+                return False
+        for key, test in self._application_properties:
+            value = app.get(key, _MISSING)
+            if value is _MISSING:
+                return False
+            t = type(value)
+            if t is not str and t is not int and value is not None and norm(value) is None:
+                return False  # a value RabbitMQ drops from the map: absent (module docstring)
+            if not test(value):
+                return False
         return True
 
     def __repr__(self) -> str:

@@ -148,12 +148,30 @@ APP_ROWS = [
     ({"k2": proton.uint(10)}, {}, False),
     ({"nan": float("nan")}, {"nan": float("nan")}, False),
     ({"K1": -2}, APP, False),  # keys are case-sensitive
-    # decimals: proton hands over raw IEEE 754 bits; they compare by value
-    ({"k2": proton.decimal32(0x3280000A)}, APP, True),  # decimal32 10
-    ({"d": proton.decimal64(0x31A0000000000019)}, APP, True),  # decimal64 2.5
-    ({"k2": proton.decimal128(bytes.fromhex("3040000000000000000000000000000A"))}, APP, True),
+    # decimals, NaN/±inf floats and compound values: as RabbitMQ (mc_amqp's simple map, which its
+    # SQL filter reads too) a message value of these kinds is dropped, so the key is absent (not
+    # even a null reference matches); a decimal or NaN/inf reference is kept "as is" and equals
+    # nothing. The SQL table pins the same (`dec IS NULL`, `lst IS NULL`, `[nan] IS NULL` ...).
+    # (These first five rows said True before: decimals compared by value, unlike the SQL filter.)
+    ({"k2": proton.decimal32(0x3280000A)}, APP, False),  # decimal32 10
+    ({"d": proton.decimal64(0x31A0000000000019)}, APP, False),  # decimal64 2.5
+    ({"k2": proton.decimal128(bytes.fromhex("3040000000000000000000000000000A"))}, APP, False),
     ({"k2": proton.decimal32(0x3280000B)}, APP, False),
-    ({"dec": 7.5}, {"dec": proton.decimal32(0x3200004B)}, True),  # message value decimal32 7.5
+    ({"dec": 7.5}, {"dec": proton.decimal32(0x3200004B)}, False),  # message value decimal32 7.5
+    ({"dec": None}, {"dec": proton.decimal32(0x3200004B)}, False),
+    ({"dec": proton.decimal32(0x3200004B)}, {"dec": proton.decimal32(0x3200004B)}, False),
+    ({"dec": None, "k1": -2}, {"dec": proton.decimal64(0x31A0000000000019), "k1": -2}, False),
+    ({"k1": -2}, {"dec": proton.decimal128(bytes(16)), "k1": -2}, True),  # other keys unharmed
+    ({"lst": None}, {"lst": [1, 2]}, False),
+    ({"map": None}, {"map": {"a": 1}}, False),
+    ({"arr": None}, {"arr": proton.Array(proton.UNDESCRIBED, proton.Data.INT, 1, 2)}, False),
+    ({"desc": None}, {"desc": proton.Described(sym("x"), 1)}, False),
+    ({"nan": None}, {"nan": float("nan")}, False),
+    ({"inf": None}, {"inf": float("inf")}, False),
+    ({"inf": float("inf")}, {"inf": float("inf")}, False),
+    ({"inf": float("-inf")}, {"inf": float("-inf")}, False),
+    ({"f": float("inf")}, APP, False),
+    ({"f": proton.float32(10.0), "nul": None}, {"f": 10.0, "nul": None}, True),  # simple values stay
 ]
 
 # --- both filters at once -------------------------------------------------------------------------
