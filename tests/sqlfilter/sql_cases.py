@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from decimal import Decimal
 
-from proton import char, symbol, timestamp, ulong
+from proton import UNDESCRIBED, Array, Data, Described, char, symbol, timestamp, ulong
 
 __all__ = ["MESSAGES", "CASES", "EXTRA_CASES", "NOT_ENCODABLE", "rows"]
 
@@ -62,6 +62,11 @@ MESSAGES: dict[str, dict[str, dict]] = {
         "lst": [1, "two", [3]], "map": {"k": "v", symbol("s"): 5, "n": {"deep": True}},
         "f": 1.5, "i": 3, "neg": -7, "t": True, "fa": False, "nul": None,
         "nl": "ab\n", "nl2": "a\nb", "nan": float("nan"), "inf": float("inf")}},
+    # values RabbitMQ's simple map drops, beside simple ones (the property filters drop them too:
+    # test_property_filter.py's rows)
+    "dropped": {"application_properties": {
+        "arr": Array(UNDESCRIBED, Data.INT, 1, 2), "desc": Described(symbol("x"), 1),
+        "dec": Decimal("2.5"), "ninf": float("-inf"), "n": 1}},
     # not encodable in AMQP (wider than 64 bits): only evaluated on decoded views
     "bigint": {"application_properties": {"big": 2**70}},
     "uuidmsg": {"properties": {"message_id": uuid.UUID("12345678-1234-5678-1234-567812345678"),
@@ -849,6 +854,16 @@ U types dec = 1.5
 T types lst IS NULL
 U types lst = 1
 T types map IS NULL
+# one behaviour with the property filters: a dropped value is null here, absent there
+T dropped arr IS NULL
+T dropped desc IS NULL
+T dropped dec IS NULL
+T dropped ninf IS NULL
+U dropped desc = 1
+U dropped dec <> 2.5
+U dropped ninf < 0
+U dropped arr IN (1, 2)
+T dropped n = 1 AND dec IS NULL AND arr IS NULL
 T types nul IS NULL
 U types nul = nul
 T types f = 1.5
