@@ -421,7 +421,7 @@ class MessageView:
 
     def __init__(self) -> None:
         self._data = None
-        self._spans: dict[int, tuple[int, int]] = {}
+        self._spans: dict[int, tuple[int, int]] | None = None
         self._scanned = 0
         self._header = self._properties = self._application_properties = None
         self._message_annotations = self._footer = None
@@ -448,7 +448,7 @@ class MessageView:
         """
         view = _new(cls)  # no __init__ call: this runs once per stored message
         view._data = data if type(data) is bytes else bytes(data)
-        view._spans = {}
+        view._spans = None  # made on the first exact read
         view._scanned = 0
         view._header = view._properties = view._application_properties = None
         view._message_annotations = view._footer = None
@@ -471,7 +471,11 @@ class MessageView:
         in full, or for a view built from dicts, that section's dict itself.
         """
         data = self._data
-        if (data is not None and not self._scanned and self._properties is None
+        if data is None:  # built from dicts
+            return (None if properties is None else (self._properties or {}),
+                    None if application_properties is None
+                    else (self._application_properties or {}))
+        if (not self._scanned and self._properties is None
                 and self._application_properties is None):  # a fresh view: one pass
             try:
                 found = _fast_pick(data, properties, application_properties)
@@ -520,6 +524,8 @@ class MessageView:
     def _span(self, code: int) -> tuple[int, int] | None:
         """(value start, end) of the first section with ``code``, scanning on as far as needed."""
         spans = self._spans
+        if spans is None:
+            spans = self._spans = {}
         span = spans.get(code)
         if span is None and self._scanned < len(self._data):  # read on up to the section asked for
             try:
@@ -632,12 +638,13 @@ def _fast_pick(buf: bytes, properties: KeyPicker | None, application_properties:
     pos = 0
     n = len(buf)
     width = _WIDTH
+    u32 = _u32
     while pos < n:
         if buf[pos] or buf[pos + 1] != 0x53:
             return None
         w = width[buf[pos + 3]]
         if w == -4:
-            end = pos + 8 + _u32(buf, pos + 4)[0]
+            end = pos + 8 + u32(buf, pos + 4)[0]
         elif w == -1:
             end = pos + 5 + buf[pos + 4]
         elif w is None:
@@ -645,16 +652,16 @@ def _fast_pick(buf: bytes, properties: KeyPicker | None, application_properties:
         else:
             end = pos + 4 + w
         code = buf[pos + 2]
-        if end > n or not HEADER <= code <= FOOTER:
+        if end > n or not 0x70 <= code <= 0x78:  # HEADER .. FOOTER
             return None
-        if code == PROPERTIES and p_todo:
+        if code == 0x73 and p_todo:  # PROPERTIES
             p = _fast_list(buf, pos + 3, end, properties)
             if p is None:
                 return None
             p_todo = False
             if not ap_todo:
                 break
-        elif code == APPLICATION_PROPERTIES and ap_todo:
+        elif code == 0x74 and ap_todo:  # APPLICATION_PROPERTIES
             ap = _fast_map(buf, pos + 3, end, application_properties)
             if ap is None:
                 return None

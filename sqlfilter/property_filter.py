@@ -216,9 +216,9 @@ class PropertyFilter(Filter):
                  application_properties: list[tuple[str, _Test]]):
         self._properties = tuple(properties)
         self._application_properties = tuple(application_properties)
-        self._pickers = (KeyPicker(k for k, _ in properties) if properties else None,
-                         KeyPicker(k for k, _ in application_properties)
-                         if application_properties else None)
+        self._picker = KeyPicker(k for k, _ in properties) if properties else None
+        self._app_picker = (KeyPicker(k for k, _ in application_properties)
+                            if application_properties else None)
         self.sections = frozenset(
             name for name, entries in (("properties", properties),
                                        ("application_properties", application_properties))
@@ -226,7 +226,7 @@ class PropertyFilter(Filter):
 
     def evaluate_view(self, view: MessageView) -> bool:
         if type(view) is MessageView:
-            fields, app = view.pick(*self._pickers)
+            fields, app = view.pick(self._picker, self._app_picker)
         else:
             fields = view.properties if self._properties else None
             app = view.application_properties if self._application_properties else None

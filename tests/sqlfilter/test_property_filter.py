@@ -287,7 +287,9 @@ def test_string_modifiers_agree_with_python(value, affix, modifier):
 
 simple_values = st.one_of(
     st.booleans(), st.integers(-(2**63), 2**63 - 1), st.integers(0, 2**64 - 1).map(proton.ulong),
-    st.integers(-(2**31), 2**31 - 1).map(proton.int32), st.floats(allow_nan=False),
+    # (no ±inf: RabbitMQ drops it from the message, so it matches no reference: APP_ROWS)
+    st.integers(-(2**31), 2**31 - 1).map(proton.int32),
+    st.floats(allow_nan=False, allow_infinity=False),
     st.text(max_size=10), st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=10).map(sym),
     st.binary(max_size=10), st.uuids(), st.integers(0, 2**50).map(proton.timestamp),
 )
