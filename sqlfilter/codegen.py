@@ -293,7 +293,12 @@ def generate(tree: ast.Node, matchers: dict[ast.Like, LikeMatcher] | None = None
     body = em.lines
     head = []
     picked = [s for s in _PICKED if s in em.sections]
-    if picked:  # properties / application properties: one pick of just the keys named
+    if len(picked) == 1:  # one of them: one call, which returns a decoded dict at once
+        s = picked[0]
+        picker = em.const(KeyPicker(em.keys.get(s, ())))
+        head += [f"        {_SECTION_VAR[s]} = view.pick_{s}({picker}) if type(view) is _MV "
+                 f"else view.{s}"]
+    elif picked:  # both: one pick of just the keys named
         args = ", ".join(em.const(KeyPicker(em.keys.get(s, ()))) if s in em.sections else "None"
                          for s in _PICKED)
         names = ", ".join(_SECTION_VAR[s] if s in em.sections else "_" for s in _PICKED)

@@ -483,12 +483,28 @@ class MessageView:
                 found = None
             if found is not None:
                 return found
-        return (None if properties is None else self.pick_properties(properties),
+        return (None if properties is None else self._exact_properties(properties),
                 None if application_properties is None
-                else self.pick_application_properties(application_properties))
+                else self._exact_application_properties(application_properties))
 
     def pick_application_properties(self, picker: "KeyPicker") -> dict:
-        """The application properties with (at least) the keys of ``picker`` that are present."""
+        """The application properties with (at least) the keys of ``picker`` that are present.
+
+        (``pick(None, picker)[1]``, with the decoded-dict case first: one call for it.)
+        """
+        value = self._application_properties
+        if value is not None:
+            return value
+        return self.pick(None, picker)[1]
+
+    def pick_properties(self, picker: "KeyPicker") -> dict:
+        """The properties with (at least) the fields of ``picker`` that are present."""
+        value = self._properties
+        if value is not None:
+            return value
+        return self.pick(picker, None)[0]
+
+    def _exact_application_properties(self, picker: "KeyPicker") -> dict:
         value = self._application_properties
         if value is not None:
             return value
@@ -504,8 +520,7 @@ class MessageView:
         except codec._FAILURES as exc:
             raise _format_error(exc, vstart) from None
 
-    def pick_properties(self, picker: "KeyPicker") -> dict:
-        """The properties section with (at least) the fields of ``picker`` that are present."""
+    def _exact_properties(self, picker: "KeyPicker") -> dict:
         value = self._properties
         if value is not None:
             return value

@@ -226,7 +226,12 @@ class PropertyFilter(Filter):
 
     def evaluate_view(self, view: MessageView) -> bool:
         if type(view) is MessageView:
-            fields, app = view.pick(self._picker, self._app_picker)
+            if self._picker is None:
+                fields, app = None, view.pick_application_properties(self._app_picker)
+            elif self._app_picker is None:
+                fields, app = view.pick_properties(self._picker), None
+            else:
+                fields, app = view.pick(self._picker, self._app_picker)
         else:
             fields = view.properties if self._properties else None
             app = view.application_properties if self._application_properties else None
