@@ -714,12 +714,9 @@ def _fast_map(buf: bytes, vstart: int, end: int, picker: KeyPicker) -> dict | No
         if c != 0xA1 and c != 0xA3:
             return None
         n = buf[pos + 1]
-        kend = pos + 2 + n
-        name = raw.get(buf[pos:kend]) if lengths[n] else None
-        pos = kend
-        c = buf[pos]
-        if name is None:
-            w = width[c]
+        if not lengths[n] or (name := raw.get(buf[pos:pos + 2 + n])) is None:
+            pos += 2 + n  # not wanted: jump over the value
+            w = width[buf[pos]]
             if w == -1:
                 pos += 2 + buf[pos + 1]
             elif w >= 0:
@@ -728,7 +725,10 @@ def _fast_map(buf: bytes, vstart: int, end: int, picker: KeyPicker) -> dict | No
                 pos += 5 + _u32(buf, pos + 1)[0]
             else:
                 return None
-        elif c == 0xA1:
+            continue
+        pos += 2 + n
+        c = buf[pos]
+        if c == 0xA1:
             start = pos + 2
             pos = start + buf[pos + 1]
             if pos > end:
@@ -775,11 +775,12 @@ def _fast_list(buf: bytes, vstart: int, end: int, picker: KeyPicker) -> dict | N
         else:
             return None
     out = {}
-    for i in range(first, count):
+    stop = last + 1 if last < count else count
+    for i in range(first, stop):
         c = buf[pos]
-        w = width[c]
-        name = fields[i] if i <= last else None
+        name = fields[i]
         if name is None or c == 0x40:
+            w = width[c]
             if w == -1:
                 pos += 2 + buf[pos + 1]
             elif w >= 0:
@@ -791,16 +792,14 @@ def _fast_list(buf: bytes, vstart: int, end: int, picker: KeyPicker) -> dict | N
         elif c == 0xA1:
             start = pos + 2
             pos = start + buf[pos + 1]
-            if pos > end:
-                return None
             out[name] = buf[start:pos].decode()
-        elif w == -9:
+        elif width[c] == -9:
             return None
         else:
             out[name], pos = _decode(buf, pos)
-        if i == last:
-            return out if pos <= end else None
-    return out if pos == end else None
+    if stop == count:  # every item walked: they must fill the list
+        return out if pos == end else None
+    return out if pos <= end else None  # fields are positional: nothing further is wanted
 
 
 def _pick_map(buf: bytes, vstart: int, end: int, picker: KeyPicker) -> dict:
