@@ -14,7 +14,10 @@ Turns: ``pump`` runs until the credit is used up, the stream's end is reached (t
 waits for the broker to wake it when the committed end moves; a drain request is answered with
 ``drained()``), or the turn's budget is spent (``ConsumerTurn``: a batch of deliveries, 200
 dropped records in a row, or too many bytes waiting for the socket); then it asks the broker
-for another turn later, so other links and connections are served in between.
+for another turn later, so other links and connections are served in between. Stage 1 is
+sliced the same way: the reader passes over at most ``SCAN_BUDGET`` chunks per call and says
+``SCAN_PAUSED`` when that is used up; the turn then ends and asks for another at once, so a
+filter that matches almost nothing in a long stream does not hold the event loop for the scan.
 """
 
 from __future__ import annotations
@@ -27,10 +30,15 @@ from cproton import pn_delivery, pn_delivery_settle, pn_link_advance, pn_link_cr
 from amqp_stream.credit import ConsumerTurn
 from amqp_stream.source_filters import SourceFilters
 from sqlfilter import message as message_bytes
+from storage.reader import SCAN_PAUSED
 
-__all__ = ["Consumer", "offset_spec"]
+__all__ = ["Consumer", "offset_spec", "SCAN_BUDGET"]
 
 log = logging.getLogger(__name__)
+
+# chunks a stage-1 scan may pass over in one turn: one header pread each, ~2 µs from the page
+# cache (one run), so a slice is about as long as the 200 stage-2 drops a turn allows
+SCAN_BUDGET = 1000
 
 
 def offset_spec(filters: SourceFilters) -> Any:
@@ -99,7 +107,11 @@ class Consumer:
                 if credit <= 0:
                     break
                 if pos >= n:
-                    chunk = self.reader.read_chunk()
+                    chunk = self.reader.read_chunk(SCAN_BUDGET)
+                    if chunk is SCAN_PAUSED:  # a long stage-1 scan: let others in, go on
+                        self.scheduled = True
+                        self.schedule(self, False)
+                        break
                     if chunk is None:
                         self.waiting = True
                         if link.drain_mode:

@@ -9,7 +9,15 @@ from its files alone (another process may be writing it).
 from storage.config import FsyncPolicy, StreamConfig
 from storage.errors import CorruptionError, StorageError, StreamClosedError
 from storage.offsets import OffsetSpec, parse_interval_ms
-from storage.reader import DirectorySource, ReadChunk, Reader, ReaderStats, open_reader
+from storage.reader import (
+    SCAN_PAUSED,
+    DirectorySource,
+    ReadChunk,
+    Reader,
+    ReaderStats,
+    ScanPaused,
+    open_reader,
+)
 from storage.recovery import SegmentInfo, recover
 from storage.stream import DurableCallback, Stream
 
@@ -22,6 +30,8 @@ __all__ = [
     "ReadChunk",
     "Reader",
     "ReaderStats",
+    "SCAN_PAUSED",
+    "ScanPaused",
     "SegmentInfo",
     "StorageError",
     "Stream",

@@ -15,6 +15,10 @@ Strategy:
   creates a segment only after finishing the previous one, seeing a newer segment means the
   current one is final (it re-reads the current index once more before moving on).
 - Tracking chunks (types 1, 2) consume offsets but are never returned.
+- A scan can be sliced: ``read_chunk(max_skips=N)`` passes over at most N chunks (ruled out by
+  stage 1, tracking, or wholly below the start offset) and then returns ``SCAN_PAUSED``,
+  keeping its place. A caller on an event loop (the broker) yields between slices, so a filter
+  that matches almost nothing in a long stream cannot hold the loop for the whole scan.
 """
 
 from __future__ import annotations
@@ -49,7 +53,8 @@ from storage.format import (
 )
 from storage.offsets import OffsetSpec
 
-__all__ = ["LogSource", "DirectorySource", "Reader", "ReadChunk", "ReaderStats", "open_reader"]
+__all__ = ["LogSource", "DirectorySource", "Reader", "ReadChunk", "ReaderStats", "ScanPaused",
+           "SCAN_PAUSED", "open_reader"]
 
 _INDEX_BATCH = 4096
 _unpack_header = CHUNK_HEADER.unpack_from
@@ -98,6 +103,18 @@ class ReadChunk:
     timestamp: int
     records: list[tuple[int, bytes]]
     next_offset: int = 0
+
+
+class ScanPaused:
+    """The type of ``SCAN_PAUSED``: "the scan budget is used, nothing found yet, call again"."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "SCAN_PAUSED"
+
+
+SCAN_PAUSED = ScanPaused()
 
 
 @dataclass
@@ -150,8 +167,17 @@ class Reader:
         """The offset this reader continues from (after the last chunk it read or skipped)."""
         return self._next_id
 
-    def read_chunk(self) -> ReadChunk | None:
-        """The next matching user chunk, or None when nothing more is committed yet."""
+    def read_chunk(self, max_skips: int | None = None) -> ReadChunk | ScanPaused | None:
+        """The next matching user chunk, or None when nothing more is committed yet.
+
+        With ``max_skips`` the call passes over at most that many chunks without returning one
+        and then returns ``SCAN_PAUSED`` (its place is kept: the next call goes on from there).
+        Records, stats and bytes read are the same as without a budget.
+        """
+        if max_skips is not None and max_skips < 1:
+            raise ValueError("max_skips must be at least 1")
+        left = max_skips
+        stats = self.stats
         source = self.source
         while True:
             lim = source.committed_end()
@@ -167,8 +193,15 @@ class Reader:
                     if not self._advance():
                         return None
                     continue
-            if self._matches is not None and self._skip_run(seg, lim):
-                continue  # skipped to the end of the buffered index records
+            if self._matches is not None:
+                before = stats.chunks_skipped
+                done = self._skip_run(seg, lim, left)
+                if left is not None:
+                    left -= stats.chunks_skipped - before
+                    if left <= 0:
+                        return SCAN_PAUSED
+                if done:
+                    continue  # skipped to the end of the buffered index records
             rec = seg.recs[seg.ri]
             if lim is not None and rec[0] >= lim:
                 return None
@@ -177,6 +210,10 @@ class Reader:
             chunk = self._read(seg, rec, nxt)
             if chunk is not None:
                 return chunk
+            if left is not None:
+                left -= 1
+                if left <= 0:
+                    return SCAN_PAUSED
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until more may be readable (True) or ``timeout`` seconds pass (False)."""
@@ -204,7 +241,7 @@ class Reader:
     def __iter__(self):
         """Chunks until nothing more is committed (does not wait)."""
         while (chunk := self.read_chunk()) is not None:
-            yield chunk
+            yield chunk  # type: ignore[misc]  # no budget: never SCAN_PAUSED
 
     # -- reading -------------------------------------------------------------------------------
     def _read(self, seg: _Open, rec: tuple, nxt: int) -> ReadChunk | None:
@@ -270,11 +307,12 @@ class Reader:
                 return None
         return ReadChunk(h.chunk_id, h.timestamp, records, h.next_offset)
 
-    def _skip_run(self, seg: _Open, lim: int | None) -> bool:
+    def _skip_run(self, seg: _Open, lim: int | None, budget: int | None = None) -> bool:
         """The stage-1 hot loop: skip consecutive user chunks the filter rules out, reading
         only header and filter of each. Stops (leaving ``seg.ri`` on it) at a chunk to read,
-        at anything unusual (left to ``_read``, which checks and reports it), or at the
-        committed end. True when it consumed every buffered index record."""
+        at anything unusual (left to ``_read``, which checks and reports it), at the
+        committed end, or after ``budget`` skips (before reading the next header). True when
+        it consumed every buffered index record."""
         recs = seg.recs
         i, n = seg.ri, len(recs)
         fd, want, matches = seg.sfd, 48 + self._hint, self._matches
@@ -282,7 +320,8 @@ class Reader:
         expect = seg.expect
         verdicts = self._verdicts  # filters repeat (bursts of a value): decide each once
         skipped = looked = 0
-        while i < n:
+        stop = n if budget is None else min(n, i + budget)
+        while i < stop:
             rec = recs[i]
             if rec[4] or (lim is not None and rec[0] >= lim):
                 break
@@ -338,8 +377,18 @@ class Reader:
         """Move to the next segment if there is one (the current one is final then)."""
         seg = self._seg
         assert seg is not None
-        later = [s for s in self.source.segment_starts() if s > seg.start]
+        starts = self.source.segment_starts()
+        later = [s for s in starts if s > seg.start]
         if not later:
+            if starts and seg.start not in starts:
+                # the newest segment is gone, so no retention did it: the writer's recovery
+                # after a write error removed it (empty, never committed). Go on from our
+                # position in the segment that holds it now.
+                self._close_segment()
+                low = self._min
+                self._seek(OffsetSpec.offset(self._next_id))
+                self._min = max(low, self._min)
+                return self._seg is not None
             return False
         if self._fill(seg):  # written just before the rollover
             return True
