@@ -15,8 +15,13 @@ Strategy:
   new files are named after the chunk id and the directory is fsynced (unless ``never``).
   Retention runs after each rollover and at open: whole segments, oldest first, index before
   segment, never the newest.
-- A write error fails the stream: the segment and index are cut back to where the group began,
-  every waiting callback gets the error, and ``append`` raises ``StreamClosedError`` after.
+- A write error fails the stream for a while, not for good: the segment and index are cut back
+  to where the group began, every waiting callback gets the error, and the writer reopens its
+  files running recovery as at open (a torn tail is cut; the committed log is never shortened).
+  ``append`` raises ``StreamClosedError`` until a backoff (``RETRY_MIN_S``, doubling up to
+  ``RETRY_MAX_S``) has passed; the next append after it is tried for real, so a disk that is
+  still full costs one failed write per backoff, not a spin, and one with space again works
+  without reopening the stream. Readers keep their place: the committed end only moves forward.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import Callable, Iterable, Sequence
 import bloom
 
 from storage.config import FsyncPolicy, StreamConfig
-from storage.errors import StorageError, StreamClosedError
+from storage.errors import CorruptionError, StorageError, StreamClosedError
 from storage.files import fsync_dir, index_path, segment_path
 from storage.format import (
     INDEX_RECORD,
@@ -59,6 +64,8 @@ MAX_RECORD_BYTES = 0x7FFFFFFF - 4  # a simple entry's length is 31 bits; the dat
 _IOV_MAX = 1020
 _GROUP_BYTES = 4 << 20  # bytes written per writev group before committing
 _pack_index = INDEX_RECORD.pack
+RETRY_MIN_S = 0.2  # after a write error, appends are refused this long (doubling per failure)
+RETRY_MAX_S = 5.0
 
 
 class Stream:
@@ -89,6 +96,12 @@ class Stream:
         self._unsynced = False
         self._last_sync = time.monotonic()
         self._pending_failed: list[tuple[int, DurableCallback]] = []
+        # after a write error (see the module docstring): when appends may be tried again, the
+        # next backoff, and whether the files still need reopening (recovery failed too)
+        self._retry_at = 0.0
+        self._backoff = RETRY_MIN_S
+        self._reopen_pending = False
+        self._reopen_requested = False
         self._lock_fd = -1
         self._filter_size = config.filter_size
         self._scheme = config.filter_scheme
@@ -128,10 +141,9 @@ class Stream:
             raise StorageError(f"a filter value is str or bytes, not {type(filter_value).__name__}")
         lock = self._lock
         lock.acquire()  # not ``with``: this is the per-record hot path; nothing below raises
-        if self._refused:
+        if self._refused and not self._may_retry():
             lock.release()
-            raise StreamClosedError(f"stream {self.directory} is closed"
-                                    + (f": {self._error}" if self._error else ""))
+            raise self._refusal()
         offset = self._next
         self._next = offset + 1
         self._bodies.append(body)
@@ -156,8 +168,8 @@ class Stream:
         if filter_values is not None and not set(map(type, filter_values)) <= _VALUE_TYPES:
             raise StorageError("filter values are str, bytes or None")
         with self._lock:
-            if self._closing or self._error is not None:
-                raise StreamClosedError(f"stream {self.directory} is closed")
+            if self._refused and not self._may_retry():
+                raise self._refusal()
             first = self._next
             self._next = first + n
             self._bodies.extend(bodies)
@@ -171,6 +183,35 @@ class Stream:
                 self._writer_idle = False
                 self._wake.notify()
             return first
+
+    def _refusal(self) -> StreamClosedError:
+        err = StreamClosedError(f"stream {self.directory} is closed"
+                                + (f": {self._error}" if self._error else ""))
+        err.__cause__ = self._error
+        return err
+
+    def _may_retry(self) -> bool:
+        """Holding ``_lock``, with appends refused: True (and appends taken again) when the
+        refusal is a write error whose backoff has passed and whose files were reopened."""
+        if self._closing or self._error is None:
+            return False
+        now = time.monotonic()
+        if now < self._retry_at:
+            return False
+        if self._reopen_pending:  # recovery failed after the error: the writer tries again
+            self._retry_at = now + self._next_backoff()
+            self._reopen_requested = True
+            self._wake.notify()
+            return False
+        log.info("stream %s: taking appends again after a write error", self.directory)
+        self._error = None
+        self._refused = False
+        return True
+
+    def _next_backoff(self) -> float:
+        backoff = self._backoff
+        self._backoff = min(RETRY_MAX_S, backoff * 2)
+        return backoff
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -249,7 +290,7 @@ class Stream:
         interval = cfg.fsync_interval_ms / 1000.0
         while True:
             with self._lock:
-                while not self._bodies and not self._closing:
+                while not self._bodies and not self._closing and not self._reopen_requested:
                     if self._unsynced and cfg.fsync == FsyncPolicy.INTERVAL:
                         due = self._last_sync + interval - time.monotonic()
                         if due <= 0:
@@ -264,15 +305,23 @@ class Stream:
                 self._bodies, self._values, self._callbacks = [], [], []
                 first = self._next - len(bodies)
                 closing = self._closing
+                reopen, self._reopen_requested = self._reopen_requested, False
+            if reopen and not closing and not bodies:  # appends are refused until it worked
+                self._reopen()
+                continue
             try:
                 if bodies:
                     self._write_all(first, bodies, values, callbacks)
+                    self._backoff = RETRY_MIN_S
                 if self._unsynced and (closing or (cfg.fsync == FsyncPolicy.INTERVAL and
                                                    time.monotonic() - self._last_sync >= interval)):
                     self._sync()
             except Exception as exc:  # noqa: BLE001 - every failure must reach the callbacks
                 self._fail(exc)
-                return
+                if closing:
+                    return
+                self._reopen()
+                continue
             if closing:
                 with self._lock:
                     if not self._bodies:
@@ -287,16 +336,71 @@ class Stream:
 
     def _fail(self, exc: Exception) -> None:
         log.error("stream %s: writer failed: %s", self.directory, exc)
-        err = exc if isinstance(exc, StorageError) else StorageError(f"write failed: {exc}")
+        err = exc
+        if not isinstance(exc, StorageError):
+            err = StorageError(f"write failed: {exc}")
+            err.__cause__ = exc  # the OSError (ENOSPC, EFBIG...) for callers that map it
         with self._lock:
             self._error = err
             self._refused = True
+            self._reopen_pending = True
+            self._retry_at = time.monotonic() + self._next_backoff()
             pending = list(self._pending_failed) + self._callbacks
             self._callbacks, self._bodies, self._values = [], [], []
+        self._pending_failed = []
         for offset, cb in pending:
             _call(cb, offset, err)
         with self._commit_cond:
             self._commit_cond.notify_all()
+
+    def _reopen(self) -> None:
+        """After a write error: close the files and run recovery as ``open`` does (cutting a
+        torn tail; a chunk that was written whole but whose group failed afterwards, e.g. in
+        ``fdatasync``, is kept, as after a crash, and becomes readable), then reopen the last
+        segment for appends. Runs on the writer thread while appends are refused, so nothing
+        is queued. If it fails, ``_reopen_pending`` stays set and the next retry tries again."""
+        for fd in (self._sfd, self._ifd):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._sfd = self._ifd = -1
+        self._unsynced = False
+        try:
+            segments = recover(self.directory)
+            if not segments:
+                _create_segment(self.directory, self._end, self.config.fsync != FsyncPolicy.NEVER)
+                segments = [SegmentInfo(self._end, 8, 0, self._end, None)]
+            last = segments[-1]
+            if last.end < self._end:
+                raise CorruptionError(segment_path(self.directory, last.start), last.size,
+                                      f"recovery after a write error ends the log at {last.end}, "
+                                      f"before the committed end {self._end}")
+            sfd = os.open(segment_path(self.directory, last.start), os.O_WRONLY | os.O_APPEND)
+            ifd = -1
+            try:
+                ifd = os.open(index_path(self.directory, last.start), os.O_WRONLY | os.O_APPEND)
+                os.fdatasync(sfd)  # what recovery kept is on disk before anything follows it
+            except BaseException:
+                for fd in (sfd, ifd):
+                    if fd >= 0:
+                        os.close(fd)
+                raise
+        except Exception as exc:  # noqa: BLE001 - the stream stays failed; retried later
+            log.error("stream %s: reopening after a write error failed: %s", self.directory, exc)
+            return
+        self._sfd, self._ifd = sfd, ifd
+        self._last_ts = max(self._last_ts, last.last_timestamp or 0)
+        with self._lock:
+            self._infos = segments
+            self._starts = tuple(s.start for s in segments)
+            self._next = last.end  # nothing is queued: appends were refused meanwhile
+            self._reopen_pending = False
+        if last.end > self._end:
+            self._commit(last.end)
+        log.info("stream %s: files reopened after a write error (end %d)", self.directory,
+                 last.end)
 
     def _write_all(self, first: int, bodies: list, values: list, callbacks: list) -> None:
         """Write ``bodies`` (offsets ``first ..``) as chunks, committing group by group."""

@@ -239,29 +239,94 @@ def test_append_after_close_raises_and_close_is_durable(tmp_path):
     assert len(all_records(tmp_path / "s")) == 10
 
 
-def test_a_write_error_fails_every_waiting_append(tmp_path):
-    """ENOSPC cannot be made on demand here; closing the segment fd under the writer gives a
-    real EBADF from os.writev, the same path."""
-    s = Stream.open(tmp_path / "s", StreamConfig(fsync="never"))
-    s.append(b"ok")
-    s.flush()
-    errors = []
+def _break_writer(s: Stream, count: int, errors: list) -> None:
+    """Queue ``count`` records behind a segment fd that cannot be written (a real EBADF from
+    ``os.writev``) and wait until the writer has failed them all."""
     with s._lock:  # hold the writer off while its file goes away
         os.close(s._sfd)
         s._sfd = os.open(os.devnull, os.O_RDONLY)
-        for i in range(3):
+        for i in range(count):
             s._bodies.append(b"x")
             s._values.append(None)
             s._callbacks.append((s._next, lambda o, e: errors.append((o, e))))
             s._next += 1
         s._wake.notify()
-    s._thread.join(10)
+    for _ in range(1000):
+        if len(errors) >= count:
+            break
+        time.sleep(0.01)
+
+
+def test_a_write_error_fails_every_waiting_append(tmp_path, monkeypatch):
+    """ENOSPC cannot be made on demand here; closing the segment fd under the writer gives a
+    real EBADF from os.writev, the same path."""
+    monkeypatch.setattr("storage.stream.RETRY_MIN_S", 60.0)  # no retry within this test
+    s = Stream.open(tmp_path / "s", StreamConfig(fsync="never"))
+    s.append(b"ok")
+    s.flush()
+    errors = []
+    _break_writer(s, 3, errors)
     assert [o for o, _ in errors] == [1, 2, 3]
     assert all(isinstance(e, StorageError) for _, e in errors)
     with pytest.raises(StreamClosedError):
         s.append(b"after")
     s.close()
     assert all_records(tmp_path / "s") == [(0, b"ok")]
+
+
+def test_after_a_write_error_appends_work_again_once_the_backoff_has_passed(tmp_path, monkeypatch):
+    """The writer reopens its files (recovery as at open); after the backoff the next append
+    is tried for real and, the file being writable again, succeeds: consecutive offsets,
+    nothing accepted lost, nothing failed stored, readers keep their place."""
+    monkeypatch.setattr("storage.stream.RETRY_MIN_S", 0.05)
+    s = Stream.open(tmp_path / "s", StreamConfig(fsync="always", max_chunk_entries=1))
+    s.append_batch([b"a", b"b"])
+    s.flush()
+    tail = s.reader(OffsetSpec.next())
+    assert tail.read_chunk() is None
+    errors: list = []
+    _break_writer(s, 3, errors)
+    assert [o for o, _ in errors] == [2, 3, 4] and all(e is not None for _, e in errors)
+    with pytest.raises(StreamClosedError, match="write failed"):
+        s.append(b"refused")  # within the backoff
+    durable: list = []
+    for _ in range(500):  # until the backoff has passed
+        try:
+            offset = s.append(b"c", on_durable=lambda o, e: durable.append((o, e)))
+            break
+        except StreamClosedError:
+            time.sleep(0.01)
+    else:
+        raise AssertionError("appends never taken again")
+    assert offset == 2  # the failed offsets were never committed: handed out again
+    s.append(b"d")
+    s.flush()
+    assert durable == [(2, None)]
+    assert [r for c in iter(tail.read_chunk, None) for r in c.records] == [(2, b"c"), (3, b"d")]
+    tail.close()
+    s.close()
+    assert all_records(tmp_path / "s") == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
+    with Stream.open(tmp_path / "s") as again:  # and it is a clean log for recovery
+        assert again.next_offset == 4
+
+
+def test_a_reader_on_a_segment_that_recovery_removed_goes_on_where_the_log_goes_on(tmp_path):
+    """A rollover whose first write failed leaves an empty newest segment; a reader may have
+    opened it (at ``next``). Recovery after the error removes it and the log continues in the
+    segment before: the reader must follow there, not wait on the removed file."""
+    from storage.stream import _create_segment
+    d = tmp_path / "s"
+    with Stream.open(d, StreamConfig(fsync="never", max_chunk_entries=1)) as s:
+        s.append_batch([b"a", b"b"])
+    _create_segment(str(d), 2, False)  # the rollover's files, nothing written in them
+    reader = open_reader(str(d), OffsetSpec.next())
+    assert reader.read_chunk() is None
+    with Stream.open(d, StreamConfig(fsync="never")) as s:  # recovery removes segment 2
+        assert list(s.segment_starts()) == [0]
+        s.append(b"c")
+        s.flush()
+        assert [c.records for c in iter(reader.read_chunk, None)] == [[(2, b"c")]]
+    reader.close()
 
 
 def test_bad_config_is_refused():
