@@ -22,6 +22,9 @@ RabbitMQ clients send. RabbitMQ 4.2 (rabbit_amqp_filter_prop.erl) is the baselin
 - Matching (RabbitMQ compares its unwrapped values with Erlang ``==``): numbers compare by value
   across types (10 matches 10.0; timestamps are numbers of ms); a boolean only equals a boolean;
   strings and symbols of the same text are equal; binaries equal binaries, uuids uuids.
+  Known difference, left open: in RabbitMQ strings, symbols, binaries and uuids are all Erlang
+  binaries, so a binary reference also matches a string of the same UTF-8 bytes (and a uuid
+  reference a 16-byte binary); the SQL filter does that (``runtime.eq``), this filter does not.
 - A *string* reference (not a symbol) may carry a modifier: ``&p:x`` prefix, ``&s:x`` suffix
   (compared on characters; as in RabbitMQ they also apply to binary values, on the UTF-8 bytes),
   ``&&x`` the literal ``&x``; any other leading ``&`` makes the filter invalid.

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from sqlfilter import MessageFormatError, MessageView
 from sqlfilter.codec import encode
 from sqlfilter.message import (
-    KeyPicker, as_view, filter_value, split_sections, strip_delivery_annotations, with_stream_offset,
+    KeyPicker, as_view, filter_value, split_sections, strip_delivery_annotations,
+    with_stream_offset,
 )
 from tests.sqlfilter.test_codec import SCALARS, expected, typed
 
@@ -351,7 +352,7 @@ def test_offset_outside_a_long_is_refused(offset):
         with_stream_offset(b"\x00\x53\x77\x40", offset)
 
 
-# --- picks: just the keys a filter reads ------------------------------------------------------------
+# --- picks: just the keys a filter reads ----------------------------------------------------------
 def check_pick(b: bytes, app_keys, fields) -> None:
     """A pick agrees with the fully decoded sections on every key asked for, whichever path
     (one pass on a fresh view, the exact walk after another section was read, the cache)."""
