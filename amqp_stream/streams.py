@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import storage
+from storage.files import fsync_dir, replace_file
 from amqp_stream.config import BrokerConfig
 from amqp_stream.source_filters import parse_interval
 
@@ -83,26 +84,6 @@ def stream_config(arguments: dict, config: BrokerConfig) -> "storage.StreamConfi
         if seconds:
             kwargs["retention_age_ms"] = seconds * 1000
     return storage.StreamConfig(**kwargs)
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + f".tmp-{uuid.uuid4().hex[:8]}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Registry:
@@ -182,8 +163,8 @@ class Registry:
         # stream.json, which the next start removes
         entry = self._open(name, arguments, directory)
         meta = {"name": name, "arguments": arguments, "created_ms": int(time.time() * 1000)}
-        write_atomically(directory / META, json.dumps(meta, sort_keys=True).encode("utf-8"))
-        fsync_dir(self.root)
+        replace_file(str(directory / META), json.dumps(meta, sort_keys=True).encode("utf-8"))
+        fsync_dir(str(self.root))
         log.info("declared stream %r arguments=%s in %s", name, arguments, directory)
         return entry
 
@@ -202,7 +183,7 @@ class Registry:
         self.trash.mkdir(parents=True, exist_ok=True)
         target = self.trash / f"{entry.directory.name}-{uuid.uuid4().hex[:8]}"
         os.replace(entry.directory, target)
-        fsync_dir(self.root)
+        fsync_dir(str(self.root))
         shutil.rmtree(target, ignore_errors=True)
         log.info("deleted stream %r (%d messages)", name, count)
         return count

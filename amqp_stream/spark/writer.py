@@ -72,7 +72,10 @@ def publish_rows(opts: SourceOptions, plan: WritePlan, rows) -> int:
                             getattr(cause, "unconfirmed", 0), cause.condition) from cause
 
 
-class BatchWriter(DataSourceWriter):
+class _PartitionPublisher:
+    """What batch and streaming writes share: the stream is declared (if asked) on the driver,
+    and each task publishes its partition at least once."""
+
     def __init__(self, opts: SourceOptions, schema: StructType):
         self.opts = opts
         self.plan = WritePlan.for_schema(schema, opts.filter_value_column)
@@ -83,6 +86,8 @@ class BatchWriter(DataSourceWriter):
         ctx = TaskContext.get()
         return PublishCommit(ctx.partitionId() if ctx else 0, publish_rows(self.opts, self.plan, iterator))
 
+
+class BatchWriter(_PartitionPublisher, DataSourceWriter):
     def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
         total = sum(m.published for m in messages if isinstance(m, PublishCommit))
         log.info("published %d rows to stream %s", total, self.opts.stream)
@@ -93,17 +98,7 @@ class BatchWriter(DataSourceWriter):
                     self.opts.stream, done)
 
 
-class StreamWriter(DataSourceStreamWriter):
-    def __init__(self, opts: SourceOptions, schema: StructType):
-        self.opts = opts
-        self.plan = WritePlan.for_schema(schema, opts.filter_value_column)
-        ensure_stream(opts)
-
-    def write(self, iterator: Iterator) -> PublishCommit:
-        from pyspark import TaskContext
-        ctx = TaskContext.get()
-        return PublishCommit(ctx.partitionId() if ctx else 0, publish_rows(self.opts, self.plan, iterator))
-
+class StreamWriter(_PartitionPublisher, DataSourceStreamWriter):
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
         total = sum(m.published for m in messages if isinstance(m, PublishCommit))
         log.info("micro-batch %d: published %d rows to stream %s", batchId, total, self.opts.stream)
