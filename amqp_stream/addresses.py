@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import quote
 
-__all__ = ["Address", "AddressError", "parse", "queue_address", "MANAGEMENT", "MAX_NAME_BYTES"]
+__all__ = ["Address", "AddressError", "PublishRefused", "parse", "publish_stream", "queue_address",
+           "MANAGEMENT", "MAX_NAME_BYTES"]
 
 MANAGEMENT = "/management"
 MAX_NAME_BYTES = 255
@@ -20,6 +21,15 @@ MAX_NAME_BYTES = 255
 
 class AddressError(ValueError):
     """An address that is not one of the forms above."""
+
+
+class PublishRefused(ValueError):
+    """A publish address this broker does not take, with the AMQP error condition to send."""
+
+    def __init__(self, condition: str, description: str):
+        super().__init__(description)
+        self.condition = condition
+        self.description = description
 
 
 @dataclass(frozen=True)
@@ -98,3 +108,20 @@ def parse(address: str | None) -> Address:
     if head == "bindings":
         return Address("bindings", "/".join(rest))
     raise AddressError(f"unknown address {address!r}")
+
+
+def publish_stream(address: str | None) -> str:
+    """The stream that messages sent to ``address`` go to: a publisher link's target, or a
+    message's ``to`` on the anonymous terminus (one rule for both). Only ``/queues/<stream>``
+    is taken; exchanges are not implemented. Whether the stream exists is the caller's check.
+    """
+    try:
+        parsed = parse(address)
+    except AddressError as exc:
+        raise PublishRefused("amqp:invalid-field", str(exc)) from None
+    if parsed.kind == "exchange":
+        raise PublishRefused("amqp:not-implemented", "exchanges are not supported by this broker: "
+                                                     "publish to /queues/<stream>")
+    if parsed.kind != "queue":
+        raise PublishRefused("amqp:invalid-field", f"cannot publish to {address!r}: use /queues/<stream>")
+    return parsed.name

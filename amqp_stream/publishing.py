@@ -174,17 +174,13 @@ class Publisher:
                                                          "to = /queues/<stream>")
             return None
         try:
-            address = addresses.parse(to)
-        except addresses.AddressError as exc:
-            self._refuse(delivery, "amqp:invalid-field", str(exc))
+            name = addresses.publish_stream(to)
+        except addresses.PublishRefused as exc:
+            self._refuse(delivery, exc.condition, exc.description)
             return None
-        if address.kind != "queue":
-            self._refuse(delivery, "amqp:not-implemented" if address.kind == "exchange" else
-                         "amqp:invalid-field", f"cannot publish to {to!r}: use /queues/<stream>")
-            return None
-        entry = self.lookup(address.name) if self.lookup else None
+        entry = self.lookup(name) if self.lookup else None
         if entry is None:
-            self._refuse(delivery, "amqp:not-found", f"no stream '{address.name}'")
+            self._refuse(delivery, "amqp:not-found", f"no stream '{name}'")
         return entry
 
     def flush(self) -> None:

@@ -428,20 +428,13 @@ class Broker:
             self._open_publisher(link, conn_state, None)
             return
         try:
-            parsed = addresses.parse(address)
-        except addresses.AddressError as exc:
-            self._refuse(link, "amqp:invalid-field", str(exc))
+            name = addresses.publish_stream(address)
+        except addresses.PublishRefused as exc:
+            self._refuse(link, exc.condition, exc.description)
             return
-        if parsed.kind == "exchange":
-            self._refuse(link, "amqp:not-implemented",
-                         "exchanges are not supported by this broker: publish to /queues/<stream>")
-            return
-        if parsed.kind != "queue":
-            self._refuse(link, "amqp:invalid-field", f"cannot publish to {address!r}")
-            return
-        entry = self.registry.get(parsed.name)
+        entry = self.registry.get(name)
         if entry is None:
-            self._refuse(link, "amqp:not-found", f"no stream '{parsed.name}' (declare it first)")
+            self._refuse(link, "amqp:not-found", f"no stream '{name}' (declare it first)")
             return
         self._open_publisher(link, conn_state, entry)
 

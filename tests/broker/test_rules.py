@@ -212,3 +212,25 @@ def test_stream_directory_names_are_safe():
     assert dir_name("ü") == "%C3%BC"
     long_a, long_b = dir_name("x" * 200 + "a"), dir_name("x" * 200 + "b")
     assert len(long_a) <= 120 and long_a != long_b
+
+
+@pytest.mark.parametrize("address, expected", [
+    ("/queues/orders", "orders"),
+    ("/queues/a%2Fb", "a/b"),
+    ("/exchanges/amq.topic", ("amqp:not-implemented", "exchanges are not supported")),
+    ("/exchanges/amq.topic/key", ("amqp:not-implemented", "exchanges are not supported")),
+    ("/queues/orders/messages", ("amqp:invalid-field", "cannot publish to")),
+    ("/management", ("amqp:invalid-field", "cannot publish to")),
+    ("orders", ("amqp:invalid-field", "v1 addresses are not supported")),
+    (None, ("amqp:invalid-field", "no address")),
+])
+def test_publish_stream_one_rule_for_targets_and_to(address, expected):
+    """A publisher's target and a message's ``to`` on the anonymous terminus name a stream by the
+    same rule: only /queues/<stream>; exchanges are not implemented, anything else is invalid."""
+    if isinstance(expected, str):
+        assert addresses.publish_stream(address) == expected
+    else:
+        with pytest.raises(addresses.PublishRefused) as info:
+            addresses.publish_stream(address)
+        assert info.value.condition == expected[0]
+        assert expected[1] in info.value.description
