@@ -186,13 +186,14 @@ def index_header() -> bytes:
 # -- encoding ----------------------------------------------------------------------------------
 def encode_entries(bodies: Sequence[bytes]) -> bytes:
     """The data section for simple entries, one per body (one join, no per-entry copies)."""
-    n = len(bodies)
-    parts: list = [None] * (2 * n)
-    lens = list(map(len, bodies))
-    if n and min(lens) == max(lens):  # same-sized: one header, repeated
-        parts[0::2] = [_pack_len(lens[0])] * n
-    else:
-        parts[0::2] = map(_pack_len, lens)
+    if not bodies:
+        return b""
+    lens = set(map(len, bodies))
+    if len(lens) == 1:  # same-sized (the common case): the header is the join's separator
+        header = _pack_len(len(bodies[0]))
+        return header + header.join(bodies)
+    parts: list = [None] * (2 * len(bodies))
+    parts[0::2] = map(_pack_len, map(len, bodies))
     parts[1::2] = bodies
     return b"".join(parts)
 

@@ -428,15 +428,13 @@ class Stream:
                     iov, idx = [], []
                     info = self._rollover(first + i)
                     group_start_size, idx_start_size = info.size, 8
-                n = min(max_entries, total - i)
+                n = max_entries if total - i > max_entries else total - i
                 chunk_bodies = bodies[i:i + n]
-                size = sum(map(len, chunk_bodies)) + 4 * n
-                if size > max_bytes and n > 1:
+                data = encode_entries(chunk_bodies)
+                if len(data) > max_bytes and n > 1:  # rare: fewer entries fit the byte bound
                     acc = list(itertools.accumulate(len(b) + 4 for b in chunk_bodies))
                     n = max(1, bisect_right(acc, max_bytes))
-                    chunk_bodies = chunk_bodies[:n]
-                    size = acc[n - 1]
-                data = encode_entries(chunk_bodies)
+                    data = encode_entries(chunk_bodies[:n])
                 filt = None
                 if fsize:
                     chunk_values = values[i:i + n]
