@@ -62,7 +62,8 @@ from sqlfilter.errors import MessageFormatError
 
 __all__ = [
     "MessageView", "KeyPicker", "as_view", "split_sections", "strip_delivery_annotations",
-    "filter_value", "with_stream_offset", "HEADER_FIELDS", "PROPERTY_FIELDS",
+    "filter_value", "stored_form", "BadFilterValue", "with_stream_offset", "HEADER_FIELDS",
+    "PROPERTY_FIELDS",
 ]
 
 # --- section descriptors --------------------------------------------------------------------------
@@ -246,33 +247,75 @@ def _find_key(buf: bytes, first: int, end: int, count: int, key: bytes
     return None
 
 
+class BadFilterValue(MessageFormatError):
+    """``x-stream-filter-value`` is present but not a string (the message itself is sound)."""
+
+
+def _filter_value_at(data: bytes, vstart: int, end: int) -> Any:
+    """The decoded ``x-stream-filter-value`` in the annotations map at ``vstart..end`` (None if
+    absent). Raises the codec's internal failures for a malformed map."""
+    if data.find(_FILTER_VALUE_BYTES, vstart, end) < 0:
+        return None
+    first, mend, count = _map_header(data, vstart)
+    entry = _find_key(data, first, mend, count, FILTER_VALUE_KEY)
+    return None if entry is None else _decode(data, entry[1])[0]
+
+
+def _checked_filter_value(value: Any) -> str | None:
+    if value is None or type(value) is str:
+        return value
+    raise BadFilterValue(f"{FILTER_VALUE_NAME} must be a string, not {type(value).__name__}")
+
+
 def filter_value(data: Any) -> str | None:
     """The ``x-stream-filter-value`` message annotation (an AMQP string), or None if absent/null.
 
-    Raises ``MessageFormatError`` when it is present with another type, or the bytes are bad.
+    Raises ``MessageFormatError`` when the bytes are bad, ``BadFilterValue`` (a subclass) when
+    the value is present with another type.
     """
     if not isinstance(data, bytes):
         data = bytes(data)
     try:
         _, found = _first_sections(data, MESSAGE_ANNOTATIONS)
-        if found is None:
-            return None
-        _, vstart, end = found
-        if data.find(_FILTER_VALUE_BYTES, vstart, end) < 0:
-            return None
-        first, mend, count = _map_header(data, vstart)
-        entry = _find_key(data, first, mend, count, FILTER_VALUE_KEY)
-        if entry is None:
-            return None
-        value, _ = _decode(data, entry[1])
+        value = None if found is None else _filter_value_at(data, found[1], found[2])
     except codec._FAILURES as exc:
         raise _format_error(exc, 0) from None
-    if value is None:
-        return None
-    if type(value) is not str:
-        raise MessageFormatError(
-            f"{FILTER_VALUE_NAME} must be a string, not {type(value).__name__}")
-    return value
+    return _checked_filter_value(value)
+
+
+def stored_form(data: Any) -> tuple[bytes, str | None]:
+    """What the broker stores for a published message, in one walk over its sections: the bytes
+    without delivery annotations, and the ``x-stream-filter-value``.
+
+    The publish path's one check (``split_sections`` + ``strip_delivery_annotations`` +
+    ``filter_value`` in a single pass). Raises ``MessageFormatError`` when the framing of any
+    section or the annotations map is wrong, ``BadFilterValue`` for a filter value that is not a
+    string.
+    """
+    if type(data) is not bytes:
+        data = bytes(data)
+    if not data:
+        raise MessageFormatError("empty message")
+    da = ma = None
+    highest = -1  # annotations count only in their place (before any later section), as above
+    pos = 0
+    n = len(data)
+    try:
+        while pos < n:
+            code, vstart, end = _section_at(data, pos)
+            if code == DELIVERY_ANNOTATIONS and highest <= DELIVERY_ANNOTATIONS:
+                da = (pos, end)
+            elif code == MESSAGE_ANNOTATIONS and highest <= MESSAGE_ANNOTATIONS:
+                ma = (vstart, end)
+            if code > highest:
+                highest = code
+            pos = end
+        value = None if ma is None else _filter_value_at(data, ma[0], ma[1])
+    except codec._FAILURES as exc:
+        raise _format_error(exc, 0) from None
+    if da is not None:
+        data = b"".join((data[:da[0]], data[da[1]:]))
+    return data, _checked_filter_value(value)
 
 
 def with_stream_offset(data: Any, offset: int) -> bytes:

@@ -79,6 +79,45 @@ def test_oversize_message_is_rejected(tmp_path):
         b.close()
 
 
+def test_oversize_multi_frame_message_is_rejected_and_presettled_oversize_dropped(tmp_path):
+    """A message over the limit that arrives in many transfers is rejected once it is complete
+    (nothing of it kept meanwhile); a pre-settled one is dropped; both leave the link working."""
+    b = BrokerProcess(tmp_path / "data", extra_args=["--max-message-size", "20000"]).start()
+    try:
+        with Client(b.url) as c:
+            c.declare("s")
+            sender = c.sender("s")
+            big = Message(body=os.urandom(300_000)).encode()
+            assert c.send_bytes(sender, big) == Delivery.REJECTED
+            assert c.last_delivery.remote.condition.name == "amqp:link:message-size-exceeded"
+            settled = c.conn.create_sender("/queues/s", name="presettled", options=[_AtMostOnce()])
+            settled.send(Message(body=os.urandom(300_000)))
+            settled.send(Message(body=b"small"))
+            assert c.send_bytes(sender, Message(body=b"y" * 100).encode()) == Delivery.ACCEPTED
+            stored = _stored(b, "s")
+            assert len(stored) == 2 and all(len(x) < 200 for x in stored)
+    finally:
+        b.close()
+
+
+def test_aborted_delivery_is_dropped_and_the_next_one_stored(broker, stream_name):
+    with Client(broker.url) as c:
+        c.declare(stream_name)
+        sender = c.sender(stream_name)
+        link = sender.link
+        c.conn.wait(lambda: link.credit > 0, msg="waiting for credit")
+        dlv = link.delivery(b"aborted-1")
+        link.send(Message(body=os.urandom(200_000)).encode()[:150_000])
+        c.conn.wait(lambda: link.queued == 0, msg="waiting for the first part to go", timeout=10)
+        dlv.abort()
+        assert c.send_bytes(sender, Message(body=b"after").encode()) == Delivery.ACCEPTED
+        stored = _stored(broker, stream_name)
+        assert len(stored) == 1
+        msg = Message()
+        msg.decode(stored[0])
+        assert msg.body == b"after"
+
+
 def test_large_multi_frame_message_round_trips(broker, stream_name):
     body = os.urandom(300_000)
     with Client(broker.url) as c:

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from sqlfilter import MessageFormatError, MessageView
 from sqlfilter.codec import encode
 from sqlfilter.message import (
-    KeyPicker, as_view, filter_value, split_sections, strip_delivery_annotations,
+    BadFilterValue, KeyPicker, as_view, filter_value, split_sections, stored_form,
+    strip_delivery_annotations,
     with_stream_offset,
 )
 from tests.sqlfilter.test_codec import SCALARS, expected, typed
@@ -183,6 +184,7 @@ def test_malformed_messages(raw):
 def test_garbage_only_format_errors(raw, offset):
     for run in (lambda: split_sections(raw), lambda: strip_delivery_annotations(raw),
                 lambda: filter_value(raw), lambda: with_stream_offset(raw, offset),
+                lambda: stored_form(raw),
                 lambda: repr(MessageView.from_bytes(raw))):
         try:
             run()
@@ -237,6 +239,48 @@ def test_filter_value(m, value):
     else:
         with pytest.raises(MessageFormatError):
             filter_value(b)
+
+
+@SETTINGS
+@given(messages(), footers, st.one_of(st.none(), st.text(max_size=40), simple))
+def test_stored_form_is_strip_and_filter_value_in_one_walk(m, footer, value):
+    """The publish path's single pass agrees with the three separate functions it replaces."""
+    annotations = dict(m.annotations or {})
+    if value is not None:
+        annotations[proton.symbol("x-stream-filter-value")] = value
+    m.annotations = annotations or None
+    b = encoded(m, footer)
+    if value is not None and type(value) is not str:
+        with pytest.raises(BadFilterValue):
+            stored_form(b)
+        return
+    split_sections(b)  # sound framing
+    stored, got = stored_form(b)
+    assert stored == strip_delivery_annotations(b)
+    assert got == filter_value(b) == value
+    assert stored_form(memoryview(b)) == (stored, got)
+
+
+@SETTINGS
+@given(messages(), st.data())
+def test_stored_form_refuses_what_split_sections_refuses(m, data):
+    b = bytearray(m.encode())
+    for _ in range(data.draw(st.integers(1, 3))):
+        b[data.draw(st.integers(0, len(b) - 1))] = data.draw(st.integers(0, 255))
+    raw = bytes(b[:data.draw(st.integers(0, len(b)))])
+    try:
+        split_sections(raw)
+        framing_ok = bool(raw)
+    except MessageFormatError:
+        framing_ok = False
+    if not framing_ok:
+        with pytest.raises(MessageFormatError):
+            stored_form(raw)
+
+
+def test_stored_form_of_an_empty_transfer():
+    with pytest.raises(MessageFormatError, match="empty"):
+        stored_form(b"")
 
 
 def test_filter_value_inside_another_value_is_not_a_key():
