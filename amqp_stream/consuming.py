@@ -58,7 +58,8 @@ class Consumer:
         self.link = link
         self.entry = entry
         self.filters = filters
-        self.stage2 = filters.stage2
+        # stage 2 as one function of the stored bytes (no dispatch per record)
+        self.match = filters.stage2.bytes_matcher() if filters.stage2 is not None else None
         self.schedule = schedule  # schedule(consumer, soon): ask for another turn
         self.reader = entry.stream.reader(offset_spec(filters), filters.filter_values,
                                           filters.match_unfiltered)
@@ -91,7 +92,7 @@ class Consumer:
         link = self.link
         turn = self.turn
         turn.start()
-        stage2 = self.stage2
+        match = self.match
         splice = message_bytes.with_stream_offset
         records = self.records
         pos = self.pos
@@ -123,9 +124,9 @@ class Consumer:
                     continue
                 offset, data = records[pos]
                 pos += 1
-                if stage2 is not None:
+                if match is not None:
                     try:
-                        ok = stage2.matches(data)
+                        ok = match(data)
                     except Exception:  # a record the filter cannot read: not a match
                         ok = False
                     if not ok:

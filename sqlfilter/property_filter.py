@@ -291,6 +291,10 @@ class PropertyFilter(Filter):
         # the generated function always answers a bool: no unknown to map to False
         return self._evaluate(message if type(message) is MessageView else as_view(message))
 
+    def bytes_matcher(self) -> Callable[[bytes], bool]:
+        evaluate, view = self._evaluate, MessageView.from_bytes  # always a bool (see above)
+        return lambda data: evaluate(view(data))
+
     def __repr__(self) -> str:
         return (f"PropertyFilter(properties={[k for k, _ in self._properties]}, "
                 f"application_properties={[k for k, _ in self._application_properties]})")

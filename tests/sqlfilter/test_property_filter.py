@@ -188,6 +188,7 @@ BOTH_ROWS = [
 def run_both_ways(flt, m: proton.Message) -> bool:
     """The filter's answer from proton-encoded bytes, equal to its answer from the Message."""
     from_bytes = flt.matches(bytes(m.encode()))
+    assert flt.bytes_matcher()(bytes(m.encode())) is from_bytes
     assert flt.matches(m) is from_bytes
     assert flt.matches(MessageView.from_message(m)) is from_bytes
     return from_bytes

@@ -92,6 +92,7 @@ def test_case_on_encoded_bytes(expected: str, message: str, expression: str) -> 
     data = encode(MESSAGES[message])
     assert f.evaluate(MessageView.from_bytes(data)) is _EXPECTED[expected], f.source
     assert f.matches(data) is (expected == "T")
+    assert f.bytes_matcher()(data) is (expected == "T")
 
 
 def test_table_is_large_and_covers_every_outcome() -> None:
