@@ -33,7 +33,7 @@ SCALARS = {
     "long": st.integers(-(2**63), 2**63 - 1),
     "float": st.floats(width=32).map(proton.float32),
     "double": st.floats(),
-    "char": st.characters().map(proton.char),
+    "char": st.characters(exclude_categories=("Cs",)).map(proton.char),  # no surrogates (refused)
     "decimal32": st.integers(0, 2**32 - 1).map(proton.decimal32),
     "decimal64": st.integers(0, 2**64 - 1).map(proton.decimal64),
     "decimal128": st.binary(min_size=16, max_size=16).map(proton.decimal128),
