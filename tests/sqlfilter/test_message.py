@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
+
 import proton
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sqlfilter import MessageFormatError, MessageView
-from sqlfilter.codec import encode
+from sqlfilter import MessageFormatError, MessageView, codec
+from sqlfilter.codec import SIZE_COUNT32, encode
 from sqlfilter.message import (
-    BadFilterValue, KeyPicker, as_view, filter_value, split_sections, stored_form,
+    BadFilterValue, KeyPicker, _fast_pick, as_view, filter_value, split_sections, stored_form,
     strip_delivery_annotations,
     with_stream_offset,
 )
@@ -491,3 +493,168 @@ def test_pick_keys_in_every_form_and_duplicates():
         MessageView.from_bytes(bad).pick(None, k)
     with pytest.raises(MessageFormatError):
         MessageView.from_bytes(bad).application_properties  # noqa: B018
+
+
+# --- the one-pass walk (_fast_pick) against the exact walk ----------------------------------------
+def exact_pick(b: bytes, pp: KeyPicker | None, pa: KeyPicker | None) -> tuple:
+    view = MessageView.from_bytes(b)
+    return (None if pp is None else view._exact_properties(pp),
+            None if pa is None else view._exact_application_properties(pa))
+
+
+def check_fast(b: bytes, pp: KeyPicker | None, pa: KeyPicker | None, taken: bool) -> None:
+    """Whenever the one-pass walk answers, the exact walk gives the same dicts (and so must not
+    raise: the one-pass walk never accepts what the exact one refuses). ``taken``: it must answer."""
+    try:
+        fast = _fast_pick(b, pp, pa)
+    except codec._FAILURES:
+        fast = None
+    if taken:
+        assert fast is not None, b.hex(" ")
+    if fast is not None:
+        assert typed(list(fast)) == typed(list(exact_pick(b, pp, pa))), b.hex(" ")
+        assert (fast[0] is None) == (pp is None) and (fast[1] is None) == (pa is None)
+
+
+def pickers(data, app_keys) -> list[tuple]:
+    # (at least one field: with none, the one-pass walk reads no field of the list while the
+    # exact walk reads all of them, so only the exact one notices a bad item; as before)
+    pp = KeyPicker(data.draw(st.sets(st.sampled_from(PROPERTIES), min_size=1, max_size=4)))
+    pa = KeyPicker(keys_of(app_keys, data))
+    return [(pp, pa), (None, pa), (pp, None)]
+
+
+@SETTINGS
+@given(messages(), footers, st.data())
+def test_fast_pick_takes_proton_encodings(m, footer, data):
+    """Whatever proton writes (list0/list32 sections, map32, str8/str32/sym8 keys and values of
+    every simple type) is read by the one-pass walk, with the exact walk's answer."""
+    b = encoded(m, footer)
+    for pp, pa in pickers(data, {str(k) for k in dict_of(m.properties)}):
+        check_fast(b, pp, pa, taken=True)
+
+
+described = st.builds(proton.Described, SCALARS["ulong"], simple)
+values = st.one_of(simple, described)
+
+
+def list_section(code: int, items: list, form: str) -> bytes:
+    body = b"".join(encode(x) for x in items)
+    if form == "list0" and not items:
+        return bytes((0, 0x53, code, 0x45))
+    if form == "null" and not items:
+        return bytes((0, 0x53, code, 0x40))
+    if form == "8" and len(body) < 255 and len(items) < 256:
+        return bytes((0, 0x53, code, 0xC0, len(body) + 1, len(items))) + body
+    return bytes((0, 0x53, code, 0xD0)) + SIZE_COUNT32.pack(len(body) + 4, len(items)) + body
+
+
+def map_section(code: int, entries: list[tuple], form: str) -> bytes:
+    body = b"".join(encode(k) + encode(v) for k, v in entries)
+    n = 2 * len(entries)
+    if form == "null" and not entries:
+        return bytes((0, 0x53, code, 0x40))
+    if form == "8" and len(body) < 255 and n < 256:
+        return bytes((0, 0x53, code, 0xC1, len(body) + 1, n)) + body
+    return bytes((0, 0x53, code, 0xD1)) + SIZE_COUNT32.pack(len(body) + 4, n) + body
+
+
+forms = st.sampled_from(["list0", "null", "8", "32"])
+tails = st.sampled_from([b"", b"\x00\x53\x77\x40", b"\x00\x53\x75\xa0\x02hi",
+                         b"\x00\x53\x75\xb0\x00\x00\x00\x01x", b"\x00\x53\x78\xc1\x01\x00"])
+app_keys = st.one_of(short_text, symbols, SCALARS["char"], SCALARS["int"])
+
+
+@SETTINGS
+@given(st.lists(st.tuples(app_keys, values), max_size=6), st.lists(values, max_size=15),
+       st.one_of(st.none(), forms), st.one_of(st.none(), forms), st.booleans(), tails,
+       st.booleans(), st.data())
+def test_fast_pick_agrees_on_every_form(entries, items, pform, aform, header, tail, twice, data):
+    """list0/null/list8/list32 properties, null/map8/map32 application properties (either may be
+    missing, come in either order or twice: the first counts), duplicate keys (the last wins),
+    symbol/char/int keys, described values, short last sections (under the 12 head bytes).
+    The walk must answer whenever all keys are str8/sym8 and no item is described."""
+    b = b"\x00\x53\x70\xc0\x02\x01\x41" if header else b""
+    sections = []
+    if pform is not None:
+        sections.append(list_section(0x73, items, pform))
+    if aform is not None:
+        sections.append(map_section(0x74, entries, aform))
+    if data.draw(st.booleans()):
+        sections.reverse()
+    if twice:  # the same keys and as many fields again, other values
+        again = [(k, "again") for k, _ in entries if type(k) in (str, proton.symbol)]
+        more = [map_section(0x74, again or [("k", 1)], "8"),
+                list_section(0x73, ["again"] * max(len(items), 4), "8")]
+        sections += more[::-1] if data.draw(st.booleans()) else more
+    b += b"".join(sections) + tail
+    strings = {str(k) for k, _ in entries if isinstance(k, str) and type(k) is not proton.char}
+    taken = (
+        (pform is None or all(type(x) is not proton.Described for x in items))
+        and (aform is None or all(type(k) in (str, proton.symbol)
+                                  and type(v) is not proton.Described for k, v in entries)))
+    for pp, pa in pickers(data, strings):
+        check_fast(b, pp, pa, taken)
+
+
+def test_fast_pick_reads_the_first_section_of_each_kind():
+    p1 = list_section(0x73, [None, None, None, "first"], "8")
+    p2 = list_section(0x73, [None, None, None, "second"], "32")
+    a1 = map_section(0x74, [("k", 1), ("k", 2)], "8")  # a key twice: the last one wins
+    a2 = map_section(0x74, [("k", 3)], "32")
+    pp, pa = KeyPicker(["subject"]), KeyPicker(["k"])
+    for parts in itertools.permutations([p1, p2, a1, a2]):
+        if parts.index(p1) > parts.index(p2) or parts.index(a1) > parts.index(a2):
+            continue
+        b = b"".join(parts) + b"\x00\x53\x77\x40"
+        assert _fast_pick(b, pp, pa) == ({"subject": "first"}, {"k": 2})
+        assert _fast_pick(b, None, pa) == (None, {"k": 2})
+        assert _fast_pick(b, pp, None) == ({"subject": "first"}, None)
+        check_fast(b, pp, pa, taken=True)
+
+
+def bench_like_message() -> bytes:
+    m = proton.Message(id="m-414002", subject="order.created", durable=True, priority=5,
+                       properties={"region": "LATAM", "price": 12, "amount": 9, "customer": "c840"})
+    m.inferred = True
+    m.body = b"x" * 64
+    return bytes(m.encode())
+
+
+@pytest.mark.parametrize("b", [
+    bench_like_message(),
+    list_section(0x73, ["id", None, "to", "subj", None, proton.ulong(7)], "8")
+    + map_section(0x74, [("a", 1), (proton.symbol("b"), "x"), ("a", 2), ("cc", 3.5)], "8")
+    + b"\x00\x53\x77\x40",
+    b"\x00\x53\x70\x45" + list_section(0x73, [], "list0")
+    + map_section(0x74, [("aa", "y" * 300)], "32")
+    + b"\x00\x53\x75\xa0\x01z",
+    b"\x00\x53\x70\x45" + list_section(0x73, [None, None, None, "s"], "32")
+    + b"\x00\x53\x75\xa0\x01z\x00\x53\x78\xc1\x01\x00",
+], ids=["proton", "list8-map8", "list0-map32-long-value", "no-map-footer"])
+def test_fast_pick_never_takes_damaged_bytes(b):
+    """Every truncation and many one-byte changes of a message: the one-pass walk either hands
+    over (None) or answers what the exact walk answers, which must not raise."""
+    cases = [(KeyPicker(["subject", "to"]), KeyPicker(["amount", "a", "aa"])),
+             (None, KeyPicker(["price", "b", "zz"])), (KeyPicker(["message_id"]), None)]
+    assert all(_fast_pick(b, pp, pa) is not None for pp, pa in cases)
+    damaged = [b[:n] for n in range(len(b))]
+    for i in range(len(b)):
+        for v in {0x00, 0x40, 0x45, 0x53, 0x6F, 0x79, 0xA1, 0xB1, 0xC0, 0xD1, 0xFF, b[i] ^ 1,
+                  (b[i] + 1) & 255, (b[i] - 1) & 255}:
+            if v != b[i]:
+                damaged.append(b[:i] + bytes((v,)) + b[i + 1:])
+    for raw in damaged:
+        for pp, pa in cases:
+            check_fast(raw, pp, pa, taken=False)
+
+
+@SETTINGS
+@given(messages(), st.data())
+def test_fast_pick_on_damaged_proton_messages(m, data):
+    b = bytearray(m.encode())
+    for _ in range(data.draw(st.integers(1, 3))):
+        b[data.draw(st.integers(0, len(b) - 1))] = data.draw(st.integers(0, 255))
+    raw = bytes(b[:data.draw(st.integers(0, len(b)))])
+    for pp, pa in pickers(data, {str(k) for k in dict_of(m.properties)}):
+        check_fast(raw, pp, pa, taken=False)
