@@ -504,7 +504,8 @@ def exact_pick(b: bytes, pp: KeyPicker | None, pa: KeyPicker | None) -> tuple:
 
 def check_fast(b: bytes, pp: KeyPicker | None, pa: KeyPicker | None, taken: bool) -> None:
     """Whenever the one-pass walk answers, the exact walk gives the same dicts (and so must not
-    raise: the one-pass walk never accepts what the exact one refuses). ``taken``: it must answer."""
+    raise: the one-pass walk never accepts what the exact one refuses). ``taken``: it must
+    answer."""
     try:
         fast = _fast_pick(b, pp, pa)
     except codec._FAILURES:
