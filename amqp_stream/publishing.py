@@ -1,13 +1,16 @@
 """A publisher link (our receiver): raw transfer bytes in, stored records and outcomes out.
 
-Strategy: no ``proton.Message`` on this path. The transfer's bytes are read as they arrive
-(``link.recv``), delivery annotations are cut out (``sqlfilter.message``), the filter value is
+Strategy: no ``proton.Message`` on this path, and no proton wrapper objects either: the server
+hands each delivery over as its C pointer (``amqp_stream.event_shortcut``), and this module uses
+proton's C functions on it. The transfer's bytes are read as they arrive
+(``pn_link_recv``), delivery annotations are cut out (``sqlfilter.message``), the filter value is
 read from the message annotations, and the bytes go to the stream's writer thread
 (``stream.append_batch``, once per reactor turn for all the messages of that turn: the
 server calls ``flush`` when the loop is quiet). The writer's ``on_durable`` callback runs on its
 own thread, so it only posts to the broker's mailbox; the settlement (``accepted``, or
 ``rejected`` with a condition) of the whole batch happens back on the event loop. Credit follows ``amqp_stream.credit.PublisherCredit``.
-Pre-settled transfers are appended and forgotten.
+Pre-settled transfers are appended and forgotten. A delivery waiting for the disk is held with
+``pn_incref`` (released after its settlement), as a wrapper would hold it.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ import logging
 import os
 from typing import Any, Callable
 
-from cproton import (pn_delivery_aborted, pn_delivery_partial, pn_delivery_pending,
+from cproton import (pn_decref, pn_delivery_aborted, pn_delivery_partial, pn_delivery_pending,
                      pn_delivery_readable, pn_delivery_settle, pn_delivery_settled,
-                     pn_delivery_update, pn_link_advance, pn_link_recv)
+                     pn_delivery_update, pn_incref, pn_link_advance, pn_link_credit, pn_link_recv)
 from proton import Condition, Delivery
 
 from amqp_stream.credit import PublisherCredit
@@ -32,7 +35,7 @@ __all__ = ["Publisher"]
 
 log = logging.getLogger(__name__)
 
-# batches waiting for the disk: key -> (publisher, unsettled deliveries); event loop only
+# batches waiting for the disk: key -> (publisher, unsettled delivery pointers); event loop only
 _batches: dict[int, tuple["Publisher", list]] = {}
 _batch_keys = itertools.count()
 
@@ -56,6 +59,7 @@ class Publisher:
                  post: Callable[..., None], mark_dirty: Callable[["Publisher"], None],
                  lookup: Callable[[str], Any] | None = None):
         self.link = link
+        self.link_impl = link._impl
         # streams.StreamEntry; None for the anonymous terminus (a null target address), where
         # each message's ``to`` (/queues/<name>) picks the stream through ``lookup``
         self.entry = entry
@@ -73,18 +77,19 @@ class Publisher:
     def start(self) -> None:
         self.link.flow(self.credit.initial())
 
-    def reject(self, delivery: Any, condition: str, description: str) -> None:
+    def reject(self, impl: Any, condition: str, description: str) -> None:
+        """Settle the delivery at pointer ``impl`` as rejected (rare: the wrapper is fine here)."""
+        delivery = Delivery.wrap(impl)
         delivery.local.condition = Condition(condition, description)
         delivery.update(REJECTED)
         delivery.settle()
         log.info("rejected a message on %r: %s %s",
                  self.entry.name if self.entry else "(anonymous terminus)", condition, description)
 
-    def on_delivery(self, delivery: Any) -> None:
-        # One call per message: proton's C functions on the delivery's pointer, not the
-        # wrapper's properties (each property is a Python call; ``update`` alone costs ~6 µs).
-        impl = delivery._impl
-        link_impl = self.link._impl
+    def on_delivery(self, impl: Any) -> None:
+        """A ``PN_DELIVERY`` on this link, given as the delivery's C pointer (one call a message:
+        proton's C functions, not a wrapper's properties, which cost a Python call each)."""
+        link_impl = self.link_impl
         if pn_delivery_aborted(impl):
             self.partial.pop(impl, None)
             pn_delivery_settle(impl)
@@ -110,7 +115,9 @@ class Publisher:
                 data = bytes(buffered)
         pn_link_advance(link_impl)
         presettled = pn_delivery_settled(impl)
-        self.credit.received(presettled)
+        credit = self.credit
+        if not presettled:
+            credit.unconfirmed += 1  # PublisherCredit.received, inlined (one call a message)
         if presettled:
             pn_delivery_settle(impl)
             if oversize:
@@ -119,11 +126,12 @@ class Publisher:
                 self._append(None, data)
         elif oversize:
             self.credit.confirmed()
-            self.reject(delivery, "amqp:link:message-size-exceeded",
+            self.reject(impl, "amqp:link:message-size-exceeded",
                         f"message larger than the maximum of {self.max_message_size} bytes")
         else:
-            self._append(delivery, data)
-        self.top_up()
+            self._append(impl, data)
+        if pn_link_credit(link_impl) <= credit.low_water:
+            self.top_up()
 
     def _partial(self, impl: Any, data: Any) -> None:
         """A piece of a message that spans transfers: kept until its last piece (``None``
@@ -141,7 +149,8 @@ class Publisher:
             buffered += data
 
     def _append(self, delivery: Any | None, data: bytes) -> None:
-        """Check one message and queue it for this turn's batch (see ``flush``)."""
+        """Check one message and queue it for this turn's batch (see ``flush``); ``delivery`` is
+        the pointer of an unsettled delivery, None for a pre-settled one."""
         try:
             body, value = stored_form(data)
         except BadFilterValue as exc:
@@ -163,6 +172,7 @@ class Publisher:
         batch[1].append(body)
         batch[2].append(value)
         if delivery is not None:
+            pn_incref(delivery)  # released in _settle_all
             batch[3].append(delivery)
 
     def _refuse(self, delivery: Any | None, condition: str, description: str) -> None:
@@ -226,11 +236,7 @@ class Publisher:
                          else storage_condition(exc))
             _batches.pop(key, None)
             self.credit.confirmed(len(waiting))
-            for delivery in waiting:
-                if not self.closed:
-                    self.reject(delivery, *condition)
-                else:
-                    delivery.settle()
+            self._settle_all(waiting, condition)
             if len(waiting) < len(bodies):
                 log.warning("dropped %d pre-settled messages: %s", len(bodies) - len(waiting), exc)
             self.top_up()
@@ -243,20 +249,26 @@ class Publisher:
     def _durable(self, deliveries: list, error: Exception | None) -> None:
         """On the event loop: the writer thread says a batch is durable (or failed)."""
         self.credit.confirmed(len(deliveries))
+        self._settle_all(deliveries, None if error is None else storage_condition(error))
+        if not self.closed:
+            self.top_up()
+
+    def _settle_all(self, deliveries: list, condition: tuple[str, str] | None) -> None:
+        """Accept (``condition`` None) or reject a batch's deliveries, and release them. A
+        closed link's deliveries are only settled: there is no one to tell."""
         if self.closed:
-            for delivery in deliveries:
-                delivery.settle()
-            return
-        if error is None:
-            for delivery in deliveries:  # the wrappers keep the deliveries alive until here
-                impl = delivery._impl
+            for impl in deliveries:
+                pn_delivery_settle(impl)
+                pn_decref(impl)
+        elif condition is None:
+            for impl in deliveries:
                 pn_delivery_update(impl, ACCEPTED)
                 pn_delivery_settle(impl)
+                pn_decref(impl)
         else:
-            condition = storage_condition(error)
-            for delivery in deliveries:
-                self.reject(delivery, *condition)
-        self.top_up()
+            for impl in deliveries:
+                self.reject(impl, *condition)
+                pn_decref(impl)
 
     def top_up(self) -> None:
         if self.closed:

@@ -7,6 +7,10 @@ event loop thread. Storage works on its own writer threads: their ``on_durable``
 "committed end moved" notifications are posted to a ``Mailbox`` that wakes the loop through a
 proton ``EventInjector`` (one event per batch of posts, not per message).
 
+Deliveries (a publisher's transfers, a consumer's settlements) skip proton's Python ``Event``
+objects: ``event_shortcut`` hands them to ``_take_delivery`` as C pointers, the bulk of the
+events a busy broker sees. Everything else arrives as proton's usual handler calls.
+
 Every callback is guarded: an exception while handling one connection's event is logged and
 closes that connection with ``amqp:internal-error``; the broker keeps serving everyone else.
 
@@ -31,7 +35,7 @@ from cproton import pn_delivery_link, pn_delivery_settle, pn_delivery_settled, p
 from proton import Condition, Data, Delivery, Endpoint, Message, Terminus, symbol
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
-from amqp_stream import __version__, addresses, management
+from amqp_stream import __version__, addresses, event_shortcut, management
 from amqp_stream.config import BrokerConfig, ConfigError
 from amqp_stream.consuming import Consumer
 from amqp_stream.credit import PublisherCredit
@@ -123,15 +127,20 @@ def guarded(method: Callable) -> Callable:
             method(self, event)
         except Exception as exc:
             log.exception("error handling %s", event.type)
-            conn = getattr(event, "connection", None)
-            if conn is not None:
-                try:
-                    conn.condition = Condition("amqp:internal-error", f"{type(exc).__name__}: {exc}")
-                    conn.close()
-                except Exception:
-                    log.exception("closing a failed connection")
+            fail_connection(getattr(event, "connection", None), exc)
 
     return wrapper
+
+
+def fail_connection(conn: Any, exc: Exception) -> None:
+    """Close ``conn`` (if any) with ``amqp:internal-error`` naming ``exc``."""
+    if conn is None:
+        return
+    try:
+        conn.condition = Condition("amqp:internal-error", f"{type(exc).__name__}: {exc}")
+        conn.close()
+    except Exception:
+        log.exception("closing a failed connection")
 
 
 class _Task:
@@ -220,6 +229,7 @@ class Broker:
             return 1
         self.container = Container(self)
         self.container.container_id = self.container_id
+        event_shortcut.install(self.container, self._take_delivery)
         # Cyclic garbage is collected on this thread only (see _tick): a proton wrapper freed by
         # a collection that happens to run on a storage writer thread would touch proton off
         # the event loop.
@@ -534,21 +544,30 @@ class Broker:
         if isinstance(state, Consumer) and not state.scheduled:
             state.pump()
 
-    @guarded
-    def on_delivery(self, event: Any) -> None:
-        delivery = event.delivery
-        impl = delivery._impl
+    def _take_delivery(self, impl: Any) -> bool:
+        """A ``PN_DELIVERY`` as its C pointer (``event_shortcut``): True when handled here; the
+        management node's requests go on as proton events (``on_delivery``)."""
         link_impl = pn_delivery_link(impl)
         if pn_link_is_sender(link_impl):
             # a consumer's (or the management node's) outcome: nothing to do for a stream but
-            # to forget the delivery once the client settled it (C calls: one per message)
+            # to forget the delivery once the client settled it
             if pn_delivery_settled(impl):
                 pn_delivery_settle(impl)
-            return
+            return True
         publisher = self.publishers.get(link_impl)
-        if publisher is not None:
-            publisher.on_delivery(delivery)
-            return
+        if publisher is None:
+            return False
+        try:
+            publisher.on_delivery(impl)
+        except Exception as exc:  # as ``guarded``: this connection fails, no one else
+            log.exception("error handling a delivery")
+            fail_connection(publisher.link.connection, exc)
+        return True
+
+    @guarded
+    def on_delivery(self, event: Any) -> None:
+        """Deliveries ``_take_delivery`` left: management requests, and links being set up."""
+        delivery = event.delivery
         link = delivery.link
         state = getattr(link, "amqs", None)
         if isinstance(state, _MgmtIn):
