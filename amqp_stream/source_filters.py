@@ -24,6 +24,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 from proton import Array, Described, symbol, timestamp
 
+from storage import parse_interval_ms
+
 __all__ = ["AttachRefused", "SourceFilters", "StartSpec", "parse_source_filters",
            "OFFSET_SPEC", "STREAM_FILTER", "MATCH_UNFILTERED", "PROPERTIES_FILTER",
            "APP_PROPERTIES_FILTER", "SQL_FILTER", "FILTER_CAPABILITIES", "parse_interval"]
@@ -51,8 +53,8 @@ _DESCRIPTORS: dict[Any, str] = {
 }
 
 # RabbitMQ's interval units (x-max-age and offset intervals); Y = 365 days, M = 30 days
-_UNIT_SECONDS = {"Y": 365 * 86400, "M": 30 * 86400, "D": 86400, "h": 3600, "m": 60, "s": 1}
-_INTERVAL = re.compile(r"^([0-9]+)(Y|M|D|h|m|s)$")
+# RabbitMQ's interval units (amqp-interface.md); storage.parse_interval_ms holds their lengths
+_INTERVAL = re.compile(r"^[0-9]+[YMDhms]$")
 
 
 class AttachRefused(Exception):
@@ -95,10 +97,9 @@ class SourceFilters:
 
 def parse_interval(text: str) -> int | None:
     """Seconds for an interval like ``10m``, or None when it is not one."""
-    m = _INTERVAL.match(text)
-    if not m:
+    if not _INTERVAL.match(text):
         return None
-    return int(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+    return parse_interval_ms(text) // 1000
 
 
 def parse_start(value: Any, now_ms: int) -> StartSpec:

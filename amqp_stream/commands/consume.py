@@ -24,8 +24,8 @@ from typing import Any
 from amqp_stream.client import ClientError, StreamMessage, StreamNotFound
 from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
 from amqp_stream.commands.publish import parse_assignments
+from amqp_stream.commands.read import TIMESTAMP_FROM_MS
 
-_TIMESTAMP_FROM = 10**12  # a bare integer this large is a timestamp in ms (as `amqp-stream read`)
 _PROPERTY_PREFIXES = ("p.", "properties.")
 
 
@@ -65,7 +65,7 @@ def parse_start(text: str) -> Any:
         return dt.datetime.fromtimestamp(int(t[1:]) / 1000, dt.timezone.utc)
     if t.isdigit():
         n = int(t)
-        return dt.datetime.fromtimestamp(n / 1000, dt.timezone.utc) if n >= _TIMESTAMP_FROM else n
+        return dt.datetime.fromtimestamp(n / 1000, dt.timezone.utc) if n >= TIMESTAMP_FROM_MS else n
     if t in ("first", "last", "next") or (t[:-1].isdigit() and t[-1:] in "YMDhms" and t[:-1]):
         return t
     try:

@@ -19,7 +19,8 @@ from storage.errors import StorageError
 from storage.offsets import OffsetSpec
 from storage.reader import open_reader
 
-_TIMESTAMP_FROM = 10**12  # a bare integer this large is a timestamp in ms (year 2001 on)
+#: a bare integer this large in ``--from`` is a timestamp in ms (year 2001 on), here and in consume
+TIMESTAMP_FROM_MS = 10**12
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_from(text: str) -> OffsetSpec:
     t = text.strip()
-    if t.isdigit() and int(t) >= _TIMESTAMP_FROM:
+    if t.isdigit() and int(t) >= TIMESTAMP_FROM_MS:
         return OffsetSpec.timestamp(int(t))
     return OffsetSpec.parse(t)
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -12,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 import bloom
 from bloom import BloomError, ChunkFilter, Scheme, build, choose_k, theoretical_fpr
 
-VECTORS = json.loads((Path(__file__).with_name("osiris_bloom_vectors.json")).read_text())
+from tests.bloom import VECTORS
 
 
 def bit(bits: bytes, n: int) -> bool:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from bloom import BloomError, Matcher, Scheme, build
 from bloom.schemes import digest, positions
 
-VECTORS = json.loads((Path(__file__).with_name("osiris_bloom_vectors.json")).read_text())
+from tests.bloom import VECTORS
+
 BANANA = bytes.fromhex("62616E616E61")
 
 

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from bloom.phash2 import HCONST_13, phash2_binary, phash2_list, phash2_pair
 
-# A copy of ../shared/testdata/osiris_bloom_vectors.json (produced by running osiris).
-VECTORS = json.loads((Path(__file__).with_name("osiris_bloom_vectors.json")).read_text())
+from tests.bloom import VECTORS
+
 HASHES = VECTORS["hashes"]
 
 
