@@ -32,7 +32,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from proton import (Delivery, Described, Endpoint, Handler, Link, Message, ProtonException,
                     SSLDomain, Timeout, symbol, timestamp)
-from proton.reactor import Filter, LinkOption
+from proton.reactor import LinkOption
 from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender, LinkDetached
 
 __all__ = [

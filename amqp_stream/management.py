@@ -113,7 +113,7 @@ def validate_declare(body: Any) -> dict:
                 raise ManagementError(400, f"x-initial-cluster-size must be an integer >= 1, not {value!r}")
         elif key == "x-leader-locator":
             if value not in ("client-local", "balanced"):
-                raise ManagementError(400, f"x-leader-locator must be client-local or balanced")
+                raise ManagementError(400, "x-leader-locator must be client-local or balanced")
         elif not isinstance(value, (str, int, float, bool)) or isinstance(value, bytes):
             raise ManagementError(400, f"argument {key} has an unsupported type {type(value).__name__}")
         out[key] = _plain(value)

@@ -36,7 +36,7 @@ from proton import Condition, Data, Delivery, Endpoint, Message, Terminus, symbo
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
 from amqp_stream import __version__, addresses, event_shortcut, management
-from amqp_stream.config import BrokerConfig, ConfigError
+from amqp_stream.config import BrokerConfig
 from amqp_stream.consuming import Consumer
 from amqp_stream.credit import PublisherCredit
 from amqp_stream.metrics import Metrics

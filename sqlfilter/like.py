@@ -21,8 +21,6 @@ and the pattern holds no control character (below U+0020, or U+007F).
 
 from __future__ import annotations
 
-from typing import Callable
-
 from sqlfilter.errors import FilterError
 
 __all__ = ["compile_like", "LikeMatcher"]

@@ -24,7 +24,7 @@ import decimal
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import proton
 from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, ByteType, DataType, DateType,
@@ -32,7 +32,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, ByteType, Dat
                                ShortType, StringType, StructField, StructType, TimestampNTZType,
                                TimestampType)
 
-from amqp_stream.client import FILTER_VALUE, PROPERTY_NAMES, StreamMessage, build_message
+from amqp_stream.client import PROPERTY_NAMES, StreamMessage, build_message
 
 __all__ = ["BASE_COLUMNS", "read_schema", "declared_columns", "WritePlan", "message_to_row", "to_spark"]
 

@@ -28,7 +28,7 @@ def test_open_frame_says_rabbitmq_4_2_and_has_a_container_id(broker):
 
 
 def test_official_client_accepts_the_broker_and_manages_streams(broker, stream_name):
-    from rabbitmq_amqp_python_client import AddressHelper, Environment, StreamSpecification
+    from rabbitmq_amqp_python_client import Environment, StreamSpecification
     env = Environment(broker.url)
     conn = env.connection()
     conn.dial()

@@ -117,7 +117,7 @@ def test_settings_from_a_config_file_and_the_environment(tmp_path):
     from amqp_stream.testing import free_port
     port = free_port()
     cfg = tmp_path / "broker.toml"
-    cfg.write_text(f'port = 1\nfilter-size = 32\n')
+    cfg.write_text('port = 1\nfilter-size = 32\n')
     b = BrokerProcess(tmp_path / "data", extra_args=["--config", str(cfg)],
                       env={"AMQP_STREAM_MAX_MESSAGE_SIZE": "2000"})
     # the CLI flags of BrokerProcess (--port) win over the file's port = 1
@@ -126,7 +126,7 @@ def test_settings_from_a_config_file_and_the_environment(tmp_path):
         with Client(b.url) as c:
             c.declare("s")
             sender = c.sender("s")
-            d = c.send_bytes(sender, Message(body=b"x" * 3000).encode())
+            c.send_bytes(sender, Message(body=b"x" * 3000).encode())
             assert c.last_delivery.remote.condition.name == "amqp:link:message-size-exceeded"
     finally:
         b.close()

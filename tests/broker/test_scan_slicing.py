@@ -11,7 +11,7 @@ from proton.reactor import Container, Filter
 from amqp_stream.streams import dir_name
 from amqp_stream.testing import BrokerProcess
 from storage import Stream, StreamConfig
-from tests.broker.amqp import OFFSET, VALUES, Client, offset, queue_address
+from tests.broker.amqp import VALUES, Client, offset, queue_address
 
 CHUNKS = 30_000  # one record each, none matching: ~30 slices of the broker's scan budget
 SIDE = 5  # messages the other connection takes one at a time during the scan

@@ -14,7 +14,6 @@ import sys
 import types
 
 import pytest
-from proton import Message
 from proton import ConnectionException
 from proton.utils import BlockingConnection
 from proton import SSLDomain
