@@ -3,7 +3,7 @@
 Strategy: no ``proton.Message`` on this path, and no proton wrapper objects either: the server
 hands each delivery over as its C pointer (``amqp_stream.event_shortcut``), and this module uses
 proton's C functions on it. The transfer's bytes are read as they arrive
-(``pn_link_recv``), delivery annotations are cut out (``sqlfilter.message``), the filter value is
+(``pn_link_recv``), delivery annotations are cut out (``sqlfilter.stored``), the filter value is
 read from the message annotations, and the bytes go to the stream's writer thread
 (``stream.append_batch``, once per reactor turn for all the messages of that turn: the
 server calls ``flush`` when the loop is quiet). The writer's ``on_durable`` callback runs on its
@@ -28,8 +28,8 @@ from proton import Condition, Delivery
 
 from amqp_stream.credit import PublisherCredit
 from sqlfilter import MessageFormatError
-from sqlfilter import message as message_bytes
-from sqlfilter.message import BadFilterValue, stored_form
+from sqlfilter.message import MessageView
+from sqlfilter.stored import BadFilterValue, stored_form
 
 __all__ = ["Publisher"]
 
@@ -186,7 +186,7 @@ class Publisher:
         """The anonymous terminus: the stream named by the message's ``to``."""
         from amqp_stream import addresses
         try:
-            to = message_bytes.MessageView.from_bytes(body).properties.get("to")
+            to = MessageView.from_bytes(body).properties.get("to")
         except (MessageFormatError, ValueError) as exc:
             self._refuse(delivery, "amqp:decode-error", f"cannot read the properties: {exc}")
             return None

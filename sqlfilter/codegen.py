@@ -29,7 +29,8 @@ from typing import Any
 from sqlfilter import ast, runtime
 from sqlfilter.errors import MessageFormatError
 from sqlfilter.like import LikeMatcher, compile_like
-from sqlfilter.message import KeyPicker, MessageView
+from sqlfilter.message import MessageView
+from sqlfilter.pick import KeyPicker
 
 __all__ = ["generate", "Generated"]
 

@@ -45,7 +45,8 @@ import proton
 from sqlfilter.base import Filter
 from sqlfilter.codec import DECIMAL32, DECIMAL64, DECIMAL128, _bid_to_decimal
 from sqlfilter.errors import FilterError
-from sqlfilter.message import KeyPicker, MessageView, as_view
+from sqlfilter.message import MessageView, as_view
+from sqlfilter.pick import KeyPicker
 from sqlfilter.runtime import norm
 
 __all__ = ["compile_property_filter", "PropertyFilter", "MAX_ENTRIES", "FIELD_TYPES"]

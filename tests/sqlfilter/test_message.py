@@ -1,4 +1,5 @@
-"""sqlfilter.message against proton.Message: section views and the broker's byte edits."""
+"""sqlfilter.message, .pick, .sections and .stored against proton.Message: section views, picks
+and the broker's byte edits."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from hypothesis import strategies as st
 
 from sqlfilter import MessageFormatError, MessageView, codec
 from sqlfilter.codec import SIZE_COUNT32, encode
-from sqlfilter.message import (
-    BadFilterValue, KeyPicker, _fast_pick, as_view, filter_value, split_sections, stored_form,
-    strip_delivery_annotations,
-    with_stream_offset,
-)
+from sqlfilter.message import as_view
+from sqlfilter.pick import KeyPicker, _fast_pick
+from sqlfilter.sections import split_sections
+from sqlfilter.stored import (BadFilterValue, filter_value, stored_form, strip_delivery_annotations,
+                              with_stream_offset)
 from tests.sqlfilter.test_codec import SCALARS, expected, typed
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
