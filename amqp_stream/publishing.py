@@ -116,8 +116,7 @@ class Publisher:
         pn_link_advance(link_impl)
         presettled = pn_delivery_settled(impl)
         credit = self.credit
-        if not presettled:
-            credit.unconfirmed += 1  # PublisherCredit.received, inlined (one call a message)
+        credit.received(presettled)
         if presettled:
             pn_delivery_settle(impl)
             if oversize:
