@@ -107,8 +107,18 @@ def _descriptor(buf: Any, pos: int) -> tuple[int, int]:
 def _section_at(buf: bytes, pos: int) -> tuple[int, int, int]:
     """(code, value start, end) of the section at ``pos``, its value skipped by size.
 
-    (``_scan`` below is the same walk inlined, for the filters' hot path.)
+    The usual smallulong descriptor with a value sized by its constructor is read with one
+    ``SECTION_HEAD`` unpack; anything else (or under 12 bytes left) goes the general way.
+    (``sqlfilter.message._scan`` is the same walk inlined, for the filters' exact path.)
     """
+    if len(buf) - pos >= 12:
+        z, code, c, size, _ = _head(buf, pos)
+        k = _SECTION_STEP[c]
+        if z == 0x53 and k and HEADER <= code <= FOOTER:
+            end = pos + 8 + size if k == 2 else pos + 5 + (size >> 24) if k == 1 else pos + k
+            if end > len(buf):
+                raise _Bad("value runs past the end", pos + 3)
+            return code, pos + 3, end
     try:
         if buf[pos] == 0x00 and buf[pos + 1] == 0x53:  # the usual smallulong descriptor
             code = buf[pos + 2]

@@ -13,8 +13,8 @@ from typing import Any
 from sqlfilter import codec
 from sqlfilter.codec import I64, SIZE_COUNT8, SIZE_COUNT32, _Bad, _decode, _format_error, _skip
 from sqlfilter.errors import MessageFormatError
-from sqlfilter.sections import (DELIVERY_ANNOTATIONS, FOOTER, HEADER, MESSAGE_ANNOTATIONS,
-                                _SECTION_STEP, _first_sections, _head, _section_at)
+from sqlfilter.sections import (DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS,
+                                _first_sections, _section_at)
 
 __all__ = [
     "strip_delivery_annotations", "filter_value", "stored_form", "BadFilterValue",
@@ -143,23 +143,9 @@ def stored_form(data: Any) -> tuple[bytes, str | None]:
     highest = -1
     pos = 0
     n = len(data)
-    head = _head
-    sstep = _SECTION_STEP
     try:
         while pos < n:
-            # the usual smallulong descriptor with a value sized by its constructor is read
-            # with one struct unpack (as ``sqlfilter.pick``); anything else goes ``_section_at``
-            k = 0
-            if n - pos >= 12:
-                z, code, c, size, _ = head(data, pos)
-                k = sstep[c] if z == 0x53 and HEADER <= code <= FOOTER else 0
-            if k:
-                vstart = pos + 3
-                end = pos + 8 + size if k == 2 else pos + 5 + (size >> 24) if k == 1 else pos + k
-                if end > n:
-                    raise _Bad("value runs past the end", vstart)
-            else:
-                code, vstart, end = _section_at(data, pos)
+            code, vstart, end = _section_at(data, pos)
             if code == DELIVERY_ANNOTATIONS and highest <= DELIVERY_ANNOTATIONS:
                 da = (pos, end)
             elif code == MESSAGE_ANNOTATIONS and highest <= MESSAGE_ANNOTATIONS:
