@@ -21,9 +21,6 @@ class PublisherCredit:
         self.max_credit = max_credit
         self.max_unconfirmed = max_unconfirmed
         self.unconfirmed = 0
-        #: credit at or below which ``top_up`` may grant more (a caller on a hot path can
-        #: test the link's credit against it before calling)
-        self.low_water = max_credit // 2
 
     def initial(self) -> int:
         """Credit to grant at attach."""
@@ -39,7 +36,7 @@ class PublisherCredit:
 
     def top_up(self, credit: int) -> int:
         """How much credit to add now, given the link's current ``credit``."""
-        if credit > self.low_water or self.unconfirmed >= self.max_unconfirmed:
+        if credit > self.max_credit // 2 or self.unconfirmed >= self.max_unconfirmed:
             return 0
         return self.max_credit - credit
 

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from cproton import (pn_decref, pn_delivery_aborted, pn_delivery_partial, pn_delivery_pending,
                      pn_delivery_readable, pn_delivery_settle, pn_delivery_settled,
-                     pn_delivery_update, pn_incref, pn_link_advance, pn_link_credit, pn_link_recv)
+                     pn_delivery_update, pn_incref, pn_link_advance, pn_link_recv)
 from proton import Condition, Delivery
 
 from amqp_stream.credit import PublisherCredit
@@ -115,8 +115,7 @@ class Publisher:
                 data = bytes(buffered)
         pn_link_advance(link_impl)
         presettled = pn_delivery_settled(impl)
-        credit = self.credit
-        credit.received(presettled)
+        self.credit.received(presettled)
         if presettled:
             pn_delivery_settle(impl)
             if oversize:
@@ -129,8 +128,7 @@ class Publisher:
                         f"message larger than the maximum of {self.max_message_size} bytes")
         else:
             self._append(impl, data)
-        if pn_link_credit(link_impl) <= credit.low_water:
-            self.top_up()
+        self.top_up()
 
     def _partial(self, impl: Any, data: Any) -> None:
         """A piece of a message that spans transfers: kept until its last piece (``None``
