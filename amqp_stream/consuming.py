@@ -15,8 +15,7 @@ waits for the broker to wake it when the committed end moves; a drain request is
 ``drained()``), or the turn's budget is spent (``ConsumerTurn``: a batch of deliveries, 200
 dropped records in a row, or too many bytes waiting for the socket); then it asks the broker
 for another turn, so other links and connections are served in between: at once (after the
-events already waiting) unless the socket is behind, when it waits 2 ms. (A 2 ms pause after
-every 200 dropped records had capped a sparse SQL filter's scan at ~115k records/s.) Stage 1 is
+events already waiting) unless the socket is behind, when it waits 2 ms. Stage 1 is
 sliced the same way: the reader passes over at most ``SCAN_BUDGET`` chunks per call and says
 ``SCAN_PAUSED`` when that is used up; the turn then ends and asks for another at once, so a
 filter that matches almost nothing in a long stream does not hold the event loop for the scan.

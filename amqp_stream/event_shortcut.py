@@ -19,8 +19,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from cproton import PN_DELIVERY, pn_collector_peek, pn_collector_pop, pn_event_delivery, pn_event_type
-from proton import Collector
-from proton._events import Event
+from proton import Collector, Event
 
 __all__ = ["DeliveryShortcut", "install"]
 

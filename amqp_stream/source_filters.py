@@ -52,8 +52,8 @@ _DESCRIPTORS: dict[Any, str] = {
     0x0000000000000120: "sql",
 }
 
-# RabbitMQ's interval units (x-max-age and offset intervals); Y = 365 days, M = 30 days
-# RabbitMQ's interval units (amqp-interface.md); storage.parse_interval_ms holds their lengths
+# RabbitMQ's interval units (x-max-age and offset intervals); storage.parse_interval_ms holds
+# their lengths (Y = 365 days, M = 30 days)
 _INTERVAL = re.compile(r"^[0-9]+[YMDhms]$")
 
 
