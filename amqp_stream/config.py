@@ -45,6 +45,11 @@ class BrokerConfig:
     max_message_size: int = 16 * 1024 * 1024
     publisher_credit: int = 170
     max_unconfirmed: int = 4096
+    max_unconfirmed_bytes: int = 64 * 1024 * 1024
+    max_unconfirmed_bytes_total: int = 512 * 1024 * 1024
+    max_connections: int = 10_000
+    handshake_timeout: float = 10.0
+    idle_timeout: float = 60.0
     container_id: str | None = None
 
     def __post_init__(self) -> None:
@@ -69,6 +74,15 @@ HELP: dict[str, str] = {
     "max_message_size": "largest message accepted, in bytes",
     "publisher_credit": "link credit granted to each publisher (topped up at half)",
     "max_unconfirmed": "unconfirmed messages per publisher before credit stops being topped up",
+    "max_unconfirmed_bytes": "bytes of unconfirmed messages per publisher link before it gets no "
+                             "more credit (and, far over, its connection is not read)",
+    "max_unconfirmed_bytes_total": "bytes of unconfirmed messages in the whole broker before "
+                                   "publishers get no more credit and are not read",
+    "max_connections": "connections served at once (all listeners); more are accepted and "
+                       "closed at once, with a log line",
+    "handshake_timeout": "seconds a new connection has to finish its handshake (SASL, TLS, open)",
+    "idle_timeout": "AMQP idle time-out in seconds advertised to clients; a client silent for "
+                    "longer is disconnected (0 = off)",
     "container_id": "container id sent in the open frame (default: amqp-stream@<hostname>)",
 }
 
@@ -102,6 +116,10 @@ def convert(name: str, value: Any, source: str) -> Any:
             if isinstance(value, bool) or isinstance(value, float):
                 raise ValueError("not an integer")
             return int(value)
+        if kind == "float":
+            if isinstance(value, bool):
+                raise ValueError("not a number")
+            return float(value)
         if kind == "bool":
             if isinstance(value, bool):
                 return value
@@ -144,6 +162,14 @@ def check(config: BrokerConfig) -> None:
         raise ConfigError("publisher_credit must be 1..100000")
     if config.max_unconfirmed < 1:
         raise ConfigError("max_unconfirmed must be >= 1")
+    if config.max_unconfirmed_bytes < 1 or config.max_unconfirmed_bytes_total < 1:
+        raise ConfigError("max_unconfirmed_bytes and max_unconfirmed_bytes_total must be >= 1")
+    if config.max_connections < 1:
+        raise ConfigError("max_connections must be >= 1")
+    if config.handshake_timeout <= 0:
+        raise ConfigError("handshake_timeout must be > 0 seconds")
+    if config.idle_timeout < 0:
+        raise ConfigError("idle_timeout must be >= 0 seconds (0 = off)")
     if (config.tls_cert is None) != (config.tls_key is None):
         raise ConfigError("--tls-cert and --tls-key go together")
 

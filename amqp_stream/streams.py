@@ -30,7 +30,7 @@ from typing import Any, Callable
 import storage
 from storage.files import fsync_dir, replace_file
 from amqp_stream.config import BrokerConfig
-from amqp_stream.source_filters import parse_interval
+from amqp_stream.amqp.source_filters import parse_interval
 
 __all__ = ["StreamEntry", "Registry", "stream_config"]
 

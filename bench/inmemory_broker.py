@@ -6,7 +6,7 @@ per address and settles it as accepted at once (no storage, no fsync, no filter 
 management node); it delivers a list's bytes to a receiver from the start, as credit allows, and
 honours drain. Publishers get the same credit as from the real broker (170, topped up when half is
 used), and deliveries reach it the way they reach the real broker (as C pointers, through
-``amqp_stream.event_shortcut``), so the two differ only in what happens to a message. Measured
+``bench.event_shortcut``), so the two differ only in what happens to a message. Measured
 in the same run with the same client, it says how close the real broker comes to what proton in
 Python can do at all.
 
@@ -27,7 +27,7 @@ from cproton import (pn_delivery, pn_delivery_link, pn_delivery_partial, pn_deli
 from proton import Delivery, Endpoint, Handler, Link
 from proton.reactor import Container
 
-from amqp_stream import event_shortcut
+from bench import event_shortcut
 
 __all__ = ["InMemoryBroker", "main"]
 
@@ -101,7 +101,7 @@ class InMemoryBroker(Handler):
                     self.waiting[link.source.address].discard(link)
 
     def take(self, impl) -> bool:
-        """Every ``PN_DELIVERY``, as the delivery's C pointer (``amqp_stream.event_shortcut``,
+        """Every ``PN_DELIVERY``, as the delivery's C pointer (``bench.event_shortcut``,
         as the real broker gets them), handled with proton's C functions, so that the two
         brokers differ only in what happens to a message."""
         link_impl = pn_delivery_link(impl)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from cproton import pn_delivery_link, pn_delivery_pending, pn_link_advance, pn_link_recv
 from proton import Connection, Delivery, Event, Transport
 
-from amqp_stream.event_shortcut import DeliveryShortcut
+from bench.event_shortcut import DeliveryShortcut
 
 
 def _pump(a: Transport, b: Transport) -> None:

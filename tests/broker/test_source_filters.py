@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from proton import Array, Data, Described, symbol, timestamp, ulong
 
-from amqp_stream.source_filters import (AttachRefused, StartSpec, parse_interval,
+from amqp_stream.errors import BadRequest as AttachRefused
+from amqp_stream.amqp.source_filters import (StartSpec, parse_interval,
                                         parse_source_filters)
 
 O = symbol("rabbitmq:stream-offset-spec")

@@ -1,7 +1,7 @@
 """A publisher link (our receiver): raw transfer bytes in, stored records and outcomes out.
 
 Strategy: no ``proton.Message`` on this path, and no proton wrapper objects either: the server
-hands each delivery over as its C pointer (``amqp_stream.event_shortcut``), and this module uses
+hands each delivery over as its C pointer (``amqp_stream.amqp.adapter``), and this module uses
 proton's C functions on it. The transfer's bytes are read as they arrive
 (``pn_link_recv``), delivery annotations are cut out (``sqlfilter.stored``), the filter value is
 read from the message annotations, and the bytes go to the stream's writer thread
@@ -26,7 +26,8 @@ from cproton import (pn_decref, pn_delivery_aborted, pn_delivery_partial, pn_del
                      pn_delivery_update, pn_incref, pn_link_advance, pn_link_recv)
 from proton import Condition, Delivery
 
-from amqp_stream.credit import PublisherCredit
+from amqp_stream.amqp.credit import PublisherCredit
+from amqp_stream.errors import BrokerError
 from sqlfilter import MessageFormatError
 from sqlfilter.message import MessageView
 from sqlfilter.stored import BadFilterValue, stored_form
@@ -57,7 +58,8 @@ REJECTED = Delivery.REJECTED
 class Publisher:
     def __init__(self, link: Any, entry: Any, credit: PublisherCredit, max_message_size: int,
                  post: Callable[..., None], mark_dirty: Callable[["Publisher"], None],
-                 lookup: Callable[[str], Any] | None = None):
+                 lookup: Callable[[str], Any] | None = None,
+                 end: Callable[[Exception], None] | None = None):
         self.link = link
         self.link_impl = link._impl
         # streams.StreamEntry; None for the anonymous terminus (a null target address), where
@@ -68,6 +70,7 @@ class Publisher:
         self.max_message_size = max_message_size
         self.post = post  # thread-safe: run fn(*args) on the event loop
         self.mark_dirty = mark_dirty  # ask for ``flush`` at the end of this reactor turn
+        self.end = end or (lambda error: None)  # the core ends this link (its stream is gone)
         self.closed = False
         # the batch being formed, per stream: name -> [entry, bodies, values, unsettled deliveries]
         self.batches: dict[str, list] = {}
@@ -76,6 +79,12 @@ class Publisher:
 
     def start(self) -> None:
         self.link.flow(self.credit.initial())
+
+    def close(self) -> None:
+        """The link is gone: nothing more is read; messages being assembled are dropped (their
+        waiting batches are still settled when the disk answers)."""
+        self.closed = True
+        self.partial.clear()
 
     def reject(self, impl: Any, condition: str, description: str) -> None:
         """Settle the delivery at pointer ``impl`` as rejected (rare: the wrapper is fine here)."""
@@ -181,7 +190,7 @@ class Publisher:
 
     def _route(self, delivery: Any | None, body: bytes) -> Any:
         """The anonymous terminus: the stream named by the message's ``to``."""
-        from amqp_stream import addresses
+        from amqp_stream.amqp import addresses
         try:
             to = MessageView.from_bytes(body).properties.get("to")
         except (MessageFormatError, ValueError) as exc:
@@ -193,7 +202,7 @@ class Publisher:
             return None
         try:
             name = addresses.publish_stream(to)
-        except addresses.PublishRefused as exc:
+        except BrokerError as exc:
             self._refuse(delivery, exc.condition, exc.description)
             return None
         entry = self.lookup(name) if self.lookup else None

@@ -12,7 +12,7 @@ Strategy (../shared/design/amqp-interface.md, RabbitMQ 4.2's behaviour):
   filter replaces both property filters, and vice versa).
 - The echo holds exactly the accepted entries, in the order received; ``None`` when no filter
   was asked, an empty list when none was accepted.
-- A hard failure (an offset spec that cannot be understood) raises ``AttachRefused``: the link
+- A hard failure (an offset spec that cannot be understood) raises ``BadRequest``: the link
   is refused (null source, then detach with the condition).
 """
 
@@ -24,9 +24,10 @@ from typing import Any, Callable, Iterable, Sequence
 
 from proton import Array, Described, symbol, timestamp
 
+from amqp_stream.errors import BadRequest
 from storage import parse_interval_ms
 
-__all__ = ["AttachRefused", "SourceFilters", "StartSpec", "parse_source_filters",
+__all__ = ["SourceFilters", "StartSpec", "parse_source_filters",
            "OFFSET_SPEC", "STREAM_FILTER", "MATCH_UNFILTERED", "PROPERTIES_FILTER",
            "APP_PROPERTIES_FILTER", "SQL_FILTER", "FILTER_CAPABILITIES", "parse_interval"]
 
@@ -55,15 +56,6 @@ _DESCRIPTORS: dict[Any, str] = {
 # RabbitMQ's interval units (x-max-age and offset intervals); storage.parse_interval_ms holds
 # their lengths (Y = 365 days, M = 30 days)
 _INTERVAL = re.compile(r"^[0-9]+[YMDhms]$")
-
-
-class AttachRefused(Exception):
-    """The link cannot be attached: ``condition`` (an AMQP error symbol) and ``description``."""
-
-    def __init__(self, condition: str, description: str):
-        super().__init__(description)
-        self.condition = condition
-        self.description = description
 
 
 @dataclass(frozen=True)
@@ -103,14 +95,14 @@ def parse_interval(text: str) -> int | None:
 
 
 def parse_start(value: Any, now_ms: int) -> StartSpec:
-    """The offset spec value; raises ``AttachRefused`` for anything it cannot understand."""
+    """The offset spec value; raises ``BadRequest`` for anything it cannot understand."""
     if isinstance(value, bool):
-        raise AttachRefused("amqp:invalid-field", f"offset spec must not be a boolean: {value!r}")
+        raise BadRequest(f"offset spec must not be a boolean: {value!r}")
     if isinstance(value, timestamp):
         return StartSpec("timestamp", int(value))
     if isinstance(value, int):
         if value < 0:
-            raise AttachRefused("amqp:invalid-field", f"offset spec must be >= 0, not {value}")
+            raise BadRequest(f"offset spec must be >= 0, not {value}")
         return StartSpec("offset", int(value))
     if isinstance(value, str):
         if value in ("first", "last", "next"):
@@ -118,10 +110,10 @@ def parse_start(value: Any, now_ms: int) -> StartSpec:
         seconds = parse_interval(value)
         if seconds is not None and seconds > 0:
             return StartSpec("timestamp", now_ms - seconds * 1000)
-        raise AttachRefused("amqp:invalid-field",
+        raise BadRequest(
                             f"offset spec {value!r} is not first, last, next, an offset, "
                             f"a timestamp or an interval like 10m")
-    raise AttachRefused("amqp:invalid-field", f"offset spec of type {type(value).__name__} "
+    raise BadRequest(f"offset spec of type {type(value).__name__} "
                                               f"is not supported")
 
 

@@ -28,8 +28,8 @@ from typing import Any, Callable
 
 from cproton import pn_delivery, pn_delivery_settle, pn_link_advance, pn_link_credit, pn_link_send
 
-from amqp_stream.credit import ConsumerTurn
-from amqp_stream.source_filters import SourceFilters
+from amqp_stream.amqp.credit import ConsumerTurn
+from amqp_stream.amqp.source_filters import SourceFilters
 from sqlfilter.stored import with_stream_offset
 from storage.reader import SCAN_PAUSED
 
@@ -55,8 +55,11 @@ def offset_spec(filters: SourceFilters) -> Any:
 
 class Consumer:
     def __init__(self, link: Any, entry: Any, filters: SourceFilters,
-                 schedule: Callable[["Consumer", bool], None]):
+                 schedule: Callable[["Consumer", bool], None],
+                 end: Callable[[Exception], None] | None = None):
         self.link = link
+        self.end = end or (lambda error: None)  # the core ends this link (its stream is gone)
+        self.conn: Any = None  # the adapter's state of this link's connection
         self.entry = entry
         self.filters = filters
         # stage 2 as one function of the stored bytes (no dispatch per record)

@@ -12,24 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import quote
 
-__all__ = ["Address", "AddressError", "PublishRefused", "parse", "publish_stream", "queue_address",
+from amqp_stream.errors import BadRequest, NotImplementedByBroker
+
+__all__ = ["Address", "AddressError", "parse", "publish_stream", "queue_address",
            "MANAGEMENT", "MAX_NAME_BYTES"]
 
 MANAGEMENT = "/management"
 MAX_NAME_BYTES = 255
 
 
-class AddressError(ValueError):
+class AddressError(BadRequest):
     """An address that is not one of the forms above."""
-
-
-class PublishRefused(ValueError):
-    """A publish address this broker does not take, with the AMQP error condition to send."""
-
-    def __init__(self, condition: str, description: str):
-        super().__init__(description)
-        self.condition = condition
-        self.description = description
 
 
 @dataclass(frozen=True)
@@ -118,10 +111,10 @@ def publish_stream(address: str | None) -> str:
     try:
         parsed = parse(address)
     except AddressError as exc:
-        raise PublishRefused("amqp:invalid-field", str(exc)) from None
+        raise BadRequest(exc.description) from None
     if parsed.kind == "exchange":
-        raise PublishRefused("amqp:not-implemented", "exchanges are not supported by this broker: "
+        raise NotImplementedByBroker("exchanges are not supported by this broker: "
                                                      "publish to /queues/<stream>")
     if parsed.kind != "queue":
-        raise PublishRefused("amqp:invalid-field", f"cannot publish to {address!r}: use /queues/<stream>")
+        raise BadRequest(f"cannot publish to {address!r}: use /queues/<stream>")
     return parsed.name

@@ -1,0 +1,209 @@
+"""The broker's protocol-neutral core: streams, declare/delete, appends, wake-ups, metrics.
+
+Strategy: everything a stream does for a client, whatever protocol that client speaks, lives
+here and is called by the protocol adapters (``amqp_stream.amqp`` today, the stream protocol
+next) on the event loop thread:
+
+- streams: ``declare`` (validated arguments; all or nothing), ``delete`` (ends every attached
+  consumer and publisher of every protocol with ``ResourceDeleted``), ``info``, ``stream``;
+- attachments: a consumer or publisher of any protocol registers with ``attach`` and leaves
+  with ``detach``; it only has to offer ``end(error)`` (the core ends it) and, for consumers,
+  ``wake()`` (the stream grew);
+- appends: publishers queue their messages during a loop turn and ``mark_dirty`` themselves;
+  ``flush`` hands each publisher's batch to its stream's writer once per turn (group commit
+  across connections), and the writers' callbacks come back through the mailbox;
+- wake-ups: storage's writer threads say "the committed end of X moved"; the names are
+  collected and each waiting consumer of X is woken once per mailbox batch.
+
+Errors are ``amqp_stream.errors.BrokerError``s, which each adapter turns into its protocol's
+answer.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from typing import Any, Callable, Protocol
+
+from amqp_stream.config import BrokerConfig
+from amqp_stream.errors import Forbidden, NotFound, ResourceDeleted
+from amqp_stream.loop import Mailbox
+from amqp_stream.metrics import Metrics
+from amqp_stream.streams import Registry, StreamEntry
+from amqp_stream import arguments as stream_arguments
+
+__all__ = ["Core", "Attachment", "Publishing"]
+
+log = logging.getLogger(__name__)
+
+
+class Attachment(Protocol):
+    """A consumer or publisher of any protocol, as the core sees it."""
+
+    def end(self, error: Exception) -> None:
+        """The broker ends it (its stream was deleted, the broker stops)."""
+
+
+class Publishing(Protocol):
+    def flush(self) -> None:
+        """Hand the messages queued this turn to storage."""
+
+
+class Core:
+    def __init__(self, config: BrokerConfig, mailbox: Mailbox, metrics: Metrics | None = None):
+        self.config = config
+        self.mailbox = mailbox
+        self.metrics = metrics or Metrics()
+        self.registry = Registry(config, self._on_moved)
+        self.moved: collections.deque[str] = collections.deque()
+        self.dirty: list[Publishing] = []
+        self.flush_scheduled = False
+        self.stopping = False
+        # the adapters' ``process``: run after each batch of work that may have produced
+        # output (a flush, a mailbox batch), so that output is written in the same turn
+        self.turn_hooks: list[Callable[[], None]] = []
+        mailbox.after = self.after_mailbox
+
+    # -- life ------------------------------------------------------------------------------
+    def open_all(self) -> list[str]:
+        names = self.registry.open_all()
+        for name in names:
+            self.registry.entries[name].metrics = self.metrics.for_stream(name)
+        self.metrics.streams.set(len(names))
+        return names
+
+    def close_all(self) -> None:
+        """Writers finish and fsync what is queued; their callbacks wait in the mailbox."""
+        self.flush()
+        self.registry.close_all()
+
+    # -- streams ---------------------------------------------------------------------------
+    def exists(self, name: str) -> bool:
+        return self.registry.exists(name)
+
+    def stream(self, name: str) -> StreamEntry:
+        entry = self.registry.get(name)
+        if entry is None:
+            raise NotFound(f"no stream '{name}'")
+        return entry
+
+    def get(self, name: str) -> StreamEntry | None:
+        return self.registry.get(name)
+
+    def info(self, name: str) -> dict:
+        if not self.registry.exists(name):
+            raise NotFound(f"queue '{name}' not found")
+        return self.registry.info(name)
+
+    def declare(self, name: str, arguments: dict) -> bool:
+        """Create stream ``name`` with validated ``arguments`` (``amqp_stream.arguments``);
+        False when it exists with the same arguments, ``PreconditionFailed`` when they differ."""
+        if name.startswith("amq."):
+            raise Forbidden(f"ACCESS_REFUSED: queue name '{name}' contains reserved prefix 'amq.'")
+        if self.registry.exists(name):
+            stream_arguments.equivalent(self.registry.arguments(name), arguments, name)
+            return False
+        entry = self.registry.create(name, arguments)
+        entry.metrics = self.metrics.for_stream(name)
+        self.metrics.streams.set(len(self.registry.entries))
+        return True
+
+    def delete(self, name: str) -> int | None:
+        """Delete ``name``; every consumer and publisher on it is ended first. None when there
+        was no such stream, else the count of messages it held."""
+        entry = self.registry.get(name)
+        if entry is None:
+            return None
+        self.flush()
+        gone = ResourceDeleted(f"stream '{name}' was deleted")
+        for attachment in [*entry.consumers, *entry.publishers]:
+            try:
+                attachment.end(gone)
+            except Exception:
+                log.exception("ending %r on the deletion of %r", attachment, name)
+        entry.consumers.clear()
+        entry.publishers.clear()
+        count = self.registry.delete(name)
+        self.mailbox.drain()  # settle (reject) what the closed writer failed
+        self.metrics.forget(name)
+        self.metrics.streams.set(len(self.registry.entries))
+        return count
+
+    # -- attachments -----------------------------------------------------------------------
+    def attach_consumer(self, entry: StreamEntry, consumer: Any) -> None:
+        entry.consumers.add(consumer)
+        self.metrics.consumers.inc()
+
+    def detach_consumer(self, entry: StreamEntry, consumer: Any) -> None:
+        if consumer in entry.consumers:
+            entry.consumers.discard(consumer)
+        self.metrics.consumers.dec()
+
+    def attach_publisher(self, entry: StreamEntry | None, publisher: Any) -> None:
+        if entry is not None:
+            entry.publishers.add(publisher)
+        self.metrics.publishers.inc()
+
+    def detach_publisher(self, entry: StreamEntry | None, publisher: Any) -> None:
+        if entry is not None:
+            entry.publishers.discard(publisher)
+        self.metrics.publishers.dec()
+
+    # -- appends ---------------------------------------------------------------------------
+    def mark_dirty(self, publisher: Publishing) -> None:
+        """``publisher`` queued messages this turn: flush it once the loop's turn is over."""
+        self.dirty.append(publisher)
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.mailbox.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self.flush_scheduled = False
+        dirty = self.dirty
+        if not dirty:
+            return
+        while dirty:
+            publisher = dirty.pop()
+            try:
+                publisher.flush()
+            except Exception:
+                log.exception("flushing a publisher")
+        self._run_turn_hooks()
+
+    def _run_turn_hooks(self) -> None:
+        for hook in self.turn_hooks:
+            try:
+                hook()
+            except Exception:
+                log.exception("turn hook %r failed", hook)
+
+    # -- wake-ups --------------------------------------------------------------------------
+    def _on_moved(self, name: str) -> None:
+        """From a writer thread: the committed end of ``name`` moved."""
+        self.moved.append(name)
+        mailbox = self.mailbox
+        if not mailbox.signalled:
+            mailbox.post(_nothing)
+
+    def after_mailbox(self) -> None:
+        """On the loop, after a mailbox batch (writers' callbacks): wake the consumers of every
+        stream that grew, then let the adapters write."""
+        self._wake_moved()
+        self._run_turn_hooks()
+
+    def _wake_moved(self) -> None:
+        moved = self.moved
+        if not moved:
+            return
+        names = set()
+        while moved:
+            names.add(moved.popleft())
+        for name in names:
+            entry = self.registry.get(name)
+            if entry is not None:
+                for consumer in list(entry.consumers):
+                    consumer.wake()
+
+
+def _nothing() -> None:
+    """A mailbox post that only wakes the loop (the names wait in ``Core.moved``)."""

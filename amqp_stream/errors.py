@@ -1,0 +1,81 @@
+"""The broker's one error root: every refusal carries what each protocol needs to say it.
+
+Strategy: code that decides (addresses, attach filters, declare arguments, the management node,
+publishing) raises a ``BrokerError`` subclass; the protocol adapter turns it into its own
+answer: the AMQP 1.0 error ``condition`` on a link, connection or delivery, the HTTP-like
+``status`` of a ``/management`` reply, and (for the stream protocol) ``stream_code``, RabbitMQ's
+response code. One table here, so the three answers to one refusal cannot drift apart; callers
+match on the class, never on the text.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BrokerError", "BadRequest", "NotFound", "Forbidden", "PreconditionFailed",
+           "NotAllowed", "NotImplementedByBroker", "ResourceDeleted", "ResourceLimit",
+           "DecodeError", "SizeExceeded", "InternalError", "ShuttingDown"]
+
+
+class BrokerError(Exception):
+    """A refusal: ``description`` for humans, ``condition``/``status``/``stream_code`` for
+    the protocols."""
+
+    condition = "amqp:internal-error"
+    status = 500
+    stream_code = 0x0C  # RabbitMQ's internal_error
+
+    def __init__(self, description: str):
+        super().__init__(description)
+        self.description = description
+
+
+class BadRequest(BrokerError):
+    """Bad input: a malformed address, filter, argument or field."""
+    condition, status, stream_code = "amqp:invalid-field", 400, 0x11  # precondition_failed
+
+
+class NotFound(BrokerError):
+    condition, status, stream_code = "amqp:not-found", 404, 0x02  # stream_does_not_exist
+
+
+class Forbidden(BrokerError):
+    condition, status, stream_code = "amqp:unauthorized-access", 403, 0x10  # access_refused
+
+
+class PreconditionFailed(BrokerError):
+    """It exists with other arguments (a second declare that differs)."""
+    condition, status, stream_code = "amqp:precondition-failed", 409, 0x11
+
+
+class NotAllowed(BrokerError):
+    """A method the path does not take."""
+    condition, status, stream_code = "amqp:not-allowed", 405, 0x11
+
+
+class NotImplementedByBroker(BrokerError):
+    """Something valid that this broker does not do (exchanges, purge of a stream)."""
+    condition, status, stream_code = "amqp:not-implemented", 501, 0x0C
+
+
+class ResourceDeleted(BrokerError):
+    condition, status, stream_code = "amqp:resource-deleted", 410, 0x02
+
+
+class ResourceLimit(BrokerError):
+    """Out of a resource: disk full, too many unconfirmed bytes."""
+    condition, status, stream_code = "amqp:resource-limit-exceeded", 503, 0x0C
+
+
+class DecodeError(BrokerError):
+    condition, status, stream_code = "amqp:decode-error", 400, 0x0C
+
+
+class SizeExceeded(BrokerError):
+    condition, status, stream_code = "amqp:link:message-size-exceeded", 413, 0x0C
+
+
+class InternalError(BrokerError):
+    pass
+
+
+class ShuttingDown(BrokerError):
+    condition, status, stream_code = "amqp:connection:forced", 503, 0x0C

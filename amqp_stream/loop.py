@@ -1,0 +1,453 @@
+"""The broker's event loop: one asyncio loop (uvloop when installed) drives every socket.
+
+Strategy: protocol engines are sans-I/O (proton's ``Transport`` for AMQP 1.0); this module owns
+the I/O around them and nothing protocol-specific. A ``Listener`` accepts on a non-blocking
+socket and hands each connection to a protocol factory; a ``SocketConnection`` moves bytes
+between its socket and its engine with ``recv_into``/``send`` on readiness callbacks
+(``add_reader``/``add_writer``, which epoll or libuv serve for any fd number: no ``select()``
+limit). Output the socket does not take stays in the engine, so a slow reader's backlog is
+visible to the protocol (e.g. a consumer stops when its session's outgoing bytes pile up).
+
+Every connection ends the same way, whoever ended it: ``close()`` removes its callbacks, closes
+the socket, cancels its timers and tells the owner, exactly once. A connection that stays
+half-closed (its engine closed one side and the peer never finishes) is closed after
+``LINGER`` seconds; one that never completes its handshake after ``handshake_timeout``.
+
+Other threads (storage writers) reach the loop through ``Mailbox.post``: calls queue in a deque
+and one ``call_soon_threadsafe`` wakes the loop per batch, not per call.
+
+Limits: at start the soft fd limit is raised to the hard one; beyond ``max_connections`` a new
+connection is accepted and closed at once (logged, counted); when ``accept`` fails for want of
+fds the listener pauses for ``ACCEPT_PAUSE`` seconds instead of spinning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import errno
+import logging
+import resource
+import socket
+import time
+from typing import Any, Callable
+
+__all__ = ["EventLoop", "Listener", "Mailbox", "SocketConnection", "new_event_loop",
+           "raise_fd_limit"]
+
+log = logging.getLogger(__name__)
+
+READ_SIZE = 256 * 1024  # bytes read per readiness callback (one shared buffer)
+ACCEPTS_PER_WAKEUP = 128
+ACCEPT_PAUSE = 0.1  # seconds without accepting after EMFILE/ENFILE
+LINGER = 2.0  # seconds a half-closed connection may take to finish
+_FD_SHORTAGE = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+_GONE = (errno.ECONNRESET, errno.EPIPE, errno.ETIMEDOUT, errno.ECONNABORTED, errno.ENOTCONN)
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop when it is installed (bench/RESULTS.md: less CPU per message), else
+    asyncio's own (epoll on Linux)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft limit on open files to the hard limit; return the limit in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open-file limit from %d to %d: %s", soft, hard, exc)
+    return soft
+
+
+class Mailbox:
+    """Thread-safe hand-over to the loop: ``post(fn, *args)`` from any thread; the loop runs
+    the calls in order. One wake-up per batch of posts."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.calls: collections.deque = collections.deque()
+        self.signalled = False
+        self.after: Callable[[], None] | None = None  # run once after each batch (on the loop)
+
+    def post(self, fn: Callable[..., None], *args: Any) -> None:
+        self.calls.append((fn, args))  # append first, then look at the flag (see drain)
+        if not self.signalled:
+            self.signalled = True
+            try:
+                self.loop.call_soon_threadsafe(self.drain)
+            except RuntimeError:  # the loop is closed: shutdown already drained
+                pass
+
+    def drain(self) -> None:
+        self.signalled = False
+        calls = self.calls
+        while calls:
+            fn, args = calls.popleft()
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("mailbox call %r failed", fn)
+        if self.after is not None:
+            self.after()
+
+
+class EventLoop:
+    """The loop, its listeners and every live connection (of any protocol)."""
+
+    def __init__(self, max_connections: int, handshake_timeout: float):
+        self.loop = new_event_loop()
+        self.max_connections = max_connections
+        self.handshake_timeout = handshake_timeout
+        self.mailbox = Mailbox(self.loop)
+        self.connections: set[SocketConnection] = set()
+        self.listeners: list[Listener] = []
+        self.read_buffer = bytearray(READ_SIZE)
+        self.refused = 0  # connections refused over max_connections, since start
+        self._refused_logged = 0.0
+        self.on_count: Callable[[int], None] | None = None  # told the live count on each change
+
+    def listen(self, host: str, port: int, factory: Callable[[socket.socket, str], "SocketConnection"],
+               name: str) -> "Listener":
+        listener = Listener(self, host, port, factory, name)
+        self.listeners.append(listener)
+        return listener
+
+    def stop_listening(self) -> None:
+        for listener in self.listeners:
+            listener.close()
+        self.listeners.clear()
+
+    def admit(self, sock: socket.socket, peer: str, listener: "Listener") -> bool:
+        """May one more connection be served? Logs refusals at most once a second."""
+        if len(self.connections) < self.max_connections:
+            return True
+        self.refused += 1
+        now = time.monotonic()
+        if now - self._refused_logged >= 1.0:
+            self._refused_logged = now
+            log.warning("%s: refused a connection from %s: max_connections (%d) reached "
+                        "(%d refused so far)", listener.name, peer, self.max_connections,
+                        self.refused)
+        return False
+
+    def added(self, conn: "SocketConnection") -> None:
+        self.connections.add(conn)
+        if self.on_count is not None:
+            self.on_count(len(self.connections))
+
+    def removed(self, conn: "SocketConnection") -> None:
+        self.connections.discard(conn)
+        if self.on_count is not None:
+            self.on_count(len(self.connections))
+
+
+def peer_name(addr: Any) -> str:
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        host = addr[0]
+        return f"[{host}]:{addr[1]}" if ":" in host else f"{host}:{addr[1]}"
+    return str(addr)
+
+
+class Listener:
+    """A listening socket that accepts on readiness and hands sockets to ``factory``."""
+
+    def __init__(self, eloop: EventLoop, host: str, port: int,
+                 factory: Callable[[socket.socket, str], "SocketConnection"], name: str):
+        self.eloop = eloop
+        self.factory = factory
+        self.name = name
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen(socket.SOMAXCONN)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+        self.address = sock.getsockname()
+        self.paused = False
+        eloop.loop.add_reader(sock.fileno(), self._accept)
+
+    def _accept(self) -> None:
+        eloop = self.eloop
+        for _ in range(ACCEPTS_PER_WAKEUP):
+            try:
+                sock, addr = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in _FD_SHORTAGE:
+                    log.warning("%s: cannot accept: %s; pausing %.1f s", self.name, exc.strerror,
+                                ACCEPT_PAUSE)
+                    self._pause()
+                elif exc.errno != errno.ECONNABORTED:
+                    log.warning("%s: accept failed: %s", self.name, exc)
+                return
+            peer = peer_name(addr)
+            if not eloop.admit(sock, peer, self):
+                sock.close()
+                continue
+            try:
+                sock.setblocking(False)
+                if sock.family in (socket.AF_INET, socket.AF_INET6):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conn = self.factory(sock, peer)
+                conn.start()
+            except Exception:
+                log.exception("%s: setting up a connection from %s failed", self.name, peer)
+                sock.close()
+
+    def _pause(self) -> None:
+        if self.paused or self.sock.fileno() < 0:
+            return
+        self.paused = True
+        self.eloop.loop.remove_reader(self.sock.fileno())
+        self.eloop.loop.call_later(ACCEPT_PAUSE, self._resume)
+
+    def _resume(self) -> None:
+        self.paused = False
+        if self.sock.fileno() >= 0:
+            self.eloop.loop.add_reader(self.sock.fileno(), self._accept)
+
+    def close(self) -> None:
+        if self.sock.fileno() >= 0:
+            if not self.paused:
+                self.eloop.loop.remove_reader(self.sock.fileno())
+            self.sock.close()
+
+
+class SocketConnection:
+    """One accepted socket and the engine behind it. Subclasses implement ``received``,
+    ``input_closed``, ``output`` and ``output_done`` (the engine side) and ``finished``.
+
+    ``read_paused`` stops reading (the engine takes no more input); ``write()`` sends what the
+    engine has; the socket is closed by ``close()`` only.
+    """
+
+    def __init__(self, eloop: EventLoop, sock: socket.socket, peer: str):
+        self.eloop = eloop
+        self.loop = eloop.loop
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.peer = peer
+        self.reading = False
+        self.writing = False
+        self.closed = False
+        self.eof = False  # the peer shut its side
+        self.handshake_timer: asyncio.TimerHandle | None = None
+        self.linger_timer: asyncio.TimerHandle | None = None
+        self.timer: asyncio.TimerHandle | None = None  # the engine's next deadline
+        self.timer_at = 0.0
+
+    # -- life ------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.eloop.added(self)
+        if self.eloop.handshake_timeout > 0:
+            self.handshake_timer = self.loop.call_later(self.eloop.handshake_timeout,
+                                                        self._handshake_expired)
+        self.resume_reading()
+
+    def handshake_done(self) -> None:
+        """The protocol's handshake (SASL, open) completed: no more handshake deadline."""
+        if self.handshake_timer is not None:
+            self.handshake_timer.cancel()
+            self.handshake_timer = None
+
+    def _handshake_expired(self) -> None:
+        self.handshake_timer = None
+        if not self.closed:
+            log.info("connection %s closed: handshake not done within %.0f s", self.peer,
+                     self.eloop.handshake_timeout)
+            self.close()
+
+    def linger(self) -> None:
+        """One side is closed: give the other ``LINGER`` seconds to finish, then close."""
+        if self.linger_timer is None and not self.closed:
+            self.linger_timer = self.loop.call_later(LINGER, self.close)
+
+    def close(self) -> None:
+        """Release everything of this connection, once."""
+        if self.closed:
+            return
+        self.closed = True
+        loop = self.loop
+        if self.reading:
+            loop.remove_reader(self.fd)
+            self.reading = False
+        if self.writing:
+            loop.remove_writer(self.fd)
+            self.writing = False
+        for timer in (self.handshake_timer, self.linger_timer, self.timer):
+            if timer is not None:
+                timer.cancel()
+        self.handshake_timer = self.linger_timer = self.timer = None
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        self.eloop.removed(self)
+        try:
+            self.finished()
+        except Exception:
+            log.exception("releasing connection %s", self.peer)
+
+    # -- reading ---------------------------------------------------------------------------
+    def resume_reading(self) -> None:
+        if not self.reading and not self.closed and not self.eof:
+            self.loop.add_reader(self.fd, self._on_readable)
+            self.reading = True
+
+    def pause_reading(self) -> None:
+        if self.reading:
+            self.loop.remove_reader(self.fd)
+            self.reading = False
+
+    def _on_readable(self) -> None:
+        buf = self.eloop.read_buffer
+        limit = self.capacity()
+        if limit <= 0:
+            self.pause_reading()
+            return
+        try:
+            n = self.sock.recv_into(buf, min(limit, len(buf)))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lost(exc)
+            return
+        try:
+            if n == 0:
+                self.eof = True
+                self.pause_reading()
+                self.input_closed()
+            else:
+                self.received(buf, n)
+        except Exception as exc:
+            log.exception("connection %s: failed on its input", self.peer)
+            self.failed(exc)
+
+    def _lost(self, exc: OSError) -> None:
+        if exc.errno not in _GONE:
+            log.info("connection %s: socket error: %s", self.peer, exc)
+        self.eof = True
+        self.pause_reading()
+        try:
+            self.input_closed()
+            self.output_done()
+        except Exception:
+            log.exception("connection %s: closing after a socket error", self.peer)
+        self.close()
+
+    # -- writing ---------------------------------------------------------------------------
+    def write(self) -> None:
+        """Send what the engine has, as far as the socket takes it; wait for writability for
+        the rest."""
+        if self.closed:
+            return
+        sock = self.sock
+        while True:
+            data = self.output()
+            if data is None:  # the engine will write no more
+                if self.writing:
+                    self.loop.remove_writer(self.fd)
+                    self.writing = False
+                self.output_finished()
+                return
+            if not data:
+                break
+            try:
+                n = sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError as exc:
+                self._lost(exc)
+                return
+            self.sent(n)
+            if n < len(data):
+                if not self.writing:
+                    self.loop.add_writer(self.fd, self._on_writable)
+                    self.writing = True
+                return
+        if self.writing:
+            self.loop.remove_writer(self.fd)
+            self.writing = False
+
+    def _on_writable(self) -> None:
+        try:
+            self.write()
+            if not self.writing:
+                self.drained()
+        except Exception as exc:
+            log.exception("connection %s: failed on its output", self.peer)
+            self.failed(exc)
+
+    def set_deadline(self, when: float) -> None:
+        """Call ``on_deadline`` at loop time ``when`` (0: none); the earliest request wins
+        until it fires."""
+        if when <= 0 or self.closed:
+            return
+        if self.timer is not None:
+            if self.timer_at <= when:
+                return
+            self.timer.cancel()
+        self.timer_at = when
+        self.timer = self.loop.call_at(when, self._deadline)
+
+    def _deadline(self) -> None:
+        self.timer = None
+        if not self.closed:
+            try:
+                self.on_deadline()
+            except Exception as exc:
+                log.exception("connection %s: timer failed", self.peer)
+                self.failed(exc)
+
+    # -- the engine side (subclasses) ------------------------------------------------------
+    def capacity(self) -> int:
+        """How many bytes the engine takes now (<= 0: stop reading)."""
+        return READ_SIZE
+
+    def received(self, buf: bytearray, n: int) -> None:
+        raise NotImplementedError
+
+    def input_closed(self) -> None:
+        """The peer closed its side (EOF) or the socket failed."""
+
+    def output(self) -> Any:
+        """Bytes to send now (a buffer), b"" when none, None when the engine has closed its
+        output."""
+        return None
+
+    def sent(self, n: int) -> None:
+        """``n`` bytes of the last ``output()`` went out."""
+
+    def output_done(self) -> None:
+        """The socket takes no more output."""
+
+    def output_finished(self) -> None:
+        """The engine closed its output and all of it was sent."""
+
+    def drained(self) -> None:
+        """Everything pending went out after the socket was full."""
+
+    def on_deadline(self) -> None:
+        """A deadline set with ``set_deadline`` has come."""
+
+    def failed(self, exc: Exception) -> None:
+        """A bug while handling this connection: close it."""
+        self.close()
+
+    def finished(self) -> None:
+        """The connection is closed: release the engine and forget it."""
