@@ -170,3 +170,17 @@ def test_unparseable_offset_refuses_the_link(broker, fruit):
     assert not result["ok"]
     assert result["attach_filter"] is None and result["attach_source_address"] is None
     assert "receiver closed" in result["error"] and "amqp:invalid-field" in result["error"]
+
+
+def test_management_link_pair_reopened_under_other_names_gets_replies(broker, stream_name):
+    """rhea closes its /management pair and opens one with other names on the same session: the
+    new pair is answered (replies once went to the first pair's closed sender)."""
+    result = rhea(broker, {"op": "management", "link_name": "first", "reopen_as": "second",
+                           "requests": [{"method": "PUT", "path": f"/queues/{stream_name}",
+                                         "body": {"durable": True, "arguments": {}}},
+                                        {"method": "GET", "path": f"/queues/{stream_name}"}],
+                           "timeout_ms": 8000})
+    assert result["ok"], result
+    assert [r["subject"] for r in result["responses"]] == ["201", "200"]
+    assert [r["subject"] for r in result["responses2"]] == ["200", "200"]
+    assert result["responses2"][1]["body"]["name"] == stream_name

@@ -10,7 +10,7 @@
 //   node client.js '{"op": "consume", "url": ..., "address": ..., "until_body": "END",
 //                    "filters": [{"key": "sql-filter", "descriptor": 288, "value": "..."}]}'
 //   node client.js '{"op": "management", "url": ..., "requests": [{"method": "PUT", "path": ...,
-//                    "body": {...}}], "link_name": "management-link-pair"}'
+//                    "body": {...}}], "link_name": "management-link-pair", "reopen_as": "other"}'
 //
 // Filter values are typed with "type": string (default), symbol, long, ulong, bool, list
 // (of strings), symbol_map (keys symbols, values strings) or map (string keys). A consumer stops
@@ -190,7 +190,25 @@ function consume() {
 // paired = true). rhea keys links by name within a session, so same-named links would share one
 // entry: this client names them <link_name>-requests / <link_name>-replies on the same session.
 function management() {
-    const name = spec.link_name || 'management-link-pair';
+    // "reopen_as": after the answers on the first link pair, close it and ask the same again on a
+    // pair with other names on the same session (answers in "responses2")
+    result.responses = [];
+    managementPair(spec.link_name || 'management-link-pair', result.responses, (sender, receiver) => {
+        if (!spec.reopen_as) return finish();
+        let closed = 0;
+        const reopen = () => {
+            if (++closed < 2) return;
+            result.responses2 = [];
+            managementPair(spec.reopen_as, result.responses2, () => finish());
+        };
+        sender.once('sender_close', reopen);
+        receiver.once('receiver_close', reopen);
+        sender.close();
+        receiver.close();
+    });
+}
+
+function managementPair(name, responses, done) {
     const props = {paired: true};
     const sender = connection.open_sender({
         name: name + '-requests', target: {address: '/management'}, source: {address: '/management'},
@@ -200,7 +218,6 @@ function management() {
         name: name + '-replies', source: {address: '/management'}, target: {address: '/management'},
         properties: props, credit_window: 10, autoaccept: true, rcv_settle_mode: 0,
     });
-    result.responses = [];
     let sent = 0;
     const sendNext = () => {
         const r = spec.requests[sent];
@@ -216,8 +233,8 @@ function management() {
     receiver.on('receiver_open', maybeStart);
     receiver.on('message', (ctx) => {
         const m = ctx.message;
-        result.responses.push({correlation_id: m.correlation_id, subject: m.subject, body: plain(m.body)});
-        if (result.responses.length === spec.requests.length) finish();
+        responses.push({correlation_id: m.correlation_id, subject: m.subject, body: plain(m.body)});
+        if (responses.length === spec.requests.length) done(sender, receiver);
         else sendNext();
     });
 }

@@ -1,0 +1,117 @@
+"""Many real AMQP clients in one test process: proton's client engine per socket, driven by one
+``selectors`` loop (a ``BlockingConnection`` per client would cost a container each).
+
+Each ``EngineClient`` does SASL ANONYMOUS and opens its connection like any proton client;
+``pump`` moves bytes until a condition holds for every client or the deadline passes.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import socket
+import time
+from typing import Callable, Iterable
+
+from proton import Connection, Endpoint, Transport
+
+__all__ = ["EngineClient", "pump", "raw_socket", "fd_count", "socket_count"]
+
+
+class EngineClient:
+    def __init__(self, host: str, port: int):
+        self.sock = socket.create_connection((host, port), timeout=10)
+        self.sock.setblocking(False)
+        self.transport = Transport(Transport.CLIENT)
+        self.transport.sasl().allowed_mechs("ANONYMOUS")
+        self.connection = Connection()
+        self.connection.container = f"engine-{self.sock.getsockname()[1]}"
+        self.connection.hostname = host
+        self.transport.bind(self.connection)
+        self.connection.open()
+        self.eof = False
+
+    @property
+    def opened(self) -> bool:
+        return bool(self.connection.state & Endpoint.REMOTE_ACTIVE)
+
+    @property
+    def closed_by_peer(self) -> bool:
+        return self.eof or bool(self.connection.state & Endpoint.REMOTE_CLOSED)
+
+    def write(self) -> None:
+        while True:
+            pending = self.transport.pending()
+            if pending <= 0:
+                return
+            try:
+                n = self.sock.send(self.transport.peek(pending))
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                self.eof = True
+                return
+            self.transport.pop(n)
+            if n < pending:
+                return
+
+    def read(self) -> None:
+        try:
+            data = self.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.eof = True
+            if self.transport.capacity() >= 0:
+                self.transport.close_tail()
+            return
+        if self.transport.capacity() >= 0:
+            self.transport.push(data)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def pump(clients: Iterable[EngineClient], done: Callable[[EngineClient], bool],
+         timeout: float) -> list[EngineClient]:
+    """Drive ``clients`` until ``done(client)`` for each (or ``timeout``); the ones not done."""
+    waiting = {c for c in clients if not done(c)}
+    sel = selectors.DefaultSelector()
+    for c in waiting:
+        c.write()
+        sel.register(c.sock, selectors.EVENT_READ, c)
+    deadline = time.monotonic() + timeout
+    while waiting and time.monotonic() < deadline:
+        for key, _ in sel.select(0.2):
+            c = key.data
+            c.read()
+            c.write()
+            if done(c) or c.eof:
+                if c in waiting:
+                    waiting.discard(c)
+                    sel.unregister(c.sock)
+    sel.close()
+    return [c for c in waiting if not done(c)]
+
+
+def raw_socket(host: str, port: int) -> socket.socket:
+    return socket.create_connection((host, port), timeout=10)
+
+
+def fd_count(pid: int) -> int:
+    """Open file descriptors of process ``pid``."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def socket_count(pid: int) -> int:
+    """Open sockets of process ``pid`` (listeners and connections; stream files left out)."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):
+                count += 1
+        except FileNotFoundError:
+            pass
+    return count
