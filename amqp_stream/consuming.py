@@ -30,7 +30,7 @@ from cproton import pn_delivery, pn_delivery_settle, pn_link_advance, pn_link_cr
 
 from amqp_stream.credit import ConsumerTurn
 from amqp_stream.source_filters import SourceFilters
-from sqlfilter.stored import with_stream_offset
+from amqp_stream.wire import with_stream_offset
 from storage.reader import SCAN_PAUSED
 
 __all__ = ["Consumer", "offset_spec", "SCAN_BUDGET"]

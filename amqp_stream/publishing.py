@@ -27,9 +27,7 @@ from cproton import (pn_decref, pn_delivery_aborted, pn_delivery_partial, pn_del
 from proton import Condition, Delivery
 
 from amqp_stream.credit import PublisherCredit
-from sqlfilter import MessageFormatError
-from sqlfilter.message import MessageView
-from sqlfilter.stored import BadFilterValue, stored_form
+from amqp_stream.wire import BadFilterValue, MessageFormatError, MessageView, stored_form
 
 __all__ = ["Publisher"]
 

@@ -7,8 +7,8 @@ Each sub-expression becomes a statement assigning a temporary ``tN``:
   sections the expression names are read, so a lazy view decodes nothing else); a message
   whose sections cannot be decoded (``MessageFormatError``) gives unknown, never an exception;
 - the properties and application properties are read with one ``view.pick(...)`` call, each
-  with a ``message.KeyPicker`` of the keys the expression names: from stored bytes the sections
-  are found in one pass and only those values are decoded (decoding whole maps was most of the
+  with an ``amqp_stream.wire.KeyPicker`` of the keys the expression names: from stored bytes
+  the sections are found in one pass and only those values are decoded (decoding whole maps was most of the
   cost of a message). Any other view object (a duck-typed one in tests and tools) is read
   through its plain section attributes;
 - operators with a literal operand get a fast path for the common value type (``str`` for a
@@ -26,11 +26,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from amqp_stream.wire import KeyPicker, MessageFormatError, MessageView
 from sqlfilter import ast, runtime
-from sqlfilter.errors import MessageFormatError
 from sqlfilter.like import LikeMatcher, compile_like
-from sqlfilter.message import MessageView
-from sqlfilter.pick import KeyPicker
 
 __all__ = ["generate", "Generated"]
 
