@@ -178,7 +178,7 @@ class _Emitter:
             return self.assign(f"_cond({self.raw(node)})")
         return self.assign(f"_cond({self.value(node)})")
 
-    def _fields_first(self, node: ast.Compare) -> tuple[ast.Node, ast.Node, str] | None:
+    def _fields_first(self, node: ast.Compare) -> tuple[ast.Node, ast.Literal, str] | None:
         """(field-ish side, literal side, op as seen from the field) when one side is literal."""
         flip = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "=": "=", "<>": "<>"}
         if isinstance(node.right, ast.Literal) and not isinstance(node.left, ast.Literal):
@@ -245,8 +245,9 @@ class _Emitter:
 
     def in_(self, node: ast.In) -> str:
         items = node.items
-        literal = all(isinstance(i, ast.Literal) for i in items)
-        values = [i.value for i in items] if literal else []
+        literals = [i.value for i in items if isinstance(i, ast.Literal)]
+        literal = len(literals) == len(items)
+        values = literals if literal else []
         if literal and isinstance(node.subject, (ast.Field, ast.Element)):
             if all(type(v) is str for v in values):
                 x = self.raw(node.subject)

@@ -33,7 +33,8 @@ class SqlFilter(Filter):
         self.source = source
         self.sections = sections
         # the generated function itself, looked up before the class's method: no extra call
-        self.evaluate_view = function  # type: ignore[method-assign]
+        # (mypy types an instance attribute named like a method as the unbound method)
+        self.evaluate_view = function  # type: ignore[method-assign, assignment]
 
     def evaluate_view(self, view: MessageView) -> bool | None:  # replaced per instance
         raise NotImplementedError  # pragma: no cover

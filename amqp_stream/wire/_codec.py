@@ -164,7 +164,7 @@ def _decimal_to_bid(value: decimal.Decimal, code: int) -> int:
     top = sign << (width - 1)
     if exp == "F":
         return top | (0x1E << (width - 6))
-    if exp in ("n", "N"):
+    if isinstance(exp, str):  # "n" (quiet NaN) or "N" (signalling)
         return top | (0x1F << (width - 6)) | ((1 if exp == "N" else 0) << (width - 7))
     coeff = int("".join(map(str, digits)) or "0")
     biased = exp + bias
@@ -322,7 +322,7 @@ def _items(buf, pos, end, count):
         raise Bad("compound value runs past the end", pos)
     if count > end - pos:
         raise Bad(f"count {count} cannot fit in {end - pos} bytes", pos)
-    out = []
+    out: list[Any] = []
     append = out.append
     readers = _READERS
     for _ in range(count):
@@ -472,7 +472,7 @@ def _array(buf, pos, end, count):
     limit = len(buf) if code in _ZERO_WIDTH else end - pos
     if count > limit:
         raise Bad(f"array count {count} cannot fit", pos)
-    out = []
+    out: list[Any] = []
     append = out.append
     for _ in range(count):
         value, pos = reader(buf, pos)
@@ -641,7 +641,8 @@ def _w_variable(code8: int, data: bytes, out: bytearray) -> None:
     out += data
 
 
-def _compound(out: bytearray, small: int, large: int, count: int, body: bytes) -> None:
+def _compound(out: bytearray, small: int, large: int, count: int, body: bytes | bytearray
+              ) -> None:
     if len(body) + 1 < 256 and count < 256:
         out.append(small)
         out += SIZE_COUNT8.pack(len(body) + 1, count)

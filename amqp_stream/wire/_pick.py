@@ -17,7 +17,7 @@ UTF-8) are not looked at.
 from __future__ import annotations
 
 import struct
-from typing import Iterable
+from typing import Any, Iterable
 
 from amqp_stream.wire._codec import SIZE_COUNT32, U32, WIDTH, Bad, raw_decode, raw_skip
 from amqp_stream.wire._errors import MessageFormatError
@@ -88,7 +88,8 @@ def fast_pick(buf: bytes, properties: KeyPicker | None, application_properties: 
     wanted is rejected on its length byte (``KeyPicker.lengths``), the properties list is read up
     to its last wanted field only, and the walk ends once both sections are read.
     """
-    p = ap = None
+    p: dict[str, Any] | None = None
+    ap: dict[str, Any] | None = None
     left = (properties is not None) + (application_properties is not None)
     pos = 0
     n = len(buf)

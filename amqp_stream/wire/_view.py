@@ -19,7 +19,7 @@ dicts, a pick is the whole section dict (a superset: callers only ``get`` their 
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, overload
 
 import proton
 
@@ -79,6 +79,14 @@ class MessageView:
 
     __slots__ = ("_header", "_properties", "_application_properties", "_message_annotations",
                  "_footer", "_data", "_spans", "_scanned")
+    _header: dict | None
+    _properties: dict | None
+    _application_properties: dict | None
+    _message_annotations: dict | None
+    _footer: dict | None
+    _data: bytes | None  # None: a view built from dicts
+    _spans: dict[int, tuple[int, int]] | None  # (value start, end) of the sections found so far
+    _scanned: int  # where the section walk stopped
 
     @property
     def header(self) -> dict:
@@ -143,7 +151,7 @@ class MessageView:
 
     def __init__(self) -> None:
         self._data = None
-        self._spans: dict[int, tuple[int, int]] | None = None
+        self._spans = None
         self._scanned = 0
         self._header = self._properties = self._application_properties = None
         self._message_annotations = self._footer = None
@@ -184,8 +192,26 @@ class MessageView:
         """
         return cls.from_bytes(bytes(message.encode()))
 
-    def pick(self, properties: "KeyPicker | None",
-             application_properties: "KeyPicker | None") -> tuple[dict | None, dict | None]:
+    # a section with a picker is always read: the overloads say so to the type checker
+    @overload
+    def pick(self, properties: KeyPicker, application_properties: KeyPicker) -> tuple[dict, dict]:
+        ...
+
+    @overload
+    def pick(self, properties: None, application_properties: KeyPicker) -> tuple[None, dict]:
+        ...
+
+    @overload
+    def pick(self, properties: KeyPicker, application_properties: None) -> tuple[dict, None]:
+        ...
+
+    @overload
+    def pick(self, properties: KeyPicker | None, application_properties: KeyPicker | None
+             ) -> tuple[dict | None, dict | None]:
+        ...
+
+    def pick(self, properties: KeyPicker | None,
+             application_properties: KeyPicker | None) -> tuple[dict | None, dict | None]:
         """(properties, application properties) with (at least) the keys of each picker present.
 
         A section whose picker is None is not read (None in its place). From bytes, only the
@@ -209,7 +235,7 @@ class MessageView:
                 None if application_properties is None
                 else self._exact_application_properties(application_properties))
 
-    def pick_application_properties(self, picker: "KeyPicker") -> dict:
+    def pick_application_properties(self, picker: KeyPicker) -> dict:
         """The application properties with (at least) the keys of ``picker`` that are present.
 
         (``pick(None, picker)[1]``, with the decoded-dict case first: one call for it.)
@@ -219,21 +245,21 @@ class MessageView:
             return value
         return self.pick(None, picker)[1]
 
-    def pick_properties(self, picker: "KeyPicker") -> dict:
+    def pick_properties(self, picker: KeyPicker) -> dict:
         """The properties with (at least) the fields of ``picker`` that are present."""
         value = self._properties
         if value is not None:
             return value
         return self.pick(picker, None)[0]
 
-    def _exact_application_properties(self, picker: "KeyPicker") -> dict:
+    def _exact_application_properties(self, picker: KeyPicker) -> dict:
         value = self._application_properties
         if value is not None:
             return value
         data = self._data
         if data is None:
             return {}
-        span = self._span(APPLICATION_PROPERTIES)
+        span = self._span(data, APPLICATION_PROPERTIES)
         if span is None:
             return {}
         vstart = span[0]
@@ -242,14 +268,14 @@ class MessageView:
         except FAILURES as exc:
             raise format_error(exc, vstart) from None
 
-    def _exact_properties(self, picker: "KeyPicker") -> dict:
+    def _exact_properties(self, picker: KeyPicker) -> dict:
         value = self._properties
         if value is not None:
             return value
         data = self._data
         if data is None:
             return {}
-        span = self._span(PROPERTIES)
+        span = self._span(data, PROPERTIES)
         if span is None:
             return {}
         vstart = span[0]
@@ -258,15 +284,16 @@ class MessageView:
         except FAILURES as exc:
             raise format_error(exc, vstart) from None
 
-    def _span(self, code: int) -> tuple[int, int] | None:
-        """(value start, end) of the first section with ``code``, scanning on as far as needed."""
+    def _span(self, data: bytes, code: int) -> tuple[int, int] | None:
+        """(value start, end) of the first section with ``code`` in ``data`` (the view's bytes),
+        scanning on as far as needed."""
         spans = self._spans
         if spans is None:
             spans = self._spans = {}
         span = spans.get(code)
-        if span is None and self._scanned < len(self._data):  # read on up to the section asked for
+        if span is None and self._scanned < len(data):  # read on up to the section asked for
             try:
-                self._scanned = _scan(self._data, self._scanned, spans, code)
+                self._scanned = _scan(data, self._scanned, spans, code)
             except FAILURES as exc:
                 raise format_error(exc, self._scanned) from None
             span = spans.get(code)
@@ -276,7 +303,7 @@ class MessageView:
         data = self._data
         if data is None:  # a view built without bytes: a missing section is empty
             return {}
-        span = self._span(code)
+        span = self._span(data, code)
         return {} if span is None else _decode_section(data, code, span[0], span[1])
 
     def __repr__(self) -> str:
