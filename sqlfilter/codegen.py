@@ -8,8 +8,8 @@ Each sub-expression becomes a statement assigning a temporary ``tN``:
   whose sections cannot be decoded (``MessageFormatError``) gives unknown, never an exception;
 - the properties and application properties are read with one ``view.pick(...)`` call, each
   with an ``amqp_stream.wire.KeyPicker`` of the keys the expression names: from stored bytes
-  the sections are found in one pass and only those values are decoded (decoding whole maps was most of the
-  cost of a message). Any other view object (a duck-typed one in tests and tools) is read
+  the sections are found in one pass and only those values are decoded (decoding whole maps
+  was most of the cost of a message). Any other view object (a duck-typed one in tests and tools) is read
   through its plain section attributes;
 - operators with a literal operand get a fast path for the common value type (``str`` for a
   string literal, a finite ``int``/``float`` for a number, tested as ``x - x == 0``) and fall

@@ -24,8 +24,9 @@ _ARITH = {"+": runtime.add, "-": runtime.sub, "*": runtime.mul, "/": runtime.div
 #: nodes that always evaluate to True/False/None (so TRUE AND x and FALSE OR x are just x)
 _PREDICATES = (ast.Compare, ast.And, ast.Or, ast.Not, ast.Like, ast.In, ast.Between, ast.IsNull,
                ast.Exists)
-_CALLS: dict[str, Callable[..., Any]] = {"LOWER": runtime.lower, "UPPER": runtime.upper, "LEFT": runtime.left,
-          "RIGHT": runtime.right, "SUBSTRING": runtime.substring, "DATE": runtime.date}
+_CALLS: dict[str, Callable[..., Any]] = {
+    "LOWER": runtime.lower, "UPPER": runtime.upper, "LEFT": runtime.left, "RIGHT": runtime.right,
+    "SUBSTRING": runtime.substring, "DATE": runtime.date}
 
 
 def _lit(node: ast.Node) -> TypeGuard[ast.Literal]:

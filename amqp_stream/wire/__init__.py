@@ -35,7 +35,8 @@ from amqp_stream.wire._codec import decode, decode_all, encode, encode_into, fro
 from amqp_stream.wire._sections import split_sections
 from amqp_stream.wire._pick import KeyPicker
 from amqp_stream.wire._view import MessageView, as_view
-from amqp_stream.wire._stored import FILTER_VALUE_NAME, filter_value, stored_form, with_stream_offset
+from amqp_stream.wire._stored import (FILTER_VALUE_NAME, filter_value, stored_form,
+                                      with_stream_offset)
 
 __all__ = [
     "WireError", "MessageFormatError", "BadFilterValue",

@@ -44,6 +44,8 @@ import proton
 from amqp_stream.wire._errors import MessageFormatError, WireError
 
 __all__ = ["decode", "decode_all", "skip", "encode", "encode_into", "from_proton"]
+# (shared inside amqp_stream.wire, not re-exported: the layouts, WIDTH, Bad, FAILURES,
+# format_error, raw_decode, raw_skip, map_entries: the unchecked fast forms the walks build on)
 
 # --- constructor codes -------------------------------------------------------------------------
 DESCRIBED = 0x00

@@ -23,12 +23,13 @@ from typing import Any, overload
 
 import proton
 
-from amqp_stream.wire._codec import (FAILURES, SIZE_COUNT32, U32, WIDTH, Bad, format_error, map_entries,
-                                     raw_decode, raw_skip)
+from amqp_stream.wire._codec import (FAILURES, SIZE_COUNT32, U32, WIDTH, Bad, format_error,
+                                     map_entries, raw_decode, raw_skip)
 from amqp_stream.wire._errors import MessageFormatError
 from amqp_stream.wire._pick import KeyPicker, fast_pick, pick_list, pick_map
 from amqp_stream.wire._sections import (APPLICATION_PROPERTIES, FOOTER, HEADER, HEADER_FIELDS,
-                                MESSAGE_ANNOTATIONS, PROPERTIES, PROPERTY_FIELDS, descriptor_at)
+                                        MESSAGE_ANNOTATIONS, PROPERTIES, PROPERTY_FIELDS,
+                                        descriptor_at)
 
 __all__ = ["MessageView", "as_view"]
 

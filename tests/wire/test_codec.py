@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from amqp_stream.wire import (MessageFormatError, WireError, decode, decode_all, encode, from_proton,
-                              skip)
+from amqp_stream.wire import (MessageFormatError, WireError, decode, decode_all, encode,
+                              from_proton, skip)
 from amqp_stream.wire._codec import _bid_to_decimal
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

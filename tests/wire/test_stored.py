@@ -292,8 +292,9 @@ def test_a_duplicate_or_a_section_after_the_footer_is_refused(order, extra, mess
     sent = list(order) + ([extra] if extra is not None else [])
     raw = b"".join(parts[c] for c in sent)
     offending = sum(len(parts[c]) for c in sent[:at % len(sent)])  # where the bad one starts
+    want = f"^{message} \\(at byte {offending}\\)$"
     for run in (stored_form, filter_value):
-        with pytest.raises(MessageFormatError, match=f"^{message} \\(at byte {offending}\\)$") as info:
+        with pytest.raises(MessageFormatError, match=want) as info:
             run(raw)
         assert type(info.value) is MessageFormatError  # not a BadFilterValue: amqp:decode-error
 

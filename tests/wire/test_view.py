@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 
 from amqp_stream.wire import MessageFormatError, MessageView, as_view, encode
-from tests.wire.messages import SETTINGS, check_against_message, check_view, encoded, footers, messages
+from tests.wire.messages import (SETTINGS, check_against_message, check_view, encoded, footers,
+                                 messages)
 
 
 @SETTINGS
