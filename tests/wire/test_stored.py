@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from amqp_stream.wire import (BadFilterValue, MessageFormatError, MessageView, WireError, encode,
                               filter_value, split_sections, stored_form, with_stream_offset)
+from sqlfilter import compile_property_filter, compile_sql
 from tests.wire.messages import (SETTINGS, check_view, decoded, dict_of, encoded, expected, footers,
                                  messages, sections_except, simple, symbols, typed)
 
@@ -235,7 +236,6 @@ ORDERS = [
 @pytest.mark.parametrize("footer", [False, True], ids=["no-footer", "footer"])
 @pytest.mark.parametrize("order", ORDERS)
 def test_sections_in_any_order_are_stored_in_the_canonical_order(order, footer):
-    from sqlfilter import compile_property_filter, compile_sql
     parts = node_like_parts()
     raw = b"".join(parts[c] for c in order) + (FOOTER if footer else b"")
     want = canonical_stored(parts) + (FOOTER if footer else b"")
