@@ -16,23 +16,23 @@ An encoded message is a sequence of sections, each a described value::
     0x77  amqp:amqp-value:*               any value
     0x78  amqp:footer:map                 map
 
-Sections are found by jumping over each value with its size fields (``_codec.raw_skip``), never by
-decoding them. The hot paths read the head of a section with the usual descriptor in one go
+Sections are found by jumping over each value with its size fields (``_codec.raw_skip``), never
+by decoding them. The hot paths read the head of a section with the usual descriptor in one go
 (``SECTION_HEAD``; a list8/map8 uses the first two bytes of ``size`` as its size:u8 and
 count:u8, a fixed-width value none of it)::
 
     0x00 0x53 | code | constructor | size:u32 | count:u32
 
-The order rule (AMQP 1.0 §3.2, "the bare message"), the one every stored message follows: header,
-delivery-annotations, message-annotations, properties, application-properties, the body sections
-(data..., amqp-sequence... or amqp-value, in the order sent), footer; each non-body section at
-most once, nothing after the footer. ``SECTION_RANK`` gives each section's place (the body kinds
-share one) and ``RANK_AFTER`` the lowest place the next section may have; ``stored_form``
-(``_stored``) checks a published message against them in its one walk and, at the first
-section out of place, hands the message to ``in_canonical_order``, which refuses a duplicate or a
-section after the footer and writes the sections in order. So every later reader (the filter value,
-``MessageView`` and the key picks, ``with_stream_offset``) takes the first section of each kind,
-found where the order puts it.
+The order rule (AMQP 1.0 §3.2, "the bare message"), the one every stored message follows:
+header, delivery-annotations, message-annotations, properties, application-properties, the body
+sections (data..., amqp-sequence... or amqp-value, in the order sent), footer; each non-body
+section at most once, nothing after the footer. ``SECTION_RANK`` gives each section's place (the
+body kinds share one) and ``RANK_AFTER`` the lowest place the next section may have;
+``stored_form`` (``_stored``) checks a published message against them in its one walk and, at
+the first section out of place, hands the message to ``in_canonical_order``, which refuses a
+duplicate or a section after the footer and writes the sections in order. So every later reader
+(the filter value, ``MessageView`` and the key picks, ``with_stream_offset``) takes the first
+section of each kind, found where the order puts it.
 
 ``_stored`` (the broker's byte edits), ``_view`` (the lazy view) and ``_pick`` (a filter's keys)
 all walk sections with what is here.
@@ -98,7 +98,6 @@ SECTION_RANK = tuple(DATA if DATA <= code <= AMQP_VALUE else code for code in ra
 #: non-body section (each comes once), DATA's after a body section (more body, or the footer)
 RANK_AFTER = tuple(DATA if DATA <= code <= AMQP_VALUE else code + 1 for code in range(256))
 _LABELS = {code: name.split(":")[1] for name, code in SECTION_NAMES.items()}  # for errors
-
 
 
 def descriptor_at(buf: Any, pos: int) -> tuple[int, int]:
