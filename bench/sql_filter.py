@@ -24,7 +24,8 @@ from typing import Any, Callable
 import proton
 from proton import Data, Described, symbol, ulong
 
-from sqlfilter import MessageView, compile_property_filter, compile_sql
+from amqp_stream.wire import MessageView
+from sqlfilter import compile_property_filter, compile_sql
 from sqlfilter.sql import compile_uncached
 
 CASES: list[tuple[str, str, Callable[[Any], Any]]] = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Callable
 
-from sqlfilter.message import MessageView, as_view
+from amqp_stream.wire import MessageView, as_view
 
 
 class Filter(ABC):

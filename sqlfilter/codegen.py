@@ -7,9 +7,9 @@ Each sub-expression becomes a statement assigning a temporary ``tN``:
   sections the expression names are read, so a lazy view decodes nothing else); a message
   whose sections cannot be decoded (``MessageFormatError``) gives unknown, never an exception;
 - the properties and application properties are read with one ``view.pick(...)`` call, each
-  with a ``message.KeyPicker`` of the keys the expression names: from stored bytes the sections
-  are found in one pass and only those values are decoded (decoding whole maps was most of the
-  cost of a message). Any other view object (a duck-typed one in tests and tools) is read
+  with an ``amqp_stream.wire.KeyPicker`` of the keys the expression names: from stored bytes
+  the sections are found in one pass and only those values are decoded (decoding whole maps
+  was most of the cost of a message). Any other view object (a duck-typed one in tests and tools) is read
   through its plain section attributes;
 - operators with a literal operand get a fast path for the common value type (``str`` for a
   string literal, a finite ``int``/``float`` for a number, tested as ``x - x == 0``) and fall
@@ -26,11 +26,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from amqp_stream.wire import KeyPicker, MessageFormatError, MessageView
 from sqlfilter import ast, runtime
-from sqlfilter.errors import MessageFormatError
 from sqlfilter.like import LikeMatcher, compile_like
-from sqlfilter.message import MessageView
-from sqlfilter.pick import KeyPicker
 
 __all__ = ["generate", "Generated"]
 
@@ -180,7 +178,7 @@ class _Emitter:
             return self.assign(f"_cond({self.raw(node)})")
         return self.assign(f"_cond({self.value(node)})")
 
-    def _fields_first(self, node: ast.Compare) -> tuple[ast.Node, ast.Node, str] | None:
+    def _fields_first(self, node: ast.Compare) -> tuple[ast.Node, ast.Literal, str] | None:
         """(field-ish side, literal side, op as seen from the field) when one side is literal."""
         flip = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "=": "=", "<>": "<>"}
         if isinstance(node.right, ast.Literal) and not isinstance(node.left, ast.Literal):
@@ -247,8 +245,9 @@ class _Emitter:
 
     def in_(self, node: ast.In) -> str:
         items = node.items
-        literal = all(isinstance(i, ast.Literal) for i in items)
-        values = [i.value for i in items] if literal else []
+        literals = [i.value for i in items if isinstance(i, ast.Literal)]
+        literal = len(literals) == len(items)
+        values = literals if literal else []
         if literal and isinstance(node.subject, (ast.Field, ast.Element)):
             if all(type(v) is str for v in values):
                 x = self.raw(node.subject)

@@ -15,6 +15,3 @@ class FilterError(ValueError):
         self.reason = message
         self.position = position
 
-
-class MessageFormatError(ValueError):
-    """Encoded message bytes that are not a valid AMQP 1.0 message (or not the expected type)."""

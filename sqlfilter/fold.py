@@ -12,6 +12,7 @@ never folded: its value changes while the filter is in place.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any, Callable, TypeGuard
 
 from sqlfilter import ast, runtime
 from sqlfilter.like import compile_like
@@ -23,11 +24,12 @@ _ARITH = {"+": runtime.add, "-": runtime.sub, "*": runtime.mul, "/": runtime.div
 #: nodes that always evaluate to True/False/None (so TRUE AND x and FALSE OR x are just x)
 _PREDICATES = (ast.Compare, ast.And, ast.Or, ast.Not, ast.Like, ast.In, ast.Between, ast.IsNull,
                ast.Exists)
-_CALLS = {"LOWER": runtime.lower, "UPPER": runtime.upper, "LEFT": runtime.left,
-          "RIGHT": runtime.right, "SUBSTRING": runtime.substring, "DATE": runtime.date}
+_CALLS: dict[str, Callable[..., Any]] = {
+    "LOWER": runtime.lower, "UPPER": runtime.upper, "LEFT": runtime.left, "RIGHT": runtime.right,
+    "SUBSTRING": runtime.substring, "DATE": runtime.date}
 
 
-def _lit(node: ast.Node) -> bool:
+def _lit(node: ast.Node) -> TypeGuard[ast.Literal]:
     return isinstance(node, ast.Literal)
 
 
@@ -92,8 +94,9 @@ def fold(node: ast.Node) -> ast.Node:
     if isinstance(node, ast.In):
         subject = fold(node.subject)
         items = tuple(fold(item) for item in node.items)
-        if _lit(subject) and all(_lit(i) for i in items):
-            return ast.Literal(runtime.in_(subject.value, tuple(i.value for i in items)), node.pos)
+        values = tuple(i.value for i in items if _lit(i))
+        if _lit(subject) and len(values) == len(items):
+            return ast.Literal(runtime.in_(subject.value, values), node.pos)
         return replace(node, subject=subject, items=items)
     if isinstance(node, ast.Between):
         subject, low, high = fold(node.subject), fold(node.low), fold(node.high)
@@ -102,7 +105,8 @@ def fold(node: ast.Node) -> ast.Node:
         return replace(node, subject=subject, low=low, high=high)
     if isinstance(node, ast.Call):
         args = tuple(fold(a) for a in node.args)
-        if all(_lit(a) for a in args):
-            return ast.Literal(_CALLS[node.name](*(a.value for a in args)), node.pos)
+        arguments = [a.value for a in args if _lit(a)]
+        if len(arguments) == len(args):
+            return ast.Literal(_CALLS[node.name](*arguments), node.pos)
         return replace(node, args=args)
     raise TypeError(f"fold: unexpected node {node!r}")  # pragma: no cover - all nodes handled

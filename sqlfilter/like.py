@@ -64,7 +64,7 @@ class _Segment:
     def __init__(self, chars: list[str | None]):
         self.chars = chars
         self.length = len(chars)
-        self.plain = "".join(chars) if ANY not in chars else None
+        self.plain = "".join([c for c in chars if c is not None]) if ANY not in chars else None
         # the longest literal run, used to find candidate places with str.find
         best, best_at, run_at = "", 0, 0
         run: list[str] = []

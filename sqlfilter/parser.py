@@ -14,6 +14,7 @@ tokens (count), grammar, then the tree's own checks.
 from __future__ import annotations
 
 import functools
+from typing import cast
 
 from lark import Lark
 from lark.exceptions import (UnexpectedCharacters, UnexpectedEOF, UnexpectedInput,
@@ -84,7 +85,8 @@ def parse(text: str | bytes, *, max_length: int = DEFAULT_MAX_LENGTH,
         raise FilterError(f"expression longer than {max_length} characters", max_length + 1)
     reset = tokens.max_tokens.set(max_tokens)
     try:
-        return _lark().parse(text)
+        # with a transformer, LALR's parse returns what TreeToFilter builds (typed as a Tree)
+        return cast(ast.Node, _lark().parse(text))
     except FilterError:
         raise
     except VisitError as err:

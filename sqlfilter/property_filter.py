@@ -29,9 +29,9 @@ RabbitMQ clients send. RabbitMQ 4.2 (rabbit_amqp_filter_prop.erl) is the baselin
   (compared on characters; as in RabbitMQ they also apply to binary values, on the UTF-8 bytes),
   ``&&x`` the literal ``&x``; any other leading ``&`` makes the filter invalid.
 
-Compiled once per link into a list of (field, test) pairs and a ``message.KeyPicker`` per
-section; ``evaluate_view`` picks just those keys (``MessageView.pick``), so from stored bytes only
-their values are decoded.
+Compiled once per link into a list of (field, test) pairs and an ``amqp_stream.wire.KeyPicker``
+per section; ``evaluate_view`` picks just those keys (``MessageView.pick``), so from stored bytes
+only their values are decoded.
 """
 
 from __future__ import annotations
@@ -42,11 +42,9 @@ from typing import Any, Callable, Mapping
 
 import proton
 
+from amqp_stream.wire import KeyPicker, MessageView, as_view, from_proton
 from sqlfilter.base import Filter
-from sqlfilter.codec import DECIMAL32, DECIMAL64, DECIMAL128, _bid_to_decimal
 from sqlfilter.errors import FilterError
-from sqlfilter.message import MessageView, as_view
-from sqlfilter.pick import KeyPicker
 from sqlfilter.runtime import norm
 
 __all__ = ["compile_property_filter", "PropertyFilter", "MAX_ENTRIES", "FIELD_TYPES"]
@@ -86,17 +84,6 @@ FIELD_TYPES: dict[str, frozenset[str]] = {
 _MISSING = object()
 _NUMBER_TYPES = (int, float)
 _Test = Callable[[Any], bool]
-
-
-def _reference(value: Any) -> Any:
-    """A reference value in the codec's representation where proton's differs (decimals)."""
-    if isinstance(value, proton.decimal32):
-        return _bid_to_decimal(int(value), DECIMAL32)
-    if isinstance(value, proton.decimal64):
-        return _bid_to_decimal(int(value), DECIMAL64)
-    if isinstance(value, proton.decimal128):
-        return _bid_to_decimal(int.from_bytes(bytes(value), "big"), DECIMAL128)
-    return value
 
 
 def _amqp_type(value: Any) -> str | None:
@@ -214,7 +201,7 @@ def _compile_application_properties(spec: Any) -> list[tuple[str, _Test]]:
     for key, ref in _entries("amqp:application-properties-filter", spec):
         if not isinstance(key, str) or isinstance(key, (proton.symbol, proton.char)):
             raise FilterError(f"amqp:application-properties-filter: key {key!r} is not a string")
-        ref = _reference(ref)
+        ref = from_proton(ref)
         kind = _amqp_type(ref)
         if kind is None:
             raise FilterError(f"amqp:application-properties-filter: {key!r} needs a simple value, "

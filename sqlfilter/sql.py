@@ -11,13 +11,13 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
+from amqp_stream.wire import MessageView, as_view
 from sqlfilter import ast
 from sqlfilter.base import Filter
 from sqlfilter.checks import check
 from sqlfilter.codegen import generate
 from sqlfilter.errors import FilterError
 from sqlfilter.fold import fold
-from sqlfilter.message import MessageView, as_view
 from sqlfilter.parser import DEFAULT_MAX_LENGTH, DEFAULT_MAX_TOKENS, parse
 
 __all__ = ["compile_sql", "compile_uncached", "SqlFilter"]
@@ -33,7 +33,8 @@ class SqlFilter(Filter):
         self.source = source
         self.sections = sections
         # the generated function itself, looked up before the class's method: no extra call
-        self.evaluate_view = function  # type: ignore[method-assign]
+        # (mypy types an instance attribute named like a method as the unbound method)
+        self.evaluate_view = function  # type: ignore[method-assign, assignment]
 
     def evaluate_view(self, view: MessageView) -> bool | None:  # replaced per instance
         raise NotImplementedError  # pragma: no cover

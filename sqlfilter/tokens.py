@@ -19,6 +19,7 @@ import re
 from typing import Iterator
 
 from lark import Token
+from lark.common import LexerConf
 from lark.lexer import Lexer, PatternStr
 
 from sqlfilter.errors import FilterError
@@ -39,7 +40,7 @@ max_tokens: contextvars.ContextVar[int] = contextvars.ContextVar("sql_max_tokens
 class Tokenizer(Lexer):
     """A Lark custom lexer: ``lex(text)`` yields Lark tokens or raises ``FilterError``."""
 
-    def __init__(self, lexer_conf) -> None:
+    def __init__(self, lexer_conf: LexerConf) -> None:
         terminals = list(lexer_conf.terminals)
         ident = next(t for t in terminals if t.name == "IDENT")
         ident_re = re.compile(ident.pattern.to_regexp())
@@ -65,6 +66,7 @@ class Tokenizer(Lexer):
             if m is None:
                 raise FilterError(f"unexpected character {text[pos]!r}", pos + 1)
             kind = m.lastgroup
+            assert kind is not None  # every alternative of the scanner is a named group
             value = m.group()
             start, pos = pos, m.end()
             if kind in ignore:

@@ -49,7 +49,7 @@ def _pos(token: Any) -> int:
 def _first(children: list) -> int:
     """Position of a node: that of its first child holding one (keywords are not kept)."""
     for child in children:
-        if isinstance(child, Token):
+        if isinstance(child, Token) and child.start_pos is not None:
             return child.start_pos + 1
         pos = getattr(child, "pos", 0)
         if pos:

@@ -3,7 +3,7 @@
 Strategy (the hot path): a ``storage`` reader hands over whole chunks that passed stage 1 (the
 chunk's Bloom filter, decided from its header and filter bytes without reading the data). Each
 record of a chunk is offered to the compiled stage-2 filter over its stored bytes; a match gets
-``x-stream-offset`` spliced into its message annotations (``sqlfilter.stored``) and goes out as
+``x-stream-offset`` spliced into its message annotations (``amqp_stream.wire``) and goes out as
 raw bytes (``link.send``). Dropped records use no credit and leave the delivery count alone.
 
 The loop calls proton's C functions directly (``cproton``) for the per-message steps (create the
@@ -30,7 +30,7 @@ from cproton import pn_delivery, pn_delivery_settle, pn_link_advance, pn_link_cr
 
 from amqp_stream.amqp.credit import ConsumerTurn
 from amqp_stream.amqp.source_filters import SourceFilters
-from sqlfilter.stored import with_stream_offset
+from amqp_stream.wire import with_stream_offset
 from storage.reader import SCAN_PAUSED
 
 __all__ = ["Consumer", "offset_spec", "SCAN_BUDGET"]

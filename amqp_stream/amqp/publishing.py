@@ -3,7 +3,7 @@
 Strategy: no ``proton.Message`` on this path, and no proton wrapper objects either: the server
 hands each delivery over as its C pointer (``amqp_stream.amqp.adapter``), and this module uses
 proton's C functions on it. The transfer's bytes are read as they arrive
-(``pn_link_recv``), delivery annotations are cut out (``sqlfilter.stored``), the filter value is
+(``pn_link_recv``), delivery annotations are cut out (``amqp_stream.wire``), the filter value is
 read from the message annotations, and the bytes go to the stream's writer thread
 (``stream.append_batch``, once per reactor turn for all the messages of that turn: the
 server calls ``flush`` when the loop is quiet). The writer's ``on_durable`` callback runs on its
@@ -28,9 +28,7 @@ from proton import Condition, Delivery
 
 from amqp_stream.amqp.credit import PublisherCredit
 from amqp_stream.errors import BrokerError
-from sqlfilter import MessageFormatError
-from sqlfilter.message import MessageView
-from sqlfilter.stored import BadFilterValue, stored_form
+from amqp_stream.wire import BadFilterValue, MessageFormatError, MessageView, stored_form
 
 __all__ = ["Publisher"]
 

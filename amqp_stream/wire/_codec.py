@@ -28,7 +28,8 @@ Strategy
   never another exception, never a hang (counts are bounded by the bytes that hold them).
 - ``encode`` writes the smallest standard encoding of a value; proton's typed wrappers
   (``proton.ulong``, ``proton.int32``, ``proton.float32``, ``proton.Array`` ...) choose the AMQP
-  type, plain ``int`` is a long, plain ``float`` a double, ``Decimal`` a decimal128.
+  type, plain ``int`` is a long, plain ``float`` a double, ``Decimal`` a decimal128; a value
+  with no encoding (or one that does not fit its type) raises ``WireError``.
 """
 
 from __future__ import annotations
@@ -40,9 +41,11 @@ from typing import Any, Callable
 
 import proton
 
-from sqlfilter.errors import MessageFormatError
+from amqp_stream.wire._errors import MessageFormatError, WireError
 
-__all__ = ["decode", "decode_all", "skip", "encode", "encode_into", "MessageFormatError"]
+__all__ = ["decode", "decode_all", "skip", "encode", "encode_into", "from_proton"]
+# (shared inside amqp_stream.wire, not re-exported: the layouts, WIDTH, Bad, FAILURES,
+# format_error, raw_decode, raw_skip, map_entries: the unchecked fast forms the walks build on)
 
 # --- constructor codes -------------------------------------------------------------------------
 DESCRIBED = 0x00
@@ -127,7 +130,7 @@ _f64 = F64.unpack_from
 _sc32 = SIZE_COUNT32.unpack_from
 
 
-class _Bad(Exception):
+class Bad(Exception):
     """Internal: malformed input at ``pos`` (turned into MessageFormatError at the boundary)."""
 
     def __init__(self, reason: str, pos: int):
@@ -163,7 +166,7 @@ def _decimal_to_bid(value: decimal.Decimal, code: int) -> int:
     top = sign << (width - 1)
     if exp == "F":
         return top | (0x1E << (width - 6))
-    if exp in ("n", "N"):
+    if isinstance(exp, str):  # "n" (quiet NaN) or "N" (signalling)
         return top | (0x1F << (width - 6)) | ((1 if exp == "N" else 0) << (width - 7))
     coeff = int("".join(map(str, digits)) or "0")
     biased = exp + bias
@@ -174,11 +177,23 @@ def _decimal_to_bid(value: decimal.Decimal, code: int) -> int:
         coeff *= 10
         biased -= 1
     if coeff > cmax or not 0 <= biased <= (3 << (ebits - 2)) - 1:
-        raise ValueError(f"{value} does not fit a {width}-bit decimal")
+        raise WireError(f"{value} does not fit a {width}-bit decimal")
     tbits = width - 1 - ebits
     if coeff >> tbits:
         return top | (0x3 << (width - 3)) | (biased << (tbits - 2)) | (coeff & ((1 << (tbits - 2)) - 1))
     return top | (biased << tbits) | coeff
+
+
+def from_proton(value: Any) -> Any:
+    """``value`` in the representation ``decode`` gives: proton's decimal32/64/128 wrappers (which
+    hold the raw IEEE 754 bits) become ``decimal.Decimal``; any other value is returned as is."""
+    if isinstance(value, proton.decimal32):
+        return _bid_to_decimal(int(value), DECIMAL32)
+    if isinstance(value, proton.decimal64):
+        return _bid_to_decimal(int(value), DECIMAL64)
+    if isinstance(value, proton.decimal128):
+        return _bid_to_decimal(int.from_bytes(bytes(value), "big"), DECIMAL128)
+    return value
 
 
 # --- decoding: one body reader per constructor --------------------------------------------------
@@ -190,20 +205,20 @@ _ZERO_WIDTH = frozenset((NULL, TRUE, FALSE, UINT0, ULONG0, LIST0))
 def _take(buf: Any, pos: int, n: int) -> int:
     end = pos + n
     if end > len(buf):
-        raise _Bad(f"value of {n} bytes runs past the end ({len(buf)})", pos)
+        raise Bad(f"value of {n} bytes runs past the end ({len(buf)})", pos)
     return end
 
 
-def _decode(buf: Any, pos: int) -> tuple:
+def raw_decode(buf: Any, pos: int) -> tuple:
     reader = _READERS[buf[pos]]
     if reader is None:
-        raise _Bad(f"unknown constructor 0x{buf[pos]:02x}", pos)
+        raise Bad(f"unknown constructor 0x{buf[pos]:02x}", pos)
     return reader(buf, pos + 1)
 
 
 def _r_described(buf, pos):
-    descriptor, pos = _decode(buf, pos)
-    value, pos = _decode(buf, pos)
+    descriptor, pos = raw_decode(buf, pos)
+    value, pos = raw_decode(buf, pos)
     return _Described(descriptor, value), pos
 
 
@@ -222,7 +237,7 @@ def _r_byte(buf, pos):
 def _r_bool(buf, pos):
     b = buf[pos]
     if b > 1:
-        raise _Bad(f"boolean byte {b}", pos)
+        raise Bad(f"boolean byte {b}", pos)
     return b == 1, pos + 1
 
 
@@ -235,7 +250,7 @@ def _fixed(unpack, size, wrap=None):
 def _r_char(buf, pos):
     cp = _u32(buf, pos)[0]
     if cp > 0x10FFFF or 0xD800 <= cp <= 0xDFFF:
-        raise _Bad(f"char U+{cp:X} is not a Unicode scalar value", pos)
+        raise Bad(f"char U+{cp:X} is not a Unicode scalar value", pos)
     return _char(chr(cp)), pos + 4
 
 
@@ -284,7 +299,7 @@ def _r_str32(buf, pos):
 def _ascii_symbol(buf, start, end):
     raw = bytes(buf[start:end])
     if not raw.isascii():
-        raise _Bad("symbol is not ASCII", start)
+        raise Bad("symbol is not ASCII", start)
     return _symbol(raw.decode("ascii"))
 
 
@@ -306,10 +321,10 @@ def _items(buf, pos, end, count):
     The common scalar encodings are decoded inline (this loop is the cost of reading a section).
     """
     if end > len(buf):
-        raise _Bad("compound value runs past the end", pos)
+        raise Bad("compound value runs past the end", pos)
     if count > end - pos:
-        raise _Bad(f"count {count} cannot fit in {end - pos} bytes", pos)
-    out = []
+        raise Bad(f"count {count} cannot fit in {end - pos} bytes", pos)
+    out: list[Any] = []
     append = out.append
     readers = _READERS
     for _ in range(count):
@@ -318,13 +333,13 @@ def _items(buf, pos, end, count):
             start = pos + 2
             pos = start + buf[pos + 1]
             if pos > end:
-                raise _Bad("string runs past its container", start)
+                raise Bad("string runs past its container", start)
             append(buf[start:pos].decode())
         elif c == 0xA3:  # sym8
             start = pos + 2
             pos = start + buf[pos + 1]
             if pos > end:
-                raise _Bad("symbol runs past its container", start)
+                raise Bad("symbol runs past its container", start)
             append(_symbol(buf[start:pos].decode("ascii")))
         elif c == 0x55 or c == 0x54 or c == 0x51:  # smalllong, smallint, byte
             v = buf[pos + 1]
@@ -345,11 +360,11 @@ def _items(buf, pos, end, count):
         else:
             reader = readers[c]
             if reader is None:
-                raise _Bad(f"unknown constructor 0x{c:02x}", pos)
+                raise Bad(f"unknown constructor 0x{c:02x}", pos)
             value, pos = reader(buf, pos + 1)
             append(value)
     if pos != end:
-        raise _Bad(f"compound value ends at {pos}, its size says {end}", pos)
+        raise Bad(f"compound value ends at {pos}, its size says {end}", pos)
     return out
 
 
@@ -363,18 +378,18 @@ def _r_list32(buf, pos):
     return _items(buf, pos + 8, end, count), end
 
 
-def _entries(buf, pos, end, count):
+def map_entries(buf, pos, end, count):
     """Decode a map body of ``count`` items (keys and values) filling buf[pos:end] exactly.
 
     Keys and values of the common encodings are decoded inline: reading the application
     properties of a message is mostly this loop.
     """
     if end > len(buf):
-        raise _Bad("map runs past the end", pos)
+        raise Bad("map runs past the end", pos)
     if count & 1:
-        raise _Bad("map with an odd number of items", pos)
+        raise Bad("map with an odd number of items", pos)
     if count > end - pos:
-        raise _Bad(f"count {count} cannot fit in {end - pos} bytes", pos)
+        raise Bad(f"count {count} cannot fit in {end - pos} bytes", pos)
     out = {}
     readers = _READERS
     for _ in range(count >> 1):
@@ -390,7 +405,7 @@ def _entries(buf, pos, end, count):
         else:
             reader = readers[c]
             if reader is None:
-                raise _Bad(f"unknown constructor 0x{c:02x}", pos)
+                raise Bad(f"unknown constructor 0x{c:02x}", pos)
             key, pos = reader(buf, pos + 1)
         c = buf[pos]
         if c == 0xA1:
@@ -420,52 +435,52 @@ def _entries(buf, pos, end, count):
         else:
             reader = readers[c]
             if reader is None:
-                raise _Bad(f"unknown constructor 0x{c:02x}", pos)
+                raise Bad(f"unknown constructor 0x{c:02x}", pos)
             value, pos = reader(buf, pos + 1)
         if pos > end:
-            raise _Bad("map entry runs past the map", pos)
+            raise Bad("map entry runs past the map", pos)
         try:
             out[key] = value
         except TypeError:
-            raise _Bad("map key is not hashable", pos) from None
+            raise Bad("map key is not hashable", pos) from None
     if pos != end:
-        raise _Bad(f"map ends at {pos}, its size says {end}", pos)
+        raise Bad(f"map ends at {pos}, its size says {end}", pos)
     return out
 
 
 def _r_map8(buf, pos):
     end = pos + 1 + buf[pos]
-    return _entries(buf, pos + 2, end, buf[pos + 1]), end
+    return map_entries(buf, pos + 2, end, buf[pos + 1]), end
 
 
 def _r_map32(buf, pos):
     size, count = _sc32(buf, pos)
     end = pos + 4 + size
-    return _entries(buf, pos + 8, end, count), end
+    return map_entries(buf, pos + 8, end, count), end
 
 
 def _array(buf, pos, end, count):
     if end > len(buf):
-        raise _Bad("array runs past the end", pos)
+        raise Bad("array runs past the end", pos)
     descriptor = None
     described = buf[pos] == DESCRIBED
     if described:
-        descriptor, pos = _decode(buf, pos + 1)
+        descriptor, pos = raw_decode(buf, pos + 1)
     code = buf[pos]
     reader = _READERS[code]
     if reader is None or code == DESCRIBED:
-        raise _Bad(f"bad array element constructor 0x{code:02x}", pos)
+        raise Bad(f"bad array element constructor 0x{code:02x}", pos)
     pos += 1
     limit = len(buf) if code in _ZERO_WIDTH else end - pos
     if count > limit:
-        raise _Bad(f"array count {count} cannot fit", pos)
-    out = []
+        raise Bad(f"array count {count} cannot fit", pos)
+    out: list[Any] = []
     append = out.append
     for _ in range(count):
         value, pos = reader(buf, pos)
         append(_Described(descriptor, value) if described else value)
     if pos != end:
-        raise _Bad(f"array ends at {pos}, its size says {end}", pos)
+        raise Bad(f"array ends at {pos}, its size says {end}", pos)
     return out
 
 
@@ -499,11 +514,11 @@ for _code, _reader in {
     _READERS[_code] = _reader
 del _code, _reader
 
-_FAILURES = (_Bad, IndexError, struct.error, UnicodeDecodeError, RecursionError, ValueError)
+FAILURES = (Bad, IndexError, struct.error, UnicodeDecodeError, RecursionError, ValueError)
 
 
-def _format_error(exc: BaseException, pos: int) -> MessageFormatError:
-    if isinstance(exc, _Bad):
+def format_error(exc: BaseException, pos: int) -> MessageFormatError:
+    if isinstance(exc, Bad):
         return MessageFormatError(f"{exc.reason} (at byte {exc.pos})")
     if isinstance(exc, UnicodeDecodeError):
         return MessageFormatError(f"invalid UTF-8 in a string (value at byte {pos})")
@@ -521,15 +536,15 @@ def decode(buf: Any, pos: int = 0) -> tuple[Any, int]:
     base = 0
     try:
         if type(buf) is bytes:
-            return _decode(buf, pos)
-        end = _skip(buf, pos)  # size fields only; then decode a copy of just this value
+            return raw_decode(buf, pos)
+        end = raw_skip(buf, pos)  # size fields only; then decode a copy of just this value
         base = pos
-        value, used = _decode(bytes(buf[pos:end]), 0)
+        value, used = raw_decode(bytes(buf[pos:end]), 0)
         return value, pos + used
-    except _FAILURES as exc:
-        if isinstance(exc, _Bad):
+    except FAILURES as exc:
+        if isinstance(exc, Bad):
             exc.pos += base  # a position in the copy: make it a position in buf
-        raise _format_error(exc, pos) from None
+        raise format_error(exc, pos) from None
 
 
 def decode_all(buf: Any) -> list:
@@ -546,21 +561,21 @@ def decode_all(buf: Any) -> list:
 
 # --- skipping -------------------------------------------------------------------------------------
 # For each constructor: fixed body width, or -1 (u8 size), -4 (u32 size), None (unknown).
-_WIDTH: list = [None] * 256
+WIDTH: list = [None] * 256
 for _code in range(256):
     if _READERS[_code] is not None and _code != DESCRIBED:
-        _WIDTH[_code] = {0x4: 0, 0x5: 1, 0x6: 2, 0x7: 4, 0x8: 8, 0x9: 16, 0xA: -1, 0xB: -4,
+        WIDTH[_code] = {0x4: 0, 0x5: 1, 0x6: 2, 0x7: 4, 0x8: 8, 0x9: 16, 0xA: -1, 0xB: -4,
                          0xC: -1, 0xD: -4, 0xE: -1, 0xF: -4}[_code >> 4]
 del _code
 
 
-def _skip(buf: Any, pos: int) -> int:
+def raw_skip(buf: Any, pos: int) -> int:
     code = buf[pos]
-    width = _WIDTH[code]
+    width = WIDTH[code]
     if width is None:
         if code == DESCRIBED:
-            return _skip(buf, _skip(buf, pos + 1))
-        raise _Bad(f"unknown constructor 0x{code:02x}", pos)
+            return raw_skip(buf, raw_skip(buf, pos + 1))
+        raise Bad(f"unknown constructor 0x{code:02x}", pos)
     if width == -1:
         end = pos + 2 + buf[pos + 1]
     elif width == -4:
@@ -568,7 +583,7 @@ def _skip(buf: Any, pos: int) -> int:
     else:
         end = pos + 1 + width
     if end > len(buf):
-        raise _Bad("value runs past the end", pos)
+        raise Bad("value runs past the end", pos)
     return end
 
 
@@ -578,9 +593,9 @@ def skip(buf: Any, pos: int = 0) -> int:
     The value's contents are not checked. Raises ``MessageFormatError``.
     """
     try:
-        return _skip(buf, pos)
-    except _FAILURES as exc:
-        raise _format_error(exc, pos) from None
+        return raw_skip(buf, pos)
+    except FAILURES as exc:
+        raise format_error(exc, pos) from None
 
 
 # --- encoding -------------------------------------------------------------------------------------
@@ -592,7 +607,7 @@ def _w_int(out: bytearray, v: int) -> None:
     elif 0 <= v < (1 << 64):
         out += b"\x80" + U64.pack(v)
     else:
-        raise ValueError(f"integer {v} does not fit a long or ulong")
+        raise WireError(f"integer {v} does not fit a long or ulong")
 
 
 def _w_ulong(out, v):
@@ -628,7 +643,8 @@ def _w_variable(code8: int, data: bytes, out: bytearray) -> None:
     out += data
 
 
-def _compound(out: bytearray, small: int, large: int, count: int, body: bytes) -> None:
+def _compound(out: bytearray, small: int, large: int, count: int, body: bytes | bytearray
+              ) -> None:
     if len(body) + 1 < 256 and count < 256:
         out.append(small)
         out += SIZE_COUNT8.pack(len(body) + 1, count)
@@ -731,7 +747,7 @@ del _D
 def _w_array(out: bytearray, v: Any, wide: bool = False) -> None:
     entry = _ARRAY_ELEMENTS.get(v.type)
     if entry is None:
-        raise ValueError(f"cannot encode arrays of proton type {v.type}")
+        raise WireError(f"cannot encode arrays of proton type {v.type}")
     code, writer = entry
     body = bytearray()
     if v.descriptor is not proton.UNDESCRIBED and v.descriptor is not None:
@@ -792,7 +808,7 @@ _WRITERS: dict = {
 
 
 def encode_into(out: bytearray, value: Any) -> None:
-    """Append the AMQP encoding of ``value`` to ``out``. Raises ValueError for what has none."""
+    """Append the AMQP encoding of ``value`` to ``out``. Raises ``WireError`` for what has none."""
     writer = _WRITERS.get(type(value))
     if writer is None:
         for kind, candidate in _WRITERS.items():
@@ -800,11 +816,11 @@ def encode_into(out: bytearray, value: Any) -> None:
                 writer = candidate
                 break
         else:
-            raise ValueError(f"no AMQP encoding for {type(value).__name__}")
+            raise WireError(f"no AMQP encoding for {type(value).__name__}")
     try:
         writer(out, value)
-    except struct.error as exc:
-        raise ValueError(f"{value!r} does not fit its AMQP type: {exc}") from None
+    except (struct.error, UnicodeEncodeError) as exc:
+        raise WireError(f"{value!r} does not fit its AMQP type: {exc}") from None
 
 
 def encode(value: Any) -> bytes:

@@ -2,24 +2,24 @@
 ``x-stream-offset`` it adds when it sends one.
 
 Why: the broker stores the bytes a publisher sent and sends them back; building a
-``proton.Message`` costs ~75 µs, so its hot paths (strip delivery annotations, read the filter
-value, add ``x-stream-offset``) work on the encoded bytes (``sqlfilter.sections`` finds them).
+``proton.Message`` costs ~75 µs, so its hot paths (check the sections and their order, strip
+delivery annotations, read the filter value, add ``x-stream-offset``) work on the encoded bytes
+(``_sections`` finds them). ``stored_form`` is where the order rule of ``_sections`` is applied:
+what it returns is in that order, which ``with_stream_offset`` (and every reader) relies on.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlfilter import codec
-from sqlfilter.codec import I64, SIZE_COUNT8, SIZE_COUNT32, _Bad, _decode, _format_error, _skip
-from sqlfilter.errors import MessageFormatError
-from sqlfilter.sections import (DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS,
-                                _first_sections, _section_at)
+from amqp_stream.wire._codec import (FAILURES, I64, SIZE_COUNT8, SIZE_COUNT32, Bad, format_error,
+                                     raw_decode, raw_skip)
+from amqp_stream.wire._errors import BadFilterValue, MessageFormatError, WireError
+from amqp_stream.wire._sections import (DELIVERY_ANNOTATIONS, HEADER, MESSAGE_ANNOTATIONS,
+                                        RANK_AFTER, SECTION_RANK, first_sections,
+                                        in_canonical_order, section_at)
 
-__all__ = [
-    "strip_delivery_annotations", "filter_value", "stored_form", "BadFilterValue",
-    "with_stream_offset", "FILTER_VALUE_NAME",
-]
+__all__ = ["filter_value", "stored_form", "with_stream_offset", "FILTER_VALUE_NAME"]
 
 # the section that opens a new message-annotations section: 0x00 smallulong 0x72
 MESSAGE_ANNOTATIONS_PREFIX = b"\x00\x53\x72"
@@ -29,17 +29,6 @@ FILTER_VALUE_KEY = b"\xa3\x15x-stream-filter-value"  # sym8 "x-stream-filter-val
 _FILTER_VALUE_BYTES = FILTER_VALUE_NAME.encode("ascii")
 _STREAM_OFFSET_BYTES = b"x-stream-offset"
 _LONG = b"\x81"  # x-stream-offset is always written as a full 8-byte long
-
-
-def strip_delivery_annotations(data: bytes) -> bytes:
-    """The message without its delivery-annotations section (``data`` itself if it has none)."""
-    try:
-        _, found = _first_sections(data, DELIVERY_ANNOTATIONS)
-    except codec._FAILURES as exc:
-        raise _format_error(exc, 0) from None
-    if found is None:
-        return data
-    return b"".join((data[:found[0]], data[found[2]:]))
 
 
 def _map_header(buf: Any, vstart: int) -> tuple[int, int, int]:
@@ -53,7 +42,7 @@ def _map_header(buf: Any, vstart: int) -> tuple[int, int, int]:
         return vstart + 9, vstart + 5 + size, count
     if c == 0x40:
         return vstart + 1, vstart + 1, 0
-    raise _Bad("message annotations are not a map", vstart)
+    raise Bad("message annotations are not a map", vstart)
 
 
 def _find_key(buf: bytes, first: int, end: int, count: int, key: bytes
@@ -69,24 +58,20 @@ def _find_key(buf: bytes, first: int, end: int, count: int, key: bytes
             vpos = pos + 2 + buf[pos + 1]
             hit = buf.startswith(key, pos) and vpos == pos + len(key)
         elif c == 0xB3:
-            found, vpos = _decode(buf, pos)
+            found, vpos = raw_decode(buf, pos)
             hit = found == key[2:].decode("ascii")
         else:
-            vpos = _skip(buf, pos)
+            vpos = raw_skip(buf, pos)
             hit = False
-        vend = _skip(buf, vpos)
+        vend = raw_skip(buf, vpos)
         if vend > end:
-            raise _Bad("annotation runs past its map", pos)
+            raise Bad("annotation runs past its map", pos)
         if hit:
             return pos, vpos, vend
         pos = vend
     if pos != end:
-        raise _Bad("message annotations map size does not match its entries", pos)
+        raise Bad("message annotations map size does not match its entries", pos)
     return None
-
-
-class BadFilterValue(MessageFormatError):
-    """``x-stream-filter-value`` is present but not a string (the message itself is sound)."""
 
 
 def _filter_value_at(data: bytes, vstart: int, end: int) -> Any:
@@ -100,7 +85,7 @@ def _filter_value_at(data: bytes, vstart: int, end: int) -> Any:
         return None
     if data[entry[1]] == 0xA1:  # str8, the usual encoding: decoded as the codec would
         return data[entry[1] + 2:entry[2]].decode()
-    return _decode(data, entry[1])[0]
+    return raw_decode(data, entry[1])[0]
 
 
 def _checked_filter_value(value: Any) -> str | None:
@@ -109,56 +94,55 @@ def _checked_filter_value(value: Any) -> str | None:
     raise BadFilterValue(f"{FILTER_VALUE_NAME} must be a string, not {type(value).__name__}")
 
 
-def filter_value(data: Any) -> str | None:
-    """The ``x-stream-filter-value`` message annotation (an AMQP string), or None if absent/null.
-
-    Raises ``MessageFormatError`` when the bytes are bad, ``BadFilterValue`` (a subclass) when
-    the value is present with another type.
-    """
-    if not isinstance(data, bytes):
-        data = bytes(data)
-    try:
-        _, found = _first_sections(data, MESSAGE_ANNOTATIONS)
-        value = None if found is None else _filter_value_at(data, found[1], found[2])
-    except codec._FAILURES as exc:
-        raise _format_error(exc, 0) from None
-    return _checked_filter_value(value)
-
-
 def stored_form(data: Any) -> tuple[bytes, str | None]:
     """What the broker stores for a published message, in one walk over its sections: the bytes
-    without delivery annotations, and the ``x-stream-filter-value``.
+    in the order rule's order (``_sections``) without delivery annotations, and the
+    ``x-stream-filter-value``.
 
-    The publish path's one check (``split_sections`` + ``strip_delivery_annotations`` +
-    ``filter_value`` in a single pass). Raises ``MessageFormatError`` when the framing of any
-    section or the annotations map is wrong, ``BadFilterValue`` for a filter value that is not a
-    string.
+    A message already in order (every client we know but one) costs no copy beyond cutting out
+    its delivery annotations; one sent in another order is rewritten in order. Raises
+    ``MessageFormatError`` when the framing of any section or the annotations map is wrong, or a
+    section is out of place (a second header, annotations, properties, application properties or
+    footer; anything after the footer: the error names it), ``BadFilterValue`` for a filter value
+    that is not a string.
     """
     if type(data) is not bytes:
         data = bytes(data)
     if not data:
         raise MessageFormatError("empty message")
     da = ma = None
-    # annotations count only in their place (before any later section), as in _first_sections
-    highest = -1
+    floor = HEADER  # the lowest SECTION_RANK the next section may have
     pos = 0
     n = len(data)
+    rank = SECTION_RANK
+    after = RANK_AFTER
     try:
         while pos < n:
-            code, vstart, end = _section_at(data, pos)
-            if code == DELIVERY_ANNOTATIONS and highest <= DELIVERY_ANNOTATIONS:
-                da = (pos, end)
-            elif code == MESSAGE_ANNOTATIONS and highest <= MESSAGE_ANNOTATIONS:
+            code, vstart, end = section_at(data, pos)
+            if rank[code] < floor:  # out of place: the rare way, from the start
+                data = in_canonical_order(data, DELIVERY_ANNOTATIONS)
+                da = None
+                found = first_sections(data, MESSAGE_ANNOTATIONS)[1]
+                ma = None if found is None else found[1:]
+                break
+            floor = after[code]
+            if code == MESSAGE_ANNOTATIONS:
                 ma = (vstart, end)
-            if code > highest:
-                highest = code
+            elif code == DELIVERY_ANNOTATIONS:
+                da = (pos, end)
             pos = end
         value = None if ma is None else _filter_value_at(data, ma[0], ma[1])
-    except codec._FAILURES as exc:
-        raise _format_error(exc, 0) from None
+    except FAILURES as exc:
+        raise format_error(exc, 0) from None
     if da is not None:
         data = b"".join((data[:da[0]], data[da[1]:]))
     return data, _checked_filter_value(value)
+
+
+def filter_value(data: Any) -> str | None:
+    """The ``x-stream-filter-value`` message annotation (an AMQP string) ``stored_form`` finds,
+    or None if absent/null; it raises what ``stored_form`` raises."""
+    return stored_form(data)[1]
 
 
 def with_stream_offset(data: Any, offset: int) -> bytes:
@@ -167,26 +151,30 @@ def with_stream_offset(data: Any, offset: int) -> bytes:
     The existing annotations map is extended in place (a map8 that outgrows 255 bytes becomes a
     map32; an existing ``x-stream-offset`` entry is replaced), or a new annotations section is
     inserted after the header and delivery annotations. Every other byte is unchanged.
+
+    ``data`` is a stored form (``stored_form``): its sections in the order rule's order, so the
+    annotations, if any, come before the first section ranked after them. Raises
+    ``MessageFormatError`` for bad framing, ``WireError`` for an offset that is not a long.
     """
     if not -(1 << 63) <= offset < (1 << 63):
-        raise ValueError(f"offset {offset} does not fit an AMQP long")
+        raise WireError(f"offset {offset} does not fit an AMQP long")
     if not isinstance(data, bytes):
         data = bytes(data)
     entry = STREAM_OFFSET_KEY + _LONG + I64.pack(offset)
     try:
-        after, found = _first_sections(data, MESSAGE_ANNOTATIONS)
+        after, found = first_sections(data, MESSAGE_ANNOTATIONS)
         if found is None:
             return b"".join((data[:after], MESSAGE_ANNOTATIONS_PREFIX, b"\xc1",
                              SIZE_COUNT8.pack(len(entry) + 1, 2), entry, data[after:]))
         start, vstart, end = found
         first, mend, count = _map_header(data, vstart)
         if mend != end:
-            raise _Bad("message annotations map size does not match the section", vstart)
+            raise Bad("message annotations map size does not match the section", vstart)
         old = None
         if data.find(_STREAM_OFFSET_BYTES, first, mend) >= 0:
             old = _find_key(data, first, mend, count, STREAM_OFFSET_KEY)
-    except codec._FAILURES as exc:
-        raise _format_error(exc, 0) from None
+    except FAILURES as exc:
+        raise format_error(exc, 0) from None
     if old is None:
         parts = [data[first:mend], entry]
         size = mend - first + len(entry)

@@ -6,28 +6,30 @@ A ``MessageView`` exposes each section as a dict, decoded on first access and ca
   content_encoding, absolute_expiry_time, creation_time, group_id, group_sequence,
   reply_to_group_id (present, non-null fields only);
 - ``application_properties``, ``message_annotations``, ``footer``: the section's map.
-An absent section is an empty dict. Values use the representation of ``sqlfilter.codec``.
+An absent section is an empty dict. Values use the representation of ``_codec``. The
+first section of each kind counts (stored bytes have one: the order rule of ``_sections``).
 
 Filters know at compile time which keys they read, so they need not decode whole sections:
 ``view.pick(properties_picker, application_properties_picker)`` (or ``pick_properties`` /
 ``pick_application_properties`` for one section) returns dicts with just those keys, found as
-``sqlfilter.pick`` describes. For a view whose section is already decoded, or one built from
+``_pick`` describes. For a view whose section is already decoded, or one built from
 dicts, a pick is the whole section dict (a superset: callers only ``get`` their keys).
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, overload
 
 import proton
 
-from sqlfilter import codec
-from sqlfilter.codec import SIZE_COUNT32, _Bad, _decode, _format_error, _skip
-from sqlfilter.errors import MessageFormatError
-from sqlfilter.pick import KeyPicker, _fast_pick, _pick_list, _pick_map
-from sqlfilter.sections import (APPLICATION_PROPERTIES, FOOTER, HEADER, HEADER_FIELDS,
-                                MESSAGE_ANNOTATIONS, PROPERTIES, PROPERTY_FIELDS, _descriptor)
+from amqp_stream.wire._codec import (FAILURES, SIZE_COUNT32, U32, WIDTH, Bad, format_error,
+                                     map_entries, raw_decode, raw_skip)
+from amqp_stream.wire._errors import MessageFormatError
+from amqp_stream.wire._pick import KeyPicker, fast_pick, pick_list, pick_map
+from amqp_stream.wire._sections import (APPLICATION_PROPERTIES, FOOTER, HEADER, HEADER_FIELDS,
+                                        MESSAGE_ANNOTATIONS, PROPERTIES, PROPERTY_FIELDS,
+                                        descriptor_at)
 
 __all__ = ["MessageView", "as_view"]
 
@@ -39,22 +41,22 @@ def _scan(buf: bytes, pos: int, spans: dict[int, tuple[int, int]], want: int) ->
     Returns where scanning stopped. Only the first section of each code is recorded.
     """
     n = len(buf)
-    width = codec._WIDTH
-    u32 = codec._u32
+    width = WIDTH
+    u32 = U32.unpack_from
     while pos < n:
         try:
             if buf[pos] == 0x00 and buf[pos + 1] == 0x53:
                 code = buf[pos + 2]
                 vstart = pos + 3
             elif buf[pos] == 0x00:
-                code, vstart = _descriptor(buf, pos + 1)
+                code, vstart = descriptor_at(buf, pos + 1)
             else:
-                raise _Bad("expected a described section", pos)
+                raise Bad("expected a described section", pos)
             if not HEADER <= code <= FOOTER:
-                raise _Bad(f"unknown section descriptor 0x{code:x}", pos)
+                raise Bad(f"unknown section descriptor 0x{code:x}", pos)
             w = width[buf[vstart]]
             if w is None:
-                end = _skip(buf, vstart)
+                end = raw_skip(buf, vstart)
             elif w == -4:
                 end = vstart + 5 + u32(buf, vstart + 1)[0]
             elif w == -1:
@@ -62,9 +64,9 @@ def _scan(buf: bytes, pos: int, spans: dict[int, tuple[int, int]], want: int) ->
             else:
                 end = vstart + 1 + w
         except (IndexError, struct.error):
-            raise _Bad("truncated section", pos) from None
+            raise Bad("truncated section", pos) from None
         if end > n:
-            raise _Bad("section runs past the end of the message", pos)
+            raise Bad("section runs past the end of the message", pos)
         pos = end
         if code not in spans:
             spans[code] = (vstart, end)
@@ -78,6 +80,14 @@ class MessageView:
 
     __slots__ = ("_header", "_properties", "_application_properties", "_message_annotations",
                  "_footer", "_data", "_spans", "_scanned")
+    _header: dict | None
+    _properties: dict | None
+    _application_properties: dict | None
+    _message_annotations: dict | None
+    _footer: dict | None
+    _data: bytes | None  # None: a view built from dicts
+    _spans: dict[int, tuple[int, int]] | None  # (value start, end) of the sections found so far
+    _scanned: int  # where the section walk stopped
 
     @property
     def header(self) -> dict:
@@ -142,7 +152,7 @@ class MessageView:
 
     def __init__(self) -> None:
         self._data = None
-        self._spans: dict[int, tuple[int, int]] | None = None
+        self._spans = None
         self._scanned = 0
         self._header = self._properties = self._application_properties = None
         self._message_annotations = self._footer = None
@@ -183,8 +193,26 @@ class MessageView:
         """
         return cls.from_bytes(bytes(message.encode()))
 
-    def pick(self, properties: "KeyPicker | None",
-             application_properties: "KeyPicker | None") -> tuple[dict | None, dict | None]:
+    # a section with a picker is always read: the overloads say so to the type checker
+    @overload
+    def pick(self, properties: KeyPicker, application_properties: KeyPicker) -> tuple[dict, dict]:
+        ...
+
+    @overload
+    def pick(self, properties: None, application_properties: KeyPicker) -> tuple[None, dict]:
+        ...
+
+    @overload
+    def pick(self, properties: KeyPicker, application_properties: None) -> tuple[dict, None]:
+        ...
+
+    @overload
+    def pick(self, properties: KeyPicker | None, application_properties: KeyPicker | None
+             ) -> tuple[dict | None, dict | None]:
+        ...
+
+    def pick(self, properties: KeyPicker | None,
+             application_properties: KeyPicker | None) -> tuple[dict | None, dict | None]:
         """(properties, application properties) with (at least) the keys of each picker present.
 
         A section whose picker is None is not read (None in its place). From bytes, only the
@@ -199,8 +227,8 @@ class MessageView:
         if (not self._scanned and self._properties is None
                 and self._application_properties is None):  # a fresh view: one pass
             try:
-                found = _fast_pick(data, properties, application_properties)
-            except codec._FAILURES:
+                found = fast_pick(data, properties, application_properties)
+            except FAILURES:
                 found = None
             if found is not None:
                 return found
@@ -208,7 +236,7 @@ class MessageView:
                 None if application_properties is None
                 else self._exact_application_properties(application_properties))
 
-    def pick_application_properties(self, picker: "KeyPicker") -> dict:
+    def pick_application_properties(self, picker: KeyPicker) -> dict:
         """The application properties with (at least) the keys of ``picker`` that are present.
 
         (``pick(None, picker)[1]``, with the decoded-dict case first: one call for it.)
@@ -218,56 +246,57 @@ class MessageView:
             return value
         return self.pick(None, picker)[1]
 
-    def pick_properties(self, picker: "KeyPicker") -> dict:
+    def pick_properties(self, picker: KeyPicker) -> dict:
         """The properties with (at least) the fields of ``picker`` that are present."""
         value = self._properties
         if value is not None:
             return value
         return self.pick(picker, None)[0]
 
-    def _exact_application_properties(self, picker: "KeyPicker") -> dict:
+    def _exact_application_properties(self, picker: KeyPicker) -> dict:
         value = self._application_properties
         if value is not None:
             return value
         data = self._data
         if data is None:
             return {}
-        span = self._span(APPLICATION_PROPERTIES)
+        span = self._span(data, APPLICATION_PROPERTIES)
         if span is None:
             return {}
         vstart = span[0]
         try:
-            return _pick_map(data, vstart, span[1], picker)
-        except codec._FAILURES as exc:
-            raise _format_error(exc, vstart) from None
+            return pick_map(data, vstart, span[1], picker)
+        except FAILURES as exc:
+            raise format_error(exc, vstart) from None
 
-    def _exact_properties(self, picker: "KeyPicker") -> dict:
+    def _exact_properties(self, picker: KeyPicker) -> dict:
         value = self._properties
         if value is not None:
             return value
         data = self._data
         if data is None:
             return {}
-        span = self._span(PROPERTIES)
+        span = self._span(data, PROPERTIES)
         if span is None:
             return {}
         vstart = span[0]
         try:
-            return _pick_list(data, vstart, span[1], picker)
-        except codec._FAILURES as exc:
-            raise _format_error(exc, vstart) from None
+            return pick_list(data, vstart, span[1], picker)
+        except FAILURES as exc:
+            raise format_error(exc, vstart) from None
 
-    def _span(self, code: int) -> tuple[int, int] | None:
-        """(value start, end) of the first section with ``code``, scanning on as far as needed."""
+    def _span(self, data: bytes, code: int) -> tuple[int, int] | None:
+        """(value start, end) of the first section with ``code`` in ``data`` (the view's bytes),
+        scanning on as far as needed."""
         spans = self._spans
         if spans is None:
             spans = self._spans = {}
         span = spans.get(code)
-        if span is None and self._scanned < len(self._data):  # read on up to the section asked for
+        if span is None and self._scanned < len(data):  # read on up to the section asked for
             try:
-                self._scanned = _scan(self._data, self._scanned, spans, code)
-            except codec._FAILURES as exc:
-                raise _format_error(exc, self._scanned) from None
+                self._scanned = _scan(data, self._scanned, spans, code)
+            except FAILURES as exc:
+                raise format_error(exc, self._scanned) from None
             span = spans.get(code)
         return span
 
@@ -275,7 +304,7 @@ class MessageView:
         data = self._data
         if data is None:  # a view built without bytes: a missing section is empty
             return {}
-        span = self._span(code)
+        span = self._span(data, code)
         return {} if span is None else _decode_section(data, code, span[0], span[1])
 
     def __repr__(self) -> str:
@@ -289,11 +318,11 @@ def _decode_section(data: bytes, code: int, vstart: int, end: int) -> dict:
         if data[vstart] == 0xD1 and code != HEADER and code != PROPERTIES:  # the usual map32
             size, count = SIZE_COUNT32.unpack_from(data, vstart + 1)
             if vstart + 5 + size != end:
-                raise _Bad("map size does not match the section", vstart)
-            return codec._entries(data, vstart + 9, end, count)
-        value, pos = _decode(data, vstart)
-    except codec._FAILURES as exc:
-        raise _format_error(exc, vstart) from None
+                raise Bad("map size does not match the section", vstart)
+            return map_entries(data, vstart + 9, end, count)
+        value, pos = raw_decode(data, vstart)
+    except FAILURES as exc:
+        raise format_error(exc, vstart) from None
     if pos != end:
         raise MessageFormatError(f"section value at byte {vstart} is malformed")
     if value is None:

@@ -1,4 +1,5 @@
-"""sqlfilter.codec against proton's own encoder: every primitive and composite, nested; garbage."""
+"""amqp_stream.wire._codec against proton's own encoder: every primitive and composite, nested;
+garbage."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sqlfilter import MessageFormatError
-from sqlfilter.codec import _bid_to_decimal, decode, decode_all, encode, skip
+from amqp_stream.wire import (MessageFormatError, WireError, decode, decode_all, encode,
+                              from_proton, skip)
+from amqp_stream.wire._codec import _bid_to_decimal
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -311,10 +313,22 @@ def test_encoder_uses_smallest_forms(value, raw):
 
 
 def test_encoder_refuses_what_has_no_encoding():
-    with pytest.raises(ValueError):
-        encode(object())
-    with pytest.raises(ValueError):
-        encode(2**64)
+    for value in (object(), 2**64, proton.symbol("ü"), proton.ubyte(256), [1, {object(): 2}],
+                  decimal.Decimal("1E+7000")):
+        with pytest.raises(WireError):  # the package's root (a ValueError)
+            encode(value)
+
+
+@pytest.mark.parametrize("raw", ["7C000000", "31000005", "B1000005", "78000000"])
+def test_from_proton_gives_decimals_as_decode_does(raw):
+    """A decimal from proton (raw bits) becomes the Decimal our decoder reads from its bytes."""
+    for code, kind, width in ((0x74, proton.decimal32, 4), (0x84, proton.decimal64, 8),
+                              (0x94, proton.decimal128, 16)):
+        bits = bytes.fromhex(raw).rjust(width, b"\0")
+        value = kind(bits) if kind is proton.decimal128 else kind(int.from_bytes(bits, "big"))
+        got, want = from_proton(value), decode(bytes((code,)) + bits)[0]
+        assert type(got) is decimal.Decimal and str(got) == str(want)
+    assert from_proton(proton.ulong(3)) == 3 and type(from_proton(proton.ulong(3))) is proton.ulong
 
 
 def test_positions_in_a_memoryview_are_positions_in_the_buffer():

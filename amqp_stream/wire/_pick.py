@@ -1,14 +1,14 @@
 """Picking a filter's few keys out of the properties and application-properties sections.
 
 Filters know at compile time which keys they read: a ``KeyPicker`` holds them (and their raw
-str8/sym8 encodings). On a fresh view one loop (``_fast_pick``) finds the sections and walks the
+str8/sym8 encodings). On a fresh view one loop (``fast_pick``) finds the sections and walks the
 wanted ones once, comparing raw key bytes (the map) or counting fields (the properties list, up
 to the last one wanted), decoding only the values asked for and jumping over the rest by their
 size fields (one table lookup per item, ``_STEP``), and stops once both sections are read:
 decoding whole maps in pure Python (~0.4 µs an entry) was most of the cost of filtering a
 stored message. Any encoding the one-pass walk does not take (other descriptors, described
-values to jump over, non-string keys, ...) goes the exact, general way (``_pick_map``,
-``_pick_list``, over the section found by ``MessageView``). Both check the framing of
+values to jump over, non-string keys, ...) goes the exact, general way (``pick_map``,
+``pick_list``, over the section found by ``MessageView``). Both check the framing of
 everything they walk (sizes, counts, constructors, section ends) and decode what they return as
 the whole section would be decoded; the contents of entries not returned (e.g. another string's
 UTF-8) are not looked at.
@@ -17,14 +17,13 @@ UTF-8) are not looked at.
 from __future__ import annotations
 
 import struct
-from typing import Iterable
+from typing import Any, Iterable
 
-from sqlfilter import codec
-from sqlfilter.codec import SIZE_COUNT32, _Bad, _decode, _skip
-from sqlfilter.errors import MessageFormatError
-from sqlfilter.sections import PROPERTY_FIELDS, _PAD, _SECTION_STEP, _head
+from amqp_stream.wire._codec import SIZE_COUNT32, U32, WIDTH, Bad, raw_decode, raw_skip
+from amqp_stream.wire._errors import MessageFormatError
+from amqp_stream.wire._sections import PROPERTY_FIELDS, SECTION_HEAD, SECTION_STEP
 
-__all__ = ["KeyPicker"]
+__all__ = ["KeyPicker", "fast_pick", "pick_map", "pick_list"]
 
 class KeyPicker:
     """The keys one filter reads from the application properties or properties, compiled once.
@@ -63,15 +62,16 @@ class KeyPicker:
         return f"KeyPicker({sorted(self.names)!r})"
 
 
-_WIDTH = codec._WIDTH
-_u32 = codec._u32
+_head = SECTION_HEAD.unpack_from
+_PAD = bytes(SECTION_HEAD.size)  # the zeros after a short last section (never used)
+_u32 = U32.unpack_from
 _sc32 = SIZE_COUNT32.unpack_from
 #: per constructor, how to jump over an item: 1 + its fixed width (> 0), 0 (size:u8 follows),
 #: -4 (size:u32 follows), -9 (not sized by the constructor: described, or no such constructor)
-_STEP = tuple(-9 if w is None else 1 + w if w >= 0 else 0 if w == -1 else -4 for w in _WIDTH)
+_STEP = tuple(-9 if w is None else 1 + w if w >= 0 else 0 if w == -1 else -4 for w in WIDTH)
 
 
-def _fast_pick(buf: bytes, properties: KeyPicker | None, application_properties: KeyPicker | None
+def fast_pick(buf: bytes, properties: KeyPicker | None, application_properties: KeyPicker | None
                ) -> tuple[dict | None, dict | None] | None:
     """``MessageView.pick`` of a fresh view in one pass over the sections, or None when unsure.
 
@@ -80,7 +80,7 @@ def _fast_pick(buf: bytes, properties: KeyPicker | None, application_properties:
     list8/list32 (or list0/null: nothing in it), the application properties a map8/map32 (or
     null) of str8/sym8 keys; the items jumped over must be sized by their constructors (wanted
     values are decoded as the exact walk decodes them). Anything else (None) goes the exact way
-    (``_scan``, ``_pick_map``, ``_pick_list``), which also reports the errors; an exception
+    (``_scan``, ``pick_map``, ``pick_list``), which also reports the errors; an exception
     raised here (truncated bytes, bad UTF-8 in a wanted string) means the same.
 
     One loop does it all (each Python line costs ~30 ns at this level): a section's head is one
@@ -88,12 +88,13 @@ def _fast_pick(buf: bytes, properties: KeyPicker | None, application_properties:
     wanted is rejected on its length byte (``KeyPicker.lengths``), the properties list is read up
     to its last wanted field only, and the walk ends once both sections are read.
     """
-    p = ap = None
+    p: dict[str, Any] | None = None
+    ap: dict[str, Any] | None = None
     left = (properties is not None) + (application_properties is not None)
     pos = 0
     n = len(buf)
     head = _head
-    sstep = _SECTION_STEP
+    sstep = SECTION_STEP
     step = _STEP
     u32 = _u32
     while pos < n:
@@ -145,7 +146,7 @@ def _fast_pick(buf: bytes, properties: KeyPicker | None, application_properties:
                             ap[name] = v - 256 if v > 127 else v
                             q += 2
                         else:
-                            ap[name], q = _decode(buf, q)
+                            ap[name], q = raw_decode(buf, q)
                     else:  # not wanted: jump over the value
                         q += 2 + m
                         s = step[buf[q]]
@@ -200,7 +201,7 @@ def _fast_pick(buf: bytes, properties: KeyPicker | None, application_properties:
                         q = start + buf[q + 1]
                         p[name] = buf[start:q].decode()
                     else:
-                        p[name], q = _decode(buf, q)
+                        p[name], q = raw_decode(buf, q)
                     i += 1
                 # every item walked: they must fill the list; else nothing further is wanted
                 if q != end if stop == count else q > end:
@@ -215,7 +216,7 @@ def _fast_pick(buf: bytes, properties: KeyPicker | None, application_properties:
             {} if ap is None and application_properties is not None else ap)
 
 
-def _pick_map(buf: bytes, vstart: int, end: int, picker: KeyPicker) -> dict:
+def pick_map(buf: bytes, vstart: int, end: int, picker: KeyPicker) -> dict:
     """The entries of the map section at ``vstart`` whose keys ``picker`` holds.
 
     Keys in str8/sym8 form are compared as raw bytes; other keys are decoded (a char or str32 key
@@ -235,16 +236,16 @@ def _pick_map(buf: bytes, vstart: int, end: int, picker: KeyPicker) -> dict:
     else:
         raise MessageFormatError(f"section value at byte {vstart} is not a map")
     if mend != end:
-        raise _Bad("map size does not match the section", vstart)
+        raise Bad("map size does not match the section", vstart)
     if count & 1:
-        raise _Bad("map with an odd number of items", pos)
+        raise Bad("map with an odd number of items", pos)
     if count > end - pos:
-        raise _Bad(f"count {count} cannot fit in {end - pos} bytes", pos)
+        raise Bad(f"count {count} cannot fit in {end - pos} bytes", pos)
     out = {}
     raw = picker.raw
     lengths = picker.lengths
     names = picker.names
-    width = _WIDTH
+    width = WIDTH
     for _ in range(count >> 1):
         c = buf[pos]
         if c == 0xA1 or c == 0xA3:  # str8 / sym8 key: compare its bytes
@@ -253,11 +254,11 @@ def _pick_map(buf: bytes, vstart: int, end: int, picker: KeyPicker) -> dict:
             name = raw.get(buf[pos:kend]) if lengths[n] else None
             pos = kend
         else:
-            key, pos = _decode(buf, pos)
+            key, pos = raw_decode(buf, pos)
             try:
                 name = key if key in names else None
             except TypeError:
-                raise _Bad("map key is not hashable", pos) from None
+                raise Bad("map key is not hashable", pos) from None
         c = buf[pos]
         if name is None:  # not wanted: jump over it by its size
             w = width[c]
@@ -266,23 +267,23 @@ def _pick_map(buf: bytes, vstart: int, end: int, picker: KeyPicker) -> dict:
             elif w == -4:
                 pos += 5 + _u32(buf, pos + 1)[0]
             elif w is None:
-                pos = _skip(buf, pos)
+                pos = raw_skip(buf, pos)
             else:
                 pos += 1 + w
         elif c == 0xA1:
             start = pos + 2
             pos = start + buf[pos + 1]
             if pos > end:
-                raise _Bad("map entry runs past the map", pos)
+                raise Bad("map entry runs past the map", pos)
             out[name] = buf[start:pos].decode()
         else:
-            out[name], pos = _decode(buf, pos)
+            out[name], pos = raw_decode(buf, pos)
     if pos != end:
-        raise _Bad(f"map ends at {pos}, its size says {end}", pos)
+        raise Bad(f"map ends at {pos}, its size says {end}", pos)
     return out
 
 
-def _pick_list(buf: bytes, vstart: int, end: int, picker: KeyPicker) -> dict:
+def pick_list(buf: bytes, vstart: int, end: int, picker: KeyPicker) -> dict:
     """The non-null items of the properties list at ``vstart`` at the positions named in
     ``picker.fields``, keyed by those names; the walk ends after the last of them."""
     c = buf[vstart]
@@ -299,11 +300,11 @@ def _pick_list(buf: bytes, vstart: int, end: int, picker: KeyPicker) -> dict:
     else:
         raise MessageFormatError(f"section 0x73 at byte {vstart} is not a list")
     if lend != end:
-        raise _Bad("list size does not match the section", vstart)
+        raise Bad("list size does not match the section", vstart)
     if count > end - pos:
-        raise _Bad(f"count {count} cannot fit in {end - pos} bytes", pos)
+        raise Bad(f"count {count} cannot fit in {end - pos} bytes", pos)
     out = {}
-    width = _WIDTH
+    width = WIDTH
     fields = picker.fields
     last = picker.last_field
     for i in range(count):
@@ -316,23 +317,23 @@ def _pick_list(buf: bytes, vstart: int, end: int, picker: KeyPicker) -> dict:
             elif w == -4:
                 pos += 5 + _u32(buf, pos + 1)[0]
             elif w is None:
-                pos = _skip(buf, pos)
+                pos = raw_skip(buf, pos)
             else:
                 pos += 1 + w
         elif c == 0xA1:
             start = pos + 2
             pos = start + buf[pos + 1]
             if pos > end:
-                raise _Bad("list item runs past the list", pos)
+                raise Bad("list item runs past the list", pos)
             out[name] = buf[start:pos].decode()
         else:
-            value, pos = _decode(buf, pos)
+            value, pos = raw_decode(buf, pos)
             if value is not None:
                 out[name] = value
         if i == last:  # fields are positional: nothing further is wanted
             if pos > end:
-                raise _Bad("list item runs past the list", pos)
+                raise Bad("list item runs past the list", pos)
             return out
     if pos != end:
-        raise _Bad(f"list ends at {pos}, its size says {end}", pos)
+        raise Bad(f"list ends at {pos}, its size says {end}", pos)
     return out
