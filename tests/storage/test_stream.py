@@ -170,7 +170,9 @@ def test_retention_by_age_never_deletes_the_newest_segment(tmp_path):
 def test_listeners_and_tailing_reader(tmp_path):
     calls = []
     with Stream.open(tmp_path / "s", StreamConfig(fsync="never")) as s:
-        s.add_listener(lambda: calls.append(s.next_offset))
+        def listener() -> None:
+            calls.append(s.next_offset)
+        s.add_listener(listener)
         r = s.reader(OffsetSpec.next())
         assert r.read_chunk() is None
         assert r.wait(0.01) is False
@@ -192,8 +194,7 @@ def test_listeners_and_tailing_reader(tmp_path):
         assert not t.is_alive()
         assert [b for _, b in got] == [b"t0", b"t1", b"t2"]
         assert calls and calls[-1] == 3
-        fn = s._listeners[0]
-        s.remove_listener(fn)
+        s.remove_listener(listener)
         s.append(b"more")
         s.flush()
         assert calls[-1] == 3
@@ -242,15 +243,16 @@ def test_append_after_close_raises_and_close_is_durable(tmp_path):
 def _break_writer(s: Stream, count: int, errors: list) -> None:
     """Queue ``count`` records behind a segment fd that cannot be written (a real EBADF from
     ``os.writev``) and wait until the writer has failed them all."""
-    with s._lock:  # hold the writer off while its file goes away
-        os.close(s._sfd)
-        s._sfd = os.open(os.devnull, os.O_RDONLY)
+    w = s._writer
+    with w.lock:  # hold the writer off while its file goes away
+        os.close(w._sfd)
+        w._sfd = os.open(os.devnull, os.O_RDONLY)
         for i in range(count):
-            s._bodies.append(b"x")
-            s._values.append(None)
-            s._callbacks.append((s._next, lambda o, e: errors.append((o, e))))
-            s._next += 1
-        s._wake.notify()
+            w._bodies.append(b"x")
+            w._values.append(None)
+            w._callbacks.append((w.next, lambda o, e: errors.append((o, e))))
+            w.next += 1
+        w._wake.notify()
     for _ in range(1000):
         if len(errors) >= count:
             break
@@ -260,7 +262,7 @@ def _break_writer(s: Stream, count: int, errors: list) -> None:
 def test_a_write_error_fails_every_waiting_append(tmp_path, monkeypatch):
     """ENOSPC cannot be made on demand here; closing the segment fd under the writer gives a
     real EBADF from os.writev, the same path."""
-    monkeypatch.setattr("storage.stream.RETRY_MIN_S", 60.0)  # no retry within this test
+    monkeypatch.setattr("storage.writer.RETRY_MIN_S", 60.0)  # no retry within this test
     s = Stream.open(tmp_path / "s", StreamConfig(fsync="never"))
     s.append(b"ok")
     s.flush()
@@ -278,7 +280,7 @@ def test_after_a_write_error_appends_work_again_once_the_backoff_has_passed(tmp_
     """The writer reopens its files (recovery as at open); after the backoff the next append
     is tried for real and, the file being writable again, succeeds: consecutive offsets,
     nothing accepted lost, nothing failed stored, readers keep their place."""
-    monkeypatch.setattr("storage.stream.RETRY_MIN_S", 0.05)
+    monkeypatch.setattr("storage.writer.RETRY_MIN_S", 0.05)
     s = Stream.open(tmp_path / "s", StreamConfig(fsync="always", max_chunk_entries=1))
     s.append_batch([b"a", b"b"])
     s.flush()
@@ -314,11 +316,11 @@ def test_a_reader_on_a_segment_that_recovery_removed_goes_on_where_the_log_goes_
     """A rollover whose first write failed leaves an empty newest segment; a reader may have
     opened it (at ``next``). Recovery after the error removes it and the log continues in the
     segment before: the reader must follow there, not wait on the removed file."""
-    from storage.stream import _create_segment
+    from storage.writer import create_segment
     d = tmp_path / "s"
     with Stream.open(d, StreamConfig(fsync="never", max_chunk_entries=1)) as s:
         s.append_batch([b"a", b"b"])
-    _create_segment(str(d), 2, False)  # the rollover's files, nothing written in them
+    create_segment(str(d), 2, False)  # the rollover's files, nothing written in them
     reader = open_reader(str(d), OffsetSpec.next())
     assert reader.read_chunk() is None
     with Stream.open(d, StreamConfig(fsync="never")) as s:  # recovery removes segment 2
@@ -362,7 +364,7 @@ def test_fsync_policy_decides_when_callbacks_run(tmp_path, monkeypatch, policy):
     callbacks: under ``always`` every callback follows a sync of what was written before it;
     under ``interval`` (10 s here) and ``never`` callbacks follow the write, with no sync until
     close."""
-    import storage.stream as mod
+    import storage.writer as mod
     events: list = []
     real_writev, real_sync = os.writev, os.fdatasync
     monkeypatch.setattr(mod.os, "writev", lambda fd, bufs: (events.append("write"),
@@ -434,7 +436,7 @@ def test_a_bad_filter_value_is_refused_and_the_stream_keeps_working(tmp_path):
 
 
 def test_interval_policy_syncs_an_idle_stream_within_the_interval(tmp_path, monkeypatch):
-    import storage.stream as mod
+    import storage.writer as mod
     synced = threading.Event()
     real_sync = os.fdatasync
     monkeypatch.setattr(mod.os, "fdatasync", lambda fd: (synced.set(), real_sync(fd))[1])
