@@ -62,6 +62,8 @@ import struct
 import zlib
 from typing import Iterable, NamedTuple, Sequence
 
+import bloom
+
 from storage.errors import CorruptionError, StorageError
 
 __all__ = [
@@ -253,8 +255,8 @@ def encode_chunk(
     trailer: bytes = b"",
 ) -> list[bytes]:
     """The chunk as buffers to hand to ``os.writev``: header, filter, data, trailer."""
-    if len(filter_bits) > 255:
-        raise StorageError("filter larger than 255 bytes")
+    if len(filter_bits) > bloom.MAX_SIZE:
+        raise StorageError(f"filter larger than {bloom.MAX_SIZE} bytes")
     header = CHUNK_HEADER.pack(
         CHUNK_MAGIC_VERSION, chunk_type, entries, records, timestamp, epoch, chunk_id,
         zlib.crc32(data), len(data), len(trailer), len(filter_bits),
@@ -290,8 +292,8 @@ def decode_header(buf: bytes | memoryview, offset: int = 0, *, path: str = "?",
                                               f"{h.records} records (osiris writes 1 and 1)")
     if h.entries == 0:
         raise CorruptionError(path, position, "chunk without entries")
-    if h.filter_size and h.filter_size < 16:
-        raise CorruptionError(path, position, f"filter size {h.filter_size} below 16")
+    if h.filter_size and h.filter_size < bloom.MIN_SIZE:
+        raise CorruptionError(path, position, f"filter size {h.filter_size} below {bloom.MIN_SIZE}")
     return h
 
 

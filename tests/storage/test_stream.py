@@ -18,7 +18,7 @@ from storage import (
     open_reader,
 )
 from storage.files import list_segments
-from storage.format import decode_header
+from storage.format import CHUNK_HEADER_BYTES, INDEX_RECORD_BYTES, decode_header
 
 
 def chunks_on_disk(directory) -> list:
@@ -109,7 +109,7 @@ def test_filters_are_written_per_chunk_and_only_when_a_value_exists(tmp_path):
     (_, p0, h0), (_, p1, h1) = chunks_on_disk(tmp_path / "s")
     assert (h0.filter_size, h0.filter_scheme) == (32, int(bloom.Scheme.MMH3))
     raw = (tmp_path / "s" / "00000000000000000000.segment").read_bytes()
-    bits = raw[p0 + 48:p0 + 80]
+    bits = raw[p0 + CHUNK_HEADER_BYTES:p0 + CHUNK_HEADER_BYTES + 32]
     assert bits[0] & 0x80  # bit 0: an unfiltered entry
     assert bloom.Matcher(["red"]).matches(bits, h0.filter_scheme, h0.filter_param)
     assert h1.filter_size == 0
@@ -139,7 +139,7 @@ def test_retention_by_bytes_keeps_the_newest_segments_that_fit(tmp_path):
     cfg = StreamConfig(fsync="never", max_segment_chunks=1, retention_bytes=250)
     with Stream.open(tmp_path / "s", cfg) as s:
         for i in range(10):
-            s.append(b"x" * 50)  # each segment: 8 + 48 + 54 = 110 bytes
+            s.append(b"x" * 50)  # each segment: 110 bytes (segment header, chunk header, 54)
             s.flush()
         starts = list(s.segment_starts())
         assert s.first_offset == starts[0]
@@ -394,7 +394,7 @@ def test_fsync_policy_decides_when_callbacks_run(tmp_path, monkeypatch, policy):
 
 
 def test_a_skipped_chunk_costs_only_its_header_and_filter(tmp_path):
-    """bytes_read adds up exactly: index records, 48 + 16 bytes per chunk looked at, and the
+    """bytes_read adds up exactly: index records, header + 16 filter bytes per chunk looked at, and the
     data section of each chunk read; a skipped chunk's data is never read."""
     cfg = StreamConfig(fsync="never", max_chunk_entries=10, filter_size=16)
     with Stream.open(tmp_path / "s", cfg) as s:
@@ -408,8 +408,10 @@ def test_a_skipped_chunk_costs_only_its_header_and_filter(tmp_path):
     read_ids = [c.chunk_id for c in got]
     assert 70 in read_ids and r.stats.chunks_read == len(read_ids)
     assert r.stats.chunks_skipped == 20 - len(read_ids)
-    # every matched chunk is looked at twice (skip loop, then _read): 64 bytes more each
-    expected = 29 * 20 + 64 * 20 + 64 * len(read_ids) + sum(data[i] for i in read_ids)
+    # every matched chunk is looked at twice (skip loop, then _read): `look` bytes more each
+    look = CHUNK_HEADER_BYTES + 16
+    expected = (INDEX_RECORD_BYTES * 20 + look * 20 + look * len(read_ids)
+                + sum(data[i] for i in read_ids))
     assert r.stats.bytes_read == expected
 
 
