@@ -23,8 +23,10 @@ from storage.format import (
 __all__ = [
     "list_files", "list_segments", "segment_path", "index_path", "fsync_dir", "replace_file",
     "index_count", "read_index_records", "read_index_tuples", "read_index_record", "pread_exact",
+    "IndexTuple",
 ]
 
+IndexTuple = tuple[int, int, int, int, int]  # an INDEX_RECORD as unpacked: id, ts, epoch, pos, type
 _REC = INDEX_RECORD_BYTES
 _IHB = INDEX_HEADER_BYTES
 
@@ -39,7 +41,8 @@ def index_path(directory: str, start: int) -> str:
 
 def list_files(directory: str) -> tuple[list[int], list[int]]:
     """Sorted first offsets of the ``.segment`` files and of the ``.index`` files."""
-    segments, indexes = [], []
+    segments: list[int] = []
+    indexes: list[int] = []
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -122,7 +125,7 @@ def read_index_records(fd: int, first: int = 0, limit: int = 1 << 30) -> list[In
     return out
 
 
-def read_index_tuples(fd: int, first: int = 0, limit: int = 1 << 30) -> list[tuple]:
+def read_index_tuples(fd: int, first: int = 0, limit: int = 1 << 30) -> list[IndexTuple]:
     """Like ``read_index_records`` but plain ``(chunk id, ts, epoch, position, type)`` tuples
     (the readers' hot path: no named tuple per record)."""
     buf = pread_exact(fd, min(limit, 1 << 22) * _REC, _IHB + first * _REC)

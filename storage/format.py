@@ -216,7 +216,7 @@ def encode_entries(bodies: Sequence[bytes]) -> bytes:
     if len(lens) == 1:  # same-sized (the common case): the header is the join's separator
         header = _pack_len(len(bodies[0]))
         return header + header.join(bodies)
-    parts: list = [None] * (2 * len(bodies))
+    parts: list[bytes] = [b""] * (2 * len(bodies))
     parts[0::2] = map(_pack_len, map(len, bodies))
     parts[1::2] = bodies
     return b"".join(parts)
@@ -307,8 +307,9 @@ def _compress(compression: int, raw: bytes) -> bytes:
     if compression == COMPRESSION_GZIP:
         return gzip.compress(raw)
     if compression == COMPRESSION_LZ4:
-        import lz4.frame
-        return lz4.frame.compress(raw)
+        import lz4.frame  # type: ignore[import-untyped]  # lz4 ships no type information
+        packed: bytes = lz4.frame.compress(raw)
+        return packed
     if compression == COMPRESSION_ZSTD:
         import zstandard
         return zstandard.ZstdCompressor().compress(raw)
@@ -322,7 +323,8 @@ def _decompress(compression: int, body: bytes | memoryview, size: int) -> bytes:
         return zlib.decompress(body, 47)  # gzip or zlib wrapper, auto-detected
     if compression == COMPRESSION_LZ4:
         import lz4.frame
-        return lz4.frame.decompress(body)
+        raw: bytes = lz4.frame.decompress(body)
+        return raw
     if compression == COMPRESSION_ZSTD:
         import zstandard
         return zstandard.ZstdDecompressor().decompress(body, max_output_size=size)
@@ -331,7 +333,8 @@ def _decompress(compression: int, body: bytes | memoryview, size: int) -> bytes:
     raise CorruptionError("?", 0, f"undefined sub-batch compression {compression}")
 
 
-def _simple_run(data: bytes, start: int, end: int, out: list, path: str, position: int) -> None:
+def _simple_run(data: bytes, start: int, end: int, out: list[bytes], path: str,
+                position: int) -> None:
     """Append the bodies of the simple entries in ``data[start:end]`` to ``out``."""
     pos = start
     ap = out.append
@@ -346,7 +349,7 @@ def _simple_run(data: bytes, start: int, end: int, out: list, path: str, positio
         raise CorruptionError(path, position, "entry runs past the end of its section")
 
 
-def _uniform(data: bytes, entries: int) -> list | None:
+def _uniform(data: bytes, entries: int) -> list[bytes] | None:
     """Bodies of a data section made of ``entries`` simple entries of one length, else None.
 
     The common case of same-sized records costs four strided byte comparisons (the 4-byte

@@ -28,12 +28,13 @@ import os
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
 import bloom
 
 from storage.errors import CorruptionError
 from storage.files import (
+    IndexTuple,
     index_count,
     index_path,
     list_segments,
@@ -127,7 +128,7 @@ class _Open:
     spath: str
     sfd: int
     ifd: int
-    recs: list[tuple] = field(default_factory=list)  # raw INDEX_RECORD tuples
+    recs: list[IndexTuple] = field(default_factory=list)  # raw INDEX_RECORD tuples
     ri: int = 0
     idx_next: int = 0  # index record number after the last one in ``recs``
     expect: int | None = None  # the chunk id that must come next in this segment
@@ -199,7 +200,7 @@ class Reader:
                     continue
             if self._matches is not None:
                 before = stats.chunks_skipped
-                done = self._skip_run(seg, lim, left)
+                done = self._skip_run(seg, lim, self._matches, left)
                 if left is not None:
                     left -= stats.chunks_skipped - before
                     if left <= 0:
@@ -242,13 +243,13 @@ class Reader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[ReadChunk]:
         """Chunks until nothing more is committed (does not wait)."""
-        while (chunk := self.read_chunk()) is not None:
-            yield chunk  # type: ignore[misc]  # no budget: never SCAN_PAUSED
+        while isinstance(chunk := self.read_chunk(), ReadChunk):  # no budget: never paused
+            yield chunk
 
     # -- reading -------------------------------------------------------------------------------
-    def _read(self, seg: _Open, rec: tuple, nxt: int) -> ReadChunk | None:
+    def _read(self, seg: _Open, rec: IndexTuple, nxt: int) -> ReadChunk | None:
         pos = rec[3]
         fd = seg.sfd
         stats = self.stats
@@ -259,7 +260,8 @@ class Reader:
             self._check_id(h, rec, seg)
             self._next_id = h.next_offset
             return None
-        if self._matcher is None:
+        matches = self._matches
+        if matches is None:
             if nxt > pos:
                 buf = pread_exact(fd, nxt - pos, pos)
             else:
@@ -283,7 +285,7 @@ class Reader:
                 head += pread_exact(fd, fs - (len(head) - _HB), pos + len(head))
                 self._hint = fs
             stats.bytes_read += len(head)
-            if not self._matches(head[_HB:_HB + fs], t[11], t[12]):
+            if not matches(head[_HB:_HB + fs], t[11], t[12]):
                 chunk_id = t[6]
                 if chunk_id != rec[0] or (seg.expect is not None and chunk_id != seg.expect):
                     self._check_id(ChunkHeader._make(t), rec, seg)  # raises
@@ -311,7 +313,8 @@ class Reader:
                 return None
         return ReadChunk(h.chunk_id, h.timestamp, records, h.next_offset)
 
-    def _skip_run(self, seg: _Open, lim: int | None, budget: int | None = None) -> bool:
+    def _skip_run(self, seg: _Open, lim: int | None, matches: Callable[[bytes, int, int], bool],
+                  budget: int | None = None) -> bool:
         """The stage-1 hot loop: skip consecutive user chunks the filter rules out, reading
         only header and filter of each. Stops (leaving ``seg.ri`` on it) at a chunk to read,
         at anything unusual (left to ``_read``, which checks and reports it), at the
@@ -319,9 +322,10 @@ class Reader:
         it consumed every buffered index record."""
         recs = seg.recs
         i, n = seg.ri, len(recs)
-        fd, want, matches = seg.sfd, _HB + self._hint, self._matches
+        fd, want = seg.sfd, _HB + self._hint
         pread, unpack = os.pread, _unpack_header
         expect = seg.expect
+        next_id = self._next_id
         verdicts = self._verdicts  # filters repeat (bursts of a value): decide each once
         skipped = looked = 0
         stop = n if budget is None else min(n, i + budget)
@@ -346,18 +350,18 @@ class Reader:
                 verdict = verdicts[key] = matches(*key)
             if verdict:
                 break  # _read reads this header again: one extra small pread per match
-            expect = t[6] + t[3]
+            expect = next_id = t[6] + t[3]
             skipped += 1
             i += 1
         self.stats.bytes_read += looked
         if skipped:
             seg.ri = i
-            seg.expect = self._next_id = expect
+            seg.expect = self._next_id = next_id
             self.stats.chunks_skipped += skipped
         return i >= n
 
     @staticmethod
-    def _check_id(h, rec: tuple, seg: _Open) -> None:
+    def _check_id(h: ChunkHeader, rec: IndexTuple, seg: _Open) -> None:
         """The header must agree with its index record (a raw ``INDEX_RECORD`` tuple) and
         follow the previous chunk."""
         if h.chunk_id != rec[0] or h.type != rec[4]:
