@@ -13,17 +13,17 @@ answer 501 with a message that says so.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import bloom
 from amqp_stream import addresses
+from storage import StorageError, parse_interval_ms
 
 __all__ = ["Response", "ManagementError", "Streams", "handle", "validate_declare",
            "equivalent_arguments", "STREAM_ARGUMENTS"]
 
 MAX_SEGMENT_SIZE = 3_000_000_000
-_AGE = re.compile(r"^([0-9]+)(Y|M|D|h|m|s)$")
 
 # arguments a stream understands (others that RabbitMQ defines for other queue types are refused)
 STREAM_ARGUMENTS = ("x-queue-type", "x-max-length-bytes", "x-max-age",
@@ -97,17 +97,20 @@ def validate_declare(body: Any) -> dict:
             if not _is_int(value) or value < 0:
                 raise ManagementError(400, f"x-max-length-bytes must be an integer >= 0, not {value!r}")
         elif key == "x-max-age":
-            m = _AGE.match(value) if isinstance(value, str) else None
-            if m is None or int(m.group(1)) <= 0:
+            try:
+                ok = isinstance(value, str) and parse_interval_ms(value, rabbitmq=True) > 0
+            except StorageError:
+                ok = False
+            if not ok:
                 raise ManagementError(400, f"x-max-age must look like 7D, 12h or 30m (> 0), not {value!r}")
         elif key == "x-stream-max-segment-size-bytes":
             if not _is_int(value) or not 0 < value <= MAX_SEGMENT_SIZE:
                 raise ManagementError(400, f"x-stream-max-segment-size-bytes must be an integer "
                                            f"in 1..{MAX_SEGMENT_SIZE}, not {value!r}")
         elif key == "x-stream-filter-size-bytes":
-            if not _is_int(value) or not 16 <= value <= 255:
+            if not _is_int(value) or not bloom.MIN_SIZE <= value <= bloom.MAX_SIZE:
                 raise ManagementError(400, f"x-stream-filter-size-bytes must be an integer in "
-                                           f"16..255, not {value!r}")
+                                           f"{bloom.MIN_SIZE}..{bloom.MAX_SIZE}, not {value!r}")
         elif key == "x-initial-cluster-size":
             if not _is_int(value) or value < 1:
                 raise ManagementError(400, f"x-initial-cluster-size must be an integer >= 1, not {value!r}")
