@@ -75,7 +75,7 @@ def test_fixture_headers_decode_to_the_spec_fields():
 
 def test_tracking_records_of_the_fixture():
     seg = _fixture("00000000000000000007.segment")
-    pos = 8
+    pos = fmt.SEGMENT_HEADER_BYTES
     h = fmt.decode_header(seg, pos)
     pos += h.size
     snap = fmt.decode_header(seg, pos)

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from storage import CorruptionError, OffsetSpec, Stream, StreamConfig, open_reader
-from storage.format import (CHUNK_HEADER_BYTES, INDEX_HEADER_BYTES, INDEX_RECORD_BYTES,
+from storage.format import (CHUNK_HEADER_BYTES, INDEX_HEADER_BYTES, INDEX_RECORD_BYTES, SEGMENT_HEADER_BYTES,
                             decode_header, encode_chunk, encode_entries, encode_index_record)
 
 CFG = StreamConfig(fsync="never", max_segment_chunks=4)
@@ -46,7 +46,7 @@ def last_start(d) -> int:
 
 def chunk_positions(path) -> list[int]:
     raw = path.read_bytes()
-    pos, out = 8, []
+    pos, out = SEGMENT_HEADER_BYTES, []
     while pos < len(raw):
         out.append(pos)
         pos += decode_header(raw, pos).size

@@ -4,6 +4,7 @@ listeners and tailing readers, on real files."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
@@ -18,7 +19,7 @@ from storage import (
     open_reader,
 )
 from storage.files import list_segments
-from storage.format import CHUNK_HEADER_BYTES, INDEX_RECORD_BYTES, decode_header
+from storage.format import CHUNK_HEADER_BYTES, INDEX_RECORD_BYTES, SEGMENT_HEADER_BYTES, decode_header
 
 
 def chunks_on_disk(directory) -> list:
@@ -27,7 +28,7 @@ def chunks_on_disk(directory) -> list:
     for start in list_segments(str(directory)):
         with open(os.path.join(directory, f"{start:020d}.segment"), "rb") as f:
             raw = f.read()
-        pos = 8
+        pos = SEGMENT_HEADER_BYTES
         while pos < len(raw):
             h = decode_header(raw, pos)
             out.append((start, pos, h))
@@ -200,34 +201,80 @@ def test_listeners_and_tailing_reader(tmp_path):
         assert calls[-1] == 3
 
 
-def test_reader_never_sees_uncommitted_chunks(tmp_path):
-    """With fsync always, a record is visible only after its callback's fsync."""
-    cfg = StreamConfig(fsync="always")
-    with Stream.open(tmp_path / "s", cfg) as s:
-        seen_before_durable = []
-        durable = set()
+@pytest.fixture
+def thread_switches():
+    """Switch threads as often as the interpreter can, so orderings between the writer thread
+    and a reader that a slower switch would hide happen within a short test."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(before)
 
+
+def test_reader_never_sees_uncommitted_chunks(tmp_path, monkeypatch):
+    """With fsync always, a group is readable in the process only once it is fsynced: a spy
+    around the real ``os.fdatasync`` reads the stream at the moment the group is in the files
+    but not yet synced. A reader of the stream must see exactly the committed records then;
+    a reader of the files alone sees the new chunks (so the moment is a real one)."""
+    import storage.writer as mod
+    real_sync = os.fdatasync
+    windows: list = []  # (committed end, stream reader's offsets, files-alone reader's offsets)
+    d = tmp_path / "s"
+    with Stream.open(d, StreamConfig(fsync="always", max_chunk_entries=3)) as s:
+        def spy(fd):
+            with s.reader(OffsetSpec.first()) as r:
+                in_stream = [o for c in r for o, _ in c.records]
+            with open_reader(str(d), OffsetSpec.first()) as r:
+                on_disk = [o for c in r for o, _ in c.records]
+            windows.append((s.next_offset, in_stream, on_disk))
+            real_sync(fd)
+        monkeypatch.setattr(mod.os, "fdatasync", spy)
+        for i in range(20):
+            s.append_batch([b"%d" % i] * (i % 4 + 1))
+            s.flush()
+        monkeypatch.setattr(mod.os, "fdatasync", real_sync)
+    assert len(windows) >= 20
+    for end, in_stream, _ in windows:
+        assert in_stream == list(range(end))
+    assert all(len(on_disk) > end for end, _, on_disk in windows[:20])
+
+
+def test_a_confirmed_record_is_readable(tmp_path, thread_switches):
+    """The committed end moves before the callbacks run (docs/storage.md): once
+    ``on_durable(o)`` runs, ``o`` is committed, so whoever is told a record is durable can read
+    it; and a reader on another thread never returns a record at or past the committed end.
+    Thread switches are forced so the orderings between writer and reader really vary (run
+    callbacks before the end moves and this fails)."""
+    cfg = StreamConfig(fsync="always", max_chunk_entries=4)
+    count = 300
+    ahead: list = []  # (offset read, committed end right after the read)
+    confirmed_unreadable: list = []
+    with Stream.open(tmp_path / "s", cfg) as s:
         def cb(o, e):
-            durable.add(o)
-        stop = threading.Event()
+            if e is not None or o >= s.next_offset:
+                confirmed_unreadable.append((o, e, s.next_offset))
+        read: list = []
 
         def reader():
-            rd = s.reader(OffsetSpec.first())
-            while not stop.is_set():
-                c = rd.read_chunk()
-                if c is None:
-                    rd.wait(0.05)
-                    continue
-                seen_before_durable.extend(o for o, _ in c.records if o not in durable)
+            with s.reader(OffsetSpec.first()) as rd:
+                while rd.position < count:
+                    c = rd.read_chunk()
+                    if c is None:
+                        rd.wait(5)
+                        continue
+                    end = s.next_offset
+                    ahead.extend((o, end) for o, _ in c.records if o >= end)
+                    read.extend(o for o, _ in c.records)
         t = threading.Thread(target=reader)
         t.start()
-        for i in range(300):
+        for i in range(count):
             s.append(b"%d" % i, None, cb)
         s.flush()
-        time.sleep(0.1)
-        stop.set()
-        t.join()
-    assert seen_before_durable == []
+        t.join(30)
+        assert not t.is_alive()
+    assert ahead == []
+    assert confirmed_unreadable == []
+    assert read == list(range(count))
 
 
 def test_append_after_close_raises_and_close_is_durable(tmp_path):
