@@ -60,7 +60,7 @@ HELP: dict[str, str] = {
     "fsync": "durability before a publish is accepted: always (fsync each chunk), "
              "interval (fsync every --fsync-interval-ms), never (after the write)",
     "fsync_interval_ms": "fsync period for --fsync interval",
-    "filter_size": "default chunk filter size in bytes (16..255)",
+    "filter_size": f"default chunk filter size in bytes ({bloom.MIN_SIZE}..{bloom.MAX_SIZE})",
     "filter_scheme": "chunk filter hash scheme: mmh3 (default) or osiris (RabbitMQ-compatible)",
     "metrics_port": "Prometheus metrics port (0 = off)",
     "log_level": "DEBUG, INFO, WARNING or ERROR",
