@@ -7,10 +7,10 @@ complete"), so recovery makes segment and index agree before anyone reads.
 
 Strategy:
 - Stale indexes and orphan segments are removed (index first, then segment, like retention).
-- The last segment is scanned chunk by chunk (header, bounds, CRC of the data section). At the
-  first bad chunk we look for any valid chunk after it (index records pointing further, the
-  position the bad header claims, then a byte scan for a chunk magic whose header and CRC check
-  out). If one exists the damage is in the middle: ``CorruptionError`` naming file and position,
+- The last segment is scanned chunk by chunk with ``storage.walk`` (header, bounds, CRC of the
+  data section; the same walk ``inspect`` shows). At the first bad chunk we look for any valid
+  chunk after it (index records pointing further, the position the bad header claims, then a
+  byte scan for a chunk magic whose header and CRC check out). If one exists the damage is in the middle: ``CorruptionError`` naming file and position,
   nothing is served. If none exists it is a torn tail: the segment is truncated there.
 - Older segments get a cheap check (header, and the last index record's chunk ending exactly at
   the end of the file); only when that fails are they scanned. Their data CRCs are checked by
