@@ -11,16 +11,16 @@ Arguments RabbitMQ defines only for other queue types are refused, unknown ones 
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+import bloom
 from amqp_stream.errors import BadRequest, PreconditionFailed
+from storage import StorageError, parse_interval_ms
+from storage.config import MAX_SEGMENT_BYTES_LIMIT as MAX_SEGMENT_SIZE
 
 __all__ = ["validate", "equivalent", "from_stream_protocol", "STREAM_ARGUMENTS",
            "MAX_SEGMENT_SIZE"]
 
-MAX_SEGMENT_SIZE = 3_000_000_000
-_AGE = re.compile(r"^([0-9]+)(Y|M|D|h|m|s)$")
 _ALIASES = {"x-leader-locator": "x-queue-leader-locator"}
 _LOCATORS = ("client-local", "balanced")
 
@@ -48,17 +48,20 @@ def _check(key: str, value: Any) -> None:
         if not _is_int(value) or value < 0:
             raise BadRequest(f"x-max-length-bytes must be an integer >= 0, not {value!r}")
     elif key == "x-max-age":
-        m = _AGE.match(value) if isinstance(value, str) else None
-        if m is None or int(m.group(1)) <= 0:
+        try:
+            ok = isinstance(value, str) and parse_interval_ms(value, rabbitmq=True) > 0
+        except StorageError:
+            ok = False
+        if not ok:
             raise BadRequest(f"x-max-age must look like 7D, 12h or 30m (> 0), not {value!r}")
     elif key == "x-stream-max-segment-size-bytes":
         if not _is_int(value) or not 0 < value <= MAX_SEGMENT_SIZE:
             raise BadRequest(f"x-stream-max-segment-size-bytes must be an integer in "
                              f"1..{MAX_SEGMENT_SIZE}, not {value!r}")
     elif key == "x-stream-filter-size-bytes":
-        if not _is_int(value) or not 16 <= value <= 255:
-            raise BadRequest(f"x-stream-filter-size-bytes must be an integer in 16..255, "
-                             f"not {value!r}")
+        if not _is_int(value) or not bloom.MIN_SIZE <= value <= bloom.MAX_SIZE:
+            raise BadRequest(f"x-stream-filter-size-bytes must be an integer in "
+                             f"{bloom.MIN_SIZE}..{bloom.MAX_SIZE}, not {value!r}")
     elif key == "x-initial-cluster-size":
         if not _is_int(value) or value < 1:
             raise BadRequest(f"x-initial-cluster-size must be an integer >= 1, not {value!r}")

@@ -18,6 +18,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+import bloom
+
 __all__ = ["BrokerConfig", "ConfigError", "load", "ENV_PREFIX"]
 
 ENV_PREFIX = "AMQP_STREAM_"
@@ -63,7 +65,7 @@ HELP: dict[str, str] = {
     "fsync": "durability before a publish is accepted: always (fsync each chunk), "
              "interval (fsync every --fsync-interval-ms), never (after the write)",
     "fsync_interval_ms": "fsync period for --fsync interval",
-    "filter_size": "default chunk filter size in bytes (16..255)",
+    "filter_size": f"default chunk filter size in bytes ({bloom.MIN_SIZE}..{bloom.MAX_SIZE})",
     "filter_scheme": "chunk filter hash scheme: mmh3 (default) or osiris (RabbitMQ-compatible)",
     "metrics_port": "Prometheus metrics port (0 = off)",
     "log_level": "DEBUG, INFO, WARNING or ERROR",
@@ -152,8 +154,9 @@ def check(config: BrokerConfig) -> None:
         raise ConfigError(f"port must be 1..65535, not {config.port}")
     if not 0 <= config.metrics_port < 65536:
         raise ConfigError(f"metrics_port must be 0..65535, not {config.metrics_port}")
-    if not 16 <= config.filter_size <= 255:
-        raise ConfigError(f"filter_size must be 16..255, not {config.filter_size}")
+    if not bloom.MIN_SIZE <= config.filter_size <= bloom.MAX_SIZE:
+        raise ConfigError(f"filter_size must be {bloom.MIN_SIZE}..{bloom.MAX_SIZE}, "
+                          f"not {config.filter_size}")
     if config.fsync_interval_ms <= 0:
         raise ConfigError("fsync_interval_ms must be > 0")
     if config.max_message_size <= 0:

@@ -1,7 +1,7 @@
 """Building a chunk's filter (the write side of stage 1).
 
 Why: every chunk the storage writer forms gets a filter from its entries' filter values
-before it is written; the filter bytes follow the 48-byte chunk header, the header's byte 44
+before it is written; the filter bytes follow the chunk header, whose byte 44
 holds the size, byte 45 the scheme and byte 46 the scheme's parameter (``ChunkFilter.param``).
 
 Strategy: values are de-duplicated first (a filter is a set), empty/None values only set bit

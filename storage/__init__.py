@@ -8,7 +8,7 @@ from its files alone (another process may be writing it).
 
 from storage.config import FsyncPolicy, StreamConfig
 from storage.errors import CorruptionError, StorageError, StreamClosedError
-from storage.offsets import OffsetSpec, parse_interval_ms
+from storage.offsets import TIMESTAMP_FROM_MS, OffsetSpec, parse_interval_ms
 from storage.reader import (
     SCAN_PAUSED,
     DirectorySource,
@@ -37,6 +37,7 @@ __all__ = [
     "Stream",
     "StreamClosedError",
     "StreamConfig",
+    "TIMESTAMP_FROM_MS",
     "open_reader",
     "parse_interval_ms",
     "recover",

@@ -9,6 +9,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+import bloom
+
 from storage.errors import StorageError
 
 __all__ = ["FsyncPolicy", "StreamConfig"]
@@ -34,8 +36,8 @@ class StreamConfig:
     max_segment_chunks: int = 256_000
     max_chunk_entries: int = 8192
     max_chunk_bytes: int = 8 * 1024 * 1024
-    filter_size: int = 16
-    filter_scheme: int = 1  # bloom.Scheme.MMH3
+    filter_size: int = bloom.DEFAULT_SIZE
+    filter_scheme: int = int(bloom.Scheme.MMH3)
     fsync: FsyncPolicy = FsyncPolicy.INTERVAL
     fsync_interval_ms: int = 200
     retention_bytes: int | None = None
@@ -52,7 +54,8 @@ class StreamConfig:
             raise StorageError("max_chunk_entries must be 1..65535 (u16 entry count)")
         if self.max_chunk_bytes < 1:
             raise StorageError("max_chunk_bytes must be >= 1")
-        if self.filter_size and not 16 <= self.filter_size <= 255:
-            raise StorageError("filter_size must be 0 (no filters) or 16..255")
+        if self.filter_size and not bloom.MIN_SIZE <= self.filter_size <= bloom.MAX_SIZE:
+            raise StorageError(f"filter_size must be 0 (no filters) or "
+                               f"{bloom.MIN_SIZE}..{bloom.MAX_SIZE}")
         if self.fsync_interval_ms < 0:
             raise StorageError("fsync_interval_ms must be >= 0")

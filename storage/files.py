@@ -11,7 +11,9 @@ import os
 from typing import Iterator
 
 from storage.format import (
+    INDEX_HEADER_BYTES,
     INDEX_RECORD,
+    INDEX_RECORD_BYTES,
     IndexRecord,
     index_name,
     parse_file_name,
@@ -21,9 +23,12 @@ from storage.format import (
 __all__ = [
     "list_files", "list_segments", "segment_path", "index_path", "fsync_dir", "replace_file",
     "index_count", "read_index_records", "read_index_tuples", "read_index_record", "pread_exact",
+    "IndexTuple",
 ]
 
-_REC = INDEX_RECORD.size
+IndexTuple = tuple[int, int, int, int, int]  # an INDEX_RECORD as unpacked: id, ts, epoch, pos, type
+_REC = INDEX_RECORD_BYTES
+_IHB = INDEX_HEADER_BYTES
 
 
 def segment_path(directory: str, start: int) -> str:
@@ -36,7 +41,8 @@ def index_path(directory: str, start: int) -> str:
 
 def list_files(directory: str) -> tuple[list[int], list[int]]:
     """Sorted first offsets of the ``.segment`` files and of the ``.index`` files."""
-    segments, indexes = [], []
+    segments: list[int] = []
+    indexes: list[int] = []
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -96,12 +102,12 @@ def pread_exact(fd: int, size: int, position: int) -> bytes:
 
 
 def index_count(fd: int) -> int:
-    """Complete 29-byte records in an index file (trailing zero records included)."""
-    return max(0, (os.fstat(fd).st_size - 8) // _REC)
+    """Complete records in an index file (trailing zero records included)."""
+    return max(0, (os.fstat(fd).st_size - _IHB) // _REC)
 
 
 def read_index_record(fd: int, i: int) -> IndexRecord | None:
-    buf = os.pread(fd, _REC, 8 + i * _REC)
+    buf = os.pread(fd, _REC, _IHB + i * _REC)
     if len(buf) < _REC:
         return None
     rec = IndexRecord._make(INDEX_RECORD.unpack(buf))
@@ -110,7 +116,7 @@ def read_index_record(fd: int, i: int) -> IndexRecord | None:
 
 def read_index_records(fd: int, first: int = 0, limit: int = 1 << 30) -> list[IndexRecord]:
     """Records ``first ..`` (at most ``limit``), stopping at a zero record or a partial one."""
-    buf = pread_exact(fd, min(limit, 1 << 22) * _REC, 8 + first * _REC)
+    buf = pread_exact(fd, min(limit, 1 << 22) * _REC, _IHB + first * _REC)
     out = []
     for rec in _iter_records(buf):
         if rec.position == 0:
@@ -119,10 +125,10 @@ def read_index_records(fd: int, first: int = 0, limit: int = 1 << 30) -> list[In
     return out
 
 
-def read_index_tuples(fd: int, first: int = 0, limit: int = 1 << 30) -> list[tuple]:
+def read_index_tuples(fd: int, first: int = 0, limit: int = 1 << 30) -> list[IndexTuple]:
     """Like ``read_index_records`` but plain ``(chunk id, ts, epoch, position, type)`` tuples
     (the readers' hot path: no named tuple per record)."""
-    buf = pread_exact(fd, min(limit, 1 << 22) * _REC, 8 + first * _REC)
+    buf = pread_exact(fd, min(limit, 1 << 22) * _REC, _IHB + first * _REC)
     usable = len(buf) - len(buf) % _REC
     out = list(INDEX_RECORD.iter_unpack(memoryview(buf)[:usable]))
     if out and out[-1][3] == 0:  # trailing zero records (a crash, not yet recovered)

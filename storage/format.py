@@ -44,7 +44,8 @@ Entries in the data section::
     SUBBATCH_HEADER >BHII |1|cmp:3|rsv:4| records:16 | uncompressed length:32 | length:32 |
                           then `length` bytes; `records` offsets; uncompressed, the body is a
                           run of simple entries. cmp: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd,
-                          7 user-defined.
+                          7 user-defined. With cmp 0 the uncompressed length is not checked
+                          (RabbitMQ serves such sub-batches whatever the field says).
 
 Tracking records (trailer of a user chunk, or the single entry of a tracking chunk)::
 
@@ -61,12 +62,17 @@ import struct
 import zlib
 from typing import Iterable, NamedTuple, Sequence
 
+import bloom
+
 from storage.errors import CorruptionError, StorageError
 
 __all__ = [
     "SEGMENT_HEADER", "INDEX_HEADER", "INDEX_RECORD", "CHUNK_HEADER", "SIMPLE_ENTRY",
     "SUBBATCH_HEADER", "TRACKING_PREFIX", "TRACKING_VALUE", "TRACKING_SNAP",
     "SEGMENT_MAGIC", "INDEX_MAGIC", "LOG_VERSION", "CHUNK_MAGIC_VERSION", "SEGMENT_HEADER_BYTES",
+    "INDEX_HEADER_BYTES", "INDEX_RECORD_BYTES", "CHUNK_HEADER_BYTES", "SUBBATCH_HEADER_BYTES",
+    "HEADER_TYPE_AT", "HEADER_CHUNK_ID_AT", "HEADER_CRC_AT", "HEADER_DATA_LENGTH_AT",
+    "HEADER_FILTER_SIZE_AT", "HEADER_FILTER_SCHEME_AT", "HEADER_FILTER_PARAM_AT",
     "CHUNK_USER", "CHUNK_TRACKING_DELTA", "CHUNK_TRACKING_SNAPSHOT",
     "COMPRESSION_NONE", "COMPRESSION_GZIP", "COMPRESSION_SNAPPY", "COMPRESSION_LZ4",
     "COMPRESSION_ZSTD", "COMPRESSION_USER",
@@ -91,8 +97,23 @@ TRACKING_SNAP = struct.Struct(">QQ")
 SEGMENT_MAGIC = b"OSIL"
 INDEX_MAGIC = b"OSII"
 LOG_VERSION = 1
-SEGMENT_HEADER_BYTES = 8
 CHUNK_MAGIC_VERSION = 0x50
+
+# sizes: where the first chunk / index record starts, and how far apart they are
+SEGMENT_HEADER_BYTES = SEGMENT_HEADER.size  # 8
+INDEX_HEADER_BYTES = INDEX_HEADER.size  # 8
+INDEX_RECORD_BYTES = INDEX_RECORD.size  # 29
+CHUNK_HEADER_BYTES = CHUNK_HEADER.size  # 48; a chunk's filter bytes start here
+SUBBATCH_HEADER_BYTES = SUBBATCH_HEADER.size  # 11
+
+# byte positions of chunk header fields (the diagram above), for code and tests that poke them
+HEADER_TYPE_AT = 1
+HEADER_CHUNK_ID_AT = 24
+HEADER_CRC_AT = 32
+HEADER_DATA_LENGTH_AT = 36
+HEADER_FILTER_SIZE_AT = 44
+HEADER_FILTER_SCHEME_AT = 45
+HEADER_FILTER_PARAM_AT = 46
 
 CHUNK_USER = 0
 CHUNK_TRACKING_DELTA = 1
@@ -109,11 +130,14 @@ _SIMPLE_MAX = 0x7FFFFFFF
 _pack_len = SIMPLE_ENTRY.pack
 _unpack_len = SIMPLE_ENTRY.unpack_from
 
-assert CHUNK_HEADER.size == 48 and INDEX_RECORD.size == 29 and SUBBATCH_HEADER.size == 11
+assert (CHUNK_HEADER_BYTES, INDEX_RECORD_BYTES, SUBBATCH_HEADER_BYTES) == (48, 29, 11)
+assert [struct.calcsize(CHUNK_HEADER.format[:k + 1]) for k in (1, 6, 7, 8, 10, 11, 12)] == [
+    HEADER_TYPE_AT, HEADER_CHUNK_ID_AT, HEADER_CRC_AT, HEADER_DATA_LENGTH_AT,
+    HEADER_FILTER_SIZE_AT, HEADER_FILTER_SCHEME_AT, HEADER_FILTER_PARAM_AT]
 
 
 class ChunkHeader(NamedTuple):
-    """The 48-byte chunk header, decoded (field order = byte order)."""
+    """The chunk header (``CHUNK_HEADER_BYTES``), decoded (field order = byte order)."""
 
     magic_version: int
     type: int
@@ -132,7 +156,7 @@ class ChunkHeader(NamedTuple):
     @property
     def size(self) -> int:
         """Bytes from the header's first byte to the next chunk."""
-        return 48 + self.filter_size + self.data_length + self.trailer_length
+        return CHUNK_HEADER_BYTES + self.filter_size + self.data_length + self.trailer_length
 
     @property
     def next_offset(self) -> int:
@@ -192,7 +216,7 @@ def encode_entries(bodies: Sequence[bytes]) -> bytes:
     if len(lens) == 1:  # same-sized (the common case): the header is the join's separator
         header = _pack_len(len(bodies[0]))
         return header + header.join(bodies)
-    parts: list = [None] * (2 * len(bodies))
+    parts: list[bytes] = [b""] * (2 * len(bodies))
     parts[0::2] = map(_pack_len, map(len, bodies))
     parts[1::2] = bodies
     return b"".join(parts)
@@ -231,8 +255,8 @@ def encode_chunk(
     trailer: bytes = b"",
 ) -> list[bytes]:
     """The chunk as buffers to hand to ``os.writev``: header, filter, data, trailer."""
-    if len(filter_bits) > 255:
-        raise StorageError("filter larger than 255 bytes")
+    if len(filter_bits) > bloom.MAX_SIZE:
+        raise StorageError(f"filter larger than {bloom.MAX_SIZE} bytes")
     header = CHUNK_HEADER.pack(
         CHUNK_MAGIC_VERSION, chunk_type, entries, records, timestamp, epoch, chunk_id,
         zlib.crc32(data), len(data), len(trailer), len(filter_bits),
@@ -256,7 +280,7 @@ def encode_index_record(chunk_id: int, timestamp: int, epoch: int, position: int
 def decode_header(buf: bytes | memoryview, offset: int = 0, *, path: str = "?",
                   position: int = 0) -> ChunkHeader:
     """Decode and sanity-check a chunk header; ``path``/``position`` name it in errors."""
-    if len(buf) - offset < 48:
+    if len(buf) - offset < CHUNK_HEADER_BYTES:
         raise CorruptionError(path, position, "short chunk header")
     h = ChunkHeader._make(CHUNK_HEADER.unpack_from(buf, offset))
     if h.magic_version != CHUNK_MAGIC_VERSION:
@@ -268,13 +292,13 @@ def decode_header(buf: bytes | memoryview, offset: int = 0, *, path: str = "?",
                                               f"{h.records} records (osiris writes 1 and 1)")
     if h.entries == 0:
         raise CorruptionError(path, position, "chunk without entries")
-    if h.filter_size and h.filter_size < 16:
-        raise CorruptionError(path, position, f"filter size {h.filter_size} below 16")
+    if h.filter_size and h.filter_size < bloom.MIN_SIZE:
+        raise CorruptionError(path, position, f"filter size {h.filter_size} below {bloom.MIN_SIZE}")
     return h
 
 
 def chunk_size(h: ChunkHeader) -> int:
-    return 48 + h.filter_size + h.data_length + h.trailer_length
+    return h.size
 
 
 def _compress(compression: int, raw: bytes) -> bytes:
@@ -283,8 +307,9 @@ def _compress(compression: int, raw: bytes) -> bytes:
     if compression == COMPRESSION_GZIP:
         return gzip.compress(raw)
     if compression == COMPRESSION_LZ4:
-        import lz4.frame
-        return lz4.frame.compress(raw)
+        import lz4.frame  # type: ignore[import-untyped]  # lz4 ships no type information
+        packed: bytes = lz4.frame.compress(raw)
+        return packed
     if compression == COMPRESSION_ZSTD:
         import zstandard
         return zstandard.ZstdCompressor().compress(raw)
@@ -298,7 +323,8 @@ def _decompress(compression: int, body: bytes | memoryview, size: int) -> bytes:
         return zlib.decompress(body, 47)  # gzip or zlib wrapper, auto-detected
     if compression == COMPRESSION_LZ4:
         import lz4.frame
-        return lz4.frame.decompress(body)
+        raw: bytes = lz4.frame.decompress(body)
+        return raw
     if compression == COMPRESSION_ZSTD:
         import zstandard
         return zstandard.ZstdDecompressor().decompress(body, max_output_size=size)
@@ -307,7 +333,8 @@ def _decompress(compression: int, body: bytes | memoryview, size: int) -> bytes:
     raise CorruptionError("?", 0, f"undefined sub-batch compression {compression}")
 
 
-def _simple_run(data: bytes, start: int, end: int, out: list, path: str, position: int) -> None:
+def _simple_run(data: bytes, start: int, end: int, out: list[bytes], path: str,
+                position: int) -> None:
     """Append the bodies of the simple entries in ``data[start:end]`` to ``out``."""
     pos = start
     ap = out.append
@@ -322,7 +349,7 @@ def _simple_run(data: bytes, start: int, end: int, out: list, path: str, positio
         raise CorruptionError(path, position, "entry runs past the end of its section")
 
 
-def _uniform(data: bytes, entries: int) -> list | None:
+def _uniform(data: bytes, entries: int) -> list[bytes] | None:
     """Bodies of a data section made of ``entries`` simple entries of one length, else None.
 
     The common case of same-sized records costs four strided byte comparisons (the 4-byte
@@ -352,7 +379,7 @@ def decode_records(data: bytes, chunk_id: int, *, path: str = "?", position: int
     end = len(data)
     # simple entries only (the usual case): a sub-batch header's top bit makes its "length"
     # exceed the section, which ends this loop past ``end`` and falls back to the full parser
-    bodies: list = []
+    bodies: list[bytes] = []
     ap = bodies.append
     pos = 0
     try:
@@ -365,8 +392,7 @@ def decode_records(data: bytes, chunk_id: int, *, path: str = "?", position: int
         pos = -1
     if pos == end:
         return list(zip(range(chunk_id, chunk_id + len(bodies)), bodies))
-    bodies: list = []
-    ap = bodies.append
+    bodies.clear()
     pos = 0
     try:
         while pos < end:
@@ -377,18 +403,21 @@ def decode_records(data: bytes, chunk_id: int, *, path: str = "?", position: int
                 pos += h
                 continue
             flags, count, raw_len, length = SUBBATCH_HEADER.unpack_from(data, pos)
-            pos += 11
+            pos += SUBBATCH_HEADER_BYTES
             if pos + length > end:
                 raise CorruptionError(path, position, "sub-batch runs past the data section")
+            compression = (flags >> 4) & 0x7
             try:
-                raw = _decompress((flags >> 4) & 0x7, data[pos:pos + length], raw_len)
+                raw = _decompress(compression, data[pos:pos + length], raw_len)
             except CorruptionError as exc:
                 raise CorruptionError(path, position, exc.reason) from None
             except StorageError:
                 raise
             except Exception as exc:  # each library has its own error types
                 raise CorruptionError(path, position, f"sub-batch does not decompress: {exc}") from None
-            if len(raw) != raw_len:
+            # RabbitMQ checks the uncompressed length only where it decompresses, and serves
+            # uncompressed sub-batches whose field differs (the CRC covers the bytes): so do we
+            if len(raw) != raw_len and compression != COMPRESSION_NONE:
                 raise CorruptionError(path, position, f"sub-batch is {len(raw)} bytes uncompressed, "
                                                       f"header says {raw_len}")
             pos += length

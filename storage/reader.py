@@ -7,7 +7,7 @@ Strategy:
   as written under the fsync policy; a reader in another process works from the files alone
   (the writer appends an index record only after the chunk is in the segment).
 - With stage-1 values a reader first reads only the header and filter (one ``pread`` of
-  48 + filter size bytes). A chunk the filter rules out costs nothing more; a matching one costs
+  ``CHUNK_HEADER_BYTES`` + filter size bytes). A chunk the filter rules out costs nothing more; a matching one costs
   one more ``pread`` of its data section. Without values, a chunk is one ``pread`` of exactly its
   size when the next index record gives it.
 - Every data section read is CRC-checked; a mismatch raises ``CorruptionError`` (never served).
@@ -28,12 +28,13 @@ import os
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
 import bloom
 
 from storage.errors import CorruptionError
 from storage.files import (
+    IndexTuple,
     index_count,
     index_path,
     list_segments,
@@ -44,6 +45,8 @@ from storage.files import (
 )
 from storage.format import (
     CHUNK_HEADER,
+    CHUNK_HEADER_BYTES,
+    INDEX_RECORD_BYTES,
     CHUNK_MAGIC_VERSION,
     CHUNK_USER,
     ChunkHeader,
@@ -57,6 +60,8 @@ __all__ = ["LogSource", "DirectorySource", "Reader", "ReadChunk", "ReaderStats",
            "SCAN_PAUSED", "open_reader"]
 
 _INDEX_BATCH = 4096
+_HB = CHUNK_HEADER_BYTES  # short name for the hot paths below
+_MIN_FILTER = bloom.MIN_SIZE
 _unpack_header = CHUNK_HEADER.unpack_from
 
 
@@ -123,7 +128,7 @@ class _Open:
     spath: str
     sfd: int
     ifd: int
-    recs: list[tuple] = field(default_factory=list)  # raw INDEX_RECORD tuples
+    recs: list[IndexTuple] = field(default_factory=list)  # raw INDEX_RECORD tuples
     ri: int = 0
     idx_next: int = 0  # index record number after the last one in ``recs``
     expect: int | None = None  # the chunk id that must come next in this segment
@@ -140,14 +145,14 @@ class Reader:
     """
 
     def __init__(self, source: LogSource, spec: OffsetSpec, filter_values: Iterable[str | bytes] = (),
-                 match_unfiltered: bool = False, *, filter_size_hint: int = 16) -> None:
+                 match_unfiltered: bool = False, *, filter_size_hint: int = bloom.MIN_SIZE) -> None:
         self.source = source
         self.stats = ReaderStats()
         values = list(filter_values)
         self._matcher = bloom.Matcher(values, match_unfiltered) if values else None
         self._matches = self._matcher.matches if self._matcher is not None else None
         self._verdicts: dict[tuple[bytes, int, int], bool] = {}
-        self._hint = filter_size_hint if filter_size_hint else 16
+        self._hint = filter_size_hint if filter_size_hint else bloom.MIN_SIZE
         self._seg: _Open | None = None
         self._next_id = 0
         self._min = 0
@@ -195,7 +200,7 @@ class Reader:
                     continue
             if self._matches is not None:
                 before = stats.chunks_skipped
-                done = self._skip_run(seg, lim, left)
+                done = self._skip_run(seg, lim, self._matches, left)
                 if left is not None:
                     left -= stats.chunks_skipped - before
                     if left <= 0:
@@ -238,48 +243,49 @@ class Reader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[ReadChunk]:
         """Chunks until nothing more is committed (does not wait)."""
-        while (chunk := self.read_chunk()) is not None:
-            yield chunk  # type: ignore[misc]  # no budget: never SCAN_PAUSED
+        while isinstance(chunk := self.read_chunk(), ReadChunk):  # no budget: never paused
+            yield chunk
 
     # -- reading -------------------------------------------------------------------------------
-    def _read(self, seg: _Open, rec: tuple, nxt: int) -> ReadChunk | None:
+    def _read(self, seg: _Open, rec: IndexTuple, nxt: int) -> ReadChunk | None:
         pos = rec[3]
         fd = seg.sfd
         stats = self.stats
         if rec[4] != CHUNK_USER:
-            head = os.pread(fd, 48, pos)
+            head = os.pread(fd, _HB, pos)
             stats.bytes_read += len(head)
             h = decode_header(head, path=seg.spath, position=pos)
             self._check_id(h, rec, seg)
             self._next_id = h.next_offset
             return None
-        if self._matcher is None:
+        matches = self._matches
+        if matches is None:
             if nxt > pos:
                 buf = pread_exact(fd, nxt - pos, pos)
             else:
-                buf = pread_exact(fd, 48, pos)
+                buf = pread_exact(fd, _HB, pos)
                 h = decode_header(buf, path=seg.spath, position=pos)
-                buf += pread_exact(fd, h.size - 48, pos + 48)
+                buf += pread_exact(fd, h.size - _HB, pos + _HB)
             stats.bytes_read += len(buf)
             h = decode_header(buf, path=seg.spath, position=pos)
-            start = 48 + h.filter_size
+            start = _HB + h.filter_size
             data = buf[start:start + h.data_length]
         else:
-            head = os.pread(fd, 48 + self._hint, pos)
-            if len(head) < 48:
+            head = os.pread(fd, _HB + self._hint, pos)
+            if len(head) < _HB:
                 decode_header(head, path=seg.spath, position=pos)  # raises
             t = _unpack_header(head)
             fs = t[10]
-            if t[0] != CHUNK_MAGIC_VERSION or t[1] or not t[2] or 0 < fs < 16:
+            if t[0] != CHUNK_MAGIC_VERSION or t[1] or not t[2] or 0 < fs < _MIN_FILTER:
                 decode_header(head, path=seg.spath, position=pos)  # raises with the reason
                 raise CorruptionError(seg.spath, pos, "user chunk expected")
-            if fs > len(head) - 48:
-                head += pread_exact(fd, fs - (len(head) - 48), pos + len(head))
+            if fs > len(head) - _HB:
+                head += pread_exact(fd, fs - (len(head) - _HB), pos + len(head))
                 self._hint = fs
             stats.bytes_read += len(head)
-            if not self._matches(head[48:48 + fs], t[11], t[12]):
+            if not matches(head[_HB:_HB + fs], t[11], t[12]):
                 chunk_id = t[6]
                 if chunk_id != rec[0] or (seg.expect is not None and chunk_id != seg.expect):
                     self._check_id(ChunkHeader._make(t), rec, seg)  # raises
@@ -287,7 +293,7 @@ class Reader:
                 stats.chunks_skipped += 1
                 return None
             h = ChunkHeader._make(t)
-            data = pread_exact(fd, h.data_length, pos + 48 + fs)
+            data = pread_exact(fd, h.data_length, pos + _HB + fs)
             stats.bytes_read += len(data)
         self._check_id(h, rec, seg)
         if len(data) != h.data_length:
@@ -307,7 +313,8 @@ class Reader:
                 return None
         return ReadChunk(h.chunk_id, h.timestamp, records, h.next_offset)
 
-    def _skip_run(self, seg: _Open, lim: int | None, budget: int | None = None) -> bool:
+    def _skip_run(self, seg: _Open, lim: int | None, matches: Callable[[bytes, int, int], bool],
+                  budget: int | None = None) -> bool:
         """The stage-1 hot loop: skip consecutive user chunks the filter rules out, reading
         only header and filter of each. Stops (leaving ``seg.ri`` on it) at a chunk to read,
         at anything unusual (left to ``_read``, which checks and reports it), at the
@@ -315,9 +322,10 @@ class Reader:
         it consumed every buffered index record."""
         recs = seg.recs
         i, n = seg.ri, len(recs)
-        fd, want, matches = seg.sfd, 48 + self._hint, self._matches
+        fd, want = seg.sfd, _HB + self._hint
         pread, unpack = os.pread, _unpack_header
         expect = seg.expect
+        next_id = self._next_id
         verdicts = self._verdicts  # filters repeat (bursts of a value): decide each once
         skipped = looked = 0
         stop = n if budget is None else min(n, i + budget)
@@ -332,9 +340,9 @@ class Reader:
             t = unpack(head)
             fs = t[10]
             if (t[0] != CHUNK_MAGIC_VERSION or t[1] or not t[2] or t[6] != rec[0]
-                    or 48 + fs > want or 0 < fs < 16 or (expect is not None and t[6] != expect)):
+                    or _HB + fs > want or 0 < fs < _MIN_FILTER or (expect is not None and t[6] != expect)):
                 break
-            key = (head[48:48 + fs], t[11], t[12])
+            key = (head[_HB:_HB + fs], t[11], t[12])
             verdict = verdicts.get(key)
             if verdict is None:
                 if len(verdicts) > 4096:
@@ -342,18 +350,18 @@ class Reader:
                 verdict = verdicts[key] = matches(*key)
             if verdict:
                 break  # _read reads this header again: one extra small pread per match
-            expect = t[6] + t[3]
+            expect = next_id = t[6] + t[3]
             skipped += 1
             i += 1
         self.stats.bytes_read += looked
         if skipped:
             seg.ri = i
-            seg.expect = self._next_id = expect
+            seg.expect = self._next_id = next_id
             self.stats.chunks_skipped += skipped
         return i >= n
 
     @staticmethod
-    def _check_id(h, rec: tuple, seg: _Open) -> None:
+    def _check_id(h: ChunkHeader, rec: IndexTuple, seg: _Open) -> None:
         """The header must agree with its index record (a raw ``INDEX_RECORD`` tuple) and
         follow the previous chunk."""
         if h.chunk_id != rec[0] or h.type != rec[4]:
@@ -367,7 +375,7 @@ class Reader:
 
     def _fill(self, seg: _Open) -> bool:
         recs = read_index_tuples(seg.ifd, seg.idx_next, _INDEX_BATCH)
-        self.stats.bytes_read += 29 * len(recs)
+        self.stats.bytes_read += INDEX_RECORD_BYTES * len(recs)
         seg.recs = recs
         seg.ri = 0
         seg.idx_next += len(recs)
@@ -464,7 +472,7 @@ class Reader:
             return start
         rec = read_index_record(ifd, n - 1)
         assert rec is not None
-        return decode_header(os.pread(sfd, 48, rec.position)).next_offset
+        return decode_header(os.pread(sfd, _HB, rec.position)).next_offset
 
     def _seek(self, spec: OffsetSpec) -> None:
         src = self.source

@@ -7,10 +7,10 @@ complete"), so recovery makes segment and index agree before anyone reads.
 
 Strategy:
 - Stale indexes and orphan segments are removed (index first, then segment, like retention).
-- The last segment is scanned chunk by chunk (header, bounds, CRC of the data section). At the
-  first bad chunk we look for any valid chunk after it (index records pointing further, the
-  position the bad header claims, then a byte scan for a chunk magic whose header and CRC check
-  out). If one exists the damage is in the middle: ``CorruptionError`` naming file and position,
+- The last segment is scanned chunk by chunk with ``storage.walk`` (header, bounds, CRC of the
+  data section; the same walk ``inspect`` shows). At the first bad chunk we look for any valid
+  chunk after it (index records pointing further, the position the bad header claims, then a
+  byte scan for a chunk magic whose header and CRC check out). If one exists the damage is in the middle: ``CorruptionError`` naming file and position,
   nothing is served. If none exists it is a torn tail: the segment is truncated there.
 - Older segments get a cheap check (header, and the last index record's chunk ending exactly at
   the end of the file); only when that fails are they scanned. Their data CRCs are checked by
@@ -24,24 +24,27 @@ Strategy:
 from __future__ import annotations
 
 import os
-import zlib
 from dataclasses import dataclass
+from typing import Sequence
 
 from storage.errors import CorruptionError
 from storage.files import (
     fsync_dir,
     index_path,
     list_files,
-    pread_exact,
     read_index_records,
     replace_file,
     segment_path,
 )
 from storage.format import (
+    CHUNK_HEADER_BYTES,
     CHUNK_MAGIC_VERSION,
+    INDEX_HEADER_BYTES,
     INDEX_MAGIC,
+    INDEX_RECORD_BYTES,
     LOG_VERSION,
     SEGMENT_HEADER,
+    SEGMENT_HEADER_BYTES,
     SEGMENT_MAGIC,
     ChunkHeader,
     IndexRecord,
@@ -50,6 +53,7 @@ from storage.format import (
     index_header,
     segment_header,
 )
+from storage.walk import check_chunk, walk_segment
 
 __all__ = ["SegmentInfo", "recover", "scan_segment"]
 
@@ -67,46 +71,30 @@ class SegmentInfo:
     last_timestamp: int | None
 
 
-def _valid_at(fd: int, position: int, file_size: int, path: str) -> ChunkHeader | None:
-    """The header of a complete chunk with a good CRC at ``position``, else None."""
-    if position < 8 or position + 48 > file_size:
-        return None
-    head = os.pread(fd, 48, position)
-    if len(head) < 48 or head[0] != CHUNK_MAGIC_VERSION:
-        return None
-    try:
-        h = decode_header(head, path=path, position=position)
-    except CorruptionError:
-        return None
-    if h.entries < 1 or h.records < 1 or h.data_length < 4 or position + h.size > file_size:
-        return None
-    data = pread_exact(fd, h.data_length, position + 48 + h.filter_size)
-    if len(data) != h.data_length or zlib.crc32(data) != h.crc:
-        return None
-    return h
-
-
-def _valid_after(fd: int, bad: int, file_size: int, path: str, hints: list[int]) -> int | None:
+def _valid_after(fd: int, bad: int, file_size: int, path: str, hints: Sequence[int]) -> int | None:
     """Position of some valid chunk after ``bad``, or None (then the damage is a torn tail)."""
     for pos in hints:
-        if pos > bad and _valid_at(fd, pos, file_size, path) is not None:
+        if pos > bad and check_chunk(fd, pos, file_size, path).valid:
             return pos
+    magic = CHUNK_MAGIC_VERSION.to_bytes(1, "big")
     pos = bad + 1
     while pos < file_size:
         block = os.pread(fd, _SCAN_BLOCK, pos)
         if not block:
             break
-        i = block.find(CHUNK_MAGIC_VERSION.to_bytes(1, "big"))
+        i = block.find(magic)
         while i != -1:
-            if _valid_at(fd, pos + i, file_size, path) is not None:
+            if check_chunk(fd, pos + i, file_size, path).valid:
                 return pos + i
-            i = block.find(b"\x50", i + 1)
+            i = block.find(magic, i + 1)
         pos += len(block)
     return None
 
 
-def scan_segment(fd: int, path: str, hints: list[int] = ()) -> tuple[list[tuple[int, ChunkHeader]], int]:
-    """Walk a segment's chunks checking bounds and CRCs.
+def scan_segment(fd: int, path: str,
+                 hints: Sequence[int] = ()) -> tuple[list[tuple[int, ChunkHeader]], int]:
+    """Walk a segment's chunks (``walk.walk_segment``) checking bounds, CRCs and that chunk ids
+    follow each other.
 
     Returns ``(chunks, good_end)``: the valid chunks as ``(position, header)`` and the byte
     position after the last one. Raises CorruptionError when a bad chunk has a valid one after
@@ -114,17 +102,11 @@ def scan_segment(fd: int, path: str, hints: list[int] = ()) -> tuple[list[tuple[
     """
     file_size = os.fstat(fd).st_size
     chunks: list[tuple[int, ChunkHeader]] = []
-    pos = 8
-    while pos < file_size:
-        h = _valid_at(fd, pos, file_size, path)
-        if h is None:
-            claimed = []
-            head = os.pread(fd, 48, pos)
-            if len(head) == 48 and head[0] == CHUNK_MAGIC_VERSION:
-                try:
-                    claimed = [pos + decode_header(head).size]
-                except CorruptionError:
-                    pass
+    pos = SEGMENT_HEADER_BYTES
+    for chunk in walk_segment(fd, path):
+        h = chunk.header
+        if h is None or not chunk.valid:
+            claimed = [] if chunk.end is None else [chunk.end]
             later = _valid_after(fd, pos, file_size, path, sorted(set(hints)) + claimed)
             if later is not None:
                 raise CorruptionError(path, pos, f"invalid chunk followed by a valid chunk at byte {later}")
@@ -150,13 +132,15 @@ def _read_whole(path: str) -> bytes:
 def _cheap_ok(fd: int, path: str, records: list[IndexRecord], idx_bytes: bytes) -> bool:
     """An older segment looks consistent: index well-formed and its last chunk ends the file."""
     size = os.fstat(fd).st_size
-    if (len(idx_bytes) - 8) % 29 or len(records) * 29 + 8 != len(idx_bytes) or not records:
+    if ((len(idx_bytes) - INDEX_HEADER_BYTES) % INDEX_RECORD_BYTES
+            or len(records) * INDEX_RECORD_BYTES + INDEX_HEADER_BYTES != len(idx_bytes)
+            or not records):
         return False
-    if records[0].position != 8:
+    if records[0].position != SEGMENT_HEADER_BYTES:
         return False
     last = records[-1]
-    head = os.pread(fd, 48, last.position)
-    if len(head) < 48:
+    head = os.pread(fd, CHUNK_HEADER_BYTES, last.position)
+    if len(head) < CHUNK_HEADER_BYTES:
         return False
     try:
         h = decode_header(head, path=path, position=last.position)
@@ -169,8 +153,8 @@ def _recover_segment(directory: str, start: int, is_last: bool) -> SegmentInfo:
     spath, ipath = segment_path(directory, start), index_path(directory, start)
     fd = os.open(spath, os.O_RDWR)
     try:
-        head = os.pread(fd, 8, 0)
-        if len(head) < 8:
+        head = os.pread(fd, SEGMENT_HEADER_BYTES, 0)
+        if len(head) < SEGMENT_HEADER_BYTES:
             if not is_last and os.fstat(fd).st_size:
                 raise CorruptionError(spath, 0, "segment shorter than its header")
             os.ftruncate(fd, 0)
@@ -179,7 +163,7 @@ def _recover_segment(directory: str, start: int, is_last: bool) -> SegmentInfo:
         elif SEGMENT_HEADER.unpack(head) != (SEGMENT_MAGIC, LOG_VERSION):
             raise CorruptionError(spath, 0, f"bad segment header {head!r}")
         idx_bytes = _read_whole(ipath)
-        idx_ok = idx_bytes[:8] == index_header()
+        idx_ok = idx_bytes[:INDEX_HEADER_BYTES] == index_header()
         records: list[IndexRecord] = []
         if idx_ok:
             ifd = os.open(ipath, os.O_RDONLY)
@@ -187,16 +171,16 @@ def _recover_segment(directory: str, start: int, is_last: bool) -> SegmentInfo:
                 records = read_index_records(ifd)
             finally:
                 os.close(ifd)
-        elif len(idx_bytes) >= 8 and idx_bytes[:4] != INDEX_MAGIC:
+        elif len(idx_bytes) >= INDEX_HEADER_BYTES and idx_bytes[:4] != INDEX_MAGIC:
             idx_ok = False  # rewritten below from the segment
         if not is_last and idx_ok and _cheap_ok(fd, spath, records, idx_bytes):
             size = os.fstat(fd).st_size
             last = records[-1]
-            head = decode_header(os.pread(fd, 48, last.position))
-            return SegmentInfo(start, size, len(records), head.next_offset, last.timestamp)
+            h = decode_header(os.pread(fd, CHUNK_HEADER_BYTES, last.position))
+            return SegmentInfo(start, size, len(records), h.next_offset, last.timestamp)
         chunks, good_end = scan_segment(fd, spath, [r.position for r in records])
         if chunks and chunks[0][1].chunk_id != start:
-            raise CorruptionError(spath, 8, f"first chunk id {chunks[0][1].chunk_id} differs "
+            raise CorruptionError(spath, SEGMENT_HEADER_BYTES, f"first chunk id {chunks[0][1].chunk_id} differs "
                                             f"from the file name ({start})")
         size = os.fstat(fd).st_size
         if good_end < size:

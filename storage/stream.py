@@ -1,137 +1,67 @@
-"""One stream: recovery at open, a writer thread with group commit, retention, readers.
+"""One stream: its public face. ``Stream.open`` locks the directory, recovers it and starts the
+writer (``storage.writer``: append queue, group commit, fsync policy, failure and reopen,
+rollover, retention); ``Stream`` checks what callers append, hands it to the writer, and tells
+readers how far the committed log goes.
 
-Strategy:
-- ``append`` only takes a lock, hands out the next offset and queues the body; it never does
-  I/O. One writer thread per stream takes everything waiting, cuts it into chunks (at most
-  ``max_chunk_entries`` entries and about ``max_chunk_bytes`` bytes each), builds each chunk's
-  filter with ``bloom.build``, and writes a group of chunks with one ``os.writev`` on the segment
-  and one ``os.write`` on the index (segment first). Then it makes the group as durable as the
-  policy says (``always``: ``fdatasync`` the segment; ``interval``: an fsync if the last one is
-  older than the interval; ``never``: nothing), moves the committed end, calls the
-  ``on_durable`` callbacks and the listeners, all from the writer thread.
-- Readers in this process never look past the committed end, so they never see a chunk before
-  it counts as written, nor a partly written one.
-- Rollover happens before a chunk when the segment has reached its maximum bytes or chunks; the
-  new files are named after the chunk id and the directory is fsynced (unless ``never``).
-  Retention runs after each rollover and at open: whole segments, oldest first, index before
-  segment, never the newest.
-- A write error fails the stream for a while, not for good: the segment and index are cut back
-  to where the group began, every waiting callback gets the error, and the writer reopens its
-  files running recovery as at open (a torn tail is cut; the committed log is never shortened).
-  ``append`` raises ``StreamClosedError`` until a backoff (``RETRY_MIN_S``, doubling up to
-  ``RETRY_MAX_S``) has passed; the next append after it is tried for real, so a disk that is
-  still full costs one failed write per backoff, not a spin, and one with space again works
-  without reopening the stream. Readers keep their place: the committed end only moves forward.
+Readers in this process never look past the committed end, so they never see a chunk before it
+counts as written under the fsync policy, nor a partly written one. ``on_durable`` callbacks run
+after the committed end has moved past their records: a record is readable no later than it is
+confirmed.
 """
 
 from __future__ import annotations
 
-import fcntl
-import itertools
-import logging
 import os
-import threading
-import time
-from bisect import bisect_right
 from typing import Callable, Iterable, Sequence
 
 import bloom
 
 from storage.config import FsyncPolicy, StreamConfig
-from storage.errors import CorruptionError, StorageError, StreamClosedError
-from storage.files import fsync_dir, index_path, segment_path
-from storage.format import (
-    INDEX_RECORD,
-    encode_chunk,
-    encode_entries,
-    index_header,
-    segment_header,
-)
+from storage.errors import StorageError, StreamClosedError
+from storage.format import SEGMENT_HEADER_BYTES
 from storage.offsets import OffsetSpec
 from storage.reader import Reader
 from storage.recovery import SegmentInfo, recover
-from storage.retention import segments_to_drop
+from storage.writer import DurableCallback, FilterValue, Writer, create_segment, lock_directory
 
 __all__ = ["Stream", "DurableCallback"]
 
-log = logging.getLogger(__name__)
-
-DurableCallback = Callable[[int, "Exception | None"], None]
-
-LOCK_FILE = ".writer.lock"
 _VALUE_TYPES = frozenset({str, bytes, bytearray, type(None)})
 MAX_RECORD_BYTES = 0x7FFFFFFF - 4  # a simple entry's length is 31 bits; the data section u32
-_IOV_MAX = 1020
-_GROUP_BYTES = 4 << 20  # bytes written per writev group before committing
-_pack_index = INDEX_RECORD.pack
-RETRY_MIN_S = 0.2  # after a write error, appends are refused this long (doubling per failure)
-RETRY_MAX_S = 5.0
 
 
 class Stream:
     """An open stream directory. Use ``Stream.open``; ``close()`` when done."""
 
-    def __init__(self, directory: str, config: StreamConfig, segments: list[SegmentInfo]) -> None:
+    def __init__(self, directory: str, config: StreamConfig, segments: list[SegmentInfo],
+                 lock_fd: int = -1) -> None:
         self.directory = directory
         self.config = config
-        self._infos = segments
-        self._starts: tuple[int, ...] = tuple(s.start for s in segments)
-        last = segments[-1]
-        self._end = last.end  # committed end (exclusive)
-        self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
-        self._commit_cond = threading.Condition(threading.Lock())
-        self._bodies: list[bytes] = []
-        self._values: list = []
-        self._callbacks: list[tuple[int, DurableCallback]] = []
-        self._next = last.end  # next offset to hand out
-        self._closing = False
-        self._error: Exception | None = None
-        self._refused = False  # closing or failed: one flag for the append hot path
-        self._writer_idle = False
-        self._listeners: tuple[Callable[[], None], ...] = ()
-        self._last_ts = last.last_timestamp or 0
-        self._sfd = os.open(segment_path(directory, last.start), os.O_WRONLY | os.O_APPEND)
-        self._ifd = os.open(index_path(directory, last.start), os.O_WRONLY | os.O_APPEND)
-        self._unsynced = False
-        self._last_sync = time.monotonic()
-        self._pending_failed: list[tuple[int, DurableCallback]] = []
-        # after a write error (see the module docstring): when appends may be tried again, the
-        # next backoff, and whether the files still need reopening (recovery failed too)
-        self._retry_at = 0.0
-        self._backoff = RETRY_MIN_S
-        self._reopen_pending = False
-        self._reopen_requested = False
-        self._lock_fd = -1
-        self._filter_size = config.filter_size
-        self._scheme = config.filter_scheme
-        self._thread = threading.Thread(target=self._run, name=f"stream-writer:{directory}",
-                                        daemon=True)
-        self._thread.start()
+        self._writer = Writer(directory, config, segments)
+        self._lock_fd = lock_fd
 
     @classmethod
-    def open(cls, directory: str | os.PathLike, config: StreamConfig | None = None) -> Stream:
+    def open(cls, directory: str | os.PathLike[str], config: StreamConfig | None = None) -> Stream:
         """Open (creating if needed) and recover the stream in ``directory``."""
         directory = os.fspath(directory)
         config = config or StreamConfig()
         os.makedirs(directory, exist_ok=True)
-        lock_fd = _lock_directory(directory)
+        lock_fd = lock_directory(directory)
         try:
             segments = recover(directory)
             if not segments:
-                _create_segment(directory, 0, config.fsync != FsyncPolicy.NEVER)
-                segments = [SegmentInfo(0, 8, 0, 0, None)]
-            stream = cls(directory, config, segments)
+                create_segment(directory, 0, config.fsync != FsyncPolicy.NEVER)
+                segments = [SegmentInfo(0, SEGMENT_HEADER_BYTES, 0, 0, None)]
+            stream = cls(directory, config, segments, lock_fd)
         except BaseException:
             os.close(lock_fd)
             raise
-        stream._lock_fd = lock_fd
-        with stream._lock:
-            stream._apply_retention()
+        with stream._writer.lock:
+            stream._writer.apply_retention()
         return stream
 
     # -- appending -----------------------------------------------------------------------------
-    def append(self, body: bytes, filter_value: str | None = None,
+    def append(self, body: bytes, filter_value: FilterValue = None,
                on_durable: DurableCallback | None = None) -> int:
         """Queue one record; returns its offset. ``on_durable(offset, error)`` is called from the
         writer thread once its chunk is durable per the policy (or failed)."""
@@ -139,24 +69,10 @@ class Stream:
             raise StorageError(f"a record is at most {MAX_RECORD_BYTES} bytes")
         if filter_value is not None and type(filter_value) not in _VALUE_TYPES:
             raise StorageError(f"a filter value is str or bytes, not {type(filter_value).__name__}")
-        lock = self._lock
-        lock.acquire()  # not ``with``: this is the per-record hot path; nothing below raises
-        if self._refused and not self._may_retry():
-            lock.release()
-            raise self._refusal()
-        offset = self._next
-        self._next = offset + 1
-        self._bodies.append(body)
-        self._values.append(filter_value)
-        if on_durable is not None:
-            self._callbacks.append((offset, on_durable))
-        if self._writer_idle:
-            self._writer_idle = False
-            self._wake.notify()
-        lock.release()
-        return offset
+        return self._writer.append(body, filter_value, on_durable)
 
-    def append_batch(self, bodies: Sequence[bytes], filter_values: Sequence[str | None] | None = None,
+    def append_batch(self, bodies: Sequence[bytes],
+                     filter_values: Sequence[FilterValue] | None = None,
                      on_durable: DurableCallback | None = None) -> int:
         """Queue many records at once; returns the first offset (they get consecutive offsets).
         ``on_durable(last_offset, error)`` is called once, when all of them are durable."""
@@ -167,429 +83,64 @@ class Stream:
             raise StorageError(f"a record is at most {MAX_RECORD_BYTES} bytes")
         if filter_values is not None and not set(map(type, filter_values)) <= _VALUE_TYPES:
             raise StorageError("filter values are str, bytes or None")
-        with self._lock:
-            if self._refused and not self._may_retry():
-                raise self._refusal()
-            first = self._next
-            self._next = first + n
-            self._bodies.extend(bodies)
-            if filter_values is None:
-                self._values.extend(itertools.repeat(None, n))
-            else:
-                self._values.extend(filter_values)
-            if on_durable is not None and n:
-                self._callbacks.append((first + n - 1, on_durable))
-            if self._writer_idle and n:
-                self._writer_idle = False
-                self._wake.notify()
-            return first
-
-    def _refusal(self) -> StreamClosedError:
-        err = StreamClosedError(f"stream {self.directory} is closed"
-                                + (f": {self._error}" if self._error else ""))
-        err.__cause__ = self._error
-        return err
-
-    def _may_retry(self) -> bool:
-        """Holding ``_lock``, with appends refused: True (and appends taken again) when the
-        refusal is a write error whose backoff has passed and whose files were reopened."""
-        if self._closing or self._error is None:
-            return False
-        now = time.monotonic()
-        if now < self._retry_at:
-            return False
-        if self._reopen_pending:  # recovery failed after the error: the writer tries again
-            self._retry_at = now + self._next_backoff()
-            self._reopen_requested = True
-            self._wake.notify()
-            return False
-        log.info("stream %s: taking appends again after a write error", self.directory)
-        self._error = None
-        self._refused = False
-        return True
-
-    def _next_backoff(self) -> float:
-        backoff = self._backoff
-        self._backoff = min(RETRY_MAX_S, backoff * 2)
-        return backoff
+        return self._writer.append_batch(bodies, filter_values, on_durable)
 
     # -- state ---------------------------------------------------------------------------------
     @property
     def committed_offset(self) -> int:
         """The last committed offset, -1 when nothing is committed."""
-        return self._end - 1
+        return self._writer.end - 1
 
     @property
     def next_offset(self) -> int:
         """The committed end: the offset a reader at ``next`` starts from."""
-        return self._end
+        return self._writer.end
 
     @property
     def first_offset(self) -> int:
         """The first offset still kept (= ``next_offset`` for an empty stream)."""
-        return self._starts[0]
+        return self._writer.starts[0]
 
     def segment_starts(self) -> Sequence[int]:
-        return self._starts
+        return self._writer.starts
 
     def committed_end(self) -> int | None:
-        return self._end
+        return self._writer.end
 
     def add_listener(self, fn: Callable[[], None]) -> None:
         """``fn()`` is called from the writer thread whenever the committed end moves."""
-        with self._lock:
-            self._listeners = self._listeners + (fn,)
+        self._writer.add_listener(fn)
 
     def remove_listener(self, fn: Callable[[], None]) -> None:
-        with self._lock:
-            self._listeners = tuple(f for f in self._listeners if f is not fn)
+        self._writer.remove_listener(fn)
 
     def wait_beyond(self, offset: int, timeout: float | None) -> bool:
-        with self._commit_cond:
-            return self._commit_cond.wait_for(
-                lambda: self._end > offset or self._thread is None or not self._thread.is_alive(),
-                timeout) and self._end > offset
+        return self._writer.wait_beyond(offset, timeout)
 
     def reader(self, spec: OffsetSpec, filter_values: Iterable[str | bytes] = (),
                match_unfiltered: bool = False) -> Reader:
         return Reader(self, spec, filter_values, match_unfiltered,
-                      filter_size_hint=self._filter_size or 16)
+                      filter_size_hint=self.config.filter_size or bloom.MIN_SIZE)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until everything appended so far is committed (or the stream failed)."""
-        target = self._next
-        with self._commit_cond:
-            self._commit_cond.wait_for(lambda: self._end >= target or self._error is not None
-                                       or not self._thread.is_alive(), timeout)
-        if self._error is not None:
-            raise StreamClosedError(str(self._error))
+        writer = self._writer
+        writer.wait_committed(writer.next, timeout)
+        if writer.error is not None:
+            raise StreamClosedError(str(writer.error))
 
     def close(self) -> None:
         """Write what is queued, fsync, stop the writer, close the files."""
-        with self._lock:
-            self._closing = True
-            self._refused = True
-            self._wake.notify()
-        self._thread.join()
-        for fd in (self._sfd, self._ifd, self._lock_fd):
+        self._writer.close()
+        if self._lock_fd >= 0:
             try:
-                os.close(fd)
+                os.close(self._lock_fd)
             except OSError:
                 pass
-        self._sfd = self._ifd = self._lock_fd = -1
+            self._lock_fd = -1
 
     def __enter__(self) -> Stream:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # -- the writer thread ---------------------------------------------------------------------
-    def _run(self) -> None:
-        cfg = self.config
-        interval = cfg.fsync_interval_ms / 1000.0
-        while True:
-            with self._lock:
-                while not self._bodies and not self._closing and not self._reopen_requested:
-                    if self._unsynced and cfg.fsync == FsyncPolicy.INTERVAL:
-                        due = self._last_sync + interval - time.monotonic()
-                        if due <= 0:
-                            break
-                        self._writer_idle = True
-                        self._wake.wait(due)
-                    else:
-                        self._writer_idle = True
-                        self._wake.wait()
-                self._writer_idle = False
-                bodies, values, callbacks = self._bodies, self._values, self._callbacks
-                self._bodies, self._values, self._callbacks = [], [], []
-                first = self._next - len(bodies)
-                closing = self._closing
-                reopen, self._reopen_requested = self._reopen_requested, False
-            if reopen and not closing and not bodies:  # appends are refused until it worked
-                self._reopen()
-                continue
-            try:
-                if bodies:
-                    self._write_all(first, bodies, values, callbacks)
-                    self._backoff = RETRY_MIN_S
-                if self._unsynced and (closing or (cfg.fsync == FsyncPolicy.INTERVAL and
-                                                   time.monotonic() - self._last_sync >= interval)):
-                    self._sync()
-            except Exception as exc:  # noqa: BLE001 - every failure must reach the callbacks
-                self._fail(exc)
-                if closing:
-                    return
-                self._reopen()
-                continue
-            if closing:
-                with self._lock:
-                    if not self._bodies:
-                        break
-        with self._commit_cond:
-            self._commit_cond.notify_all()
-
-    def _sync(self) -> None:
-        os.fdatasync(self._sfd)
-        self._unsynced = False
-        self._last_sync = time.monotonic()
-
-    def _fail(self, exc: Exception) -> None:
-        log.error("stream %s: writer failed: %s", self.directory, exc)
-        err = exc
-        if not isinstance(exc, StorageError):
-            err = StorageError(f"write failed: {exc}")
-            err.__cause__ = exc  # the OSError (ENOSPC, EFBIG...) for callers that map it
-        with self._lock:
-            self._error = err
-            self._refused = True
-            self._reopen_pending = True
-            self._retry_at = time.monotonic() + self._next_backoff()
-            pending = list(self._pending_failed) + self._callbacks
-            self._callbacks, self._bodies, self._values = [], [], []
-        self._pending_failed = []
-        for offset, cb in pending:
-            _call(cb, offset, err)
-        with self._commit_cond:
-            self._commit_cond.notify_all()
-
-    def _reopen(self) -> None:
-        """After a write error: close the files and run recovery as ``open`` does (cutting a
-        torn tail; a chunk that was written whole but whose group failed afterwards, e.g. in
-        ``fdatasync``, is kept, as after a crash, and becomes readable), then reopen the last
-        segment for appends. Runs on the writer thread while appends are refused, so nothing
-        is queued. If it fails, ``_reopen_pending`` stays set and the next retry tries again."""
-        for fd in (self._sfd, self._ifd):
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self._sfd = self._ifd = -1
-        self._unsynced = False
-        try:
-            segments = recover(self.directory)
-            if not segments:
-                _create_segment(self.directory, self._end, self.config.fsync != FsyncPolicy.NEVER)
-                segments = [SegmentInfo(self._end, 8, 0, self._end, None)]
-            last = segments[-1]
-            if last.end < self._end:
-                raise CorruptionError(segment_path(self.directory, last.start), last.size,
-                                      f"recovery after a write error ends the log at {last.end}, "
-                                      f"before the committed end {self._end}")
-            sfd = os.open(segment_path(self.directory, last.start), os.O_WRONLY | os.O_APPEND)
-            ifd = -1
-            try:
-                ifd = os.open(index_path(self.directory, last.start), os.O_WRONLY | os.O_APPEND)
-                os.fdatasync(sfd)  # what recovery kept is on disk before anything follows it
-            except BaseException:
-                for fd in (sfd, ifd):
-                    if fd >= 0:
-                        os.close(fd)
-                raise
-        except Exception as exc:  # noqa: BLE001 - the stream stays failed; retried later
-            log.error("stream %s: reopening after a write error failed: %s", self.directory, exc)
-            return
-        self._sfd, self._ifd = sfd, ifd
-        self._last_ts = max(self._last_ts, last.last_timestamp or 0)
-        with self._lock:
-            self._infos = segments
-            self._starts = tuple(s.start for s in segments)
-            self._next = last.end  # nothing is queued: appends were refused meanwhile
-            self._reopen_pending = False
-        if last.end > self._end:
-            self._commit(last.end)
-        log.info("stream %s: files reopened after a write error (end %d)", self.directory,
-                 last.end)
-
-    def _write_all(self, first: int, bodies: list, values: list, callbacks: list) -> None:
-        """Write ``bodies`` (offsets ``first ..``) as chunks, committing group by group."""
-        cfg = self.config
-        max_entries, max_bytes = cfg.max_chunk_entries, cfg.max_chunk_bytes
-        fsize, scheme = self._filter_size, self._scheme
-        total = len(bodies)
-        i = 0
-        cb_i = 0
-        self._pending_failed = callbacks
-        info = self._infos[-1]
-        while i < total:
-            # one group: chunks up to _GROUP_BYTES / _IOV_MAX buffers
-            iov: list[bytes] = []
-            idx: list[bytes] = []
-            group_start_size = info.size
-            idx_start_size = 8 + 29 * info.chunks
-            ts = max(time.time_ns() // 1_000_000, self._last_ts)
-            self._last_ts = ts
-            group_bytes = 0
-            while i < total and group_bytes < _GROUP_BYTES and len(iov) < _IOV_MAX - 4:
-                if info.chunks and (info.size >= cfg.max_segment_bytes
-                                    or info.chunks >= cfg.max_segment_chunks):
-                    self._write_group(iov, idx)
-                    iov, idx = [], []
-                    info = self._rollover(first + i)
-                    group_start_size, idx_start_size = info.size, 8
-                n = max_entries if total - i > max_entries else total - i
-                chunk_bodies = bodies[i:i + n]
-                data = encode_entries(chunk_bodies)
-                if len(data) > max_bytes and n > 1:  # rare: fewer entries fit the byte bound
-                    acc = list(itertools.accumulate(len(b) + 4 for b in chunk_bodies))
-                    n = max(1, bisect_right(acc, max_bytes))
-                    data = encode_entries(chunk_bodies[:n])
-                filt = None
-                if fsize:
-                    chunk_values = values[i:i + n]
-                    if any(chunk_values):
-                        filt = bloom.build(_distinct(chunk_values), fsize, scheme)
-                chunk_id = first + i
-                if filt is not None:
-                    bufs = encode_chunk(chunk_id, ts, data, n, n, epoch=cfg.epoch,
-                                        filter_bits=filt.bits, filter_scheme=filt.scheme,
-                                        filter_param=filt.param)
-                    csize = 48 + len(filt.bits) + len(data)
-                else:
-                    bufs = encode_chunk(chunk_id, ts, data, n, n, epoch=cfg.epoch)
-                    csize = 48 + len(data)
-                idx.append(_pack_index(chunk_id, ts, cfg.epoch, info.size, 0))
-                iov.extend(bufs)
-                info.size += csize
-                info.chunks += 1
-                info.end = chunk_id + n
-                info.last_timestamp = ts
-                group_bytes += csize
-                i += n
-            try:
-                self._write_group(iov, idx)
-            except Exception:
-                _truncate_quietly(self._sfd, group_start_size)
-                _truncate_quietly(self._ifd, idx_start_size)
-                raise
-            # durable per policy, then commit
-            if cfg.fsync == FsyncPolicy.ALWAYS:
-                self._sync()
-            else:
-                self._unsynced = True
-                if (cfg.fsync == FsyncPolicy.INTERVAL
-                        and time.monotonic() - self._last_sync >= cfg.fsync_interval_ms / 1000.0):
-                    self._sync()
-            end = first + i
-            self._commit(end)
-            j = cb_i
-            while j < len(callbacks) and callbacks[j][0] < end:
-                j += 1
-            for offset, cb in callbacks[cb_i:j]:
-                _call(cb, offset, None)
-            cb_i = j
-            self._pending_failed = callbacks[cb_i:]
-        self._pending_failed = []
-
-    def _write_group(self, iov: list[bytes], idx: list[bytes]) -> None:
-        if not iov:
-            return
-        self._unsynced = True
-        _writev_all(self._sfd, iov)
-        _writev_all(self._ifd, [b"".join(idx)])
-
-    def _commit(self, end: int) -> None:
-        self._end = end
-        for fn in self._listeners:
-            try:
-                fn()
-            except Exception:  # noqa: BLE001 - a listener must not stop the writer
-                log.exception("stream listener failed")
-        with self._commit_cond:
-            self._commit_cond.notify_all()
-
-    def _rollover(self, start: int) -> SegmentInfo:
-        if self.config.fsync != FsyncPolicy.NEVER and self._unsynced:
-            self._sync()
-        os.close(self._sfd)
-        os.close(self._ifd)
-        self._sfd = self._ifd = -1
-        _create_segment(self.directory, start, self.config.fsync != FsyncPolicy.NEVER)
-        self._sfd = os.open(segment_path(self.directory, start), os.O_WRONLY | os.O_APPEND)
-        self._ifd = os.open(index_path(self.directory, start), os.O_WRONLY | os.O_APPEND)
-        info = SegmentInfo(start, 8, 0, start, None)
-        with self._lock:
-            self._infos.append(info)
-            self._starts = self._starts + (start,)
-            self._apply_retention()
-        return info
-
-    def _apply_retention(self) -> None:
-        """Delete whole old segments per the retention settings (called holding ``_lock``)."""
-        cfg = self.config
-        infos = self._infos
-        drop = segments_to_drop(infos, cfg.retention_bytes, cfg.retention_age_ms,
-                                time.time_ns() // 1_000_000)
-        if not drop:
-            return
-        for info in infos[:drop]:
-            for path in (index_path(self.directory, info.start),
-                         segment_path(self.directory, info.start)):
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
-        del infos[:drop]
-        self._starts = tuple(s.start for s in infos)
-
-
-def _distinct(values: list) -> Iterable:
-    """The values deduplicated in C (``bloom.build`` works per value); unhashable ones (a
-    ``bytearray``) are passed as they are."""
-    try:
-        return set(values)
-    except TypeError:
-        return values
-
-
-def _lock_directory(directory: str) -> int:
-    """One writer per stream directory: an exclusive ``flock`` on ``.writer.lock``, held while
-    the stream is open (the kernel drops it when the process dies; readers never take it)."""
-    fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise StorageError(f"{directory} is open by another writer (lock {LOCK_FILE})") from None
-    return fd
-
-
-def _create_segment(directory: str, start: int, sync: bool) -> None:
-    """Segment file, then its index (a crash in between leaves an orphan, removed at open)."""
-    for path, header in ((segment_path(directory, start), segment_header()),
-                         (index_path(directory, start), index_header())):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, header)
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-    if sync:
-        fsync_dir(directory)
-
-
-def _writev_all(fd: int, bufs: list[bytes]) -> None:
-    for k in range(0, len(bufs), _IOV_MAX):
-        part = bufs[k:k + _IOV_MAX]
-        want = sum(map(len, part))
-        done = os.writev(fd, part)
-        if done != want:  # rare for regular files: finish the rest
-            rest = memoryview(b"".join(part))[done:]
-            while rest:
-                rest = rest[os.write(fd, rest):]
-
-
-def _truncate_quietly(fd: int, size: int) -> None:
-    try:
-        os.ftruncate(fd, size)
-    except OSError:
-        pass
-
-
-def _call(cb: DurableCallback, offset: int, error: Exception | None) -> None:
-    try:
-        cb(offset, error)
-    except Exception:  # noqa: BLE001 - a callback must not stop the writer
-        log.exception("on_durable callback failed")

@@ -44,13 +44,7 @@ SCAN_BUDGET = 1000
 
 def offset_spec(filters: SourceFilters) -> Any:
     """The storage ``OffsetSpec`` for the start the filters asked for."""
-    from storage import OffsetSpec
-    start = filters.start
-    if start.kind == "offset":
-        return OffsetSpec.offset(start.value)
-    if start.kind == "timestamp":
-        return OffsetSpec.timestamp(start.value)
-    return getattr(OffsetSpec, start.kind)()
+    return filters.start
 
 
 class Consumer:

@@ -12,20 +12,19 @@ Strategy (../shared/design/amqp-interface.md, RabbitMQ 4.2's behaviour):
   filter replaces both property filters, and vice versa).
 - The echo holds exactly the accepted entries, in the order received; ``None`` when no filter
   was asked, an empty list when none was accepted.
-- A hard failure (an offset spec that cannot be understood) raises ``BadRequest``: the link
+- A hard failure (an offset spec that cannot be understood) raises ``errors.BadRequest``: the link
   is refused (null source, then detach with the condition).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from proton import Array, Described, symbol, timestamp
 
 from amqp_stream.errors import BadRequest
-from storage import parse_interval_ms
+from storage import OffsetSpec, StorageError, parse_interval_ms
 
 __all__ = ["SourceFilters", "StartSpec", "parse_source_filters",
            "OFFSET_SPEC", "STREAM_FILTER", "MATCH_UNFILTERED", "PROPERTIES_FILTER",
@@ -53,21 +52,12 @@ _DESCRIPTORS: dict[Any, str] = {
     0x0000000000000120: "sql",
 }
 
-# RabbitMQ's interval units (x-max-age and offset intervals); storage.parse_interval_ms holds
-# their lengths (Y = 365 days, M = 30 days)
-_INTERVAL = re.compile(r"^[0-9]+[YMDhms]$")
-
-
-@dataclass(frozen=True)
-class StartSpec:
-    """Where a consumer starts: kind ``first``/``last``/``next``/``offset``/``timestamp``."""
-    kind: str = "next"
-    value: int | None = None
+StartSpec = OffsetSpec  # where a consumer starts: storage's offset spec, the one home
 
 
 @dataclass
 class SourceFilters:
-    start: StartSpec = field(default_factory=StartSpec)
+    start: OffsetSpec = field(default_factory=OffsetSpec.next)
     filter_values: tuple[str, ...] = ()
     match_unfiltered: bool = False
     stage2: Any = None  # a compiled sqlfilter.Filter, or None
@@ -77,7 +67,7 @@ class SourceFilters:
 
     def describe(self) -> str:
         """A short text for logs: what is in place."""
-        parts = [f"start={self.start.kind}" + (f":{self.start.value}" if self.start.value is not None else "")]
+        parts = [f"start={self.start}"]
         if self.filter_values:
             parts.append(f"values={list(self.filter_values)}")
         if self.match_unfiltered:
@@ -88,33 +78,30 @@ class SourceFilters:
 
 
 def parse_interval(text: str) -> int | None:
-    """Seconds for an interval like ``10m``, or None when it is not one."""
-    if not _INTERVAL.match(text):
+    """Seconds for an interval like ``10m`` (RabbitMQ's form, above zero), or None."""
+    try:
+        return parse_interval_ms(text, rabbitmq=True) // 1000
+    except StorageError:
         return None
-    return parse_interval_ms(text) // 1000
 
 
-def parse_start(value: Any, now_ms: int) -> StartSpec:
-    """The offset spec value; raises ``BadRequest`` for anything it cannot understand."""
+def parse_start(value: Any, now_ms: int) -> OffsetSpec:
+    """The offset spec value; raises ``errors.BadRequest`` for anything it cannot understand."""
     if isinstance(value, bool):
         raise BadRequest(f"offset spec must not be a boolean: {value!r}")
     if isinstance(value, timestamp):
-        return StartSpec("timestamp", int(value))
+        return OffsetSpec.timestamp(int(value))
     if isinstance(value, int):
         if value < 0:
             raise BadRequest(f"offset spec must be >= 0, not {value}")
-        return StartSpec("offset", int(value))
+        return OffsetSpec.offset(int(value))
     if isinstance(value, str):
-        if value in ("first", "last", "next"):
-            return StartSpec(str(value))
-        seconds = parse_interval(value)
-        if seconds is not None and seconds > 0:
-            return StartSpec("timestamp", now_ms - seconds * 1000)
-        raise BadRequest(
-                            f"offset spec {value!r} is not first, last, next, an offset, "
-                            f"a timestamp or an interval like 10m")
-    raise BadRequest(f"offset spec of type {type(value).__name__} "
-                                              f"is not supported")
+        try:
+            return OffsetSpec.parse(str(value), now_ms=now_ms, rabbitmq=True)
+        except StorageError:
+            raise BadRequest(f"offset spec {value!r} is not first, last, next, an offset, "
+                             f"a timestamp or an interval like 10m") from None
+    raise BadRequest(f"offset spec of type {type(value).__name__} is not supported")
 
 
 def _descriptor_kind(descriptor: Any) -> str | None:

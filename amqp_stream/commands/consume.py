@@ -24,7 +24,7 @@ from typing import Any
 from amqp_stream.client import ClientError, StreamMessage, StreamNotFound
 from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
 from amqp_stream.commands.publish import parse_assignments
-from amqp_stream.commands.read import TIMESTAMP_FROM_MS
+from storage import TIMESTAMP_FROM_MS, OffsetSpec, StorageError
 
 _PROPERTY_PREFIXES = ("p.", "properties.")
 
@@ -59,20 +59,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_start(text: str) -> Any:
-    """The --from value as the client's offset (int, datetime or first/last/next/interval)."""
+    """The --from value as the client's offset: storage's offset spec text (first/last/next and
+    RabbitMQ intervals sent as they are, for the broker to resolve; N an offset; @MS, a bare
+    integer >= ``TIMESTAMP_FROM_MS`` or another interval a datetime), or an ISO time."""
     t = text.strip()
-    if t.startswith("@") and t[1:].isdigit():
-        return dt.datetime.fromtimestamp(int(t[1:]) / 1000, dt.timezone.utc)
-    if t.isdigit():
-        n = int(t)
-        return dt.datetime.fromtimestamp(n / 1000, dt.timezone.utc) if n >= TIMESTAMP_FROM_MS else n
-    if t in ("first", "last", "next") or (t[:-1].isdigit() and t[-1:] in "YMDhms" and t[:-1]):
-        return t
     try:
-        return dt.datetime.fromisoformat(t)
-    except ValueError:
-        raise ValueError(f"--from: not an offset spec: {text!r} (first, last, next, N, @MS, "
-                         "ISO time or an interval like 10m)") from None
+        OffsetSpec.parse(t, rabbitmq=True)
+        return t
+    except StorageError:
+        pass
+    try:
+        spec = OffsetSpec.parse(t, timestamp_from=TIMESTAMP_FROM_MS)
+    except StorageError:
+        try:
+            return dt.datetime.fromisoformat(t)
+        except ValueError:
+            raise ValueError(f"--from: not an offset spec: {text!r} (first, last, next, N, @MS, "
+                             "ISO time or an interval like 10m)") from None
+    if spec.kind == "offset":
+        return spec.value
+    return dt.datetime.fromtimestamp(spec.value / 1000, dt.timezone.utc)
 
 
 def split_properties(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:

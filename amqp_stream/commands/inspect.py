@@ -3,8 +3,9 @@
 Why: a debug dump of the log format (like osiris's ``dump_chunk``) that works on any stream
 directory, ours or RabbitMQ's, without opening it as a stream: nothing is recovered or written,
 so it is safe on a directory a broker is writing and it shows a crashed directory as it is.
-Chunks are found by walking the headers from byte 8 of each segment (not through the index), and
-each one is checked (CRC of the data section) and compared with its index record.
+Chunks are found by walking the headers from the end of each segment's header (not through the
+index), with recovery's walk (``storage.walk``), and each one is checked (CRC of the data section,
+at least one record) and compared with its index record.
 
 Exit code 0 when every chunk is whole, indexed and passes its CRC; 1 when something is not
 (a torn or corrupt chunk, an index disagreeing with its segment, an orphan or a stale file).
@@ -16,12 +17,11 @@ import argparse
 import json
 import os
 import sys
-import zlib
 from datetime import datetime, timezone
 
-from storage.errors import CorruptionError
-from storage.files import index_path, list_files, pread_exact, read_index_records, segment_path
-from storage.format import SEGMENT_HEADER, SEGMENT_MAGIC, decode_header
+from storage.files import index_path, list_files, read_index_records, segment_path
+from storage.format import SEGMENT_HEADER, SEGMENT_HEADER_BYTES, SEGMENT_MAGIC
+from storage.walk import walk_segment
 
 _TYPES = {0: "user", 1: "tracking-delta", 2: "tracking-snapshot"}
 
@@ -84,40 +84,32 @@ def run(args: argparse.Namespace) -> int:
                       f"{'entries':>6} {'records':>7} {'filter':>6} {'data':>9} {'crc':>4}\n")
         fd = os.open(spath, os.O_RDONLY)
         try:
-            head = os.pread(fd, 8, 0)
-            if len(head) < 8 or SEGMENT_HEADER.unpack(head)[0] != SEGMENT_MAGIC:
+            head = os.pread(fd, SEGMENT_HEADER_BYTES, 0)
+            if len(head) < SEGMENT_HEADER_BYTES or SEGMENT_HEADER.unpack(head)[0] != SEGMENT_MAGIC:
                 problems += 1
                 emit({"segment": start, "position": 0, "error": f"bad segment header {head!r}"})
                 continue
-            pos, seen = 8, set()
-            while pos < size:
-                raw = pread_exact(fd, 48, pos)
-                try:
-                    h = decode_header(raw, path=spath, position=pos)
-                except CorruptionError as exc:
+            seen = set()
+            for chunk in walk_segment(fd, spath, with_filter=True):
+                pos, h = chunk.position, chunk.header
+                if h is None or chunk.torn:
                     problems += 1
-                    emit({"segment": start, "position": pos, "error": exc.reason})
+                    error = {"segment": start, "position": pos, "error": chunk.problem}
+                    if h is not None:
+                        error["chunk_id"] = h.chunk_id
+                    emit(error)
                     break
-                if pos + h.size > size:
-                    problems += 1
-                    emit({"segment": start, "position": pos, "chunk_id": h.chunk_id,
-                          "error": f"torn chunk: needs {h.size} bytes, {size - pos} in the file"})
-                    break
-                bits = pread_exact(fd, h.filter_size, pos + 48) if h.filter_size else b""
-                data = pread_exact(fd, h.data_length, pos + 48 + h.filter_size)
-                crc_ok = zlib.crc32(data) == h.crc
                 rec = records.get(pos)
                 indexed = rec is not None and rec.chunk_id == h.chunk_id
                 seen.add(pos)
-                problems += (not crc_ok) + (not indexed)
+                problems += (not chunk.valid) + (not indexed)
                 emit({"segment": start, "position": pos, "chunk_id": h.chunk_id,
                       "type": _TYPES.get(h.type, str(h.type)), "timestamp": h.timestamp,
                       "epoch": h.epoch, "entries": h.entries, "records": h.records,
                       "filter_size": h.filter_size, "filter_scheme": h.filter_scheme,
-                      "filter_param": h.filter_param, "filter_hex": bits.hex(),
+                      "filter_param": h.filter_param, "filter_hex": chunk.filter_bits.hex(),
                       "data_length": h.data_length, "trailer_length": h.trailer_length,
-                      "crc_ok": crc_ok, "indexed": indexed})
-                pos += h.size
+                      "crc_ok": chunk.crc_ok, "indexed": indexed})
             for p in sorted(set(records) - seen):
                 problems += 1
                 emit({"segment": start, "position": p, "chunk_id": records[p].chunk_id,

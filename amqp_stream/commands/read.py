@@ -16,11 +16,10 @@ import os
 import sys
 
 from storage.errors import StorageError
-from storage.offsets import OffsetSpec
+from storage.offsets import TIMESTAMP_FROM_MS, OffsetSpec
 from storage.reader import open_reader
 
-#: a bare integer this large in ``--from`` is a timestamp in ms (year 2001 on), here and in consume
-TIMESTAMP_FROM_MS = 10**12
+__all__ = ["add_arguments", "parse_from", "run", "TIMESTAMP_FROM_MS"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,10 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_from(text: str) -> OffsetSpec:
-    t = text.strip()
-    if t.isdigit() and int(t) >= TIMESTAMP_FROM_MS:
-        return OffsetSpec.timestamp(int(t))
-    return OffsetSpec.parse(t)
+    """``--from``: storage's offset spec text, a bare integer >= ``TIMESTAMP_FROM_MS`` a timestamp."""
+    return OffsetSpec.parse(text, timestamp_from=TIMESTAMP_FROM_MS)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
+from storage import OffsetSpec, StorageError
+
 __all__ = ["OffsetRange", "resolve", "split"]
 
 
@@ -24,21 +26,26 @@ class OffsetRange(InputPartition):
         self.start, self.end = start, end
 
 
+# Spark's names for the ends of a stream, in storage's offset-spec words (``last`` resolves to the
+# end, like ``latest``: a batch query reads up to what is there)
+_SPARK_NAMES = {"earliest": "first", "latest": "next", "last": "next"}
+
+
 def resolve(spec: str | int, first: int, next_: int, *, what: str = "offset") -> int:
-    """``first``/``earliest`` -> first, ``last``/``latest``/``next`` -> next, an integer as is
-    (clamped to [first, next])."""
+    """``first``/``earliest`` -> first, ``last``/``latest``/``next`` -> next, an offset as is
+    (clamped to [first, next]); parsed by storage's ``OffsetSpec.parse``."""
     text = str(spec).strip().lower()
-    if text in ("first", "earliest"):
-        return first
-    if text in ("latest", "next", "last"):
-        return next_
     try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"{what} must be first, latest or an offset, got {spec!r}") from None
-    if value < 0:
-        raise ValueError(f"{what} must be >= 0, got {value}")
-    return min(max(value, first), next_)
+        parsed = OffsetSpec.parse(_SPARK_NAMES.get(text, text))
+    except StorageError:
+        parsed = None
+    if parsed is None or parsed.kind not in ("first", "next", "offset"):
+        raise ValueError(f"{what} must be first, latest or an offset (>= 0), got {spec!r}")
+    if parsed.kind == "first":
+        return first
+    if parsed.kind == "next":
+        return next_
+    return min(max(parsed.value, first), next_)
 
 
 def split(start: int, end: int, *, num_partitions: int | None = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from proton import Array, Data, Described, symbol, timestamp, ulong
 
-from amqp_stream.errors import BadRequest as AttachRefused
+from amqp_stream.errors import BadRequest
 from amqp_stream.amqp.source_filters import (StartSpec, parse_interval,
                                         parse_source_filters)
 
@@ -49,7 +49,7 @@ def test_offset_specs(value, expected):
 
 @pytest.mark.parametrize("value", ["", "0m", "10", "10 m", "m10", "first ", -1, True, 1.5, None, [1], {"a": 1}])
 def test_unusable_offset_is_a_hard_failure(value):
-    with pytest.raises(AttachRefused) as info:
+    with pytest.raises(BadRequest) as info:
         parse([(O, Described(O, value))])
     assert info.value.condition == "amqp:invalid-field"
 
@@ -149,7 +149,7 @@ def test_describe_for_logs():
     assert r.describe() == "start=offset:5 values=['a'] match-unfiltered stage2=sql"
 
 
-# -- fuzz: any filter set either parses or refuses with AttachRefused, never anything else ----------
+# -- fuzz: any filter set either parses or refuses with BadRequest, never anything else ----------
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 _descriptors = st.sampled_from([O, V, U, P, A, S, ulong(0x120), ulong(0x173), ulong(0x174),
@@ -170,7 +170,7 @@ _entries = st.lists(st.tuples(st.one_of(st.builds(symbol, st.text(max_size=8)), 
 def test_fuzz_parse_or_refuse(entries):
     try:
         result = parse(entries)
-    except AttachRefused as exc:
+    except BadRequest as exc:
         assert exc.condition == "amqp:invalid-field" and exc.description
         return
     assert len(result.echo) + len(result.dropped) <= len(entries)

@@ -11,6 +11,7 @@ import sys
 import threading
 
 from storage import Stream, StreamConfig
+from storage.format import CHUNK_HEADER_BYTES, SEGMENT_HEADER_BYTES
 
 HERE = os.path.dirname(__file__)
 FIXTURE = os.path.join(HERE, "fixtures", "rabbitmq")
@@ -50,7 +51,7 @@ def test_inspect_table_and_a_corrupt_directory(tmp_path):
     shutil.copytree(FIXTURE, d)
     seg = d / "00000000000000000000.segment"
     raw = bytearray(seg.read_bytes())
-    raw[8 + 48 + 16 + 6] ^= 0x01  # a data byte of chunk 0
+    raw[SEGMENT_HEADER_BYTES + CHUNK_HEADER_BYTES + 16 + 6] ^= 0x01  # a data byte of chunk 0
     seg.write_bytes(bytes(raw))
     p = run("inspect", str(d), "--json", ok=False)
     assert p.returncode == 1

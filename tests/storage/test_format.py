@@ -13,6 +13,9 @@ from hypothesis import strategies as st
 from storage import format as fmt
 from storage.errors import CorruptionError
 
+_HB = fmt.CHUNK_HEADER_BYTES
+_DATA0 = fmt.SEGMENT_HEADER_BYTES + _HB + 16  # data of the fixture's first chunk (16-byte filter)
+
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "rabbitmq")
 
 
@@ -22,7 +25,7 @@ def _fixture(name: str) -> bytes:
 
 
 def test_struct_sizes_match_the_spec():
-    assert fmt.CHUNK_HEADER.size == 48
+    assert fmt.CHUNK_HEADER.size == fmt.CHUNK_HEADER_BYTES == 48  # the spec's header size
     assert fmt.INDEX_RECORD.size == 29
     assert fmt.SUBBATCH_HEADER.size == 11
     assert fmt.SEGMENT_HEADER.size == fmt.INDEX_HEADER.size == 8
@@ -61,7 +64,7 @@ def test_fixture_headers_decode_to_the_spec_fields():
     assert seg[8] == 0x50
     assert (h.type, h.entries, h.records, h.epoch, h.chunk_id) == (0, 2, 2, 1, 0)
     assert (h.filter_size, h.filter_scheme, h.filter_param) == (16, 0, 0)
-    data = seg[8 + 48 + 16: 8 + 48 + 16 + h.data_length]
+    data = seg[_DATA0:_DATA0 + h.data_length]
     assert zlib.crc32(data) == h.crc
     recs = fmt.decode_records(data, h.chunk_id)
     assert [o for o, _ in recs] == [0, 1]
@@ -72,12 +75,12 @@ def test_fixture_headers_decode_to_the_spec_fields():
 
 def test_tracking_records_of_the_fixture():
     seg = _fixture("00000000000000000007.segment")
-    pos = 8
+    pos = fmt.SEGMENT_HEADER_BYTES
     h = fmt.decode_header(seg, pos)
     pos += h.size
     snap = fmt.decode_header(seg, pos)
     assert snap.type == fmt.CHUNK_TRACKING_SNAPSHOT
-    data = seg[pos + 48: pos + 48 + snap.data_length]
+    data = seg[pos + _HB: pos + _HB + snap.data_length]
     (length,) = struct.unpack(">I", data[:4])
     recs = fmt.decode_tracking(data[4:4 + length], snapshot=True)
     assert recs == [fmt.TrackingRecord(0, b"p1", 7, 3), fmt.TrackingRecord(1, b"c1", 5)]
@@ -156,11 +159,11 @@ def test_chunk_header_round_trips(chunk_id, ts, epoch, ctype, bodies, bits, sche
     h = fmt.decode_header(raw)
     assert (h.chunk_id, h.timestamp, h.epoch, h.type) == (chunk_id, ts, epoch, ctype)
     assert h.size == len(raw)
-    assert (h.filter_size, raw[48:48 + h.filter_size]) == (len(bits), bits)
+    assert (h.filter_size, raw[_HB:_HB + h.filter_size]) == (len(bits), bits)
     assert (h.filter_scheme, h.filter_param) == ((scheme, param) if bits else (0, 0))
     assert raw[47] == 0
     assert h.crc == zlib.crc32(data)
-    assert raw[48 + len(bits): 48 + len(bits) + h.data_length] == data
+    assert raw[_HB + len(bits): _HB + len(bits) + h.data_length] == data
 
 
 @settings(max_examples=60, deadline=None)

@@ -78,3 +78,22 @@ def test_stream_opens_a_rabbitmq_directory_unchanged_and_appends_after_it(tmp_pa
         assert off == 15
         with s.reader(OffsetSpec.offset(14)) as r:
             assert [rec for c in r for rec in c.records] == [(14, RECORDS[-1][1]), (15, b"ours")]
+
+
+RAW_LEN_FIXTURE = os.path.join(HERE, "fixtures", "rabbitmq_raw_len")
+
+
+def test_uncompressed_subbatch_whose_length_field_differs_is_served(tmp_path):
+    """RabbitMQ checks a sub-batch's uncompressed-length field only when it decompresses; an
+    uncompressed sub-batch whose field says 0 (chunk 0) or 1000 (chunk 3) is served by it, and
+    by us: the CRC covers the bytes. Through files alone and through an opened stream."""
+    want = [(0, b"\x00\x53\x75\xa0\x05raw-0"), (1, b"\x00\x53\x75\xa0\x05raw-1"),
+            (2, b"\x00\x53\x75\xa0\x05after"), (3, b"\x00\x53\x77\xa1\x05three")]
+    chunks, _ = _read(OffsetSpec.first(), directory=RAW_LEN_FIXTURE)
+    assert [(o, bytes(b)) for c in chunks for o, b in c.records] == want
+    d = tmp_path / "s"
+    shutil.copytree(RAW_LEN_FIXTURE, d)
+    with Stream.open(d, StreamConfig()) as s:
+        assert s.next_offset == 4
+        with s.reader(OffsetSpec.offset(1)) as r:
+            assert [(o, bytes(b)) for c in r for o, b in c.records] == want[1:]

@@ -9,7 +9,8 @@ import shutil
 import pytest
 
 from storage import CorruptionError, OffsetSpec, Stream, StreamConfig, open_reader
-from storage.format import decode_header, encode_chunk, encode_entries, encode_index_record
+from storage.format import (CHUNK_HEADER_BYTES, INDEX_HEADER_BYTES, INDEX_RECORD_BYTES, SEGMENT_HEADER_BYTES,
+                            decode_header, encode_chunk, encode_entries, encode_index_record)
 
 CFG = StreamConfig(fsync="never", max_segment_chunks=4)
 
@@ -45,7 +46,7 @@ def last_start(d) -> int:
 
 def chunk_positions(path) -> list[int]:
     raw = path.read_bytes()
-    pos, out = 8, []
+    pos, out = SEGMENT_HEADER_BYTES, []
     while pos < len(raw):
         out.append(pos)
         pos += decode_header(raw, pos).size
@@ -98,7 +99,7 @@ def test_trailing_zeros_in_the_index_are_dropped(tmp_path):
     start = last_start(d)
     want = idx(d, start).read_bytes()
     with open(idx(d, start), "ab") as f:
-        f.write(b"\x00" * (29 * 3 + 5))
+        f.write(b"\x00" * (INDEX_RECORD_BYTES * 3 + 5))
     Stream.open(d, CFG).close()
     assert idx(d, start).read_bytes() == want
     reopen_and_check(d, recs)
@@ -110,7 +111,7 @@ def test_missing_index_records_are_rebuilt(tmp_path):
     recs = make(d)
     start = last_start(d)
     want = idx(d, start).read_bytes()
-    idx(d, start).write_bytes(want[:8 + 29])  # only the first record survived
+    idx(d, start).write_bytes(want[:INDEX_HEADER_BYTES + INDEX_RECORD_BYTES])  # only the first record survived
     Stream.open(d, CFG).close()
     assert idx(d, start).read_bytes() == want
     assert not any(n.endswith(".tmp") for n in os.listdir(d))
@@ -125,7 +126,7 @@ def test_crc_mismatch_in_the_last_chunk_truncates_it(tmp_path):
     raw = bytearray(s.read_bytes())
     last = chunk_positions(s)[-1]
     h = decode_header(raw, last)
-    raw[last + 48 + h.filter_size + 5] ^= 0xFF
+    raw[last + CHUNK_HEADER_BYTES + h.filter_size + 5] ^= 0xFF
     s.write_bytes(bytes(raw))
     lost = h.records
     reopen_and_check(d, recs[:-lost])
@@ -139,7 +140,7 @@ def test_crc_mismatch_in_the_middle_raises_corruption_naming_file_and_position(t
     s = seg(d, start)
     raw = bytearray(s.read_bytes())
     pos = chunk_positions(s)[0]
-    raw[pos + 48 + 16 + 3] ^= 0x10
+    raw[pos + CHUNK_HEADER_BYTES + 16 + 3] ^= 0x10
     s.write_bytes(bytes(raw))
     with pytest.raises(CorruptionError) as ei:
         Stream.open(d, CFG)
@@ -154,7 +155,7 @@ def test_corruption_in_an_older_segment_is_caught_when_read(tmp_path):
     s = seg(d, 0)
     raw = bytearray(s.read_bytes())
     pos = chunk_positions(s)[1]
-    raw[pos + 48 + 16 + 2] ^= 0x01
+    raw[pos + CHUNK_HEADER_BYTES + 16 + 2] ^= 0x01
     s.write_bytes(bytes(raw))
     with Stream.open(d, CFG) as st:  # older segments get the cheap check only
         with st.reader(OffsetSpec.first()) as r:
@@ -208,7 +209,7 @@ def test_empty_trailing_segment_is_removed_but_an_only_segment_is_kept(tmp_path)
     seg(d, nxt).write_bytes(b"OSIL\x00\x00\x00\x01")
     idx(d, nxt).write_bytes(b"OSII\x00\x00\x00\x01")
     with Stream.open(d, CFG) as s:
-        assert list(s.segment_starts())[-1] != nxt or s.segment_starts()[-1] == nxt and False
+        assert nxt not in s.segment_starts()
     assert not seg(d, nxt).exists()
     # a lone empty segment (e.g. everything older removed by retention) keeps its name
     e = tmp_path / "e"

@@ -4,6 +4,7 @@ listeners and tailing readers, on real files."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
@@ -18,7 +19,7 @@ from storage import (
     open_reader,
 )
 from storage.files import list_segments
-from storage.format import decode_header
+from storage.format import CHUNK_HEADER_BYTES, INDEX_RECORD_BYTES, SEGMENT_HEADER_BYTES, decode_header
 
 
 def chunks_on_disk(directory) -> list:
@@ -27,7 +28,7 @@ def chunks_on_disk(directory) -> list:
     for start in list_segments(str(directory)):
         with open(os.path.join(directory, f"{start:020d}.segment"), "rb") as f:
             raw = f.read()
-        pos = 8
+        pos = SEGMENT_HEADER_BYTES
         while pos < len(raw):
             h = decode_header(raw, pos)
             out.append((start, pos, h))
@@ -109,7 +110,7 @@ def test_filters_are_written_per_chunk_and_only_when_a_value_exists(tmp_path):
     (_, p0, h0), (_, p1, h1) = chunks_on_disk(tmp_path / "s")
     assert (h0.filter_size, h0.filter_scheme) == (32, int(bloom.Scheme.MMH3))
     raw = (tmp_path / "s" / "00000000000000000000.segment").read_bytes()
-    bits = raw[p0 + 48:p0 + 80]
+    bits = raw[p0 + CHUNK_HEADER_BYTES:p0 + CHUNK_HEADER_BYTES + 32]
     assert bits[0] & 0x80  # bit 0: an unfiltered entry
     assert bloom.Matcher(["red"]).matches(bits, h0.filter_scheme, h0.filter_param)
     assert h1.filter_size == 0
@@ -139,7 +140,7 @@ def test_retention_by_bytes_keeps_the_newest_segments_that_fit(tmp_path):
     cfg = StreamConfig(fsync="never", max_segment_chunks=1, retention_bytes=250)
     with Stream.open(tmp_path / "s", cfg) as s:
         for i in range(10):
-            s.append(b"x" * 50)  # each segment: 8 + 48 + 54 = 110 bytes
+            s.append(b"x" * 50)  # each segment: 110 bytes (segment header, chunk header, 54)
             s.flush()
         starts = list(s.segment_starts())
         assert s.first_offset == starts[0]
@@ -170,7 +171,9 @@ def test_retention_by_age_never_deletes_the_newest_segment(tmp_path):
 def test_listeners_and_tailing_reader(tmp_path):
     calls = []
     with Stream.open(tmp_path / "s", StreamConfig(fsync="never")) as s:
-        s.add_listener(lambda: calls.append(s.next_offset))
+        def listener() -> None:
+            calls.append(s.next_offset)
+        s.add_listener(listener)
         r = s.reader(OffsetSpec.next())
         assert r.read_chunk() is None
         assert r.wait(0.01) is False
@@ -192,41 +195,86 @@ def test_listeners_and_tailing_reader(tmp_path):
         assert not t.is_alive()
         assert [b for _, b in got] == [b"t0", b"t1", b"t2"]
         assert calls and calls[-1] == 3
-        fn = s._listeners[0]
-        s.remove_listener(fn)
+        s.remove_listener(listener)
         s.append(b"more")
         s.flush()
         assert calls[-1] == 3
 
 
-def test_reader_never_sees_uncommitted_chunks(tmp_path):
-    """With fsync always, a record is visible only after its callback's fsync."""
-    cfg = StreamConfig(fsync="always")
-    with Stream.open(tmp_path / "s", cfg) as s:
-        seen_before_durable = []
-        durable = set()
+@pytest.fixture
+def thread_switches():
+    """Switch threads as often as the interpreter can, so orderings between the writer thread
+    and a reader that a slower switch would hide happen within a short test."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(before)
 
+
+def test_reader_never_sees_uncommitted_chunks(tmp_path, monkeypatch):
+    """With fsync always, a group is readable in the process only once it is fsynced: a spy
+    around the real ``os.fdatasync`` reads the stream at the moment the group is in the files
+    but not yet synced. A reader of the stream must see exactly the committed records then;
+    a reader of the files alone sees the new chunks (so the moment is a real one)."""
+    import storage.writer as mod
+    real_sync = os.fdatasync
+    windows: list = []  # (committed end, stream reader's offsets, files-alone reader's offsets)
+    d = tmp_path / "s"
+    with Stream.open(d, StreamConfig(fsync="always", max_chunk_entries=3)) as s:
+        def spy(fd):
+            with s.reader(OffsetSpec.first()) as r:
+                in_stream = [o for c in r for o, _ in c.records]
+            with open_reader(str(d), OffsetSpec.first()) as r:
+                on_disk = [o for c in r for o, _ in c.records]
+            windows.append((s.next_offset, in_stream, on_disk))
+            real_sync(fd)
+        monkeypatch.setattr(mod.os, "fdatasync", spy)
+        for i in range(20):
+            s.append_batch([b"%d" % i] * (i % 4 + 1))
+            s.flush()
+        monkeypatch.setattr(mod.os, "fdatasync", real_sync)
+    assert len(windows) >= 20
+    for end, in_stream, _ in windows:
+        assert in_stream == list(range(end))
+    assert all(len(on_disk) > end for end, _, on_disk in windows[:20])
+
+
+def test_a_confirmed_record_is_readable(tmp_path, thread_switches):
+    """The committed end moves before the callbacks run (docs/storage.md): once
+    ``on_durable(o)`` runs, ``o`` is committed, so whoever is told a record is durable can read
+    it; and a reader on another thread never returns a record at or past the committed end.
+    Thread switches are forced so the orderings between writer and reader really vary (run
+    callbacks before the end moves and this fails)."""
+    cfg = StreamConfig(fsync="always", max_chunk_entries=4)
+    count = 300
+    ahead: list = []  # (offset read, committed end right after the read)
+    confirmed_unreadable: list = []
+    with Stream.open(tmp_path / "s", cfg) as s:
         def cb(o, e):
-            durable.add(o)
-        stop = threading.Event()
+            if e is not None or o >= s.next_offset:
+                confirmed_unreadable.append((o, e, s.next_offset))
+        read: list = []
 
         def reader():
-            rd = s.reader(OffsetSpec.first())
-            while not stop.is_set():
-                c = rd.read_chunk()
-                if c is None:
-                    rd.wait(0.05)
-                    continue
-                seen_before_durable.extend(o for o, _ in c.records if o not in durable)
+            with s.reader(OffsetSpec.first()) as rd:
+                while rd.position < count:
+                    c = rd.read_chunk()
+                    if c is None:
+                        rd.wait(5)
+                        continue
+                    end = s.next_offset
+                    ahead.extend((o, end) for o, _ in c.records if o >= end)
+                    read.extend(o for o, _ in c.records)
         t = threading.Thread(target=reader)
         t.start()
-        for i in range(300):
+        for i in range(count):
             s.append(b"%d" % i, None, cb)
         s.flush()
-        time.sleep(0.1)
-        stop.set()
-        t.join()
-    assert seen_before_durable == []
+        t.join(30)
+        assert not t.is_alive()
+    assert ahead == []
+    assert confirmed_unreadable == []
+    assert read == list(range(count))
 
 
 def test_append_after_close_raises_and_close_is_durable(tmp_path):
@@ -242,15 +290,16 @@ def test_append_after_close_raises_and_close_is_durable(tmp_path):
 def _break_writer(s: Stream, count: int, errors: list) -> None:
     """Queue ``count`` records behind a segment fd that cannot be written (a real EBADF from
     ``os.writev``) and wait until the writer has failed them all."""
-    with s._lock:  # hold the writer off while its file goes away
-        os.close(s._sfd)
-        s._sfd = os.open(os.devnull, os.O_RDONLY)
+    w = s._writer
+    with w.lock:  # hold the writer off while its file goes away
+        os.close(w._sfd)
+        w._sfd = os.open(os.devnull, os.O_RDONLY)
         for i in range(count):
-            s._bodies.append(b"x")
-            s._values.append(None)
-            s._callbacks.append((s._next, lambda o, e: errors.append((o, e))))
-            s._next += 1
-        s._wake.notify()
+            w._bodies.append(b"x")
+            w._values.append(None)
+            w._callbacks.append((w.next, lambda o, e: errors.append((o, e))))
+            w.next += 1
+        w._wake.notify()
     for _ in range(1000):
         if len(errors) >= count:
             break
@@ -260,7 +309,7 @@ def _break_writer(s: Stream, count: int, errors: list) -> None:
 def test_a_write_error_fails_every_waiting_append(tmp_path, monkeypatch):
     """ENOSPC cannot be made on demand here; closing the segment fd under the writer gives a
     real EBADF from os.writev, the same path."""
-    monkeypatch.setattr("storage.stream.RETRY_MIN_S", 60.0)  # no retry within this test
+    monkeypatch.setattr("storage.writer.RETRY_MIN_S", 60.0)  # no retry within this test
     s = Stream.open(tmp_path / "s", StreamConfig(fsync="never"))
     s.append(b"ok")
     s.flush()
@@ -278,7 +327,7 @@ def test_after_a_write_error_appends_work_again_once_the_backoff_has_passed(tmp_
     """The writer reopens its files (recovery as at open); after the backoff the next append
     is tried for real and, the file being writable again, succeeds: consecutive offsets,
     nothing accepted lost, nothing failed stored, readers keep their place."""
-    monkeypatch.setattr("storage.stream.RETRY_MIN_S", 0.05)
+    monkeypatch.setattr("storage.writer.RETRY_MIN_S", 0.05)
     s = Stream.open(tmp_path / "s", StreamConfig(fsync="always", max_chunk_entries=1))
     s.append_batch([b"a", b"b"])
     s.flush()
@@ -314,11 +363,11 @@ def test_a_reader_on_a_segment_that_recovery_removed_goes_on_where_the_log_goes_
     """A rollover whose first write failed leaves an empty newest segment; a reader may have
     opened it (at ``next``). Recovery after the error removes it and the log continues in the
     segment before: the reader must follow there, not wait on the removed file."""
-    from storage.stream import _create_segment
+    from storage.writer import create_segment
     d = tmp_path / "s"
     with Stream.open(d, StreamConfig(fsync="never", max_chunk_entries=1)) as s:
         s.append_batch([b"a", b"b"])
-    _create_segment(str(d), 2, False)  # the rollover's files, nothing written in them
+    create_segment(str(d), 2, False)  # the rollover's files, nothing written in them
     reader = open_reader(str(d), OffsetSpec.next())
     assert reader.read_chunk() is None
     with Stream.open(d, StreamConfig(fsync="never")) as s:  # recovery removes segment 2
@@ -362,7 +411,7 @@ def test_fsync_policy_decides_when_callbacks_run(tmp_path, monkeypatch, policy):
     callbacks: under ``always`` every callback follows a sync of what was written before it;
     under ``interval`` (10 s here) and ``never`` callbacks follow the write, with no sync until
     close."""
-    import storage.stream as mod
+    import storage.writer as mod
     events: list = []
     real_writev, real_sync = os.writev, os.fdatasync
     monkeypatch.setattr(mod.os, "writev", lambda fd, bufs: (events.append("write"),
@@ -392,7 +441,7 @@ def test_fsync_policy_decides_when_callbacks_run(tmp_path, monkeypatch, policy):
 
 
 def test_a_skipped_chunk_costs_only_its_header_and_filter(tmp_path):
-    """bytes_read adds up exactly: index records, 48 + 16 bytes per chunk looked at, and the
+    """bytes_read adds up exactly: index records, header + 16 filter bytes per chunk looked at, and the
     data section of each chunk read; a skipped chunk's data is never read."""
     cfg = StreamConfig(fsync="never", max_chunk_entries=10, filter_size=16)
     with Stream.open(tmp_path / "s", cfg) as s:
@@ -406,8 +455,10 @@ def test_a_skipped_chunk_costs_only_its_header_and_filter(tmp_path):
     read_ids = [c.chunk_id for c in got]
     assert 70 in read_ids and r.stats.chunks_read == len(read_ids)
     assert r.stats.chunks_skipped == 20 - len(read_ids)
-    # every matched chunk is looked at twice (skip loop, then _read): 64 bytes more each
-    expected = 29 * 20 + 64 * 20 + 64 * len(read_ids) + sum(data[i] for i in read_ids)
+    # every matched chunk is looked at twice (skip loop, then _read): `look` bytes more each
+    look = CHUNK_HEADER_BYTES + 16
+    expected = (INDEX_RECORD_BYTES * 20 + look * 20 + look * len(read_ids)
+                + sum(data[i] for i in read_ids))
     assert r.stats.bytes_read == expected
 
 
@@ -434,7 +485,7 @@ def test_a_bad_filter_value_is_refused_and_the_stream_keeps_working(tmp_path):
 
 
 def test_interval_policy_syncs_an_idle_stream_within_the_interval(tmp_path, monkeypatch):
-    import storage.stream as mod
+    import storage.writer as mod
     synced = threading.Event()
     real_sync = os.fdatasync
     monkeypatch.setattr(mod.os, "fdatasync", lambda fd: (synced.set(), real_sync(fd))[1])

@@ -1,0 +1,531 @@
+"""A stream's writer: the append queue and the thread that turns it into durable chunks.
+
+Strategy:
+- ``append`` only takes a lock, hands out the next offset and queues the body; it never does
+  I/O. One writer thread per stream takes everything waiting, cuts it into chunks (at most
+  ``max_chunk_entries`` entries and about ``max_chunk_bytes`` bytes each), builds each chunk's
+  filter with ``bloom.build``, and writes a group of chunks with one ``os.writev`` on the segment
+  and one ``os.write`` on the index (segment first). Then it makes the group as durable as the
+  policy says (``always``: ``fdatasync`` the segment; ``interval``: an fsync if the last one is
+  older than the interval; ``never``: nothing), moves the committed end, then calls the
+  listeners and the ``on_durable`` callbacks, all from the writer thread. So a record is
+  readable in this process before its callback runs: whoever is told "durable" can read it.
+- Readers in this process never look past the committed end, so they never see a chunk before
+  it counts as written, nor a partly written one.
+- Rollover happens before a chunk when the segment has reached its maximum bytes or chunks; the
+  new files are named after the chunk id and the directory is fsynced (unless ``never``).
+  Retention runs after each rollover (and at open, called by ``Stream.open``): whole segments,
+  oldest first, index before segment, never the newest.
+- A write error fails the stream for a while, not for good: the segment and index are cut back
+  to where the group began, every waiting callback gets the error, and the writer reopens its
+  files running recovery as at open (a torn tail is cut; the committed log is never shortened).
+  ``append`` raises ``StreamClosedError`` until a backoff (``RETRY_MIN_S``, doubling up to
+  ``RETRY_MAX_S``) has passed; the next append after it is tried for real, so a disk that is
+  still full costs one failed write per backoff, not a spin, and one with space again works
+  without reopening the stream. Readers keep their place: the committed end only moves forward.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import itertools
+import logging
+import os
+import threading
+import time
+from bisect import bisect_right
+from typing import Callable, Iterable, Sequence, Union
+
+import bloom
+
+from storage.config import FsyncPolicy, StreamConfig
+from storage.errors import CorruptionError, StorageError, StreamClosedError
+from storage.files import fsync_dir, index_path, segment_path
+from storage.format import (
+    CHUNK_HEADER_BYTES,
+    INDEX_HEADER_BYTES,
+    INDEX_RECORD,
+    INDEX_RECORD_BYTES,
+    SEGMENT_HEADER_BYTES,
+    encode_chunk,
+    encode_entries,
+    index_header,
+    segment_header,
+)
+from storage.recovery import SegmentInfo, recover
+from storage.retention import segments_to_drop
+
+__all__ = ["Writer", "DurableCallback", "FilterValue", "RETRY_MIN_S", "RETRY_MAX_S",
+           "create_segment", "lock_directory"]
+
+log = logging.getLogger(__name__)
+
+DurableCallback = Callable[[int, "Exception | None"], None]
+FilterValue = Union[str, bytes, bytearray, None]  # one record's stage-1 value (None: none)
+
+LOCK_FILE = ".writer.lock"
+_IOV_MAX = 1020
+_GROUP_BYTES = 4 << 20  # bytes written per writev group before committing
+_pack_index = INDEX_RECORD.pack
+RETRY_MIN_S = 0.2  # after a write error, appends are refused this long (doubling per failure)
+RETRY_MAX_S = 5.0
+
+
+class Writer:
+    """The append queue and writer thread of one open stream directory (``Stream`` owns it).
+
+    ``end`` is the committed end (exclusive) and ``starts`` the first offsets of the kept
+    segments; both are replaced, never mutated, so readers on other threads may read them."""
+
+    def __init__(self, directory: str, config: StreamConfig, segments: list[SegmentInfo]) -> None:
+        self.directory = directory
+        self.config = config
+        self._infos = segments
+        self.starts: tuple[int, ...] = tuple(s.start for s in segments)
+        last = segments[-1]
+        self.end = last.end
+        self.lock = threading.Lock()
+        self._wake = threading.Condition(self.lock)
+        self._commit_cond = threading.Condition(threading.Lock())
+        self._bodies: list[bytes] = []
+        self._values: list[FilterValue] = []
+        self._callbacks: list[tuple[int, DurableCallback]] = []
+        self.next = last.end  # next offset to hand out
+        self._closing = False
+        self.error: Exception | None = None
+        self._refused = False  # closing or failed: one flag for the append hot path
+        self._idle = False
+        self._listeners: tuple[Callable[[], None], ...] = ()
+        self._last_ts = last.last_timestamp or 0
+        self._sfd = os.open(segment_path(directory, last.start), os.O_WRONLY | os.O_APPEND)
+        self._ifd = os.open(index_path(directory, last.start), os.O_WRONLY | os.O_APPEND)
+        self._unsynced = False
+        self._last_sync = time.monotonic()
+        self._pending_failed: list[tuple[int, DurableCallback]] = []
+        # after a write error (see the module docstring): when appends may be tried again, the
+        # next backoff, and whether the files still need reopening (recovery failed too)
+        self._retry_at = 0.0
+        self._backoff = RETRY_MIN_S
+        self._reopen_pending = False
+        self._reopen_requested = False
+        self.thread = threading.Thread(target=self._run, name=f"stream-writer:{directory}",
+                                       daemon=True)
+        self.thread.start()
+
+    # -- the queue (called by Stream on the appending threads) ---------------------------------
+    def append(self, body: bytes, filter_value: FilterValue,
+               on_durable: DurableCallback | None) -> int:
+        lock = self.lock
+        lock.acquire()  # not ``with``: this is the per-record hot path; nothing below raises
+        if self._refused and not self._may_retry():
+            lock.release()
+            raise self._refusal()
+        offset = self.next
+        self.next = offset + 1
+        self._bodies.append(body)
+        self._values.append(filter_value)
+        if on_durable is not None:
+            self._callbacks.append((offset, on_durable))
+        if self._idle:
+            self._idle = False
+            self._wake.notify()
+        lock.release()
+        return offset
+
+    def append_batch(self, bodies: Sequence[bytes],
+                     filter_values: Sequence[FilterValue] | None,
+                     on_durable: DurableCallback | None) -> int:
+        n = len(bodies)
+        with self.lock:
+            if self._refused and not self._may_retry():
+                raise self._refusal()
+            first = self.next
+            self.next = first + n
+            self._bodies.extend(bodies)
+            if filter_values is None:
+                self._values.extend(itertools.repeat(None, n))
+            else:
+                self._values.extend(filter_values)
+            if on_durable is not None and n:
+                self._callbacks.append((first + n - 1, on_durable))
+            if self._idle and n:
+                self._idle = False
+                self._wake.notify()
+            return first
+
+    def _refusal(self) -> StreamClosedError:
+        err = StreamClosedError(f"stream {self.directory} is closed"
+                                + (f": {self.error}" if self.error else ""))
+        err.__cause__ = self.error
+        return err
+
+    def _may_retry(self) -> bool:
+        """Holding ``lock``, with appends refused: True (and appends taken again) when the
+        refusal is a write error whose backoff has passed and whose files were reopened."""
+        if self._closing or self.error is None:
+            return False
+        now = time.monotonic()
+        if now < self._retry_at:
+            return False
+        if self._reopen_pending:  # recovery failed after the error: the writer tries again
+            self._retry_at = now + self._next_backoff()
+            self._reopen_requested = True
+            self._wake.notify()
+            return False
+        log.info("stream %s: taking appends again after a write error", self.directory)
+        self.error = None
+        self._refused = False
+        return True
+
+    def _next_backoff(self) -> float:
+        backoff = self._backoff
+        self._backoff = min(RETRY_MAX_S, backoff * 2)
+        return backoff
+
+    # -- waiting and listening -----------------------------------------------------------------
+    def add_listener(self, fn: Callable[[], None]) -> None:
+        with self.lock:
+            self._listeners = self._listeners + (fn,)
+
+    def remove_listener(self, fn: Callable[[], None]) -> None:
+        with self.lock:
+            self._listeners = tuple(f for f in self._listeners if f is not fn)
+
+    def wait_beyond(self, offset: int, timeout: float | None) -> bool:
+        with self._commit_cond:
+            return self._commit_cond.wait_for(
+                lambda: self.end > offset or not self.thread.is_alive(), timeout) \
+                and self.end > offset
+
+    def wait_committed(self, target: int, timeout: float | None) -> None:
+        """Until the committed end reaches ``target``, the stream fails, or the writer stops."""
+        with self._commit_cond:
+            self._commit_cond.wait_for(lambda: self.end >= target or self.error is not None
+                                       or not self.thread.is_alive(), timeout)
+
+    def close(self) -> None:
+        """Write what is queued, fsync, stop the thread, close the files."""
+        with self.lock:
+            self._closing = True
+            self._refused = True
+            self._wake.notify()
+        self.thread.join()
+        for fd in (self._sfd, self._ifd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._sfd = self._ifd = -1
+
+    # -- the writer thread ---------------------------------------------------------------------
+    def _run(self) -> None:
+        cfg = self.config
+        interval = cfg.fsync_interval_ms / 1000.0
+        while True:
+            with self.lock:
+                while not self._bodies and not self._closing and not self._reopen_requested:
+                    if self._unsynced and cfg.fsync == FsyncPolicy.INTERVAL:
+                        due = self._last_sync + interval - time.monotonic()
+                        if due <= 0:
+                            break
+                        self._idle = True
+                        self._wake.wait(due)
+                    else:
+                        self._idle = True
+                        self._wake.wait()
+                self._idle = False
+                bodies, values, callbacks = self._bodies, self._values, self._callbacks
+                self._bodies, self._values, self._callbacks = [], [], []
+                first = self.next - len(bodies)
+                closing = self._closing
+                reopen, self._reopen_requested = self._reopen_requested, False
+            if reopen and not closing and not bodies:  # appends are refused until it worked
+                self._reopen()
+                continue
+            try:
+                if bodies:
+                    self._write_all(first, bodies, values, callbacks)
+                    self._backoff = RETRY_MIN_S
+                if self._unsynced and (closing or (cfg.fsync == FsyncPolicy.INTERVAL and
+                                                   time.monotonic() - self._last_sync >= interval)):
+                    self._sync()
+            except Exception as exc:  # noqa: BLE001 - every failure must reach the callbacks
+                self._fail(exc)
+                if closing:
+                    return
+                self._reopen()
+                continue
+            if closing:
+                with self.lock:
+                    if not self._bodies:
+                        break
+        with self._commit_cond:
+            self._commit_cond.notify_all()
+
+    def _sync(self) -> None:
+        os.fdatasync(self._sfd)
+        self._unsynced = False
+        self._last_sync = time.monotonic()
+
+    def _fail(self, exc: Exception) -> None:
+        log.error("stream %s: writer failed: %s", self.directory, exc)
+        err = exc
+        if not isinstance(exc, StorageError):
+            err = StorageError(f"write failed: {exc}")
+            err.__cause__ = exc  # the OSError (ENOSPC, EFBIG...) for callers that map it
+        with self.lock:
+            self.error = err
+            self._refused = True
+            self._reopen_pending = True
+            self._retry_at = time.monotonic() + self._next_backoff()
+            pending = list(self._pending_failed) + self._callbacks
+            self._callbacks, self._bodies, self._values = [], [], []
+        self._pending_failed = []
+        for offset, cb in pending:
+            _call(cb, offset, err)
+        with self._commit_cond:
+            self._commit_cond.notify_all()
+
+    def _reopen(self) -> None:
+        """After a write error: close the files and run recovery as ``open`` does (cutting a
+        torn tail; a chunk that was written whole but whose group failed afterwards, e.g. in
+        ``fdatasync``, is kept, as after a crash, and becomes readable), then reopen the last
+        segment for appends. Runs on the writer thread while appends are refused, so nothing
+        is queued. If it fails, ``_reopen_pending`` stays set and the next retry tries again."""
+        for fd in (self._sfd, self._ifd):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._sfd = self._ifd = -1
+        self._unsynced = False
+        try:
+            segments = recover(self.directory)
+            if not segments:
+                create_segment(self.directory, self.end, self.config.fsync != FsyncPolicy.NEVER)
+                segments = [SegmentInfo(self.end, SEGMENT_HEADER_BYTES, 0, self.end, None)]
+            last = segments[-1]
+            if last.end < self.end:
+                raise CorruptionError(segment_path(self.directory, last.start), last.size,
+                                      f"recovery after a write error ends the log at {last.end}, "
+                                      f"before the committed end {self.end}")
+            sfd = os.open(segment_path(self.directory, last.start), os.O_WRONLY | os.O_APPEND)
+            ifd = -1
+            try:
+                ifd = os.open(index_path(self.directory, last.start), os.O_WRONLY | os.O_APPEND)
+                os.fdatasync(sfd)  # what recovery kept is on disk before anything follows it
+            except BaseException:
+                for fd in (sfd, ifd):
+                    if fd >= 0:
+                        os.close(fd)
+                raise
+        except Exception as exc:  # noqa: BLE001 - the stream stays failed; retried later
+            log.error("stream %s: reopening after a write error failed: %s", self.directory, exc)
+            return
+        self._sfd, self._ifd = sfd, ifd
+        self._last_ts = max(self._last_ts, last.last_timestamp or 0)
+        with self.lock:
+            self._infos = segments
+            self.starts = tuple(s.start for s in segments)
+            self.next = last.end  # nothing is queued: appends were refused meanwhile
+            self._reopen_pending = False
+        if last.end > self.end:
+            self._commit(last.end)
+        log.info("stream %s: files reopened after a write error (end %d)", self.directory,
+                 last.end)
+
+    def _write_all(self, first: int, bodies: list[bytes],
+                   values: list[FilterValue],
+                   callbacks: list[tuple[int, DurableCallback]]) -> None:
+        """Write ``bodies`` (offsets ``first ..``) as chunks, committing group by group."""
+        cfg = self.config
+        max_entries, max_bytes = cfg.max_chunk_entries, cfg.max_chunk_bytes
+        fsize, scheme = cfg.filter_size, cfg.filter_scheme
+        total = len(bodies)
+        i = 0
+        cb_i = 0
+        self._pending_failed = callbacks
+        info = self._infos[-1]
+        while i < total:
+            # one group: chunks up to _GROUP_BYTES / _IOV_MAX buffers
+            iov: list[bytes] = []
+            idx: list[bytes] = []
+            group_start_size = info.size
+            idx_start_size = INDEX_HEADER_BYTES + INDEX_RECORD_BYTES * info.chunks
+            ts = max(time.time_ns() // 1_000_000, self._last_ts)
+            self._last_ts = ts
+            group_bytes = 0
+            while i < total and group_bytes < _GROUP_BYTES and len(iov) < _IOV_MAX - 4:
+                if info.chunks and (info.size >= cfg.max_segment_bytes
+                                    or info.chunks >= cfg.max_segment_chunks):
+                    self._write_group(iov, idx)
+                    iov, idx = [], []
+                    info = self._rollover(first + i)
+                    group_start_size, idx_start_size = info.size, INDEX_HEADER_BYTES
+                n = max_entries if total - i > max_entries else total - i
+                chunk_bodies = bodies[i:i + n]
+                data = encode_entries(chunk_bodies)
+                if len(data) > max_bytes and n > 1:  # rare: fewer entries fit the byte bound
+                    acc = list(itertools.accumulate(len(b) + 4 for b in chunk_bodies))
+                    n = max(1, bisect_right(acc, max_bytes))
+                    data = encode_entries(chunk_bodies[:n])
+                filt = None
+                if fsize:
+                    chunk_values = values[i:i + n]
+                    if any(chunk_values):
+                        filt = bloom.build(_distinct(chunk_values), fsize, scheme)
+                chunk_id = first + i
+                if filt is not None:
+                    bufs = encode_chunk(chunk_id, ts, data, n, n, epoch=cfg.epoch,
+                                        filter_bits=filt.bits, filter_scheme=filt.scheme,
+                                        filter_param=filt.param)
+                    csize = CHUNK_HEADER_BYTES + len(filt.bits) + len(data)
+                else:
+                    bufs = encode_chunk(chunk_id, ts, data, n, n, epoch=cfg.epoch)
+                    csize = CHUNK_HEADER_BYTES + len(data)
+                idx.append(_pack_index(chunk_id, ts, cfg.epoch, info.size, 0))
+                iov.extend(bufs)
+                info.size += csize
+                info.chunks += 1
+                info.end = chunk_id + n
+                info.last_timestamp = ts
+                group_bytes += csize
+                i += n
+            try:
+                self._write_group(iov, idx)
+            except Exception:
+                _truncate_quietly(self._sfd, group_start_size)
+                _truncate_quietly(self._ifd, idx_start_size)
+                raise
+            # durable per policy, then commit
+            if cfg.fsync == FsyncPolicy.ALWAYS:
+                self._sync()
+            else:
+                self._unsynced = True
+                if (cfg.fsync == FsyncPolicy.INTERVAL
+                        and time.monotonic() - self._last_sync >= cfg.fsync_interval_ms / 1000.0):
+                    self._sync()
+            end = first + i
+            self._commit(end)
+            j = cb_i
+            while j < len(callbacks) and callbacks[j][0] < end:
+                j += 1
+            for offset, cb in callbacks[cb_i:j]:
+                _call(cb, offset, None)
+            cb_i = j
+            self._pending_failed = callbacks[cb_i:]
+        self._pending_failed = []
+
+    def _write_group(self, iov: list[bytes], idx: list[bytes]) -> None:
+        if not iov:
+            return
+        self._unsynced = True
+        _writev_all(self._sfd, iov)
+        _writev_all(self._ifd, [b"".join(idx)])
+
+    def _commit(self, end: int) -> None:
+        self.end = end
+        for fn in self._listeners:
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - a listener must not stop the writer
+                log.exception("stream listener failed")
+        with self._commit_cond:
+            self._commit_cond.notify_all()
+
+    def _rollover(self, start: int) -> SegmentInfo:
+        if self.config.fsync != FsyncPolicy.NEVER and self._unsynced:
+            self._sync()
+        os.close(self._sfd)
+        os.close(self._ifd)
+        self._sfd = self._ifd = -1
+        create_segment(self.directory, start, self.config.fsync != FsyncPolicy.NEVER)
+        self._sfd = os.open(segment_path(self.directory, start), os.O_WRONLY | os.O_APPEND)
+        self._ifd = os.open(index_path(self.directory, start), os.O_WRONLY | os.O_APPEND)
+        info = SegmentInfo(start, SEGMENT_HEADER_BYTES, 0, start, None)
+        with self.lock:
+            self._infos.append(info)
+            self.starts = self.starts + (start,)
+            self.apply_retention()
+        return info
+
+    def apply_retention(self) -> None:
+        """Delete whole old segments per the retention settings (called holding ``lock``)."""
+        cfg = self.config
+        infos = self._infos
+        drop = segments_to_drop(infos, cfg.retention_bytes, cfg.retention_age_ms,
+                                time.time_ns() // 1_000_000)
+        if not drop:
+            return
+        for info in infos[:drop]:
+            for path in (index_path(self.directory, info.start),
+                         segment_path(self.directory, info.start)):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+        del infos[:drop]
+        self.starts = tuple(s.start for s in infos)
+
+
+def _distinct(values: list[FilterValue]
+              ) -> Iterable[FilterValue]:
+    """The values deduplicated in C (``bloom.build`` works per value); unhashable ones (a
+    ``bytearray``) are passed as they are."""
+    try:
+        return set(values)
+    except TypeError:
+        return values
+
+
+def lock_directory(directory: str) -> int:
+    """One writer per stream directory: an exclusive ``flock`` on ``.writer.lock``, held while
+    the stream is open (the kernel drops it when the process dies; readers never take it)."""
+    fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StorageError(f"{directory} is open by another writer (lock {LOCK_FILE})") from None
+    return fd
+
+
+def create_segment(directory: str, start: int, sync: bool) -> None:
+    """Segment file, then its index (a crash in between leaves an orphan, removed at open)."""
+    for path, header in ((segment_path(directory, start), segment_header()),
+                         (index_path(directory, start), index_header())):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, header)
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    if sync:
+        fsync_dir(directory)
+
+
+def _writev_all(fd: int, bufs: list[bytes]) -> None:
+    for k in range(0, len(bufs), _IOV_MAX):
+        part = bufs[k:k + _IOV_MAX]
+        want = sum(map(len, part))
+        done = os.writev(fd, part)
+        if done != want:  # rare for regular files: finish the rest
+            rest = memoryview(b"".join(part))[done:]
+            while rest:
+                rest = rest[os.write(fd, rest):]
+
+
+def _truncate_quietly(fd: int, size: int) -> None:
+    try:
+        os.ftruncate(fd, size)
+    except OSError:
+        pass
+
+
+def _call(cb: DurableCallback, offset: int, error: Exception | None) -> None:
+    try:
+        cb(offset, error)
+    except Exception:  # noqa: BLE001 - a callback must not stop the writer
+        log.exception("on_durable callback failed")
