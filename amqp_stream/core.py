@@ -12,6 +12,7 @@ next) on the event loop thread:
 - appends: publishers queue their messages during a loop turn and ``mark_dirty`` themselves;
   ``flush`` hands each publisher's batch to its stream's writer once per turn (group commit
   across connections), and the writers' callbacks come back through the mailbox;
+- memory: ``publish_budget`` bounds the bytes publishers of all protocols hold;
 - wake-ups: storage's writer threads say "the committed end of X moved"; the names are
   collected and each waiting consumer of X is woken once per mailbox batch.
 
@@ -32,7 +33,7 @@ from amqp_stream.metrics import Metrics
 from amqp_stream.streams import Registry, StreamEntry
 from amqp_stream import arguments as stream_arguments
 
-__all__ = ["Core", "Attachment", "Publishing"]
+__all__ = ["Core", "Attachment", "ByteBudget", "Publishing"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,30 @@ class Publishing(Protocol):
         """Hand the messages queued this turn to storage."""
 
 
+class ByteBudget:
+    """Bytes that every publisher of the broker holds; ``waiting`` callbacks run (once) when
+    the total falls back under ``limit``."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.used = 0
+        self.waiting: dict[Any, Callable[[], None]] = {}
+
+    @property
+    def over(self) -> bool:
+        return self.used >= self.limit
+
+    def take(self, n: int) -> None:
+        self.used += n
+
+    def give(self, n: int) -> None:
+        self.used -= n
+        if self.waiting and self.used < self.limit:
+            waiting, self.waiting = self.waiting, {}
+            for callback in waiting.values():
+                callback()
+
+
 class Core:
     def __init__(self, config: BrokerConfig, mailbox: Mailbox, metrics: Metrics | None = None):
         self.config = config
@@ -59,6 +84,8 @@ class Core:
         self.dirty: list[Publishing] = []
         self.flush_scheduled = False
         self.stopping = False
+        # bytes every publisher of every protocol holds until the disk has them
+        self.publish_budget = ByteBudget(config.max_unconfirmed_bytes_total)
         # the adapters' ``process``: run after each batch of work that may have produced
         # output (a flush, a mailbox batch), so that output is written in the same turn
         self.turn_hooks: list[Callable[[], None]] = []

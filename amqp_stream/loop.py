@@ -351,10 +351,12 @@ class SocketConnection:
         self.close()
 
     # -- writing ---------------------------------------------------------------------------
-    def write(self) -> None:
+    def write(self, writable: bool = False) -> None:
         """Send what the engine has, as far as the socket takes it; wait for writability for
-        the rest."""
-        if self.closed:
+        the rest. While waiting, the engine is not asked for output at all: what it has not
+        produced stays where its protocol sees the backlog (and proton's output buffer, which
+        grows when asked while full, stays as it is)."""
+        if self.closed or (self.writing and not writable):
             return
         sock = self.sock
         while True:
@@ -386,7 +388,7 @@ class SocketConnection:
 
     def _on_writable(self) -> None:
         try:
-            self.write()
+            self.write(writable=True)
             if not self.writing:
                 self.drained()
         except Exception as exc:

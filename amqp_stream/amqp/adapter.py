@@ -134,7 +134,7 @@ class ManagementLink:
 class ConnState:
     """What this broker knows of one AMQP connection."""
 
-    __slots__ = ("io", "name", "opened", "links", "blocked")
+    __slots__ = ("io", "name", "opened", "links", "blocked", "throttled")
 
     def __init__(self, io: AmqpConnection):
         self.io = io
@@ -142,6 +142,7 @@ class ConnState:
         self.opened = False
         self.links: dict[Any, Any] = {}  # link pointer -> Publisher | Consumer | ManagementLink
         self.blocked: set[Consumer] = set()  # consumers waiting for the socket to take more
+        self.throttled: set[Publisher] = set()  # publishers over their bytes: input paused
 
 
 class Adapter:
@@ -449,11 +450,12 @@ class Adapter:
         link.source.copy(link.remote_source)
         link.max_message_size = self.config.max_message_size
         link.open()
-        publisher = Publisher(link, entry, PublisherCredit(self.config.publisher_credit,
-                                                           self.config.max_unconfirmed),
-                              self.config.max_message_size, self.core.mailbox.post,
-                              self.core.mark_dirty, lookup=self.core.get,
-                              end=lambda error, s=state, p=link._impl: self._end_link(s, p, error))
+        credit = PublisherCredit(self.config.publisher_credit, self.config.max_unconfirmed,
+                                 self.config.max_unconfirmed_bytes, self.core.publish_budget)
+        publisher = Publisher(link, entry, credit, self.config.max_message_size,
+                              self.core.mailbox.post, self.core.mark_dirty, lookup=self.core.get,
+                              end=lambda error, s=state, p=link._impl: self._end_link(s, p, error),
+                              throttle=lambda pub, on, s=state: self._throttle(s, pub, on))
         self._register(state, link, publisher)
         self.core.attach_publisher(entry, publisher)
         publisher.start()
@@ -525,6 +527,17 @@ class Adapter:
             consumer.scheduled = False
             self.eloop.loop.call_soon(self._turn, consumer)
 
+    def _throttle(self, state: ConnState, publisher: Publisher, on: bool) -> None:
+        """A publisher holds too many bytes (``on``) or is back under: the connection is read
+        only while none of its publishers is over."""
+        if on:
+            state.throttled.add(publisher)
+            state.io.pause_reading()
+        else:
+            state.throttled.discard(publisher)
+            if not state.throttled and not state.io.closed:
+                state.io.resume_reading()
+
     def _link_flow(self, event: Any) -> None:
         obj = self.links.get(_ev_link(event))
         if isinstance(obj, Consumer) and not obj.scheduled:
@@ -552,6 +565,8 @@ class Adapter:
                 log.info("consumer detached: %s link %s from stream %r", state.name,
                          _text(lambda: obj.link.name), obj.entry.name)
         elif isinstance(obj, Publisher):
+            if obj in state.throttled:
+                self._throttle(state, obj, False)
             if not obj.closed:
                 obj.close()
                 self.core.detach_publisher(obj.entry, obj)

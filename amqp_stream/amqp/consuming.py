@@ -13,9 +13,11 @@ delivery that nothing here needs.
 Turns: ``pump`` runs until the credit is used up, the stream's end is reached (then the consumer
 waits for the broker to wake it when the committed end moves; a drain request is answered with
 ``drained()``), or the turn's budget is spent (``ConsumerTurn``: a batch of deliveries, 200
-dropped records in a row, or too many bytes waiting for the socket); then it asks the broker
-for another turn, so other links and connections are served in between: at once (after the
-events already waiting) unless the socket is behind, when it waits 2 ms. Stage 1 is
+dropped records in a row, or its time for stage-2 evaluation); then it asks the adapter for
+another turn after the events already waiting, so other links and connections are served in
+between. When the session already holds ``max_buffered`` bytes for the socket the consumer
+sends nothing more (checked before each send) and waits until the socket has taken them: a
+client that grants credit and never reads costs at most that much memory. Stage 1 is
 sliced the same way: the reader passes over at most ``SCAN_BUDGET`` chunks per call and says
 ``SCAN_PAUSED`` when that is used up; the turn then ends and asks for another at once, so a
 filter that matches almost nothing in a long stream does not hold the event loop for the scan.
@@ -26,7 +28,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from cproton import pn_delivery, pn_delivery_settle, pn_link_advance, pn_link_credit, pn_link_send
+from cproton import (pn_delivery, pn_delivery_settle, pn_link_advance, pn_link_credit, pn_link_send,
+                     pn_link_session, pn_session_outgoing_bytes)
 
 from amqp_stream.amqp.credit import ConsumerTurn
 from amqp_stream.amqp.source_filters import SourceFilters
@@ -96,10 +99,11 @@ class Consumer:
         pos = self.pos
         n = len(records)
         delivered = delivered_bytes = dropped = 0
-        session = link.session
         tag = self.tag
         presettled = self.presettled
         impl = link._impl
+        session = pn_link_session(impl)
+        max_buffered = turn.max_buffered
         credit = pn_link_credit(impl)
         try:
             while True:
@@ -121,19 +125,31 @@ class Consumer:
                     n = len(records)
                     continue
                 offset, data = records[pos]
-                pos += 1
                 if match is not None:
                     try:
                         ok = match(data)
                     except Exception:  # a record the filter cannot read: not a match
                         ok = False
                     if not ok:
+                        pos += 1
                         dropped += 1
                         if not turn.on_dropped():  # let the others in, then go on at once
                             self.scheduled = True
                             self.schedule(self, False)
                             break
                         continue
+                    if not turn.on_evaluated():  # this turn's evaluation time is spent: the
+                        self.scheduled = True   # match is evaluated again next turn
+                        self.schedule(self, False)
+                        break
+                if pn_session_outgoing_bytes(session) > max_buffered:
+                    # the client is behind: send nothing more until its socket takes what
+                    # waits (checked before sending, so a reader that never reads costs at
+                    # most max_buffered bytes and this record waits in the chunk)
+                    self.scheduled = True
+                    self.schedule(self, True)
+                    break
+                pos += 1
                 out = splice(data, offset)
                 tag += 1
                 delivery = pn_delivery(impl, tag.to_bytes(8, "big"))
@@ -144,9 +160,9 @@ class Consumer:
                 credit -= 1
                 delivered += 1
                 delivered_bytes += len(out)
-                if not turn.on_delivered() or turn.buffer_full(session.outgoing_bytes):
+                if not turn.on_delivered():
                     self.scheduled = True
-                    self.schedule(self, turn.buffer_full(session.outgoing_bytes))
+                    self.schedule(self, False)
                     break
         finally:
             self.records = records

@@ -5,22 +5,55 @@ when its credit has fallen to half or less, it is topped up to ``max_credit`` ag
 while fewer than ``max_unconfirmed`` of its messages wait for the disk. A slow disk therefore
 slows publishers down instead of filling the broker's memory.
 
+Credit counts messages, memory is bytes: a link's held bytes (received, pre-settled or not,
+parts of a message still arriving, until the disk has them) are bounded too. At
+``max_bytes`` on the link, or when the whole broker holds ``ByteBudget.limit``, the link gets
+no more credit and ``over()`` says so; the adapter then stops reading the connection (credit
+already granted cannot be taken back, so that is the hard bound: the rest waits in the
+client's and the kernel's buffers) until confirms bring it back under.
+
 A consumer's turn: a consumer link is served in bounded turns so one link cannot starve the
 others on the single event loop. A turn ends after ``max_batch`` deliveries, or after
-``max_scanned`` messages in a row that the filters dropped (RabbitMQ yields after 200), or when
-the session has more than ``max_buffered`` bytes waiting for the socket.
+``max_scanned`` messages in a row that the filters dropped (RabbitMQ yields after 200), or after
+``max_eval_seconds`` of stage-2 evaluation (a costly filter on large messages: the budget is in
+work, not only in messages), or when the session has more than ``max_buffered`` bytes waiting
+for the socket.
 """
 
 from __future__ import annotations
 
+import time
+
+from amqp_stream.core import ByteBudget
+
 __all__ = ["PublisherCredit", "ConsumerTurn"]
+
+EVAL_CHECK = 16  # stage-2 evaluations between two looks at the clock
 
 
 class PublisherCredit:
-    def __init__(self, max_credit: int = 170, max_unconfirmed: int = 4096):
+    def __init__(self, max_credit: int = 170, max_unconfirmed: int = 4096,
+                 max_bytes: int = 64 << 20, budget: ByteBudget | None = None):
         self.max_credit = max_credit
         self.max_unconfirmed = max_unconfirmed
+        self.max_bytes = max_bytes
+        self.budget = budget or ByteBudget(1 << 62)
         self.unconfirmed = 0
+        self.held_bytes = 0
+
+    def hold(self, n: int) -> None:
+        """``n`` bytes arrived on the link."""
+        self.held_bytes += n
+        self.budget.take(n)
+
+    def release(self, n: int) -> None:
+        """``n`` held bytes are on disk, or were dropped."""
+        self.held_bytes -= n
+        self.budget.give(n)
+
+    def over(self) -> bool:
+        """Too many bytes held by this link or the broker: stop reading this publisher."""
+        return self.held_bytes >= self.max_bytes or self.budget.over
 
     def initial(self) -> int:
         """Credit to grant at attach."""
@@ -36,23 +69,35 @@ class PublisherCredit:
 
     def top_up(self, credit: int) -> int:
         """How much credit to add now, given the link's current ``credit``."""
-        if credit > self.max_credit // 2 or self.unconfirmed >= self.max_unconfirmed:
+        if (credit > self.max_credit // 2 or self.unconfirmed >= self.max_unconfirmed
+                or self.over()):
             return 0
         return self.max_credit - credit
 
 
 class ConsumerTurn:
     def __init__(self, max_batch: int = 256, max_scanned: int = 200,
-                 max_buffered: int = 1 << 20):
+                 max_buffered: int = 1 << 20, max_eval_seconds: float = 0.005):
         self.max_batch = max_batch
         self.max_scanned = max_scanned
         self.max_buffered = max_buffered
+        self.max_eval_seconds = max_eval_seconds
         self.delivered = 0
         self.scanned = 0
+        self.evaluated = 0
+        self.deadline = 0.0
 
     def start(self) -> None:
         self.delivered = 0
         self.scanned = 0
+        self.evaluated = 0
+        self.deadline = time.perf_counter() + self.max_eval_seconds
+
+    def on_evaluated(self) -> bool:
+        """Count a stage-2 evaluation that matched; True while the turn may go on. The clock
+        is read every ``EVAL_CHECK`` evaluations (and on every drop, see ``on_dropped``)."""
+        self.evaluated += 1
+        return self.evaluated % EVAL_CHECK != 0 or time.perf_counter() < self.deadline
 
     def on_delivered(self) -> bool:
         """Count a delivery; True while the turn may go on."""
@@ -61,9 +106,9 @@ class ConsumerTurn:
         return self.delivered < self.max_batch
 
     def on_dropped(self) -> bool:
-        """Count a message the filters dropped; True while the turn may go on."""
+        """Count a message the filters dropped; True while the turn may go on (fewer than
+        ``max_scanned`` drops in a row, and evaluation time left)."""
         self.scanned += 1
-        return self.scanned < self.max_scanned
-
-    def buffer_full(self, buffered_bytes: int) -> bool:
-        return buffered_bytes > self.max_buffered
+        if self.scanned >= self.max_scanned:
+            return False
+        return self.scanned % EVAL_CHECK != 0 or time.perf_counter() < self.deadline

@@ -34,15 +34,16 @@ __all__ = ["Publisher"]
 
 log = logging.getLogger(__name__)
 
-# batches waiting for the disk: key -> (publisher, unsettled delivery pointers); event loop only
-_batches: dict[int, tuple["Publisher", list]] = {}
+# batches waiting for the disk: key -> (publisher, unsettled delivery pointers, bytes held);
+# event loop only
+_batches: dict[int, tuple["Publisher", list, int]] = {}
 _batch_keys = itertools.count()
 
 
 def _batch_durable(key: int, error: Exception | None) -> None:
     """On the event loop: a batch handed to storage is durable (or failed)."""
-    publisher, deliveries = _batches.pop(key)
-    publisher._durable(deliveries, error)
+    publisher, deliveries, held = _batches.pop(key)
+    publisher._durable(deliveries, error, held)
 
 
 class StreamGone(Exception):
@@ -57,7 +58,8 @@ class Publisher:
     def __init__(self, link: Any, entry: Any, credit: PublisherCredit, max_message_size: int,
                  post: Callable[..., None], mark_dirty: Callable[["Publisher"], None],
                  lookup: Callable[[str], Any] | None = None,
-                 end: Callable[[Exception], None] | None = None):
+                 end: Callable[[Exception], None] | None = None,
+                 throttle: Callable[["Publisher", bool], None] | None = None):
         self.link = link
         self.link_impl = link._impl
         # streams.StreamEntry; None for the anonymous terminus (a null target address), where
@@ -69,8 +71,13 @@ class Publisher:
         self.post = post  # thread-safe: run fn(*args) on the event loop
         self.mark_dirty = mark_dirty  # ask for ``flush`` at the end of this reactor turn
         self.end = end or (lambda error: None)  # the core ends this link (its stream is gone)
+        # throttle(self, True): stop reading this link's connection (too many bytes held);
+        # throttle(self, False): read it again
+        self.throttle = throttle or (lambda publisher, on: None)
+        self.throttled = False
         self.closed = False
-        # the batch being formed, per stream: name -> [entry, bodies, values, unsettled deliveries]
+        # the batch being formed, per stream:
+        # name -> [entry, bodies, values, unsettled deliveries, bytes held]
         self.batches: dict[str, list] = {}
         # messages arriving in several transfers: delivery pointer -> the bytes so far
         self.partial: dict[Any, bytearray | None] = {}
@@ -82,7 +89,11 @@ class Publisher:
         """The link is gone: nothing more is read; messages being assembled are dropped (their
         waiting batches are still settled when the disk answers)."""
         self.closed = True
+        for buffered in self.partial.values():
+            if buffered is not None:
+                self.credit.release(len(buffered))
         self.partial.clear()
+        self.credit.budget.waiting.pop(self, None)
 
     def reject(self, impl: Any, condition: str, description: str) -> None:
         """Settle the delivery at pointer ``impl`` as rejected (rare: the wrapper is fine here)."""
@@ -98,7 +109,9 @@ class Publisher:
         proton's C functions, not a wrapper's properties, which cost a Python call each)."""
         link_impl = self.link_impl
         if pn_delivery_aborted(impl):
-            self.partial.pop(impl, None)
+            buffered = self.partial.pop(impl, None)
+            if buffered:
+                self.credit.release(len(buffered))
             pn_delivery_settle(impl)
             pn_link_advance(link_impl)
             return
@@ -120,6 +133,12 @@ class Publisher:
             if not oversize:
                 buffered += data
                 data = bytes(buffered)
+            elif buffered is not None:
+                self.credit.release(len(buffered))
+        if not oversize and n > 0:
+            self.credit.hold(n)  # held until the disk has the message (or it is dropped)
+            if self.credit.over():
+                self._throttle()
         pn_link_advance(link_impl)
         presettled = pn_delivery_settled(impl)
         self.credit.received(presettled)
@@ -148,33 +167,42 @@ class Publisher:
         else:
             buffered = partial[impl] = bytearray()
         if len(buffered) + len(data) > self.max_message_size:
+            self.credit.release(len(buffered))
             partial[impl] = None
         else:
             buffered += data
+            self.credit.hold(len(data))
+            if self.credit.over():
+                self._throttle()
 
     def _append(self, delivery: Any | None, data: bytes) -> None:
         """Check one message and queue it for this turn's batch (see ``flush``); ``delivery`` is
         the pointer of an unsettled delivery, None for a pre-settled one."""
+        held = len(data)
         try:
             body, value = stored_form(data)
         except BadFilterValue as exc:
+            self.credit.release(held)
             self._refuse(delivery, "amqp:invalid-field", str(exc))
             return
         except MessageFormatError as exc:
+            self.credit.release(held)
             self._refuse(delivery, "amqp:decode-error", f"not an AMQP 1.0 message: {exc}")
             return
         entry = self.entry
         if entry is None:
             entry = self._route(delivery, body)
             if entry is None:
+                self.credit.release(held)
                 return
         batch = self.batches.get(entry.name)
         if batch is None:
             if not self.batches:
                 self.mark_dirty(self)
-            batch = self.batches[entry.name] = [entry, [], [], []]
+            batch = self.batches[entry.name] = [entry, [], [], [], 0]
         batch[1].append(body)
         batch[2].append(value)
+        batch[4] += held
         if delivery is not None:
             pn_incref(delivery)  # released in _settle_all
             batch[3].append(delivery)
@@ -215,22 +243,21 @@ class Publisher:
         if not batches:
             return
         self.batches = {}
-        for entry, bodies, values, waiting in batches.values():
-            self._flush_one(entry, bodies, values, waiting)
+        for entry, bodies, values, waiting, held in batches.values():
+            self._flush_one(entry, bodies, values, waiting, held)
 
-    def _flush_one(self, entry: Any, bodies: list, values: list, waiting: list) -> None:
-        callback = None
-        key = -1
-        if waiting:
-            # The callback runs on the writer thread and is dropped there: it must hold no
-            # proton object (a wrapper freed on that thread would decref a C object while the
-            # event loop uses proton). It holds a number; the loop maps it back.
-            key = next(_batch_keys)
-            _batches[key] = (self, waiting)
-            post = self.post
+    def _flush_one(self, entry: Any, bodies: list, values: list, waiting: list,
+                   held: int) -> None:
+        # The callback runs on the writer thread and is dropped there: it must hold no proton
+        # object (a wrapper freed on that thread would decref a C object while the event loop
+        # uses proton). It holds a number; the loop maps it back. Pre-settled batches have one
+        # too: their bytes are held until the disk has them.
+        key = next(_batch_keys)
+        _batches[key] = (self, waiting, held)
+        post = self.post
 
-            def callback(offset: int, error: Exception | None, key: int = key) -> None:
-                post(_batch_durable, key, error)
+        def callback(offset: int, error: Exception | None, key: int = key) -> None:
+            post(_batch_durable, key, error)
         try:
             if entry.deleted:
                 raise StreamGone(f"stream '{entry.name}' was deleted")
@@ -239,6 +266,7 @@ class Publisher:
             condition = (("amqp:resource-deleted", str(exc)) if isinstance(exc, StreamGone)
                          else storage_condition(exc))
             _batches.pop(key, None)
+            self._release(held)
             self.credit.confirmed(len(waiting))
             self._settle_all(waiting, condition)
             if len(waiting) < len(bodies):
@@ -250,8 +278,9 @@ class Publisher:
             m.published_messages.inc(len(bodies))
             m.published_bytes.inc(sum(map(len, bodies)))
 
-    def _durable(self, deliveries: list, error: Exception | None) -> None:
+    def _durable(self, deliveries: list, error: Exception | None, held: int) -> None:
         """On the event loop: the writer thread says a batch is durable (or failed)."""
+        self._release(held)
         self.credit.confirmed(len(deliveries))
         self._settle_all(deliveries, None if error is None else storage_condition(error))
         if not self.closed:
@@ -273,6 +302,27 @@ class Publisher:
             for impl in deliveries:
                 self.reject(impl, *condition)
                 pn_decref(impl)
+
+    def _throttle(self) -> None:
+        """Too many bytes held (this link, or the broker): stop reading until they are on disk."""
+        if not self.throttled and not self.closed:
+            self.throttled = True
+            self.throttle(self, True)
+        if self.credit.budget.over:
+            self.credit.budget.waiting[self] = self._recheck
+
+    def _release(self, held: int) -> None:
+        self.credit.release(held)
+        self._recheck()
+
+    def _recheck(self) -> None:
+        if self.throttled and not self.credit.over():
+            self.throttled = False
+            if not self.closed:
+                self.throttle(self, False)
+                self.top_up()
+        elif self.throttled and self.credit.budget.over:
+            self.credit.budget.waiting[self] = self._recheck
 
     def top_up(self) -> None:
         if self.closed:

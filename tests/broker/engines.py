@@ -15,17 +15,23 @@ from typing import Callable, Iterable
 
 from proton import Connection, Endpoint, Transport
 
-__all__ = ["EngineClient", "pump", "raw_socket", "fd_count", "socket_count"]
+__all__ = ["EngineClient", "pump", "raw_socket", "fd_count", "socket_count", "wait_for"]
 
 
 class EngineClient:
-    def __init__(self, host: str, port: int):
-        self.sock = socket.create_connection((host, port), timeout=10)
+    def __init__(self, host: str, port: int, rcvbuf: int | None = None,
+                 container: str | None = None):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf is not None:  # before connect, so the window stays small
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(10)
+        self.sock.connect((host, port))
         self.sock.setblocking(False)
+        self.rewrite: tuple[bytes, bytes] | None = None  # (placeholder, bytes): patch output
         self.transport = Transport(Transport.CLIENT)
         self.transport.sasl().allowed_mechs("ANONYMOUS")
         self.connection = Connection()
-        self.connection.container = f"engine-{self.sock.getsockname()[1]}"
+        self.connection.container = container or f"engine-{self.sock.getsockname()[1]}"
         self.connection.hostname = host
         self.transport.bind(self.connection)
         self.connection.open()
@@ -44,8 +50,11 @@ class EngineClient:
             pending = self.transport.pending()
             if pending <= 0:
                 return
+            data = self.transport.peek(pending)
+            if self.rewrite is not None:  # same length: frame sizes stay right
+                data = bytes(data).replace(*self.rewrite)
             try:
-                n = self.sock.send(self.transport.peek(pending))
+                n = self.sock.send(data)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
@@ -79,19 +88,28 @@ def pump(clients: Iterable[EngineClient], done: Callable[[EngineClient], bool],
     """Drive ``clients`` until ``done(client)`` for each (or ``timeout``); the ones not done."""
     waiting = {c for c in clients if not done(c)}
     sel = selectors.DefaultSelector()
+    events: dict[EngineClient, int] = {}
     for c in waiting:
         c.write()
+        events[c] = selectors.EVENT_READ
         sel.register(c.sock, selectors.EVENT_READ, c)
     deadline = time.monotonic() + timeout
     while waiting and time.monotonic() < deadline:
-        for key, _ in sel.select(0.2):
+        for key, mask in sel.select(0.2):
             c = key.data
-            c.read()
+            if mask & selectors.EVENT_READ:
+                c.read()
             c.write()
             if done(c) or c.eof:
                 if c in waiting:
                     waiting.discard(c)
                     sel.unregister(c.sock)
+                continue
+            want = selectors.EVENT_READ | (selectors.EVENT_WRITE if c.transport.pending() > 0
+                                           else 0)
+            if want != events[c]:
+                events[c] = want
+                sel.modify(c.sock, want, c)
     sel.close()
     return [c for c in waiting if not done(c)]
 
@@ -115,3 +133,12 @@ def socket_count(pid: int) -> int:
         except FileNotFoundError:
             pass
     return count
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
+    """Poll ``condition`` (a state of another process: its fds, its metrics) until it holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)

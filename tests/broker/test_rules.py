@@ -137,7 +137,7 @@ def test_presettled_transfers_do_not_wait_for_the_disk():
 
 
 def test_consumer_turn_limits():
-    t = ConsumerTurn(max_batch=3, max_scanned=200)
+    t = ConsumerTurn(max_batch=3, max_scanned=200, max_eval_seconds=3600)
     t.start()
     assert t.on_delivered() and t.on_delivered() and not t.on_delivered()
     t.start()
@@ -148,7 +148,19 @@ def test_consumer_turn_limits():
         t.on_dropped()
     t.on_delivered()  # a delivery resets the run of dropped messages
     assert all(t.on_dropped() for _ in range(199))
-    assert t.buffer_full(2 << 20) and not t.buffer_full(10)
+
+
+def test_consumer_turn_ends_when_its_evaluation_time_is_spent():
+    """A costly filter ends a turn by time, matched or dropped: the clock is read every
+    EVAL_CHECK evaluations."""
+    from amqp_stream.amqp.credit import EVAL_CHECK
+    t = ConsumerTurn(max_scanned=10_000, max_eval_seconds=0)
+    t.start()
+    assert all(t.on_evaluated() for _ in range(EVAL_CHECK - 1))
+    assert not t.on_evaluated()
+    t.start()
+    assert all(t.on_dropped() for _ in range(EVAL_CHECK - 1))
+    assert not t.on_dropped()
 
 
 # -- config ----------------------------------------------------------------------------------------

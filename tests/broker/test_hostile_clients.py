@@ -1,0 +1,167 @@
+"""Clients that would make the broker hold memory without bound, or trip its cleanup: a consumer
+that grants credit and never reads, a publisher that pipelines large messages faster than the
+disk takes them, names that are not UTF-8. Each runs against its own broker process over
+loopback; the broker's memory is read from /proc (VmHWM is its peak resident set).
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+
+import pytest
+from proton import Message, symbol
+
+from amqp_stream.testing import BrokerProcess
+from tests.broker.amqp import Client, Delivery, offset
+from tests.broker.engines import EngineClient, pump, socket_count, wait_for
+
+pytestmark = pytest.mark.timeout(300)
+
+MiB = 1 << 20
+
+
+def _status_kib(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {field}")
+
+
+def _metric(b: BrokerProcess, name: str, stream: str | None = None) -> float:
+    text = urllib.request.urlopen(b.metrics_url, timeout=10).read().decode()
+    label = f'{{stream="{stream}"}}' if stream else ""
+    m = re.search(rf"^{re.escape(name + label)} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def _attach_receiver(e: EngineClient, stream: str, credit: int) -> None:
+    session = e.connection.session()
+    session.open()
+    r = session.receiver("stuck")
+    r.source.address = f"/queues/{stream}"
+    r.source.filter.put_object({symbol("o"): offset("first")})
+    r.target.address = "stuck"
+    r.open()
+    r.flow(credit)
+    assert pump([e], lambda c: bool(r.state & r.REMOTE_ACTIVE), timeout=15) == []
+
+
+def test_a_consumer_that_never_reads_costs_at_most_its_buffer(tmp_path):
+    """It grants credit for the whole stream and never reads its socket: the broker sends what
+    the socket and the session's 1 MiB buffer hold, no more, while another consumer reads the
+    whole 64 MiB stream; the stuck one's sockets go when it leaves."""
+    b = BrokerProcess(tmp_path / "data", extra_args=["--fsync", "never"]).start()
+    try:
+        body = b"x" * (100 * 1024)
+        total = 640
+        with Client(b.url) as c:
+            c.declare("big")
+            assert c.publish("big", [Message(body=body) for _ in range(total)]) == \
+                [Delivery.ACCEPTED] * total
+        b.stop()  # a fresh process: its peak RSS (VmHWM) is this test's alone
+        b.start()
+        base_socks = socket_count(b.proc.pid)
+        base_rss = _status_kib(b.proc.pid, "VmRSS")
+        stuck = [EngineClient(b.host, b.port, rcvbuf=64 * 1024) for _ in range(3)]
+        for e in stuck:
+            pump([e], lambda c: c.opened, timeout=15)
+            _attach_receiver(e, "big", credit=100_000)
+        # meanwhile the broker serves a reader through the whole stream: turns enough for the
+        # stuck ones to have been sent everything, were there no bound
+        with Client(b.url) as c:
+            r = c.receiver("big", [(symbol("o"), offset("first"))], credit=200)
+            for _ in range(total):
+                assert len(r.receive(timeout=30).body) == len(body)
+        reader_bytes = total * len(body)
+        stuck_bytes = _metric(b, "amqp_stream_delivered_bytes_total", "big") - reader_bytes
+        # each stuck link: 1 MiB in the session, the kernel's socket buffers, one turn's batch
+        grown = _status_kib(b.proc.pid, "VmHWM") - base_rss
+        print(f"stuck consumers were sent {stuck_bytes / MiB:.1f} MiB; peak RSS +{grown} KiB")
+        assert stuck_bytes < 3 * 12 * MiB, stuck_bytes
+        # each of the four readers holds its current chunk (<= 8 MiB, read and split) and the
+        # session buffer; without the bound the stuck three would each copy the 64 MiB stream
+        assert grown < 128 * 1024, f"peak RSS grew by {grown} KiB"
+        for e in stuck:
+            e.close()
+        wait_for(lambda: socket_count(b.proc.pid) == base_socks, 15, "the stuck sockets closed")
+        assert b.proc.poll() is None
+    finally:
+        b.close()
+    assert "Traceback" not in b.log_text()
+
+
+def test_pipelined_large_messages_are_bounded_by_bytes_not_credit(tmp_path):
+    """48 messages of 4 MiB pipelined on one link (all within the credit granted at attach):
+    the broker stops reading the connection at its per-link byte bound instead of holding
+    them all, and still accepts every one."""
+    b = BrokerProcess(tmp_path / "data", extra_args=[
+        "--fsync", "always", "--max-message-size", str(8 * MiB),
+        "--max-unconfirmed-bytes", str(8 * MiB)]).start()
+    try:
+        with Client(b.url) as c:
+            c.declare("large")
+        base_rss = _status_kib(b.proc.pid, "VmRSS")
+        e = EngineClient(b.host, b.port)
+        pump([e], lambda c: c.opened, timeout=15)
+        session = e.connection.session()
+        session.open()
+        s = session.sender("pipelined")
+        s.target.address = "/queues/large"
+        s.open()
+        assert pump([e], lambda c: s.credit >= 48, timeout=15) == []
+        payload = Message(body=b"p" * (4 * MiB)).encode()
+        deliveries = []
+        for i in range(48):
+            d = s.delivery(str(i).encode())
+            s.send(payload)
+            s.advance()
+            deliveries.append(d)
+        assert pump([e], lambda c: all(d.remote_state for d in deliveries), timeout=180) == []
+        assert {d.remote_state for d in deliveries} == {Delivery.ACCEPTED}
+        grown = _status_kib(b.proc.pid, "VmHWM") - base_rss
+        # 192 MiB were sent; the bound is 8 MiB held + one message + proton's frame buffers
+        assert grown < 96 * 1024, f"peak RSS grew by {grown} KiB"
+        e.close()
+        with Client(b.url) as c:
+            assert c.info("large")["message_count"] == 48
+    finally:
+        b.close()
+    assert "Traceback" not in b.log_text()
+
+
+def test_names_that_are_not_utf8_are_cleaned_up_like_any_other(tmp_path):
+    """A container id and link names with invalid UTF-8: the links attach or are refused, and at
+    disconnect every registration goes (the publishers and consumers gauges back to 0)."""
+    b = BrokerProcess(tmp_path / "data").start()
+    try:
+        with Client(b.url) as c:
+            c.declare("u")
+        bad = b"\xff\xfe\xc3\x28"
+        for _ in range(5):
+            e = EngineClient(b.host, b.port, container="CCCC")
+            e.rewrite = (b"CCCC", bad)
+            pump([e], lambda c: c.opened, timeout=15)
+            e.rewrite = (b"LLLL", bad)
+            session = e.connection.session()
+            session.open()
+            s = session.sender("LLLL")
+            s.target.address = "/queues/u"
+            s.open()
+            r = session.receiver("LLLL-r")
+            r.source.address = "/queues/u"
+            r.open()
+            r.flow(10)
+            pump([e], lambda c: bool(s.state & s.REMOTE_ACTIVE and r.state & r.REMOTE_ACTIVE),
+                 timeout=15)
+            assert _metric(b, "amqp_stream_publishers") == 1
+            assert _metric(b, "amqp_stream_consumers") == 1
+            e.close()
+            wait_for(lambda: _metric(b, "amqp_stream_publishers") == 0, 15, "the publisher gone")
+            assert _metric(b, "amqp_stream_consumers") == 0
+        with Client(b.url) as c:  # everyone else is served
+            assert c.publish("u", [Message(body="ok")]) == [Delivery.ACCEPTED]
+    finally:
+        b.close()
+    assert "Traceback" not in b.log_text()
