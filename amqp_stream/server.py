@@ -35,7 +35,7 @@ from cproton import pn_delivery_link, pn_delivery_settle, pn_delivery_settled, p
 from proton import Condition, Data, Delivery, Endpoint, Message, Terminus, symbol
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
-from amqp_stream import __version__, addresses, event_shortcut, management
+from amqp_stream import __version__, addresses, datadir, event_shortcut, management
 from amqp_stream.config import BrokerConfig
 from amqp_stream.consuming import Consumer
 from amqp_stream.credit import PublisherCredit
@@ -211,6 +211,8 @@ class Broker:
         logging.basicConfig(level=self.config.log_level, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         data_dir = os.path.abspath(self.config.data_dir)
+        if (data_lock := datadir.acquire(data_dir)) is None:  # held while run() runs
+            return 2
         names = self.registry.open_all()
         for name in names:
             self.registry.entries[name].metrics = self.metrics.for_stream(name)
