@@ -33,7 +33,7 @@ def stream_bounds(opts: SourceOptions) -> tuple[int, int]:
             info = c.info(opts.stream)
         except amqp.StreamNotFound as exc:
             raise amqp.StreamNotFound(f"stream {opts.stream!r} does not exist at "
-                                      f"{amqp._safe_url(opts.url)}", 404) from exc
+                                      f"{amqp.safe_url(opts.url)}", 404) from exc
     if "next_offset" not in info:
         raise amqp.ClientError(f"the broker's info for {opts.stream!r} lacks next_offset; it is not amqp-stream")
     return int(info.get("first_offset", 0)), int(info["next_offset"])
