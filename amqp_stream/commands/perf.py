@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from amqp_stream.client import ClientError, PublishError, build_message
 from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
+from amqp_stream.commands.filters import check_filters
 
 _GRACE_S = 30.0  # after the producers stop, at most this long for consumers to catch up
 
@@ -44,6 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stage-2 SQL filter of every consumer (e.g. \"value = 'v0'\")")
     parser.add_argument("--match-unfiltered", action="store_true",
                         help="consumers with --consumer-filter also get messages without a filter value")
+    parser.add_argument("--allow-missing-filters", action="store_true",
+                        help="run even if the broker leaves out a consumer filter (default: fail "
+                             "before the load starts)")
     parser.add_argument("--duration", type=float, default=10.0, metavar="S",
                         help="seconds to publish for (default: 10)")
     parser.add_argument("--window", type=int, default=256, metavar="N",
@@ -109,8 +113,12 @@ def _consumer(args, stop: threading.Event, counters: Counters, started: threadin
         with open_client(args) as client, client.consumer(
                 args.stream, offset="next", filter_values=args.consumer_filter or None,
                 match_unfiltered=args.match_unfiltered, sql=args.consumer_sql, credit=1000) as consumer:
-            if consumer.missing_filters:
-                counters.error = f"broker left out filter(s) {', '.join(consumer.missing_filters)}"
+            if consumer.missing_filters and not args.allow_missing_filters:
+                counters.error = (f"the broker left out consumer filter(s) "
+                                  f"{', '.join(consumer.missing_filters)} (--allow-missing-filters "
+                                  "to run anyway)")
+                _abort(started)
+                return
             started.wait()
             while True:
                 m = consumer.receive(timeout=0.2)
@@ -163,8 +171,9 @@ def run(args: argparse.Namespace) -> int:
         (args.rate < 0 or args.filter_values < 0, "--rate and --filter-values must be >= 0"),
         (args.duration <= 0, "--duration must be > 0"),
     ] if bad]
-    if problems:
-        print(f"amqp-stream perf: error: {problems[0]}", file=sys.stderr)
+    bad_filter = check_filters("--consumer-sql", sql=args.consumer_sql) if args.consumer_sql else None
+    if problems or bad_filter:
+        print(f"amqp-stream perf: error: {problems[0] if problems else bad_filter}", file=sys.stderr)
         return 2
     temporary = args.stream is None
     args.stream = args.stream or f"perf-{uuid.uuid4().hex[:8]}"

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from amqp_stream.testing import free_port
+from amqp_stream.testing import BrokerProcess, free_port
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -145,14 +145,44 @@ def test_consume_json(broker, events):
     assert records[1]["application_properties"]["tags"] == '["x","y"]'
 
 
-def test_left_out_filter_warning_and_strict(broker, events):
-    r = consume(broker, events, "--sql", "n >= ")
-    assert r.returncode == 0
-    assert "warning: the broker left out filter sql-filter" in r.stderr
-    assert r.stdout.splitlines() == LINES  # not filtered: the broker did not put it in place
-    r = consume(broker, events, "--sql", "n >= ", "--strict")
-    assert r.returncode == 1 and r.stdout == ""
-    assert "not in place: sql-filter" in r.stderr
+def test_bad_filter_refused_before_connecting():
+    """Nothing listens at the URL: exit 2 (not 1) shows the filter was refused before connecting."""
+    url = f"amqp://127.0.0.1:{free_port()}"
+    r = cli("consume", "s", "--sql", "n >= ", url=url)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == ("amqp-stream consume: error: --sql: unexpected end of expression at character 6\n"
+                        "  n >= \n       ^\n")
+    r = cli("consume", "s", "--property", "p.subjekt=x", url=url)
+    assert r.returncode == 2 and "--property: amqp:properties-filter: unknown field" in r.stderr
+    r = cli("perf", "--consumer-sql", "value = 'v0' AN x", url=url)
+    assert r.returncode == 2 and r.stdout == ""
+    assert "--consumer-sql: unexpected 'AN' at character 14" in r.stderr
+
+
+class _BrokerWithoutSql(BrokerProcess):
+    """A broker built without the SQL filter (a supported build: SQL filters are left out of the
+    attach reply, as RabbitMQ before 4.2 does)."""
+
+    def command(self):
+        serve = super().command()
+        return [serve[0], "-c", "import sqlfilter; del sqlfilter.compile_sql; "
+                "from amqp_stream.cli import main; raise SystemExit(main())", *serve[3:]]
+
+
+def test_left_out_filter_fails_unless_allowed(tmp_path):
+    with _BrokerWithoutSql(tmp_path / "data") as b:
+        assert cli("declare", "ev", url=b.url).returncode == 0
+        assert cli("publish", "ev", url=b.url, stdin="\n".join(LINES) + "\n").returncode == 0
+        r = cli("consume", "ev", "--no-follow", "--sql", "n >= 20", url=b.url)
+        assert r.returncode == 1 and r.stdout == ""
+        assert "the broker left out filter(s) sql-filter" in r.stderr
+        r = cli("consume", "ev", "--no-follow", "--sql", "n >= 20", "--allow-missing-filters", url=b.url)
+        assert r.returncode == 0, r.stderr
+        assert "warning: the broker left out filter sql-filter" in r.stderr
+        assert r.stdout.splitlines() == LINES  # not filtered: the broker did not put it in place
+        r = cli("perf", "--stream", "ev", "--duration", "30", "--consumer-sql", "n >= 20", url=b.url)
+        assert r.returncode == 1 and r.stdout == ""  # failed before the load, no summary
+        assert "left out consumer filter(s) sql-filter" in r.stderr
 
 
 def test_publish_stdin_text_and_filter_value(broker, declared):
