@@ -19,6 +19,7 @@ import sys
 import zlib
 from datetime import datetime, timezone
 
+from amqp_stream.commands.logdir import find_log
 from storage.errors import CorruptionError
 from storage.files import index_path, list_files, pread_exact, read_index_records, segment_path
 from storage.format import SEGMENT_HEADER, SEGMENT_MAGIC, decode_header
@@ -44,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.isdir(directory):
         print(f"amqp-stream inspect: {directory}: not a directory", file=sys.stderr)
         return 1
+    directory = find_log(directory, "inspect")
+    if directory is None:
+        return 2
     out = sys.stdout
     segments, indexes = list_files(directory)
     problems = 0
