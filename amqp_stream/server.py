@@ -211,7 +211,8 @@ class Broker:
         logging.basicConfig(level=self.config.log_level, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         data_dir = os.path.abspath(self.config.data_dir)
-        if (data_lock := datadir.acquire(data_dir)) is None:  # held while run() runs
+        self.data_lock = datadir.acquire(data_dir)  # held for the life of the process
+        if self.data_lock is None:
             return 2
         names = self.registry.open_all()
         for name in names:
