@@ -8,7 +8,7 @@
   ``links``: link plumbing shared by the others.
 """
 
-from amqp_stream.client.connection import Client, TlsOptions, connect, safe_url
+from amqp_stream.client.connection import Client, TlsOptions, check_url, connect, safe_url
 from amqp_stream.client.consumer import Consumer, StreamMessage, build_filters, offset_value
 from amqp_stream.client.errors import (ClientError, ConsumerError, ManagementError, PublishError,
                                        StreamNotFound)
@@ -20,8 +20,8 @@ from amqp_stream.client.publisher import Outcome, Publisher, build_message
 
 __all__ = [
     "ClientError", "ManagementError", "StreamNotFound", "PublishError", "ConsumerError",
-    "TlsOptions", "Client", "connect", "safe_url", "Publisher", "Outcome", "Consumer", "StreamMessage",
-    "queue_address", "build_message", "build_filters", "offset_value", "PROPERTY_NAMES",
+    "TlsOptions", "Client", "connect", "check_url", "safe_url", "Publisher", "Outcome", "Consumer",
+    "StreamMessage", "queue_address", "build_message", "build_filters", "offset_value", "PROPERTY_NAMES",
     "OFFSET_SPEC", "STREAM_FILTER", "MATCH_UNFILTERED", "SQL_FILTER", "PROPERTIES_FILTER",
     "APPLICATION_PROPERTIES_FILTER", "FILTER_VALUE", "STREAM_OFFSET", "CHUNK_TIMESTAMP",
 ]

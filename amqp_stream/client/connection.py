@@ -26,7 +26,7 @@ from amqp_stream.client.errors import ClientError, ManagementError, StreamNotFou
 from amqp_stream.client.links import _Collector, _condition_text, _LinkOpts, queue_address
 from amqp_stream.client.publisher import Publisher
 
-__all__ = ["TlsOptions", "Client", "connect", "safe_url"]
+__all__ = ["TlsOptions", "Client", "connect", "check_url", "safe_url"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,7 @@ class Client:
                  tls: TlsOptions | None = None, timeout: float = 30.0,
                  container_id: str | None = None, heartbeat: float | None = None,
                  virtual_host: str | None = None):
+        check_url(url)
         self.url = url
         self.timeout = timeout
         self.lock = threading.RLock()
@@ -89,7 +90,7 @@ class Client:
             self.conn = BlockingConnection(url, timeout=timeout, ssl_domain=ssl, heartbeat=heartbeat,
                                            container=Container(container_id=self._id), **kwargs)
         except (ProtonException, OSError) as exc:
-            raise ClientError(f"cannot connect to {safe_url(url)}: {exc}",
+            raise ClientError(f"cannot connect to {safe_url(url)}: {exc}{_sasl_hint(exc, user)}",
                               getattr(exc, "condition", None)) from exc
         if self.conn.conn.state & Endpoint.REMOTE_CLOSED:
             cond = self.conn.conn.remote_condition
@@ -228,6 +229,24 @@ class Client:
         if extra_filters:
             filters.update({symbol(k): v for k, v in extra_filters.items()})
         return Consumer(self, stream, filters, credit=credit, name=name)
+
+
+def check_url(url: str) -> None:
+    """``ClientError`` for a URL of another protocol (``http://...``): proton would try it as
+    AMQP. A URL without a scheme (``host:port``) is AMQP."""
+    scheme = url.partition("://")[0].lower() if "://" in url else "amqp"
+    if scheme not in ("amqp", "amqps"):
+        raise ClientError(f"{safe_url(url)} is not an AMQP URL: use amqp:// or amqps://")
+
+
+def _sasl_hint(exc: BaseException, user: str | None) -> str:
+    """What ``Authentication failed [mech=none]`` means: no mechanism both sides allow."""
+    if "mech=none" not in str(exc):
+        return ""
+    if user is not None:
+        return (" (the broker offers no mechanism this client allows: a user was given, so only "
+                "PLAIN; a broker that offers only ANONYMOUS wants no user)")
+    return " (the broker does not offer ANONYMOUS: give a user and password for PLAIN)"
 
 
 def safe_url(url: str) -> str:

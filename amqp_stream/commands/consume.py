@@ -29,6 +29,7 @@ from amqp_stream.commands.publish import parse_assignments
 from amqp_stream.commands.read import TIMESTAMP_FROM_MS
 
 _PROPERTY_PREFIXES = ("p.", "properties.")
+_TIME_PROPERTIES = ("creation_time", "absolute_expiry_time")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -119,9 +120,13 @@ def jsonable(value: Any) -> Any:
 
 def render(m: StreamMessage, as_json: bool) -> str:
     if as_json:
+        # proton gives AMQP timestamps in message properties as float seconds; print them in
+        # ms like timestamp values everywhere else (application properties, annotations)
+        props = {k: round(v * 1000) if k in _TIME_PROPERTIES and isinstance(v, (int, float)) else v
+                 for k, v in m.properties.items()}
         return json.dumps({
             "offset": m.offset, "filter_value": m.filter_value,
-            "properties": jsonable(m.properties),
+            "properties": jsonable(props),
             "application_properties": jsonable(m.application_properties),
             "annotations": jsonable({k: v for k, v in m.annotations.items()
                                      if k not in ("x-stream-offset", "x-stream-filter-value")}),

@@ -89,7 +89,7 @@ def test_usage_errors_exit_2(broker, stream_name):
     assert cli("declare", url=broker.url).returncode == 2
     assert cli("declare", stream_name, "--max-length-bytes", "lots", url=broker.url).returncode == 2
     r = cli("info", stream_name, "--max-age", "1D", url=broker.url)
-    assert r.returncode == 2 and "only apply to declare" in r.stderr
+    assert r.returncode == 2 and "unrecognized arguments: --max-age" in r.stderr
     assert cli("consume", stream_name, "--from", "bogus", url=broker.url).returncode == 2
     assert cli("consume", stream_name, "--sql", "a = 1", "--property", "a=1", url=broker.url).returncode == 2
     assert cli("publish", stream_name, "--property", "novalue", url=broker.url).returncode == 2
@@ -289,3 +289,61 @@ def test_interrupt_exits_130(broker, declared):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130
+
+
+def test_help_of_delete_and_info_lists_no_declare_options():
+    for command in ("delete", "info"):
+        r = cli(command, "--help")
+        assert r.returncode == 0 and "--url" in r.stdout
+        assert "--max-age" not in r.stdout and "stream arguments" not in r.stdout
+    assert "--max-age" in cli("declare", "--help").stdout
+
+
+def test_a_url_of_another_protocol_is_refused(broker):
+    url = broker.url.replace("amqp://", "http://")
+    r = cli("info", "s", url=url)
+    assert r.returncode == 2 and r.stdout == ""
+    assert f"{url} is not an AMQP URL: use amqp:// or amqps://" in r.stderr
+
+
+def test_plain_against_a_broker_offering_only_anonymous_says_so(broker):
+    r = cli("info", "s", "--user", "guest", "--password", "guest", url=broker.url)
+    assert r.returncode == 1
+    assert "a broker that offers only ANONYMOUS wants no user" in r.stderr
+
+
+def test_consume_json_prints_every_time_in_ms(broker, declared):
+    from datetime import datetime, timezone
+
+    from proton import timestamp
+
+    from amqp_stream.client import connect
+
+    created = datetime(2026, 11, 22, 4, 0, 0, 123000, tzinfo=timezone.utc)
+    ms = int(created.timestamp() * 1000)
+    with connect(broker.url) as client, client.publisher(declared) as pub:
+        pub.publish("x", properties={"creation_time": created},
+                    application_properties={"at": timestamp(ms)})
+        pub.flush()
+    (record,) = [json.loads(x) for x in consume(broker, declared, "--json").stdout.splitlines()]
+    assert record["properties"]["creation_time"] == ms
+    assert record["application_properties"]["at"] == ms
+
+
+def test_publish_reports_progress_off_a_terminal(broker, declared):
+    """stderr is a pipe: a progress line comes every few seconds, even while input is awaited."""
+    env = dict(os.environ)
+    env.pop("AMQP_STREAM_URL", None)
+    proc = subprocess.Popen([sys.executable, "-m", "amqp_stream", "publish", declared, "--url", broker.url],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        proc.stdin.write("one\ntwo\n")
+        proc.stdin.flush()
+        line = proc.stderr.readline()  # the input stays open: only the periodic report can come
+        assert line.startswith("amqp-stream publish: progress: ") and " messages sent, " in line
+        out, _ = proc.communicate("three\n", timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (proc.returncode, out) == (0, f"published 3 messages to {declared}\n")
