@@ -84,7 +84,10 @@ class Client:
             kwargs["virtual_host"] = virtual_host
         ssl = None
         if url.startswith("amqps://"):
-            ssl = (tls or TlsOptions()).domain()
+            tls = tls or TlsOptions()
+            ssl = tls.domain()
+            if tls.peer_name:  # the name for SNI and for the certificate check, not the URL host
+                kwargs["sni"] = tls.peer_name
         try:
             from proton.reactor import Container
             self.conn = BlockingConnection(url, timeout=timeout, ssl_domain=ssl, heartbeat=heartbeat,
