@@ -219,22 +219,78 @@ def test_unreachable_broker_exit_1(command):
     assert r.stderr.startswith(f"amqp-stream {command[0]}: error:")
 
 
+def _summary(stdout: str) -> dict[str, str]:
+    return dict(line.split(": ", 1) for line in stdout.splitlines())
+
+
+def _consumer_figures(text: str) -> dict[str, str]:
+    return dict(part.split("=") for part in text.split())
+
+
 def test_perf_prints_summary(broker):
     r = cli("perf", "--duration", "2", "--producers", "1", "--consumers", "2", "--rate", "300",
-            "--filter-values", "3", "--consumer-filter", "v0", "--consumer-sql", "value = 'v0'",
-            url=broker.url)
+            "--filter-values", "3", "--filter-run", "10", "--consumer-filter", "v0",
+            "--consumer-sql", "value = 'v0'", url=broker.url)
     assert r.returncode == 0, r.stderr
-    summary = dict(line.split(": ", 1) for line in r.stdout.splitlines())
+    summary = _summary(r.stdout)
     published = int(summary["published"])
     assert published > 0 and summary["rejected"] == "0"
-    # values go round-robin v0, v1, v2: each consumer gets exactly the v0 third
-    expected = len(range(0, published, 3))
-    assert summary["consumer_0"] == f"messages={expected} bytes={expected * 100}"
+    # values come in runs of 10: v0 x10, v1 x10, v2 x10, v0 ...; SQL keeps exactly the v0 ones
+    expected = sum(1 for n in range(published) if (n // 10) % 3 == 0)
+    figures = _consumer_figures(summary["consumer_0"])
+    assert figures["delivered"] == figures["matched"] == str(expected)
+    assert figures["bytes"] == str(expected * 100)
+    assert figures["saving"] == f"{100 * (1 - expected / published):.1f}%"
     assert summary["consumer_1"] == summary["consumer_0"]
     assert int(summary["consumed"]) == 2 * expected
     for key in ("publish_rate_msg_s", "consume_rate_msg_s", "latency_ms_p50", "latency_ms_p99"):
         float(summary[key])
     assert "progress: t=1s" in r.stderr
+    assert cli("info", summary["stream"], url=broker.url).returncode == 1  # the temporary stream is gone
+
+
+def test_perf_filter_values_in_runs_let_stage1_skip_chunks(broker):
+    """Stage 1 alone: with values in runs, chunks differ, so the consumer gets every v0 message
+    and fewer than all (round-robin values put every value in every chunk)."""
+    r = cli("perf", "--duration", "2", "--rate", "400", "--filter-values", "4", "--filter-run", "20",
+            "--consumer-filter", "v0", url=broker.url)
+    assert r.returncode == 0, r.stderr
+    summary = _summary(r.stdout)
+    published = int(summary["published"])
+    figures = _consumer_figures(summary["consumer_0"])
+    assert int(figures["matched"]) == sum(1 for n in range(published) if (n // 20) % 4 == 0)
+    assert int(figures["matched"]) <= int(figures["delivered"]) < published
+    assert float(figures["saving"].rstrip("%")) > 0
+
+
+def test_perf_reads_an_existing_stream_from_first(broker, events):
+    r = cli("perf", "--stream", events, "--producers", "0", "--from", "first", "--consumer-filter", "eu",
+            url=broker.url)
+    assert r.returncode == 0, r.stderr
+    summary = _summary(r.stdout)
+    figures = _consumer_figures(summary["consumer_0"])
+    # stage 1 only: whole chunks; the eu messages are all there and counted as matched
+    assert figures["matched"] == "2" and 2 <= int(figures["delivered"]) <= 5
+    assert cli("info", events, url=broker.url).returncode == 0  # a named stream is kept
+
+
+def test_perf_ctrl_c_prints_the_summary_so_far_and_deletes_the_stream(broker):
+    env = dict(os.environ)
+    env.pop("AMQP_STREAM_URL", None)
+    proc = subprocess.Popen([sys.executable, "-m", "amqp_stream", "perf", "--duration", "600",
+                             "--rate", "200", "--url", broker.url],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stderr.readline().startswith("progress: t=1s")
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    summary = _summary(out)
+    assert summary["interrupted"] == "true" and int(summary["published"]) > 0
+    assert cli("info", summary["stream"], url=broker.url).returncode == 1
 
 
 def test_consume_follows_until_count(broker, declared):
