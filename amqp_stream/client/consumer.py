@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Consumer", "StreamMessage", "build_filters", "offset_value"]
 
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
 
 def _described(name: str, value: Any) -> Described:
     return Described(symbol(name), value)
@@ -43,7 +45,7 @@ def offset_value(offset: Any) -> Any:
     if isinstance(offset, _dt.datetime):
         if offset.tzinfo is None:
             offset = offset.replace(tzinfo=_dt.timezone.utc)
-        return timestamp(int(offset.timestamp() * 1000))
+        return timestamp((offset - _EPOCH) // _dt.timedelta(milliseconds=1))  # exact, no float
     if isinstance(offset, str):
         text = offset.strip()
         return int(text) if text.isdigit() else text
