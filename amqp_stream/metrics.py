@@ -58,11 +58,19 @@ class StreamState:
 
 
 class StreamMetrics:
-    __slots__ = tuple(_COUNTERS)
+    """One stream's counters (``published_messages`` ...) and its rejected-publish count."""
 
-    def __init__(self, counters: dict, name: str):
+    __slots__ = (*_COUNTERS, "_metrics", "_name")
+
+    def __init__(self, counters: dict, name: str, metrics: "Metrics | None" = None):
         for key, counter in counters.items():
             setattr(self, key, counter.labels(stream=name))
+        self._metrics, self._name = metrics, name
+
+    def publish_rejected(self, reason: str, count: int = 1) -> None:
+        """``count`` messages to this stream rejected with the AMQP condition ``reason``."""
+        if self._metrics is not None:
+            self._metrics.publish_rejected(self._name, reason, count)
 
 
 class _StreamStateCollector:
@@ -136,7 +144,7 @@ class Metrics:
     def for_stream(self, name: str) -> StreamMetrics:
         child = self._children.get(name)
         if child is None:
-            child = self._children[name] = StreamMetrics(self.counters, name)
+            child = self._children[name] = StreamMetrics(self.counters, name, self)
         return child
 
     def forget(self, name: str) -> None:

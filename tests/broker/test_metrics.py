@@ -58,7 +58,8 @@ def test_reported_events_and_scrape_time_stream_state(tmp_path):
     m.connection_opened()
     m.connection_opened()
     m.connection_closed()
-    m.publish_rejected("s", "amqp:resource-limit-exceeded", 3)
+    m.publish_rejected("s", "amqp:resource-limit-exceeded", 2)
+    m.for_stream("s").publish_rejected("amqp:resource-limit-exceeded")
     m.watch(lambda: [StreamState("s", log_dir, 10, [10, 4]), StreamState("idle", log_dir, 7)])
     values = _values(_get(url))
     assert values["amqp_stream_connections_opened_total"] == 2
