@@ -29,7 +29,7 @@ from typing import Any, Callable, Protocol
 from amqp_stream.config import BrokerConfig
 from amqp_stream.errors import Forbidden, NotFound, ResourceDeleted
 from amqp_stream.loop import Mailbox
-from amqp_stream.metrics import Metrics
+from amqp_stream.metrics import Metrics, StreamState
 from amqp_stream.streams import Registry, StreamEntry
 from amqp_stream import arguments as stream_arguments
 
@@ -103,6 +103,12 @@ class Core:
         """Writers finish and fsync what is queued; their callbacks wait in the mailbox."""
         self.flush()
         self.registry.close_all()
+
+    def stream_states(self) -> list[StreamState]:
+        """For the metrics scrape (on its HTTP thread): copies of plain values only."""
+        return [StreamState(e.name, e.directory / "log", e.stream.next_offset,
+                            [c.next_offset for c in list(e.consumers)])
+                for e in list(self.registry.entries.values())]
 
     # -- streams ---------------------------------------------------------------------------
     def exists(self, name: str) -> bool:

@@ -1,19 +1,38 @@
-"""Prometheus metrics (names fixed in docs/DEVELOPING.md), one label: ``stream``.
+"""Prometheus metrics (names listed in docs/broker.md), served at ``/metrics`` only.
 
 Strategy: counters are incremented in batches by the server (once per settled chunk of publishes
 or once per consumer turn), never per message through a label lookup; ``Metrics.for_stream``
-caches the labelled children. The broker's own registry holds only these series.
+caches the labelled children. What is cheap to read but costly to keep current (segment files,
+consumer lag) is computed when Prometheus scrapes, from a snapshot the broker hands over
+(``watch``). The broker's own registry holds these series, the process collector (memory, CPU,
+file descriptors), the platform collector and a build-info series; no ``_created`` series.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import sys
+import threading
+from dataclasses import dataclass, field
+from socketserver import ThreadingMixIn
+from typing import Any, Callable, Iterable, Sequence
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+import prometheus_client
+from prometheus_client import (CollectorRegistry, Counter, Gauge, PlatformCollector,
+                               ProcessCollector, make_wsgi_app)
+from prometheus_client.core import GaugeMetricFamily
 
-__all__ = ["Metrics", "StreamMetrics"]
+__all__ = ["Metrics", "StreamMetrics", "StreamState"]
 
 log = logging.getLogger(__name__)
+
+# a counter's value and its ``_created`` twin would double the series for nothing
+prometheus_client.disable_created_metrics()
+
+PATH = "/metrics"
 
 _COUNTERS = {
     "published_messages": "messages appended to the stream",
@@ -27,34 +46,105 @@ _COUNTERS = {
 }
 
 
-class StreamMetrics:
-    __slots__ = tuple(_COUNTERS)
+@dataclass
+class StreamState:
+    """What ``watch``'s snapshot gives for one stream: its log directory (segment files are
+    counted there), its next offset and the next offset each of its consumers will send."""
 
-    def __init__(self, counters: dict, name: str):
+    name: str
+    log_dir: str | os.PathLike
+    next_offset: int
+    consumer_offsets: Sequence[int] = field(default_factory=list)
+
+
+class StreamMetrics:
+    """One stream's counters (``published_messages`` ...) and its rejected-publish count."""
+
+    __slots__ = (*_COUNTERS, "_metrics", "_name")
+
+    def __init__(self, counters: dict, name: str, metrics: "Metrics | None" = None):
         for key, counter in counters.items():
             setattr(self, key, counter.labels(stream=name))
+        self._metrics, self._name = metrics, name
+
+    def publish_rejected(self, reason: str, count: int = 1) -> None:
+        """``count`` messages to this stream rejected with the AMQP condition ``reason``."""
+        if self._metrics is not None:
+            self._metrics.publish_rejected(self._name, reason, count)
+
+
+class _StreamStateCollector:
+    """Segment files and consumer lag per stream, computed at scrape time from the snapshot."""
+
+    def __init__(self) -> None:
+        self.snapshot: Callable[[], Iterable[StreamState]] | None = None
+
+    def collect(self):
+        segments = GaugeMetricFamily("amqp_stream_segments", "segment files of the stream",
+                                     labels=["stream"])
+        lag = GaugeMetricFamily(
+            "amqp_stream_consumer_lag_messages",
+            "offsets between the stream's end and its furthest-behind consumer (0 without consumers)",
+            labels=["stream"])
+        snapshot = self.snapshot
+        if snapshot is not None:
+            try:
+                states = list(snapshot())
+            except Exception:  # a scrape must not fail because the broker's state moved
+                log.exception("metrics snapshot")
+                states = []
+            for s in states:
+                segments.add_metric([s.name], _count_segments(s.log_dir))
+                behind = [max(0, s.next_offset - o) for o in s.consumer_offsets]
+                lag.add_metric([s.name], max(behind, default=0))
+        yield segments
+        yield lag
+
+
+def _count_segments(log_dir: str | os.PathLike) -> int:
+    try:
+        return sum(1 for name in os.listdir(log_dir) if name.endswith(".segment"))
+    except OSError:
+        return 0
 
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
         self.counters = {
             key: Counter(f"amqp_stream_{key}", help_text, ["stream"], registry=self.registry)
             for key, help_text in _COUNTERS.items()
         }
         self.connections = Gauge("amqp_stream_connections", "open AMQP connections",
                                  registry=self.registry)
+        self.connections_opened = Counter("amqp_stream_connections_opened",
+                                          "AMQP connections opened", registry=self.registry)
+        self.connections_closed = Counter("amqp_stream_connections_closed",
+                                          "AMQP connections closed", registry=self.registry)
         self.streams = Gauge("amqp_stream_streams", "streams", registry=self.registry)
         self.consumers = Gauge("amqp_stream_consumers", "attached consumer links",
                                registry=self.registry)
         self.publishers = Gauge("amqp_stream_publishers", "attached publisher links",
                                 registry=self.registry)
+        self.rejected = Counter("amqp_stream_rejected_publishes",
+                                "published messages rejected, by AMQP error condition",
+                                ["stream", "reason"], registry=self.registry)
+        build = Gauge("amqp_stream_build_info", "the broker's version (value 1)",
+                      ["version", "python", "proton"], registry=self.registry)
+        build.labels(version=_version(), python=sys.version.split()[0],
+                     proton=_proton_version()).set(1)
+        self._state = _StreamStateCollector()
+        self.registry.register(self._state)
         self._children: dict[str, StreamMetrics] = {}
+        self._reasons: dict[str, set[str]] = {}
+        self._server: Any = None
 
     def for_stream(self, name: str) -> StreamMetrics:
         child = self._children.get(name)
         if child is None:
-            child = self._children[name] = StreamMetrics(self.counters, name)
+            child = self._children[name] = StreamMetrics(self.counters, name, self)
         return child
 
     def forget(self, name: str) -> None:
@@ -65,9 +155,72 @@ class Metrics:
                     counter.remove(name)
                 except KeyError:
                     pass
+        for reason in self._reasons.pop(name, ()):
+            try:
+                self.rejected.remove(name, reason)
+            except KeyError:
+                pass
 
+    # -- events the broker reports ----------------------------------------------------------
+    def connection_opened(self) -> None:
+        self.connections_opened.inc()
+
+    def connection_closed(self) -> None:
+        self.connections_closed.inc()
+
+    def publish_rejected(self, stream: str, reason: str, count: int = 1) -> None:
+        """``count`` messages to ``stream`` rejected with the AMQP condition ``reason``
+        (e.g. ``amqp:resource-limit-exceeded``; a small fixed set, so a bounded label)."""
+        self._reasons.setdefault(stream, set()).add(reason)
+        self.rejected.labels(stream=stream, reason=reason).inc(count)
+
+    def watch(self, snapshot: Callable[[], Iterable[StreamState]]) -> None:
+        """Segment count and consumer lag come from ``snapshot()`` at each scrape. It runs on the
+        metrics HTTP thread: it must only copy the broker's state (``list(...)`` of dicts and
+        sets, reads of ints), never call into proton."""
+        self._state.snapshot = snapshot
+
+    # -- the endpoint ---------------------------------------------------------------------------
     def serve(self, host: str, port: int) -> None:
-        """Start the HTTP endpoint in a daemon thread (port 0 = off)."""
-        if port:
-            start_http_server(port, addr=host, registry=self.registry)
-            log.info("metrics on http://%s:%d/metrics", host, port)
+        """Serve ``/metrics`` (any other path: 404) from a daemon thread (port 0 = off)."""
+        if not port:
+            return
+        app = make_wsgi_app(self.registry)
+
+        def only_metrics(environ: dict, start_response: Callable) -> list[bytes]:
+            if environ.get("PATH_INFO") != PATH:
+                start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+                return [f"not found: the metrics are at {PATH}\n".encode()]
+            return app(environ, start_response)
+
+        self._server = make_server(host, port, only_metrics,
+                                   server_class=_Server6 if ":" in host else _Server,
+                                   handler_class=_QuietHandler)
+        threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True).start()
+        log.info("metrics on http://%s:%d%s", host, port, PATH)
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # no access log on stderr
+        pass
+
+
+def _version() -> str:
+    from amqp_stream import __version__
+    return __version__
+
+
+def _proton_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("python-qpid-proton")
+    except Exception:
+        return "unknown"

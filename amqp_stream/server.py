@@ -25,7 +25,7 @@ import socket
 import sys
 from typing import Any
 
-from amqp_stream import __version__
+from amqp_stream import __version__, datadir
 from amqp_stream.amqp.adapter import Adapter
 from amqp_stream.config import BrokerConfig
 from amqp_stream.core import Core
@@ -69,9 +69,14 @@ class Broker:
     def run(self) -> int:
         logging.basicConfig(level=self.config.log_level, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("proton").setLevel(logging.WARNING)  # we log each connection once
         fd_limit = raise_fd_limit()
         data_dir = os.path.abspath(self.config.data_dir)
+        self.data_lock = datadir.acquire(data_dir)  # held for the life of the process
+        if self.data_lock is None:
+            return 2
         names = self.core.open_all()
+        self.metrics.watch(self.core.stream_states)
         log.info("amqp-stream %s: %d streams recovered from %s", __version__, len(names), data_dir)
         if self.security is not None:
             describe = getattr(self.security, "describe", None)

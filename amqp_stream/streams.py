@@ -128,11 +128,36 @@ class Registry:
     def _open(self, name: str, arguments: dict, directory: Path) -> StreamEntry:
         (directory / LOG_DIR).mkdir(parents=True, exist_ok=True)
         stream = storage.Stream.open(directory / LOG_DIR, stream_config(arguments, self.config))
+        return self._register(name, arguments, directory, stream)
+
+    def _register(self, name: str, arguments: dict, directory: Path, stream: Any) -> StreamEntry:
         entry = StreamEntry(name, dict(arguments), directory, stream)
         entry.listener = lambda: self.on_moved(name)
         stream.add_listener(entry.listener)
         self.entries[name] = entry
         return entry
+
+    def _open_new(self, name: str, arguments: dict, directory: Path) -> StreamEntry:
+        """A declare's files, all or nothing: storage, then ``stream.json`` (a crash in between
+        leaves a directory without it, which the next start removes); registered only once
+        both are on disk. On any failure the directory is removed and nothing is registered,
+        so a retry declares the stream again instead of answering for a phantom."""
+        stream = None
+        try:
+            (directory / LOG_DIR).mkdir(parents=True)
+            stream = storage.Stream.open(directory / LOG_DIR, stream_config(arguments, self.config))
+            meta = {"name": name, "arguments": arguments, "created_ms": int(time.time() * 1000)}
+            replace_file(str(directory / META), json.dumps(meta, sort_keys=True).encode("utf-8"))
+            fsync_dir(str(self.root))
+        except BaseException:
+            if stream is not None:
+                try:
+                    stream.close()
+                except Exception:
+                    log.exception("closing stream %r after a failed declare", name)
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        return self._register(name, arguments, directory, stream)
 
     def close_all(self) -> None:
         for entry in list(self.entries.values()):
@@ -159,12 +184,7 @@ class Registry:
             n += 1
             directory = self.root / f"{dir_name(name)}~{n}"
         directory.mkdir()
-        # storage first, then the meta file: a crash in between leaves a directory without
-        # stream.json, which the next start removes
-        entry = self._open(name, arguments, directory)
-        meta = {"name": name, "arguments": arguments, "created_ms": int(time.time() * 1000)}
-        replace_file(str(directory / META), json.dumps(meta, sort_keys=True).encode("utf-8"))
-        fsync_dir(str(self.root))
+        entry = self._open_new(name, arguments, directory)
         log.info("declared stream %r arguments=%s in %s", name, arguments, directory)
         return entry
 

@@ -17,16 +17,29 @@ kinds, and we keep the kinds because they differ for some subjects:
   valid UTF-8 makes such a match unknown.
 Pattern checks (``FilterError``): the escape is exactly one character, it cannot end the pattern,
 and the pattern holds no control character (below U+0020, or U+007F).
+
+A segment with ``_`` holes may match at many candidate places that fail late (``'%a_a_…_b%'``
+against a long run of ``a``): checking each costs its literal runs, so one match could cost
+subject × pattern. As RabbitMQ's ``re:run`` gives up after PCRE's ``match_limit`` and answers
+false, a match here gives up after ``STEP_BUDGET`` literal-run comparisons and is false.
 """
 
 from __future__ import annotations
 
 from sqlfilter.errors import FilterError
 
-__all__ = ["compile_like", "LikeMatcher"]
+__all__ = ["compile_like", "LikeMatcher", "STEP_BUDGET"]
 
 #: marker for ``_`` inside a segment
 ANY = None
+
+#: literal-run comparisons one match may spend looking for ``_`` segments; beyond it the
+#: match is false (RabbitMQ: PCRE's match limit). Legitimate patterns spend a few per candidate.
+STEP_BUDGET = 100_000
+
+
+class _OverBudget(Exception):
+    """A match spent its ``STEP_BUDGET``."""
 
 
 def _is_control(ch: str) -> bool:
@@ -59,41 +72,42 @@ def _scan(pattern: str, escape: str | None, pos: int | None) -> list[list[str | 
 class _Segment:
     """One run between ``%``: literal characters with ``_`` holes, matched without backtracking."""
 
-    __slots__ = ("chars", "length", "anchor", "anchor_offset", "plain")
+    __slots__ = ("length", "runs", "anchor", "anchor_offset", "plain")
 
     def __init__(self, chars: list[str | None]):
-        self.chars = chars
         self.length = len(chars)
         self.plain = "".join([c for c in chars if c is not None]) if ANY not in chars else None
-        # the longest literal run, used to find candidate places with str.find
-        best, best_at, run_at = "", 0, 0
+        # the literal runs between ``_`` as (offset, text); the longest is the anchor, found
+        # with str.find to pick candidate places
+        self.runs: list[tuple[int, str]] = []
         run: list[str] = []
         for i, ch in enumerate(chars + [ANY]):
             if ch is ANY:
-                if len(run) > len(best):
-                    best, best_at = "".join(run), run_at
+                if run:
+                    self.runs.append((i - len(run), "".join(run)))
                 run = []
-                run_at = i + 1
             else:
                 run.append(ch)
-        self.anchor, self.anchor_offset = best, best_at
+        self.anchor_offset, self.anchor = max(self.runs, key=lambda r: len(r[1]), default=(0, ""))
 
     def matches_at(self, s: str, i: int) -> bool:
         if i < 0 or i + self.length > len(s):
             return False
         if self.plain is not None:
             return s.startswith(self.plain, i)
-        for k, ch in enumerate(self.chars):
-            if ch is not ANY and s[i + k] != ch:
+        for offset, text in self.runs:
+            if not s.startswith(text, i + offset):
                 return False
         return True
 
-    def find(self, s: str, start: int) -> int:
-        """Leftmost i >= start where the segment matches, or -1."""
+    def find(self, s: str, start: int, steps: list[int]) -> int:
+        """Leftmost i >= start where the segment matches, or -1; each candidate checked costs
+        ``steps[0]`` its runs (``_OverBudget`` when it runs out)."""
         if self.plain is not None:
             return s.find(self.plain, start)
         if not self.anchor:  # only ``_``: any place with room
             return start if start + self.length <= len(s) else -1
+        cost = len(self.runs)
         i = start
         while True:
             j = s.find(self.anchor, i + self.anchor_offset)
@@ -102,6 +116,9 @@ class _Segment:
             cand = j - self.anchor_offset
             if cand + self.length > len(s):
                 return -1
+            steps[0] -= cost
+            if steps[0] < 0:
+                raise _OverBudget
             if self.matches_at(s, cand):
                 return cand
             i = cand + 1
@@ -158,10 +175,14 @@ class LikeMatcher:
         if not last.matches_at(s, end):
             return False
         i = first.length
+        steps = [STEP_BUDGET]
         for seg in segs[1:-1]:
             if seg.length == 0:
                 continue
-            j = seg.find(s, i)
+            try:
+                j = seg.find(s, i, steps)
+            except _OverBudget:
+                return False
             if j < 0 or j + seg.length > end:
                 return False
             i = j + seg.length

@@ -242,3 +242,22 @@ def test_plain_credentials_over_tls(tmp_path):
             amqp.connect(url, tls=tls, timeout=10)  # anonymous is refused
         with pytest.raises(amqp.ClientError, match="certificate verify failed"):
             amqp.connect(url, user=USER, password=PASSWORD, timeout=10)  # CA not trusted
+
+
+def test_tls_peer_name_is_the_name_checked_against_the_certificate(tmp_path):
+    """``TlsOptions.peer_name`` (Spark's ``tlsPeerName``) replaces the URL host for SNI and the
+    host-name check: a certificate for ``broker.test`` reached at 127.0.0.1 verifies with it."""
+    import subprocess
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out", str(cert), "-days", "2", "-subj", "/CN=broker.test",
+                    "-addext", "subjectAltName=DNS:broker.test"], check=True, capture_output=True)
+    with BrokerProcess(tmp_path / "data", extra_args=["--tls-cert", str(cert), "--tls-key", str(key)]) as b:
+        url = b.url.replace("amqp://", "amqps://")
+        with amqp.connect(url, tls=amqp.TlsOptions(ca_file=str(cert), peer_name="broker.test"),
+                          timeout=15) as c:
+            assert c.declare("over-tls")["name"] == "over-tls"
+        for tls in (amqp.TlsOptions(ca_file=str(cert)), amqp.TlsOptions(ca_file=str(cert), peer_name="other.test")):
+            with pytest.raises(amqp.ClientError):
+                amqp.connect(url, tls=tls, timeout=15).close()

@@ -345,6 +345,7 @@ class Adapter:
             conn.close()
             return
         state.opened = True
+        self.core.metrics.connection_opened()
         log.info("connection %s opened: container %s, user %s, hostname %s", state.name,
                  _text(lambda: conn.remote_container), _text(lambda: user),
                  _text(lambda: conn.remote_hostname))
@@ -391,6 +392,7 @@ class Adapter:
         self._forget_links(state)
         if state.opened:
             state.opened = False
+            self.core.metrics.connection_closed()
             log.info("connection %s closed", state.name)
 
     def _forget_links(self, state: ConnState) -> None:

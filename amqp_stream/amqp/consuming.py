@@ -69,6 +69,9 @@ class Consumer:
         self.pos = 0
         self.tag = 0
         self.turn = ConsumerTurn()
+        # the next offset this consumer sends (a plain int: the metrics scrape reads it from
+        # its own thread for the consumer lag)
+        self.next_offset = int(self.reader.position)
         self.waiting = False  # at the end of the stream: woken when it grows
         self.scheduled = False
         self.closed = False
@@ -167,6 +170,7 @@ class Consumer:
         finally:
             self.records = records
             self.pos = pos
+            self.next_offset = records[pos][0] if pos < len(records) else int(self.reader.position)
             self.tag = tag
             self._account(delivered, delivered_bytes, dropped)
 

@@ -101,6 +101,8 @@ class Publisher:
         delivery.local.condition = Condition(condition, description)
         delivery.update(REJECTED)
         delivery.settle()
+        if self.entry is not None and self.entry.metrics is not None:
+            self.entry.metrics.publish_rejected(condition)
         log.info("rejected a message on %r: %s %s",
                  self.entry.name if self.entry else "(anonymous terminus)", condition, description)
 

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import TextIO
 
-from amqp_stream.client import Client, TlsOptions, connect
+from amqp_stream.client import Client, ClientError, TlsOptions, check_url, connect
 
 __all__ = ["add_connection_arguments", "open_client", "fail", "is_terminal", "DEFAULT_URL"]
 
@@ -22,7 +22,7 @@ DEFAULT_URL = "amqp://127.0.0.1:5672"
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("connection")
-    g.add_argument("--url", default=os.environ.get("AMQP_STREAM_URL", DEFAULT_URL),
+    g.add_argument("--url", default=os.environ.get("AMQP_STREAM_URL", DEFAULT_URL), type=_amqp_url,
                    help="broker URL, amqp:// or amqps:// (default: $AMQP_STREAM_URL or %(default)s)")
     g.add_argument("--user", default=os.environ.get("AMQP_STREAM_USER"),
                    help="SASL PLAIN user (default: $AMQP_STREAM_USER; none = ANONYMOUS)")
@@ -35,6 +35,14 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
                    help="do not verify the broker's certificate (testing only)")
     g.add_argument("--timeout", type=float, default=30.0, metavar="S",
                    help="seconds to wait for the broker before failing (default: %(default)s)")
+
+
+def _amqp_url(text: str) -> str:
+    try:
+        check_url(text)
+    except ClientError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def open_client(args: argparse.Namespace) -> Client:

@@ -2,8 +2,9 @@
 
 Why: to see what a filtered consumer gets, and whether the broker honoured the filters. The
 broker's attach reply says which filters it put in place; this command prints that set on
-stderr and warns about each filter the broker left out (`--strict` makes that an error), since
-a left-out filter means more messages than asked for. Stage-1 values (`--filter`) select whole
+stderr. A filter the broker left out means more messages than asked for, so it is an error
+(exit 1) unless `--allow-missing-filters` makes it a warning; a filter that does not compile is
+refused before connecting (exit 2, with the reason and position). Stage-1 values (`--filter`) select whole
 chunks, so the command also drops, client-side, messages whose filter value was not asked for
 (RabbitMQ's advice for stream filtering; `--raw` shows what the broker sent instead).
 
@@ -23,10 +24,12 @@ from typing import Any
 
 from amqp_stream.client import ClientError, StreamMessage, StreamNotFound
 from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
+from amqp_stream.commands.filters import check_filters
 from amqp_stream.commands.publish import parse_assignments
 from storage import TIMESTAMP_FROM_MS, OffsetSpec, StorageError
 
 _PROPERTY_PREFIXES = ("p.", "properties.")
+_TIME_PROPERTIES = ("creation_time", "absolute_expiry_time")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,8 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="one JSON object per message: offset, filter_value, properties, "
                              "application_properties, annotations, body")
-    parser.add_argument("--strict", action="store_true",
-                        help="fail (exit 1) when the broker leaves out a filter that was asked for")
+    parser.add_argument("--allow-missing-filters", action="store_true",
+                        help="go on (with a warning) when the broker leaves out a filter that was "
+                             "asked for; by default that fails (exit 1)")
+    parser.add_argument("--strict", action="store_true", help=argparse.SUPPRESS)  # the default now
     parser.add_argument("--raw", action="store_true",
                         help="print every message the broker sends (no client-side check of --filter)")
     parser.add_argument("--credit", type=int, default=256, metavar="N",
@@ -121,9 +126,13 @@ def jsonable(value: Any) -> Any:
 
 def render(m: StreamMessage, as_json: bool) -> str:
     if as_json:
+        # proton gives AMQP timestamps in message properties as float seconds; print them in
+        # ms like timestamp values everywhere else (application properties, annotations)
+        props = {k: round(v * 1000) if k in _TIME_PROPERTIES and isinstance(v, (int, float)) else v
+                 for k, v in m.properties.items()}
         return json.dumps({
             "offset": m.offset, "filter_value": m.filter_value,
-            "properties": jsonable(m.properties),
+            "properties": jsonable(props),
             "application_properties": jsonable(m.application_properties),
             "annotations": jsonable({k: v for k, v in m.annotations.items()
                                      if k not in ("x-stream-offset", "x-stream-filter-value")}),
@@ -152,6 +161,11 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--count must be >= 1")
         if args.credit < 1:
             raise ValueError("--credit must be >= 1")
+        bad_filter = check_filters("--sql" if args.sql is not None else "--property", sql=args.sql,
+                                   properties=amqp_props or None,
+                                   application_properties=app_props or None)
+        if bad_filter:
+            raise ValueError(bad_filter)
     except ValueError as exc:
         print(f"amqp-stream consume: error: {exc}", file=sys.stderr)
         return 2
@@ -169,11 +183,13 @@ def run(args: argparse.Namespace) -> int:
                 shown = ", ".join(f"{k}={describe(v)}" for k, v in accepted.items()) or "none"
                 err.info(f"filters in place: {shown}")
                 missing = consumer.missing_filters
+                if missing and not args.allow_missing_filters:
+                    return fail("consume", f"the broker left out filter(s) {', '.join(missing)}: "
+                                "messages would not be filtered as asked (--allow-missing-filters "
+                                "to go on anyway)")
                 for key in missing:
                     err.warn(f"the broker left out filter {key} ({describe(consumer.requested_filters[key])}): "
                              "it is not applied")
-                if missing and args.strict:
-                    return fail("consume", f"filter(s) not in place: {', '.join(missing)}")
                 for m in _messages(consumer, args.no_follow):
                     if check_values and not (m.filter_value in wanted or
                                              (args.match_unfiltered and m.filter_value is None)):

@@ -19,6 +19,7 @@ import os
 import sys
 from datetime import datetime, timezone
 
+from amqp_stream.commands.logdir import find_log
 from storage.files import index_path, list_files, read_index_records, segment_path
 from storage.format import SEGMENT_HEADER, SEGMENT_HEADER_BYTES, SEGMENT_MAGIC
 from storage.walk import walk_segment
@@ -44,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.isdir(directory):
         print(f"amqp-stream inspect: {directory}: not a directory", file=sys.stderr)
         return 1
+    directory = find_log(directory, "inspect")
+    if directory is None:
+        return 2
     out = sys.stdout
     segments, indexes = list_files(directory)
     problems = 0

@@ -30,7 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("stream", help="stream name")
     add_connection_arguments(parser)
     # The dispatcher builds one parser per command with this function; the stream arguments only
-    # mean something to `declare`, but accepting them everywhere keeps one definition.
+    # mean something to `declare`, so only its parser (and --help) has them.
+    if not parser.prog.endswith(" declare"):
+        return
     g = parser.add_argument_group("stream arguments (declare)")
     g.add_argument("--max-length-bytes", type=int, metavar="N",
                    help="retention: keep at most N bytes (x-max-length-bytes)")
@@ -51,10 +53,6 @@ def stream_arguments(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     command = args.command
     arguments = stream_arguments(args)
-    if arguments and command != "declare":
-        print(f"amqp-stream {command}: error: stream arguments ({', '.join(arguments)}) only apply to declare",
-              file=sys.stderr)
-        return 2
     try:
         with open_client(args) as client:
             if command == "declare":

@@ -1,15 +1,20 @@
 """`amqp-stream perf`: a load tool for publishers and filtered consumers, in the spirit of
 RabbitMQ Stream PerfTest.
 
-Why: to see what filtering saves. Producers publish messages of `--size` bytes, each with a
-filter value drawn round-robin from `--filter-values K` values (`v0` .. `vK-1`, also set as the
-application property `value`); consumers attach at `next` with the filters given and count what
-they receive. Latency is publish-to-delivery, measured with a send time (ns, application property
-`ts`) that producers and consumers on this machine read from the same clock.
+Why: to see what filtering saves. Producers publish messages of `--size` bytes, each with one
+of `--filter-values K` values (`v0` .. `vK-1`, also set as the application property `value`),
+in runs of `--filter-run N` messages: the broker's chunk filter skips whole chunks, so values
+must come in runs for chunks to differ (round-robin values would put every value in every
+chunk and nothing could be skipped). Consumers attach at `--from` (default `next`) with the
+filters given and count what they receive: delivered versus matched (the messages carrying a
+value they asked for), bytes, and the saving against everything published. Latency is
+publish-to-delivery, measured with a send time (ns, application property `ts`) that producers
+and consumers on this machine read from the same clock.
 
 Each producer and consumer runs in its own thread with its own connection (the client is
 blocking and not shared). On a terminal a live table shows the rates every second; otherwise one
-plain line per second. The summary at the end is `key: value` lines, easy to parse.
+plain line per second. The summary at the end is `key: value` lines, easy to parse; Ctrl-C stops
+the run, prints the summary so far, deletes a temporary stream and exits 130.
 """
 
 from __future__ import annotations
@@ -24,8 +29,11 @@ from dataclasses import dataclass, field
 
 from amqp_stream.client import ClientError, PublishError, build_message
 from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
+from amqp_stream.commands.consume import parse_start
+from amqp_stream.commands.filters import check_filters
 
 _GRACE_S = 30.0  # after the producers stop, at most this long for consumers to catch up
+_STOP_S = 5.0  # after Ctrl-C, at most this long for each thread to finish
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,13 +45,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="total messages per second over all producers; 0 = as fast as possible (default)")
     parser.add_argument("--size", type=int, default=100, metavar="B", help="body size in bytes (default: 100)")
     parser.add_argument("--filter-values", type=int, default=0, metavar="K",
-                        help="give messages one of K filter values v0..vK-1 in turn; 0 = no filter value")
+                        help="give messages one of K filter values v0..vK-1; 0 = no filter value")
+    parser.add_argument("--filter-run", type=int, default=1000, metavar="N",
+                        help="messages in a row with the same filter value before the next "
+                             "value (default: %(default)s)")
+    parser.add_argument("--from", dest="start", default="next", metavar="SPEC",
+                        help="where consumers start: next (default), first, last, an offset, an "
+                             "interval such as 10m; with --producers 0 and --stream, consumers "
+                             "read an existing stream to its end")
     parser.add_argument("--consumer-filter", action="append", default=[], metavar="V",
                         help="stage-1 filter value of every consumer (repeatable, e.g. v0)")
     parser.add_argument("--consumer-sql", metavar="EXPR",
                         help="stage-2 SQL filter of every consumer (e.g. \"value = 'v0'\")")
     parser.add_argument("--match-unfiltered", action="store_true",
                         help="consumers with --consumer-filter also get messages without a filter value")
+    parser.add_argument("--allow-missing-filters", action="store_true",
+                        help="run even if the broker leaves out a consumer filter (default: fail "
+                             "before the load starts)")
     parser.add_argument("--duration", type=float, default=10.0, metavar="S",
                         help="seconds to publish for (default: 10)")
     parser.add_argument("--window", type=int, default=256, metavar="N",
@@ -53,12 +71,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @dataclass
 class Counters:
-    """One producer's or consumer's figures; written by its thread, read by the reporter."""
+    """One producer's or consumer's figures; written by its thread, read by the reporter.
+    ``messages`` is what was published or delivered; ``matched`` the delivered messages that
+    carry a filter value the consumer asked for (all of them without stage-1 values)."""
     messages: int = 0
+    matched: int = 0
     bytes: int = 0
     errors: int = 0
     latencies_ms: list[float] = field(default_factory=list)
     error: str | None = None
+
+
+def value_of(n: int, run: int, values: list[str]) -> str | None:
+    """The filter value of a producer's ``n``-th message: runs of ``run`` messages per value."""
+    return values[(n // run) % len(values)] if values else None
 
 
 def percentile(sorted_values: list[float], p: float) -> float:
@@ -85,7 +111,7 @@ def _producer(args, index: int, stop: threading.Event, counters: Counters, start
                     if delay > 0:
                         stop.wait(min(delay, 0.1))
                         continue
-                value = values[(n * args.producers + index) % len(values)] if values else None
+                value = value_of(n, args.filter_run, values)
                 props = {"ts": time.time_ns(), "producer": index}
                 if value is not None:
                     props["value"] = value
@@ -103,16 +129,23 @@ def _producer(args, index: int, stop: threading.Event, counters: Counters, start
         _abort(started)
 
 
-def _consumer(args, stop: threading.Event, counters: Counters, started: threading.Barrier,
+def _consumer(args, interrupted: threading.Event, counters: Counters, started: threading.Barrier,
               ready: threading.Event) -> None:
+    """Count deliveries until the end of the stream once publishing is over (``ready``), or
+    until ``interrupted``."""
+    wanted = set(args.consumer_filter)
     try:
         with open_client(args) as client, client.consumer(
-                args.stream, offset="next", filter_values=args.consumer_filter or None,
+                args.stream, offset=args.offset, filter_values=args.consumer_filter or None,
                 match_unfiltered=args.match_unfiltered, sql=args.consumer_sql, credit=1000) as consumer:
-            if consumer.missing_filters:
-                counters.error = f"broker left out filter(s) {', '.join(consumer.missing_filters)}"
+            if consumer.missing_filters and not args.allow_missing_filters:
+                counters.error = (f"the broker left out consumer filter(s) "
+                                  f"{', '.join(consumer.missing_filters)} (--allow-missing-filters "
+                                  "to run anyway)")
+                _abort(started)
+                return
             started.wait()
-            while True:
+            while not interrupted.is_set():
                 m = consumer.receive(timeout=0.2)
                 now = time.time_ns()
                 if m is None:
@@ -124,6 +157,8 @@ def _consumer(args, stop: threading.Event, counters: Counters, started: threadin
                 body = m.body
                 counters.bytes += len(body) if isinstance(body, (bytes, str)) else 0
                 counters.messages += 1
+                if not wanted or m.filter_value in wanted or (args.match_unfiltered and m.filter_value is None):
+                    counters.matched += 1
                 ts = m.application_properties.get("ts")
                 if isinstance(ts, int):
                     counters.latencies_ms.append((now - ts) / 1e6)
@@ -161,24 +196,37 @@ def run(args: argparse.Namespace) -> int:
         (args.producers + args.consumers < 1, "nothing to do: no producers and no consumers"),
         (args.size < 1 or args.window < 1, "--size and --window must be >= 1"),
         (args.rate < 0 or args.filter_values < 0, "--rate and --filter-values must be >= 0"),
+        (args.filter_run < 1, "--filter-run must be >= 1"),
         (args.duration <= 0, "--duration must be > 0"),
+        (args.producers == 0 and args.stream is None, "--producers 0 reads an existing stream: name it with --stream"),
     ] if bad]
-    if problems:
-        print(f"amqp-stream perf: error: {problems[0]}", file=sys.stderr)
+    bad_filter = check_filters("--consumer-sql", sql=args.consumer_sql) if args.consumer_sql else None
+    try:
+        args.offset = parse_start(args.start)
+    except ValueError as exc:
+        problems.append(str(exc))
+    if problems or bad_filter:
+        print(f"amqp-stream perf: error: {problems[0] if problems else bad_filter}", file=sys.stderr)
         return 2
     temporary = args.stream is None
     args.stream = args.stream or f"perf-{uuid.uuid4().hex[:8]}"
     try:
         with open_client(args) as admin:
-            admin.declare(args.stream)
+            if args.producers:
+                admin.declare(args.stream)
+            info = admin.info(args.stream)
     except ClientError as exc:
         return fail("perf", exc)
+    # with no producers, the consumers' yardstick for the saving is what the stream holds now
+    available = int(info.get("next_offset", 0)) - int(info.get("first_offset", 0))
 
-    stop, done_publishing = threading.Event(), threading.Event()
+    stop, done_publishing, interrupted = threading.Event(), threading.Event(), threading.Event()
+    if not args.producers:
+        done_publishing.set()
     producers = [Counters() for _ in range(args.producers)]
     consumers = [Counters() for _ in range(args.consumers)]
     started = threading.Barrier(args.producers + args.consumers + 1)
-    threads = [threading.Thread(target=_consumer, args=(args, stop, c, started, done_publishing), daemon=True)
+    threads = [threading.Thread(target=_consumer, args=(args, interrupted, c, started, done_publishing), daemon=True)
                for c in consumers]
     threads += [threading.Thread(target=_producer, args=(args, i, stop, p, started), daemon=True)
                 for i, p in enumerate(producers)]
@@ -186,30 +234,52 @@ def run(args: argparse.Namespace) -> int:
         t.start()
     try:
         started.wait(timeout=args.timeout)
+    except KeyboardInterrupt:
+        stop.set()
+        interrupted.set()
+        _cleanup(args, temporary)
+        return 130
     except threading.BrokenBarrierError:
         stop.set()
+        interrupted.set()
         errors = [c.error for c in producers + consumers if c.error]
         _cleanup(args, temporary)
         return fail("perf", errors[0] if errors else "clients did not start in time")
     live = _Live(producers, consumers, terminal=is_terminal(sys.stderr))
     t0 = time.monotonic()
+    publish_elapsed = 0.0
     try:
-        while time.monotonic() - t0 < args.duration:
-            time.sleep(min(1.0, max(0.0, args.duration - (time.monotonic() - t0))))
-            live.update(time.monotonic() - t0)
-    finally:
-        stop.set()
-        publish_elapsed = time.monotonic() - t0
-        for t in threads[args.consumers:]:
-            t.join()
-        done_publishing.set()
-        deadline = time.monotonic() + _GRACE_S
+        if args.producers:
+            while time.monotonic() - t0 < args.duration:
+                time.sleep(min(1.0, max(0.0, args.duration - (time.monotonic() - t0))))
+                live.update(time.monotonic() - t0)
+            stop.set()
+            publish_elapsed = time.monotonic() - t0
+            for t in threads[args.consumers:]:
+                t.join()
+            done_publishing.set()
+        deadline = time.monotonic() + (_GRACE_S if args.producers else float("inf"))
         for t in threads[: args.consumers]:
-            t.join(max(0.0, deadline - time.monotonic()))
+            while t.is_alive() and time.monotonic() < deadline:
+                t.join(min(1.0, max(0.0, deadline - time.monotonic())))
+                live.update(time.monotonic() - t0)
+    except KeyboardInterrupt:
+        # the summary so far: producers stop at once, consumers count what they have
+        interrupted.set()
+        stop.set()
+        publish_elapsed = publish_elapsed or time.monotonic() - t0
+        for t in threads[args.consumers:]:
+            t.join(_STOP_S)
+        for t in threads[: args.consumers]:
+            t.join(_STOP_S)
+    finally:
         live.stop()
     elapsed = time.monotonic() - t0
-    _summary(args, producers, consumers, publish_elapsed, elapsed)
+    _summary(args, producers, consumers, publish_elapsed or elapsed, elapsed, available,
+             interrupted.is_set())
     _cleanup(args, temporary)
+    if interrupted.is_set():
+        return 130
     errors = [c.error for c in producers + consumers if c.error]
     for e in errors:
         print(f"amqp-stream perf: error: {e}", file=sys.stderr)
@@ -226,26 +296,33 @@ def _cleanup(args, temporary: bool) -> None:
         pass
 
 
-def _summary(args, producers: list[Counters], consumers: list[Counters], publish_s: float, total_s: float) -> None:
+def _summary(args, producers: list[Counters], consumers: list[Counters], publish_s: float,
+             total_s: float, available: int, interrupted: bool) -> None:
     published = sum(p.messages for p in producers)
     consumed = sum(c.messages for c in consumers)
     latencies = sorted(x for c in consumers for x in c.latencies_ms)
+    # what each consumer would have received without filters
+    baseline = published if producers else available
     lines = [
         ("stream", args.stream),
         ("duration_s", f"{publish_s:.2f}"),
         ("producers", args.producers), ("consumers", args.consumers),
         ("published", published),
-        ("publish_rate_msg_s", f"{published / publish_s:.1f}"),
+        ("publish_rate_msg_s", f"{published / publish_s:.1f}" if publish_s else "0.0"),
         ("rejected", sum(p.errors for p in producers)),
         ("consumed", consumed),
-        ("consume_rate_msg_s", f"{consumed / total_s:.1f}"),
+        ("consume_rate_msg_s", f"{consumed / total_s:.1f}" if total_s else "0.0"),
         ("latency_ms_p50", f"{percentile(latencies, 50):.2f}"),
         ("latency_ms_p95", f"{percentile(latencies, 95):.2f}"),
         ("latency_ms_p99", f"{percentile(latencies, 99):.2f}"),
         ("latency_ms_max", f"{latencies[-1] if latencies else 0:.2f}"),
     ]
+    if interrupted:
+        lines.append(("interrupted", "true"))
     for i, c in enumerate(consumers):
-        lines.append((f"consumer_{i}", f"messages={c.messages} bytes={c.bytes}"))
+        saving = 100.0 * (1 - c.messages / baseline) if baseline else 0.0
+        lines.append((f"consumer_{i}", f"delivered={c.messages} matched={c.matched} "
+                                       f"bytes={c.bytes} saving={saving:.1f}%"))
     for key, value in lines:
         print(f"{key}: {value}")
     sys.stdout.flush()

@@ -15,13 +15,16 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Iterator, TextIO
+import threading
+import time
+from typing import Any, Callable, Iterator, TextIO
 
 from amqp_stream.client import ClientError, PublishError, StreamNotFound, build_message
 from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
 
 _SIMPLE = (str, bool, int, float, type(None))
 _LONG = range(-2**63, 2**63)
+PROGRESS_INTERVAL_S = 2.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -114,8 +117,11 @@ def run(args: argparse.Namespace) -> int:
     total_bytes = os.fstat(source.fileno()).st_size if args.file else None
     progress = _Progress(total_bytes) if is_terminal(sys.stderr) else None
     sent = 0
+    ticker = None
     try:
         with open_client(args) as client, client.publisher(args.stream, window=args.window) as pub:
+            if progress is None:
+                ticker = _Ticker(lambda: (sent, pub.accepted))
             try:
                 for number, text, size in _lines(source):
                     if progress:
@@ -138,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
             finally:
                 if progress:
                     progress.stop(sent)
+                if ticker:
+                    ticker.stop()
     except ValueError as exc:
         return fail("publish", exc)
     except StreamNotFound:
@@ -156,6 +164,29 @@ def run(args: argparse.Namespace) -> int:
                                f"{first.state} ({first.condition or 'no condition'})")
     print(f"published {sent} messages to {args.stream}")
     return 0
+
+
+class _Ticker:
+    """Off a terminal: a `progress:` line on stderr every ``PROGRESS_INTERVAL_S`` seconds (also
+    while waiting for input), so a long publish into a pipe or a log is not silent."""
+
+    def __init__(self, counts: Callable[[], tuple[int, int]]):
+        self.counts = counts
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="publish-progress", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        while not self.stopped.wait(PROGRESS_INTERVAL_S):
+            sent, accepted = self.counts()
+            elapsed = time.monotonic() - t0
+            print(f"amqp-stream publish: progress: {sent} messages sent, {accepted} accepted, "
+                  f"{elapsed:.0f}s, {sent / elapsed:.0f} msg/s", file=sys.stderr, flush=True)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join()
 
 
 class _Progress:

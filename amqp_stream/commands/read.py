@@ -15,6 +15,7 @@ import json
 import os
 import sys
 
+from amqp_stream.commands.logdir import find_log
 from storage.errors import StorageError
 from storage.offsets import TIMESTAMP_FROM_MS, OffsetSpec
 from storage.reader import open_reader
@@ -51,9 +52,12 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.directory):
         print(f"amqp-stream read: {args.directory}: not a directory", file=sys.stderr)
         return 1
+    directory = find_log(args.directory, "read")
+    if directory is None:
+        return 2
     out = sys.stdout
     try:
-        with open_reader(args.directory, spec, args.filter, args.match_unfiltered) as reader:
+        with open_reader(directory, spec, args.filter, args.match_unfiltered) as reader:
             while True:
                 chunk = reader.read_chunk()
                 if chunk is None:

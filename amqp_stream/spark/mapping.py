@@ -21,7 +21,9 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
+import difflib
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -51,10 +53,56 @@ _BASE_DDL = ("`offset` BIGINT NOT NULL, `timestamp` TIMESTAMP, `filter_value` ST
 
 
 def read_schema(ddl: str | None) -> str:
-    """The read schema as DDL (Spark parses it; workers cannot parse DDL themselves)."""
+    """The read schema as DDL (Spark parses it; workers cannot parse DDL themselves). The
+    ``properties`` DDL is checked first, so that a typo is reported in the user's own text
+    rather than in the joined schema (whose first type is the ``offset`` column's BIGINT)."""
     if not ddl or not ddl.strip():
         return _BASE_DDL
+    check_properties_ddl(ddl)
     return _BASE_DDL + ", " + ddl
+
+
+#: the first word of every Spark SQL type name (DDL is case-insensitive)
+SPARK_TYPES = ("STRING", "VARCHAR", "CHAR", "INT", "INTEGER", "BIGINT", "LONG", "SMALLINT", "SHORT",
+               "TINYINT", "BYTE", "DOUBLE", "FLOAT", "REAL", "BOOLEAN", "BINARY", "TIMESTAMP",
+               "TIMESTAMP_NTZ", "TIMESTAMP_LTZ", "DATE", "DECIMAL", "DEC", "NUMERIC", "ARRAY", "MAP",
+               "STRUCT", "INTERVAL", "VARIANT")
+_ENTRY = re.compile(r"\s*(`(?:[^`]|``)+`|[A-Za-z_][A-Za-z0-9_]*)\s*:?\s*([A-Za-z_]*)(.*)", re.S)
+
+
+def check_properties_ddl(ddl: str) -> None:
+    """``ValueError`` naming the entry of the ``properties`` option that is not ``name TYPE``
+    with a Spark type (the rest of each entry is left to Spark)."""
+    for entry in _top_level_entries(ddl):
+        m = _ENTRY.fullmatch(entry)
+        if not entry.strip() or m is None or not m.group(2):
+            raise ValueError(f"properties option {ddl!r}: {entry.strip()!r} is not 'name TYPE'")
+        word = m.group(2).upper()
+        if word not in SPARK_TYPES:
+            close = difflib.get_close_matches(word, SPARK_TYPES, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise ValueError(f"properties option {ddl!r}: column {m.group(1)}: unknown type "
+                             f"{m.group(2)!r}{hint}")
+
+
+def _top_level_entries(ddl: str) -> list[str]:
+    """Split on commas outside <...>, (...), backticks and quotes."""
+    entries, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(ddl):
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "`'\"":
+            quote = ch
+        elif ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            entries.append(ddl[start:i])
+            start = i + 1
+    entries.append(ddl[start:])
+    return entries
 
 
 def declared_columns(schema: StructType) -> StructType:

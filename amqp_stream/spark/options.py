@@ -7,12 +7,14 @@ open their own ``amqp_stream.client`` connection with ``connect()``.
 
 from __future__ import annotations
 
+import datetime as _dt
+import difflib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from amqp_stream import client as amqp
 
-__all__ = ["SourceOptions", "OptionError"]
+__all__ = ["SourceOptions", "OptionError", "OPTION_NAMES"]
 
 
 class OptionError(ValueError):
@@ -40,6 +42,47 @@ def _int(options: Mapping[str, str], key: str, default: int | None) -> int | Non
         raise OptionError(f"option {key} must be an integer, got {raw!r}") from None
 
 
+#: every option the data source reads, as documented (Spark hands them over lower-cased)
+OPTION_NAMES = (
+    "url", "stream", "user", "password", "tlsCaFile", "tlsCertFile", "tlsKeyFile", "tlsKeyPassword",
+    "tlsVerify", "tlsPeerName", "timeout", "declare", "filterValueColumn", "window", "properties",
+    "startingOffset", "startingTimestamp", "endingOffset", "numPartitions", "maxRecordsPerPartition",
+    "maxRecordsPerTrigger", "credit", "pushdown", "filterValues", "matchUnfiltered", "sqlFilter",
+)
+# options Spark itself may pass along (``load(path)``, a streaming query's checkpoint)
+_SPARK_OPTIONS = ("path", "checkpointlocation")
+_KNOWN = {name.lower(): name for name in OPTION_NAMES}
+
+
+def _check_names(opts: Mapping[str, str]) -> None:
+    """An unknown option is an error naming the closest known one: a misspelt option (Kafka's
+    ``startingOffsets``) would otherwise be ignored and, say, read everything."""
+    for key in opts:
+        if key in _KNOWN or key in _SPARK_OPTIONS or key.startswith("x-"):
+            continue
+        close = difflib.get_close_matches(key, list(_KNOWN), n=1, cutoff=0.6)
+        hint = f"; did you mean {_KNOWN[close[0]]}?" if close else ""
+        raise OptionError(f"unknown option {key!r}{hint} (options: {', '.join(OPTION_NAMES)}, "
+                          f"and x-... stream arguments)")
+
+
+def _timestamp_ms(value: str | None) -> int | None:
+    """``startingTimestamp``: milliseconds since the epoch, or an ISO-8601 time (UTC if no zone)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        t = _dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise OptionError(f"option startingTimestamp must be milliseconds since the epoch or an "
+                          f"ISO-8601 time, got {value!r}") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=_dt.timezone.utc)
+    return int(t.timestamp() * 1000)
+
+
 def _argument(value: str) -> Any:
     """Stream arguments arrive as strings; the integer ones go to the broker as integers."""
     return int(value) if value.strip().lstrip("-").isdigit() else value
@@ -61,6 +104,7 @@ class SourceOptions:
     # reading
     properties_ddl: str | None = None
     starting_offset: str = "first"
+    starting_timestamp_ms: int | None = None       # instead of starting_offset
     ending_offset: str = "latest"
     num_partitions: int | None = None
     max_records_per_partition: int = 100_000
@@ -75,6 +119,9 @@ class SourceOptions:
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
         # Spark's map is case-insensitive but lower-cases keys when iterated.
         opts = {str(k).lower(): v for k, v in options.items()}
+        _check_names(opts)
+        if "startingoffset" in opts and "startingtimestamp" in opts:
+            raise OptionError("startingOffset and startingTimestamp are alternatives: give one")
         url, stream = opts.get("url"), opts.get("stream")
         if not url:
             raise OptionError("option url is required (e.g. amqp://127.0.0.1:5672)")
@@ -98,6 +145,7 @@ class SourceOptions:
             arguments={k: _argument(v) for k, v in opts.items() if k.startswith("x-")},
             properties_ddl=opts.get("properties"),
             starting_offset=opts.get("startingoffset", "first"),
+            starting_timestamp_ms=_timestamp_ms(opts.get("startingtimestamp")),
             ending_offset=opts.get("endingoffset", "latest"),
             num_partitions=_int(opts, "numpartitions", None),
             max_records_per_partition=_int(opts, "maxrecordsperpartition", 100_000),

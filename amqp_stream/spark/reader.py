@@ -13,6 +13,7 @@ decides on the broker (``pushdown`` explains which predicates also go back to Sp
 
 from __future__ import annotations
 
+import datetime as _dt
 from typing import Iterator
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -23,7 +24,8 @@ from amqp_stream.spark.offsets import OffsetRange, resolve, split
 from amqp_stream.spark.options import SourceOptions
 from amqp_stream.spark.pushdown import Pushdown, plan_pushdown
 
-__all__ = ["BatchReader", "PushdownBatchReader", "StreamReader", "read_range", "stream_bounds"]
+__all__ = ["BatchReader", "PushdownBatchReader", "StreamReader", "read_range", "stream_bounds",
+           "start_offset"]
 
 
 def stream_bounds(opts: SourceOptions) -> tuple[int, int]:
@@ -33,10 +35,31 @@ def stream_bounds(opts: SourceOptions) -> tuple[int, int]:
             info = c.info(opts.stream)
         except amqp.StreamNotFound as exc:
             raise amqp.StreamNotFound(f"stream {opts.stream!r} does not exist at "
-                                      f"{amqp._safe_url(opts.url)}", 404) from exc
+                                      f"{amqp.safe_url(opts.url)}", 404) from exc
     if "next_offset" not in info:
         raise amqp.ClientError(f"the broker's info for {opts.stream!r} lacks next_offset; it is not amqp-stream")
     return int(info.get("first_offset", 0)), int(info["next_offset"])
+
+
+def start_offset(opts: SourceOptions, first: int, next_: int) -> int:
+    """Where a read starts: ``startingTimestamp`` when given, else ``startingOffset``."""
+    if opts.starting_timestamp_ms is None:
+        return resolve(opts.starting_offset, first, next_, what="startingOffset")
+    return offset_at(opts, opts.starting_timestamp_ms, first, next_)
+
+
+def offset_at(opts: SourceOptions, ms: int, first: int, next_: int) -> int:
+    """The first offset the broker serves for the timestamp ``ms`` (the first message of the
+    first chunk written at or after it), or ``next_`` when no chunk is that recent: asked with a
+    consumer attached at that timestamp, as any reader would be."""
+    if next_ <= first:
+        return next_
+    at = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(milliseconds=ms)
+    with opts.connect() as client, client.consumer(opts.stream, offset=at, credit=1) as consumer:
+        for m in consumer.read_available(end=next_, timeout=opts.timeout):
+            if m.offset is not None:
+                return min(max(m.offset, first), next_)
+    return next_
 
 
 def explicit_pushdown(opts: SourceOptions) -> Pushdown:
@@ -91,7 +114,7 @@ class BatchReader(DataSourceReader):
 
     def partitions(self):
         first, next_ = stream_bounds(self.opts)
-        start = resolve(self.opts.starting_offset, first, next_, what="startingOffset")
+        start = start_offset(self.opts, first, next_)
         end = resolve(self.opts.ending_offset, first, next_, what="endingOffset")
         start, end = self.pd.clamp(start, max(start, end))
         return split(start, end, num_partitions=self.opts.num_partitions,
@@ -122,7 +145,7 @@ class StreamReader(DataSourceStreamReader):
 
     def initialOffset(self) -> dict:
         first, next_ = stream_bounds(self.opts)
-        return {"offset": resolve(self.opts.starting_offset, first, next_, what="startingOffset")}
+        return {"offset": start_offset(self.opts, first, next_)}
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         from pyspark.sql.streaming.datasource import ReadMaxRows

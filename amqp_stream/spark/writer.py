@@ -42,7 +42,7 @@ def ensure_stream(opts: SourceOptions) -> None:
             c.declare(opts.stream, opts.arguments)
         elif not c.exists(opts.stream):
             raise amqp.StreamNotFound(
-                f"stream {opts.stream!r} does not exist at {amqp._safe_url(opts.url)} "
+                f"stream {opts.stream!r} does not exist at {amqp.safe_url(opts.url)} "
                 "(set option declare=true to create it)", 404)
 
 

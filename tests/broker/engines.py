@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 
 from proton import Connection, Endpoint, Transport
 
-__all__ = ["EngineClient", "pump", "raw_socket", "fd_count", "socket_count", "wait_for"]
+__all__ = ["EngineClient", "pump", "raw_socket", "fd_count", "socket_count", "connection_count", "wait_for"]
 
 
 class EngineClient:
@@ -65,8 +65,11 @@ class EngineClient:
                 return
 
     def read(self) -> None:
+        capacity = self.transport.capacity()
+        if capacity == 0:  # the engine is full: leave the bytes in the socket for now
+            return
         try:
-            data = self.sock.recv(65536)
+            data = self.sock.recv(min(65536, capacity) if capacity > 0 else 65536)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -121,6 +124,28 @@ def raw_socket(host: str, port: int) -> socket.socket:
 def fd_count(pid: int) -> int:
     """Open file descriptors of process ``pid``."""
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def connection_count(pid: int) -> int:
+    """Network connections process ``pid`` holds open: its socket fds that are neither
+    listening TCP sockets nor Unix sockets (a reset connection leaves /proc/net/tcp while its
+    fd is still open, so the fds are what counts)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    for table, inode_at in (("tcp", 9), ("tcp6", 9), ("unix", 6)):
+        with open(f"/proc/{pid}/net/{table}") as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if len(fields) > inode_at and (table == "unix" or fields[3] == "0A"):
+                    inodes.discard(fields[inode_at])
+    return len(inodes)
 
 
 def socket_count(pid: int) -> int:

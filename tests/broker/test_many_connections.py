@@ -21,7 +21,7 @@ from proton import Message, symbol
 
 from amqp_stream.testing import BrokerProcess
 from tests.broker.amqp import Client, Delivery, offset
-from tests.broker.engines import EngineClient, fd_count, pump, raw_socket, socket_count, wait_for
+from tests.broker.engines import EngineClient, fd_count, pump, raw_socket, connection_count, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -78,7 +78,8 @@ def test_ten_thousand_idle_sockets_and_two_thousand_amqp_connections_held_while_
         assert pump(engines, lambda e: e.opened, timeout=120) == []
         assert not any(e.closed_by_peer for e in engines)
         # the broker holds every one of them (plus the listener and its own files)
-        wait_for(lambda: fd_count(b.proc.pid) >= idle_count + amqp_count, 60, "the broker's fds")
+        wait_for(lambda: connection_count(b.proc.pid) >= idle_count + amqp_count, 60,
+                 "the broker holding every connection")
         # and keeps serving: a publisher and a consumer go on working
         _publish_and_consume(b.url, "busy", 500)
         # the idle ones were not closed meanwhile, the AMQP ones are still open
@@ -102,12 +103,11 @@ def test_connections_beyond_max_connections_are_refused_without_harm(tmp_path):
                                                      "--handshake-timeout", "600"]).start()
     held: list[socket.socket] = []
     try:
-        base_fds = socket_count(b.proc.pid)  # the listeners, no connection yet
         _publish_and_consume(b.url, "s", 5)
-        wait_for(lambda: socket_count(b.proc.pid) == base_fds, 10, "the client's socket closed")
+        wait_for(lambda: connection_count(b.proc.pid) == 0, 10, "the client's socket closed")
         for _ in range(40):
             held.append(raw_socket(b.host, b.port))
-        wait_for(lambda: socket_count(b.proc.pid) == base_fds + 40, 10, "40 connections held")
+        wait_for(lambda: connection_count(b.proc.pid) == 40, 10, "40 connections held")
         refused = [raw_socket(b.host, b.port) for _ in range(200)]
         for s in refused:  # accepted and closed at once: EOF (or a reset), never a hang
             s.settimeout(10)
@@ -116,10 +116,10 @@ def test_connections_beyond_max_connections_are_refused_without_harm(tmp_path):
             except ConnectionResetError:
                 pass
             s.close()
-        assert socket_count(b.proc.pid) == base_fds + 40
+        assert connection_count(b.proc.pid) == 40
         for s in held[:10]:
             s.close()
-        wait_for(lambda: socket_count(b.proc.pid) == base_fds + 30, 10, "10 closed connections released")
+        wait_for(lambda: connection_count(b.proc.pid) == 30, 10, "10 closed connections released")
         _publish_and_consume(b.url, "s", 5)  # room again: served as usual
         assert b.proc.poll() is None
         assert "max_connections (40) reached" in b.log_text()
@@ -159,7 +159,6 @@ def test_malformed_and_half_open_connections_are_closed_and_their_fds_released(t
     b = BrokerProcess(tmp_path / "data", extra_args=["--handshake-timeout", "1"]).start()
     rng = random.Random(7)
     try:
-        base_fds = socket_count(b.proc.pid)  # the listeners, no connection yet
         _publish_and_consume(b.url, "s", 5)
         socks = []
         for i in range(300):
@@ -175,7 +174,7 @@ def test_malformed_and_half_open_connections_are_closed_and_their_fds_released(t
                     pass
             except ConnectionResetError:
                 pass
-        wait_for(lambda: socket_count(b.proc.pid) == base_fds, 15, "sockets back to the baseline")
+        wait_for(lambda: connection_count(b.proc.pid) == 0, 15, "sockets back to the baseline")
         _publish_and_consume(b.url, "s", 5)
         for s in socks:
             s.close()
@@ -201,7 +200,6 @@ def test_fifteen_thousand_fuzzed_connections_leave_fds_and_memory_at_the_baselin
     b = BrokerProcess(tmp_path / "data", extra_args=["--handshake-timeout", "2"]).start()
     rng = random.Random(15)
     try:
-        base_fds = socket_count(b.proc.pid)  # the listeners, no connection yet
         _publish_and_consume(b.url, "s", 5)
 
         def fuzz(n: int) -> None:
@@ -224,10 +222,10 @@ def test_fifteen_thousand_fuzzed_connections_leave_fds_and_memory_at_the_baselin
                 t.close()
 
         fuzz(2_000)  # warm up: allocator pools, caches
-        wait_for(lambda: socket_count(b.proc.pid) == base_fds, 30, "warm-up connections closed")
+        wait_for(lambda: connection_count(b.proc.pid) == 0, 30, "warm-up connections closed")
         all_fds, base_rss = fd_count(b.proc.pid), _rss_kib(b.proc.pid)
         fuzz(15_000)
-        wait_for(lambda: socket_count(b.proc.pid) == base_fds, 30, "sockets back to the baseline")
+        wait_for(lambda: connection_count(b.proc.pid) == 0, 30, "sockets back to the baseline")
         assert fd_count(b.proc.pid) == all_fds
         grown = _rss_kib(b.proc.pid) - base_rss
         # a leak of even 1 KiB a connection would be 15 MB

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from amqp_stream.testing import free_port
+from amqp_stream.testing import BrokerProcess, free_port
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -89,7 +89,7 @@ def test_usage_errors_exit_2(broker, stream_name):
     assert cli("declare", url=broker.url).returncode == 2
     assert cli("declare", stream_name, "--max-length-bytes", "lots", url=broker.url).returncode == 2
     r = cli("info", stream_name, "--max-age", "1D", url=broker.url)
-    assert r.returncode == 2 and "only apply to declare" in r.stderr
+    assert r.returncode == 2 and "unrecognized arguments: --max-age" in r.stderr
     assert cli("consume", stream_name, "--from", "bogus", url=broker.url).returncode == 2
     assert cli("consume", stream_name, "--sql", "a = 1", "--property", "a=1", url=broker.url).returncode == 2
     assert cli("publish", stream_name, "--property", "novalue", url=broker.url).returncode == 2
@@ -145,14 +145,44 @@ def test_consume_json(broker, events):
     assert records[1]["application_properties"]["tags"] == '["x","y"]'
 
 
-def test_left_out_filter_warning_and_strict(broker, events):
-    r = consume(broker, events, "--sql", "n >= ")
-    assert r.returncode == 0
-    assert "warning: the broker left out filter sql-filter" in r.stderr
-    assert r.stdout.splitlines() == LINES  # not filtered: the broker did not put it in place
-    r = consume(broker, events, "--sql", "n >= ", "--strict")
-    assert r.returncode == 1 and r.stdout == ""
-    assert "not in place: sql-filter" in r.stderr
+def test_bad_filter_refused_before_connecting():
+    """Nothing listens at the URL: exit 2 (not 1) shows the filter was refused before connecting."""
+    url = f"amqp://127.0.0.1:{free_port()}"
+    r = cli("consume", "s", "--sql", "n >= ", url=url)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == ("amqp-stream consume: error: --sql: unexpected end of expression at character 6\n"
+                        "  n >= \n       ^\n")
+    r = cli("consume", "s", "--property", "p.subjekt=x", url=url)
+    assert r.returncode == 2 and "--property: amqp:properties-filter: unknown field" in r.stderr
+    r = cli("perf", "--consumer-sql", "value = 'v0' AN x", url=url)
+    assert r.returncode == 2 and r.stdout == ""
+    assert "--consumer-sql: unexpected 'AN' at character 14" in r.stderr
+
+
+class _BrokerWithoutSql(BrokerProcess):
+    """A broker built without the SQL filter (a supported build: SQL filters are left out of the
+    attach reply, as RabbitMQ before 4.2 does)."""
+
+    def command(self):
+        serve = super().command()
+        return [serve[0], "-c", "import sqlfilter; del sqlfilter.compile_sql; "
+                "from amqp_stream.cli import main; raise SystemExit(main())", *serve[3:]]
+
+
+def test_left_out_filter_fails_unless_allowed(tmp_path):
+    with _BrokerWithoutSql(tmp_path / "data") as b:
+        assert cli("declare", "ev", url=b.url).returncode == 0
+        assert cli("publish", "ev", url=b.url, stdin="\n".join(LINES) + "\n").returncode == 0
+        r = cli("consume", "ev", "--no-follow", "--sql", "n >= 20", url=b.url)
+        assert r.returncode == 1 and r.stdout == ""
+        assert "the broker left out filter(s) sql-filter" in r.stderr
+        r = cli("consume", "ev", "--no-follow", "--sql", "n >= 20", "--allow-missing-filters", url=b.url)
+        assert r.returncode == 0, r.stderr
+        assert "warning: the broker left out filter sql-filter" in r.stderr
+        assert r.stdout.splitlines() == LINES  # not filtered: the broker did not put it in place
+        r = cli("perf", "--stream", "ev", "--duration", "30", "--consumer-sql", "n >= 20", url=b.url)
+        assert r.returncode == 1 and r.stdout == ""  # failed before the load, no summary
+        assert "left out consumer filter(s) sql-filter" in r.stderr
 
 
 def test_publish_stdin_text_and_filter_value(broker, declared):
@@ -189,22 +219,78 @@ def test_unreachable_broker_exit_1(command):
     assert r.stderr.startswith(f"amqp-stream {command[0]}: error:")
 
 
+def _summary(stdout: str) -> dict[str, str]:
+    return dict(line.split(": ", 1) for line in stdout.splitlines())
+
+
+def _consumer_figures(text: str) -> dict[str, str]:
+    return dict(part.split("=") for part in text.split())
+
+
 def test_perf_prints_summary(broker):
     r = cli("perf", "--duration", "2", "--producers", "1", "--consumers", "2", "--rate", "300",
-            "--filter-values", "3", "--consumer-filter", "v0", "--consumer-sql", "value = 'v0'",
-            url=broker.url)
+            "--filter-values", "3", "--filter-run", "10", "--consumer-filter", "v0",
+            "--consumer-sql", "value = 'v0'", url=broker.url)
     assert r.returncode == 0, r.stderr
-    summary = dict(line.split(": ", 1) for line in r.stdout.splitlines())
+    summary = _summary(r.stdout)
     published = int(summary["published"])
     assert published > 0 and summary["rejected"] == "0"
-    # values go round-robin v0, v1, v2: each consumer gets exactly the v0 third
-    expected = len(range(0, published, 3))
-    assert summary["consumer_0"] == f"messages={expected} bytes={expected * 100}"
+    # values come in runs of 10: v0 x10, v1 x10, v2 x10, v0 ...; SQL keeps exactly the v0 ones
+    expected = sum(1 for n in range(published) if (n // 10) % 3 == 0)
+    figures = _consumer_figures(summary["consumer_0"])
+    assert figures["delivered"] == figures["matched"] == str(expected)
+    assert figures["bytes"] == str(expected * 100)
+    assert figures["saving"] == f"{100 * (1 - expected / published):.1f}%"
     assert summary["consumer_1"] == summary["consumer_0"]
     assert int(summary["consumed"]) == 2 * expected
     for key in ("publish_rate_msg_s", "consume_rate_msg_s", "latency_ms_p50", "latency_ms_p99"):
         float(summary[key])
     assert "progress: t=1s" in r.stderr
+    assert cli("info", summary["stream"], url=broker.url).returncode == 1  # the temporary stream is gone
+
+
+def test_perf_filter_values_in_runs_let_stage1_skip_chunks(broker):
+    """Stage 1 alone: with values in runs, chunks differ, so the consumer gets every v0 message
+    and fewer than all (round-robin values put every value in every chunk)."""
+    r = cli("perf", "--duration", "2", "--rate", "400", "--filter-values", "4", "--filter-run", "20",
+            "--consumer-filter", "v0", url=broker.url)
+    assert r.returncode == 0, r.stderr
+    summary = _summary(r.stdout)
+    published = int(summary["published"])
+    figures = _consumer_figures(summary["consumer_0"])
+    assert int(figures["matched"]) == sum(1 for n in range(published) if (n // 20) % 4 == 0)
+    assert int(figures["matched"]) <= int(figures["delivered"]) < published
+    assert float(figures["saving"].rstrip("%")) > 0
+
+
+def test_perf_reads_an_existing_stream_from_first(broker, events):
+    r = cli("perf", "--stream", events, "--producers", "0", "--from", "first", "--consumer-filter", "eu",
+            url=broker.url)
+    assert r.returncode == 0, r.stderr
+    summary = _summary(r.stdout)
+    figures = _consumer_figures(summary["consumer_0"])
+    # stage 1 only: whole chunks; the eu messages are all there and counted as matched
+    assert figures["matched"] == "2" and 2 <= int(figures["delivered"]) <= 5
+    assert cli("info", events, url=broker.url).returncode == 0  # a named stream is kept
+
+
+def test_perf_ctrl_c_prints_the_summary_so_far_and_deletes_the_stream(broker):
+    env = dict(os.environ)
+    env.pop("AMQP_STREAM_URL", None)
+    proc = subprocess.Popen([sys.executable, "-m", "amqp_stream", "perf", "--duration", "600",
+                             "--rate", "200", "--url", broker.url],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stderr.readline().startswith("progress: t=1s")
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    summary = _summary(out)
+    assert summary["interrupted"] == "true" and int(summary["published"]) > 0
+    assert cli("info", summary["stream"], url=broker.url).returncode == 1
 
 
 def test_consume_follows_until_count(broker, declared):
@@ -259,3 +345,61 @@ def test_interrupt_exits_130(broker, declared):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130
+
+
+def test_help_of_delete_and_info_lists_no_declare_options():
+    for command in ("delete", "info"):
+        r = cli(command, "--help")
+        assert r.returncode == 0 and "--url" in r.stdout
+        assert "--max-age" not in r.stdout and "stream arguments" not in r.stdout
+    assert "--max-age" in cli("declare", "--help").stdout
+
+
+def test_a_url_of_another_protocol_is_refused(broker):
+    url = broker.url.replace("amqp://", "http://")
+    r = cli("info", "s", url=url)
+    assert r.returncode == 2 and r.stdout == ""
+    assert f"{url} is not an AMQP URL: use amqp:// or amqps://" in r.stderr
+
+
+def test_plain_against_a_broker_offering_only_anonymous_says_so(broker):
+    r = cli("info", "s", "--user", "guest", "--password", "guest", url=broker.url)
+    assert r.returncode == 1
+    assert "a broker that offers only ANONYMOUS wants no user" in r.stderr
+
+
+def test_consume_json_prints_every_time_in_ms(broker, declared):
+    from datetime import datetime, timezone
+
+    from proton import timestamp
+
+    from amqp_stream.client import connect
+
+    created = datetime(2026, 11, 22, 4, 0, 0, 123000, tzinfo=timezone.utc)
+    ms = int(created.timestamp() * 1000)
+    with connect(broker.url) as client, client.publisher(declared) as pub:
+        pub.publish("x", properties={"creation_time": created},
+                    application_properties={"at": timestamp(ms)})
+        pub.flush()
+    (record,) = [json.loads(x) for x in consume(broker, declared, "--json").stdout.splitlines()]
+    assert record["properties"]["creation_time"] == ms
+    assert record["application_properties"]["at"] == ms
+
+
+def test_publish_reports_progress_off_a_terminal(broker, declared):
+    """stderr is a pipe: a progress line comes every few seconds, even while input is awaited."""
+    env = dict(os.environ)
+    env.pop("AMQP_STREAM_URL", None)
+    proc = subprocess.Popen([sys.executable, "-m", "amqp_stream", "publish", declared, "--url", broker.url],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        proc.stdin.write("one\ntwo\n")
+        proc.stdin.flush()
+        line = proc.stderr.readline()  # the input stays open: only the periodic report can come
+        assert line.startswith("amqp-stream publish: progress: ") and " messages sent, " in line
+        out, _ = proc.communicate("three\n", timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (proc.returncode, out) == (0, f"published 3 messages to {declared}\n")

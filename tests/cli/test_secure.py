@@ -54,6 +54,12 @@ def test_wrong_password_exit_1(secure_broker):
     assert r.returncode == 1 and r.stderr.startswith("amqp-stream info: error:")
 
 
+def test_anonymous_against_a_plain_only_broker_says_so(secure_broker):
+    r = cli("info", "secure", "--tls-ca", secure_broker.cert, url=secure_broker.secure_url)
+    assert r.returncode == 1
+    assert "the broker does not offer ANONYMOUS: give a user and password for PLAIN" in r.stderr
+
+
 def test_unverified_certificate_exit_1_unless_insecure(secure_broker):
     r = cli("info", "nothing-here", "--user", "carol", "--password", "s3cret", url=secure_broker.secure_url)
     assert r.returncode == 1 and "not found" not in r.stderr  # the TLS handshake failed first

@@ -1,0 +1,261 @@
+"""A connection and the management requests: ``connect``, ``Client``, ``TlsOptions``.
+
+Strategy: one ``proton.utils.BlockingConnection`` per ``Client``; every public operation takes
+the client's lock and drives the proton event loop in the calling thread until its condition
+holds (``connection.wait``). No background thread, so nothing races proton's non thread-safe
+objects; several threads may share a client (operations are serialised), and a Spark task simply
+opens its own client. Management is HTTP over AMQP on ``/management`` (a sender and a receiver
+named alike, link property ``paired = true``), as RabbitMQ 4.2 and ``amqp-interface.md`` describe.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import urllib.parse
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from proton import Described, Endpoint, Link, Message, ProtonException, SSLDomain, Timeout, symbol
+from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender, LinkDetached
+
+from amqp_stream.client.consumer import Consumer, build_filters
+from amqp_stream.client.errors import ClientError, ManagementError, StreamNotFound
+from amqp_stream.client.links import _Collector, _condition_text, _LinkOpts, queue_address
+from amqp_stream.client.publisher import Publisher
+
+__all__ = ["TlsOptions", "Client", "connect", "check_url", "safe_url"]
+
+
+@dataclass(frozen=True)
+class TlsOptions:
+    """TLS settings for ``amqps://`` URLs (proton ``SSLDomain``)."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    key_password: str | None = None
+    verify: bool = True          # check the broker's certificate and host name
+    peer_name: str | None = None  # SNI / name to check, default the URL host
+
+    def domain(self) -> SSLDomain:
+        d = SSLDomain(SSLDomain.MODE_CLIENT)
+        if self.ca_file:
+            d.set_trusted_ca_db(self.ca_file)
+        if self.cert_file:
+            d.set_credentials(self.cert_file, self.key_file, self.key_password)
+        d.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME if self.verify else SSLDomain.ANONYMOUS_PEER,
+                                  self.ca_file if self.verify else None)
+        return d
+
+
+def connect(url: str, *, user: str | None = None, password: str | None = None,
+            tls: TlsOptions | None = None, timeout: float = 30.0, container_id: str | None = None,
+            heartbeat: float | None = None, virtual_host: str | None = None) -> "Client":
+    """Open a connection. ``amqps://`` URLs use ``tls`` (default: system CAs, verify the peer).
+
+    Raises ``ClientError`` when the broker cannot be reached or refuses the connection.
+    """
+    return Client(url, user=user, password=password, tls=tls, timeout=timeout,
+                  container_id=container_id, heartbeat=heartbeat, virtual_host=virtual_host)
+
+
+class Client:
+    """One AMQP connection with management requests and factories for publishers/consumers."""
+
+    def __init__(self, url: str, *, user: str | None = None, password: str | None = None,
+                 tls: TlsOptions | None = None, timeout: float = 30.0,
+                 container_id: str | None = None, heartbeat: float | None = None,
+                 virtual_host: str | None = None):
+        check_url(url)
+        self.url = url
+        self.timeout = timeout
+        self.lock = threading.RLock()
+        self._mgmt: tuple[BlockingSender, BlockingReceiver, _Collector] | None = None
+        self._names = itertools.count()
+        self._id = container_id or f"amqp-stream-client-{uuid.uuid4()}"
+        kwargs: dict[str, Any] = {}
+        if user is not None:
+            kwargs.update(user=user, password=password or "", allowed_mechs="PLAIN",
+                          allow_insecure_mechs=True)
+        if virtual_host:
+            kwargs["virtual_host"] = virtual_host
+        ssl = None
+        if url.startswith("amqps://"):
+            tls = tls or TlsOptions()
+            ssl = tls.domain()
+            if tls.peer_name:  # the name for SNI and for the certificate check, not the URL host
+                kwargs["sni"] = tls.peer_name
+        try:
+            from proton.reactor import Container
+            self.conn = BlockingConnection(url, timeout=timeout, ssl_domain=ssl, heartbeat=heartbeat,
+                                           container=Container(container_id=self._id), **kwargs)
+        except (ProtonException, OSError) as exc:
+            raise ClientError(f"cannot connect to {safe_url(url)}: {exc}{_sasl_hint(exc, user)}",
+                              getattr(exc, "condition", None)) from exc
+        if self.conn.conn.state & Endpoint.REMOTE_CLOSED:
+            cond = self.conn.conn.remote_condition
+            raise ClientError(f"{safe_url(url)} closed the connection: {_condition_text(cond)}",
+                              getattr(cond, "name", None))
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def _name(self, kind: str) -> str:
+        return f"{kind}-{next(self._names)}-{uuid.uuid4().hex[:8]}"
+
+    def wait(self, condition, timeout: float | None = None, what: str = "") -> None:
+        """Drive the event loop until ``condition()``; ``ClientError`` on timeout or loss."""
+        try:
+            self.conn.wait(condition, timeout=self.timeout if timeout is None else timeout, msg=what)
+        except Timeout as exc:
+            raise ClientError(f"timed out after {self.timeout if timeout is None else timeout}s: {what}") from exc
+        except LinkDetached as exc:
+            raise ClientError(str(exc), exc.condition) from exc
+        except ProtonException as exc:
+            raise ClientError(f"connection to {safe_url(self.url)} lost: {exc}",
+                              getattr(exc, "condition", None)) from exc
+
+    def pump(self) -> None:
+        """Process whatever events are ready without blocking (keeps heartbeats flowing)."""
+        with self.lock:
+            self.wait(lambda: True, 0.0, "pump")
+
+    @property
+    def closed(self) -> bool:
+        c = self.conn.conn if self.conn is not None else None
+        return c is None or bool(c.state & (Endpoint.LOCAL_CLOSED | Endpoint.REMOTE_CLOSED)) or bool(self.conn.disconnected)
+
+    def close(self) -> None:
+        with self.lock:
+            if self.conn is not None:
+                try:
+                    self.conn.close()
+                except Exception:  # closing a broken connection: nothing more to do
+                    pass
+                self.conn = None
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- management ----------------------------------------------------------------------------
+    def _management(self):
+        if self._mgmt is None:
+            name = self._name("management")
+            props = {symbol("paired"): True}
+            try:
+                sender = self.conn.create_sender(
+                    "/management", name=name, options=_LinkOpts(snd_settle=Link.SND_SETTLED, properties=props))
+                collector = _Collector(self)
+                receiver_link = self.conn.container.create_receiver(
+                    self.conn.conn, "/management", name=name, handler=collector,
+                    options=_LinkOpts(snd_settle=Link.SND_SETTLED, properties=props, target="/management"))
+                receiver = BlockingReceiver(self.conn, receiver_link, None, credit=0)
+            except LinkDetached as exc:
+                raise ClientError(f"management node refused: {exc}", exc.condition) from exc
+            except ProtonException as exc:
+                raise ClientError(f"management node: {exc}") from exc
+            receiver_link.flow(10)
+            self._mgmt = (sender, receiver, collector)
+        return self._mgmt
+
+    def request(self, method: str, path: str, body: Any = None,
+                ok: Iterable[int] = (200, 201, 204)) -> tuple[int, Any]:
+        """One management request; returns ``(status, body)`` or raises ``ManagementError``."""
+        with self.lock:
+            sender, receiver, collector = self._management()
+            mid = str(uuid.uuid4())
+            msg = Message(id=mid, address=path, subject=method, reply_to="$me", body=body, inferred=False)
+            try:
+                sender.link.send(msg)
+            except ProtonException as exc:
+                raise ClientError(f"management request {method} {path}: {exc}") from exc
+            self.wait(lambda: any(m.correlation_id == mid for m, _ in collector.items) or collector.error,
+                      what=f"management {method} {path}")
+            collector.raise_error()
+            reply = next(m for m, _ in collector.items if m.correlation_id == mid)
+            collector.items = deque((m, d) for m, d in collector.items if m.correlation_id != mid)
+            receiver.link.flow(1)
+        try:
+            status = int(reply.subject)
+        except (TypeError, ValueError):
+            raise ManagementError(f"{method} {path}: malformed answer subject {reply.subject!r}", 0, reply.body)
+        if status not in tuple(ok):
+            cls = StreamNotFound if status == 404 else ManagementError
+            raise cls(f"{method} {path}: {status} {reply.body!r}", status, reply.body)
+        return status, reply.body
+
+    def declare(self, stream: str, arguments: Mapping[str, Any] | None = None) -> dict:
+        """Create the stream (``x-queue-type = stream`` added); 200/201 both succeed.
+
+        Returns the queue info map. ``ManagementError`` (409) if it exists with other arguments.
+        """
+        args = {"x-queue-type": "stream"}
+        args.update(arguments or {})
+        body = {"durable": True, "exclusive": False, "auto_delete": False, "arguments": args}
+        return self.request("PUT", queue_address(stream), body, ok=(200, 201))[1]
+
+    def delete(self, stream: str) -> int:
+        """Delete the stream; returns the number of messages it held (0 when missing)."""
+        body = self.request("DELETE", queue_address(stream), None, ok=(200,))[1]
+        return int((body or {}).get("message_count", 0))
+
+    def info(self, stream: str) -> dict:
+        """The queue info map, incl. ``first_offset`` and ``next_offset``; ``StreamNotFound``."""
+        return self.request("GET", queue_address(stream), None, ok=(200,))[1]
+
+    def exists(self, stream: str) -> bool:
+        try:
+            self.info(stream)
+            return True
+        except StreamNotFound:
+            return False
+
+    # -- links -----------------------------------------------------------------------------------
+    def publisher(self, stream: str, *, window: int = 256, presettled: bool = False,
+                  timeout: float | None = None) -> "Publisher":
+        """A publisher to ``/queues/<stream>`` with at most ``window`` unsettled messages."""
+        return Publisher(self, stream, window=window, presettled=presettled, timeout=timeout)
+
+    def consumer(self, stream: str, *, offset: Any = "first", filter_values: str | Sequence[str] | None = None,
+                 match_unfiltered: bool = False, sql: str | None = None,
+                 properties: Mapping[str, Any] | None = None,
+                 application_properties: Mapping[str, Any] | None = None,
+                 credit: int = 256, extra_filters: Mapping[str, Described] | None = None,
+                 name: str | None = None) -> "Consumer":
+        """A consumer of ``/queues/<stream>`` (see ``Consumer``)."""
+        filters = build_filters(offset=offset, filter_values=filter_values, match_unfiltered=match_unfiltered,
+                                sql=sql, properties=properties, application_properties=application_properties)
+        if extra_filters:
+            filters.update({symbol(k): v for k, v in extra_filters.items()})
+        return Consumer(self, stream, filters, credit=credit, name=name)
+
+
+def check_url(url: str) -> None:
+    """``ClientError`` for a URL of another protocol (``http://...``): proton would try it as
+    AMQP. A URL without a scheme (``host:port``) is AMQP."""
+    scheme = url.partition("://")[0].lower() if "://" in url else "amqp"
+    if scheme not in ("amqp", "amqps"):
+        raise ClientError(f"{safe_url(url)} is not an AMQP URL: use amqp:// or amqps://")
+
+
+def _sasl_hint(exc: BaseException, user: str | None) -> str:
+    """What ``Authentication failed [mech=none]`` means: no mechanism both sides allow."""
+    if "mech=none" not in str(exc):
+        return ""
+    if user is not None:
+        return (" (the broker offers no mechanism this client allows: a user was given, so only "
+                "PLAIN; a broker that offers only ANONYMOUS wants no user)")
+    return " (the broker does not offer ANONYMOUS: give a user and password for PLAIN)"
+
+
+def safe_url(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (for messages)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(":" + parts.password + "@", ":***@")
+        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    return url

@@ -1,0 +1,91 @@
+"""Link plumbing shared by management, publishers and consumers: addresses, link options, the
+receiving handler that decodes and settles deliveries.
+
+Strategy: a link's handler only records (decoded messages, the detach condition); the blocking
+caller that drives the event loop looks at the record and raises. Nothing here blocks.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections import deque
+from typing import Any
+
+from proton import Delivery, Endpoint, Handler, Link, Message, ProtonException
+from proton.reactor import LinkOption
+
+from amqp_stream.client.errors import ConsumerError
+
+
+def queue_address(stream: str) -> str:
+    """``/queues/<name>`` with the name percent-encoded (``[A-Za-z0-9-._~]`` kept)."""
+    return "/queues/" + urllib.parse.quote(stream, safe="")
+
+
+def _condition_text(cond: Any) -> str:
+    if cond is None:
+        return "no error condition"
+    return f"{cond.name}: {cond.description}" if getattr(cond, "description", None) else str(cond.name)
+
+
+class _LinkOpts(LinkOption):
+    """Settle modes, link properties and (for consumers) the source filter set."""
+
+    def __init__(self, *, snd_settle: int | None = None, properties: dict | None = None,
+                 target: str | None = None, source_filter: dict | None = None):
+        self.snd_settle, self.properties = snd_settle, properties
+        self.target, self.source_filter = target, source_filter
+
+    def apply(self, link: Link) -> None:
+        if self.snd_settle is not None:
+            link.snd_settle_mode = self.snd_settle
+        link.rcv_settle_mode = Link.RCV_FIRST
+        if self.properties:
+            link.properties = self.properties
+        if self.target is not None:
+            link.target.address = self.target
+        if self.source_filter:
+            link.source.filter.put_dict(self.source_filter)
+
+
+class _Collector(Handler):
+    """Link handler of a receiver: decodes and settles each complete delivery, notes errors."""
+
+    def __init__(self, client: Any):
+        super().__init__()
+        self.client = client
+        self.items: deque[tuple[Message, Delivery]] = deque()
+        self.error: str | None = None
+        self.condition: str | None = None
+
+    def on_delivery(self, event) -> None:
+        d = event.delivery
+        link = d.link
+        if not link.is_receiver or not d.readable or d.partial:
+            return
+        data = link.recv(d.pending)
+        link.advance()
+        msg = Message()
+        try:
+            msg.decode(data)
+        except ProtonException as exc:
+            d.update(Delivery.REJECTED)
+            d.settle()
+            self.error = f"undecodable message: {exc}"
+            return
+        if not d.settled:
+            d.update(Delivery.ACCEPTED)
+        d.settle()
+        self.items.append((msg, d))
+
+    def on_link_remote_close(self, event) -> None:
+        link = event.link
+        cond = link.remote_condition
+        self.condition = getattr(cond, "name", None)
+        self.error = f"the broker detached {link.name}: {_condition_text(cond)}"
+        if link.state & Endpoint.LOCAL_ACTIVE:
+            link.close()
+
+    def raise_error(self) -> None:
+        if self.error and not self.items:
+            raise ConsumerError(self.error, self.condition)

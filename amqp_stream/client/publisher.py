@@ -1,0 +1,237 @@
+"""Publishing with a bounded window of unsettled deliveries: ``Publisher``, ``Outcome``,
+``build_message``.
+
+Strategy: ``publish`` only blocks when the window is full. Outcomes are collected in publish
+order; ``flush`` waits for all of them and raises ``PublishError`` if any was not accepted.
+Connection loss and timeouts also raise ``PublishError``, naming how many messages are
+unconfirmed (an at-least-once caller retries them all). ``presettled=True`` sends
+fire-and-forget.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+from proton import Delivery, Endpoint, Link, Message, ProtonException, symbol
+from proton.utils import LinkDetached
+
+from amqp_stream.client.errors import ClientError, PublishError, StreamNotFound
+from amqp_stream.client.links import _Collector, _condition_text, _LinkOpts, queue_address
+from amqp_stream.client.names import _TIME_PROPERTIES, FILTER_VALUE, PROPERTY_NAMES
+
+if TYPE_CHECKING:
+    from amqp_stream.client.connection import Client
+
+__all__ = ["Outcome", "Publisher", "build_message"]
+
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The broker's answer to one published message: ``state`` is accepted/rejected/released/
+    modified (or ``presettled``); ``seq`` the publish sequence number within the publisher."""
+
+    seq: int
+    state: str
+    condition: str | None = None
+    message_id: Any = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.state in ("accepted", "presettled")
+
+
+_STATES = {Delivery.ACCEPTED: "accepted", Delivery.REJECTED: "rejected",
+           Delivery.RELEASED: "released", Delivery.MODIFIED: "modified"}
+
+
+def build_message(body: Any, *, properties: Mapping[str, Any] | None = None,
+                  application_properties: Mapping[str, Any] | None = None,
+                  filter_value: str | None = None, message_id: Any = None,
+                  annotations: Mapping[str, Any] | None = None, durable: bool | None = None) -> Message:
+    """A ``proton.Message``: ``bytes`` bodies go in a data section, anything else in amqp-value.
+
+    ``properties`` use the snake names of ``PROPERTY_NAMES``; time properties take a
+    ``datetime`` or seconds since the epoch.
+    """
+    msg = Message(body=body, inferred=isinstance(body, (bytes, bytearray, memoryview)))
+    if isinstance(body, (bytearray, memoryview)):
+        msg.body = bytes(body)
+    for key, value in (properties or {}).items():
+        attr = PROPERTY_NAMES.get(key)
+        if attr is None:
+            raise ValueError(f"unknown AMQP property {key!r}; known: {', '.join(PROPERTY_NAMES)}")
+        if value is None:
+            continue
+        if key in _TIME_PROPERTIES and isinstance(value, _dt.datetime):
+            if value.tzinfo is None:
+                value = value.replace(tzinfo=_dt.timezone.utc)
+            value = value.timestamp()
+        setattr(msg, attr, value)
+    if message_id is not None:
+        msg.id = message_id
+    if application_properties:
+        msg.properties = dict(application_properties)
+    ann = {symbol(k): v for k, v in (annotations or {}).items()}
+    if filter_value is not None:
+        ann[symbol(FILTER_VALUE)] = str(filter_value)
+    if ann:
+        msg.annotations = ann
+    if durable is not None:
+        msg.durable = durable
+    return msg
+
+
+class Publisher:
+    """Publishes to one stream with a bounded window of unsettled deliveries.
+
+    ``publish`` returns the message's sequence number (0, 1, ...); it blocks only while
+    ``window`` messages are unsettled. ``flush`` waits until every message has an outcome and
+    returns the outcomes since the previous flush, raising ``PublishError`` if any was not
+    accepted. With ``presettled`` the broker sends no outcomes; ``flush`` then only makes sure
+    the bytes were written to the socket.
+    """
+
+    def __init__(self, client: Client, stream: str, *, window: int = 256, presettled: bool = False,
+                 timeout: float | None = None):
+        if window < 1:
+            raise ValueError("window must be >= 1")
+        self.client, self.stream, self.window, self.presettled = client, stream, window, presettled
+        self.timeout = client.timeout if timeout is None else timeout
+        self.address = queue_address(stream)
+        self._seq = 0
+        self._pending: deque[tuple[int, Delivery, Any]] = deque()
+        self._done: list[Outcome] = []
+        self.accepted = 0
+        self.failed: list[Outcome] = []
+        with client.lock:
+            try:
+                # Own handler: a detach of this link is noted here and raised by this
+                # publisher, not by whatever else the connection is waiting for.
+                self._watch = _Collector(client)
+                self._sender = client.conn.create_sender(
+                    self.address, name=client._name("publisher"), handler=self._watch,
+                    options=_LinkOpts(snd_settle=Link.SND_SETTLED if presettled else Link.SND_UNSETTLED))
+            except LinkDetached as exc:
+                cls = StreamNotFound if exc.condition == "amqp:not-found" else PublishError
+                raise (cls(f"cannot publish to stream {stream!r}: {exc}", 404) if cls is StreamNotFound
+                       else PublishError(f"cannot publish to stream {stream!r}: {exc}", condition=exc.condition)) from exc
+            except ProtonException as exc:
+                raise PublishError(f"cannot publish to stream {stream!r}: {exc}") from exc
+        self.link = self._sender.link
+
+    @property
+    def unsettled(self) -> int:
+        return len(self._pending)
+
+    def publish(self, body: Any, *, properties: Mapping[str, Any] | None = None,
+                application_properties: Mapping[str, Any] | None = None,
+                filter_value: str | None = None, message_id: Any = None,
+                annotations: Mapping[str, Any] | None = None) -> int:
+        """Build and send one message (see ``build_message``); returns its sequence number."""
+        return self.send(build_message(body, properties=properties, application_properties=application_properties,
+                                       filter_value=filter_value, message_id=message_id, annotations=annotations))
+
+    def send(self, message: Message) -> int:
+        """Send a prepared ``proton.Message``; returns its sequence number."""
+        with self.client.lock:
+            if len(self._pending) >= self.window:
+                self._wait(lambda: self._collect() < self.window, "publish window")
+            self._check_link()
+            seq = self._seq
+            self._seq += 1
+            try:
+                delivery = self.link.send(message)
+            except ProtonException as exc:
+                raise self._lost(str(exc))
+            if self.presettled:
+                self._done.append(Outcome(seq, "presettled", message_id=message.id))
+                self.accepted += 1
+            else:
+                self._pending.append((seq, delivery, message.id))
+            return seq
+
+    def _collect(self) -> int:
+        """Move deliveries that have an outcome (in publish order) from pending to done."""
+        pending = self._pending
+        while pending:
+            seq, d, mid = pending[0]
+            state = d.remote_state
+            if not (d.settled or state in _STATES):
+                break
+            pending.popleft()
+            name = _STATES.get(state, "accepted" if d.settled and state == 0 else f"state-{state}")
+            cond = None
+            if name != "accepted":
+                cond = _condition_text(d.remote.condition) if d.remote.condition else None
+            out = Outcome(seq, name, cond, mid)
+            if name == "accepted":
+                self.accepted += 1
+            else:
+                self.failed.append(out)
+            self._done.append(out)
+            d.settle()
+        return len(pending)
+
+    def _check_link(self) -> None:
+        if self.link.state & Endpoint.REMOTE_CLOSED:
+            raise self._lost(f"the broker detached the publisher: {_condition_text(self.link.remote_condition)}",
+                             getattr(self.link.remote_condition, "name", None))
+
+    def _lost(self, why: str, condition: str | None = None) -> PublishError:
+        return PublishError(f"publishing to stream {self.stream!r} failed: {why}; {len(self._pending)} message(s) "
+                            f"unconfirmed, {self.accepted} accepted", self._done, len(self._pending), condition)
+
+    def _wait(self, cond, what: str) -> None:
+        try:
+            self.client.wait(lambda: cond() or bool(self.link.state & Endpoint.REMOTE_CLOSED),
+                             self.timeout, what)
+        except ClientError as exc:
+            raise self._lost(str(exc), exc.condition) from exc
+        self._collect()
+        self._check_link()
+
+    def flush(self, *, check: bool = True) -> list[Outcome]:
+        """Wait for the outcome of every message sent; return those since the last flush.
+
+        Raises ``PublishError`` (with all outcomes) if ``check`` and any message was not accepted.
+        """
+        with self.client.lock:
+            if self.presettled:
+                # Nothing to wait for but the socket: let the loop write what is buffered.
+                transport = self.client.conn.conn.transport
+                self._wait(lambda: self.link.queued == 0 and (transport is None or transport.pending() <= 0),
+                           "writing pre-settled messages")
+            elif self._pending:
+                self._wait(lambda: self._collect() == 0, "outcomes")
+            done, self._done = self._done, []
+        bad = [o for o in done if not o.accepted]
+        if check and bad:
+            first = bad[0]
+            raise PublishError(f"{len(bad)} of {len(done)} message(s) to stream {self.stream!r} not accepted; "
+                               f"first: #{first.seq} {first.state} ({first.condition or 'no condition'})",
+                               done, 0, first.condition)
+        return done
+
+    wait = flush
+
+    def close(self) -> None:
+        with self.client.lock:
+            try:
+                if not (self.link.state & Endpoint.LOCAL_CLOSED):
+                    self._sender.close()
+            except Exception:
+                pass
+
+    def __enter__(self) -> "Publisher":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# consuming
