@@ -142,7 +142,7 @@ class ServerConnection:
         self._buf = bytearray()
         self._start = 0
         self._eof = False
-        self._pending: type | None = None     # the handshake request (or Close) awaiting an answer
+        self._pending: type[f.Frame] | None = None     # the handshake request (or Close) awaiting an answer
         self._correlation = 0
 
     # ---- inbound --------------------------------------------------------------------------
@@ -218,13 +218,13 @@ class ServerConnection:
                            ResponseCode.UNKNOWN_FRAME, "unknown frame")
             if kind is f.Close:
                 self._pending = f.Close
-            elif kind is f.ExchangeCommandVersions:
+            elif isinstance(frame, f.ExchangeCommandVersions):
                 for key, _, max_version in frame.versions:
                     if key == Key.DELIVER and max_version >= 2:
                         self.deliver_version = 2
             return frame
         if state is State.CLOSE_SENT:
-            if kind is f.Response and frame.command == Key.CLOSE:
+            if isinstance(frame, f.Response) and frame.command == Key.CLOSE:
                 self.state = State.CLOSED
                 return frame
             return None
@@ -234,11 +234,11 @@ class ServerConnection:
         if kind not in allowed:
             self._fail(f"{kind.__name__} in state {state.value}", ResponseCode.UNKNOWN_FRAME)
         following = allowed[kind]
-        if kind is f.Tune:
+        if isinstance(frame, f.Tune):
             self._tune(frame)
         else:
             self._pending = kind
-            if kind is f.PeerProperties:
+            if isinstance(frame, f.PeerProperties):
                 self.client_properties = dict(frame.properties)
         if following is not None:
             self.state = following
@@ -280,7 +280,7 @@ class ServerConnection:
         pending = self._pending
         if pending is not None and _ANSWERED_PRE_AUTH.get(pending) is kind:
             return self._answer_handshake(frame)
-        if kind is f.Response and pending is f.Close and frame.command == Key.CLOSE:
+        if isinstance(frame, f.Response) and pending is f.Close and frame.command == Key.CLOSE:
             self._pending = None
             self.state = State.CLOSED
             return f.encode(frame)
@@ -292,9 +292,10 @@ class ServerConnection:
             return f.encode(frame)
         if state is not State.OPEN or kind not in _FROM_SERVER_WHEN_OPEN:
             raise LocalProtocolError(f"cannot send {kind.__name__} in state {state.value}")
-        if kind is f.Deliver and frame.committed_chunk_id is not None and self.deliver_version < 2:
+        if (isinstance(frame, f.Deliver) and frame.committed_chunk_id is not None
+                and self.deliver_version < 2):
             raise LocalProtocolError("Deliver v2 to a client that did not ask for it")
-        if kind is f.SaslAuthenticateResponse and frame.code not in (
+        if isinstance(frame, f.SaslAuthenticateResponse) and frame.code not in (
                 ResponseCode.OK, ResponseCode.SASL_CHALLENGE):
             self.state = State.CLOSED       # a failed re-authentication ends the connection
         return f.encode(frame)
@@ -303,7 +304,7 @@ class ServerConnection:
         kind = type(frame)
         data = f.encode(frame)
         self._pending = None
-        code = frame.code
+        code = getattr(frame, "code")
         if kind is f.SaslAuthenticateResponse:
             if code == ResponseCode.OK:
                 if self.state is State.AUTHENTICATING:
