@@ -62,6 +62,7 @@ def offset_timestamp(ms: int) -> bytes:
 
 
 def _s(text: str | None) -> bytes:
+    """A string; ``None`` (length -1) only where RabbitMQ takes it: Publish v2's filter value."""
     if text is None:
         return b"\xff\xff"
     data = text.encode()
@@ -236,7 +237,7 @@ class StreamClient:
     def delete_stream(self, stream: str) -> int:
         return self.request(DELETE, _s(stream))[0]
 
-    def declare_publisher(self, publisher_id: int, stream: str, reference: str | None = "") -> int:
+    def declare_publisher(self, publisher_id: int, stream: str, reference: str = "") -> int:
         return self.request(DECLARE_PUBLISHER,
                             struct.pack(">B", publisher_id) + _s(reference) + _s(stream))[0]
 

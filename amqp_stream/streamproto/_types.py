@@ -9,7 +9,7 @@ allocated.
 
 Layout (big-endian)::
 
-    string    length:i16 (-1 = null) | UTF-8
+    string    length:u16 | UTF-8   (PROTOCOL.adoc: i16, -1 = null; RabbitMQ reads it unsigned)
     bytes     length:i32 (-1 = null) | bytes
     [T]       count:i32 | T * count
     map       [string value]
@@ -28,13 +28,12 @@ from amqp_stream.streamproto.errors import FrameError
 
 U8 = struct.Struct(">B")
 U16 = struct.Struct(">H")
-I16 = struct.Struct(">h")
 U32 = struct.Struct(">I")
 I32 = struct.Struct(">i")
 U64 = struct.Struct(">Q")
 I64 = struct.Struct(">q")
 
-_MAX_STRING = 0x7FFF
+_MAX_STRING = 0xFFFF
 
 
 def _bad(message: str) -> FrameError:
@@ -56,42 +55,34 @@ class _Int:
 
 
 class _String:
-    """string; ``nullable``: -1 is ``None`` (else refused)."""
+    """string: RabbitMQ reads the length as unsigned (``?STRING`` in rabbit_stream_core), so a
+    string may hold up to 65535 bytes and there is no null (-1 is a length of 65535)."""
 
-    __slots__ = ("nullable",)
+    __slots__ = ()
 
-    def __init__(self, nullable: bool = False):
-        self.nullable = nullable
-
-    def read(self, buf: memoryview, pos: int) -> tuple[str | None, int]:
-        (n,) = I16.unpack_from(buf, pos)
+    def read(self, buf: memoryview, pos: int) -> tuple[str, int]:
+        (n,) = U16.unpack_from(buf, pos)
         pos += 2
-        if n < 0:
-            if n == -1 and self.nullable:
-                return None, pos
-            raise _bad(f"string length {n}")
         if pos + n > len(buf):
             raise _bad("string runs past the frame")
         return str(buf[pos:pos + n], "utf-8"), pos + n
 
-    def write(self, out: bytearray, value: str | None) -> None:
-        if value is None:
-            out += I16.pack(-1)
-            return
+    def write(self, out: bytearray, value: str) -> None:
         data = value.encode("utf-8")
         if len(data) > _MAX_STRING:
-            raise ValueError(f"string of {len(data)} bytes is longer than 32767")
-        out += I16.pack(len(data))
+            raise ValueError(f"string of {len(data)} bytes is longer than {_MAX_STRING}")
+        out += U16.pack(len(data))
         out += data
 
 
 class _Bytes:
-    """bytes with an i32 length (``short``: an i16 length); -1 reads as ``b""``."""
+    """bytes with an i32 length, -1 read as ``b""`` (``short``: a u16 length, as RabbitMQ
+    writes a SASL challenge)."""
 
     __slots__ = ("head",)
 
     def __init__(self, short: bool = False):
-        self.head = I16 if short else I32
+        self.head = U16 if short else I32
 
     def read(self, buf: memoryview, pos: int) -> tuple[bytes, int]:
         (n,) = self.head.unpack_from(buf, pos)
@@ -246,7 +237,7 @@ class _Offset:
 
 
 _u8, _u16, _u32, _u64, _i64 = _Int(U8), _Int(U16), _Int(U32), _Int(U64), _Int(I64)
-_string, _nstring = _String(), _String(nullable=True)
+_string = _String()
 _properties = _Map(_string, 4)
 _strings = _Array(_string, 2)
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple
 
 from amqp_stream.streamproto._types import (
-    _REGISTRY, U16, U32, Frame, OffsetSpec, _Array, _Bool, _Bytes, _i64, _Map, _nstring,
+    _REGISTRY, U16, U32, Frame, OffsetSpec, _Array, _Bool, _Bytes, _i64, _Map,
     _Offset, _Optional, _properties, _Record, _string, _strings, _u8, _u16, _u32, _u64, _bad,
     _frame,
 )
@@ -80,18 +80,18 @@ R = RESPONSE_FLAG
 
 
 # Client -> server.
-@_frame(Key.DECLARE_PUBLISHER, _u32, _u8, _nstring, _string)
+@_frame(Key.DECLARE_PUBLISHER, _u32, _u8, _string, _string)
 class DeclarePublisher(Frame):
     correlation_id: int
     publisher_id: int
-    reference: str | None
+    reference: str
     stream: str
 
 
-@_frame(Key.QUERY_PUBLISHER_SEQUENCE, _u32, _nstring, _string)
+@_frame(Key.QUERY_PUBLISHER_SEQUENCE, _u32, _string, _string)
 class QueryPublisherSequence(Frame):
     correlation_id: int
-    reference: str | None
+    reference: str
     stream: str
 
 
@@ -117,17 +117,17 @@ class Credit(Frame):
     credit: int
 
 
-@_frame(Key.STORE_OFFSET, _nstring, _string, _u64)
+@_frame(Key.STORE_OFFSET, _string, _string, _u64)
 class StoreOffset(Frame):
-    reference: str | None
+    reference: str
     stream: str
     offset: int
 
 
-@_frame(Key.QUERY_OFFSET, _u32, _nstring, _string)
+@_frame(Key.QUERY_OFFSET, _u32, _string, _string)
 class QueryOffset(Frame):
     correlation_id: int
-    reference: str | None
+    reference: str
     stream: str
 
 

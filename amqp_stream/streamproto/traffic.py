@@ -11,8 +11,8 @@ Layout (big-endian)::
       simple    publishing_id:u64 | 0:1 size:31 | message
       batch     publishing_id:u64 | 1:1 compression:3 reserved:4 | records:u16
                 | uncompressed_size:u32 | size:u32 | batch (a run of simple entries)
-    Publish v2  publisher:u8 | count:i32 | (publishing_id:u64 | filter:string | 0:1 size:31
-                | message) * count
+    Publish v2  publisher:u8 | count:i32 | (publishing_id:u64 | filter_length:u16 | filter
+                | 0:1 size:31 | message) * count        filter_length 0xFFFF (-1): no filter value
     PublishConfirm  publisher:u8 | count:i32 | publishing_id:u64 * count
     Deliver v1  subscription:u8 | chunk
     Deliver v2  subscription:u8 | committed_chunk_id:u64 | chunk
@@ -35,7 +35,8 @@ from amqp_stream.streamproto.constants import Key
 
 PUBLISH_HEAD = struct.Struct(">Bi")         # publisher id, message count
 SIMPLE_ENTRY = struct.Struct(">QI")         # publishing id, 0:1 size:31
-FILTERED_ENTRY = struct.Struct(">Qh")       # publishing id, filter value length (-1 = none)
+FILTERED_ENTRY = struct.Struct(">QH")       # publishing id, filter value length (0xFFFF = none)
+_NO_FILTER = 0xFFFF                         # -1 as RabbitMQ matches it
 BATCH_ENTRY = struct.Struct(">BHII")        # 1:1 compression:3 reserved:4, records, uncompressed, size
 ENTRY_SIZE = U32                            # 0:1 size:31 of a simple entry
 DELIVER_HEAD_V1 = struct.Struct(">IHHB")    # size, key, version, subscription id
@@ -81,9 +82,11 @@ class Publish(Frame):
                                         len(data))
             elif v2:
                 if filter_value is None:
-                    out += FILTERED_ENTRY.pack(publishing_id, -1)
+                    out += FILTERED_ENTRY.pack(publishing_id, _NO_FILTER)
                 else:
                     fv = filter_value.encode("utf-8")
+                    if len(fv) >= _NO_FILTER:
+                        raise ValueError(f"filter value of {len(fv)} bytes")
                     out += FILTERED_ENTRY.pack(publishing_id, len(fv))
                     out += fv
                 out += ENTRY_SIZE.pack(len(data))
@@ -124,13 +127,11 @@ class Publish(Frame):
             for _ in range(count):
                 publishing_id, n = unpack(buf, pos)
                 pos += FILTERED_ENTRY.size
-                if n >= 0:
-                    filter_value: str | None = str(buf[pos:pos + n], "utf-8")
-                    pos += n
-                elif n == -1:
-                    filter_value = None
+                if n == _NO_FILTER:
+                    filter_value: str | None = None
                 else:
-                    raise _bad(f"filter value length {n}")
+                    filter_value = str(buf[pos:pos + n], "utf-8")
+                    pos += n
                 (size,) = ENTRY_SIZE.unpack_from(buf, pos)
                 pos += 4
                 if size & 0x8000_0000:

@@ -33,13 +33,13 @@ v1_message = st.tuples(u64, st.none(), body, st.none() | batch)
 v2_message = st.tuples(u64, ntext, body, st.none())
 
 FRAMES: dict[type, st.SearchStrategy] = {
-    f.DeclarePublisher: st.builds(f.DeclarePublisher, u32, u8, ntext, text),
-    f.QueryPublisherSequence: st.builds(f.QueryPublisherSequence, u32, ntext, text),
+    f.DeclarePublisher: st.builds(f.DeclarePublisher, u32, u8, text, text),
+    f.QueryPublisherSequence: st.builds(f.QueryPublisherSequence, u32, text, text),
     f.DeletePublisher: st.builds(f.DeletePublisher, u32, u8),
     f.Subscribe: st.builds(f.Subscribe, u32, u8, text, offset_spec, u16, props),
     f.Credit: st.builds(f.Credit, u8, u16),
-    f.StoreOffset: st.builds(f.StoreOffset, ntext, text, u64),
-    f.QueryOffset: st.builds(f.QueryOffset, u32, ntext, text),
+    f.StoreOffset: st.builds(f.StoreOffset, text, text, u64),
+    f.QueryOffset: st.builds(f.QueryOffset, u32, text, text),
     f.Unsubscribe: st.builds(f.Unsubscribe, u32, u8),
     f.Create: st.builds(f.Create, u32, text, props),
     f.Delete: st.builds(f.Delete, u32, text),

@@ -177,7 +177,7 @@ def test_refused_open_closes():
 _PRE_AUTH_FRAMES = [
     f.PeerProperties(9), f.SaslHandshake(9), f.SaslAuthenticate(9, "PLAIN", PLAIN),
     f.Tune(0, 0), f.Open(9, "/"), f.Create(9, "s"), f.Close(9, 1, "bye"),
-    f.DeclarePublisher(9, 1, None, "s"), f.Credit(1, 1),
+    f.DeclarePublisher(9, 1, "", "s"), f.Credit(1, 1),
     f.ExchangeCommandVersions(9, ()),
 ]
 _ALLOWED = {
@@ -319,7 +319,7 @@ def test_dropped_socket():
 def test_open_connection_commands_and_answers():
     conn = ServerConnection()
     handshake(conn)
-    requests = [f.Create(5, "s", {"max-age": "1h"}), f.DeclarePublisher(6, 1, None, "s"),
+    requests = [f.Create(5, "s", {"max-age": "1h"}), f.DeclarePublisher(6, 1, "", "s"),
                 f.Publish(1, ((1, None, b"m", None),)), f.Subscribe(7, 1, "s", f.OffsetSpec.first(), 10),
                 f.Credit(1, 5), f.StoreOffset("r", "s", 1), f.Metadata(8, ("s",)),
                 f.Heartbeat(), f.ConsumerUpdateResponse(9, OK, f.OffsetSpec.next())]

@@ -266,8 +266,7 @@ BAD = {
     "response key the client never gets": struct.pack(">HHIH", 0x8000 | Key.PUBLISH, 1, 1, 1),
     "truncated string": _content(f.Delete(1, "stream"))[:-2],
     "trailing byte": _content(f.Delete(1, "s")) + b"\0",
-    "null stream name": struct.pack(">HHIh", Key.DELETE_STREAM, 1, 1, -1),
-    "negative string length": struct.pack(">HHIh", Key.DELETE_STREAM, 1, 1, -2),
+    "null string (RabbitMQ: a length of 65535)": struct.pack(">HHIh", Key.DELETE_STREAM, 1, 1, -1),
     "invalid utf-8": struct.pack(">HHIH", Key.DELETE_STREAM, 1, 1, 2) + b"\xff\xfe",
     "array count beyond the frame": struct.pack(">HHIi", Key.METADATA, 1, 1, 1_000_000),
     "negative array count": struct.pack(">HHIi", Key.METADATA, 1, 1, -3),
@@ -277,7 +276,7 @@ BAD = {
     "publish message past the end": struct.pack(">HHBiQI", Key.PUBLISH, 1, 1, 1, 1, 100) + b"short",
     "publish v2 with a sub-entry batch": struct.pack(">HHBiQhI", Key.PUBLISH, 2, 1, 1, 1, -1, 0x8000_0000),
     "publish negative count": struct.pack(">HHBi", Key.PUBLISH, 1, 1, -1),
-    "publish v2 filter length -2": struct.pack(">HHBiQh", Key.PUBLISH, 2, 1, 1, 1, -2),
+    "publish v2 filter past the end": struct.pack(">HHBiQh", Key.PUBLISH, 2, 1, 1, 1, -2),
     "confirm count mismatch": struct.pack(">HHBiQ", Key.PUBLISH_CONFIRM, 1, 1, 2, 1),
     "boolean 2": struct.pack(">HHIBB", Key.CONSUMER_UPDATE, 1, 1, 1, 2),
     "plain response too long": struct.pack(">HHIHB", 0x8000 | Key.CREATE_STREAM, 1, 1, 1, 0),
@@ -294,6 +293,13 @@ def test_bad_frames_raise_frame_error(name):
     assert isinstance(info.value, StreamProtocolError) and isinstance(info.value, ValueError)
 
 
+def test_long_strings_as_rabbitmq_reads_them():
+    """RabbitMQ reads string lengths unsigned: 40,000 bytes is a valid stream name there."""
+    frame = f.Delete(1, "x" * 40_000)
+    assert roundtrip(frame) == frame
+    assert f.encode(frame)[12:14] == struct.pack(">H", 40_000)
+
+
 def test_chunk_header_of_a_short_chunk():
     with pytest.raises(FrameError):
         f.chunk_header(b"\x50" * 47)
@@ -301,7 +307,7 @@ def test_chunk_header_of_a_short_chunk():
 
 def test_encode_refuses_values_the_layout_cannot_hold():
     with pytest.raises(ValueError):
-        f.encode(f.Delete(1, "x" * 40_000))
+        f.encode(f.Delete(1, "x" * 70_000))
     with pytest.raises(ValueError):
         f.encode(f.Publish(1, ((1, "fv", b"a", None),), 1))
     with pytest.raises(struct.error):
