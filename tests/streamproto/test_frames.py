@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 import zlib
 
@@ -13,7 +14,7 @@ from amqp_stream.streamproto import frames as f
 from amqp_stream.streamproto.constants import Key, OffsetType, ResponseCode
 from amqp_stream.streamproto.errors import FrameError, StreamProtocolError
 
-from tests.streamproto import FRAMES, RABBITMQ_FRAMES, any_frame
+from tests.streamproto import FIXTURES, FRAMES, RABBITMQ_FRAMES, any_frame
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -179,6 +180,33 @@ def rs_encode(frame: rs.Frame) -> bytes:
     if rs.registry.get((True, frame.key)) is type(frame):
         data[4] |= 0x80
     return bytes(data)
+
+
+def _labels() -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for ours, _ in PAIRS:
+        name = type(ours).__name__ if not isinstance(ours, f.Response) else (
+            f"Response-{Key(ours.command).name}")
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
+    return out
+
+
+LABELS = _labels()
+RSTREAM_FRAMES = json.loads((FIXTURES / "rstream-1.1.1.json").read_text())
+
+
+@pytest.mark.parametrize("label,ours", list(zip(LABELS, [p[0] for p in PAIRS])))
+def test_saved_rstream_bytes(label, ours):
+    """The bytes rstream 1.1.1 wrote for each frame (Deliver: ours, which rstream decoded)."""
+    assert f.encode(ours).hex() == RSTREAM_FRAMES[label]
+
+
+def test_saved_rstream_bytes_are_rstreams():
+    """The fixture file is what the installed rstream writes (regenerate it if not)."""
+    for label, (ours, theirs) in zip(LABELS, PAIRS):
+        assert RSTREAM_FRAMES[label] == (rs_encode(theirs) if theirs else f.encode(ours)).hex()
 
 
 @pytest.mark.parametrize("ours,theirs", PAIRS, ids=lambda p: type(p).__name__)
