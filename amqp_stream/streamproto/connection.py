@@ -192,7 +192,7 @@ class ServerConnection:
         end = start + 4 + size
         if len(buf) < end:
             return None
-        content = bytes(buf[start + 4:end])
+        content = bytes(memoryview(buf)[start + 4:end])     # one copy; the view dies here
         if end == len(buf):
             buf.clear()
             self._start = 0
