@@ -19,6 +19,7 @@ import itertools
 import socket
 import struct
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 from urllib.parse import unquote, urlsplit
@@ -67,6 +68,11 @@ def _s(text: str | None) -> bytes:
         return b"\xff\xff"
     data = text.encode()
     return struct.pack(">H", len(data)) + data
+
+
+def _gzip(data: bytes) -> bytes:
+    c = zlib.compressobj(wbits=31)
+    return c.compress(data) + c.flush()
 
 
 def _map(pairs: Mapping[str, str]) -> bytes:
@@ -129,7 +135,7 @@ class Chunk:
     data: bytes
 
     def records(self) -> list[tuple[int, bytes]]:
-        """(offset, message) of each record; uncompressed sub-entry batches are opened."""
+        """(offset, message) of each record; sub-entry batches (uncompressed or gzip) opened."""
         out, pos, offset = [], 0, self.chunk_id
         for _ in range(self.num_entries):
             (head,) = struct.unpack_from(">I", self.data, pos)
@@ -140,8 +146,11 @@ class Chunk:
                 continue
             kind, count, _, size = struct.unpack_from(">BHII", self.data, pos)
             body = self.data[pos + 11:pos + 11 + size]
-            if (kind >> 4) & 7:
-                raise ValueError("compressed sub-entry batch")
+            compression = (kind >> 4) & 7
+            if compression == 1:
+                body = zlib.decompress(body, 31)        # gzip
+            elif compression:
+                raise ValueError(f"sub-entry batch with compression {compression}")
             inner = 0
             for _ in range(count):
                 (n,) = struct.unpack_from(">I", body, inner)
@@ -307,6 +316,15 @@ class StreamClient:
             else:
                 parts.append(struct.pack(">Q", m[0]) + _s(m[2]) + struct.pack(">I", len(m[1])) + m[1])
         self.send_frame(PUBLISH, version, struct.pack(">Bi", publisher_id, count) + b"".join(parts))
+
+    def publish_sub_batch(self, publisher_id: int, publishing_id: int, messages: Sequence[bytes],
+                          gzip: bool = False) -> None:
+        """One sub-entry batch (Publish v1) of ``messages``, uncompressed or gzip (type 1)."""
+        inner = b"".join(struct.pack(">I", len(m)) + m for m in messages)
+        body = _gzip(inner) if gzip else inner
+        head = struct.pack(">QBHII", publishing_id, 0x80 | ((1 if gzip else 0) << 4),
+                           len(messages), len(inner), len(body))
+        self.send_frame(PUBLISH, 1, struct.pack(">Bi", publisher_id, 1) + head + body)
 
     def credit(self, subscription_id: int, credit: int) -> None:
         self.send_frame(CREDIT, 1, struct.pack(">BH", subscription_id, credit))

@@ -102,7 +102,8 @@ def broker_like(conn: ServerConnection, event: f.Frame) -> list:
     if isinstance(event, f.DeclarePublisher):
         return [f.Response(Key.DECLARE_PUBLISHER, event.correlation_id, OK)]
     if isinstance(event, f.Publish):
-        conn.published = [bytes(m[2]) for m in event.messages]     # type: ignore[attr-defined]
+        if event.publish_version == 2:
+            conn.published = [bytes(m[2]) for m in event.messages]     # type: ignore[attr-defined]
         return [f.PublishConfirm(event.publisher_id, tuple(m[0] for m in event.messages))]
     if isinstance(event, f.Subscribe):
         chunk = chunk_of(0, getattr(conn, "published", []))
@@ -134,6 +135,8 @@ def test_conformance_client_against_the_state_machine():
     assert client.declare_publisher(1, "s") == OK
     client.publish(1, [(1, b"one", "eu"), (2, b"two", None)], version=2)
     assert client.wait_confirms(1, [1, 2]) == {1: OK, 2: OK}
+    client.publish_sub_batch(1, 3, [b"x", b"yy"], gzip=True)
+    assert client.wait_confirms(1, [3]) == {3: OK}
     assert client.subscribe(3, "s", streamclient.offset_first(), 1,
                             {"filter.0": "eu", "match-unfiltered": "true"}) == OK
     chunk = client.next_chunk()
@@ -148,6 +151,10 @@ def test_conformance_client_against_the_state_machine():
     publish = next(e for e in server.events if isinstance(e, f.Publish))
     assert publish.publish_version == 2
     assert [(m[0], m[1]) for m in publish.messages] == [(1, "eu"), (2, None)]
+    batch = [e for e in server.events if isinstance(e, f.Publish)][1]
+    ((publishing_id, filter_value, data, (compression, records, uncompressed)),) = batch.messages
+    assert (publishing_id, filter_value, compression, records, uncompressed) == (3, None, 1, 2, 11)
+    assert zlib.decompress(data, 31) == b"\0\0\0\1x\0\0\0\2yy"
     subscribe = next(e for e in server.events if isinstance(e, f.Subscribe))
     assert subscribe.offset_spec == f.OffsetSpec.first()
     assert subscribe.properties == {"filter.0": "eu", "match-unfiltered": "true"}
