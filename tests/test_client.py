@@ -11,6 +11,8 @@ import threading
 
 import pytest
 
+from tests.polling import wait_for
+
 from amqp_stream import client as amqp
 from amqp_stream.testing import BrokerProcess
 
@@ -75,6 +77,8 @@ def test_presettled_publishing(conn, stream_name):
         for i in range(200):
             pub.publish(b"fire", application_properties={"i": i})
         assert {o.state for o in pub.flush()} == {"presettled"}
+    # pre-settled: nothing says when the broker has stored them but the stream's end
+    wait_for(lambda: conn.info(stream_name)["next_offset"] == 200, 15, "200 messages stored")
     with conn.consumer(stream_name) as c:
         assert [m.application_properties["i"] for m in c.read_available()] == list(range(200))
 

@@ -15,6 +15,8 @@ from typing import Callable, Iterable
 
 from proton import Connection, Endpoint, Transport
 
+from tests.polling import wait_for
+
 __all__ = ["EngineClient", "pump", "raw_socket", "fd_count", "socket_count", "connection_count", "wait_for"]
 
 
@@ -159,11 +161,3 @@ def socket_count(pid: int) -> int:
             pass
     return count
 
-
-def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
-    """Poll ``condition`` (a state of another process: its fds, its metrics) until it holds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
