@@ -2,7 +2,7 @@
 VENV := .venv
 STAMP := $(VENV)/.bootstrapped
 
-.PHONY: serve test bench install clean
+.PHONY: serve test lint bench install clean
 
 $(STAMP): setup.cfg pyproject.toml scripts/bootstrap $(wildcard tests/js/package.json)
 	scripts/bootstrap
@@ -15,6 +15,11 @@ serve: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest $(ARGS)
+
+# the gates CI runs before the tests: types on the typed packages, ruff on the tree
+lint: $(STAMP)
+	$(VENV)/bin/python -m mypy -p bloom -p storage -p sqlfilter -p amqp_stream.wire -p amqp_stream.streamproto
+	$(VENV)/bin/ruff check .
 
 bench: $(STAMP)
 	$(VENV)/bin/python -m bench $(ARGS)

@@ -52,6 +52,7 @@ class BrokerConfig:
     max_connections: int = 10_000
     handshake_timeout: float = 10.0
     idle_timeout: float = 60.0
+    event_loop: str = "uvloop"
     container_id: str | None = None
 
     def __post_init__(self) -> None:
@@ -83,6 +84,7 @@ HELP: dict[str, str] = {
     "max_connections": "connections served at once (all listeners); more are accepted and "
                        "closed at once, with a log line",
     "handshake_timeout": "seconds a new connection has to finish its handshake (SASL, TLS, open)",
+    "event_loop": "uvloop (default; asyncio's loop when uvloop is not installed) or asyncio",
     "idle_timeout": "AMQP idle time-out in seconds advertised to clients; a client silent for "
                     "longer is disconnected (0 = off)",
     "container_id": "container id sent in the open frame (default: amqp-stream@<hostname>)",
@@ -95,6 +97,7 @@ _CHOICES = {
     "fsync": ("always", "interval", "never"),
     "filter_scheme": ("mmh3", "osiris"),
     "log_level": ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
+    "event_loop": ("uvloop", "asyncio"),
 }
 
 

@@ -45,14 +45,17 @@ _FD_SHORTAGE = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _GONE = (errno.ECONNRESET, errno.EPIPE, errno.ETIMEDOUT, errno.ECONNABORTED, errno.ENOTCONN)
 
 
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's loop when it is installed (bench/RESULTS.md: less CPU per message), else
-    asyncio's own (epoll on Linux)."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
+def new_event_loop(kind: str = "uvloop") -> asyncio.AbstractEventLoop:
+    """uvloop's loop (bench/RESULTS.md: less CPU per message) unless ``kind`` is "asyncio" or
+    uvloop is not installed; then asyncio's own (epoll on Linux)."""
+    if kind == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            log.warning("uvloop is not installed: using asyncio's event loop")
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
 
 
 def raise_fd_limit() -> int:
@@ -102,8 +105,9 @@ class Mailbox:
 class EventLoop:
     """The loop, its listeners and every live connection (of any protocol)."""
 
-    def __init__(self, max_connections: int, handshake_timeout: float):
-        self.loop = new_event_loop()
+    def __init__(self, max_connections: int, handshake_timeout: float, kind: str = "uvloop"):
+        self.kind = kind
+        self.loop = new_event_loop(kind)
         self.max_connections = max_connections
         self.handshake_timeout = handshake_timeout
         self.mailbox = Mailbox(self.loop)

@@ -49,7 +49,7 @@ class Broker:
         self.metrics = Metrics()
         self.security = self._prepare_security()
         self.container_id = config.container_id or f"amqp-stream@{socket.gethostname()}"
-        self.eloop = EventLoop(config.max_connections, config.handshake_timeout)
+        self.eloop = EventLoop(config.max_connections, config.handshake_timeout, config.event_loop)
         self.core = Core(config, self.eloop.mailbox, self.metrics)
         self.adapter = Adapter(self.core, self.eloop, self.security, self.container_id,
                                config.idle_timeout)
@@ -97,8 +97,9 @@ class Broker:
             log.error("cannot listen on %s:%d: %s", host, port, exc.strerror or exc)
             self._close_storage()
             return 1
-        log.info("listening on %s://%s:%d as %s (open-file limit %d, max_connections %d)",
-                 scheme, host, port, self.container_id, fd_limit, self.config.max_connections)
+        log.info("listening on %s://%s:%d as %s (%s loop, open-file limit %d, max_connections %d)",
+                 scheme, host, port, self.container_id, type(self.eloop.loop).__module__,
+                 fd_limit, self.config.max_connections)
         loop = self.eloop.loop
         gc.disable()
         loop.add_signal_handler(signal.SIGTERM, self.shutdown)

@@ -296,7 +296,8 @@ def _measure_consume(label: str, url: str, pid: int, address: str, filters, batc
 def run(args: argparse.Namespace) -> dict:
     results: dict = {}
     data_root = Path(tempfile.mkdtemp(prefix="bench-broker-"))
-    real = BrokerProcess(data_root / "data", extra_args=["--fsync", args.fsync], log_path=data_root / "broker.log")
+    real = BrokerProcess(data_root / "data", extra_args=["--fsync", args.fsync, *args.broker_arg],
+                         log_path=data_root / "broker.log")
     real.start()
     memory = InMemoryProcess()
     try:
@@ -392,6 +393,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fsync", default="always", choices=("always", "interval", "never"))
     parser.add_argument("--repeat", type=int, default=2, help="alternating runs of the publish/consume phases")
     parser.add_argument("--quick", action="store_true", help="10k messages, 50 blocks of 400")
+    parser.add_argument("--broker-arg", action="append", default=[], metavar="ARG",
+                        help="an extra argument for the broker (repeat), e.g. --broker-arg=--event-loop=asyncio")
     args = parser.parse_args(argv)
     if args.quick:
         args.messages, args.blocks, args.block_size = 10_000, 50, 400
