@@ -82,7 +82,8 @@ def measure(scheme: Scheme, size: int, n: int, budget: int, rng: random.Random) 
 def fpr_table(budget_max: int, seed: int) -> None:
     rng = random.Random(seed)
     print(f"FPR per reader value per chunk; pairs per cell up to {budget_max:,}; seed {seed}")
-    head = f"{'size':>5} {'n':>4} | {'opt k':>5} {'optimum':>10} | {'osiris':>10} {'x opt':>6} | {'mmh3 k':>6} {'mmh3':>10} {'x opt':>6} {'pairs':>11}"
+    head = (f"{'size':>5} {'n':>4} | {'opt k':>5} {'optimum':>10} | {'osiris':>10} {'x opt':>6} | "
+            f"{'mmh3 k':>6} {'mmh3':>10} {'x opt':>6} {'pairs':>11}")
     print(head)
     print("-" * len(head))
     worst = {Scheme.OSIRIS: 0.0, Scheme.MMH3: 0.0}

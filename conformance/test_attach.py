@@ -32,7 +32,7 @@ def test_all_accepted_entries_echoed_in_order(client, stream):
     c = client.consumer(address(stream), entries)
     echo = c.echo
     assert [str(k) for k, _ in echo] == [k for k, _ in entries]
-    for (key, sent), (_, got) in zip(entries, echo):
+    for (key, sent), (_, got) in zip(entries, echo, strict=True):
         assert got.descriptor == sent.descriptor, key
         assert got.value == sent.value, key
 

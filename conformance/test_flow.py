@@ -140,7 +140,7 @@ def test_dispositions_do_not_consume(client, stream):
     outcomes = [Delivery.ACCEPTED, Delivery.RELEASED, Delivery.REJECTED, Delivery.MODIFIED]
     c = client.consumer(address(stream), [offset_spec("first")], credit=4)
     got = c.receive(4, settle=None)
-    for r, outcome in zip(got, outcomes):
+    for r, outcome in zip(got, outcomes, strict=True):
         r.delivery.update(outcome)
         r.delivery.settle()
     client.pump(0.2)

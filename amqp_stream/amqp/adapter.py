@@ -25,7 +25,8 @@ import time
 from typing import Any, Callable
 
 from cproton_ffi import ffi, lib
-from proton import Collector, Condition, Connection, Data, Delivery, Endpoint, Link, Message, Session, Terminus, Transport, symbol
+from proton import (Collector, Condition, Connection, Data, Delivery, Endpoint, Link, Message, Session,
+                    Terminus, Transport, symbol)
 
 from amqp_stream import __version__
 from amqp_stream.amqp import addresses, management
@@ -103,6 +104,14 @@ def _text(get: Callable[[], Any]) -> str:
     invalid UTF-8 in names and container ids)."""
     try:
         return repr(get())
+    except Exception:
+        return "<not UTF-8>"
+
+
+def _name_of(link: Any) -> str:
+    """A link's name for a log line (proton raises on names that are not UTF-8)."""
+    try:
+        return repr(link.name)
     except Exception:
         return "<not UTF-8>"
 
@@ -244,11 +253,11 @@ class Adapter:
             for obj in state.links.values():
                 if isinstance(obj, Publisher):
                     log.warning("state: %s publisher %s credit=%d unconfirmed=%d closed=%s",
-                                state.name, _text(lambda: obj.link.name), obj.link.credit,
+                                state.name, _name_of(obj.link), obj.link.credit,
                                 obj.credit.unconfirmed, obj.closed)
                 elif isinstance(obj, Consumer):
                     log.warning("state: %s consumer %s credit=%d waiting=%s scheduled=%s "
-                                "blocked=%s", state.name, _text(lambda: obj.link.name),
+                                "blocked=%s", state.name, _name_of(obj.link),
                                 obj.link.credit, obj.waiting, obj.scheduled, obj in state.blocked)
 
     # -- the event pump --------------------------------------------------------------------
@@ -367,7 +376,7 @@ class Adapter:
         state = self._state(event)
         session_ptr = _ev_session(event)
         if state is not None:
-            for ptr, obj in list(state.links.items()):
+            for ptr in list(state.links):
                 if lib.pn_link_session(ptr) == session_ptr:
                     self._forget_link(state, ptr)
         session = Session.wrap(session_ptr)
@@ -429,7 +438,7 @@ class Adapter:
         link.open()
         link.condition = Condition(error.condition, error.description)
         link.close()
-        log.info("link %s refused: %s %s", _text(lambda: link.name), error.condition, error.description)
+        log.info("link %s refused: %s %s", _name_of(link), error.condition, error.description)
 
     def _register(self, state: ConnState, link: Any, obj: Any) -> None:
         ptr = link._impl
@@ -461,7 +470,7 @@ class Adapter:
         self._register(state, link, publisher)
         self.core.attach_publisher(entry, publisher)
         publisher.start()
-        log.info("publisher attached: %s link %s -> %s", state.name, _text(lambda: link.name),
+        log.info("publisher attached: %s link %s -> %s", state.name, _name_of(link),
                  f"stream {entry.name!r}" if entry else "the anonymous terminus")
 
     def _attach_consumer(self, state: ConnState, link: Any) -> None:
@@ -484,7 +493,7 @@ class Adapter:
         filters = parse_source_filters(entries, now_ms=int(time.time() * 1000))
         for key, reason in filters.dropped:
             log.warning("consumer %s link %s on %r: filter %r left out: %s", state.name,
-                        _text(lambda: link.name), entry.name, key, reason)
+                        _name_of(link), entry.name, key, reason)
         link.source.copy(link.remote_source)
         link.source.address = address
         link.source.filter.clear()
@@ -504,7 +513,7 @@ class Adapter:
         self._register(state, link, consumer)
         consumer.conn = state
         self.core.attach_consumer(entry, consumer)
-        log.info("consumer attached: %s link %s <- stream %r: %s", state.name, _text(lambda: link.name),
+        log.info("consumer attached: %s link %s <- stream %r: %s", state.name, _name_of(link),
                  entry.name, filters.describe())
         consumer.pump()
 
@@ -565,14 +574,14 @@ class Adapter:
                 state.blocked.discard(obj)
                 self.core.detach_consumer(obj.entry, obj)
                 log.info("consumer detached: %s link %s from stream %r", state.name,
-                         _text(lambda: obj.link.name), obj.entry.name)
+                         _name_of(obj.link), obj.entry.name)
         elif isinstance(obj, Publisher):
             if obj in state.throttled:
                 self._throttle(state, obj, False)
             if not obj.closed:
                 obj.close()
                 self.core.detach_publisher(obj.entry, obj)
-                log.info("publisher detached: %s link %s", state.name, _text(lambda: obj.link.name))
+                log.info("publisher detached: %s link %s", state.name, _name_of(obj.link))
         else:
             obj.closed = True
 

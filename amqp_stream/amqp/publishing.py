@@ -8,7 +8,8 @@ read from the message annotations, and the bytes go to the stream's writer threa
 (``stream.append_batch``, once per reactor turn for all the messages of that turn: the
 server calls ``flush`` when the loop is quiet). The writer's ``on_durable`` callback runs on its
 own thread, so it only posts to the broker's mailbox; the settlement (``accepted``, or
-``rejected`` with a condition) of the whole batch happens back on the event loop. Credit follows ``amqp_stream.amqp.credit.PublisherCredit``.
+``rejected`` with a condition) of the whole batch happens back on the event loop. Credit follows
+``amqp_stream.amqp.credit.PublisherCredit``.
 Pre-settled transfers are appended and forgotten. A delivery waiting for the disk is held with
 ``pn_incref`` (released after its settlement), as a wrapper would hold it.
 """

@@ -182,7 +182,8 @@ class Client:
         try:
             status = int(reply.subject)
         except (TypeError, ValueError):
-            raise ManagementError(f"{method} {path}: malformed answer subject {reply.subject!r}", 0, reply.body)
+            raise ManagementError(f"{method} {path}: malformed answer subject {reply.subject!r}", 0,
+                                  reply.body) from None
         if status not in tuple(ok):
             cls = StreamNotFound if status == 404 else ManagementError
             raise cls(f"{method} {path}: {status} {reply.body!r}", status, reply.body)

@@ -146,7 +146,7 @@ class Publisher:
             try:
                 delivery = self.link.send(message)
             except ProtonException as exc:
-                raise self._lost(str(exc))
+                raise self._lost(str(exc)) from exc
             if self.presettled:
                 self._done.append(Outcome(seq, "presettled", message_id=message.id))
                 self.accepted += 1

@@ -99,7 +99,7 @@ def test_retention_arguments_reach_storage(broker, stream_name):
         c.declare(stream_name, {"x-queue-type": "stream", "x-max-length-bytes": 20_000,
                                 "x-stream-max-segment-size-bytes": 5_000})
         sender = c.sender(stream_name)
-        for i in range(60):
+        for _i in range(60):
             sender.send(Message(body=b"x" * 1000))
         info = c.info(stream_name)
         assert info["next_offset"] == 60

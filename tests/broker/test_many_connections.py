@@ -7,13 +7,11 @@ sockets, proton client engines (``tests.broker.engines``) and a blocking proton 
 
 from __future__ import annotations
 
-import os
 import random
 import resource
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -161,7 +159,7 @@ def test_malformed_and_half_open_connections_are_closed_and_their_fds_released(t
     try:
         _publish_and_consume(b.url, "s", 5)
         socks = []
-        for i in range(300):
+        for _i in range(300):
             s = raw_socket(b.host, b.port)
             s.sendall(_garbage(rng))
             socks.append(s)
@@ -204,7 +202,7 @@ def test_fifteen_thousand_fuzzed_connections_leave_fds_and_memory_at_the_baselin
 
         def fuzz(n: int) -> None:
             open_socks: list[socket.socket] = []
-            for i in range(n):
+            for _i in range(n):
                 s = raw_socket(b.host, b.port)
                 data = _garbage(rng)
                 if rng.random() < 0.5:

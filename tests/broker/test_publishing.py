@@ -198,7 +198,7 @@ def test_disk_full_rejects_with_resource_limit_and_the_broker_keeps_serving(tmp_
             c.declare("other")
             sender = c.sender("full")
             outcomes = []
-            for i in range(40):
+            for _i in range(40):
                 outcomes.append(c.send_bytes(sender, Message(body=os.urandom(10_000)).encode()))
                 if outcomes[-1] == Delivery.REJECTED:
                     break

@@ -9,7 +9,7 @@ from amqp_stream.errors import BadRequest
 from amqp_stream.amqp.source_filters import (StartSpec, parse_interval,
                                         parse_source_filters)
 
-O = symbol("rabbitmq:stream-offset-spec")
+O = symbol("rabbitmq:stream-offset-spec")  # noqa: E741 (the descriptor, short in tables)
 V = symbol("rabbitmq:stream-filter")
 U = symbol("rabbitmq:stream-match-unfiltered")
 P = symbol("amqp:properties-filter")

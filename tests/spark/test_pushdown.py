@@ -54,7 +54,7 @@ def test_untranslatable_filters_stay_with_spark_by_reference():
             In(("n",), (1, None)), GreaterThan(("amount",), float("nan"))]
     pd, rest = plan_pushdown(keep, COLUMNS)
     assert pd.sql is None and pd.filter_values is None
-    assert len(rest) == len(keep) and all(a is b for a, b in zip(rest, keep))
+    assert len(rest) == len(keep) and all(a is b for a, b in zip(rest, keep, strict=True))
 
 
 def test_floating_point_predicates_are_pushed_and_also_rechecked():
@@ -124,7 +124,7 @@ def test_offset_predicates_narrow_the_range_and_stay_with_spark():
                In(("offset",), (130, 400)), EqualTo(("offset",), "x")]
     pd, rest = plan_pushdown(filters, COLUMNS)
     assert (pd.offset_start, pd.offset_end) == (130, 250)
-    assert len(rest) == len(filters) and all(a is b for a, b in zip(rest, filters))
+    assert len(rest) == len(filters) and all(a is b for a, b in zip(rest, filters, strict=True))
     assert pd.clamp(0, 1000) == (130, 250) and pd.clamp(200, 220) == (200, 220)
     pd, _ = plan_pushdown([LessThanOrEqual(("offset",), 5), GreaterThan(("offset",), 5)], COLUMNS)
     assert pd.empty
