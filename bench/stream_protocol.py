@@ -1,0 +1,354 @@
+"""The stream protocol's throughput and CPU per message, against RabbitMQ and the AMQP 1.0 path.
+
+A load generator that is not the limit: publishing sends frames pre-encoded before the clock
+starts (``--frame`` messages each, 100-byte bodies as AMQP data sections) and counts confirms
+from each PublishConfirm's count field; consuming grants credit per chunk and counts records
+from each delivered chunk's header, skipping the chunk's bytes without looking at a message.
+Broker CPU = utime + stime of the broker process from ``/proc`` around each phase.
+
+Phases, each on each broker in the same run:
+1. publish ``--messages`` with confirms (this broker with ``--fsync never``, like RabbitMQ
+   which does not fsync either; and with ``--fsync always``);
+2. consume the whole stream from the start;
+3. stage 1 (this broker only: RabbitMQ 3.10 has no stream filtering): a stream whose values
+   come in bursts (block ``b`` of ``--block`` messages has value ``v<b % 100>``), consumed with
+   ``filter.0 = v7`` (1 value in 100): bytes read from disk (the broker's
+   ``amqp_stream_read_bytes_total``) and bytes sent, as shares of the unfiltered consumer's;
+4. stage 2 over the stream protocol (this broker only, an extension): the same stream with an
+   SQL filter that keeps 1 % of the messages, its time against the unfiltered consume by the
+   same client;
+and the AMQP 1.0 path of this broker for the same publish and consume (``bench.broker``'s
+proton client: a Python client, which is its limit; the figure to compare is broker CPU per
+message).
+
+RabbitMQ: Debian's ``rabbitmq-server`` (3.10) started by ``bench.peer`` on private ports when
+installed; otherwise the bench says so and carries on.
+
+    python -m bench.stream_protocol                 # 1,000,000 messages
+    python -m bench.stream_protocol --quick         # 100,000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import selectors
+import socket
+import struct
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from amqp_stream.testing import BrokerProcess, free_port
+from bench.peer import RabbitMQNode
+from conformance.streamclient import StreamClient, offset_first
+
+__all__ = ["main", "publish", "consume"]
+
+BODY = bytes(range(100))
+MESSAGE = b"\x00\x53\x75\xa0" + bytes([len(BODY)]) + BODY  # an AMQP data section
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PUBLISH, CONFIRM, PUBLISH_ERROR, DELIVER, CREDIT = 0x02, 0x03, 0x04, 0x08, 0x09
+_FRAME_HEAD = struct.Struct(">IHH")
+_CHUNK_RECORDS = struct.Struct(">I")  # numRecords, 4 bytes into the chunk header
+READ_SIZE = 4 << 20
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def publish_frames(publisher: int, first_id: int, count: int, per_frame: int,
+                   values: Sequence[str] | None = None,
+                   messages: Sequence[bytes] = (MESSAGE,)) -> list[tuple[bytes, int]]:
+    """Publish frames for ``count`` messages, message ``i`` being ``messages[i % len]`` (v2
+    with a filter value each when ``values``)."""
+    frames = []
+    sized = [struct.pack(">I", len(m)) + m for m in messages]
+    for start in range(0, count, per_frame):
+        n = min(per_frame, count - start)
+        parts = []
+        for i in range(first_id + start, first_id + start + n):
+            message = sized[i % len(sized)]
+            if values is None:
+                parts.append(struct.pack(">Q", i) + message)
+            else:
+                value = values[i - first_id].encode()
+                parts.append(struct.pack(">QH", i, len(value)) + value + message)
+        body = struct.pack(">HHBi", PUBLISH, 1 if values is None else 2, publisher, n) + b"".join(parts)
+        frames.append((struct.pack(">I", len(body)) + body, n))
+    return frames
+
+
+@dataclass
+class Result:
+    messages: int
+    bytes: int
+    seconds: float
+    cpu: float
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.seconds if self.seconds else 0.0
+
+    @property
+    def cpu_us(self) -> float:
+        return self.cpu / self.messages * 1e6 if self.messages else 0.0
+
+
+def publish(client: StreamClient, frames: list[tuple[bytes, int]], pid: int,
+            window: int = 200_000) -> Result:
+    """Send ``frames``, keeping at most ``window`` messages unconfirmed; until all confirmed."""
+    sock = client.sock
+    sock.setblocking(False)
+    buf = bytearray(client._buf)
+    total = sum(n for _, n in frames)
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE)
+    sent = confirmed = 0
+    index, offset = 0, 0
+    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    while confirmed < total:
+        want_write = index < len(frames) and sent - confirmed < window
+        sel.modify(sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if want_write else 0))
+        for _, mask in sel.select(30):
+            if mask & selectors.EVENT_WRITE and want_write:
+                data, n = frames[index]
+                try:
+                    offset += sock.send(memoryview(data)[offset:])
+                except BlockingIOError:
+                    pass
+                if offset == len(data):
+                    index, offset, sent = index + 1, 0, sent + n
+            if mask & selectors.EVENT_READ:
+                chunk = sock.recv(READ_SIZE)
+                if not chunk:
+                    raise ConnectionError("the broker closed the connection")
+                buf += chunk
+                pos = 0
+                while len(buf) - pos >= 4:
+                    size, key, _ = _FRAME_HEAD.unpack_from(buf, pos)
+                    if len(buf) - pos < 4 + size:
+                        break
+                    if key == CONFIRM:
+                        confirmed += struct.unpack_from(">i", buf, pos + 9)[0]
+                    elif key == PUBLISH_ERROR:
+                        raise RuntimeError("the broker refused messages (PublishError)")
+                    pos += 4 + size
+                del buf[:pos]
+    seconds, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
+    sel.close()
+    sock.setblocking(True)
+    client._buf = buf
+    return Result(total, total * len(MESSAGE), seconds, cpu)
+
+
+def consume(client: StreamClient, stream: str, expected: int, pid: int,
+            properties: dict[str, str] | None = None, credit: int = 10,
+            until_idle: float = 0.0) -> Result:
+    """Subscribe from the first offset; count records from chunk headers until ``expected``
+    (or, with ``until_idle``, until no chunk came for that long: filtered consumers)."""
+    code = client.subscribe(1, stream, offset_first(), credit=credit, properties=properties or {})
+    if code != 1:
+        raise RuntimeError(f"subscribe answered {code}")
+    sock = client.sock
+    buf = bytearray(client._buf)
+    records = received = 0
+    grant = struct.pack(">IHHBH", 7, CREDIT, 1, 1, 1)
+    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    last = t0
+    sock.settimeout(until_idle or 30)
+    skip = 0  # bytes of a chunk still to come, not looked at
+    while records < expected:
+        try:
+            data = sock.recv(READ_SIZE)
+        except socket.timeout:
+            if until_idle:
+                break
+            raise
+        if not data:
+            raise ConnectionError("the broker closed the connection")
+        received += len(data)
+        view = memoryview(data)
+        if skip:
+            taken = min(skip, len(view))
+            skip -= taken
+            view = view[taken:]
+        buf += view
+        pos = 0
+        credits = 0
+        while len(buf) - pos >= 4:
+            size, key, version = _FRAME_HEAD.unpack_from(buf, pos)
+            if key == DELIVER:
+                head = 4 + 4 + 1 + (8 if version == 2 else 0)  # size, key+version, sub (+ id)
+                if len(buf) - pos < head + 8:
+                    break
+                records += _CHUNK_RECORDS.unpack_from(buf, pos + head + 4)[0]
+                credits += 1
+                end = pos + 4 + size
+                if end > len(buf):
+                    skip = end - len(buf)
+                    pos = len(buf)
+                    break
+                pos = end
+                last = time.perf_counter()
+            else:
+                if len(buf) - pos < 4 + size:
+                    break
+                pos += 4 + size
+        del buf[:pos]
+        if credits:
+            sock.sendall(grant * credits)
+    seconds = (last if until_idle else time.perf_counter()) - t0
+    cpu = cpu_seconds(pid) - cpu0
+    client._buf = bytearray()
+    return Result(records, received, seconds, cpu)
+
+
+def _metric(url: str, name: str, stream: str) -> float:
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    m = re.search(rf'^{name}{{stream="{re.escape(stream)}"}} (\S+)$', text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def _row(label: str, r: Result) -> str:
+    return (f"  {label:34} {r.messages:>9} {r.seconds:>7.2f} {r.rate:>11,.0f} {r.cpu_us:>9.3f}")
+
+
+HEADER = f"  {'':34} {'messages':>9} {'s':>7} {'msg/s':>11} {'CPU µs/msg':>9}"
+
+
+def run_stream_broker(label: str, host: str, port: int, pid: int, args: argparse.Namespace,
+                      out: list[str]) -> tuple[Result, Result]:
+    """Publish then consume ``--messages`` on a fresh stream; the results and their rows."""
+    stream = f"bench-{label.split()[0]}-{os.getpid()}"
+    with StreamClient(host, port, timeout=60) as c:
+        c.create_stream(stream)
+        c.declare_publisher(1, stream)
+        frames = publish_frames(1, 0, args.messages, args.frame)
+        pub = publish(c, frames, pid)
+    with StreamClient(host, port, timeout=60) as c:
+        con = consume(c, stream, args.messages, pid)
+    out.append(_row(f"{label}: publish", pub))
+    out.append(_row(f"{label}: consume", con))
+    return pub, con
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.stream_protocol",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--frame", type=int, default=1000, help="messages per Publish frame")
+    parser.add_argument("--block", type=int, default=1000, help="messages per filter-value burst")
+    parser.add_argument("--quick", action="store_true", help="100,000 messages")
+    parser.add_argument("--targets", default="amqp-stream,rabbitmq",
+                        help="brokers to measure, comma-separated (default: both)")
+    parser.add_argument("--sql-property", default="sql-filter",
+                        help="the subscription property carrying an SQL filter")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.messages = 100_000
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+          f"{args.messages} messages of {len(BODY)} bytes, {args.frame} per Publish frame")
+    out = [HEADER]
+    results: dict[str, tuple[Result, Result]] = {}
+    root = Path(tempfile.mkdtemp(prefix="bench-stream-"))
+
+    targets = set(args.targets.split(","))
+    for fsync in ("never", "always") if "amqp-stream" in targets else ():
+        stream_port = free_port()
+        b = BrokerProcess(root / f"data-{fsync}", extra_args=[
+            "--fsync", fsync, "--stream-port", str(stream_port)], log_path=root / f"broker-{fsync}.log")
+        b.start()
+        try:
+            results[fsync] = run_stream_broker(f"amqp-stream (fsync {fsync})", b.host, stream_port,
+                                               b.proc.pid, args, out)
+            if fsync == "never":
+                filtered(b, stream_port, args, out)
+                amqp_path(b, args, out)
+        finally:
+            b.stop()
+
+    if "rabbitmq" not in targets:
+        out.append("  RabbitMQ: not measured (--targets)")
+    elif not RabbitMQNode.available():
+        out.append("  RabbitMQ: not installed (apt-get install rabbitmq-server): no peer in this run")
+    else:
+        node = RabbitMQNode()
+        try:
+            node.start()
+            results["rabbitmq"] = run_stream_broker(f"RabbitMQ {node.version().split('-')[0]}",
+                                                    node.host, node.stream_port, node.pid(), args, out)
+        finally:
+            node.stop()
+    print("\n".join(out))
+    if "rabbitmq" in results and "never" in results:
+        ours, theirs = results["never"], results["rabbitmq"]
+        print(f"  ratio amqp-stream (fsync never) / RabbitMQ: publish {ours[0].rate / theirs[0].rate:.2f}x "
+              f"throughput, {ours[0].cpu_us / theirs[0].cpu_us:.2f}x CPU per message; consume "
+              f"{ours[1].rate / theirs[1].rate:.2f}x throughput, "
+              f"{ours[1].cpu_us / theirs[1].cpu_us:.2f}x CPU per message")
+    return 0
+
+
+def filtered(b: BrokerProcess, stream_port: int, args: argparse.Namespace, out: list[str]) -> None:
+    """Stage 1 and stage 2 on a stream whose filter values come in bursts."""
+    from bench.broker import encode
+    stream = f"bench-filtered-{os.getpid()}"
+    n = args.messages
+    values = [f"v{(i // args.block) % 100}" for i in range(n)]
+    variants = [encode(properties={"k": k}) for k in range(100)]  # message i has k = i % 100
+    pid = b.proc.pid
+    with StreamClient(b.host, stream_port, timeout=60) as c:
+        c.create_stream(stream)
+        c.declare_publisher(1, stream)
+        publish(c, publish_frames(1, 0, n, args.frame, values, variants), pid)
+    metrics = b.metrics_url
+
+    def read(properties: dict[str, str] | None, expected: int) -> tuple[Result, float]:
+        before = _metric(metrics, "amqp_stream_read_bytes_total", stream)
+        with StreamClient(b.host, stream_port, timeout=60) as c:
+            r = consume(c, stream, expected, pid, properties, until_idle=0.0 if properties is None else 2.0)
+        return r, _metric(metrics, "amqp_stream_read_bytes_total", stream) - before
+
+    everything, read_all = read(None, n)
+    stage1, read1 = read({"filter.0": "v7"}, n)
+    out.append(_row("unfiltered consume", everything))
+    out.append(f"  stage 1 (filter.0 = v7, 1 value in 100): {stage1.messages} records in chunks, "
+               f"read {read1 / max(read_all, 1):.2%} of the bytes, sent "
+               f"{stage1.bytes / max(everything.bytes, 1):.2%}, {stage1.seconds:.2f} s")
+    try:
+        stage2, _ = read({args.sql_property: "k = 7"}, n)
+    except RuntimeError as exc:
+        out.append(f"  stage 2 over the stream protocol: not available ({exc})")
+        return
+    out.append(f"  stage 2 (SQL, 1 %): {stage2.messages} records, {stage2.seconds:.2f} s: "
+               f"{everything.seconds / max(stage2.seconds, 1e-9):.1f}x sooner than unfiltered")
+
+
+def amqp_path(b: BrokerProcess, args: argparse.Namespace, out: list[str]) -> None:
+    """The same publish and consume over AMQP 1.0 (proton's Python client is the limit)."""
+    from bench import broker as amqp_bench
+    from amqp_stream.client import connect
+    n = min(args.messages, 100_000)
+    encoded = amqp_bench.encode()
+    with connect(b.url) as client:
+        client.declare("bench-amqp")
+    cpu0 = cpu_seconds(b.proc.pid)
+    pub = amqp_bench.publish(b.url, "/queues/bench-amqp", lambda i: encoded, n)
+    cpu1 = cpu_seconds(b.proc.pid)
+    con = amqp_bench.consume(b.url, "/queues/bench-amqp", amqp_bench.stream_filters("first"))
+    cpu2 = cpu_seconds(b.proc.pid)
+    out.append(_row("amqp-stream AMQP 1.0: publish", Result(pub.accepted, 0, pub.seconds, cpu1 - cpu0)))
+    out.append(_row("amqp-stream AMQP 1.0: consume", Result(con.messages, con.bytes, con.seconds, cpu2 - cpu1)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
