@@ -445,13 +445,18 @@ class Adapter:
         state.links[ptr] = obj
         self.links[ptr] = obj
 
+    def _attach_management(self, state: ConnState, link: Any) -> None:
+        """One side of a ``/management`` link pair: attached as asked."""
+        link.source.copy(link.remote_source)
+        link.target.copy(link.remote_target)
+        link.open()
+        self._register(state, link, ManagementLink(link, lib.pn_link_session(link._impl),
+                                                   sender=not link.is_receiver))
+
     def _attach_publisher(self, state: ConnState, link: Any) -> None:
         address = link.remote_target.address
         if address == addresses.MANAGEMENT:
-            link.target.copy(link.remote_target)
-            link.source.copy(link.remote_source)
-            link.open()
-            self._register(state, link, ManagementLink(link, lib.pn_link_session(link._impl), False))
+            self._attach_management(state, link)
             link.flow(MANAGEMENT_CREDIT)
             return
         entry = None
@@ -476,10 +481,7 @@ class Adapter:
     def _attach_consumer(self, state: ConnState, link: Any) -> None:
         address = link.remote_source.address
         if address == addresses.MANAGEMENT:
-            link.source.copy(link.remote_source)
-            link.target.copy(link.remote_target)
-            link.open()
-            self._register(state, link, ManagementLink(link, lib.pn_link_session(link._impl), True))
+            self._attach_management(state, link)
             return
         parsed = addresses.parse(address)
         if parsed.kind != "queue":
