@@ -10,7 +10,9 @@ match on the class, never on the text.
 
 from __future__ import annotations
 
-__all__ = ["BrokerError", "BadRequest", "NotFound", "Forbidden", "PreconditionFailed",
+import errno
+
+__all__ = ["from_storage", "BrokerError", "BadRequest", "NotFound", "Forbidden", "PreconditionFailed",
            "NotAllowed", "NotImplementedByBroker", "ResourceDeleted", "ResourceLimit",
            "DecodeError", "SizeExceeded", "InternalError", "ShuttingDown"]
 
@@ -79,3 +81,20 @@ class InternalError(BrokerError):
 
 class ShuttingDown(BrokerError):
     condition, status, stream_code = "amqp:connection:forced", 503, 0x0C
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def from_storage(exc: BaseException) -> BrokerError:
+    """The refusal for a storage failure: ``ResourceLimit`` when an ``OSError`` in its cause
+    chain says the disk is full (storage keeps the OSError as the cause), else
+    ``InternalError``."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, BrokerError):
+            return cause
+        if isinstance(cause, OSError) and cause.errno in _DISK_FULL:
+            return ResourceLimit(f"disk full: {exc}")
+        cause = cause.__cause__ or cause.__context__
+    return InternalError(f"the message could not be stored: {exc}")

@@ -127,7 +127,7 @@ class Stream:
         writer = self._writer
         writer.wait_committed(writer.next, timeout)
         if writer.error is not None:
-            raise StreamClosedError(str(writer.error))
+            raise StreamClosedError(str(writer.error)) from writer.error
 
     def close(self) -> None:
         """Write what is queued, fsync, stop the writer, close the files."""

@@ -16,10 +16,8 @@ Pre-settled transfers are appended and forgotten. A delivery waiting for the dis
 
 from __future__ import annotations
 
-import errno
 import itertools
 import logging
-import os
 from typing import Any, Callable
 
 from cproton import (pn_decref, pn_delivery_aborted, pn_delivery_partial, pn_delivery_pending,
@@ -28,7 +26,8 @@ from cproton import (pn_decref, pn_delivery_aborted, pn_delivery_partial, pn_del
 from proton import Condition, Delivery
 
 from amqp_stream.amqp.credit import PublisherCredit
-from amqp_stream.errors import BrokerError
+from amqp_stream.errors import (BadRequest, BrokerError, DecodeError, NotFound, ResourceDeleted,
+                                SizeExceeded, from_storage)
 from amqp_stream.wire import BadFilterValue, MessageFormatError, MessageView, stored_form
 
 __all__ = ["Publisher"]
@@ -45,10 +44,6 @@ def _batch_durable(key: int, error: Exception | None) -> None:
     """On the event loop: a batch handed to storage is durable (or failed)."""
     publisher, deliveries, held = _batches.pop(key)
     publisher._durable(deliveries, error, held)
-
-
-class StreamGone(Exception):
-    """The stream of a publisher was deleted."""
 
 
 ACCEPTED = Delivery.ACCEPTED
@@ -96,16 +91,18 @@ class Publisher:
         self.partial.clear()
         self.credit.budget.waiting.pop(self, None)
 
-    def reject(self, impl: Any, condition: str, description: str) -> None:
-        """Settle the delivery at pointer ``impl`` as rejected (rare: the wrapper is fine here)."""
+    def reject(self, impl: Any, refusal: BrokerError) -> None:
+        """Settle the delivery at pointer ``impl`` as rejected with the refusal's condition
+        (rare: the wrapper is fine here)."""
         delivery = Delivery.wrap(impl)
-        delivery.local.condition = Condition(condition, description)
+        delivery.local.condition = Condition(refusal.condition, refusal.description)
         delivery.update(REJECTED)
         delivery.settle()
         if self.entry is not None and self.entry.metrics is not None:
-            self.entry.metrics.publish_rejected(condition)
+            self.entry.metrics.publish_rejected(refusal.condition)
         log.info("rejected a message on %r: %s %s",
-                 self.entry.name if self.entry else "(anonymous terminus)", condition, description)
+                 self.entry.name if self.entry else "(anonymous terminus)", refusal.condition,
+                 refusal.description)
 
     def on_delivery(self, impl: Any) -> None:
         """A ``PN_DELIVERY`` on this link, given as the delivery's C pointer (one call a message:
@@ -153,8 +150,8 @@ class Publisher:
                 self._append(None, data)
         elif oversize:
             self.credit.confirmed()
-            self.reject(impl, "amqp:link:message-size-exceeded",
-                        f"message larger than the maximum of {self.max_message_size} bytes")
+            self.reject(impl, SizeExceeded(f"message larger than the maximum of "
+                                           f"{self.max_message_size} bytes"))
         else:
             self._append(impl, data)
         self.top_up()
@@ -186,11 +183,11 @@ class Publisher:
             body, value = stored_form(data)
         except BadFilterValue as exc:
             self.credit.release(held)
-            self._refuse(delivery, "amqp:invalid-field", str(exc))
+            self._refuse(delivery, BadRequest(str(exc)))
             return
         except MessageFormatError as exc:
             self.credit.release(held)
-            self._refuse(delivery, "amqp:decode-error", f"not an AMQP 1.0 message: {exc}")
+            self._refuse(delivery, DecodeError(f"not an AMQP 1.0 message: {exc}"))
             return
         entry = self.entry
         if entry is None:
@@ -210,12 +207,12 @@ class Publisher:
             pn_incref(delivery)  # released in _settle_all
             batch[3].append(delivery)
 
-    def _refuse(self, delivery: Any | None, condition: str, description: str) -> None:
+    def _refuse(self, delivery: Any | None, refusal: BrokerError) -> None:
         if delivery is not None:
             self.credit.confirmed()
-            self.reject(delivery, condition, description)
+            self.reject(delivery, refusal)
         else:
-            log.info("dropped a pre-settled message: %s %s", condition, description)
+            log.info("dropped a pre-settled message: %s %s", refusal.condition, refusal.description)
 
     def _route(self, delivery: Any | None, body: bytes) -> Any:
         """The anonymous terminus: the stream named by the message's ``to``."""
@@ -223,20 +220,20 @@ class Publisher:
         try:
             to = MessageView.from_bytes(body).properties.get("to")
         except (MessageFormatError, ValueError) as exc:
-            self._refuse(delivery, "amqp:decode-error", f"cannot read the properties: {exc}")
+            self._refuse(delivery, DecodeError(f"cannot read the properties: {exc}"))
             return None
         if not isinstance(to, str):
-            self._refuse(delivery, "amqp:invalid-field", "a message on the anonymous terminus needs "
-                                                         "to = /queues/<stream>")
+            self._refuse(delivery, BadRequest("a message on the anonymous terminus needs "
+                                              "to = /queues/<stream>"))
             return None
         try:
             name = addresses.publish_stream(to)
         except BrokerError as exc:
-            self._refuse(delivery, exc.condition, exc.description)
+            self._refuse(delivery, exc)
             return None
         entry = self.lookup(name) if self.lookup else None
         if entry is None:
-            self._refuse(delivery, "amqp:not-found", f"no stream '{name}'")
+            self._refuse(delivery, NotFound(f"no stream '{name}'"))
         return entry
 
     def flush(self) -> None:
@@ -263,15 +260,14 @@ class Publisher:
             post(_batch_durable, key, error)
         try:
             if entry.deleted:
-                raise StreamGone(f"stream '{entry.name}' was deleted")
+                raise ResourceDeleted(f"stream '{entry.name}' was deleted")
             entry.stream.append_batch(bodies, values, on_durable=callback)
         except Exception as exc:  # storage refused (closed, writer failed, disk full)
-            condition = (("amqp:resource-deleted", str(exc)) if isinstance(exc, StreamGone)
-                         else storage_condition(exc))
+            refusal = from_storage(exc)
             _batches.pop(key, None)
             self._release(held)
             self.credit.confirmed(len(waiting))
-            self._settle_all(waiting, condition)
+            self._settle_all(waiting, refusal)
             if len(waiting) < len(bodies):
                 log.warning("dropped %d pre-settled messages: %s", len(bodies) - len(waiting), exc)
             self.top_up()
@@ -285,25 +281,25 @@ class Publisher:
         """On the event loop: the writer thread says a batch is durable (or failed)."""
         self._release(held)
         self.credit.confirmed(len(deliveries))
-        self._settle_all(deliveries, None if error is None else storage_condition(error))
+        self._settle_all(deliveries, None if error is None else from_storage(error))
         if not self.closed:
             self.top_up()
 
-    def _settle_all(self, deliveries: list, condition: tuple[str, str] | None) -> None:
-        """Accept (``condition`` None) or reject a batch's deliveries, and release them. A
+    def _settle_all(self, deliveries: list, refusal: BrokerError | None) -> None:
+        """Accept (``refusal`` None) or reject a batch's deliveries, and release them. A
         closed link's deliveries are only settled: there is no one to tell."""
         if self.closed:
             for impl in deliveries:
                 pn_delivery_settle(impl)
                 pn_decref(impl)
-        elif condition is None:
+        elif refusal is None:
             for impl in deliveries:
                 pn_delivery_update(impl, ACCEPTED)
                 pn_delivery_settle(impl)
                 pn_decref(impl)
         else:
             for impl in deliveries:
-                self.reject(impl, *condition)
+                self.reject(impl, refusal)
                 pn_decref(impl)
 
     def _throttle(self) -> None:
@@ -334,17 +330,3 @@ class Publisher:
         if more:
             self.link.flow(more)
 
-
-def storage_condition(exc: BaseException) -> tuple[str, str]:
-    """The AMQP error condition for a storage failure."""
-    full = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, OSError) and cause.errno in full:
-            return "amqp:resource-limit-exceeded", f"disk full: {exc}"
-        cause = cause.__cause__ or cause.__context__
-    # storage wraps the OSError in its own error with the text only
-    text = str(exc)
-    if any(os.strerror(code) in text for code in full):
-        return "amqp:resource-limit-exceeded", f"disk full: {exc}"
-    return "amqp:internal-error", f"the message could not be stored: {exc}"
