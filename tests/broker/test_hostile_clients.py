@@ -10,7 +10,7 @@ import re
 import urllib.request
 
 import pytest
-from proton import Message, symbol
+from proton import Described, Message, symbol
 
 from amqp_stream.testing import BrokerProcess
 from tests.broker.amqp import Client, Delivery, offset
@@ -205,6 +205,49 @@ def test_link_churn_leaves_no_memory_behind(tmp_path):
         grown = _status_kib(b.proc.pid, "VmRSS") - base
         assert grown < 4 * 1024, f"RSS grew by {grown} KiB over 3,000 consumer and publisher attaches"
         assert _metric(b, "amqp_stream_consumers") == 0 and _metric(b, "amqp_stream_publishers") == 0
+        e.close()
+    finally:
+        b.close()
+    assert "Traceback" not in b.log_text()
+
+
+def test_a_costly_filter_does_not_hold_other_clients(tmp_path):
+    """A consumer whose SQL filter is a hostile LIKE over 100 KB properties (once seconds per
+    message on the event loop, with every other client waiting): another client's management
+    request is answered long before that consumer has scanned the stream (LIKE's step budget
+    and the turn's evaluation-time budget)."""
+    hostile = "%" + "a_" * 2000 + "b%"  # 4,003 characters, within the expression limits
+    b = BrokerProcess(tmp_path / "data").start()
+    try:
+        with Client(b.url) as c:
+            c.declare("costly")
+            big = [Message(body="x", properties={"p": "a" * 100_000}) for _ in range(40)]
+            assert c.publish("costly", big + [Message(body="END", properties={"end": True})]) == \
+                [Delivery.ACCEPTED] * 41
+        e = EngineClient(b.host, b.port)
+        assert pump([e], lambda c: c.opened, timeout=15) == []
+        session = e.connection.session()
+        session.open()
+        other = Client(b.url)  # connected, and its management link open, before the scan starts
+        try:
+            assert other.info("costly")["message_count"] == 41
+            r = session.receiver("costly")
+            r.source.address = "/queues/costly"
+            r.source.filter.put_object({
+                symbol("o"): offset("first"),
+                symbol("sql"): Described(symbol("amqp:sql-filter"), f"end = TRUE OR p LIKE '{hostile}'")})
+            r.open()
+            r.flow(100)
+            e.write()  # the attach and its credit are on their way: the scan starts
+            assert other.info("costly")["message_count"] == 41  # and asks again meanwhile
+            # answered while the scan goes on: END (the one match) not sent yet
+            assert _metric(b, "amqp_stream_delivered_messages_total", "costly") == 0
+        finally:
+            other.close()
+        # and the scan finishes: END arrives
+        wait_for(lambda: _metric(b, "amqp_stream_delivered_messages_total", "costly") == 1, 60,
+                 "the scan to reach END")
+        assert _metric(b, "amqp_stream_stage2_dropped_messages_total", "costly") == 40
         e.close()
     finally:
         b.close()

@@ -168,16 +168,16 @@ def test_consumer_turn_limits():
 
 
 def test_consumer_turn_ends_when_its_evaluation_time_is_spent():
-    """A costly filter ends a turn by time, matched or dropped: the clock is read every
-    EVAL_CHECK evaluations."""
-    from amqp_stream.amqp.credit import EVAL_CHECK
+    """A costly filter ends a turn by time, matched or dropped, from its first evaluation (the
+    clock is read at evaluations 1, 2, 4, 8, 16, then every EVAL_CHECK); a cheap one goes on."""
     t = ConsumerTurn(max_scanned=10_000, max_eval_seconds=0)
     t.start()
-    assert all(t.on_evaluated() for _ in range(EVAL_CHECK - 1))
     assert not t.on_evaluated()
     t.start()
-    assert all(t.on_dropped() for _ in range(EVAL_CHECK - 1))
     assert not t.on_dropped()
+    t = ConsumerTurn(max_scanned=10_000, max_eval_seconds=3600)
+    t.start()
+    assert all(t.on_evaluated() for _ in range(1000)) and all(t.on_dropped() for _ in range(1000))
 
 
 # -- config ----------------------------------------------------------------------------------------
