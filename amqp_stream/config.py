@@ -85,8 +85,8 @@ HELP: dict[str, str] = {
                        "closed at once, with a log line",
     "handshake_timeout": "seconds a new connection has to finish its handshake (SASL, TLS, open)",
     "event_loop": "uvloop (default; asyncio's loop when uvloop is not installed) or asyncio",
-    "idle_timeout": "AMQP idle time-out in seconds advertised to clients; a client silent for "
-                    "longer is disconnected (0 = off)",
+    "idle_timeout": "seconds of silence after which an AMQP client is disconnected (the open "
+                    "frame announces half, as proton does, so clients heartbeat in time; 0 = off)",
     "container_id": "container id sent in the open frame (default: amqp-stream@<hostname>)",
 }
 

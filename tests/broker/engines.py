@@ -30,6 +30,7 @@ class EngineClient:
         self.sock.connect((host, port))
         self.sock.setblocking(False)
         self.rewrite: tuple[bytes, bytes] | None = None  # (placeholder, bytes): patch output
+        self.ticks = True  # run the engine's timers (heartbeats) while pumped
         self.transport = Transport(Transport.CLIENT)
         self.transport.sasl().allowed_mechs("ANONYMOUS")
         self.connection = Connection()
@@ -48,6 +49,8 @@ class EngineClient:
         return self.eof or bool(self.connection.state & Endpoint.REMOTE_CLOSED)
 
     def write(self) -> None:
+        if self.ticks:
+            self.transport.tick(time.monotonic())
         while True:
             pending = self.transport.pending()
             if pending <= 0:
@@ -100,7 +103,11 @@ def pump(clients: Iterable[EngineClient], done: Callable[[EngineClient], bool],
         sel.register(c.sock, selectors.EVENT_READ, c)
     deadline = time.monotonic() + timeout
     while waiting and time.monotonic() < deadline:
-        for key, mask in sel.select(0.2):
+        ready = sel.select(0.2)
+        for c in waiting:
+            if c.ticks and not any(key.data is c for key, _ in ready):
+                c.write()  # timers only (heartbeats)
+        for key, mask in ready:
             c = key.data
             if mask & selectors.EVENT_READ:
                 c.read()

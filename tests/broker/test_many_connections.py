@@ -11,6 +11,7 @@ import random
 import resource
 import socket
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -230,6 +231,33 @@ def test_fifteen_thousand_fuzzed_connections_leave_fds_and_memory_at_the_baselin
         assert grown < 12 * 1024, f"RSS grew by {grown} KiB over 15,000 connections"
         _publish_and_consume(b.url, "s", 5)
         assert b.proc.poll() is None
+    finally:
+        b.close()
+    assert "Traceback" not in b.log_text()
+
+
+def test_amqp_idle_timeouts_as_negotiated(tmp_path):
+    """The broker announces its idle time-out and closes a client silent for longer; to a
+    client that announces one, it sends heartbeats in time (proton's ``tick``)."""
+    b = BrokerProcess(tmp_path / "data", extra_args=["--idle-timeout", "1"]).start()
+    try:
+        silent = EngineClient(b.host, b.port)
+        silent.ticks = False  # answers nothing once open: no heartbeats
+        chatty = EngineClient(b.host, b.port)
+        chatty.transport.idle_timeout = 2.0  # heartbeats expected every ~1 s
+        assert pump([silent, chatty], lambda c: c.opened, timeout=15) == []
+        assert silent.transport.remote_idle_timeout == 0.5  # proton announces half of it
+        frames_before = chatty.transport.frames_input
+        # the silent one sends nothing more: closed by the broker; the chatty one (heartbeats
+        # both ways) gets empty frames, the only frames that come after open, and stays open
+        assert pump([silent, chatty], lambda c: c.closed_by_peer if c is silent
+                    else c.transport.frames_input >= frames_before + 3, timeout=15) == []
+        cond = silent.connection.remote_condition or silent.transport.condition
+        assert cond is not None and "idle" in (cond.description or "").lower()
+        # and it stays open well past the broker's time-out, as long as it heartbeats
+        assert pump([chatty], lambda c: c.closed_by_peer, timeout=2.5) == [chatty]
+        silent.close()
+        chatty.close()
     finally:
         b.close()
     assert "Traceback" not in b.log_text()
