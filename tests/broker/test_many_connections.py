@@ -11,7 +11,6 @@ import random
 import resource
 import socket
 import subprocess
-import time
 import sys
 from pathlib import Path
 
