@@ -191,7 +191,7 @@ class WritePlan:
     def message(self, row: tuple | list) -> proton.Message:
         """One row (values in schema order) as a message."""
         if self.body_is_json:
-            body = json.dumps(dict(zip(self.names, _plain(row), strict=True)), default=_json_default,
+            body = json.dumps(dict(zip(self.names, _plain(row), strict=False)), default=_json_default,
                               separators=(",", ":")).encode()
         else:
             body = row[self.body_index]
