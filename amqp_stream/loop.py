@@ -250,6 +250,7 @@ class SocketConnection:
         self.writing = False
         self.closed = False
         self.eof = False  # the peer shut its side
+        self.bytes_in = 0  # bytes read so far (0: a port probe, or a client gone at once)
         self.handshake_timer: asyncio.TimerHandle | None = None
         self.linger_timer: asyncio.TimerHandle | None = None
         self.timer: asyncio.TimerHandle | None = None  # the engine's next deadline
@@ -337,6 +338,7 @@ class SocketConnection:
                 self.pause_reading()
                 self.input_closed()
             else:
+                self.bytes_in += n
                 self.received(buf, n)
         except Exception as exc:
             log.exception("connection %s: failed on its input", self.peer)

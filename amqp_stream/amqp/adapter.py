@@ -386,8 +386,10 @@ class Adapter:
     def _transport_error(self, event: Any) -> None:
         cond = Transport.wrap(_ev_transport(event)).condition
         io = self.by_transport.get(_ev_transport(event))
-        log.info("connection %s: transport error: %s", io.peer if io else "?",
-                 f"{cond.name}: {cond.description}" if cond else "?")
+        # a connection that never sent a byte (a port probe) is not worth an INFO line
+        level = logging.INFO if io is None or io.bytes_in else logging.DEBUG
+        log.log(level, "connection %s: transport error: %s", io.peer if io else "?",
+                f"{cond.name}: {cond.description}" if cond else "?")
 
     def _transport_closed(self, event: Any) -> None:
         io = self.by_transport.get(_ev_transport(event))
