@@ -87,7 +87,7 @@ def build(values: Iterable[FilterValue | tuple[FilterValue, ...]], size: int,
     distinct: set[bytes] = set()
     unfiltered = False
     for value in values:
-        if type(value) is tuple:
+        if isinstance(value, tuple):
             raws = [value_bytes(v) for v in value]
             distinct.update(raw for raw in raws if raw)
             if not any(raws):  # () or only empty values: a record without a value

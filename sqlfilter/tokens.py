@@ -95,8 +95,8 @@ _OPERAND_END = frozenset(("IDENT", "SECTION_DELIMITED_ID", "INT", "FLOAT", "STRI
 #: the dialect's lexemes (ActiveMQ Classic SelectorParser.jj), tried in this order
 _SELECTOR_LEXEMES = (
     ("WHITESPACE", r"[ \t\f\n\r]+"),
-    ("FLOAT", r"[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?"
-              r"|[0-9]+[eE][+-]?[0-9]+"),
+    ("FLOAT", (r"[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?"
+               r"|[0-9]+[eE][+-]?[0-9]+")),
     ("INT", r"0[xX][0-9a-fA-F]+|[1-9][0-9]*[lL]?|0[0-7]*"),
     ("STRING", r"'(?:[^']|'')*'"),
     ("SECTION_DELIMITED_ID", r"[a-zA-Z][a-zA-Z_-]*\.\[(?:[^\[\]]|\[\[|\]\])*\]"),

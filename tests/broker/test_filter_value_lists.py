@@ -63,7 +63,7 @@ def test_a_list_that_is_not_all_strings_or_too_long_is_rejected(broker, stream_n
         for bad in (["red", 1], ["v"] * (MAX_FILTER_VALUES + 1)):
             assert c.send_bytes(sender, _tagged("x", bad).encode()) == Delivery.REJECTED
             assert c.last_delivery.remote.condition.name == "amqp:invalid-field"
-        ok = ["v%d" % i for i in range(MAX_FILTER_VALUES)]
+        ok = [f"v{i}" for i in range(MAX_FILTER_VALUES)]
         assert c.send_bytes(sender, _tagged("ok", ok).encode()) == Delivery.ACCEPTED
         assert c.info(stream_name)["message_count"] == 1
 
