@@ -73,8 +73,9 @@ def build(values: Iterable[FilterValue | tuple[FilterValue, ...]], size: int,
 
     Args:
         values: one entry per record: ``str``/``bytes``, a tuple of them (a record with several
-            values: each one goes into the filter), or ``None``/empty for a record without a
-            filter value ("unfiltered": sets bit 0).
+            values: the filter is that of as many records, one per value; ``()`` is a record
+            without a value), or ``None``/empty for a record without a filter value
+            ("unfiltered": sets bit 0).
         size: filter size in bytes, 16..255.
         scheme: ``Scheme.OSIRIS`` (RabbitMQ-compatible, k = 2) or ``Scheme.MMH3``.
     Returns:
@@ -87,10 +88,13 @@ def build(values: Iterable[FilterValue | tuple[FilterValue, ...]], size: int,
     distinct: set[bytes] = set()
     unfiltered = False
     for value in values:
-        if isinstance(value, tuple):
-            raws = [value_bytes(v) for v in value]
-            distinct.update(raw for raw in raws if raw)
-            if not any(raws):  # () or only empty values: a record without a value
+        if isinstance(value, tuple):  # as many records as values; () is a record without one
+            for raw in map(value_bytes, value):
+                if raw:
+                    distinct.add(raw)
+                else:
+                    unfiltered = True
+            if not value:
                 unfiltered = True
             continue
         raw = value_bytes(value)

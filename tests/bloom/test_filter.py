@@ -130,12 +130,11 @@ def test_mmh3_k_at_16_bytes_10_values():
        size=st.integers(min_value=16, max_value=255))
 def test_a_record_with_several_values_adds_each_of_them(scheme, records, size):
     """A tuple is a record with several values: the filter is the one of every value as its
-    own record, except that a tuple holding a value is not an unfiltered record."""
+    own record (an empty value, or an empty tuple, is a record without a value: bit 0)."""
     flat: list = []
     for r in records:
         if type(r) is tuple:
-            kept = [v for v in r if v]
-            flat.extend(kept if kept else [None])
+            flat.extend(r if r else [None])
         else:
             flat.append(r)
     assert build(records, size, scheme) == build(flat, size, scheme)
@@ -147,3 +146,4 @@ def test_a_tuple_of_values_matches_a_reader_of_any_of_them():
         assert bloom.Matcher([wanted]).matches(cf.bits, cf.scheme, cf.param)
     assert not bit(cf.bits, 0)  # no unfiltered record
     assert bit(build([(), "x"], 16, Scheme.OSIRIS).bits, 0)  # an empty tuple: no value
+    assert bit(build([("x", "")], 16, Scheme.OSIRIS).bits, 0)  # an empty value: likewise
