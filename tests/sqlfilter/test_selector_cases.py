@@ -82,3 +82,12 @@ def test_sections_read_are_those_the_headers_map_to() -> None:
     assert compile_selector("JMSMessageID = 'x' OR JMSType = 'y'").sections == {"properties"}
     assert compile_selector("m.rank = 1 AND x = 2").sections == {"message_annotations",
                                                                  "application_properties"}
+
+
+def test_explain_tool_reads_selectors(capsys) -> None:
+    from sqlfilter.explain import main
+
+    assert main(["--selector", "JMSPriority > 4 and color = 'red'"]) == 0
+    out = capsys.readouterr().out
+    assert "sections: application_properties, header" in out and "'priority', 4" in out
+    assert main(["JMSPriority > 4 and color = 'red'"]) == 1  # lower-case and: not SQL
