@@ -53,6 +53,8 @@ def check(tree: ast.Node) -> dict[ast.Like, LikeMatcher]:
     return matchers
 
 
+_PREDICATES = (ast.Compare, ast.And, ast.Or, ast.Not, ast.Like, ast.In, ast.Between, ast.IsNull,
+               ast.Exists)
 _CONDITIONS = (ast.Compare, ast.And, ast.Or, ast.Not, ast.Like, ast.In, ast.Between, ast.IsNull,
                ast.Exists, ast.Field, ast.Element)
 
@@ -66,9 +68,13 @@ def _condition(node: ast.Node) -> bool:
 
 
 def check_conditions(tree: ast.Node) -> None:
-    """The selector dialect: the whole expression and every operand of AND, OR and NOT must be
-    able to give a boolean (a predicate, TRUE/FALSE/NULL or a property), as ActiveMQ's
-    ``asBooleanExpression`` requires: ``5``, ``'a' AND x``, ``NOT (a + 1)`` are refused."""
+    """The selector dialect's own checks (ActiveMQ Classic's parser, from JMS's type rules):
+    - the whole expression and every operand of AND, OR and NOT must be able to give a boolean
+      (a predicate, TRUE/FALSE/NULL or a property; ``asBooleanExpression``): ``5``,
+      ``'a' AND x``, ``NOT (a + 1)`` are refused;
+    - NULL is compared only with IS [NOT] NULL (``a = NULL`` is refused), and ``< > <= >=``
+      compare numbers only: a string, boolean or NULL literal, or a predicate, as one of their
+      operands is refused (``checkLessThanOperand``)."""
     stack = [tree]
     while stack:
         node = stack.pop()
@@ -78,3 +84,16 @@ def check_conditions(tree: ast.Node) -> None:
             stack += (node.left, node.right)
         elif isinstance(node, ast.Not):
             stack.append(node.operand)
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Compare):
+            for side in (node.left, node.right):
+                literal = side.value if isinstance(side, ast.Literal) else 0
+                if literal is None:
+                    raise FilterError("NULL cannot be compared: use IS [NOT] NULL",
+                                      side.pos or None)
+                if node.op not in ("=", "<>") and (
+                        type(literal) in (str, bool) or isinstance(side, _PREDICATES)):
+                    raise FilterError(f"{node.op} compares numbers only", side.pos or None)
+        stack.extend(children(node))

@@ -230,7 +230,10 @@ class _Emitter:
 
     def like(self, node: ast.Like) -> str:
         matcher = self.matchers.get(node) or compile_like(node.pattern, node.escape, node.pos)
-        slow = self.const(matcher.match_value)
+        match_value = matcher.match_value
+        if self.cond == "_jcond":  # JMS: LIKE on a value that is not a string is false
+            match_value = runtime.jms_like(match_value)
+        slow = self.const(match_value)
         if not isinstance(node.subject, (ast.Field, ast.Element)):
             return self.assign(f"{slow}({self.value(node.subject)})")
         x = self.raw(node.subject)

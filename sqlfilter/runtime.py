@@ -39,7 +39,7 @@ import proton
 __all__ = [
     "norm", "cond", "eq", "ne", "lt", "gt", "le", "ge", "add", "sub", "mul", "div", "mod", "neg",
     "pos", "in_", "between", "and3", "or3", "not3", "utc", "lower", "upper", "left", "right", "substring",
-    "date", "element", "has_element", "COMPARE", "jms_cond", "JMS_CALLS",
+    "date", "element", "has_element", "COMPARE", "jms_cond", "jms_like", "JMS_CALLS",
 ]
 
 _SIMPLE = frozenset((str, int, float, bool, bytes))
@@ -404,6 +404,16 @@ def jms_user_id(value: Any) -> str | None:
         except UnicodeDecodeError:
             return None
     return None
+
+
+def jms_like(match_value: Any) -> Any:
+    """A LIKE matcher's ``match_value`` with ActiveMQ's rule for a value that is not a string:
+    false (so NOT LIKE is true), where the SQL filter says unknown; null stays unknown."""
+    def match(x: Any) -> bool | None:
+        if x is None or type(x) is str or type(x) is bytes:
+            return match_value(x)
+        return False
+    return match
 
 
 #: call name -> function; these take the raw field (not ``norm``'s view of it)

@@ -271,10 +271,21 @@ E - NOT (n + 1)
 T - TRUE
 F - FALSE
 U - NULL
-U jms n = NULL
-U jms NULL = NULL
+E - n = NULL
+E - NULL <> n
+E - n > 'a'
+E - n <= TRUE
+E - n > (m = 1)
+T jms n > -1 AND s = 'abc' AND s <> 'x'
 T jms n IS NOT NULL AND NOT NULL IS NULL
 T jms NULL IS NULL
+# --- [amq] LIKE on a value that is not a string is false (ActiveMQ's LikeExpression), so
+# NOT LIKE is true; a missing one stays unknown
+F jms n LIKE '5'
+T jms n NOT LIKE '5'
+T jms ok NOT LIKE 'x%'
+F jms n CONTAINS '5'
+U jms absent NOT LIKE 'x'
 # --- [jms] no conversion between strings and numbers; division is a decimal
 F jms n = '5'
 F jms s = 5
