@@ -11,6 +11,13 @@ it reads. That is sound only if "required" is exact under three-valued logic:
 - ``a OR b`` is true only when one is: a field constrained on both sides is constrained to the
   union; anything else (NOT, LIKE, a comparison with no literal, ...) constrains nothing.
 
+A property filter (``amqp:properties-filter`` / ``amqp:application-properties-filter``) is an
+AND of entries; an entry whose test is plain equality (not ``&p:``/``&s:``, not null) requires
+its reference value (``requirement_of``). Its equality is mostly narrower than ``=`` (a binary
+reference does not match a string), so the requirement is a superset there; where it is wider
+(a one-character string reference matches an AMQP char, which ``=`` sees as a number), the
+requirement holds both forms.
+
 Values are compared through ``canonical``, which is equal for two values exactly when
 ``runtime.eq`` says they are equal (numbers by value whatever their type, a string and binary
 with the same UTF-8 bytes, booleans only with booleans), and ``index_token`` turns a field and
@@ -25,8 +32,8 @@ from typing import Any
 
 from sqlfilter import ast, runtime
 
-__all__ = ["Requirement", "required_values", "canonical", "index_token", "wanted_tokens",
-           "INDEXABLE_SECTIONS"]
+__all__ = ["Requirement", "required_values", "requirement_of", "canonical", "index_token",
+           "wanted_tokens", "INDEXABLE_SECTIONS"]
 
 #: sections whose fields are read as stored (no default, no computation): indexable
 INDEXABLE_SECTIONS = frozenset(("application_properties", "properties"))
@@ -112,3 +119,28 @@ def required_values(tree: ast.Node) -> Requirement:
         left, right = required_values(tree.left), required_values(tree.right)
         return {key: left[key] | right[key] for key in left.keys() & right.keys()}
     return {}
+
+
+def requirement_of(f: Any) -> Requirement:
+    """The requirement of any compiled stage-2 filter: an SQL filter or selector (its tree), a
+    property filter (its equality entries), or nothing known (an empty requirement)."""
+    tree = getattr(f, "tree", None)
+    if tree is not None:
+        return required_values(tree)
+    entries = getattr(f, "entries", None)
+    if entries is None:
+        return {}
+    out: Requirement = {}
+    for section, name, test in entries():
+        if not hasattr(test, "equals"):
+            continue
+        equals = test.equals
+        alternatives = [equals]
+        if type(equals) is str and len(equals) == 1:
+            # a char value matches a one-character string reference here, while ``=`` (and so
+            # ``canonical``) sees a char as its code point: require either form
+            alternatives.append(ord(equals))
+        values = _values(alternatives)
+        key = (section, name)
+        out[key] = out[key] & values if key in out else values
+    return out

@@ -6,14 +6,19 @@ filters, derived keys on and off), with an exact index and with a chunk Bloom fi
 from __future__ import annotations
 
 import math
+import uuid
+from decimal import Decimal
 
+import proton
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bloom
-from sqlfilter import FilterError, MessageView, compile_selector, compile_sql, runtime
-from sqlfilter.required import canonical, index_token, required_values, wanted_tokens
+from sqlfilter import (FilterError, MessageView, compile_property_filter, compile_selector,
+                       compile_sql, runtime)
+from sqlfilter.required import (canonical, index_token, required_values, requirement_of,
+                                wanted_tokens)
 
 A, P = "application_properties", "properties"
 
@@ -167,3 +172,38 @@ def test_index_tokens_tell_fields_and_types_apart():
     assert index_token(A, "k", None) is None and index_token(A, "k", math.nan) is None
     with pytest.raises(FilterError):
         compile_sql("k = ")
+
+
+# ---- property filters: the entries that are plain equality ----
+_refs = st.one_of(
+    st.sampled_from(["a", "b", "&p:a", "&s:b", "&&a", "", "é"]),
+    st.sampled_from([proton.symbol("a"), proton.char("a"), b"a", b"\xff"]),
+    st.integers(-2, 2), st.sampled_from([1.0, 2.5, proton.ulong(1), True, False, None]),
+    st.just(Decimal("1.5")))
+_message_values = st.sampled_from([
+    "a", "b", "&a", "ab", "ba", "é", "", b"a", b"\xff", 1, 2.5, 1.0, True, False, None,
+    proton.symbol("a"), proton.char("a"), proton.ulong(1), uuid.UUID(int=1), math.nan])
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(_KEYS[:2]), _refs, min_size=1, max_size=2),
+       st.lists(st.dictionaries(st.sampled_from(_KEYS[:2]), _message_values), max_size=20))
+def test_a_property_filter_requires_its_equality_entries(refs, apps):
+    f = compile_property_filter(application_properties=refs)
+    requirement = requirement_of(f)
+    for app in apps:
+        if f.matches(MessageView.from_sections(application_properties=app)):
+            for (section, name), values in requirement.items():
+                assert section == A and canonical(app.get(name)) in values, (refs, app)
+
+
+def test_requirement_of_each_filter_kind():
+    assert requirement_of(compile_sql("k = 'a'")) == {(A, "k"): {("s", b"a")}}
+    assert requirement_of(compile_selector("JMSType = 't'")) == {(P, "subject"): {("s", b"t")}}
+    f = compile_property_filter(properties={proton.symbol("subject"): "s"},
+                                application_properties={"k": "&p:x", "m": "&&y", "n": None,
+                                                        "c": proton.char("A"), "d": Decimal(1)})
+    assert requirement_of(f) == {(P, "subject"): {("s", b"s"), ("n", 115)},
+                                 (A, "m"): {("s", b"&y")},
+                                 (A, "c"): {("s", b"A"), ("n", 65)}, (A, "d"): set()}
+    assert requirement_of(object()) == {}
