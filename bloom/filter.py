@@ -4,8 +4,8 @@ Why: every chunk the storage writer forms gets a filter from its entries' filter
 before it is written; the filter bytes follow the chunk header, whose byte 44
 holds the size, byte 45 the scheme and byte 46 the scheme's parameter (``ChunkFilter.param``).
 
-Strategy: values are de-duplicated first (a filter is a set), empty/None values only set bit
-0, and each distinct value's mask is cached per (value, size, scheme, k): streams usually
+Strategy: values are de-duplicated first (a filter is a set; a record with several values,
+a tuple, adds each of them), empty/None values only set bit 0, and each distinct value's mask is cached per (value, size, scheme, k): streams usually
 repeat a small set of filter values, so a chunk of 100 records is a handful of dictionary
 hits and integer ORs (the cache holds 16384 masks, a few MB at 255-byte filters; a miss
 costs one hash per value and about 1 µs per MMH3 position). A chunk where no record has a
@@ -32,6 +32,7 @@ from bloom.schemes import (
 __all__ = ["ChunkFilter", "FilterValue", "build", "value_bytes"]
 
 FilterValue = str | bytes | bytearray | memoryview | None
+"""One filter value; a record's entry in ``build`` may also be a tuple of them (several values)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +67,15 @@ def _value_mask(value: bytes, size: int, scheme: Scheme, param: int) -> int:
     return digest_mask(digest(value, scheme), size, scheme, param)
 
 
-def build(values: Iterable[FilterValue], size: int, scheme: int) -> ChunkFilter | None:
-    """The filter of a chunk whose records carry ``values`` (one per record).
+def build(values: Iterable[FilterValue | tuple[FilterValue, ...]], size: int,
+          scheme: int) -> ChunkFilter | None:
+    """The filter of a chunk whose records carry ``values`` (one entry per record).
 
     Args:
-        values: one entry per record: ``str``/``bytes``, or ``None``/empty for a record
-            without a filter value ("unfiltered": sets bit 0).
+        values: one entry per record: ``str``/``bytes``, a tuple of them (a record with several
+            values: the filter is that of as many records, one per value; ``()`` is a record
+            without a value), or ``None``/empty for a record without a filter value
+            ("unfiltered": sets bit 0).
         size: filter size in bytes, 16..255.
         scheme: ``Scheme.OSIRIS`` (RabbitMQ-compatible, k = 2) or ``Scheme.MMH3``.
     Returns:
@@ -84,6 +88,15 @@ def build(values: Iterable[FilterValue], size: int, scheme: int) -> ChunkFilter 
     distinct: set[bytes] = set()
     unfiltered = False
     for value in values:
+        if isinstance(value, tuple):  # as many records as values; () is a record without one
+            for raw in map(value_bytes, value):
+                if raw:
+                    distinct.add(raw)
+                else:
+                    unfiltered = True
+            if not value:
+                unfiltered = True
+            continue
         raw = value_bytes(value)
         if raw:
             distinct.add(raw)

@@ -15,7 +15,7 @@ from sqlfilter import ast, runtime
 from sqlfilter.errors import FilterError
 from sqlfilter.like import LikeMatcher, compile_like
 
-__all__ = ["check", "children"]
+__all__ = ["check", "check_conditions", "children"]
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
@@ -51,3 +51,49 @@ def check(tree: ast.Node) -> dict[ast.Like, LikeMatcher]:
                 raise FilterError(f"DATE needs an ISO 8601 date-time, not {arg.value!r}", arg.pos)
         stack.extend(children(node))
     return matchers
+
+
+_PREDICATES = (ast.Compare, ast.And, ast.Or, ast.Not, ast.Like, ast.In, ast.Between, ast.IsNull,
+               ast.Exists)
+_CONDITIONS = (ast.Compare, ast.And, ast.Or, ast.Not, ast.Like, ast.In, ast.Between, ast.IsNull,
+               ast.Exists, ast.Field, ast.Element)
+
+
+def _condition(node: ast.Node) -> bool:
+    if isinstance(node, _CONDITIONS):
+        return True
+    if isinstance(node, ast.Literal):
+        return node.value is None or type(node.value) is bool
+    return isinstance(node, ast.Call) and node.name == "JMS_REDELIVERED"
+
+
+def check_conditions(tree: ast.Node) -> None:
+    """The selector dialect's own checks (ActiveMQ Classic's parser, from JMS's type rules):
+    - the whole expression and every operand of AND, OR and NOT must be able to give a boolean
+      (a predicate, TRUE/FALSE/NULL or a property; ``asBooleanExpression``): ``5``,
+      ``'a' AND x``, ``NOT (a + 1)`` are refused;
+    - NULL is compared only with IS [NOT] NULL (``a = NULL`` is refused), and ``< > <= >=``
+      compare numbers only: a string, boolean or NULL literal, or a predicate, as one of their
+      operands is refused (``checkLessThanOperand``)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if not _condition(node):
+            raise FilterError("expression will not result in a boolean value", node.pos or None)
+        if isinstance(node, (ast.And, ast.Or)):
+            stack += (node.left, node.right)
+        elif isinstance(node, ast.Not):
+            stack.append(node.operand)
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Compare):
+            for side in (node.left, node.right):
+                literal = side.value if isinstance(side, ast.Literal) else 0
+                if literal is None:
+                    raise FilterError("NULL cannot be compared: use IS [NOT] NULL",
+                                      side.pos or None)
+                if node.op not in ("=", "<>") and (
+                        type(literal) in (str, bool) or isinstance(side, _PREDICATES)):
+                    raise FilterError(f"{node.op} compares numbers only", side.pos or None)
+        stack.extend(children(node))

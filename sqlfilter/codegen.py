@@ -59,7 +59,8 @@ BASE_GLOBALS: dict[str, Any] = {
     "_substring": runtime.substring, "_date": runtime.date, "_elem": runtime.element,
     "_has": runtime.has_element, "_NUM": frozenset((int, float)),
     "_MessageFormatError": MessageFormatError, "_MV": MessageView,
-    "__builtins__": {"type": type, "str": str, "len": len},
+    "__builtins__": {"type": type, "str": str, "len": len}, "_jcond": runtime.jms_cond,
+    **{f"_{name}": function for name, function in runtime.JMS_CALLS.items()},
 }
 
 _PREDICATES = (ast.Compare, ast.And, ast.Or, ast.Not, ast.Like, ast.In, ast.Between, ast.IsNull,
@@ -80,7 +81,7 @@ def _is_number(v: Any) -> bool:
 
 
 class _Emitter:
-    def __init__(self, matchers: dict[ast.Like, LikeMatcher]):
+    def __init__(self, matchers: dict[ast.Like, LikeMatcher], cond: str):
         self.lines: list[str] = []
         self.indent = 1
         self.temps = 0
@@ -88,6 +89,7 @@ class _Emitter:
         self.sections: set[str] = set()
         self.keys: dict[str, set[str]] = {}  # section -> the names the expression reads
         self.matchers = matchers
+        self.cond = cond  # what a field used as a condition is: _cond (SQL) or _jcond (JMS)
 
     # ---- helpers ----
     def emit(self, line: str) -> None:
@@ -146,6 +148,9 @@ class _Emitter:
             left = self.value(node.left)
             right = self.value(node.right)
             return self.assign(f"{_ARITH[node.op]}({left}, {right})")
+        if isinstance(node, ast.Call) and node.name in runtime.JMS_CALLS:
+            args = ", ".join(self.raw(a) for a in node.args)  # JMS headers see the raw field
+            return self.assign(f"_{node.name}({args})")
         if isinstance(node, ast.Call):
             args = ", ".join(self.value(a) for a in node.args)
             return self.assign(f"{_CALLS[node.name]}({args})")
@@ -175,7 +180,7 @@ class _Emitter:
         if isinstance(node, ast.Literal):
             return self.const(runtime.cond(node.value))
         if isinstance(node, (ast.Field, ast.Element)):
-            return self.assign(f"_cond({self.raw(node)})")
+            return self.assign(f"{self.cond}({self.raw(node)})")
         return self.assign(f"_cond({self.value(node)})")
 
     def _fields_first(self, node: ast.Compare) -> tuple[ast.Node, ast.Literal, str] | None:
@@ -225,7 +230,10 @@ class _Emitter:
 
     def like(self, node: ast.Like) -> str:
         matcher = self.matchers.get(node) or compile_like(node.pattern, node.escape, node.pos)
-        slow = self.const(matcher.match_value)
+        match_value = matcher.match_value
+        if self.cond == "_jcond":  # JMS: LIKE on a value that is not a string is false
+            match_value = runtime.jms_like(match_value)
+        slow = self.const(match_value)
         if not isinstance(node.subject, (ast.Field, ast.Element)):
             return self.assign(f"{slow}({self.value(node.subject)})")
         x = self.raw(node.subject)
@@ -286,9 +294,11 @@ class _Emitter:
         return self.assign(f"_has({base}, {ref.key!r})")
 
 
-def generate(tree: ast.Node, matchers: dict[ast.Like, LikeMatcher] | None = None) -> Generated:
-    """The source of ``_evaluate(view) -> True | False | None`` for a folded tree."""
-    em = _Emitter(matchers or {})
+def generate(tree: ast.Node, matchers: dict[ast.Like, LikeMatcher] | None = None, *,
+             jms: bool = False) -> Generated:
+    """The source of ``_evaluate(view) -> True | False | None`` for a folded tree; ``jms``: the
+    selector dialect's semantics (a property used as a condition is false unless boolean)."""
+    em = _Emitter(matchers or {}, "_jcond" if jms else "_cond")
     result = em.boolean(tree)
     body = em.lines
     head = []

@@ -1,4 +1,6 @@
-"""``python -m sqlfilter.explain 'expression'``: what an SQL filter compiles to.
+"""``python -m sqlfilter.explain [--selector] 'expression'``: what a filter compiles to.
+
+``--selector`` reads the expression as a JMS selector (the selector dialect).
 
 A debug dump for the SQL pipeline: the folded expression tree, the sections the filter reads and
 the generated Python source, or the error with a caret under its position.
@@ -19,10 +21,12 @@ def main(argv: list[str] | None = None) -> int:
     """Print the tree, sections and generated code of one expression; 1 if it is invalid."""
     parser = argparse.ArgumentParser(prog="python -m sqlfilter.explain",
                                      description=__doc__.splitlines()[0])
+    parser.add_argument("--selector", action="store_true",
+                        help="the JMS selector dialect (apache.org:selector-filter:string)")
     parser.add_argument("expression")
     args = parser.parse_args(argv)
     try:
-        f = compile_uncached(args.expression)
+        f = compile_uncached(args.expression, dialect="selector" if args.selector else "sql")
     except FilterError as err:
         print(f"invalid: {err}", file=sys.stderr)
         if err.position:

@@ -26,7 +26,7 @@ _PREDICATES = (ast.Compare, ast.And, ast.Or, ast.Not, ast.Like, ast.In, ast.Betw
                ast.Exists)
 _CALLS: dict[str, Callable[..., Any]] = {
     "LOWER": runtime.lower, "UPPER": runtime.upper, "LEFT": runtime.left, "RIGHT": runtime.right,
-    "SUBSTRING": runtime.substring, "DATE": runtime.date}
+    "SUBSTRING": runtime.substring, "DATE": runtime.date, **runtime.JMS_CALLS}
 
 
 def _lit(node: ast.Node) -> TypeGuard[ast.Literal]:

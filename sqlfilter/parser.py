@@ -23,7 +23,8 @@ from lark.exceptions import (UnexpectedCharacters, UnexpectedEOF, UnexpectedInpu
 from grammar import GRAMMAR_DIR
 from sqlfilter import ast, tokens
 from sqlfilter.errors import FilterError
-from sqlfilter.tokens import RESERVED, Tokenizer
+from sqlfilter.selector_tree import SelectorTransformer
+from sqlfilter.tokens import RESERVED, SelectorTokenizer, Tokenizer
 from sqlfilter.tree_to_filter import TreeToFilter
 
 __all__ = ["parse", "RESERVED", "DEFAULT_MAX_LENGTH", "DEFAULT_MAX_TOKENS"]
@@ -33,15 +34,19 @@ DEFAULT_MAX_TOKENS = 200
 
 
 @functools.lru_cache(maxsize=None)
-def _lark() -> Lark:
+def _lark(dialect: str = "sql") -> Lark:
     """The grammar, loaded once (LALR over ``Tokenizer``, built from the grammar's terminals).
 
     ``TreeToFilter`` runs inline (as each rule is reduced), so no parse tree is built and
     ``parse`` returns the expression tree directly. ``propagate_positions`` is off: it doubled
     the parse time (bench/sql_filter.py), and nodes take their position from their first token.
+    ``dialect`` "selector" is the same grammar read by the selector dialect's tokenizer and
+    transformer.
     """
-    return Lark.open(str(GRAMMAR_DIR / "sql_filter.lark"), parser="lalr", lexer=Tokenizer,
-                     transformer=TreeToFilter(),
+    selector = dialect == "selector"
+    return Lark.open(str(GRAMMAR_DIR / "sql_filter.lark"), parser="lalr",
+                     lexer=SelectorTokenizer if selector else Tokenizer,
+                     transformer=SelectorTransformer() if selector else TreeToFilter(),
                      propagate_positions=False, maybe_placeholders=False)
 
 
@@ -58,10 +63,11 @@ def _describe(err: UnexpectedInput) -> str:
 
 
 def parse(text: str | bytes, *, max_length: int = DEFAULT_MAX_LENGTH,
-          max_tokens: int = DEFAULT_MAX_TOKENS) -> ast.Node:
+          max_tokens: int = DEFAULT_MAX_TOKENS, dialect: str = "sql") -> ast.Node:
     """Parse one filter expression into its tree.
 
     Args:
+        dialect: "sql" (``amqp:sql-filter``) or "selector" (the JMS selector dialect).
         text: the expression, ``str`` or UTF-8 ``bytes``.
         max_length: most characters (code points) allowed.
         max_tokens: most tokens allowed.
@@ -86,7 +92,7 @@ def parse(text: str | bytes, *, max_length: int = DEFAULT_MAX_LENGTH,
     reset = tokens.max_tokens.set(max_tokens)
     try:
         # with a transformer, LALR's parse returns what TreeToFilter builds (typed as a Tree)
-        return cast(ast.Node, _lark().parse(text))
+        return cast(ast.Node, _lark(dialect).parse(text))
     except FilterError:
         raise
     except VisitError as err:

@@ -123,6 +123,19 @@ def _is_number(v: Any) -> bool:
 
 
 def _test_for(ref: Any, kind: str) -> _Test:
+    """The test of one entry. A test that is true only for values equal (as ``=`` of the SQL
+    filter sees them) to one value carries it as ``test.equals`` (``sqlfilter.required``)."""
+    test = _make_test(ref, kind)
+    if kind == "as-is":
+        test.equals = None  # type: ignore[attr-defined]  # equals nothing
+    elif kind in (_SYMBOL, "char") or (kind == _STRING and getattr(test, "inline", None)):
+        test.equals = str(ref)[1:] if str(ref).startswith(ESCAPE) else str(ref)  # type: ignore[attr-defined]
+    elif kind not in ("null", _STRING):
+        test.equals = ref  # type: ignore[attr-defined]
+    return test
+
+
+def _make_test(ref: Any, kind: str) -> _Test:
     if kind == "null":
         return lambda v: True  # the field is present: that is all
     if kind == "as-is":
@@ -274,6 +287,11 @@ class PropertyFilter(Filter):
 
     def evaluate_view(self, view: MessageView) -> bool:
         return self._evaluate(view)
+
+    def entries(self) -> tuple[tuple[str, str, _Test], ...]:
+        """(section, field, test) of every entry, ANDed (``sqlfilter.required`` reads them)."""
+        return (tuple(("properties", k, t) for k, t in self._properties)
+                + tuple(("application_properties", k, t) for k, t in self._application_properties))
 
     def matches(self, message: Any) -> bool:
         # the generated function always answers a bool: no unknown to map to False

@@ -39,7 +39,7 @@ import proton
 __all__ = [
     "norm", "cond", "eq", "ne", "lt", "gt", "le", "ge", "add", "sub", "mul", "div", "mod", "neg",
     "pos", "in_", "between", "and3", "or3", "not3", "utc", "lower", "upper", "left", "right", "substring",
-    "date", "element", "has_element", "COMPARE",
+    "date", "element", "has_element", "COMPARE", "jms_cond", "jms_like", "JMS_CALLS",
 ]
 
 _SIMPLE = frozenset((str, int, float, bool, bytes))
@@ -330,3 +330,96 @@ def has_element(container: Any, key: int | str) -> bool:
             container = container.elements
         return isinstance(container, (list, tuple)) and 0 <= key < len(container)
     return isinstance(container, dict) and key in container
+
+
+# ---- the selector dialect: JMS semantics and the JMS-over-AMQP header mapping ----
+# Each JMS header is a function of the raw AMQP field, as Qpid JMS computes it on receive
+# (AmqpJmsMessageFacade, AmqpMessageIdHelper).
+
+def jms_cond(x: Any) -> bool | None:
+    """A property used as a condition (ActiveMQ's boolean cast): missing is unknown, a
+    boolean is itself, any other value is false."""
+    x = norm(x)
+    if x is None:
+        return None
+    return x if type(x) is bool else False
+
+
+_ID_ENCODINGS = ("AMQP_BINARY:", "AMQP_UUID:", "AMQP_ULONG:", "AMQP_STRING:", "AMQP_NO_PREFIX:")
+
+
+def _jms_id(value: Any, message_id: bool) -> str | None:
+    if isinstance(value, str):
+        text = str(value)
+        if not text.startswith("ID:"):
+            return "ID:AMQP_NO_PREFIX:" + text if message_id else text
+        if text.startswith(_ID_ENCODINGS, 3):
+            return "ID:AMQP_STRING:" + text
+        return text
+    if isinstance(value, uuid.UUID):
+        return f"ID:AMQP_UUID:{value}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"ID:AMQP_ULONG:{int(value)}"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "ID:AMQP_BINARY:" + bytes(value).hex().upper()
+    return None
+
+
+def jms_message_id(value: Any) -> str | None:
+    """JMSMessageID from the AMQP message-id (``toMessageIdString``)."""
+    return _jms_id(value, True)
+
+
+def jms_correlation_id(value: Any) -> str | None:
+    """JMSCorrelationID from the AMQP correlation-id (``toCorrelationIdString``)."""
+    return _jms_id(value, False)
+
+
+def jms_delivery_mode(durable: Any) -> str:
+    """JMSDeliveryMode: header durable (false when absent) as JMS's names."""
+    return "PERSISTENT" if durable is True else "NON_PERSISTENT"
+
+
+def jms_long(value: Any) -> Any:
+    """JMSTimestamp / JMSExpiration / JMSXGroupSeq: the number, 0 when absent."""
+    value = norm(value)
+    return 0 if value is None else value
+
+
+def jms_redelivered(count: Any) -> bool:
+    """JMSRedelivered: the AMQP delivery-count is above 0."""
+    return isinstance(count, int) and not isinstance(count, bool) and count > 0
+
+
+def jms_delivery_count(count: Any) -> int:
+    """JMSXDeliveryCount: the AMQP delivery-count + 1."""
+    return (int(count) if isinstance(count, int) and not isinstance(count, bool) else 0) + 1
+
+
+def jms_user_id(value: Any) -> str | None:
+    """JMSXUserID: the AMQP user-id bytes as UTF-8 (unknown when empty or not UTF-8)."""
+    if isinstance(value, (bytes, bytearray, memoryview)) and len(value):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return None
+
+
+def jms_like(match_value: Any) -> Any:
+    """A LIKE matcher's ``match_value`` with ActiveMQ's rule for a value that is not a string:
+    false (so NOT LIKE is true), where the SQL filter says unknown; null stays unknown."""
+    def match(x: Any) -> bool | None:
+        if x is None or type(x) is str or type(x) is bytes:
+            return match_value(x)
+        return False
+    return match
+
+
+#: call name -> function; these take the raw field (not ``norm``'s view of it)
+JMS_CALLS = {
+    "JMS_MESSAGE_ID": jms_message_id, "JMS_CORRELATION_ID": jms_correlation_id,
+    "JMS_DELIVERY_MODE": jms_delivery_mode, "JMS_LONG": jms_long,
+    "JMS_REDELIVERED": jms_redelivered, "JMS_DELIVERY_COUNT": jms_delivery_count,
+    "JMS_USER_ID": jms_user_id,
+}

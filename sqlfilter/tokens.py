@@ -24,7 +24,7 @@ from lark.lexer import Lexer, PatternStr
 
 from sqlfilter.errors import FilterError
 
-__all__ = ["Tokenizer", "RESERVED", "max_tokens"]
+__all__ = ["Tokenizer", "SelectorTokenizer", "RESERVED", "SELECTOR_KEYWORDS", "max_tokens"]
 
 #: words that are never identifiers, in any case (RabbitMQ's ?KEYWORDS in
 #: rabbit_amqp_sql_lexer.xrl, plus nan and inf which its test suite shows are reserved).
@@ -80,4 +80,75 @@ class Tokenizer(Lexer):
                     kind = keyword
                 elif value.lower() in RESERVED:
                     raise FilterError(f"{value!r} is a reserved word", start + 1)
+            yield Token(kind, value, start_pos=start, line=1, column=start + 1, end_pos=pos)
+
+
+#: the selector dialect's keywords, in any case (JMS 3.1 §3.8.1.1, plus RocketMQ's three)
+SELECTOR_KEYWORDS = frozenset((
+    "AND", "OR", "NOT", "LIKE", "ESCAPE", "IN", "IS", "NULL", "TRUE", "FALSE", "BETWEEN",
+    "CONTAINS", "STARTSWITH", "ENDSWITH"))
+#: keywords that are %declare'd in the grammar (no pattern there): their terminal names
+_DECLARED = {"CONTAINS": "_CONTAINS", "STARTSWITH": "_STARTSWITH", "ENDSWITH": "_ENDSWITH"}
+#: tokens that end an operand: a NOT after one is infix (NOT LIKE/IN/BETWEEN/...)
+_OPERAND_END = frozenset(("IDENT", "SECTION_DELIMITED_ID", "INT", "FLOAT", "STRING", "RPAR",
+                          "NULL", "NULL_LITERAL", "TRUE", "FALSE"))
+#: the dialect's lexemes (ActiveMQ Classic SelectorParser.jj), tried in this order
+_SELECTOR_LEXEMES = (
+    ("WHITESPACE", r"[ \t\f\n\r]+"),
+    ("FLOAT", (r"[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?"
+               r"|[0-9]+[eE][+-]?[0-9]+")),
+    ("INT", r"0[xX][0-9a-fA-F]+|[1-9][0-9]*[lL]?|0[0-7]*"),
+    ("STRING", r"'(?:[^']|'')*'"),
+    ("SECTION_DELIMITED_ID", r"[a-zA-Z][a-zA-Z_-]*\.\[(?:[^\[\]]|\[\[|\]\])*\]"),
+    ("IDENT", r"(?:[^\W\d]|\$)[\w$.]*"),
+    ("COMPARE_OP", r"<>|<=|>=|=|<|>"),
+)
+
+
+class SelectorTokenizer(Lexer):
+    """The selector dialect's tokenizer: same terminal names as the grammar, JMS lexemes.
+
+    Keywords in any case; identifiers are Java-like (``$``, ``_``, and ``.`` after the first
+    character, as ActiveMQ); integers are decimal (``L`` suffix allowed), hex or octal; floats
+    may be ``5.``, ``.5`` or ``1e3``; strings are single-quoted. A prefix NOT becomes
+    ``_NOT_TIGHT`` (it binds tighter than comparisons); a NOT after an operand or IS stays NOT.
+    NULL outside ``IS [NOT] NULL`` is ``NULL_LITERAL`` (a null value).
+    """
+
+    def __init__(self, lexer_conf: LexerConf) -> None:
+        punctuation = {t.pattern.value: t.name for t in lexer_conf.terminals
+                       if isinstance(t.pattern, PatternStr)
+                       and not t.pattern.value[:1].isalpha()}
+        keywords = {t.pattern.value: t.name for t in lexer_conf.terminals
+                    if isinstance(t.pattern, PatternStr) and t.pattern.value.isalpha()}
+        keywords["BETWEEN"] = "BETWEEN"
+        self._keywords = {k: keywords.get(k) or _DECLARED[k] for k in SELECTOR_KEYWORDS}
+        marks = [(name, re.escape(value)) for value, name in punctuation.items()]
+        self._scanner = re.compile("|".join(f"(?P<{name}>{pattern})"
+                                            for name, pattern in (*_SELECTOR_LEXEMES, *marks)))
+
+    def lex(self, text: str) -> Iterator[Token]:  # type: ignore[override]
+        limit = max_tokens.get()
+        match, keywords = self._scanner.match, self._keywords
+        pos, end, count, previous = 0, len(text), 0, ""
+        while pos < end:
+            m = match(text, pos)
+            if m is None:
+                raise FilterError(f"unexpected character {text[pos]!r}", pos + 1)
+            kind = m.lastgroup
+            assert kind is not None  # every alternative of the scanner is a named group
+            value = m.group()
+            start, pos = pos, m.end()
+            if kind == "WHITESPACE":
+                continue
+            count += 1
+            if count > limit:
+                raise FilterError(f"more than {limit} tokens", start + 1)
+            if kind == "IDENT":
+                kind = keywords.get(value.upper(), kind)
+                if kind == "NOT" and previous not in _OPERAND_END and previous != "IS":
+                    kind = "_NOT_TIGHT"
+                elif kind == "NULL" and previous not in ("IS", "NOT"):
+                    kind = "NULL_LITERAL"
+            previous = kind
             yield Token(kind, value, start_pos=start, line=1, column=start + 1, end_pos=pos)

@@ -76,6 +76,11 @@ def _unbracket(text: str, pos: int) -> str:
     return inner.replace("[[", "[").replace("]]", "]")
 
 
+def _like_of(subject: ast.Node, before: str, token: Token, after: str) -> ast.Like:
+    text = _unquote(token).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return ast.Like(subject, before + text + after, "\\", _pos(token))
+
+
 def resolve_section(prefix: str, name: str, pos: int) -> ast.Field:
     """A qualified name → Field, or FilterError for an unknown/unsupported section or field."""
     if prefix in _NEVER_STORED:
@@ -119,6 +124,26 @@ class TreeToFilter(Transformer):
 
     def not_like_escape(self, c):
         return ast.Not(self.like_escape(c), _first(c))
+
+    # RocketMQ's CONTAINS / STARTSWITH / ENDSWITH (selector dialect only): LIKE with the
+    # string's own % _ and \ escaped, so they share LIKE's semantics and fast paths
+    def contains(self, c):
+        return _like_of(c[0], "%", c[1], "%")
+
+    def not_contains(self, c):
+        return ast.Not(self.contains(c), _first(c))
+
+    def startswith(self, c):
+        return _like_of(c[0], "", c[1], "%")
+
+    def not_startswith(self, c):
+        return ast.Not(self.startswith(c), _first(c))
+
+    def endswith(self, c):
+        return _like_of(c[0], "%", c[1], "")
+
+    def not_endswith(self, c):
+        return ast.Not(self.endswith(c), _first(c))
 
     def sum_list(self, c):
         return tuple(c)
@@ -190,6 +215,9 @@ class TreeToFilter(Transformer):
 
     def nan_lit(self, c):
         return ast.Literal(math.nan, _first(c))
+
+    def null_lit(self, c):  # the selector dialect only
+        return ast.Literal(None, _first(c))
 
     # ---- references ----
     def plain_ref(self, c):

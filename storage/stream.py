@@ -27,6 +27,14 @@ from storage.writer import DurableCallback, FilterValue, Writer, create_segment,
 __all__ = ["Stream", "DurableCallback"]
 
 _VALUE_TYPES = frozenset({str, bytes, bytearray, type(None)})
+_ONE_VALUE = frozenset({str, bytes, bytearray})
+
+
+def _bad_value(value: FilterValue) -> bool:
+    """Not a record's filter value: one str/bytes, a tuple of them (several values), or None."""
+    if type(value) in _VALUE_TYPES:
+        return False
+    return type(value) is not tuple or not all(type(v) in _ONE_VALUE for v in value)
 MAX_RECORD_BYTES = 0x7FFFFFFF - 4  # a simple entry's length is 31 bits; the data section u32
 
 
@@ -67,8 +75,9 @@ class Stream:
         writer thread once its chunk is durable per the policy (or failed)."""
         if len(body) > MAX_RECORD_BYTES:
             raise StorageError(f"a record is at most {MAX_RECORD_BYTES} bytes")
-        if filter_value is not None and type(filter_value) not in _VALUE_TYPES:
-            raise StorageError(f"a filter value is str or bytes, not {type(filter_value).__name__}")
+        if filter_value is not None and _bad_value(filter_value):
+            raise StorageError(f"a filter value is str or bytes (or a tuple of them), "
+                               f"not {type(filter_value).__name__}")
         return self._writer.append(body, filter_value, on_durable)
 
     def append_batch(self, bodies: Sequence[bytes],
@@ -81,8 +90,9 @@ class Stream:
             raise StorageError("filter_values must have one entry per body")
         if n and max(map(len, bodies)) > MAX_RECORD_BYTES:
             raise StorageError(f"a record is at most {MAX_RECORD_BYTES} bytes")
-        if filter_values is not None and not set(map(type, filter_values)) <= _VALUE_TYPES:
-            raise StorageError("filter values are str, bytes or None")
+        if filter_values is not None and not set(map(type, filter_values)) <= _VALUE_TYPES \
+                and any(map(_bad_value, filter_values)):
+            raise StorageError("filter values are str, bytes, a tuple of them, or None")
         return self._writer.append_batch(bodies, filter_values, on_durable)
 
     # -- state ---------------------------------------------------------------------------------

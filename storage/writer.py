@@ -61,7 +61,8 @@ __all__ = ["Writer", "DurableCallback", "FilterValue", "RETRY_MIN_S", "RETRY_MAX
 log = logging.getLogger(__name__)
 
 DurableCallback = Callable[[int, "Exception | None"], None]
-FilterValue = Union[str, bytes, bytearray, None]  # one record's stage-1 value (None: none)
+# one record's stage-1 value(s): one, a tuple of several (each goes into the Bloom), None: none
+FilterValue = Union[str, bytes, bytearray, tuple, None]
 
 LOCK_FILE = ".writer.lock"
 _IOV_MAX = 1020

@@ -7,9 +7,12 @@ Strategy (../shared/design/amqp-interface.md, RabbitMQ 4.2's behaviour):
 - Each entry is checked when it is read. An invalid, unsupported or malformed entry is left out
   of the reply with a reason (the caller logs it); the client decides whether to detach.
 - Conflicts: offset spec, stage-1 values and match-unfiltered are single slots; the property
-  filters (properties + application-properties, ANDed) and the SQL filter are alternative kinds
-  of stage-2 filter. An entry later on the wire replaces an earlier one in its slot (and an SQL
-  filter replaces both property filters, and vice versa).
+  filters (properties + application-properties, ANDed), the SQL filter and the JMS selector are
+  alternative kinds of stage-2 filter. An entry later on the wire replaces an earlier one in its
+  slot (and an SQL filter or selector replaces both property filters, and vice versa).
+- A JMS selector (``apache.org:selector-filter:string``, under any key: Qpid JMS uses
+  ``jms-selector``) is compiled with ``sqlfilter.compile_selector`` and echoed like any accepted
+  entry, as ActiveMQ and Artemis do.
 - The echo holds exactly the accepted entries, in the order received; ``None`` when no filter
   was asked, an empty list when none was accepted.
 - A hard failure (an offset spec that cannot be understood) raises ``errors.BadRequest``: the link
@@ -28,7 +31,8 @@ from storage import OffsetSpec, StorageError, parse_interval_ms
 
 __all__ = ["SourceFilters", "StartSpec", "parse_source_filters",
            "OFFSET_SPEC", "STREAM_FILTER", "MATCH_UNFILTERED", "PROPERTIES_FILTER",
-           "APP_PROPERTIES_FILTER", "SQL_FILTER", "FILTER_CAPABILITIES", "parse_interval"]
+           "APP_PROPERTIES_FILTER", "SQL_FILTER", "SELECTOR_FILTER", "SELECTOR_FILTER_CODE",
+           "FILTER_CAPABILITIES", "parse_interval"]
 
 OFFSET_SPEC = symbol("rabbitmq:stream-offset-spec")
 STREAM_FILTER = symbol("rabbitmq:stream-filter")
@@ -36,6 +40,8 @@ MATCH_UNFILTERED = symbol("rabbitmq:stream-match-unfiltered")
 PROPERTIES_FILTER = symbol("amqp:properties-filter")
 APP_PROPERTIES_FILTER = symbol("amqp:application-properties-filter")
 SQL_FILTER = symbol("amqp:sql-filter")
+SELECTOR_FILTER = symbol("apache.org:selector-filter:string")
+SELECTOR_FILTER_CODE = 0x0000468C00000004
 
 FILTER_CAPABILITIES = (symbol("AMQP_FILTEX_PROP_V1_0"), symbol("AMQP_FILTEX_SQL_V1_0"))
 
@@ -47,9 +53,11 @@ _DESCRIPTORS: dict[Any, str] = {
     "amqp:properties-filter": "properties",
     "amqp:application-properties-filter": "application_properties",
     "amqp:sql-filter": "sql",
+    "apache.org:selector-filter:string": "selector",
     0x0000000000000173: "properties",
     0x0000000000000174: "application_properties",
     0x0000000000000120: "sql",
+    SELECTOR_FILTER_CODE: "selector",
 }
 
 StartSpec = OffsetSpec  # where a consumer starts: storage's offset spec, the one home
@@ -61,7 +69,7 @@ class SourceFilters:
     filter_values: tuple[str, ...] = ()
     match_unfiltered: bool = False
     stage2: Any = None  # a compiled sqlfilter.Filter, or None
-    stage2_kind: str | None = None  # "sql" or "properties"
+    stage2_kind: str | None = None  # "sql", "selector" or "properties"
     echo: list[tuple[Any, Any]] | None = None  # accepted (key, described value) in wire order
     dropped: list[tuple[Any, str]] = field(default_factory=list)  # (key, reason)
 
@@ -115,32 +123,37 @@ def _descriptor_kind(descriptor: Any) -> str | None:
 Compiler = Callable[..., Any]
 
 
-def _default_compilers() -> tuple[Compiler, Compiler]:
+def _default_compilers() -> tuple[Compiler, Compiler, Compiler]:
     import sqlfilter
 
     def missing(*args: Any, **kwargs: Any) -> Any:
         raise sqlfilter.FilterError("this filter kind is not available in this build")
     return (getattr(sqlfilter, "compile_sql", missing),
-            getattr(sqlfilter, "compile_property_filter", missing))
+            getattr(sqlfilter, "compile_property_filter", missing),
+            getattr(sqlfilter, "compile_selector", missing))
 
 
 def parse_source_filters(entries: Sequence[tuple[Any, Any]] | None, *, now_ms: int,
                          compile_sql: Compiler | None = None,
-                         compile_property_filter: Compiler | None = None) -> SourceFilters:
+                         compile_property_filter: Compiler | None = None,
+                         compile_selector: Compiler | None = None) -> SourceFilters:
     """Decide what is put in place for the filter-set ``entries`` ((key, value) in wire order;
     ``None`` when the source has no filter field)."""
     result = SourceFilters()
     if entries is None:
         return result
-    if compile_sql is None or compile_property_filter is None:
-        default_sql, default_prop = _default_compilers()
+    if compile_sql is None or compile_property_filter is None or compile_selector is None:
+        default_sql, default_prop, default_selector = _default_compilers()
         compile_sql = compile_sql or default_sql
         compile_property_filter = compile_property_filter or default_prop
+        compile_selector = compile_selector or default_selector
+    compilers = {"sql": compile_sql, "selector": compile_selector}
     from sqlfilter import FilterError
 
     accepted: list[tuple[Any, Any, str]] = []  # (key, value, slot)
     props: dict[str, Any] = {}  # "properties"/"application_properties" -> map
-    sql_filter: Any = None
+    sql_filter: Any = None  # a compiled SQL filter or selector
+    sql_kind = "sql"
 
     def evict(*slots: str) -> None:
         accepted[:] = [a for a in accepted if a[2] not in slots]
@@ -195,31 +208,32 @@ def parse_source_filters(entries: Sequence[tuple[Any, Any]] | None, *, now_ms: i
                 continue
             if sql_filter is not None:
                 sql_filter = None
-                evict("sql")
+                evict("sql", "selector")
             props[kind] = inner
             evict(kind)
             accepted.append((key, value, kind))
-        elif kind == "sql":
+        elif kind in ("sql", "selector"):
+            what = "SQL filter" if kind == "sql" else "JMS selector"
             if not isinstance(inner, str):
-                result.dropped.append((key, "amqp:sql-filter must be a string"))
+                result.dropped.append((key, f"{_name(kind)} must be a string"))
                 continue
             try:
-                compiled = compile_sql(str(inner))
+                compiled = compilers[kind](str(inner))
             except FilterError as exc:
-                result.dropped.append((key, f"invalid SQL filter: {exc}"))
+                result.dropped.append((key, f"invalid {what}: {exc}"))
                 continue
             except Exception as exc:
-                result.dropped.append((key, f"invalid SQL filter: {type(exc).__name__}: {exc}"))
+                result.dropped.append((key, f"invalid {what}: {type(exc).__name__}: {exc}"))
                 continue
             if props:
                 props.clear()
                 evict("properties", "application_properties")
-            sql_filter = compiled
-            evict("sql")
-            accepted.append((key, value, "sql"))
+            sql_filter, sql_kind = compiled, kind
+            evict("sql", "selector")
+            accepted.append((key, value, kind))
 
     if sql_filter is not None:
-        result.stage2, result.stage2_kind = sql_filter, "sql"
+        result.stage2, result.stage2_kind = sql_filter, sql_kind
     elif props:
         result.stage2 = compile_property_filter(**props)
         result.stage2_kind = "properties"
@@ -227,8 +241,13 @@ def parse_source_filters(entries: Sequence[tuple[Any, Any]] | None, *, now_ms: i
     return result
 
 
+_NAMES = {"properties": "amqp:properties-filter",
+          "application_properties": "amqp:application-properties-filter",
+          "sql": "amqp:sql-filter", "selector": "apache.org:selector-filter:string"}
+
+
 def _name(kind: str) -> str:
-    return "amqp:properties-filter" if kind == "properties" else "amqp:application-properties-filter"
+    return _NAMES[kind]
 
 
 def echo_map(echo: Iterable[tuple[Any, Any]]) -> dict:

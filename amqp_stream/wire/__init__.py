@@ -21,9 +21,10 @@ Public face:
 - reading: ``MessageView`` (``as_view`` of bytes, a ``proton.Message`` or a view) and
   ``KeyPicker`` (the keys a filter reads, for ``MessageView.pick``);
 - the broker's edits: ``stored_form`` (publish), ``filter_value``, ``with_stream_offset``
-  (delivery), ``FILTER_VALUE_NAME``;
+  (delivery), ``FILTER_VALUE_NAME``, ``FilterValues`` (one string, or a tuple of them: a list
+  of strings is our extension), ``MAX_FILTER_VALUES``;
 - errors: ``WireError(ValueError)`` the root, ``MessageFormatError`` (bad bytes),
-  ``BadFilterValue`` (a filter value that is not a string).
+  ``BadFilterValue`` (a filter value that is not a string or a list of strings).
 
 Modules (private): ``_codec`` (values), ``_sections`` (section codes, the walk, the order
 rule), ``_view`` (MessageView), ``_pick`` (KeyPicker and the one-pass pick), ``_stored`` (the
@@ -35,12 +36,13 @@ from amqp_stream.wire._codec import decode, decode_all, encode, encode_into, fro
 from amqp_stream.wire._sections import split_sections
 from amqp_stream.wire._pick import KeyPicker
 from amqp_stream.wire._view import MessageView, as_view
-from amqp_stream.wire._stored import (FILTER_VALUE_NAME, filter_value, stored_form,
-                                      with_stream_offset)
+from amqp_stream.wire._stored import (FILTER_VALUE_NAME, MAX_FILTER_VALUES, FilterValues,
+                                      filter_value, stored_form, with_stream_offset)
 
 __all__ = [
     "WireError", "MessageFormatError", "BadFilterValue",
     "decode", "decode_all", "skip", "encode", "encode_into", "from_proton", "split_sections",
     "MessageView", "as_view", "KeyPicker",
-    "stored_form", "filter_value", "with_stream_offset", "FILTER_VALUE_NAME",
+    "stored_form", "filter_value", "with_stream_offset", "FILTER_VALUE_NAME", "FilterValues",
+    "MAX_FILTER_VALUES",
 ]

@@ -19,4 +19,5 @@ class MessageFormatError(WireError):
 
 
 class BadFilterValue(MessageFormatError):
-    """``x-stream-filter-value`` is present but not a string (the message itself is sound)."""
+    """``x-stream-filter-value`` is present but not a string or a list of strings (the message
+    itself is sound)."""

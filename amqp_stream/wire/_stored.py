@@ -19,7 +19,8 @@ from amqp_stream.wire._sections import (DELIVERY_ANNOTATIONS, HEADER, MESSAGE_AN
                                         RANK_AFTER, SECTION_RANK, first_sections,
                                         in_canonical_order, section_at)
 
-__all__ = ["filter_value", "stored_form", "with_stream_offset", "FILTER_VALUE_NAME"]
+__all__ = ["filter_value", "stored_form", "with_stream_offset", "FILTER_VALUE_NAME",
+           "MAX_FILTER_VALUES", "FilterValues"]
 
 # the section that opens a new message-annotations section: 0x00 smallulong 0x72
 MESSAGE_ANNOTATIONS_PREFIX = b"\x00\x53\x72"
@@ -29,6 +30,13 @@ FILTER_VALUE_KEY = b"\xa3\x15x-stream-filter-value"  # sym8 "x-stream-filter-val
 _FILTER_VALUE_BYTES = FILTER_VALUE_NAME.encode("ascii")
 _STREAM_OFFSET_BYTES = b"x-stream-offset"
 _LONG = b"\x81"  # x-stream-offset is always written as a full 8-byte long
+#: most values one message may carry in a list (an extension: each one sets bits in the chunk's
+#: Bloom filter, and a filter of at most 255 bytes says little about more)
+MAX_FILTER_VALUES = 64
+
+FilterValues = str | tuple[str, ...] | None
+"""A message's ``x-stream-filter-value``: one string (RabbitMQ), several (a list or array of
+strings: our extension), or None."""
 
 
 def _map_header(buf: Any, vstart: int) -> tuple[int, int, int]:
@@ -88,23 +96,32 @@ def _filter_value_at(data: bytes, vstart: int, end: int) -> Any:
     return raw_decode(data, entry[1])[0]
 
 
-def _checked_filter_value(value: Any) -> str | None:
+def _checked_filter_value(value: Any) -> FilterValues:
     if value is None or type(value) is str:
         return value
-    raise BadFilterValue(f"{FILTER_VALUE_NAME} must be a string, not {type(value).__name__}")
+    if type(value) is list:  # a list or an array (the codec decodes both as a list)
+        if not all(type(v) is str for v in value):
+            raise BadFilterValue(f"{FILTER_VALUE_NAME} must be a string or a list of strings")
+        if len(value) > MAX_FILTER_VALUES:
+            raise BadFilterValue(f"{FILTER_VALUE_NAME} holds {len(value)} values, "
+                                 f"at most {MAX_FILTER_VALUES} are allowed")
+        return tuple(value) if value else None
+    raise BadFilterValue(f"{FILTER_VALUE_NAME} must be a string or a list of strings, "
+                         f"not {type(value).__name__}")
 
 
-def stored_form(data: Any) -> tuple[bytes, str | None]:
+def stored_form(data: Any) -> tuple[bytes, FilterValues]:
     """What the broker stores for a published message, in one walk over its sections: the bytes
     in the order rule's order (``_sections``) without delivery annotations, and the
-    ``x-stream-filter-value``.
+    ``x-stream-filter-value``: a string, a tuple of strings (sent as a list or array of strings,
+    an extension; an empty one is None), or None.
 
     A message already in order (every client we know but one) costs no copy beyond cutting out
     its delivery annotations; one sent in another order is rewritten in order. Raises
     ``MessageFormatError`` when the framing of any section or the annotations map is wrong, or a
     section is out of place (a second header, annotations, properties, application properties or
     footer; anything after the footer: the error names it), ``BadFilterValue`` for a filter value
-    that is not a string.
+    that is not a string or a list of at most ``MAX_FILTER_VALUES`` strings.
     """
     if type(data) is not bytes:
         data = bytes(data)
@@ -139,9 +156,9 @@ def stored_form(data: Any) -> tuple[bytes, str | None]:
     return data, _checked_filter_value(value)
 
 
-def filter_value(data: Any) -> str | None:
-    """The ``x-stream-filter-value`` message annotation (an AMQP string) ``stored_form`` finds,
-    or None if absent/null; it raises what ``stored_form`` raises."""
+def filter_value(data: Any) -> FilterValues:
+    """The ``x-stream-filter-value`` message annotation ``stored_form`` finds (a string or a
+    tuple of strings), or None if absent/null/empty; it raises what ``stored_form`` raises."""
     return stored_form(data)[1]
 
 

@@ -120,3 +120,30 @@ def test_mmh3_k_at_16_bytes_10_values():
     k = choose_k(10, 16)
     assert k == 9 and theoretical_fpr(127, 10, k) < 0.003
     assert theoretical_fpr(127, 10, 2) > 0.015
+
+
+@pytest.mark.parametrize("scheme", list(Scheme))
+@settings(max_examples=50)
+@given(records=st.lists(st.one_of(st.none(), st.text(min_size=1, max_size=8),
+                                  st.lists(st.text(max_size=8), max_size=4).map(tuple)),
+                        min_size=1, max_size=30),
+       size=st.integers(min_value=16, max_value=255))
+def test_a_record_with_several_values_adds_each_of_them(scheme, records, size):
+    """A tuple is a record with several values: the filter is the one of every value as its
+    own record (an empty value, or an empty tuple, is a record without a value: bit 0)."""
+    flat: list = []
+    for r in records:
+        if type(r) is tuple:
+            flat.extend(r if r else [None])
+        else:
+            flat.append(r)
+    assert build(records, size, scheme) == build(flat, size, scheme)
+
+
+def test_a_tuple_of_values_matches_a_reader_of_any_of_them():
+    cf = build([("red", "blue"), "green"], 64, Scheme.OSIRIS)
+    for wanted in ("red", "blue", "green"):
+        assert bloom.Matcher([wanted]).matches(cf.bits, cf.scheme, cf.param)
+    assert not bit(cf.bits, 0)  # no unfiltered record
+    assert bit(build([(), "x"], 16, Scheme.OSIRIS).bits, 0)  # an empty tuple: no value
+    assert bit(build([("x", "")], 16, Scheme.OSIRIS).bits, 0)  # an empty value: likewise

@@ -473,6 +473,25 @@ def test_filter_values_may_be_bytes_or_bytearray(tmp_path):
             assert list(r) == [] and r.stats.chunks_skipped == 1
 
 
+def test_a_record_with_several_filter_values_is_read_by_a_reader_of_any(tmp_path):
+    cfg = StreamConfig(fsync="never", max_chunk_entries=2)
+    with Stream.open(tmp_path / "s", cfg) as s:
+        s.append_batch([b"0", b"1"], [("red", "blue"), "red"])  # chunk 0
+        s.append_batch([b"2", b"3"], [("green",), (b"blue", "pink")])  # chunk 2
+        s.append(b"4", ())  # chunk 4: an empty tuple is a record without a value
+        s.flush()
+        for values, offsets in ((["blue"], [0, 1, 2, 3]), (["red"], [0, 1]),
+                                (["green"], [2, 3]), (["pink"], [2, 3]), (["nope"], [])):
+            with s.reader(OffsetSpec.first(), values) as r:
+                assert [o for c in r for o, _ in c.records] == offsets, values
+        with s.reader(OffsetSpec.first(), ["nope"], True) as r:
+            assert [o for c in r for o, _ in c.records] == [4]
+        with pytest.raises(StorageError):
+            s.append(b"x", ("ok", 3))
+        with pytest.raises(StorageError):
+            s.append_batch([b"x"], [("ok", None)])
+
+
 def test_a_bad_filter_value_is_refused_and_the_stream_keeps_working(tmp_path):
     with Stream.open(tmp_path / "s", StreamConfig(fsync="never")) as s:
         with pytest.raises(StorageError):

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from amqp_stream.wire import (BadFilterValue, MessageFormatError, MessageView, WireError, encode,
-                              filter_value, split_sections, stored_form, with_stream_offset)
+from amqp_stream.wire import (MAX_FILTER_VALUES, BadFilterValue, MessageFormatError, MessageView,
+                              WireError, encode, filter_value, split_sections, stored_form,
+                              with_stream_offset)
 from sqlfilter import compile_property_filter, compile_sql
 from tests.wire.messages import (SETTINGS, check_view, decoded, dict_of, encoded, expected, footers,
                                  messages, sections_except, simple, symbols, typed)
@@ -337,3 +338,36 @@ def test_stored_form_of_any_permutation_is_the_canonical_message(pair):
 def expected_field(m: proton.Message, field: str):
     value = getattr(m, field)
     return dict_of(value) if isinstance(value, dict) else expected(value)
+
+
+# ---- several filter values per message (a list or array of strings: our extension) ----
+
+def _with_value(value) -> bytes:
+    m = proton.Message(body="x", annotations={proton.symbol("x-stream-filter-value"): value,
+                                             proton.symbol("other"): 1})
+    return bytes(m.encode())
+
+
+@SETTINGS
+@given(st.lists(st.text(max_size=20), min_size=1, max_size=MAX_FILTER_VALUES), st.booleans())
+def test_a_list_or_array_of_strings_is_several_values(values, as_array):
+    value = (proton.Array(proton.UNDESCRIBED, proton.Data.STRING, *values) if as_array
+             else list(values))
+    b = _with_value(value)
+    stored, got = stored_form(b)
+    assert got == tuple(values) == filter_value(b)
+    assert stored == b  # the bytes are stored as sent
+
+
+def test_a_string_stays_one_value_and_an_empty_list_is_none():
+    assert stored_form(_with_value("red"))[1] == "red"
+    assert stored_form(_with_value(["red"]))[1] == ("red",)
+    assert stored_form(_with_value([]))[1] is None
+
+
+@pytest.mark.parametrize("value", [["a", 1], ["a", proton.symbol("b")], [["a"]], [None],
+                                   ["v"] * (MAX_FILTER_VALUES + 1), {"a": "b"}])
+def test_a_list_of_anything_but_strings_or_too_many_is_refused(value):
+    with pytest.raises(BadFilterValue) as info:
+        stored_form(_with_value(value))
+    assert "x-stream-filter-value" in str(info.value)

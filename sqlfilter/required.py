@@ -1,0 +1,146 @@
+"""What a compiled filter requires of a message: the values a field must hold for the
+expression to be true, read from the folded tree (never from the text).
+
+Why: a broker that indexes the values of some fields per chunk (broker-derived filter keys,
+docs/storage.md) can skip a chunk whose index holds none of the values the filter requires,
+and still give exactly the deliveries of a full scan, because stage 2 decides every message
+it reads. That is sound only if "required" is exact under three-valued logic:
+- ``field = literal`` (either side) is true only when ``eq(norm(field), literal)`` is true;
+- ``field IN (l1, l2, ...)`` of literals is true only when the field equals one of them;
+- ``a AND b`` is true only when both are: the constraints of both hold (intersected per field);
+- ``a OR b`` is true only when one is: a field constrained on both sides is constrained to the
+  union; anything else (NOT, LIKE, a comparison with no literal, ...) constrains nothing.
+
+A property filter (``amqp:properties-filter`` / ``amqp:application-properties-filter``) is an
+AND of entries; an entry whose test is plain equality (not ``&p:``/``&s:``, not null) requires
+its reference value (``requirement_of``). Its equality is mostly narrower than ``=`` (a binary
+reference does not match a string), so the requirement is a superset there; where it is wider
+(a one-character string reference matches an AMQP char, which ``=`` sees as a number), the
+requirement holds both forms.
+
+Values are compared through ``canonical``, which is equal for two values exactly when
+``runtime.eq`` says they are equal (numbers by value whatever their type, a string and binary
+with the same UTF-8 bytes, booleans only with booleans), and ``index_token`` turns a field and
+a value into the bytes an index holds. Only fields read as they are stored count: application
+properties and the properties section (header fields have defaults, JMS headers are computed,
+elements and message annotations are not indexed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlfilter import ast, runtime
+
+__all__ = ["Requirement", "required_values", "requirement_of", "canonical", "index_token",
+           "wanted_tokens", "INDEXABLE_SECTIONS"]
+
+#: sections whose fields are read as stored (no default, no computation): indexable
+INDEXABLE_SECTIONS = frozenset(("application_properties", "properties"))
+
+#: (section, field name) -> the canonical values one of which the field must hold
+Requirement = dict[tuple[str, str], frozenset]
+
+
+def canonical(value: Any) -> tuple | None:
+    """A value as the equality of the filter language sees it: ``canonical(a) ==
+    canonical(b)`` exactly when ``runtime.eq(norm(a), norm(b))`` is true; None for a value
+    that equals nothing (null, NaN, a list...)."""
+    v = runtime.norm(value)
+    if v is None:
+        return None
+    if type(v) is bool:
+        return ("b", v)
+    if type(v) is float and v.is_integer():
+        return ("n", int(v))  # 5.0 = 5; Python compares int and float exactly
+    if type(v) is int or type(v) is float:
+        return ("n", v)
+    if type(v) is str:
+        return ("s", v.encode("utf-8", "surrogatepass"))
+    if type(v) is bytes:
+        return ("s", v)
+    return None  # pragma: no cover - norm returns only the types above
+
+
+def _token(section: str, name: str, c: tuple) -> bytes:
+    kind, v = c
+    raw = v if kind == "s" else repr(v).encode("ascii")
+    return b"\x00".join((section.encode(), name.encode("utf-8", "surrogatepass"),
+                         kind.encode(), raw))
+
+
+def index_token(section: str, name: str, value: Any) -> bytes | None:
+    """The bytes an index holds for ``value`` of a field (None: the value equals nothing)."""
+    c = canonical(value)
+    return None if c is None else _token(section, name, c)
+
+
+def wanted_tokens(requirement: Requirement) -> dict[tuple[str, str], frozenset[bytes]]:
+    """Per required field, the index tokens of the values it may hold: a chunk whose index has
+    none of one field's tokens holds no match (an empty set: nothing matches)."""
+    return {key: frozenset(_token(key[0], key[1], c) for c in values)
+            for key, values in requirement.items()}
+
+
+def _field(node: ast.Node) -> tuple[str, str] | None:
+    if isinstance(node, ast.Field) and node.section in INDEXABLE_SECTIONS:
+        return node.section, node.name
+    return None
+
+
+def _values(literals: list[Any]) -> frozenset:
+    return frozenset(c for c in map(canonical, literals) if c is not None)
+
+
+def required_values(tree: ast.Node) -> Requirement:
+    """The fields the folded ``tree`` constrains to values, for it to be true (see above).
+
+    An empty set for a field means nothing can match (``a = 1 AND a = 2``); a field missing
+    from the result is not constrained.
+    """
+    if isinstance(tree, ast.Compare) and tree.op == "=":
+        for side, other in ((tree.left, tree.right), (tree.right, tree.left)):
+            key = _field(side)
+            if key is not None and isinstance(other, ast.Literal):
+                return {key: _values([other.value])}
+        return {}
+    if isinstance(tree, ast.In):
+        key = _field(tree.subject)
+        if key is not None and all(isinstance(i, ast.Literal) for i in tree.items):
+            return {key: _values([i.value for i in tree.items if isinstance(i, ast.Literal)])}
+        return {}
+    if isinstance(tree, ast.And):
+        left, right = required_values(tree.left), required_values(tree.right)
+        out = dict(left)
+        for key, values in right.items():
+            out[key] = out[key] & values if key in out else values
+        return out
+    if isinstance(tree, ast.Or):
+        left, right = required_values(tree.left), required_values(tree.right)
+        return {key: left[key] | right[key] for key in left.keys() & right.keys()}
+    return {}
+
+
+def requirement_of(f: Any) -> Requirement:
+    """The requirement of any compiled stage-2 filter: an SQL filter or selector (its tree), a
+    property filter (its equality entries), or nothing known (an empty requirement)."""
+    tree = getattr(f, "tree", None)
+    if tree is not None:
+        return required_values(tree)
+    entries = getattr(f, "entries", None)
+    if entries is None:
+        return {}
+    out: Requirement = {}
+    for section, name, test in entries():
+        if not hasattr(test, "equals"):
+            continue
+        equals = test.equals
+        alternatives = [equals]
+        if type(equals) is str and len(equals) == 1:
+            # a char value matches a one-character string reference here, while ``=`` (and so
+            # ``canonical``) sees a char as its code point: require either form
+            alternatives.append(ord(equals))
+        values = _values(alternatives)
+        key = (section, name)
+        out[key] = out[key] & values if key in out else values
+    return out
