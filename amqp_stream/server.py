@@ -31,6 +31,7 @@ from amqp_stream.config import BrokerConfig
 from amqp_stream.core import Core
 from amqp_stream.loop import EventLoop, raise_fd_limit
 from amqp_stream.metrics import Metrics
+from amqp_stream.stream import StreamAdapter
 
 __all__ = ["Broker"]
 
@@ -54,6 +55,8 @@ class Broker:
         self.adapter = Adapter(self.core, self.eloop, self.security, self.container_id,
                                config.idle_timeout)
         self.core.turn_hooks.append(self.adapter.process)
+        self.stream_adapter = StreamAdapter(self.core, self.eloop, self.security)
+        self.core.turn_hooks.append(self.stream_adapter.process)
         self.eloop.on_count = self.metrics.connections.set
         self.ticks = 0
         self.stopping = False
@@ -99,6 +102,18 @@ class Broker:
             return 1
         log.info("listening on %s://%s:%d as %s (open-file limit %d, max_connections %d)",
                  scheme, host, port, self.container_id, fd_limit, self.config.max_connections)
+        if self.config.stream_port:
+            try:
+                self.eloop.listen(host, self.config.stream_port, self.stream_adapter.accept,
+                                  "stream")
+            except OSError as exc:
+                log.error("cannot listen on %s:%d: %s", host, self.config.stream_port,
+                          exc.strerror or exc)
+                self._close_storage()
+                return 1
+            log.info("listening on rabbitmq-stream://%s:%d (advertised as %s:%d)", host,
+                     self.config.stream_port, self.stream_adapter.advertised_host,
+                     self.stream_adapter.advertised_port)
         loop = self.eloop.loop
         gc.disable()
         loop.add_signal_handler(signal.SIGTERM, self.shutdown)
@@ -130,6 +145,7 @@ class Broker:
     def dump_state(self) -> None:
         """SIGUSR1: log every link's flow-control state (for operators chasing a stall)."""
         self.adapter.dump_state()
+        self.stream_adapter.dump_state()
         mailbox = self.eloop.mailbox
         log.warning("state: %d connections, mailbox signalled=%s calls=%d dirty=%d",
                     len(self.eloop.connections), mailbox.signalled, len(mailbox.calls),
@@ -145,4 +161,5 @@ class Broker:
         self.core.close_all()  # writers finish and fsync what is queued
         self.eloop.mailbox.drain()  # settle what became durable
         self.adapter.close_all("amqp:connection:forced", "broker shutting down")
+        self.stream_adapter.close_all("broker shutting down")
         self.eloop.loop.call_later(SHUTDOWN_GRACE, self.eloop.loop.stop)
