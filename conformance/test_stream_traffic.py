@@ -84,7 +84,9 @@ def test_offset_specs(sclient, stream):
     assert sclient.subscribe(3, stream, offset_next(), credit=5) == OK
     sclient.publish(1, [(15, amqp(15))])
     later = sclient.next_chunk()
-    assert (later.subscription_id, later.chunk_id, later.num_records) == (3, 15, 1)
+    while later.subscription_id != 3:  # subscriptions 1 and 2 get it too
+        later = sclient.next_chunk()
+    assert (later.chunk_id, later.num_records) == (15, 1)
 
 
 def test_credit_is_counted_in_chunks(sclient, stream):
