@@ -396,7 +396,7 @@ class StreamAdapter:
         else:
             self._forget_publisher(conn, attachment)
         name = attachment.entry.name
-        if conn.closed or conn.proto.state is not State.OPEN:
+        if not conn.serving:
             return
         if any(a.entry.name == name for a in (*conn.publishers.values(),
                                               *conn.subscriptions.values())):

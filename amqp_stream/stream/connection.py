@@ -119,6 +119,11 @@ class StreamConnection(SocketConnection):
         self.write()
 
     # -- output ----------------------------------------------------------------------------
+    @property
+    def serving(self) -> bool:
+        """Open for traffic: confirms, deliveries and notices may be sent."""
+        return not self.closed and not self.finishing and self.proto.state is State.OPEN
+
     def send(self, frame: Frame) -> None:
         """Queue ``frame`` (written at the end of this turn)."""
         data = self.proto.send(frame)
@@ -215,7 +220,7 @@ class StreamConnection(SocketConnection):
             blocked = list(self.blocked)
             self.blocked.clear()
             for sub in blocked:
-                sub.pump()
+                sub.turn()
             self.write()
 
     # -- heartbeats ------------------------------------------------------------------------

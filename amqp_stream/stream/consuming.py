@@ -86,14 +86,24 @@ class Subscription:
     def wake(self) -> None:
         """The stream grew: go on if this subscription waited at its end."""
         if self.waiting and not self.scheduled and not self.closed:
-            self.pump()
+            self.turn()
 
     def _turn(self) -> None:
         self.scheduled = False
-        self.pump()
+        self.turn()
+
+    def turn(self) -> None:
+        """``pump`` from a callback of the loop or the core: a failure (a corrupt chunk, a
+        bug) ends this connection only."""
+        try:
+            self.pump()
+        except Exception as exc:
+            log.exception("stream subscription %d of %s on %r failed", self.id, self.conn.peer,
+                          self.entry.name)
+            self.conn.failed(exc)
 
     def pump(self) -> None:
-        if self.closed:
+        if self.closed or not self.conn.serving:
             return
         conn = self.conn
         self.waiting = False

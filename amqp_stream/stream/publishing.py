@@ -159,7 +159,7 @@ class StreamPublisher:
         self.held -= held
         self.budget.give(held)
         conn = self.conn
-        if not self.closed and not conn.closed and ids:
+        if not self.closed and conn.serving and ids:
             if error is None:
                 conn.send(PublishConfirm(self.id, tuple(ids)))
                 conn.adapter.count_confirmed(len(ids))
