@@ -207,3 +207,20 @@ def test_sql_filter_subscription_property(sclient, stream):
     assert all(zlib.crc32(c.data) == c.crc for c in chunks)
     assert [(o, body(d)) for c in chunks for o, d in c.records()] == [
         (3, "m3"), (4, "m4"), (5, "m5"), (20, "m20")]
+
+
+@pytest.mark.extension
+def test_property_filter_subscription_properties(sclient, stream):
+    """Extension: Subscribe properties ``property.<field>`` and ``application-property.<key>``
+    (amqp:properties-filter and amqp:application-properties-filter, string references)."""
+    assert sclient.declare_publisher(1, stream) == OK
+    sclient.publish(1, [(i, Message(body=f"m{i}", subject="even" if i % 2 == 0 else "odd",
+                                    properties={"region": "eu-1" if i < 4 else "us"}).encode())
+                        for i in range(8)])
+    sclient.wait_confirms(1, range(8))
+    assert sclient.subscribe(1, stream, offset_first(), credit=10, properties={
+        "property.subject": "even", "application-property.region": "&p:eu"}) == OK
+    chunks = chunks_until(sclient, 2)
+    assert [(o, body(d)) for c in chunks for o, d in c.records()] == [(0, "m0"), (2, "m2")]
+    assert sclient.subscribe(2, stream, offset_first(), credit=10,
+                             properties={"property.subject": "even", "sql-filter": "TRUE"}) == 17

@@ -31,21 +31,19 @@ from amqp_stream.core import Core
 from amqp_stream.errors import BadRequest, BrokerError, NotFound
 from amqp_stream.loop import EventLoop
 from amqp_stream.security import is_loopback
+from amqp_stream.stream import subscription_filters
 from amqp_stream.stream.auth import Authenticator
 from amqp_stream.stream.connection import StreamConnection
 from amqp_stream.stream.consuming import Subscription
 from amqp_stream.stream.publishing import StreamPublisher
 from amqp_stream.streamproto import COMMAND_VERSIONS, Key, OffsetType, ResponseCode, ServerConnection, State
 from amqp_stream.streamproto import frames as f
-from amqp_stream.streamproto.constants import FILTER_PROPERTY_PREFIX, MATCH_UNFILTERED_PROPERTY
 from storage import OffsetSpec
 
-__all__ = ["StreamAdapter", "SQL_FILTER_PROPERTY", "SERVER_PROPERTIES"]
+__all__ = ["StreamAdapter", "SERVER_PROPERTIES"]
 
 log = logging.getLogger("amqp_stream.stream")
 
-SQL_FILTER_PROPERTY = "sql-filter"
-"""Subscribe property (an extension): a SQL filter expression applied to each message."""
 SERVER_PROPERTIES = {
     "product": "RabbitMQ",
     "version": RABBITMQ_VERSION,
@@ -339,27 +337,18 @@ class StreamAdapter:
             conn.send(f.Response(Key.SUBSCRIBE, corr, ResponseCode.SUBSCRIPTION_ID_ALREADY_EXISTS))
             return
         entry = self.core.stream(frame.stream)
-        props = dict(frame.properties)
-        values = [v for k, v in props.items() if k.startswith(FILTER_PROPERTY_PREFIX)]
-        match_unfiltered = props.get(MATCH_UNFILTERED_PROPERTY, "false").lower() == "true"
-        match = None
-        sql = props.get(SQL_FILTER_PROPERTY)
-        if sql is not None:
-            from sqlfilter import FilterError, compile_sql
-            try:
-                match = compile_sql(sql).bytes_matcher()
-            except FilterError as exc:
-                raise BadRequest(f"invalid SQL filter: {exc}") from None
+        filters = subscription_filters.parse(frame.properties)
         spec, start = _offset_spec(frame.offset_spec)
-        reader = entry.stream.reader(spec, values, match_unfiltered)
+        reader = entry.stream.reader(spec, filters.values, filters.match_unfiltered)
         sub = Subscription(conn, frame.subscription_id, entry, reader, frame.credit, start,
-                           match, self._end_attachment)
+                           filters.match, self._end_attachment)
         conn.subscriptions[frame.subscription_id] = sub
         self.core.attach_consumer(entry, sub)
         conn.send(f.Response(Key.SUBSCRIBE, corr, ResponseCode.OK))
         log.info("stream subscription %d of %s <- %r from %s%s%s", frame.subscription_id,
-                 conn.peer, entry.name, frame.offset_spec, f" filter {values}" if values else "",
-                 " with sql-filter" if match is not None else "")
+                 conn.peer, entry.name, frame.offset_spec,
+                 f" filter {filters.values}" if filters.values else "",
+                 f" stage 2: {filters.stage2}" if filters.stage2 else "")
         sub.pump()
 
     def _unsubscribe(self, conn: StreamConnection, frame: f.Unsubscribe) -> None:
