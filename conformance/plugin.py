@@ -37,6 +37,9 @@ def register_markers(config: pytest.Config) -> None:
         "markers", "rabbitmq313: a stream-protocol feature RabbitMQ has from 3.13 on (Publish v2, "
         "filtering, ExchangeCommandVersions, StreamStats): leave out with -m 'not rabbitmq313' "
         "against RabbitMQ 3.10-3.12")
+    config.addinivalue_line(
+        "markers", "rabbitmq4: needs RabbitMQ 4's AMQP 1.0 streams beside the stream listener "
+        "(interoperability tests): leave out with -m 'not rabbitmq4' against RabbitMQ 3.x")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

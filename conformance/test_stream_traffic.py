@@ -20,6 +20,21 @@ from conformance.streamclient import OK, offset_at, offset_first, offset_last, o
 pytestmark = pytest.mark.timeout(60)
 
 
+@pytest.fixture
+def stream(request, target):
+    """A fresh stream, created over the stream protocol (deleted after the test)."""
+    from conformance.conftest import unique_name
+    name = unique_name(request)
+    with target.stream_connect() as admin:
+        assert admin.create_stream(name) == OK
+    yield name
+    try:
+        with target.stream_connect() as admin:
+            admin.delete_stream(name)
+    except Exception:  # noqa: BLE001 - cleanup must not hide the test's own failure
+        pass
+
+
 def amqp(i: int, **kw) -> bytes:
     return Message(body=f"m{i}", properties={"i": i}, **kw).encode()
 
@@ -150,6 +165,7 @@ def test_deliver_v2_only_to_clients_that_ask(sclient, stream):
 
 
 # -- interoperability with the AMQP 1.0 listener --------------------------------------------
+@pytest.mark.rabbitmq4
 def test_amqp_published_messages_reach_stream_subscribers_with_their_offsets(client, sclient,
                                                                              stream):
     """A message published over AMQP 1.0 is delivered over the stream protocol as stored, at
@@ -161,6 +177,7 @@ def test_amqp_published_messages_reach_stream_subscribers_with_their_offsets(cli
     assert by_stream == by_amqp == [(i, f"a{i}") for i in range(5)]
 
 
+@pytest.mark.rabbitmq4
 def test_stream_published_messages_reach_amqp_consumers_with_their_offsets(client, sclient,
                                                                            stream):
     """The other way: published over the stream protocol, read over AMQP 1.0 with
@@ -173,6 +190,7 @@ def test_stream_published_messages_reach_amqp_consumers_with_their_offsets(clien
 
 
 @pytest.mark.rabbitmq313
+@pytest.mark.rabbitmq4
 def test_filter_values_work_across_the_listeners(client, sclient, stream):
     """A Publish v2 filter value selects chunks for AMQP consumers (rabbitmq:stream-filter),
     and an AMQP x-stream-filter-value selects chunks for stream subscribers (filter.N)."""
