@@ -66,8 +66,7 @@ class StreamAdapter:
         self.advertised_port = config.stream_advertised_port or config.stream_port
         self.connections: set[StreamConnection] = set()
         self.to_write: set[StreamConnection] = set()
-        self.errors = 0  # protocol errors since start
-        self.confirmed = 0
+        self.counters = core.metrics.stream_protocol  # Prometheus series of this listener
         self._handlers: dict[type, Callable[[StreamConnection, Any], None]] = {
             f.PeerProperties: self._peer_properties,
             f.SaslHandshake: self._sasl_handshake,
@@ -107,11 +106,13 @@ class StreamAdapter:
         except OSError:
             conn.peer_address = None
         self.connections.add(conn)
+        self.counters["connections"].set(len(self.connections))
         return conn
 
     def removed(self, conn: StreamConnection) -> None:
         """The socket is closed: release everything of the connection."""
         self.connections.discard(conn)
+        self.counters["connections"].set(len(self.connections))
         self.to_write.discard(conn)
         for pub in list(conn.publishers.values()):
             self._forget_publisher(conn, pub)
@@ -148,11 +149,9 @@ class StreamAdapter:
                         sorted(conn.publishers), {i: (s.credit, s.waiting, s.next_offset)
                                                   for i, s in conn.subscriptions.items()})
 
-    def metrics_error(self) -> None:
-        self.errors += 1
-
-    def count_confirmed(self, n: int) -> None:
-        self.confirmed += n
+    def count(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to this listener's counter ``name`` (``Metrics.stream_protocol``)."""
+        self.counters[name].inc(n)
 
     def handle(self, conn: StreamConnection, frame: Any) -> None:
         handler = self._handlers.get(type(frame))
@@ -327,6 +326,7 @@ class StreamAdapter:
         if pub is None:
             conn.send(f.PublishError(frame.publisher_id, tuple(
                 (m[0], ResponseCode.PUBLISHER_DOES_NOT_EXIST) for m in frame.messages)))
+            self.count("publish_errors", len(frame.messages))
             return
         pub.publish(frame.messages)
 

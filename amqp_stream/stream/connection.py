@@ -97,7 +97,7 @@ class StreamConnection(SocketConnection):
                 event = proto.next_event()
             except RemoteProtocolError as exc:
                 log.info("stream connection %s: protocol error: %s", self.peer, exc)
-                self.adapter.metrics_error()
+                self.adapter.count("protocol_errors")
                 if exc.reply:
                     self.queue(exc.reply)
                 if proto.state is State.CLOSE_SENT:

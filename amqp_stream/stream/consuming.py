@@ -107,7 +107,7 @@ class Subscription:
             return
         conn = self.conn
         self.waiting = False
-        sent = records = nbytes = 0
+        sent = chunks = records = nbytes = 0
         reader = self.reader
         proto = conn.proto
         stream = self.entry.stream
@@ -129,6 +129,7 @@ class Subscription:
                     conn.queue(chunk)
                     self.credit -= 1
                     sent += 1
+                    chunks += 1
                     records += CHUNK_HEADER.unpack_from(chunk)[3]
                     nbytes += len(chunk)
                     continue
@@ -153,11 +154,15 @@ class Subscription:
                 conn.queue_file(loc.fd, loc.position, loc.length)
                 self.credit -= 1
                 sent += 1
+                chunks += 1
                 records += loc.records
                 nbytes += len(loc.header) + loc.length
         finally:
             self.next_offset = int(reader.position)
             self._account(records, nbytes)
+            if chunks:
+                conn.adapter.count("chunks", chunks)
+                conn.adapter.count("bytes", nbytes)
         conn.write()
 
     def _again(self) -> None:

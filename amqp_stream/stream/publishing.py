@@ -105,6 +105,7 @@ class StreamPublisher:
             ids.append(publishing_id)
         if errors:
             self.conn.send(PublishError(self.id, tuple(errors)))
+            self.conn.adapter.count("publish_errors", len(errors))
         if len(bodies) > start:
             if start == 0:
                 self.mark_dirty(self)
@@ -162,13 +163,14 @@ class StreamPublisher:
         if not self.closed and conn.serving and ids:
             if error is None:
                 conn.send(PublishConfirm(self.id, tuple(ids)))
-                conn.adapter.count_confirmed(len(ids))
+                conn.adapter.count("confirmed", len(ids))
             else:
                 log.warning("stream publisher %s on %r: storing failed: %s", conn.peer,
                             self.entry.name, error)
                 code = (ResponseCode.STREAM_DOES_NOT_EXIST if self.entry.deleted
                         else ResponseCode.INTERNAL_ERROR)
                 conn.send(PublishError(self.id, tuple((i, code) for i in ids)))
+                conn.adapter.count("publish_errors", len(ids))
             conn.adapter.to_write.add(conn)
         self._recheck()
 

@@ -159,3 +159,33 @@ def test_random_frames_close_only_their_connection(tmp_path):
             bystander.publish(1, [(n, b"m%d" % n)])
             assert bystander.wait_confirms(1, [n]) == {n: OK}
         bystander.close()
+
+
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in the scrape")
+
+
+def test_metrics_of_the_listener(tmp_path):
+    import urllib.request
+    with BrokerProcess(tmp_path / "data") as b:
+        c = StreamClient("127.0.0.1", b.stream_port)
+        assert c.create_stream("s") == OK and c.declare_publisher(1, "s") == OK
+        c.publish(1, [(i, b"m%d" % i) for i in range(10)])
+        assert c.wait_confirms(1, range(10)) == {i: OK for i in range(10)}
+        c.publish(9, [(1, b"x")])  # no such publisher
+        assert c.wait_confirms(9, [1]) == {1: 18}
+        assert c.subscribe(1, "s", credit=1) == OK
+        chunk = c.next_chunk()
+        text = urllib.request.urlopen(b.metrics_url, timeout=10).read().decode()
+        assert _metric(text, "amqp_stream_stream_protocol_connections") == 1
+        assert _metric(text, "amqp_stream_stream_protocol_confirmed_messages_total") == 10
+        assert _metric(text, "amqp_stream_stream_protocol_publish_errors_total") == 1
+        assert _metric(text, "amqp_stream_stream_protocol_delivered_chunks_total") == 1
+        assert _metric(text, "amqp_stream_stream_protocol_delivered_bytes_total") == \
+            48 + chunk.data_length
+        assert 'amqp_stream_published_messages_total{stream="s"} 10.0' in text
+        assert 'amqp_stream_delivered_messages_total{stream="s"} 10.0' in text
+        c.close()
