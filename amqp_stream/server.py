@@ -102,18 +102,21 @@ class Broker:
             return 1
         log.info("listening on %s://%s:%d as %s (open-file limit %d, max_connections %d)",
                  scheme, host, port, self.container_id, fd_limit, self.config.max_connections)
-        if self.config.stream_port:
+        streams = [("rabbitmq-stream", self.config.stream_port, self.stream_adapter.accept)]
+        if self.stream_adapter.tls_context is not None:
+            streams.append(("rabbitmq-stream+tls", self.config.stream_tls_port,
+                            self.stream_adapter.accept_tls))
+        for name, stream_port, factory in streams:
+            if not stream_port:
+                continue
             try:
-                self.eloop.listen(host, self.config.stream_port, self.stream_adapter.accept,
-                                  "stream")
+                self.eloop.listen(host, stream_port, factory, name)
             except OSError as exc:
-                log.error("cannot listen on %s:%d: %s", host, self.config.stream_port,
-                          exc.strerror or exc)
+                log.error("cannot listen on %s:%d: %s", host, stream_port, exc.strerror or exc)
                 self._close_storage()
                 return 1
-            log.info("listening on rabbitmq-stream://%s:%d (advertised as %s:%d)", host,
-                     self.config.stream_port, self.stream_adapter.advertised_host,
-                     self.stream_adapter.advertised_port)
+            log.info("listening on %s://%s:%d (advertised as %s:%d)", name, host, stream_port,
+                     self.stream_adapter.advertised_host, self.stream_adapter.advertised_port)
         loop = self.eloop.loop
         gc.disable()
         loop.add_signal_handler(signal.SIGTERM, self.shutdown)

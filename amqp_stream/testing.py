@@ -61,6 +61,7 @@ class BrokerProcess:
         self.port = free_port()
         self.metrics_port = free_port()
         self.stream_port = free_port()
+        self.stream_tls_port = free_port()  # used when TLS is configured
         self.log_path = Path(log_path) if log_path else self.data_dir.parent / f"broker-{self.port}.log"
         self.proc: subprocess.Popen | None = None
 
@@ -80,7 +81,7 @@ class BrokerProcess:
         return [sys.executable, "-m", "amqp_stream", "serve", "--host", self.host,
                 "--port", str(self.port), "--data-dir", str(self.data_dir),
                 "--metrics-port", str(self.metrics_port), "--stream-port", str(self.stream_port),
-                *self.extra_args]
+                "--stream-tls-port", str(self.stream_tls_port), *self.extra_args]
 
     def start(self, timeout: float = 30.0) -> "BrokerProcess":
         env = dict(os.environ, **(self.env or {}))

@@ -36,6 +36,7 @@ from amqp_stream.stream.auth import Authenticator
 from amqp_stream.stream.connection import StreamConnection
 from amqp_stream.stream.consuming import Subscription
 from amqp_stream.stream.publishing import StreamPublisher
+from amqp_stream.stream.tls import TlsStreamConnection, server_context
 from amqp_stream.streamproto import COMMAND_VERSIONS, Key, OffsetType, ResponseCode, ServerConnection, State
 from amqp_stream.streamproto import frames as f
 from storage import OffsetSpec
@@ -64,6 +65,9 @@ class StreamAdapter:
             host = config.host if config.host not in ("", "0.0.0.0", "::") else socket.gethostname()
         self.advertised_host = host
         self.advertised_port = config.stream_advertised_port or config.stream_port
+        self.tls_context = (server_context(config.tls_cert, config.tls_key)
+                            if config.tls_cert and config.tls_key else None)
+        self.advertised_tls_port = config.stream_tls_port
         self.connections: set[StreamConnection] = set()
         self.to_write: set[StreamConnection] = set()
         self.counters = core.metrics.stream_protocol  # Prometheus series of this listener
@@ -99,8 +103,16 @@ class StreamAdapter:
 
     # -- connections -----------------------------------------------------------------------
     def accept(self, sock: socket.socket, peer: str) -> StreamConnection:
-        """The listener's factory."""
-        conn = StreamConnection(self.eloop, sock, peer, self, ServerConnection())
+        """The plain listener's factory."""
+        return self._added(StreamConnection(self.eloop, sock, peer, self, ServerConnection()), sock)
+
+    def accept_tls(self, sock: socket.socket, peer: str) -> StreamConnection:
+        """The TLS listener's factory."""
+        assert self.tls_context is not None
+        return self._added(TlsStreamConnection(self.eloop, sock, peer, self, ServerConnection(),
+                                               context=self.tls_context), sock)
+
+    def _added(self, conn: StreamConnection, sock: socket.socket) -> StreamConnection:
         try:
             conn.peer_address = sock.getpeername()
         except OSError:
@@ -199,13 +211,18 @@ class StreamAdapter:
             return
         conn.send(f.OpenResponse(frame.correlation_id, ResponseCode.OK, {
             "advertised_host": self.advertised_host,
-            "advertised_port": str(self.advertised_port)}))
+            "advertised_port": str(self._port_for(conn))}))
         conn.handshake_done()
         conn.opened = True
         conn.start_heartbeats()
         self.core.metrics.connection_opened()
         log.info("stream connection %s opened: user %s, client %s", conn.peer, conn.user,
                  conn.proto.client_properties.get("product", "?"))
+
+    def _port_for(self, conn: StreamConnection) -> int:
+        """The port to advertise: a TLS client is sent to the TLS port."""
+        return self.advertised_tls_port if isinstance(conn, TlsStreamConnection) \
+            else self.advertised_port
 
     def _close(self, conn: StreamConnection, frame: f.Close) -> None:
         log.info("stream connection %s: the client closes (%d %s)", conn.peer, frame.code,
@@ -250,7 +267,7 @@ class StreamAdapter:
             else:
                 streams.append(f.StreamMetadata(name, ResponseCode.STREAM_DOES_NOT_EXIST,
                                                 0xFFFF, ()))
-        brokers = ((f.Broker(0, self.advertised_host, self.advertised_port),)
+        brokers = ((f.Broker(0, self.advertised_host, self._port_for(conn)),)
                    if any(s.code == ResponseCode.OK for s in streams) else ())
         conn.send(f.MetadataResponse(frame.correlation_id, brokers, tuple(streams)))
 
