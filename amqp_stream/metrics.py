@@ -132,7 +132,7 @@ class Metrics:
                                 "published messages rejected, by AMQP error condition",
                                 ["stream", "reason"], registry=self.registry)
         # the stream-protocol listener (per-stream counters above count both protocols)
-        self.stream_protocol = {
+        self.stream_protocol: dict[str, Any] = {
             "connections": Gauge("amqp_stream_stream_protocol_connections",
                                  "open stream-protocol connections", registry=self.registry),
             "confirmed": Counter("amqp_stream_stream_protocol_confirmed_messages",

@@ -30,7 +30,6 @@ from amqp_stream.arguments import from_stream_protocol, validate
 from amqp_stream.core import Core
 from amqp_stream.errors import BadRequest, BrokerError, NotFound
 from amqp_stream.loop import EventLoop
-from amqp_stream.security import is_loopback
 from amqp_stream.stream import subscription_filters
 from amqp_stream.stream.auth import Authenticator
 from amqp_stream.stream.connection import StreamConnection
@@ -51,7 +50,6 @@ SERVER_PROPERTIES = {
     "platform": f"Python {sys.version.split()[0]} (amqp-stream {__version__})",
     "amqp-stream-version": __version__,
 }
-MAX_CREDIT = 0xFFFF_FFFF
 
 
 class StreamAdapter:
