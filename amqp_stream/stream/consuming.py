@@ -117,8 +117,12 @@ class Subscription:
                 if conn.closed:
                     return
                 if conn.pending > MAX_PENDING:
-                    conn.blocked.add(self)
-                    break
+                    conn.write()  # the socket may take it now; if not, drained() resumes us
+                    if conn.closed:
+                        return
+                    if conn.pending > MAX_PENDING:
+                        conn.blocked.add(self)
+                        break
                 if sent >= CHUNKS_PER_TURN:
                     self._again()
                     break

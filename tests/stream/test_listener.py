@@ -240,3 +240,23 @@ def test_publishers_over_the_byte_budget_are_paused_and_resumed(tmp_path):
             records += clients[0].next_chunk().num_records
         for c in clients:
             c.close()
+
+
+def test_stage2_subscriber_reads_a_large_stream_to_its_end(tmp_path):
+    """Stage 2 rebuilds chunks in memory: past MAX_PENDING queued bytes the subscription waits
+    for the socket and must be resumed, whether the socket took everything at once or not."""
+    from proton import Message
+    total, per_frame = 24_000, 800
+    with BrokerProcess(tmp_path / "data", extra_args=["--fsync", "never"]) as b:
+        c = StreamClient("127.0.0.1", b.stream_port)
+        assert c.create_stream("s2") == OK and c.declare_publisher(1, "s2") == OK
+        body = Message(body="z" * 900, properties={"k": 1}).encode()
+        for start in range(0, total, per_frame):
+            c.publish(1, [(i, body) for i in range(start, start + per_frame)])
+            c.wait_confirms(1, [start + per_frame - 1])
+        assert c.subscribe(1, "s2", credit=60_000, properties={"sql-filter": "k = 1"}) == OK
+        records = 0
+        while records < total:
+            records += c.next_chunk(timeout=20).num_records
+        assert records == total
+        c.close()
