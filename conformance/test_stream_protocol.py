@@ -225,3 +225,20 @@ def test_a_client_that_drops_its_socket_leaves_nothing_behind(target, sname):
         assert c.declare_publisher(1, sname) == OK
         c.publish(1, [(1, b"after")])
         assert c.wait_confirms(1, [1]) == {1: OK}
+
+
+@pytest.mark.rabbitmq4
+def test_created_streams_have_the_amqp_arguments(sclient, client, sname):
+    """Create's arguments are the x- queue arguments an AMQP client sees (typed as there), and
+    a stream declared over AMQP is one the stream protocol finds."""
+    assert sclient.create_stream(sname, {"max-length-bytes": "1000000", "max-age": "1h"}) == OK
+    info = client.info(sname)
+    assert info.status == 200
+    assert info.body["arguments"]["x-max-length-bytes"] == 1_000_000
+    assert info.body["arguments"]["x-max-age"] == "1h"
+    assert client.declare(sname + "-amqp").status == 201
+    try:
+        assert sclient.metadata([sname + "-amqp"])[1][sname + "-amqp"][0] == OK
+        assert sclient.create_stream(sname + "-amqp") == STREAM_ALREADY_EXISTS
+    finally:
+        client.delete(sname + "-amqp")
