@@ -42,11 +42,15 @@ class Target:
     def connect(self) -> Client:
         return Client(self.url, self.user, self.password, self.ssl_domain)
 
-    def stream_connect(self, **kw) -> StreamClient:
-        """A stream-protocol connection (authenticated and open unless ``handshake=False``)."""
+    def stream_address(self) -> tuple[str, int, str, str, str]:
+        """host, port, user, password, vhost of the stream listener (skips without one)."""
         if self.stream_url is None:
             pytest.skip("no --stream-url for the broker under test")
-        host, port, user, password, vhost = parse_stream_url(self.stream_url)
+        return parse_stream_url(self.stream_url)
+
+    def stream_connect(self, **kw) -> StreamClient:
+        """A stream-protocol connection (authenticated and open unless ``handshake=False``)."""
+        host, port, user, password, vhost = self.stream_address()
         return StreamClient(host, port, user, password, vhost, **kw)
 
 
