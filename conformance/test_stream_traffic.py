@@ -14,7 +14,8 @@ import zlib
 import pytest
 from proton import Message, symbol
 
-from conformance.amqp import address, offset_spec, stream_filter
+from conformance.amqp import offset_spec, stream_filter
+from conformance.conftest import unique_name
 from conformance.streamclient import OK, offset_at, offset_first, offset_last, offset_next
 
 pytestmark = pytest.mark.timeout(60)
@@ -23,7 +24,6 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture
 def stream(request, target):
     """A fresh stream, created over the stream protocol (deleted after the test)."""
-    from conformance.conftest import unique_name
     name = unique_name(request)
     with target.stream_connect() as admin:
         assert admin.create_stream(name) == OK
