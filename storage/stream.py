@@ -97,6 +97,12 @@ class Stream:
         return self._writer.end
 
     @property
+    def committed_chunk_id(self) -> int:
+        """The id (first offset) of the last committed chunk, -1 when there is none (RabbitMQ's
+        committed chunk id: Deliver v2, StreamStats)."""
+        return self._writer.committed_chunk_id
+
+    @property
     def first_offset(self) -> int:
         """The first offset still kept (= ``next_offset`` for an empty stream)."""
         return self._writer.starts[0]

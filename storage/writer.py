@@ -40,7 +40,7 @@ import bloom
 
 from storage.config import FsyncPolicy, StreamConfig
 from storage.errors import CorruptionError, StorageError, StreamClosedError
-from storage.files import fsync_dir, index_path, segment_path
+from storage.files import fsync_dir, index_path, read_index_record, segment_path
 from storage.format import (
     CHUNK_HEADER_BYTES,
     INDEX_HEADER_BYTES,
@@ -84,6 +84,9 @@ class Writer:
         self.starts: tuple[int, ...] = tuple(s.start for s in segments)
         last = segments[-1]
         self.end = last.end
+        # the id of the last committed chunk (-1: none); set after ``end``, so a reader on
+        # another thread may see it lag ``end`` but never lead it
+        self.committed_chunk_id = last_chunk_id(directory, segments)
         self.lock = threading.Lock()
         self._wake = threading.Condition(self.lock)
         self._commit_cond = threading.Condition(threading.Lock())
@@ -331,7 +334,7 @@ class Writer:
             self.next = last.end  # nothing is queued: appends were refused meanwhile
             self._reopen_pending = False
         if last.end > self.end:
-            self._commit(last.end)
+            self._commit(last.end, last_chunk_id(self.directory, segments))
         log.info("stream %s: files reopened after a write error (end %d)", self.directory,
                  last.end)
 
@@ -375,7 +378,7 @@ class Writer:
                     chunk_values = values[i:i + n]
                     if any(chunk_values):
                         filt = bloom.build(_distinct(chunk_values), fsize, scheme)
-                chunk_id = first + i
+                chunk_id = last_id = first + i
                 if filt is not None:
                     bufs = encode_chunk(chunk_id, ts, data, n, n, epoch=cfg.epoch,
                                         filter_bits=filt.bits, filter_scheme=filt.scheme,
@@ -407,7 +410,7 @@ class Writer:
                         and time.monotonic() - self._last_sync >= cfg.fsync_interval_ms / 1000.0):
                     self._sync()
             end = first + i
-            self._commit(end)
+            self._commit(end, last_id)
             j = cb_i
             while j < len(callbacks) and callbacks[j][0] < end:
                 j += 1
@@ -424,8 +427,9 @@ class Writer:
         _writev_all(self._sfd, iov)
         _writev_all(self._ifd, [b"".join(idx)])
 
-    def _commit(self, end: int) -> None:
+    def _commit(self, end: int, chunk_id: int) -> None:
         self.end = end
+        self.committed_chunk_id = chunk_id
         for fn in self._listeners:
             try:
                 fn()
@@ -477,6 +481,20 @@ def _distinct(values: list[FilterValue]
         return set(values)
     except TypeError:
         return values
+
+
+def last_chunk_id(directory: str, segments: Sequence[SegmentInfo]) -> int:
+    """The id of the log's last chunk (from the last non-empty segment's index), -1 if none."""
+    for info in reversed(segments):
+        if info.chunks:
+            fd = os.open(index_path(directory, info.start), os.O_RDONLY)
+            try:
+                rec = read_index_record(fd, info.chunks - 1)
+            finally:
+                os.close(fd)
+            if rec is not None:
+                return rec.chunk_id
+    return -1
 
 
 def lock_directory(directory: str) -> int:

@@ -271,17 +271,9 @@ class StreamAdapter:
 
     def _stream_stats(self, conn: StreamConnection, frame: f.StreamStats) -> None:
         stream = self.core.stream(frame.stream).stream
-        first, end = stream.first_offset, stream.next_offset
-        if end <= first:
-            stats = {"first_chunk_id": -1, "committed_chunk_id": -1}
-        else:
-            last = stream.reader(OffsetSpec.last())
-            try:
-                loc = last.read_location()  # no budget: never SCAN_PAUSED
-                committed = loc.chunk_id if loc is not None else end - 1
-            finally:
-                last.close()
-            stats = {"first_chunk_id": first, "committed_chunk_id": committed}
+        empty = stream.next_offset <= stream.first_offset
+        stats = {"first_chunk_id": -1 if empty else stream.first_offset,
+                 "committed_chunk_id": -1 if empty else stream.committed_chunk_id}
         conn.send(f.StreamStatsResponse(frame.correlation_id, ResponseCode.OK, stats))
 
     def _no_super_stream(self, conn: StreamConnection, frame: Any) -> None:

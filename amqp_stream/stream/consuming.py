@@ -19,9 +19,8 @@ compiled filter, and each run of consecutive matching records goes out as a chun
 rebuilt with that run's first offset, entry and record counts and CRC (one credit each), so
 the offsets a client computes from chunk headers stay right.
 
-Deliver v2's committed chunk id: storage knows the committed end, not the id of the chunk
-holding it; the subscription sends the delivered chunk's id when that chunk ends at the
-committed end, else the last committed offset (an upper bound of the committed chunk id).
+Deliver v2 carries the stream's committed chunk id (``Stream.committed_chunk_id``), never less
+than the delivered chunk's own id.
 """
 
 from __future__ import annotations
@@ -128,7 +127,7 @@ class Subscription:
                     break
                 if self.runs:
                     chunk = self.runs.pop(0)
-                    committed = stream.next_offset - 1 if v2 else None
+                    committed = stream.committed_chunk_id if v2 else None
                     conn.queue(proto.deliver_head(self.id, len(chunk), committed))
                     conn.queue(chunk)
                     self.credit -= 1
@@ -149,10 +148,7 @@ class Subscription:
                     if not self.runs:
                         sent += 1  # nothing matched: it still counts towards the turn
                     continue
-                committed = None
-                if v2:
-                    end = stream.next_offset
-                    committed = loc.chunk_id if loc.next_offset >= end else end - 1
+                committed = max(stream.committed_chunk_id, loc.chunk_id) if v2 else None
                 conn.queue(proto.deliver_head(self.id, len(loc.header) + loc.length, committed))
                 conn.queue(loc.header)
                 conn.queue_file(loc.fd, loc.position, loc.length)

@@ -75,3 +75,17 @@ def test_a_start_inside_a_chunk_gives_the_whole_chunk_and_skips_earlier_ones(tmp
     assert located[0][0].records == 5  # offsets 10..11 are the receiver's to drop
     assert [loc.chunk_id for loc, _ in from_15] == [15]
     assert late.chunk_id == 22 and late.records == 1
+
+
+def test_committed_chunk_id_follows_commits_and_survives_a_reopen(tmp_path):
+    s = Stream.open(tmp_path / "s", StreamConfig(max_segment_bytes=300))
+    assert s.committed_chunk_id == -1
+    ids = []
+    for n in (3, 1, 4, 2):  # small segments: several rollovers
+        ids.append(s.append_batch([b"x" * 50] * n))
+        s.flush()
+        assert s.committed_chunk_id == ids[-1]
+    s.close()
+    with Stream.open(tmp_path / "s") as again:
+        assert again.committed_chunk_id == ids[-1] == 8
+        assert len(again.segment_starts()) > 1
