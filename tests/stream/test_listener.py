@@ -158,6 +158,18 @@ def test_random_frames_close_only_their_connection(tmp_path):
                 c.sock.close()
             bystander.publish(1, [(n, b"m%d" % n)])
             assert bystander.wait_confirms(1, [n]) == {n: OK}
+        for n in range(40, 60):  # before the handshake: random bytes, huge sizes
+            raw = socket.create_connection(("127.0.0.1", b.stream_port), timeout=10)
+            garbage = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200)))
+            if n % 2:
+                garbage = struct.pack(">I", rng.randrange(8193, 1 << 32)) + garbage
+            raw.sendall(garbage)
+            raw.shutdown(socket.SHUT_WR)
+            while raw.recv(4096):  # the broker closes it (after answering what was valid)
+                pass
+            raw.close()
+            bystander.publish(1, [(n, b"m%d" % n)])
+            assert bystander.wait_confirms(1, [n]) == {n: OK}
         bystander.close()
 
 
