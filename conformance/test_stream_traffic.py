@@ -72,16 +72,39 @@ def test_publish_is_confirmed_and_consumed_with_offsets(sclient, stream):
     assert [body(d) for _, d in records] == [f"m{i}" for i in range(100)]
 
 
-def test_sub_entry_batches_are_stored_as_their_records(sclient, stream):
+def test_sub_entry_batches_give_each_message_an_offset(sclient, stream):
     """A sub-entry batch (plain or gzip) is one publishing id; its messages get one offset
-    each."""
+    each, whether the broker delivers the batch as it came or opened."""
     assert sclient.declare_publisher(1, stream) == OK
     sclient.publish_sub_batch(1, 1, [amqp(i) for i in range(5)])
     sclient.publish_sub_batch(1, 2, [amqp(i) for i in range(5, 8)], gzip=True)
     assert sclient.wait_confirms(1, [1, 2]) == {1: OK, 2: OK}
     assert sclient.subscribe(1, stream, offset_first(), credit=10) == OK
-    records = [r for c in chunks_until(sclient, 8) for r in c.records()]
+    chunks = chunks_until(sclient, 8)
+    records = [r for c in chunks for r in c.records()]
     assert [(o, body(d)) for o, d in records] == [(i, f"m{i}") for i in range(8)]
+
+
+def test_sub_entry_batches_are_stored_as_they_came(sclient, stream):
+    """RabbitMQ stores a sub-entry batch as one entry of its records (compressed as it came)
+    and delivers it so: the chunk counts 2 entries for the 2 batches, 8 records."""
+    assert sclient.declare_publisher(1, stream) == OK
+    sclient.publish_sub_batch(1, 1, [amqp(i) for i in range(5)])
+    sclient.publish_sub_batch(1, 2, [amqp(i) for i in range(5, 8)], gzip=True)
+    assert sclient.wait_confirms(1, [1, 2]) == {1: OK, 2: OK}
+    assert sclient.subscribe(1, stream, offset_first(), credit=10) == OK
+    chunks = chunks_until(sclient, 8)
+    assert (sum(c.num_entries for c in chunks), sum(c.num_records for c in chunks)) == (2, 8)
+
+
+@pytest.mark.rabbitmq4
+def test_sub_entry_batches_reach_amqp_consumers_as_messages(client, sclient, stream):
+    """AMQP 1.0 consumers get a stored sub-entry batch's messages one by one, with offsets."""
+    assert sclient.declare_publisher(1, stream) == OK
+    sclient.publish_sub_batch(1, 1, [amqp(i) for i in range(4)], gzip=True)
+    assert sclient.wait_confirms(1, [1]) == {1: OK}
+    assert [(r.offset, r.message.body) for r in client.read(stream)] == [
+        (i, f"m{i}") for i in range(4)]
 
 
 def test_offset_specs(sclient, stream):

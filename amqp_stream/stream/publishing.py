@@ -9,10 +9,12 @@ commit across connections); the writer's ``on_durable`` callback only posts to t
 and back on the loop the batch's publishing ids go out in one PublishConfirm (or a
 PublishError with ``INTERNAL_ERROR`` when storage failed).
 
-A sub-entry batch is stored as its records (storage's writer takes records, not ready-made
-entries): the batch is opened with ``storage.format.decode_records`` (none, gzip, and the
-codecs whose library is installed), and its publishing id is confirmed once its records are
-durable. A batch that cannot be opened gets a PublishError (``PRECONDITION_FAILED``).
+A sub-entry batch is stored as it came, as one entry of its records
+(``storage.format.SubBatchEntry``), compressed or not, as RabbitMQ stores it; its publishing
+id is confirmed once the chunk is durable. It is opened once first
+(``storage.format.decode_records``: none, gzip, and the codecs whose library is installed), so
+that every reader of the stream can open it too; a batch that cannot be opened, or whose
+record count is wrong, gets a PublishError (``PRECONDITION_FAILED``).
 
 Memory: the bytes of unconfirmed messages count against the publisher's
 ``max_unconfirmed_bytes`` and the broker's ``publish_budget``; over either, the connection is
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from amqp_stream.core import ByteBudget
 from amqp_stream.streamproto import PublishConfirm, PublishError, ResponseCode
-from storage.format import SUBBATCH_HEADER, decode_records
+from storage.format import SubBatchEntry, decode_records
 
 if TYPE_CHECKING:
     from amqp_stream.stream.connection import StreamConnection
@@ -68,6 +70,8 @@ class StreamPublisher:
         self.values: list[Any] = []
         self.ids: list[int] = []
         self.batch_bytes = 0  # bytes of the messages in ``bodies`` as they came
+        self.extra = 0  # records in ``bodies`` beyond one per item (sub-entry batches)
+        self.batched = False  # ``bodies`` holds SubBatchEntry items
 
     def end(self, error: Exception) -> None:
         """The core ends this publisher (its stream was deleted)."""
@@ -93,15 +97,15 @@ class StreamPublisher:
                 values.append(value)
                 n += len(data)
             else:
-                records = self._open_batch(data, batch)
-                if records is None:
+                entry = self._check_batch(data, batch)
+                if entry is None:
                     errors.append((publishing_id, ResponseCode.PRECONDITION_FAILED))
                     continue
-                bodies.extend(records)
-                values.extend(itertools.repeat(None, len(records)))
+                bodies.append(entry)
+                values.append(None)
                 n += len(data)
-                # the id is confirmed with the batch's last record
-                ids.extend(itertools.repeat(-1, len(records) - 1))
+                self.extra += entry.records - 1
+                self.batched = True
             ids.append(publishing_id)
         if errors:
             self.conn.send(PublishError(self.id, tuple(errors)))
@@ -115,18 +119,18 @@ class StreamPublisher:
             if self.held >= self.max_bytes or self.budget.over:
                 self._throttle()
 
-    def _open_batch(self, data: Any, batch: tuple) -> list[bytes] | None:
+    def _check_batch(self, data: Any, batch: tuple) -> SubBatchEntry | None:
+        """The batch as an entry to store, once it is known to open into ``count`` records."""
         compression, count, uncompressed = batch
-        entry = SUBBATCH_HEADER.pack(0x80 | (compression << 4), count, uncompressed, len(data))
+        entry = SubBatchEntry(compression, count, uncompressed, data)
         try:
-            records = decode_records(entry + bytes(data), 0)
+            records = decode_records(entry, 0)
         except Exception as exc:  # each codec has its own errors; storage's for the rest
             log.info("stream publisher %s: a sub-entry batch refused: %s", self.conn.peer, exc)
             return None
-        bodies = [bytes(body) for _, body in records]
-        if not bodies or any(len(b) > self.max_message_size for b in bodies):
+        if not records or any(len(b) > self.max_message_size for _, b in records):
             return None
-        return bodies
+        return entry
 
     # -- to storage ------------------------------------------------------------------------
     def flush(self) -> None:
@@ -135,8 +139,10 @@ class StreamPublisher:
             return
         self.bodies, self.values, self.ids = [], [], []
         held, self.batch_bytes = self.batch_bytes, 0
+        records = len(bodies) + self.extra if self.batched else None
+        self.extra, self.batched = 0, False
         key = next(_keys)
-        _batches[key] = (self, [i for i in ids if i >= 0], held)
+        _batches[key] = (self, ids, held)
         post = self.post
 
         def callback(offset: int, error: Exception | None, key: int = key) -> None:
@@ -145,14 +151,14 @@ class StreamPublisher:
         try:
             if entry.deleted:
                 raise RuntimeError(f"stream '{entry.name}' was deleted")
-            entry.stream.append_batch(bodies, values, on_durable=callback)
+            entry.stream.append_batch(bodies, values, on_durable=callback, records=records)
         except Exception as exc:
             _batches.pop(key, None)
-            self.durable([i for i in ids if i >= 0], exc, held)
+            self.durable(ids, exc, held)
             return
         m = entry.metrics
         if m is not None:
-            m.published_messages.inc(len(bodies))
+            m.published_messages.inc(records or len(bodies))
             m.published_bytes.inc(held)
 
     def durable(self, ids: list[int], error: Exception | None, held: int) -> None:
