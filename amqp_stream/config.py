@@ -54,6 +54,10 @@ class BrokerConfig:
     idle_timeout: float = 60.0
     event_loop: str = "uvloop"
     container_id: str | None = None
+    stream_port: int = 5552
+    stream_tls_port: int = 5551
+    stream_advertised_host: str | None = None
+    stream_advertised_port: int = 0
 
     def __post_init__(self) -> None:
         check(self)
@@ -88,6 +92,12 @@ HELP: dict[str, str] = {
     "idle_timeout": "seconds of silence after which an AMQP client is disconnected (the open "
                     "frame announces half, as proton does, so clients heartbeat in time; 0 = off)",
     "container_id": "container id sent in the open frame (default: amqp-stream@<hostname>)",
+    "stream_port": "RabbitMQ stream protocol port (0 = off)",
+    "stream_tls_port": "RabbitMQ stream protocol port with TLS, when --tls-cert/--tls-key are "
+                       "given (0 = off)",
+    "stream_advertised_host": "host stream clients are told to connect to (Open, Metadata); "
+                              "default: --host, or this machine's name when --host is a wildcard",
+    "stream_advertised_port": "port stream clients are told to connect to (0 = --stream-port)",
 }
 
 # CLI flag names that differ from the field name
@@ -155,6 +165,12 @@ def check(config: BrokerConfig) -> None:
             raise ConfigError(f"{name} must be one of {', '.join(choices)}, not {getattr(config, name)!r}")
     if not 0 < config.port < 65536:
         raise ConfigError(f"port must be 1..65535, not {config.port}")
+    if not 0 <= config.stream_port < 65536 or not 0 <= config.stream_tls_port < 65536:
+        raise ConfigError(f"stream_port and stream_tls_port must be 0..65535, not "
+                          f"{config.stream_port} and {config.stream_tls_port}")
+    if not 0 <= config.stream_advertised_port < 65536:
+        raise ConfigError(f"stream_advertised_port must be 0..65535, not "
+                          f"{config.stream_advertised_port}")
     if not 0 <= config.metrics_port < 65536:
         raise ConfigError(f"metrics_port must be 0..65535, not {config.metrics_port}")
     if not bloom.MIN_SIZE <= config.filter_size <= bloom.MAX_SIZE:

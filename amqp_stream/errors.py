@@ -23,7 +23,7 @@ class BrokerError(Exception):
 
     condition = "amqp:internal-error"
     status = 500
-    stream_code = 0x0C  # RabbitMQ's internal_error
+    stream_code = 0x0F  # RabbitMQ's internal_error (0x0C is vhost_access_failure)
 
     def __init__(self, description: str):
         super().__init__(description)
@@ -55,7 +55,7 @@ class NotAllowed(BrokerError):
 
 class NotImplementedByBroker(BrokerError):
     """Something valid that this broker does not do (exchanges, purge of a stream)."""
-    condition, status, stream_code = "amqp:not-implemented", 501, 0x0C
+    condition, status, stream_code = "amqp:not-implemented", 501, 0x0F
 
 
 class ResourceDeleted(BrokerError):
@@ -64,15 +64,15 @@ class ResourceDeleted(BrokerError):
 
 class ResourceLimit(BrokerError):
     """Out of a resource: disk full, too many unconfirmed bytes."""
-    condition, status, stream_code = "amqp:resource-limit-exceeded", 503, 0x0C
+    condition, status, stream_code = "amqp:resource-limit-exceeded", 503, 0x0F
 
 
 class DecodeError(BrokerError):
-    condition, status, stream_code = "amqp:decode-error", 400, 0x0C
+    condition, status, stream_code = "amqp:decode-error", 400, 0x0F
 
 
 class SizeExceeded(BrokerError):
-    condition, status, stream_code = "amqp:link:message-size-exceeded", 413, 0x0C
+    condition, status, stream_code = "amqp:link:message-size-exceeded", 413, 0x0F
 
 
 class InternalError(BrokerError):
@@ -80,7 +80,7 @@ class InternalError(BrokerError):
 
 
 class ShuttingDown(BrokerError):
-    condition, status, stream_code = "amqp:connection:forced", 503, 0x0C
+    condition, status, stream_code = "amqp:connection:forced", 503, 0x0F
 
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)

@@ -131,6 +131,25 @@ class Metrics:
         self.rejected = Counter("amqp_stream_rejected_publishes",
                                 "published messages rejected, by AMQP error condition",
                                 ["stream", "reason"], registry=self.registry)
+        # the stream-protocol listener (per-stream counters above count both protocols)
+        self.stream_protocol: dict[str, Any] = {
+            "connections": Gauge("amqp_stream_stream_protocol_connections",
+                                 "open stream-protocol connections", registry=self.registry),
+            "confirmed": Counter("amqp_stream_stream_protocol_confirmed_messages",
+                                 "publishing ids confirmed to stream-protocol publishers",
+                                 registry=self.registry),
+            "publish_errors": Counter("amqp_stream_stream_protocol_publish_errors",
+                                      "publishing ids answered with a PublishError",
+                                      registry=self.registry),
+            "protocol_errors": Counter("amqp_stream_stream_protocol_errors",
+                                       "stream-protocol connections closed for a protocol error",
+                                       registry=self.registry),
+            "chunks": Counter("amqp_stream_stream_protocol_delivered_chunks",
+                              "chunks sent to stream-protocol subscribers", registry=self.registry),
+            "bytes": Counter("amqp_stream_stream_protocol_delivered_bytes",
+                             "chunk bytes sent to stream-protocol subscribers",
+                             registry=self.registry),
+        }
         build = Gauge("amqp_stream_build_info", "the broker's version (value 1)",
                       ["version", "python", "proton"], registry=self.registry)
         build.labels(version=_version(), python=sys.version.split()[0],

@@ -31,6 +31,7 @@ from amqp_stream.config import BrokerConfig
 from amqp_stream.core import Core
 from amqp_stream.loop import EventLoop, raise_fd_limit
 from amqp_stream.metrics import Metrics
+from amqp_stream.stream import StreamAdapter
 
 __all__ = ["Broker"]
 
@@ -54,6 +55,8 @@ class Broker:
         self.adapter = Adapter(self.core, self.eloop, self.security, self.container_id,
                                config.idle_timeout)
         self.core.turn_hooks.append(self.adapter.process)
+        self.stream_adapter = StreamAdapter(self.core, self.eloop, self.security)
+        self.core.turn_hooks.append(self.stream_adapter.process)
         self.eloop.on_count = self.metrics.connections.set
         self.ticks = 0
         self.stopping = False
@@ -100,6 +103,21 @@ class Broker:
         log.info("listening on %s://%s:%d as %s (%s loop, open-file limit %d, max_connections %d)",
                  scheme, host, port, self.container_id, type(self.eloop.loop).__module__,
                  fd_limit, self.config.max_connections)
+        streams = [("rabbitmq-stream", self.config.stream_port, self.stream_adapter.accept)]
+        if self.stream_adapter.tls_context is not None:
+            streams.append(("rabbitmq-stream+tls", self.config.stream_tls_port,
+                            self.stream_adapter.accept_tls))
+        for name, stream_port, factory in streams:
+            if not stream_port:
+                continue
+            try:
+                self.eloop.listen(host, stream_port, factory, name)
+            except OSError as exc:
+                log.error("cannot listen on %s:%d: %s", host, stream_port, exc.strerror or exc)
+                self._close_storage()
+                return 1
+            log.info("listening on %s://%s:%d (advertised as %s:%d)", name, host, stream_port,
+                     self.stream_adapter.advertised_host, self.stream_adapter.advertised_port)
         loop = self.eloop.loop
         gc.disable()
         loop.add_signal_handler(signal.SIGTERM, self.shutdown)
@@ -131,6 +149,7 @@ class Broker:
     def dump_state(self) -> None:
         """SIGUSR1: log every link's flow-control state (for operators chasing a stall)."""
         self.adapter.dump_state()
+        self.stream_adapter.dump_state()
         mailbox = self.eloop.mailbox
         log.warning("state: %d connections, mailbox signalled=%s calls=%d dirty=%d",
                     len(self.eloop.connections), mailbox.signalled, len(mailbox.calls),
@@ -146,4 +165,5 @@ class Broker:
         self.core.close_all()  # writers finish and fsync what is queued
         self.eloop.mailbox.drain()  # settle what became durable
         self.adapter.close_all("amqp:connection:forced", "broker shutting down")
+        self.stream_adapter.close_all("broker shutting down")
         self.eloop.loop.call_later(SHUTDOWN_GRACE, self.eloop.loop.stop)

@@ -43,9 +43,9 @@ def wait_for_port(host: str, port: int, timeout: float = 30.0, proc: subprocess.
 class BrokerProcess:
     """A broker subprocess on free ports with its own data directory.
 
-    ``url`` is the AMQP URL, ``metrics_url`` the Prometheus endpoint. ``stop()`` sends SIGTERM
-    (a clean shutdown), ``kill()`` SIGKILL (a crash); ``start()`` again reuses the data directory,
-    so a test can check what survives a restart.
+    ``url`` is the AMQP URL, ``stream_url`` the stream protocol's, ``metrics_url`` the Prometheus
+    endpoint. ``stop()`` sends SIGTERM (a clean shutdown), ``kill()`` SIGKILL (a crash);
+    ``start()`` again reuses the data directory, so a test can check what survives a restart.
     """
 
     def __init__(self, data_dir: str | os.PathLike | None = None, extra_args: Sequence[str] = (),
@@ -60,6 +60,8 @@ class BrokerProcess:
         self.host = "127.0.0.1"
         self.port = free_port()
         self.metrics_port = free_port()
+        self.stream_port = free_port()
+        self.stream_tls_port = free_port()  # used when TLS is configured
         self.log_path = Path(log_path) if log_path else self.data_dir.parent / f"broker-{self.port}.log"
         self.proc: subprocess.Popen | None = None
 
@@ -68,13 +70,18 @@ class BrokerProcess:
         return f"amqp://{self.host}:{self.port}"
 
     @property
+    def stream_url(self) -> str:
+        return f"rabbitmq-stream://{self.host}:{self.stream_port}"
+
+    @property
     def metrics_url(self) -> str:
         return f"http://{self.host}:{self.metrics_port}/metrics"
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "amqp_stream", "serve", "--host", self.host,
                 "--port", str(self.port), "--data-dir", str(self.data_dir),
-                "--metrics-port", str(self.metrics_port), *self.extra_args]
+                "--metrics-port", str(self.metrics_port), "--stream-port", str(self.stream_port),
+                "--stream-tls-port", str(self.stream_tls_port), *self.extra_args]
 
     def start(self, timeout: float = 30.0) -> "BrokerProcess":
         env = dict(os.environ, **(self.env or {}))

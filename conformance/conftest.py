@@ -16,6 +16,7 @@ from proton import SSLDomain
 
 from conformance import plugin
 from conformance.amqp import Client
+from conformance.streamclient import StreamClient, parse_stream_url
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -33,12 +34,24 @@ class Target:
     """How to reach the broker under test."""
 
     def __init__(self, url: str, user: str | None, password: str | None,
-                 ssl_domain: SSLDomain | None, ours: bool):
+                 ssl_domain: SSLDomain | None, ours: bool, stream_url: str | None = None):
         self.url, self.user, self.password = url, user, password
         self.ssl_domain, self.ours = ssl_domain, ours
+        self.stream_url = stream_url
 
     def connect(self) -> Client:
         return Client(self.url, self.user, self.password, self.ssl_domain)
+
+    def stream_address(self) -> tuple[str, int, str, str, str]:
+        """host, port, user, password, vhost of the stream listener (skips without one)."""
+        if self.stream_url is None:
+            pytest.skip("no --stream-url for the broker under test")
+        return parse_stream_url(self.stream_url)
+
+    def stream_connect(self, **kw) -> StreamClient:
+        """A stream-protocol connection (authenticated and open unless ``handshake=False``)."""
+        host, port, user, password, vhost = self.stream_address()
+        return StreamClient(host, port, user, password, vhost, **kw)
 
 
 def _ssl_domain(config: pytest.Config, url: str) -> SSLDomain | None:
@@ -62,14 +75,15 @@ def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     url = config.getoption("--broker-url")
     if url:
         yield Target(url, config.getoption("--broker-user"), config.getoption("--broker-password"),
-                     _ssl_domain(config, url), ours=False)
+                     _ssl_domain(config, url), ours=False,
+                     stream_url=config.getoption("--stream-url"))
         return
     from amqp_stream.testing import BrokerProcess
 
     proc = BrokerProcess(tmp_path_factory.mktemp("conformance-broker") / "data")
     proc.start()
     try:
-        yield Target(proc.url, None, None, None, ours=True)
+        yield Target(proc.url, None, None, None, ours=True, stream_url=proc.stream_url)
     finally:
         proc.close()
 
@@ -80,6 +94,31 @@ def client(target: Target):
     c = target.connect()
     yield c
     c.close()
+
+
+@pytest.fixture
+def sclient(target: Target):
+    """A fresh stream-protocol connection for one test."""
+    c = target.stream_connect()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def sconnect(target: Target):
+    """Open more stream-protocol connections; all are closed after the test."""
+    opened: list[StreamClient] = []
+
+    def _connect(**kw) -> StreamClient:
+        opened.append(target.stream_connect(**kw))
+        return opened[-1]
+
+    yield _connect
+    for c in opened:
+        try:
+            c.close()
+        except OSError:
+            pass
 
 
 @pytest.fixture

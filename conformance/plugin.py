@@ -23,12 +23,23 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--broker-key", default=None, help="client private key file (amqps://)")
     group.addoption("--broker-insecure", action="store_true",
                     help="amqps:// without verifying the broker's certificate")
+    group.addoption("--stream-url", default=None,
+                    help="rabbitmq-stream://user:password@host:port/ of the broker under test's "
+                         "stream listener (default: that of the broker this suite starts; the "
+                         "stream-protocol tests are left out with --broker-url alone)")
 
 
 def register_markers(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "extension: checks a behaviour of this project beyond RabbitMQ 4.2 "
         "(leave out with -m 'not extension' against another broker)")
+    config.addinivalue_line(
+        "markers", "rabbitmq313: a stream-protocol feature RabbitMQ has from 3.13 on (Publish v2, "
+        "filtering, ExchangeCommandVersions, StreamStats): leave out with -m 'not rabbitmq313' "
+        "against RabbitMQ 3.10-3.12")
+    config.addinivalue_line(
+        "markers", "rabbitmq4: needs RabbitMQ 4's AMQP 1.0 streams beside the stream listener "
+        "(interoperability tests): leave out with -m 'not rabbitmq4' against RabbitMQ 3.x")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -11,6 +11,7 @@ from storage.errors import CorruptionError, StorageError, StreamClosedError
 from storage.offsets import TIMESTAMP_FROM_MS, OffsetSpec, parse_interval_ms
 from storage.reader import (
     SCAN_PAUSED,
+    ChunkLocation,
     DirectorySource,
     ReadChunk,
     Reader,
@@ -22,6 +23,7 @@ from storage.recovery import SegmentInfo, recover
 from storage.stream import DurableCallback, Stream
 
 __all__ = [
+    "ChunkLocation",
     "CorruptionError",
     "DirectorySource",
     "DurableCallback",

@@ -80,7 +80,7 @@ __all__ = [
     "segment_name", "index_name", "parse_file_name",
     "segment_header", "index_header", "encode_entries", "encode_chunk", "encode_index_record",
     "decode_header", "chunk_size", "decode_records", "decode_tracking", "encode_subbatch",
-    "encode_tracking",
+    "encode_tracking", "SubBatchEntry", "encode_mixed_entries",
 ]
 
 # -- layouts -----------------------------------------------------------------------------------
@@ -219,6 +219,31 @@ def encode_entries(bodies: Sequence[bytes]) -> bytes:
     parts: list[bytes] = [b""] * (2 * len(bodies))
     parts[0::2] = map(_pack_len, map(len, bodies))
     parts[1::2] = bodies
+    return b"".join(parts)
+
+
+class SubBatchEntry(bytes):
+    """A sub-batch entry ready for a data section (``SUBBATCH_HEADER`` and its body, as a
+    client sent it) that holds ``records`` records: what ``Stream.append_batch`` stores as
+    one entry instead of a simple one."""
+
+    records: int
+
+    def __new__(cls, compression: int, records: int, uncompressed: int,
+                body: bytes | memoryview) -> SubBatchEntry:
+        head = SUBBATCH_HEADER.pack(0x80 | (compression << 4), records, uncompressed, len(body))
+        entry = super().__new__(cls, head + bytes(body))
+        entry.records = records
+        return entry
+
+
+def encode_mixed_entries(items: Sequence[bytes]) -> bytes:
+    """``encode_entries`` for items of which some are ``SubBatchEntry``s (written as they are)."""
+    parts: list[bytes] = []
+    for item in items:
+        if type(item) is not SubBatchEntry:
+            parts.append(_pack_len(len(item)))
+        parts.append(item)
     return b"".join(parts)
 
 

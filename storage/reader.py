@@ -15,6 +15,10 @@ Strategy:
   creates a segment only after finishing the previous one, seeing a newer segment means the
   current one is final (it re-reads the current index once more before moving on).
 - Tracking chunks (types 1, 2) consume offsets but are never returned.
+- ``read_location`` is ``read_chunk`` for a caller that sends chunks straight from the file
+  (``os.sendfile``): it reads only the header (and filter) and says where the data section
+  lies (``ChunkLocation``). Its data is not CRC-checked here (the receiver checks the CRC the
+  header carries), and records below the start offset are left in it.
 - A scan can be sliced: ``read_chunk(max_skips=N)`` passes over at most N chunks (ruled out by
   stage 1, tracking, or wholly below the start offset) and then returns ``SCAN_PAUSED``,
   keeping its place. A caller on an event loop (the broker) yields between slices, so a filter
@@ -56,8 +60,8 @@ from storage.format import (
 )
 from storage.offsets import OffsetSpec
 
-__all__ = ["LogSource", "DirectorySource", "Reader", "ReadChunk", "ReaderStats", "ScanPaused",
-           "SCAN_PAUSED", "open_reader"]
+__all__ = ["LogSource", "DirectorySource", "Reader", "ReadChunk", "ChunkLocation", "ReaderStats",
+           "ScanPaused", "SCAN_PAUSED", "open_reader"]
 
 _INDEX_BATCH = 4096
 _HB = CHUNK_HEADER_BYTES  # short name for the hot paths below
@@ -108,6 +112,24 @@ class ReadChunk:
     timestamp: int
     records: list[tuple[int, bytes]]
     next_offset: int = 0
+
+
+@dataclass(slots=True)
+class ChunkLocation:
+    """A user chunk as it lies in its segment: ``header`` (the 48 bytes as on disk) and the
+    data section's ``length`` bytes at ``position`` of ``fd``. ``fd`` belongs to the reader:
+    it stays open until the reader's next call (or ``close``); ``os.dup`` it to keep it."""
+
+    chunk_id: int
+    timestamp: int
+    entries: int
+    records: int
+    crc: int
+    header: bytes
+    fd: int
+    position: int
+    length: int
+    next_offset: int
 
 
 class ScanPaused:
@@ -179,6 +201,15 @@ class Reader:
         and then returns ``SCAN_PAUSED`` (its place is kept: the next call goes on from there).
         Records, stats and bytes read are the same as without a budget.
         """
+        return self._next(max_skips, self._read)
+
+    def read_location(self, max_skips: int | None = None) -> ChunkLocation | ScanPaused | None:
+        """``read_chunk`` without reading the data section: where the next matching user chunk
+        lies (see ``ChunkLocation``), ``SCAN_PAUSED`` or None. The chunk is whole even when the
+        start offset lies inside it."""
+        return self._next(max_skips, self._locate)
+
+    def _next(self, max_skips: int | None, read: Callable) -> object:
         if max_skips is not None and max_skips < 1:
             raise ValueError("max_skips must be at least 1")
         left = max_skips
@@ -212,7 +243,7 @@ class Reader:
                 return None
             nxt = seg.recs[seg.ri + 1][3] if seg.ri + 1 < len(seg.recs) else 0
             seg.ri += 1
-            chunk = self._read(seg, rec, nxt)
+            chunk = read(seg, rec, nxt)
             if chunk is not None:
                 return chunk
             if left is not None:
@@ -312,6 +343,36 @@ class Reader:
             if not records:
                 return None
         return ReadChunk(h.chunk_id, h.timestamp, records, h.next_offset)
+
+    def _locate(self, seg: _Open, rec: IndexTuple, nxt: int) -> ChunkLocation | None:
+        """``_read`` for ``read_location``: the header (and filter) only."""
+        if rec[4] != CHUNK_USER:
+            return self._read(seg, rec, nxt)  # tracking: consumed, never returned
+        pos = rec[3]
+        fd = seg.sfd
+        matches = self._matches
+        head = os.pread(fd, _HB + self._hint if matches is not None else _HB, pos)
+        h = decode_header(head, path=seg.spath, position=pos)
+        if h.type != CHUNK_USER:
+            raise CorruptionError(seg.spath, pos, "user chunk expected")
+        fs = h.filter_size
+        if matches is not None and fs > len(head) - _HB:
+            head += pread_exact(fd, fs - (len(head) - _HB), pos + len(head))
+            self._hint = fs
+        self.stats.bytes_read += len(head)
+        self._check_id(h, rec, seg)
+        self._next_id = h.next_offset
+        if matches is not None and not matches(head[_HB:_HB + fs], h.filter_scheme,
+                                               h.filter_param):
+            self.stats.chunks_skipped += 1
+            return None
+        if h.next_offset <= self._min:  # wholly below the start offset
+            return None
+        self.stats.chunks_read += 1
+        self.stats.bytes_read += h.data_length  # read from the file by whoever sends it
+        return ChunkLocation(h.chunk_id, h.timestamp, h.entries, h.records, h.crc,
+                             bytes(head[:_HB]), fd, pos + _HB + fs, h.data_length,
+                             h.next_offset)
 
     def _skip_run(self, seg: _Open, lim: int | None, matches: Callable[[bytes, int, int], bool],
                   budget: int | None = None) -> bool:

@@ -18,7 +18,7 @@ import bloom
 
 from storage.config import FsyncPolicy, StreamConfig
 from storage.errors import StorageError, StreamClosedError
-from storage.format import SEGMENT_HEADER_BYTES
+from storage.format import SEGMENT_HEADER_BYTES, SubBatchEntry
 from storage.offsets import OffsetSpec
 from storage.reader import Reader
 from storage.recovery import SegmentInfo, recover
@@ -82,9 +82,14 @@ class Stream:
 
     def append_batch(self, bodies: Sequence[bytes],
                      filter_values: Sequence[FilterValue] | None = None,
-                     on_durable: DurableCallback | None = None) -> int:
+                     on_durable: DurableCallback | None = None,
+                     records: int | None = None) -> int:
         """Queue many records at once; returns the first offset (they get consecutive offsets).
-        ``on_durable(last_offset, error)`` is called once, when all of them are durable."""
+        ``on_durable(last_offset, error)`` is called once, when all of them are durable.
+
+        Some bodies may be ``storage.format.SubBatchEntry``s (a client's sub-entry batch, stored
+        as it came: one entry of ``entry.records`` records); then ``records`` must be the
+        number of offsets all of them take."""
         n = len(bodies)
         if filter_values is not None and len(filter_values) != n:
             raise StorageError("filter_values must have one entry per body")
@@ -93,7 +98,11 @@ class Stream:
         if filter_values is not None and not set(map(type, filter_values)) <= _VALUE_TYPES \
                 and any(map(_bad_value, filter_values)):
             raise StorageError("filter values are str, bytes, a tuple of them, or None")
-        return self._writer.append_batch(bodies, filter_values, on_durable)
+        if records is not None:
+            expected = sum(b.records if type(b) is SubBatchEntry else 1 for b in bodies)
+            if records != expected:
+                raise StorageError(f"records = {records}, the bodies hold {expected}")
+        return self._writer.append_batch(bodies, filter_values, on_durable, records)
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -105,6 +114,12 @@ class Stream:
     def next_offset(self) -> int:
         """The committed end: the offset a reader at ``next`` starts from."""
         return self._writer.end
+
+    @property
+    def committed_chunk_id(self) -> int:
+        """The id (first offset) of the last committed chunk, -1 when there is none (RabbitMQ's
+        committed chunk id: Deliver v2, StreamStats)."""
+        return self._writer.committed_chunk_id
 
     @property
     def first_offset(self) -> int:

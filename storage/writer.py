@@ -40,15 +40,17 @@ import bloom
 
 from storage.config import FsyncPolicy, StreamConfig
 from storage.errors import CorruptionError, StorageError, StreamClosedError
-from storage.files import fsync_dir, index_path, segment_path
+from storage.files import fsync_dir, index_path, read_index_record, segment_path
 from storage.format import (
     CHUNK_HEADER_BYTES,
     INDEX_HEADER_BYTES,
     INDEX_RECORD,
     INDEX_RECORD_BYTES,
     SEGMENT_HEADER_BYTES,
+    SubBatchEntry,
     encode_chunk,
     encode_entries,
+    encode_mixed_entries,
     index_header,
     segment_header,
 )
@@ -85,12 +87,17 @@ class Writer:
         self.starts: tuple[int, ...] = tuple(s.start for s in segments)
         last = segments[-1]
         self.end = last.end
+        # the id of the last committed chunk (-1: none); set after ``end``, so a reader on
+        # another thread may see it lag ``end`` but never lead it
+        self.committed_chunk_id = last_chunk_id(directory, segments)
         self.lock = threading.Lock()
         self._wake = threading.Condition(self.lock)
         self._commit_cond = threading.Condition(threading.Lock())
         self._bodies: list[bytes] = []
         self._values: list[FilterValue] = []
         self._callbacks: list[tuple[int, DurableCallback]] = []
+        self._extra = 0  # records queued beyond one per body (sub-batch entries)
+        self._batched = False  # the queue holds SubBatchEntry items
         self.next = last.end  # next offset to hand out
         self._closing = False
         self.error: Exception | None = None
@@ -135,13 +142,17 @@ class Writer:
 
     def append_batch(self, bodies: Sequence[bytes],
                      filter_values: Sequence[FilterValue] | None,
-                     on_durable: DurableCallback | None) -> int:
-        n = len(bodies)
+                     on_durable: DurableCallback | None, records: int | None = None) -> int:
+        """``records``: the offsets ``bodies`` take when some are ``SubBatchEntry``s."""
+        n = len(bodies) if records is None else records
         with self.lock:
             if self._refused and not self._may_retry():
                 raise self._refusal()
             first = self.next
             self.next = first + n
+            if records is not None:
+                self._extra += records - len(bodies)
+                self._batched = True
             self._bodies.extend(bodies)
             if filter_values is None:
                 self._values.extend(itertools.repeat(None, n))
@@ -237,7 +248,8 @@ class Writer:
                 self._idle = False
                 bodies, values, callbacks = self._bodies, self._values, self._callbacks
                 self._bodies, self._values, self._callbacks = [], [], []
-                first = self.next - len(bodies)
+                first = self.next - len(bodies) - self._extra
+                batched, self._extra, self._batched = self._batched, 0, False
                 closing = self._closing
                 reopen, self._reopen_requested = self._reopen_requested, False
             if reopen and not closing and not bodies:  # appends are refused until it worked
@@ -245,7 +257,7 @@ class Writer:
                 continue
             try:
                 if bodies:
-                    self._write_all(first, bodies, values, callbacks)
+                    self._write_all(first, bodies, values, callbacks, batched)
                     self._backoff = RETRY_MIN_S
                 if self._unsynced and (closing or (cfg.fsync == FsyncPolicy.INTERVAL and
                                                    time.monotonic() - self._last_sync >= interval)):
@@ -332,19 +344,22 @@ class Writer:
             self.next = last.end  # nothing is queued: appends were refused meanwhile
             self._reopen_pending = False
         if last.end > self.end:
-            self._commit(last.end)
+            self._commit(last.end, last_chunk_id(self.directory, segments))
         log.info("stream %s: files reopened after a write error (end %d)", self.directory,
                  last.end)
 
     def _write_all(self, first: int, bodies: list[bytes],
                    values: list[FilterValue],
-                   callbacks: list[tuple[int, DurableCallback]]) -> None:
-        """Write ``bodies`` (offsets ``first ..``) as chunks, committing group by group."""
+                   callbacks: list[tuple[int, DurableCallback]], batched: bool = False) -> None:
+        """Write ``bodies`` (offsets ``first ..``) as chunks, committing group by group.
+        ``batched``: some bodies are ``SubBatchEntry``s, written as they are, taking
+        ``records`` offsets each."""
         cfg = self.config
         max_entries, max_bytes = cfg.max_chunk_entries, cfg.max_chunk_bytes
         fsize, scheme = cfg.filter_size, cfg.filter_scheme
         total = len(bodies)
         i = 0
+        off = first  # the offset of body i
         cb_i = 0
         self._pending_failed = callbacks
         info = self._infos[-1]
@@ -362,37 +377,43 @@ class Writer:
                                     or info.chunks >= cfg.max_segment_chunks):
                     self._write_group(iov, idx)
                     iov, idx = [], []
-                    info = self._rollover(first + i)
+                    info = self._rollover(off)
                     group_start_size, idx_start_size = info.size, INDEX_HEADER_BYTES
                 n = max_entries if total - i > max_entries else total - i
                 chunk_bodies = bodies[i:i + n]
-                data = encode_entries(chunk_bodies)
+                encode = encode_mixed_entries if batched else encode_entries
+                data = encode(chunk_bodies)
                 if len(data) > max_bytes and n > 1:  # rare: fewer entries fit the byte bound
                     acc = list(itertools.accumulate(len(b) + 4 for b in chunk_bodies))
                     n = max(1, bisect_right(acc, max_bytes))
-                    data = encode_entries(chunk_bodies[:n])
+                    chunk_bodies = chunk_bodies[:n]
+                    data = encode(chunk_bodies)
+                recs = n
+                if batched:
+                    recs = sum(b.records if type(b) is SubBatchEntry else 1 for b in chunk_bodies)
                 filt = None
                 if fsize:
                     chunk_values = values[i:i + n]
                     if any(chunk_values):
                         filt = bloom.build(_distinct(chunk_values), fsize, scheme)
-                chunk_id = first + i
+                chunk_id = last_id = off
                 if filt is not None:
-                    bufs = encode_chunk(chunk_id, ts, data, n, n, epoch=cfg.epoch,
+                    bufs = encode_chunk(chunk_id, ts, data, n, recs, epoch=cfg.epoch,
                                         filter_bits=filt.bits, filter_scheme=filt.scheme,
                                         filter_param=filt.param)
                     csize = CHUNK_HEADER_BYTES + len(filt.bits) + len(data)
                 else:
-                    bufs = encode_chunk(chunk_id, ts, data, n, n, epoch=cfg.epoch)
+                    bufs = encode_chunk(chunk_id, ts, data, n, recs, epoch=cfg.epoch)
                     csize = CHUNK_HEADER_BYTES + len(data)
                 idx.append(_pack_index(chunk_id, ts, cfg.epoch, info.size, 0))
                 iov.extend(bufs)
                 info.size += csize
                 info.chunks += 1
-                info.end = chunk_id + n
+                info.end = chunk_id + recs
                 info.last_timestamp = ts
                 group_bytes += csize
                 i += n
+                off += recs
             try:
                 self._write_group(iov, idx)
             except Exception:
@@ -407,8 +428,8 @@ class Writer:
                 if (cfg.fsync == FsyncPolicy.INTERVAL
                         and time.monotonic() - self._last_sync >= cfg.fsync_interval_ms / 1000.0):
                     self._sync()
-            end = first + i
-            self._commit(end)
+            end = off
+            self._commit(end, last_id)
             j = cb_i
             while j < len(callbacks) and callbacks[j][0] < end:
                 j += 1
@@ -425,8 +446,9 @@ class Writer:
         _writev_all(self._sfd, iov)
         _writev_all(self._ifd, [b"".join(idx)])
 
-    def _commit(self, end: int) -> None:
+    def _commit(self, end: int, chunk_id: int) -> None:
         self.end = end
+        self.committed_chunk_id = chunk_id
         for fn in self._listeners:
             try:
                 fn()
@@ -478,6 +500,20 @@ def _distinct(values: list[FilterValue]
         return set(values)
     except TypeError:
         return values
+
+
+def last_chunk_id(directory: str, segments: Sequence[SegmentInfo]) -> int:
+    """The id of the log's last chunk (from the last non-empty segment's index), -1 if none."""
+    for info in reversed(segments):
+        if info.chunks:
+            fd = os.open(index_path(directory, info.start), os.O_RDONLY)
+            try:
+                rec = read_index_record(fd, info.chunks - 1)
+            finally:
+                os.close(fd)
+            if rec is not None:
+                return rec.chunk_id
+    return -1
 
 
 def lock_directory(directory: str) -> int:

@@ -1,0 +1,415 @@
+"""The stream-protocol adapter: RabbitMQ's stream protocol (port 5552) on the broker's core.
+
+Strategy: parallel to ``amqp_stream.amqp.adapter``. ``amqp_stream.streamproto`` owns the rules
+of the conversation (handshake order, frame limits, what may be sent when); each connection is
+a ``StreamConnection`` that feeds it and passes every frame to ``handle``, which answers from
+the core: streams (Create, Delete, Metadata, StreamStats), publishers
+(``amqp_stream.stream.publishing``) and subscriptions (``amqp_stream.stream.consuming``).
+Refusals are ``BrokerError``s, answered with their ``stream_code``; a bug while handling one
+frame closes that connection only (the loop's ``failed``).
+
+Answers as RabbitMQ 4.2 gives them: PeerProperties says product ``RabbitMQ`` and the version
+the AMQP listener announces (the Node client enables filtering from 3.13.0 on); Open answers
+with the advertised host and port; Metadata names this broker as the leader of every stream
+that exists; a deleted stream's publishers and subscriptions are dropped and their connection
+gets a MetadataUpdate (``STREAM_NOT_AVAILABLE``). Not (yet) supported: stored offsets
+(QueryOffset answers ``NO_OFFSET``, StoreOffset is ignored), publisher deduplication
+(QueryPublisherSequence answers 0), super streams, single active consumer.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+from typing import Any, Callable
+
+from amqp_stream import __version__
+from amqp_stream.amqp.adapter import RABBITMQ_VERSION
+from amqp_stream.arguments import from_stream_protocol, validate
+from amqp_stream.core import Core
+from amqp_stream.errors import BadRequest, BrokerError, NotFound
+from amqp_stream.loop import EventLoop
+from amqp_stream.stream import subscription_filters
+from amqp_stream.stream.auth import Authenticator
+from amqp_stream.stream.connection import StreamConnection
+from amqp_stream.stream.consuming import Subscription
+from amqp_stream.stream.publishing import StreamPublisher
+from amqp_stream.stream.tls import TlsStreamConnection, server_context
+from amqp_stream.streamproto import COMMAND_VERSIONS, Key, OffsetType, ResponseCode, ServerConnection, State
+from amqp_stream.streamproto import frames as f
+from storage import OffsetSpec
+
+__all__ = ["StreamAdapter", "SERVER_PROPERTIES"]
+
+log = logging.getLogger("amqp_stream.stream")
+
+SERVER_PROPERTIES = {
+    "product": "RabbitMQ",
+    "version": RABBITMQ_VERSION,
+    "platform": f"Python {sys.version.split()[0]} (amqp-stream {__version__})",
+    "amqp-stream-version": __version__,
+}
+
+
+class StreamAdapter:
+    def __init__(self, core: Core, eloop: EventLoop, security: Any):
+        self.core = core
+        self.eloop = eloop
+        self.config = config = core.config
+        self.auth = Authenticator(config, security)
+        host = config.stream_advertised_host
+        if not host:
+            host = config.host if config.host not in ("", "0.0.0.0", "::") else socket.gethostname()
+        self.advertised_host = host
+        self.advertised_port = config.stream_advertised_port or config.stream_port
+        self.tls_context = (server_context(config.tls_cert, config.tls_key)
+                            if config.tls_cert and config.tls_key else None)
+        self.advertised_tls_port = config.stream_tls_port
+        self.connections: set[StreamConnection] = set()
+        self.to_write: set[StreamConnection] = set()
+        self.counters = core.metrics.stream_protocol  # Prometheus series of this listener
+        self._handlers: dict[type, Callable[[StreamConnection, Any], None]] = {
+            f.PeerProperties: self._peer_properties,
+            f.SaslHandshake: self._sasl_handshake,
+            f.SaslAuthenticate: self._sasl_authenticate,
+            f.Tune: self._nothing,
+            f.Heartbeat: self._nothing,
+            f.Open: self._open,
+            f.Close: self._close,
+            f.Response: self._response,
+            f.ExchangeCommandVersions: self._exchange_command_versions,
+            f.Create: self._create,
+            f.Delete: self._delete,
+            f.Metadata: self._metadata,
+            f.StreamStats: self._stream_stats,
+            f.DeclarePublisher: self._declare_publisher,
+            f.DeletePublisher: self._delete_publisher,
+            f.Publish: self._publish,
+            f.QueryPublisherSequence: self._query_publisher_sequence,
+            f.Subscribe: self._subscribe,
+            f.Unsubscribe: self._unsubscribe,
+            f.Credit: self._credit,
+            f.StoreOffset: self._nothing,
+            f.QueryOffset: self._query_offset,
+            f.Route: self._no_super_stream,
+            f.Partitions: self._no_super_stream,
+            f.DeleteSuperStream: self._no_super_stream,
+            f.CreateSuperStream: self._create_super_stream,
+            f.ConsumerUpdateResponse: self._nothing,
+        }
+
+    # -- connections -----------------------------------------------------------------------
+    def accept(self, sock: socket.socket, peer: str) -> StreamConnection:
+        """The plain listener's factory."""
+        return self._added(StreamConnection(self.eloop, sock, peer, self, ServerConnection()), sock)
+
+    def accept_tls(self, sock: socket.socket, peer: str) -> StreamConnection:
+        """The TLS listener's factory."""
+        assert self.tls_context is not None
+        return self._added(TlsStreamConnection(self.eloop, sock, peer, self, ServerConnection(),
+                                               context=self.tls_context), sock)
+
+    def _added(self, conn: StreamConnection, sock: socket.socket) -> StreamConnection:
+        try:
+            conn.peer_address = sock.getpeername()
+        except OSError:
+            conn.peer_address = None
+        self.connections.add(conn)
+        self.counters["connections"].set(len(self.connections))
+        return conn
+
+    def removed(self, conn: StreamConnection) -> None:
+        """The socket is closed: release everything of the connection."""
+        self.connections.discard(conn)
+        self.counters["connections"].set(len(self.connections))
+        self.to_write.discard(conn)
+        for pub in list(conn.publishers.values()):
+            self._forget_publisher(conn, pub)
+        for sub in list(conn.subscriptions.values()):
+            self.drop_subscription(conn, sub)
+        if conn.opened:
+            conn.opened = False
+            self.core.metrics.connection_closed()
+            log.info("stream connection %s closed", conn.peer)
+
+    def process(self) -> None:
+        """Turn hook: write what mailbox callbacks and wake-ups produced."""
+        if self.to_write:
+            conns, self.to_write = self.to_write, set()
+            for conn in conns:
+                conn.write()
+
+    def close_all(self, reason: str) -> None:
+        """Shutdown: a Close to every open connection, the others are just closed."""
+        for conn in list(self.connections):
+            if conn.closed:
+                continue
+            if conn.proto.state is State.OPEN:
+                conn.send(f.Close(conn.proto.next_correlation_id(), ResponseCode.OK, reason))
+                conn.linger()
+                conn.write()
+            else:
+                conn.close()
+
+    def dump_state(self) -> None:
+        for conn in self.connections:
+            log.warning("stream connection %s: state %s, %d pending bytes, publishers %s, "
+                        "subscriptions %s", conn.peer, conn.proto.state.value, conn.pending,
+                        sorted(conn.publishers), {i: (s.credit, s.waiting, s.next_offset)
+                                                  for i, s in conn.subscriptions.items()})
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to this listener's counter ``name`` (``Metrics.stream_protocol``)."""
+        self.counters[name].inc(n)
+
+    def handle(self, conn: StreamConnection, frame: Any) -> None:
+        handler = self._handlers.get(type(frame))
+        if handler is None:  # a frame the codec lets through that we do not serve
+            log.info("stream connection %s: %s not served", conn.peer, type(frame).__name__)
+            try:
+                conn.send(f.error_response(frame, ResponseCode.UNKNOWN_FRAME))
+            except ValueError:
+                pass
+            return
+        try:
+            handler(conn, frame)
+        except BrokerError as exc:
+            log.info("stream connection %s: %s refused: %s", conn.peer, type(frame).__name__,
+                     exc.description)
+            conn.send(f.error_response(frame, exc.stream_code))
+
+    # -- handshake -------------------------------------------------------------------------
+    def _nothing(self, conn: StreamConnection, frame: Any) -> None:
+        pass
+
+    def _peer_properties(self, conn: StreamConnection, frame: f.PeerProperties) -> None:
+        conn.send(f.PeerPropertiesResponse(frame.correlation_id, ResponseCode.OK, SERVER_PROPERTIES))
+
+    def _sasl_handshake(self, conn: StreamConnection, frame: f.SaslHandshake) -> None:
+        conn.send(f.SaslHandshakeResponse(frame.correlation_id, ResponseCode.OK,
+                                          self.auth.mechanisms))
+
+    def _sasl_authenticate(self, conn: StreamConnection, frame: f.SaslAuthenticate) -> None:
+        code, user = self.auth.check(frame.mechanism, frame.data, conn.peer_address)
+        if code != ResponseCode.OK:
+            log.info("stream connection %s: authentication failed (%s, code %d)", conn.peer,
+                     frame.mechanism, code)
+        elif conn.user is not None and user != conn.user:
+            code = ResponseCode.SASL_CANNOT_CHANGE_USERNAME
+        else:
+            conn.user = user
+        conn.send(f.SaslAuthenticateResponse(frame.correlation_id, code))
+
+    def _open(self, conn: StreamConnection, frame: f.Open) -> None:
+        if frame.virtual_host != "/":
+            log.info("stream connection %s refused: vhost %r does not exist", conn.peer,
+                     frame.virtual_host)
+            conn.send(f.OpenResponse(frame.correlation_id, ResponseCode.VHOST_ACCESS_FAILURE))
+            return
+        conn.send(f.OpenResponse(frame.correlation_id, ResponseCode.OK, {
+            "advertised_host": self.advertised_host,
+            "advertised_port": str(self._port_for(conn))}))
+        conn.handshake_done()
+        conn.opened = True
+        conn.start_heartbeats()
+        self.core.metrics.connection_opened()
+        log.info("stream connection %s opened: user %s, client %s", conn.peer, conn.user,
+                 conn.proto.client_properties.get("product", "?"))
+
+    def _port_for(self, conn: StreamConnection) -> int:
+        """The port to advertise: a TLS client is sent to the TLS port."""
+        return self.advertised_tls_port if isinstance(conn, TlsStreamConnection) \
+            else self.advertised_port
+
+    def _close(self, conn: StreamConnection, frame: f.Close) -> None:
+        log.info("stream connection %s: the client closes (%d %s)", conn.peer, frame.code,
+                 frame.reason)
+        conn.send(f.Response(Key.CLOSE, frame.correlation_id, ResponseCode.OK))
+
+    def _response(self, conn: StreamConnection, frame: f.Response) -> None:
+        if frame.command == Key.CLOSE:  # the answer to our Close
+            conn.finish()
+
+    def _exchange_command_versions(self, conn: StreamConnection,
+                                   frame: f.ExchangeCommandVersions) -> None:
+        conn.send(f.ExchangeCommandVersionsResponse(frame.correlation_id, ResponseCode.OK,
+                                                    COMMAND_VERSIONS))
+
+    # -- streams ---------------------------------------------------------------------------
+    def _create(self, conn: StreamConnection, frame: f.Create) -> None:
+        name = frame.stream
+        if not name:
+            raise BadRequest("a stream needs a name")
+        if self.core.exists(name):
+            conn.send(f.Response(Key.CREATE_STREAM, frame.correlation_id,
+                                 ResponseCode.STREAM_ALREADY_EXISTS))
+            return
+        arguments = validate(from_stream_protocol(dict(frame.arguments)))
+        self.core.declare(name, arguments)
+        log.info("stream %r created by %s: %s", name, conn.peer, arguments)
+        conn.send(f.Response(Key.CREATE_STREAM, frame.correlation_id, ResponseCode.OK))
+
+    def _delete(self, conn: StreamConnection, frame: f.Delete) -> None:
+        count = self.core.delete(frame.stream)
+        if count is None:
+            raise NotFound(f"no stream '{frame.stream}'")
+        log.info("stream %r deleted by %s (%d messages)", frame.stream, conn.peer, count)
+        conn.send(f.Response(Key.DELETE_STREAM, frame.correlation_id, ResponseCode.OK))
+
+    def _metadata(self, conn: StreamConnection, frame: f.Metadata) -> None:
+        streams = []
+        for name in frame.streams:
+            if self.core.exists(name):
+                streams.append(f.StreamMetadata(name, ResponseCode.OK, 0, ()))
+            else:
+                streams.append(f.StreamMetadata(name, ResponseCode.STREAM_DOES_NOT_EXIST,
+                                                0xFFFF, ()))
+        brokers = ((f.Broker(0, self.advertised_host, self._port_for(conn)),)
+                   if any(s.code == ResponseCode.OK for s in streams) else ())
+        conn.send(f.MetadataResponse(frame.correlation_id, brokers, tuple(streams)))
+
+    def _stream_stats(self, conn: StreamConnection, frame: f.StreamStats) -> None:
+        stream = self.core.stream(frame.stream).stream
+        empty = stream.next_offset <= stream.first_offset
+        stats = {"first_chunk_id": -1 if empty else stream.first_offset,
+                 "committed_chunk_id": -1 if empty else stream.committed_chunk_id}
+        conn.send(f.StreamStatsResponse(frame.correlation_id, ResponseCode.OK, stats))
+
+    def _no_super_stream(self, conn: StreamConnection, frame: Any) -> None:
+        conn.send(f.error_response(frame, ResponseCode.STREAM_DOES_NOT_EXIST))
+
+    def _create_super_stream(self, conn: StreamConnection, frame: f.CreateSuperStream) -> None:
+        log.info("stream connection %s: super streams are not supported", conn.peer)
+        conn.send(f.error_response(frame, ResponseCode.PRECONDITION_FAILED))
+
+    def _query_offset(self, conn: StreamConnection, frame: f.QueryOffset) -> None:
+        self.core.stream(frame.stream)
+        conn.send(f.QueryOffsetResponse(frame.correlation_id, ResponseCode.NO_OFFSET, 0))
+
+    def _query_publisher_sequence(self, conn: StreamConnection,
+                                  frame: f.QueryPublisherSequence) -> None:
+        self.core.stream(frame.stream)
+        conn.send(f.QueryPublisherSequenceResponse(frame.correlation_id, ResponseCode.OK, 0))
+
+    # -- publishers ------------------------------------------------------------------------
+    def _declare_publisher(self, conn: StreamConnection, frame: f.DeclarePublisher) -> None:
+        if frame.publisher_id in conn.publishers:
+            raise BadRequest(f"publisher {frame.publisher_id} exists")
+        entry = self.core.stream(frame.stream)
+        config = self.config
+        pub = StreamPublisher(conn, frame.publisher_id, frame.reference, entry,
+                              self.core.publish_budget, config.max_unconfirmed_bytes,
+                              config.max_message_size, self.core.mailbox.post,
+                              self.core.mark_dirty, self._end_attachment)
+        conn.publishers[frame.publisher_id] = pub
+        self.core.attach_publisher(entry, pub)
+        conn.send(f.Response(Key.DECLARE_PUBLISHER, frame.correlation_id, ResponseCode.OK))
+        log.info("stream publisher %d of %s -> %r", frame.publisher_id, conn.peer, entry.name)
+
+    def _delete_publisher(self, conn: StreamConnection, frame: f.DeletePublisher) -> None:
+        pub = conn.publishers.get(frame.publisher_id)
+        if pub is None:
+            code = ResponseCode.PUBLISHER_DOES_NOT_EXIST
+        else:
+            self._forget_publisher(conn, pub)
+            code = ResponseCode.OK
+        conn.send(f.Response(Key.DELETE_PUBLISHER, frame.correlation_id, code))
+
+    def _forget_publisher(self, conn: StreamConnection, pub: StreamPublisher) -> None:
+        if conn.publishers.get(pub.id) is pub:
+            del conn.publishers[pub.id]
+        if not pub.closed:
+            if pub.throttled:
+                pub.throttled = False
+                conn.throttled.discard(pub)
+                if not conn.throttled and not conn.closed and not conn.finishing:
+                    conn.resume_reading()
+            pub.close()
+            self.core.detach_publisher(pub.entry, pub)
+
+    def _publish(self, conn: StreamConnection, frame: f.Publish) -> None:
+        pub = conn.publishers.get(frame.publisher_id)
+        if pub is None:
+            conn.send(f.PublishError(frame.publisher_id, tuple(
+                (m[0], ResponseCode.PUBLISHER_DOES_NOT_EXIST) for m in frame.messages)))
+            self.count("publish_errors", len(frame.messages))
+            return
+        pub.publish(frame.messages)
+
+    # -- subscriptions ---------------------------------------------------------------------
+    def _subscribe(self, conn: StreamConnection, frame: f.Subscribe) -> None:
+        corr = frame.correlation_id
+        if frame.subscription_id in conn.subscriptions:
+            conn.send(f.Response(Key.SUBSCRIBE, corr, ResponseCode.SUBSCRIPTION_ID_ALREADY_EXISTS))
+            return
+        entry = self.core.stream(frame.stream)
+        filters = subscription_filters.parse(frame.properties)
+        spec, start = _offset_spec(frame.offset_spec)
+        reader = entry.stream.reader(spec, filters.values, filters.match_unfiltered)
+        sub = Subscription(conn, frame.subscription_id, entry, reader, frame.credit, start,
+                           filters.match, self._end_attachment)
+        conn.subscriptions[frame.subscription_id] = sub
+        self.core.attach_consumer(entry, sub)
+        conn.send(f.Response(Key.SUBSCRIBE, corr, ResponseCode.OK))
+        log.info("stream subscription %d of %s <- %r from %s%s%s", frame.subscription_id,
+                 conn.peer, entry.name, frame.offset_spec,
+                 f" filter {filters.values}" if filters.values else "",
+                 f" stage 2: {filters.stage2}" if filters.stage2 else "")
+        sub.pump()
+
+    def _unsubscribe(self, conn: StreamConnection, frame: f.Unsubscribe) -> None:
+        sub = conn.subscriptions.get(frame.subscription_id)
+        if sub is None:
+            code = ResponseCode.SUBSCRIPTION_ID_DOES_NOT_EXIST
+        else:
+            self.drop_subscription(conn, sub)
+            code = ResponseCode.OK
+        conn.send(f.Response(Key.UNSUBSCRIBE, frame.correlation_id, code))
+
+    def drop_subscription(self, conn: StreamConnection, sub: Subscription) -> None:
+        if conn.subscriptions.get(sub.id) is sub:
+            del conn.subscriptions[sub.id]
+        if not sub.closed:
+            sub.close()
+            self.core.detach_consumer(sub.entry, sub)
+
+    def _credit(self, conn: StreamConnection, frame: f.Credit) -> None:
+        sub = conn.subscriptions.get(frame.subscription_id)
+        if sub is None:
+            conn.send(f.CreditResponse(ResponseCode.SUBSCRIPTION_ID_DOES_NOT_EXIST,
+                                       frame.subscription_id))
+            return
+        sub.add_credit(frame.credit)
+
+    # -- the core ends attachments ---------------------------------------------------------
+    def _end_attachment(self, attachment: Any, error: Exception) -> None:
+        """A publisher's or subscription's stream was deleted: drop it; once its connection
+        has nothing left on that stream, tell the client (MetadataUpdate)."""
+        conn = attachment.conn
+        if isinstance(attachment, Subscription):
+            self.drop_subscription(conn, attachment)
+        else:
+            self._forget_publisher(conn, attachment)
+        name = attachment.entry.name
+        if not conn.serving:
+            return
+        if any(a.entry.name == name for a in (*conn.publishers.values(),
+                                              *conn.subscriptions.values())):
+            return
+        conn.send(f.MetadataUpdate(ResponseCode.STREAM_NOT_AVAILABLE, name))
+        self.to_write.add(conn)
+
+
+def _offset_spec(spec: Any) -> tuple[OffsetSpec, int]:
+    """The storage offset spec for a Subscribe's, and the first offset stage 2 may send."""
+    kind = spec.type
+    if kind == OffsetType.FIRST:
+        return OffsetSpec.first(), 0
+    if kind == OffsetType.LAST:
+        return OffsetSpec.last(), 0
+    if kind == OffsetType.NEXT:
+        return OffsetSpec.next(), 0
+    if kind == OffsetType.OFFSET:
+        return OffsetSpec.offset(spec.value), spec.value
+    return OffsetSpec.timestamp(spec.value), 0

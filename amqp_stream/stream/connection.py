@@ -1,0 +1,258 @@
+"""One stream-protocol socket: bytes in to ``streamproto.ServerConnection``, frames and file
+ranges out.
+
+Strategy: the codec is sans-I/O; this ``SocketConnection`` feeds it what the socket read and
+hands each event to the adapter (``amqp_stream.stream.adapter``). Output is a queue of byte
+buffers and ``FileRange``s (a chunk's data section in a segment file, sent with
+``os.sendfile``, never read into Python). Small frames written in one turn are gathered in one
+buffer and go out in one ``send``. A file range is sent at once when the socket is free; only
+when the socket is behind does it wait in the queue, and then it holds its own ``os.dup`` of
+the segment's descriptor (the reader may move on and close its own).
+
+``pending`` counts the queued bytes: consumers stop reading chunks while it is above
+``MAX_PENDING`` and are resumed by ``drained()`` (a client that never reads costs at most about
+that much memory, and nothing of the file's bytes). Publishers over their byte budget pause
+reading (``throttled``).
+
+Heartbeats (once open, when negotiated): a Heartbeat goes out when nothing was written for the
+heartbeat period; a client silent for two periods is disconnected.
+
+Ending: ``finish()`` writes what is queued and then closes the socket; the client's Close, a
+failed authentication and a protocol error end that way. A client that just drops the socket
+is closed at once. Either way ``finished()`` lets the adapter release publishers and
+subscriptions.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import socket
+from typing import TYPE_CHECKING, Any
+
+from amqp_stream.loop import READ_SIZE, EventLoop, SocketConnection
+from amqp_stream.streamproto import (
+    NEED_DATA, PAUSED, ConnectionClosed, Heartbeat, RemoteProtocolError, ServerConnection, State,
+)
+from amqp_stream.streamproto.frames import Frame
+
+if TYPE_CHECKING:
+    from amqp_stream.stream.adapter import StreamAdapter
+
+__all__ = ["StreamConnection", "FileRange", "MAX_PENDING"]
+
+log = logging.getLogger("amqp_stream.stream")
+
+MAX_PENDING = 4 << 20  # queued output bytes above which consumers wait for the socket
+_MSG_MORE = getattr(socket, "MSG_MORE", 0)
+
+
+class FileRange:
+    """``left`` bytes of ``fd`` from ``pos``; ``owned``: the descriptor is ours to close."""
+
+    __slots__ = ("fd", "pos", "left", "owned")
+
+    def __init__(self, fd: int, pos: int, left: int):
+        self.fd, self.pos, self.left, self.owned = fd, pos, left, False
+
+
+class StreamConnection(SocketConnection):
+    def __init__(self, eloop: EventLoop, sock: socket.socket, peer: str, adapter: StreamAdapter,
+                 proto: ServerConnection):
+        super().__init__(eloop, sock, peer)
+        self.adapter = adapter
+        self.proto = proto
+        self.out: collections.deque[Any] = collections.deque()
+        self.buf = bytearray()  # frames of this turn, not yet in ``out``
+        self.pending = 0  # bytes in ``out`` and ``buf``
+        self.finishing = False  # close once the output is out
+        self.user: str | None = None
+        self.peer_address: Any = None  # the socket's getpeername(), for the loopback rule
+        self.opened = False
+        self.publishers: dict[int, Any] = {}
+        self.subscriptions: dict[int, Any] = {}
+        self.blocked: set[Any] = set()  # subscriptions waiting for the socket
+        self.throttled: set[Any] = set()  # publishers over their bytes: input paused
+        self.last_read = self.last_write = self.loop.time()
+
+    # -- input -----------------------------------------------------------------------------
+    def capacity(self) -> int:
+        return 0 if self.throttled or self.finishing else READ_SIZE
+
+    def received(self, buf: bytearray, n: int) -> None:
+        self.last_read = self.loop.time()
+        self.proto.receive_data(bytes(buf[:n]))
+        self.process()
+
+    def input_closed(self) -> None:
+        self.proto.receive_data(b"")
+        self.process()
+
+    def process(self) -> None:
+        """Turn what is buffered into events for the adapter, then write the answers."""
+        proto = self.proto
+        handle = self.adapter.handle
+        while not self.closed and not self.finishing:
+            try:
+                event = proto.next_event()
+            except RemoteProtocolError as exc:
+                log.info("stream connection %s: protocol error: %s", self.peer, exc)
+                self.adapter.count("protocol_errors")
+                if exc.reply:
+                    self.queue(exc.reply)
+                if proto.state is State.CLOSE_SENT:
+                    self.linger()  # the client's CloseResponse, or the linger timer, ends it
+                    for sub in list(self.subscriptions.values()):
+                        self.adapter.drop_subscription(self, sub)
+                    continue
+                self.finish()
+                break
+            if event is NEED_DATA or event is PAUSED:
+                break
+            if isinstance(event, ConnectionClosed):
+                if self.eof and not self.out and not self.buf:
+                    self.close()
+                else:
+                    self.finish()
+                break
+            handle(self, event)
+        self.write()
+
+    # -- output ----------------------------------------------------------------------------
+    @property
+    def serving(self) -> bool:
+        """Open for traffic: confirms, deliveries and notices may be sent."""
+        return not self.closed and not self.finishing and self.proto.state is State.OPEN
+
+    def send(self, frame: Frame) -> None:
+        """Queue ``frame`` (written at the end of this turn)."""
+        data = self.proto.send(frame)
+        self.buf += data
+        self.pending += len(data)
+        if self.proto.state is State.CLOSED:
+            self.finish()
+
+    def queue(self, data: bytes) -> None:
+        self.buf += data
+        self.pending += len(data)
+
+    def queue_file(self, fd: int, pos: int, length: int) -> None:
+        """Queue ``length`` bytes of ``fd`` from ``pos`` after what is queued, and write now
+        (the descriptor is only guaranteed until the caller's next read)."""
+        self.pending += length
+        if self.buf:
+            self.out.append(self.buf)
+            self.buf = bytearray()
+        self.out.append(FileRange(fd, pos, length))
+        self.write()
+        if self.out and not self.closed:
+            self._own_files()
+
+    def _own_files(self) -> None:
+        for item in self.out:
+            if type(item) is FileRange and not item.owned:
+                item.fd = os.dup(item.fd)
+                item.owned = True
+
+    def finish(self) -> None:
+        """Write what is queued, then close the socket."""
+        if not self.finishing:
+            self.finishing = True
+            self.linger()
+
+    def write(self, writable: bool = False) -> None:
+        if self.closed or (self.writing and not writable):
+            return
+        out = self.out
+        if self.buf:
+            out.append(self.buf)
+            self.buf = bytearray()
+        sock = self.sock
+        sent = 0
+        try:
+            while out:
+                item = out[0]
+                if type(item) is FileRange:
+                    n = os.sendfile(self.fd, item.fd, item.pos, item.left)
+                    if n == 0:  # the file is shorter than its index said
+                        raise EOFError(f"segment ended {item.left} bytes early")
+                    sent += n
+                    item.pos += n
+                    item.left -= n
+                    if item.left:
+                        break
+                    out.popleft()
+                    if item.owned:
+                        os.close(item.fd)
+                else:
+                    n = sock.send(item, _MSG_MORE if len(out) > 1 else 0)
+                    sent += n
+                    if n < len(item):
+                        out[0] = memoryview(item)[n:]
+                        break
+                    out.popleft()
+        except (BlockingIOError, InterruptedError):
+            pass
+        except EOFError as exc:
+            log.error("stream connection %s: cannot send a chunk: %s", self.peer, exc)
+            self.close()
+            return
+        except OSError as exc:
+            self._lost(exc)
+            return
+        if sent:
+            self.pending -= sent
+            self.last_write = self.loop.time()
+        if out:
+            if not self.writing:
+                self.loop.add_writer(self.fd, self._on_writable)
+                self.writing = True
+            self._own_files()
+            return
+        if self.writing:
+            self.loop.remove_writer(self.fd)
+            self.writing = False
+        if self.finishing:
+            self.close()
+
+    def drained(self) -> None:
+        if self.blocked:
+            blocked = list(self.blocked)
+            self.blocked.clear()
+            for sub in blocked:
+                sub.turn()
+            self.write()
+
+    # -- heartbeats ------------------------------------------------------------------------
+    def start_heartbeats(self) -> None:
+        period = self.proto.heartbeat
+        if period > 0:
+            self.set_deadline(self.loop.time() + period)
+
+    def on_deadline(self) -> None:
+        period = self.proto.heartbeat
+        if period <= 0 or self.finishing:
+            return
+        now = self.loop.time()
+        if now - self.last_read > 2 * period:
+            log.info("stream connection %s closed: no heartbeat for %.0f s", self.peer,
+                     now - self.last_read)
+            self.close()
+            return
+        if now - self.last_write >= period and self.proto.state is State.OPEN:
+            self.send(Heartbeat())
+            self.write()
+        self.set_deadline(min(self.last_read + 2 * period, self.last_write + period) + 0.01)
+
+    # -- end -------------------------------------------------------------------------------
+    def output_done(self) -> None:
+        self.finishing = True
+
+    def finished(self) -> None:
+        for item in self.out:
+            if type(item) is FileRange and item.owned:
+                os.close(item.fd)
+        self.out.clear()
+        self.buf = bytearray()
+        self.adapter.removed(self)

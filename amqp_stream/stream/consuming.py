@@ -1,0 +1,229 @@
+"""A stream-protocol subscription: chunks out under credit, straight from the segment files.
+
+Strategy: RabbitMQ's way. The reader (``storage.Reader.read_location``) decides stage 1 from
+the chunk's header and Bloom bytes and says where the chunk lies; the subscription writes the
+Deliver frame's head and the chunk's 48-byte header (as on disk) and hands the data section to
+``os.sendfile`` (``StreamConnection.queue_file``). No message is parsed; the Bloom bytes and
+the trailer are not sent (the header still gives their sizes, as RabbitMQ's does). Records
+below the requested offset in the first chunk are the client's to drop, as with RabbitMQ.
+
+One credit is one chunk. A turn ends when the credit is used up, at the committed end (the
+core's ``wake()`` resumes it when the stream grows), when the socket is behind (``MAX_PENDING``
+queued bytes: the connection's ``drained()`` resumes it), after ``CHUNKS_PER_TURN`` chunks or
+a sliced stage-1 scan (``SCAN_BUDGET`` chunks passed over; the next turn comes after the events
+already waiting, so other connections are served in between).
+
+Stage 2 (an extension: ``sql-filter`` in the Subscribe properties, see docs/stream-protocol.md)
+needs the messages: the data section is read (CRC-checked), each record is matched with the
+compiled filter, and each run of consecutive matching records goes out as a chunk of its own,
+rebuilt with that run's first offset, entry and record counts and CRC (one credit each), so
+the offsets a client computes from chunk headers stay right.
+
+Deliver v2 carries the stream's committed chunk id (``Stream.committed_chunk_id``), never less
+than the delivered chunk's own id.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import zlib
+from typing import TYPE_CHECKING, Any, Callable
+
+from amqp_stream.stream.connection import MAX_PENDING
+from storage.format import CHUNK_HEADER, decode_records, encode_chunk, encode_entries
+from storage.reader import SCAN_PAUSED, ChunkLocation
+
+if TYPE_CHECKING:
+    from amqp_stream.stream.connection import StreamConnection
+
+__all__ = ["Subscription", "SCAN_BUDGET", "CHUNKS_PER_TURN"]
+
+log = logging.getLogger("amqp_stream.stream")
+
+SCAN_BUDGET = 1000  # chunks a stage-1 scan may pass over per turn (see amqp.consuming)
+CHUNKS_PER_TURN = 64
+
+
+class Subscription:
+    def __init__(self, conn: StreamConnection, subscription_id: int, entry: Any, reader: Any,
+                 credit: int, start: int, match: Callable[[bytes], bool] | None,
+                 end: Callable[["Subscription", Exception], None]):
+        self.conn = conn
+        self.id = subscription_id
+        self.entry = entry
+        self.reader = reader
+        self.credit = credit
+        self.start = start  # records below it are not sent by stage 2
+        self.match = match
+        self._end = end
+        self.runs: list[bytes] = []  # stage 2: rebuilt chunks waiting for credit
+        self.next_offset = int(reader.position)  # read by the metrics scrape (consumer lag)
+        self.waiting = False
+        self.scheduled = False
+        self.closed = False
+        self._stats = (0, 0, 0)
+
+    def end(self, error: Exception) -> None:
+        """The core ends this subscription (its stream was deleted)."""
+        self._end(self, error)
+
+    def close(self) -> None:
+        self.closed = True
+        self.runs = []
+        self.conn.blocked.discard(self)
+        try:
+            self.reader.close()
+        except Exception:
+            log.debug("closing a reader", exc_info=True)
+
+    def add_credit(self, credit: int) -> None:
+        self.credit = min(self.credit + credit, 0xFFFF_FFFF)
+        if not self.scheduled and self not in self.conn.blocked:
+            self.pump()
+
+    def wake(self) -> None:
+        """The stream grew: go on if this subscription waited at its end."""
+        if self.waiting and not self.scheduled and not self.closed:
+            self.turn()
+
+    def _turn(self) -> None:
+        self.scheduled = False
+        self.turn()
+
+    def turn(self) -> None:
+        """``pump`` from a callback of the loop or the core: a failure (a corrupt chunk, a
+        bug) ends this connection only."""
+        try:
+            self.pump()
+        except Exception as exc:
+            log.exception("stream subscription %d of %s on %r failed", self.id, self.conn.peer,
+                          self.entry.name)
+            self.conn.failed(exc)
+
+    def pump(self) -> None:
+        if self.closed or not self.conn.serving:
+            return
+        conn = self.conn
+        self.waiting = False
+        sent = chunks = records = nbytes = 0
+        reader = self.reader
+        proto = conn.proto
+        stream = self.entry.stream
+        v2 = proto.deliver_version == 2
+        try:
+            while self.credit > 0:
+                if conn.closed:
+                    return
+                if conn.pending > MAX_PENDING:
+                    conn.write()  # the socket may take it now; if not, drained() resumes us
+                    if conn.closed:
+                        return
+                    if conn.pending > MAX_PENDING:
+                        conn.blocked.add(self)
+                        break
+                if sent >= CHUNKS_PER_TURN:
+                    self._again()
+                    break
+                if self.runs:
+                    chunk = self.runs.pop(0)
+                    committed = stream.committed_chunk_id if v2 else None
+                    conn.queue(proto.deliver_head(self.id, len(chunk), committed))
+                    conn.queue(chunk)
+                    self.credit -= 1
+                    sent += 1
+                    chunks += 1
+                    records += CHUNK_HEADER.unpack_from(chunk)[3]
+                    nbytes += len(chunk)
+                    continue
+                loc = reader.read_location(SCAN_BUDGET)
+                if loc is SCAN_PAUSED:
+                    self._again()
+                    break
+                if loc is None:
+                    self.waiting = True
+                    break
+                if self.match is not None:
+                    self.runs = self._rebuild(loc)
+                    if not self.runs:
+                        sent += 1  # nothing matched: it still counts towards the turn
+                    continue
+                committed = max(stream.committed_chunk_id, loc.chunk_id) if v2 else None
+                conn.queue(proto.deliver_head(self.id, len(loc.header) + loc.length, committed))
+                conn.queue(loc.header)
+                conn.queue_file(loc.fd, loc.position, loc.length)
+                self.credit -= 1
+                sent += 1
+                chunks += 1
+                records += loc.records
+                nbytes += len(loc.header) + loc.length
+        finally:
+            self.next_offset = int(reader.position)
+            self._account(records, nbytes)
+            if chunks:
+                conn.adapter.count("chunks", chunks)
+                conn.adapter.count("bytes", nbytes)
+        conn.write()
+
+    def _again(self) -> None:
+        if not self.scheduled:
+            self.scheduled = True
+            self.conn.loop.call_soon(self._turn)
+
+    def _rebuild(self, loc: ChunkLocation) -> list[bytes]:
+        """Stage 2: the runs of matching records of the chunk at ``loc``, as chunks."""
+        data = os.pread(loc.fd, loc.length, loc.position)
+        if len(data) != loc.length or zlib.crc32(data) != loc.crc:
+            raise OSError(f"chunk {loc.chunk_id} of stream {self.entry.name!r}: CRC mismatch "
+                          f"or short read")
+        match = self.match
+        assert match is not None
+        epoch = CHUNK_HEADER.unpack_from(loc.header)[5]
+        out: list[bytes] = []
+        run: list[bytes] = []
+        first = -1
+        dropped = 0
+        for offset, body in decode_records(data, loc.chunk_id, entries=loc.entries):
+            try:
+                ok = offset >= self.start and match(body)
+            except Exception:  # a record the filter cannot read: not a match
+                ok = False
+            if ok:
+                if not run:
+                    first = offset
+                run.append(body)
+                continue
+            dropped += 1
+            if run:
+                out.append(self._chunk(first, loc.timestamp, epoch, run))
+                run = []
+        if run:
+            out.append(self._chunk(first, loc.timestamp, epoch, run))
+        m = self.entry.metrics
+        if m is not None and dropped:
+            m.stage2_dropped_messages.inc(dropped)
+        return out
+
+    @staticmethod
+    def _chunk(first: int, timestamp: int, epoch: int, bodies: list[bytes]) -> bytes:
+        return b"".join(encode_chunk(first, timestamp, encode_entries(bodies), len(bodies),
+                                     len(bodies), epoch=epoch))
+
+    def _account(self, records: int, nbytes: int) -> None:
+        m = self.entry.metrics
+        if m is None:
+            return
+        if records:
+            m.delivered_messages.inc(records)
+            m.delivered_bytes.inc(nbytes)
+        stats = self.reader.stats
+        now = (stats.chunks_read, stats.chunks_skipped, stats.bytes_read)
+        before = self._stats
+        if now != before:
+            if now[0] - before[0]:
+                m.chunks_read.inc(now[0] - before[0])
+            if now[1] - before[1]:
+                m.chunks_skipped.inc(now[1] - before[1])
+            if now[2] - before[2]:
+                m.read_bytes.inc(now[2] - before[2])
+            self._stats = now

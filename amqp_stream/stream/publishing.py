@@ -1,0 +1,202 @@
+"""A stream-protocol publisher: Publish frames in, records to storage, confirms out.
+
+Strategy: as ``amqp_stream.amqp.publishing`` does it. The messages of a Publish frame (AMQP 1.0
+encoded already, as RabbitMQ's clients send them) are stored as they come, with Publish v2's
+filter value as the record's stage-1 value, so AMQP consumers see them and filter on them like
+messages published over AMQP with ``x-stream-filter-value``. The messages of one loop turn go
+to the writer in one ``append_batch`` (``flush``, called by the core once per turn: group
+commit across connections); the writer's ``on_durable`` callback only posts to the mailbox,
+and back on the loop the batch's publishing ids go out in one PublishConfirm (or a
+PublishError with ``INTERNAL_ERROR`` when storage failed).
+
+A sub-entry batch is stored as it came, as one entry of its records
+(``storage.format.SubBatchEntry``), compressed or not, as RabbitMQ stores it; its publishing
+id is confirmed once the chunk is durable. It is opened once first
+(``storage.format.decode_records``: none, gzip, and the codecs whose library is installed), so
+that every reader of the stream can open it too; a batch that cannot be opened, or whose
+record count is wrong, gets a PublishError (``PRECONDITION_FAILED``).
+
+Memory: the bytes of unconfirmed messages count against the publisher's
+``max_unconfirmed_bytes`` and the broker's ``publish_budget``; over either, the connection is
+not read (``throttle``) until the disk has caught up, as RabbitMQ blocks a publisher's socket.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import TYPE_CHECKING, Any, Callable
+
+from amqp_stream.core import ByteBudget
+from amqp_stream.streamproto import PublishConfirm, PublishError, ResponseCode
+from storage.format import SubBatchEntry, decode_records
+
+if TYPE_CHECKING:
+    from amqp_stream.stream.connection import StreamConnection
+
+__all__ = ["StreamPublisher"]
+
+log = logging.getLogger("amqp_stream.stream")
+
+# batches waiting for the disk: key -> (publisher, publishing ids, bytes held); loop only
+_batches: dict[int, tuple["StreamPublisher", list[int], int]] = {}
+_keys = itertools.count()
+
+
+def _durable(key: int, error: Exception | None) -> None:
+    publisher, ids, held = _batches.pop(key)
+    publisher.durable(ids, error, held)
+
+
+class StreamPublisher:
+    def __init__(self, conn: StreamConnection, publisher_id: int, reference: str, entry: Any,
+                 budget: ByteBudget, max_bytes: int, max_message_size: int,
+                 post: Callable[..., None], mark_dirty: Callable[[Any], None],
+                 end: Callable[["StreamPublisher", Exception], None]):
+        self.conn = conn
+        self.id = publisher_id
+        self.reference = reference
+        self.entry = entry
+        self.budget = budget
+        self.max_bytes = max_bytes
+        self.max_message_size = max_message_size
+        self.post = post
+        self.mark_dirty = mark_dirty
+        self._end = end
+        self.closed = False
+        self.held = 0  # bytes of messages not yet durable
+        self.throttled = False
+        self.bodies: list[Any] = []
+        self.values: list[Any] = []
+        self.ids: list[int] = []
+        self.batch_bytes = 0  # bytes of the messages in ``bodies`` as they came
+        self.extra = 0  # records in ``bodies`` beyond one per item (sub-entry batches)
+        self.batched = False  # ``bodies`` holds SubBatchEntry items
+
+    def end(self, error: Exception) -> None:
+        """The core ends this publisher (its stream was deleted)."""
+        self._end(self, error)
+
+    def close(self) -> None:
+        self.closed = True
+        self.budget.waiting.pop(self, None)
+
+    # -- in --------------------------------------------------------------------------------
+    def publish(self, messages: tuple) -> None:
+        """A Publish frame's ``(publishing_id, filter_value, data, batch)`` entries."""
+        bodies, values, ids = self.bodies, self.values, self.ids
+        start = len(bodies)
+        errors: list[tuple[int, int]] = []
+        n = 0
+        for publishing_id, value, data, batch in messages:
+            if batch is None:
+                if len(data) > self.max_message_size:
+                    errors.append((publishing_id, ResponseCode.PRECONDITION_FAILED))
+                    continue
+                bodies.append(bytes(data))
+                values.append(value)
+                n += len(data)
+            else:
+                entry = self._check_batch(data, batch)
+                if entry is None:
+                    errors.append((publishing_id, ResponseCode.PRECONDITION_FAILED))
+                    continue
+                bodies.append(entry)
+                values.append(None)
+                n += len(data)
+                self.extra += entry.records - 1
+                self.batched = True
+            ids.append(publishing_id)
+        if errors:
+            self.conn.send(PublishError(self.id, tuple(errors)))
+            self.conn.adapter.count("publish_errors", len(errors))
+        if len(bodies) > start:
+            if start == 0:
+                self.mark_dirty(self)
+            self.held += n
+            self.batch_bytes += n
+            self.budget.take(n)
+            if self.held >= self.max_bytes or self.budget.over:
+                self._throttle()
+
+    def _check_batch(self, data: Any, batch: tuple) -> SubBatchEntry | None:
+        """The batch as an entry to store, once it is known to open into ``count`` records."""
+        compression, count, uncompressed = batch
+        entry = SubBatchEntry(compression, count, uncompressed, data)
+        try:
+            records = decode_records(entry, 0)
+        except Exception as exc:  # each codec has its own errors; storage's for the rest
+            log.info("stream publisher %s: a sub-entry batch refused: %s", self.conn.peer, exc)
+            return None
+        if not records or any(len(b) > self.max_message_size for _, b in records):
+            return None
+        return entry
+
+    # -- to storage ------------------------------------------------------------------------
+    def flush(self) -> None:
+        bodies, values, ids = self.bodies, self.values, self.ids
+        if not bodies:
+            return
+        self.bodies, self.values, self.ids = [], [], []
+        held, self.batch_bytes = self.batch_bytes, 0
+        records = len(bodies) + self.extra if self.batched else None
+        self.extra, self.batched = 0, False
+        key = next(_keys)
+        _batches[key] = (self, ids, held)
+        post = self.post
+
+        def callback(offset: int, error: Exception | None, key: int = key) -> None:
+            post(_durable, key, error)
+        entry = self.entry
+        try:
+            if entry.deleted:
+                raise RuntimeError(f"stream '{entry.name}' was deleted")
+            entry.stream.append_batch(bodies, values, on_durable=callback, records=records)
+        except Exception as exc:
+            _batches.pop(key, None)
+            self.durable(ids, exc, held)
+            return
+        m = entry.metrics
+        if m is not None:
+            m.published_messages.inc(records or len(bodies))
+            m.published_bytes.inc(held)
+
+    def durable(self, ids: list[int], error: Exception | None, held: int) -> None:
+        """On the loop: a batch is durable (or failed)."""
+        self.held -= held
+        self.budget.give(held)
+        conn = self.conn
+        if not self.closed and conn.serving and ids:
+            if error is None:
+                conn.send(PublishConfirm(self.id, tuple(ids)))
+                conn.adapter.count("confirmed", len(ids))
+            else:
+                log.warning("stream publisher %s on %r: storing failed: %s", conn.peer,
+                            self.entry.name, error)
+                code = (ResponseCode.STREAM_DOES_NOT_EXIST if self.entry.deleted
+                        else ResponseCode.INTERNAL_ERROR)
+                conn.send(PublishError(self.id, tuple((i, code) for i in ids)))
+                conn.adapter.count("publish_errors", len(ids))
+            conn.adapter.to_write.add(conn)
+        self._recheck()
+
+    # -- flow ------------------------------------------------------------------------------
+    def _throttle(self) -> None:
+        if not self.throttled and not self.closed:
+            self.throttled = True
+            self.conn.throttled.add(self)
+            self.conn.pause_reading()
+        if self.budget.over:
+            self.budget.waiting[self] = self._recheck
+
+    def _recheck(self) -> None:
+        if not self.throttled:
+            return
+        if self.held < self.max_bytes and not self.budget.over:
+            self.throttled = False
+            conn = self.conn
+            conn.throttled.discard(self)
+            if not conn.throttled and not conn.closed and not conn.finishing:
+                conn.resume_reading()
+        elif self.budget.over:
+            self.budget.waiting[self] = self._recheck

@@ -1,0 +1,64 @@
+"""The stream listener with rabbitmq-stream-js-client (npm, through Node, like the rhea tests):
+create, publish with and without filter values (confirms), consume from first, from an offset
+and with filter values plus match-unfiltered (the client enables filtering only for a server
+version >= 3.13.0), delete. ``tests/stream/js/client.js`` runs one scenario per call."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from amqp_stream.testing import BrokerProcess
+
+JS = Path(__file__).resolve().parent / "js"
+NODE = shutil.which("node")
+
+pytestmark = [pytest.mark.skipif(NODE is None, reason="node is not installed"),
+              pytest.mark.timeout(120)]
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    b = BrokerProcess(tmp_path_factory.mktemp("js") / "data", extra_args=["--fsync", "never"])
+    b.start()
+    yield b
+    b.close()
+
+
+def run(broker: BrokerProcess, spec: dict) -> dict:
+    if not (JS / "node_modules" / "rabbitmq-stream-js-client").is_dir():
+        pytest.fail("rabbitmq-stream-js-client is not installed: npm ci in tests/stream/js")
+    done = subprocess.run([NODE, str(JS / "client.js"), json.dumps(dict(spec, port=broker.stream_port))],
+                          capture_output=True, text=True, timeout=60, cwd=JS)
+    assert done.returncode == 0, done.stderr + done.stdout
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_publish_and_consume(broker):
+    stream = f"js-{uuid.uuid4().hex[:8]}"
+    out = run(broker, {"stream": stream, "create": True,
+                       "publish": [{"content": f"m{i}"} for i in range(20)],
+                       "consume": {"offset": "first", "expect": 20}})
+    assert out["confirmed"] == 20 and out["errors"] == []
+    assert out["messages"] == [[i, f"m{i}"] for i in range(20)]
+    later = run(broker, {"stream": stream, "consume": {"offset": ["offset", 15], "expect": 5},
+                         "delete": True})
+    assert later["messages"] == [[15 + i, f"m{15 + i}"] for i in range(5)]
+
+
+def test_filter_values_and_match_unfiltered(broker):
+    stream = f"js-{uuid.uuid4().hex[:8]}"
+    run(broker, {"stream": stream, "create": True, "filtered": True,
+                 "publish": [{"content": f"a{i}", "value": "A"} for i in range(5)]})
+    run(broker, {"stream": stream, "filtered": True,
+                 "publish": [{"content": f"b{i}", "value": "B"} for i in range(5)]})
+    run(broker, {"stream": stream, "publish": [{"content": "plain"}]})
+    out = run(broker, {"stream": stream, "consume": {"offset": "first", "values": ["B"],
+                                                     "matchUnfiltered": True, "expect": 6}})
+    # chunks of A are not delivered: B's and the one without a value are
+    assert out["messages"] == [[5 + i, f"b{i}"] for i in range(5)] + [[10, "plain"]]

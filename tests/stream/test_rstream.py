@@ -1,0 +1,183 @@
+"""The stream listener with a real client, ``rstream`` (PyPI), against a real broker process over
+loopback: create, publish with and without filter values (confirms), consume with every offset
+spec and with filter values (stage 1 plus rstream's post-filter), delete, reconnect."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+
+rstream = pytest.importorskip("rstream")
+from rstream import (AMQPMessage, ConfirmationStatus, Consumer, ConsumerOffsetSpecification,  # noqa: E402
+                     FilterConfiguration, OffsetType, Producer, amqp_decoder)
+
+from amqp_stream.testing import BrokerProcess  # noqa: E402
+
+TIMEOUT = 20
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    b = BrokerProcess(tmp_path_factory.mktemp("rstream") / "data")
+    b.start()
+    yield b
+    b.close()
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, TIMEOUT))
+
+
+def producer(broker: BrokerProcess, **kw) -> Producer:
+    return Producer("127.0.0.1", broker.stream_port, username="guest", password="guest", **kw)
+
+
+def consumer(broker: BrokerProcess) -> Consumer:
+    return Consumer("127.0.0.1", broker.stream_port, username="guest", password="guest")
+
+
+async def publish(p: Producer, stream: str, bodies: list) -> list[int]:
+    """Send ``bodies`` (bytes or ``AMQPMessage``s) in one batch and wait for every confirm;
+    the publishing ids."""
+    confirmed: list[ConfirmationStatus] = []
+    done = asyncio.Event()
+
+    def on_confirm(status: ConfirmationStatus) -> None:
+        confirmed.append(status)
+        if len(confirmed) == len(bodies):
+            done.set()
+    ids = await p.send_batch(stream, [b if isinstance(b, AMQPMessage) else AMQPMessage(body=b)
+                                      for b in bodies],
+                             on_publish_confirm=on_confirm)
+    await done.wait()
+    assert all(s.is_confirmed for s in confirmed)
+    return ids
+
+
+async def consume(broker: BrokerProcess, stream: str, count: int,
+                  spec: ConsumerOffsetSpecification | None = None,
+                  filter_input: FilterConfiguration | None = None,
+                  properties: dict | None = None) -> list[tuple[int, bytes]]:
+    """(offset, body) of the first ``count`` messages delivered."""
+    got: list[tuple[int, bytes]] = []
+    done = asyncio.Event()
+
+    def on_message(msg: AMQPMessage, ctx) -> None:
+        got.append((ctx.offset, b"".join(msg.body) if isinstance(msg.body, list) else msg.body))
+        if len(got) >= count:
+            done.set()
+    c = consumer(broker)
+    await c.start()
+    try:
+        await c.subscribe(stream, on_message, decoder=amqp_decoder, offset_specification=spec,
+                          filter_input=filter_input, properties=properties)
+        await done.wait()
+    finally:
+        await c.close()
+    return got[:count]
+
+
+def name() -> str:
+    return f"rs-{uuid.uuid4().hex[:8]}"
+
+
+def test_create_publish_consume_from_first_with_offsets(broker):
+    stream = name()
+
+    async def go():
+        async with producer(broker) as p:
+            await p.create_stream(stream)
+            await publish(p, stream, [b"m%d" % i for i in range(50)])
+            await publish(p, stream, [b"n%d" % i for i in range(30)])
+        return await consume(broker, stream, 80)
+    got = run(go())
+    assert got == [(i, b"m%d" % i) for i in range(50)] + [(50 + i, b"n%d" % i) for i in range(30)]
+
+
+def test_offset_specs(broker):
+    stream = name()
+
+    async def go():
+        async with producer(broker) as p:
+            await p.create_stream(stream)
+            await publish(p, stream, [b"a%d" % i for i in range(10)])
+            time.sleep(0.01)  # timestamps are per chunk, in ms: the next chunk is later
+            before_b = int(time.time() * 1000)
+            await publish(p, stream, [b"b%d" % i for i in range(10)])
+            at_offset = await consume(broker, stream, 5,
+                                      ConsumerOffsetSpecification(OffsetType.OFFSET, 13))
+            last = await consume(broker, stream, 10, ConsumerOffsetSpecification(OffsetType.LAST))
+            by_time = await consume(broker, stream, 10,
+                                    ConsumerOffsetSpecification(OffsetType.TIMESTAMP, before_b))
+            # next: only what is published after the subscription
+            task = asyncio.create_task(consume(broker, stream, 3,
+                                               ConsumerOffsetSpecification(OffsetType.NEXT)))
+            await asyncio.sleep(0.5)
+            await publish(p, stream, [b"c%d" % i for i in range(3)])
+            nxt = await task
+        return at_offset, last, by_time, nxt
+    at_offset, last, by_time, nxt = run(go())
+    # rstream drops the records below the requested offset of the first chunk
+    assert at_offset == [(13 + i, b"b%d" % (3 + i)) for i in range(5)]
+    assert last == [(10 + i, b"b%d" % i) for i in range(10)]  # the last chunk, whole
+    assert by_time == [(10 + i, b"b%d" % i) for i in range(10)]
+    assert nxt == [(20 + i, b"c%d" % i) for i in range(3)]
+
+
+def test_filter_values_select_chunks_and_the_post_filter_messages(broker):
+    stream = name()
+
+    async def go():
+        async def colour_of(m: AMQPMessage) -> str:
+            return m.application_properties["colour"]
+        async with producer(broker, filter_value_extractor=colour_of) as p:
+            await p.create_stream(stream)
+            for colour in ("red", "blue", "red", "green"):
+                await publish(p, stream, [AMQPMessage(body=f"{colour}{i}".encode(),
+                                                      application_properties={"colour": colour})
+                                          for i in range(5)])
+        async with producer(broker) as p:  # no filter value
+            await publish(p, stream, [b"plain"])
+        red = await consume(broker, stream, 10, filter_input=FilterConfiguration(
+            ["red"], predicate=lambda m: m.application_properties[b"colour"] == b"red"))
+        blue_or_plain = await consume(broker, stream, 6, filter_input=FilterConfiguration(
+            ["blue"], predicate=lambda m: True, match_unfiltered=True))
+        return red, blue_or_plain
+    red, blue_or_plain = run(go())
+    assert [b for _, b in red] == [b"red%d" % i for i in range(5)] * 2
+    assert [o for o, _ in red] == list(range(0, 5)) + list(range(10, 15))
+    assert [b for _, b in blue_or_plain] == [b"blue%d" % i for i in range(5)] + [b"plain"]
+
+
+def test_sql_filter_property_sends_only_matching_runs_with_their_offsets(broker):
+    stream = name()
+
+    async def go():
+        async with producer(broker) as p:
+            await p.create_stream(stream)
+            await publish(p, stream, [AMQPMessage(body=b"x%d" % i, application_properties={"n": i})
+                                      for i in range(20)])
+        return await consume(broker, stream, 5,
+                             properties={"sql-filter": "n % 5 = 0 OR n = 11"})
+    got = run(go())
+    assert got == [(0, b"x0"), (5, b"x5"), (10, b"x10"), (11, b"x11"), (15, b"x15")]
+
+
+def test_delete_then_reconnect_and_create_again(broker):
+    stream = name()
+
+    async def go():
+        async with producer(broker) as p:
+            await p.create_stream(stream)
+            await publish(p, stream, [b"old"])
+            assert await p.stream_exists(stream)
+            await p.delete_stream(stream)
+            assert not await p.stream_exists(stream)
+        async with producer(broker) as p:  # a new connection
+            await p.create_stream(stream)
+            await publish(p, stream, [b"new"])
+        return await consume(broker, stream, 1)
+    assert run(go()) == [(0, b"new")]
