@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from amqp_stream.testing import BrokerProcess, free_port
+from amqp_stream.testing import BrokerProcess
 from bench.peer import RabbitMQNode
 from conformance.streamclient import StreamClient, offset_first
 
@@ -266,10 +266,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     targets = set(args.targets.split(","))
     for fsync in ("never", "always") if "amqp-stream" in targets else ():
-        stream_port = free_port()
-        b = BrokerProcess(root / f"data-{fsync}", extra_args=[
-            "--fsync", fsync, "--stream-port", str(stream_port)], log_path=root / f"broker-{fsync}.log")
+        b = BrokerProcess(root / f"data-{fsync}", extra_args=["--fsync", fsync],
+                          log_path=root / f"broker-{fsync}.log")
         b.start()
+        stream_port = b.stream_port
         try:
             results[fsync] = run_stream_broker(f"amqp-stream (fsync {fsync})", b.host, stream_port,
                                                b.proc.pid, args, out)

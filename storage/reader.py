@@ -32,7 +32,7 @@ import os
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Protocol, Sequence
+from typing import Callable, Iterable, Iterator, Protocol, Sequence, cast
 
 import bloom
 
@@ -201,13 +201,13 @@ class Reader:
         and then returns ``SCAN_PAUSED`` (its place is kept: the next call goes on from there).
         Records, stats and bytes read are the same as without a budget.
         """
-        return self._next(max_skips, self._read)
+        return cast("ReadChunk | ScanPaused | None", self._next(max_skips, self._read))
 
     def read_location(self, max_skips: int | None = None) -> ChunkLocation | ScanPaused | None:
         """``read_chunk`` without reading the data section: where the next matching user chunk
         lies (see ``ChunkLocation``), ``SCAN_PAUSED`` or None. The chunk is whole even when the
         start offset lies inside it."""
-        return self._next(max_skips, self._locate)
+        return cast("ChunkLocation | ScanPaused | None", self._next(max_skips, self._locate))
 
     def _next(self, max_skips: int | None, read: Callable) -> object:
         if max_skips is not None and max_skips < 1:
@@ -347,7 +347,8 @@ class Reader:
     def _locate(self, seg: _Open, rec: IndexTuple, nxt: int) -> ChunkLocation | None:
         """``_read`` for ``read_location``: the header (and filter) only."""
         if rec[4] != CHUNK_USER:
-            return self._read(seg, rec, nxt)  # tracking: consumed, never returned
+            self._read(seg, rec, nxt)  # tracking: consumed, never returned
+            return None
         pos = rec[3]
         fd = seg.sfd
         matches = self._matches
