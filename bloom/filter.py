@@ -5,11 +5,12 @@ before it is written; the filter bytes follow the chunk header, whose byte 44
 holds the size, byte 45 the scheme and byte 46 the scheme's parameter (``ChunkFilter.param``).
 
 Strategy: values are de-duplicated first (a filter is a set; a record with several values,
-a tuple, adds each of them), empty/None values only set bit 0, and each distinct value's mask is cached per (value, size, scheme, k): streams usually
-repeat a small set of filter values, so a chunk of 100 records is a handful of dictionary
-hits and integer ORs (the cache holds 16384 masks, a few MB at 255-byte filters; a miss
-costs one hash per value and about 1 µs per MMH3 position). A chunk where no record has a
-value has no filter (``None``; the writer stores size 0), exactly like osiris.
+a tuple, adds each of them), empty/None values only set bit 0, and each distinct value's
+mask is cached per (value, size, scheme, k): streams usually repeat a small set of filter
+values, so a chunk of 100 records is a handful of dictionary hits and integer ORs (the cache
+holds 16384 masks, a few MB at 255-byte filters; a miss costs one hash per value and about
+1 µs per MMH3 position). A chunk where no record has a value has no filter (``None``; the
+writer stores size 0), exactly like osiris.
 """
 
 from __future__ import annotations

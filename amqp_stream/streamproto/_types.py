@@ -143,7 +143,7 @@ class _Record:
     def write(self, out: bytearray, value: Sequence) -> None:
         if len(value) != len(self.fields):
             raise ValueError(f"expected {len(self.fields)} fields, got {value!r}")
-        for f, v in zip(self.fields, value):
+        for f, v in zip(self.fields, value, strict=True):
             f.write(out, v)
 
 
@@ -275,7 +275,7 @@ class Frame:
     NAMES: ClassVar[tuple[str, ...]] = ()
 
     def encode_content(self, out: bytearray) -> None:
-        for f, name in zip(self.FIELDS, self.NAMES):
+        for f, name in zip(self.FIELDS, self.NAMES, strict=True):
             f.write(out, getattr(self, name))
 
     @classmethod

@@ -304,7 +304,7 @@ class ServerConnection:
         kind = type(frame)
         data = f.encode(frame)
         self._pending = None
-        code = getattr(frame, "code")
+        code = frame.code  # type: ignore[attr-defined]  # every handshake answer has one
         if kind is f.SaslAuthenticateResponse:
             if code == ResponseCode.OK:
                 if self.state is State.AUTHENTICATING:

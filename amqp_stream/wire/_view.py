@@ -331,7 +331,7 @@ def _decode_section(data: bytes, code: int, vstart: int, end: int) -> dict:
         if type(value) is not list:
             raise MessageFormatError(f"section 0x{code:x} at byte {vstart} is not a list")
         out = {}
-        for name, field in zip(HEADER_FIELDS if code == HEADER else PROPERTY_FIELDS, value):
+        for name, field in zip(HEADER_FIELDS if code == HEADER else PROPERTY_FIELDS, value, strict=False):
             if field is not None:
                 out[name] = field
         return out

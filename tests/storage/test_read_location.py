@@ -40,7 +40,7 @@ def test_locations_give_the_stored_header_and_data(tmp_path):
         with s.reader(OffsetSpec.first()) as r:
             chunks = list(r)
     assert [loc.chunk_id for loc, _ in located] == [c.chunk_id for c in chunks] == [0, 10, 15]
-    for (loc, data), chunk in zip(located, chunks):
+    for (loc, data), chunk in zip(located, chunks, strict=True):
         assert isinstance(loc, ChunkLocation)
         h = CHUNK_HEADER.unpack(loc.header)
         assert (h[2], h[3], h[6], h[7], h[8]) == (loc.entries, loc.records, loc.chunk_id,

@@ -52,7 +52,10 @@ def step(conn: ServerConnection, request: f.Frame, answer: f.Frame | None) -> by
     return conn.send(answer) if answer is not None else b""
 
 
-def handshake(conn: ServerConnection, upto: State = State.OPEN, client_tune=f.Tune(0, 30)) -> None:
+CLIENT_TUNE = f.Tune(0, 30)
+
+
+def handshake(conn: ServerConnection, upto: State = State.OPEN, client_tune: f.Tune = CLIENT_TUNE) -> None:
     steps = [
         (State.PEER_PROPERTIES_EXCHANGED, f.PeerProperties(1, {"product": "test"}),
          f.PeerPropertiesResponse(1, OK, {"product": "amqp-stream"})),

@@ -197,7 +197,7 @@ LABELS = _labels()
 RSTREAM_FRAMES = json.loads((FIXTURES / "rstream-1.1.1.json").read_text())
 
 
-@pytest.mark.parametrize("label,ours", list(zip(LABELS, [p[0] for p in PAIRS])))
+@pytest.mark.parametrize("label,ours", list(zip(LABELS, [p[0] for p in PAIRS], strict=True)))
 def test_saved_rstream_bytes(label, ours):
     """The bytes rstream 1.1.1 wrote for each frame (Deliver: ours, which rstream decoded)."""
     assert f.encode(ours).hex() == RSTREAM_FRAMES[label]
@@ -205,7 +205,7 @@ def test_saved_rstream_bytes(label, ours):
 
 def test_saved_rstream_bytes_are_rstreams():
     """The fixture file is what the installed rstream writes (regenerate it if not)."""
-    for label, (ours, theirs) in zip(LABELS, PAIRS):
+    for label, (ours, theirs) in zip(LABELS, PAIRS, strict=True):
         assert RSTREAM_FRAMES[label] == (rs_encode(theirs) if theirs else f.encode(ours)).hex()
 
 
@@ -300,7 +300,8 @@ BAD = {
     "negative array count": struct.pack(">HHIi", Key.METADATA, 1, 1, -3),
     "offset type 9": struct.pack(">HHIB", Key.SUBSCRIBE, 1, 1, 1) + b"\0\1s" + struct.pack(">HH", 9, 1),
     "offset type 0 in Subscribe": struct.pack(">HHIB", Key.SUBSCRIBE, 1, 1, 1) + b"\0\1s" + struct.pack(">HH", 0, 1),
-    "publish count above messages": _content(f.Publish(1, ((1, None, b"a", None),)))[:5] + b"\0\0\0\2" + _content(f.Publish(1, ((1, None, b"a", None),)))[9:],
+    "publish count above messages": (_content(f.Publish(1, ((1, None, b"a", None),)))[:5] + b"\0\0\0\2"
+                                     + _content(f.Publish(1, ((1, None, b"a", None),)))[9:]),
     "publish message past the end": struct.pack(">HHBiQI", Key.PUBLISH, 1, 1, 1, 1, 100) + b"short",
     "publish v2 with a sub-entry batch": struct.pack(">HHBiQhI", Key.PUBLISH, 2, 1, 1, 1, -1, 0x8000_0000),
     "publish negative count": struct.pack(">HHBi", Key.PUBLISH, 1, 1, -1),

@@ -72,7 +72,7 @@ def byte_stream(draw):
             parts.append(f.FRAME_SIZE.pack(size) + content)
     data = b"".join(parts)
     cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=5)))
-    return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+    return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
 
 
 def drive(conn: ServerConnection, pieces: list[bytes]) -> None:

@@ -6,7 +6,7 @@ import proton
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from amqp_stream.wire import encode, split_sections
+from amqp_stream.wire import MessageView, encode, split_sections
 from tests.wire.test_codec import SCALARS, expected, typed
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -91,7 +91,7 @@ def proton_sections(b: bytes) -> dict:
 
 
 def fields(names, values) -> dict:
-    return {n: v for n, v in zip(names, values or []) if v is not None}
+    return {n: v for n, v in zip(names, values or [], strict=False) if v is not None}
 
 
 HEADER = ("durable", "priority", "ttl", "first_acquirer", "delivery_count")
