@@ -22,12 +22,18 @@ from storage.format import SEGMENT_HEADER_BYTES
 from storage.offsets import OffsetSpec
 from storage.reader import Reader
 from storage.recovery import SegmentInfo, recover
+from storage.tracking import U64_MAX, tracking_id
 from storage.writer import DurableCallback, FilterValue, Writer, create_segment, lock_directory
 
 __all__ = ["Stream", "DurableCallback"]
 
 _VALUE_TYPES = frozenset({str, bytes, bytearray, type(None)})
 MAX_RECORD_BYTES = 0x7FFFFFFF - 4  # a simple entry's length is 31 bits; the data section u32
+
+
+def _check_u64(value: int, what: str) -> None:
+    if type(value) is not int or not 0 <= value <= U64_MAX:
+        raise StorageError(f"an {what} is an integer in 0..2^64-1, not {value!r}")
 
 
 class Stream:
@@ -73,9 +79,16 @@ class Stream:
 
     def append_batch(self, bodies: Sequence[bytes],
                      filter_values: Sequence[FilterValue] | None = None,
-                     on_durable: DurableCallback | None = None) -> int:
+                     on_durable: DurableCallback | None = None, *,
+                     writer: tuple[str | bytes, int] | None = None) -> int:
         """Queue many records at once; returns the first offset (they get consecutive offsets).
-        ``on_durable(last_offset, error)`` is called once, when all of them are durable."""
+        ``on_durable(last_offset, error)`` is called once, when all of them are durable.
+
+        ``writer=(reference, sequence)``: a named publisher's batch, ``sequence`` the last
+        publishing id in it. The batch is written in one chunk (so it must fit one:
+        ``max_chunk_entries`` entries, ``max_chunk_bytes`` bytes with 4 per entry) whose trailer
+        records the sequence; ``sequence`` must be above ``query_sequence(reference)``
+        (drop what is not above it before calling: that is deduplication)."""
         n = len(bodies)
         if filter_values is not None and len(filter_values) != n:
             raise StorageError("filter_values must have one entry per body")
@@ -83,7 +96,45 @@ class Stream:
             raise StorageError(f"a record is at most {MAX_RECORD_BYTES} bytes")
         if filter_values is not None and not set(map(type, filter_values)) <= _VALUE_TYPES:
             raise StorageError("filter values are str, bytes or None")
-        return self._writer.append_batch(bodies, filter_values, on_durable)
+        if writer is None:
+            return self._writer.append_batch(bodies, filter_values, on_durable)
+        reference, sequence = writer
+        ref = tracking_id(reference, "publisher reference")
+        _check_u64(sequence, "publishing id")
+        cfg = self.config
+        if not n or n > cfg.max_chunk_entries or sum(map(len, bodies)) + 4 * n > cfg.max_chunk_bytes:
+            raise StorageError(f"a publisher's batch is 1..{cfg.max_chunk_entries} records and "
+                               f"at most {cfg.max_chunk_bytes} bytes (one chunk)")
+        return self._writer.append_batch(bodies, filter_values, on_durable, (ref, sequence))
+
+    # -- tracking ------------------------------------------------------------------------------
+    def store_offset(self, name: str | bytes, offset: int,
+                     on_durable: DurableCallback | None = None) -> None:
+        """Store consumer ``name``'s offset (a tracking delta chunk, queued like an append;
+        it takes an offset of its own). ``query_offset`` answers it at once; ``on_durable(
+        offset, error)`` is called once it is durable per the fsync policy."""
+        _check_u64(offset, "offset")
+        self._writer.store_offset(tracking_id(name, "consumer name"), offset, on_durable)
+
+    def query_offset(self, name: str | bytes) -> int | None:
+        """The offset last stored for consumer ``name``; None when none is."""
+        key = tracking_id(name, "consumer name")
+        self._writer.check_tracking()
+        return self._writer.offsets.get(key)
+
+    def query_sequence(self, reference: str | bytes) -> int:
+        """The last publishing id appended for publisher ``reference``; 0 when unknown."""
+        key = tracking_id(reference, "publisher reference")
+        self._writer.check_tracking()
+        return self._writer.sequences.get(key, 0)
+
+    def tracking(self) -> tuple[dict[bytes, int], dict[bytes, int]]:
+        """``(offsets, sequences)``: copies of every consumer name's stored offset and every
+        publisher reference's last publishing id (for listings)."""
+        w = self._writer
+        w.check_tracking()
+        with w.lock:
+            return dict(w.offsets), dict(w.sequences)
 
     # -- state ---------------------------------------------------------------------------------
     @property

@@ -16,6 +16,14 @@ Strategy:
   new files are named after the chunk id and the directory is fsynced (unless ``never``).
   Retention runs after each rollover (and at open, called by ``Stream.open``): whole segments,
   oldest first, index before segment, never the newest.
+- Tracking (``storage.tracking``) goes through the same queue. ``store_offset`` puts the
+  consumer offset into a tracking delta chunk reserved in the queue (it takes the next offset;
+  the offsets stored until the writer takes it join the same chunk). A named publisher's batch
+  is written in one chunk whose trailer holds its reference and last publishing id. When a
+  segment is full and there is state, a tracking snapshot takes the next offset and becomes the
+  new segment's first chunk; retention runs only once it is written. The state as appended
+  (``offsets``, ``sequences``) answers queries at once; ``written`` is the state as written,
+  kept by the writer thread for snapshots; after a write error both are reloaded from disk.
 - A write error fails the stream for a while, not for good: the segment and index are cut back
   to where the group began, every waiting callback gets the error, and the writer reopens its
   files running recovery as at open (a torn tail is cut; the committed log is never shortened).
@@ -40,20 +48,28 @@ import bloom
 
 from storage.config import FsyncPolicy, StreamConfig
 from storage.errors import CorruptionError, StorageError, StreamClosedError
-from storage.files import fsync_dir, index_path, segment_path
+from storage.files import fsync_dir, index_path, read_index_record, segment_path
 from storage.format import (
     CHUNK_HEADER_BYTES,
+    CHUNK_TRACKING_DELTA,
+    CHUNK_TRACKING_SNAPSHOT,
+    CHUNK_USER,
     INDEX_HEADER_BYTES,
     INDEX_RECORD,
     INDEX_RECORD_BYTES,
     SEGMENT_HEADER_BYTES,
+    TRACKING_OFFSET,
+    TRACKING_SEQUENCE,
+    TrackingRecord,
     encode_chunk,
     encode_entries,
+    encode_tracking,
     index_header,
     segment_header,
 )
 from storage.recovery import SegmentInfo, recover
 from storage.retention import segments_to_drop
+from storage.tracking import load
 
 __all__ = ["Writer", "DurableCallback", "FilterValue", "RETRY_MIN_S", "RETRY_MAX_S",
            "create_segment", "lock_directory"]
@@ -66,6 +82,9 @@ FilterValue = Union[str, bytes, bytearray, None]  # one record's stage-1 value (
 LOCK_FILE = ".writer.lock"
 _IOV_MAX = 1020
 _GROUP_BYTES = 4 << 20  # bytes written per writev group before committing
+# a full segment waits for its tracking snapshot's offset (see ``_write_all``) up to this size;
+# beyond it, it rolls over at once and the snapshot follows later in the new segment
+_HARD_SEGMENT_BYTES = 0xF000_0000
 _pack_index = INDEX_RECORD.pack
 RETRY_MIN_S = 0.2  # after a write error, appends are refused this long (doubling per failure)
 RETRY_MAX_S = 5.0
@@ -108,6 +127,20 @@ class Writer:
         self._backoff = RETRY_MIN_S
         self._reopen_pending = False
         self._reopen_requested = False
+        # tracking (see the module docstring): the queue's reserved tracking chunks by offset
+        # (their ``_bodies`` slots hold b""), the offsets stored since the queued delta chunk
+        # was reserved, publisher batches ``(first, last, reference, sequence)``; the state as
+        # appended (what queries answer) and, on the writer thread, the state as written
+        self._marks: dict[int, int] = {}
+        self._delta_at: int | None = None
+        self._delta: dict[bytes, int] = {}
+        self._writer_batches: list[tuple[int, int, bytes, int]] = []
+        self._snapshot_at: int | None = None
+        self._retention_due = False
+        self._snapshot_only = False
+        self.written = load(directory, last.start, last.tracking)
+        self.offsets: dict[bytes, int] = dict(self.written.offsets)
+        self.sequences: dict[bytes, int] = {k: v for k, (_, v) in self.written.sequences.items()}
         self.thread = threading.Thread(target=self._run, name=f"stream-writer:{directory}",
                                        daemon=True)
         self.thread.start()
@@ -134,12 +167,21 @@ class Writer:
 
     def append_batch(self, bodies: Sequence[bytes],
                      filter_values: Sequence[FilterValue] | None,
-                     on_durable: DurableCallback | None) -> int:
+                     on_durable: DurableCallback | None,
+                     writer: tuple[bytes, int] | None = None) -> int:
         n = len(bodies)
         with self.lock:
             if self._refused and not self._may_retry():
                 raise self._refusal()
             first = self.next
+            if writer is not None:
+                ref, seq = writer
+                last = self.sequences.get(ref)
+                if last is not None and seq <= last:
+                    raise StorageError(f"publishing id {seq} of {ref!r} is not above the last "
+                                       f"one stored ({last})")
+                self.sequences[ref] = seq
+                self._writer_batches.append((first, first + n - 1, ref, seq))
             self.next = first + n
             self._bodies.extend(bodies)
             if filter_values is None:
@@ -152,6 +194,38 @@ class Writer:
                 self._idle = False
                 self._wake.notify()
             return first
+
+    def store_offset(self, name: bytes, offset: int,
+                     on_durable: DurableCallback | None) -> None:
+        """Queue a consumer offset: into the delta chunk reserved in the queue, reserving one
+        (it takes the next offset) when there is none."""
+        with self.lock:
+            if self._refused and not self._may_retry():
+                raise self._refusal()
+            if self._delta_at is None:
+                self._delta_at = self._reserve(CHUNK_TRACKING_DELTA)
+            self._delta[name] = offset
+            self.offsets[name] = offset
+            if on_durable is not None:  # called once everything queued so far is durable
+                self._callbacks.append((self.next - 1, on_durable))
+            if self._idle:
+                self._idle = False
+                self._wake.notify()
+
+    def _reserve(self, kind: int) -> int:
+        """Holding ``lock``: the next offset, for a tracking chunk of type ``kind``."""
+        at = self.next
+        self.next = at + 1
+        self._marks[at] = kind
+        self._bodies.append(b"")
+        self._values.append(None)
+        return at
+
+    def check_tracking(self) -> None:
+        """Raise while the state as appended may be ahead of the disk: after a write error,
+        until the writer has reopened its files and reloaded the state."""
+        if self._reopen_pending:
+            raise self._refusal()
 
     def _refusal(self) -> StreamClosedError:
         err = StreamClosedError(f"stream {self.directory} is closed"
@@ -237,6 +311,9 @@ class Writer:
                 bodies, values, callbacks = self._bodies, self._values, self._callbacks
                 self._bodies, self._values, self._callbacks = [], [], []
                 first = self.next - len(bodies)
+                batch = _Tracking(self._marks, self._delta, self._writer_batches)
+                self._marks, self._delta, self._writer_batches = {}, {}, []
+                self._delta_at = None
                 closing = self._closing
                 reopen, self._reopen_requested = self._reopen_requested, False
             if reopen and not closing and not bodies:  # appends are refused until it worked
@@ -244,7 +321,7 @@ class Writer:
                 continue
             try:
                 if bodies:
-                    self._write_all(first, bodies, values, callbacks)
+                    self._write_all(first, bodies, values, callbacks, batch)
                     self._backoff = RETRY_MIN_S
                 if self._unsynced and (closing or (cfg.fsync == FsyncPolicy.INTERVAL and
                                                    time.monotonic() - self._last_sync >= interval)):
@@ -280,6 +357,8 @@ class Writer:
             self._retry_at = time.monotonic() + self._next_backoff()
             pending = list(self._pending_failed) + self._callbacks
             self._callbacks, self._bodies, self._values = [], [], []
+            self._marks, self._delta, self._writer_batches = {}, {}, []
+            self._delta_at = self._snapshot_at = None
         self._pending_failed = []
         for offset, cb in pending:
             _call(cb, offset, err)
@@ -323,9 +402,20 @@ class Writer:
         except Exception as exc:  # noqa: BLE001 - the stream stays failed; retried later
             log.error("stream %s: reopening after a write error failed: %s", self.directory, exc)
             return
+        try:
+            written = load(self.directory, last.start, last.tracking)
+        except Exception as exc:  # noqa: BLE001 - the stream stays failed; retried later
+            log.error("stream %s: reloading tracking after a write error failed: %s",
+                      self.directory, exc)
+            for fd in (sfd, ifd):
+                os.close(fd)
+            return
         self._sfd, self._ifd = sfd, ifd
         self._last_ts = max(self._last_ts, last.last_timestamp or 0)
+        self.written = written
         with self.lock:
+            self.offsets = dict(written.offsets)
+            self.sequences = {k: v for k, (_, v) in written.sequences.items()}
             self._infos = segments
             self.starts = tuple(s.start for s in segments)
             self.next = last.end  # nothing is queued: appends were refused meanwhile
@@ -337,12 +427,26 @@ class Writer:
 
     def _write_all(self, first: int, bodies: list[bytes],
                    values: list[FilterValue],
-                   callbacks: list[tuple[int, DurableCallback]]) -> None:
-        """Write ``bodies`` (offsets ``first ..``) as chunks, committing group by group."""
+                   callbacks: list[tuple[int, DurableCallback]],
+                   batch: _Tracking) -> None:
+        """Write ``bodies`` (offsets ``first ..``) as chunks, committing group by group.
+
+        Tracking: a reserved offset becomes its delta or snapshot chunk; a publisher's batch
+        is never split across chunks (``Stream.append_batch`` checks it fits one) and its
+        reference and sequence go in the trailer of its chunk. When the segment is full and
+        there is tracking state, the rollover waits for a snapshot offset (reserved at the end
+        of the queue) so that the snapshot is the new segment's first chunk; meanwhile the
+        full segment takes what is queued before it (up to ``_HARD_SEGMENT_BYTES``).
+        Retention waits until the snapshot is written."""
         cfg = self.config
         max_entries, max_bytes = cfg.max_chunk_entries, cfg.max_chunk_bytes
         fsize, scheme = cfg.filter_size, cfg.filter_scheme
         total = len(bodies)
+        marks = sorted(batch.marks)
+        mark_i = 0
+        wbs = batch.writers
+        wb_i = 0
+        written = self.written
         i = 0
         cb_i = 0
         self._pending_failed = callbacks
@@ -357,34 +461,76 @@ class Writer:
             self._last_ts = ts
             group_bytes = 0
             while i < total and group_bytes < _GROUP_BYTES and len(iov) < _IOV_MAX - 4:
-                if info.chunks and (info.size >= cfg.max_segment_bytes
-                                    or info.chunks >= cfg.max_segment_chunks):
-                    self._write_group(iov, idx)
-                    iov, idx = [], []
-                    info = self._rollover(first + i)
-                    group_start_size, idx_start_size = info.size, INDEX_HEADER_BYTES
-                n = max_entries if total - i > max_entries else total - i
-                chunk_bodies = bodies[i:i + n]
-                data = encode_entries(chunk_bodies)
-                if len(data) > max_bytes and n > 1:  # rare: fewer entries fit the byte bound
-                    acc = list(itertools.accumulate(len(b) + 4 for b in chunk_bodies))
-                    n = max(1, bisect_right(acc, max_bytes))
-                    data = encode_entries(chunk_bodies[:n])
-                filt = None
-                if fsize:
-                    chunk_values = values[i:i + n]
-                    if any(chunk_values):
-                        filt = bloom.build(_distinct(chunk_values), fsize, scheme)
                 chunk_id = first + i
+                kind = CHUNK_USER
+                if mark_i < len(marks) and marks[mark_i] == chunk_id:
+                    kind = batch.marks[chunk_id]
+                    mark_i += 1
+                if self._full(info):
+                    if (kind != CHUNK_TRACKING_SNAPSHOT and self._snapshot_at is None
+                            and not written.empty):
+                        with self.lock:
+                            self._snapshot_at = self._reserve(CHUNK_TRACKING_SNAPSHOT)
+                    if (kind == CHUNK_TRACKING_SNAPSHOT or self._snapshot_at is None
+                            or info.size >= _HARD_SEGMENT_BYTES):
+                        self._write_group(iov, idx)
+                        iov, idx = [], []
+                        info = self._rollover(chunk_id, retain=self._snapshot_at is None)
+                        group_start_size, idx_start_size = info.size, INDEX_HEADER_BYTES
+                trailer = b""
+                filt = None
+                if kind == CHUNK_TRACKING_DELTA:
+                    records = [TrackingRecord(TRACKING_OFFSET, k, v)
+                               for k, v in batch.delta.items()]
+                    written.apply(chunk_id, records)
+                    data = encode_entries([encode_tracking(records)])
+                    n = 1
+                elif kind == CHUNK_TRACKING_SNAPSHOT:
+                    data = encode_entries([encode_tracking(self._snapshot_records())])
+                    n = 1
+                else:
+                    limit = total - i
+                    if mark_i < len(marks):
+                        limit = marks[mark_i] - chunk_id
+                    n = min(limit, max_entries)
+                    chunk_bodies = bodies[i:i + n]
+                    data = encode_entries(chunk_bodies)
+                    cut = n
+                    if len(data) > max_bytes and n > 1:  # rare: fewer entries fit the byte bound
+                        acc = list(itertools.accumulate(len(b) + 4 for b in chunk_bodies))
+                        cut = max(1, bisect_right(acc, max_bytes))
+                    if wb_i < len(wbs):  # a publisher's batch stays in one chunk
+                        j = wb_i
+                        while j < len(wbs) and wbs[j][1] < chunk_id + cut:
+                            j += 1
+                        if j < len(wbs) and chunk_id < wbs[j][0] < chunk_id + cut:
+                            cut = wbs[j][0] - chunk_id
+                    if cut != n:
+                        n = cut
+                        data = encode_entries(bodies[i:i + n])
+                    if fsize:
+                        chunk_values = values[i:i + n]
+                        if any(chunk_values):
+                            filt = bloom.build(_distinct(chunk_values), fsize, scheme)
+                    if wb_i < len(wbs) and wbs[wb_i][1] < chunk_id + n:
+                        seqs: dict[bytes, int] = {}
+                        while wb_i < len(wbs) and wbs[wb_i][1] < chunk_id + n:
+                            seqs[wbs[wb_i][2]] = wbs[wb_i][3]
+                            wb_i += 1
+                        records = [TrackingRecord(TRACKING_SEQUENCE, k, v) for k, v in seqs.items()]
+                        written.apply(chunk_id, records)
+                        trailer = encode_tracking(records)
                 if filt is not None:
                     bufs = encode_chunk(chunk_id, ts, data, n, n, epoch=cfg.epoch,
                                         filter_bits=filt.bits, filter_scheme=filt.scheme,
-                                        filter_param=filt.param)
-                    csize = CHUNK_HEADER_BYTES + len(filt.bits) + len(data)
+                                        filter_param=filt.param, trailer=trailer)
+                    csize = CHUNK_HEADER_BYTES + len(filt.bits) + len(data) + len(trailer)
                 else:
-                    bufs = encode_chunk(chunk_id, ts, data, n, n, epoch=cfg.epoch)
-                    csize = CHUNK_HEADER_BYTES + len(data)
-                idx.append(_pack_index(chunk_id, ts, cfg.epoch, info.size, 0))
+                    bufs = encode_chunk(chunk_id, ts, data, n, n, epoch=cfg.epoch,
+                                        chunk_type=kind, trailer=trailer)
+                    csize = CHUNK_HEADER_BYTES + len(data) + len(trailer)
+                self._snapshot_only = kind == CHUNK_TRACKING_SNAPSHOT and not info.chunks
+                idx.append(_pack_index(chunk_id, ts, cfg.epoch, info.size, kind))
                 iov.extend(bufs)
                 info.size += csize
                 info.chunks += 1
@@ -406,6 +552,13 @@ class Writer:
                 if (cfg.fsync == FsyncPolicy.INTERVAL
                         and time.monotonic() - self._last_sync >= cfg.fsync_interval_ms / 1000.0):
                     self._sync()
+            if self._retention_due and self._snapshot_at is None:
+                # the snapshot is written: older segments may go, once it is on disk
+                if self._unsynced and cfg.fsync != FsyncPolicy.NEVER:
+                    self._sync()
+                self._retention_due = False
+                with self.lock:
+                    self.apply_retention()
             end = first + i
             self._commit(end)
             j = cb_i
@@ -416,6 +569,44 @@ class Writer:
             cb_i = j
             self._pending_failed = callbacks[cb_i:]
         self._pending_failed = []
+        if self._full(info) and self._snapshot_at is None and not written.empty:
+            # the next chunk rolls over: its snapshot takes the next offset now, so that it
+            # comes before whatever is appended next (osiris writes it before the next write)
+            with self.lock:
+                self._snapshot_at = self._reserve(CHUNK_TRACKING_SNAPSHOT)
+
+    def _full(self, info: SegmentInfo) -> bool:
+        """The next chunk goes to a new segment (a segment holding only its snapshot takes one
+        more chunk, whatever the snapshot's size, so snapshots never follow each other)."""
+        cfg = self.config
+        return bool(info.chunks) and not self._snapshot_only and (
+            info.size >= cfg.max_segment_bytes or info.chunks >= cfg.max_segment_chunks)
+
+    def _snapshot_records(self) -> list[TrackingRecord]:
+        """The snapshot of the state as written (trimmed as osiris trims it); what the trim
+        drops is dropped from the state as appended too, unless appended again since."""
+        written = self.written
+        offsets, sequences = written.offsets, written.sequences
+        first_ts = 0
+        if written.timestamps:
+            ifd = os.open(index_path(self.directory, self.starts[0]), os.O_RDONLY)
+            try:
+                rec = read_index_record(ifd, 0)
+            finally:
+                os.close(ifd)
+            first_ts = rec.timestamp if rec is not None else 0
+        records = written.snapshot(self.starts[0], first_ts, self.config.tracking_max_sequences)
+        self._snapshot_at = None
+        self._retention_due = True
+        if len(offsets) != len(written.offsets) or len(sequences) != len(written.sequences):
+            with self.lock:
+                for k, v in offsets.items():
+                    if k not in written.offsets and self.offsets.get(k) == v:
+                        del self.offsets[k]
+                for k, (_, seq) in sequences.items():
+                    if k not in written.sequences and self.sequences.get(k) == seq:
+                        del self.sequences[k]
+        return records
 
     def _write_group(self, iov: list[bytes], idx: list[bytes]) -> None:
         if not iov:
@@ -429,12 +620,12 @@ class Writer:
         for fn in self._listeners:
             try:
                 fn()
-            except Exception:  # noqa: BLE001 - a listener must not stop the writer
+            except Exception:
                 log.exception("stream listener failed")
         with self._commit_cond:
             self._commit_cond.notify_all()
 
-    def _rollover(self, start: int) -> SegmentInfo:
+    def _rollover(self, start: int, retain: bool = True) -> SegmentInfo:
         if self.config.fsync != FsyncPolicy.NEVER and self._unsynced:
             self._sync()
         os.close(self._sfd)
@@ -447,7 +638,10 @@ class Writer:
         with self.lock:
             self._infos.append(info)
             self.starts = self.starts + (start,)
-            self.apply_retention()
+            if retain:
+                self.apply_retention()
+            else:
+                self._retention_due = True
         return info
 
     def apply_retention(self) -> None:
@@ -467,6 +661,18 @@ class Writer:
                     pass
         del infos[:drop]
         self.starts = tuple(s.start for s in infos)
+
+
+class _Tracking:
+    """The tracking part of one batch taken from the queue (see ``Writer.__init__``)."""
+
+    __slots__ = ("delta", "marks", "writers")
+
+    def __init__(self, marks: dict[int, int], delta: dict[bytes, int],
+                 writers: list[tuple[int, int, bytes, int]]) -> None:
+        self.marks = marks
+        self.delta = delta
+        self.writers = writers
 
 
 def _distinct(values: list[FilterValue]
@@ -527,5 +733,5 @@ def _truncate_quietly(fd: int, size: int) -> None:
 def _call(cb: DurableCallback, offset: int, error: Exception | None) -> None:
     try:
         cb(offset, error)
-    except Exception:  # noqa: BLE001 - a callback must not stop the writer
+    except Exception:
         log.exception("on_durable callback failed")
