@@ -7,11 +7,13 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+import threading
+import time
 
 import pytest
 
 from storage import OffsetSpec, Stream, StreamConfig, open_reader
-from storage.errors import StorageError
+from storage.errors import StorageError, StreamClosedError
 from storage.files import index_path, list_files, read_index_records, segment_path
 from storage.tracking import chunk_tracking
 from storage.walk import walk_segment
@@ -224,3 +226,43 @@ def test_rabbitmqs_directory_gives_its_tracking_state(tmp_path):
         s.append_batch([b"x"], writer=("p1", 8))
     with Stream.open(d, StreamConfig(fsync="never")) as s:
         assert (s.query_sequence("p1"), s.query_offset("c1")) == (8, 14)
+
+
+def test_after_a_write_error_the_state_is_what_the_disk_holds(tmp_path, monkeypatch):
+    """A publisher's batch that failed must not count as stored (its retry would be dropped as
+    a duplicate): after the writer reopens its files the state is reloaded from them. The
+    write error is a real EBADF from ``os.writev`` (the segment fd closed under the writer)."""
+    monkeypatch.setattr("storage.writer.RETRY_MIN_S", 0.05)
+    s = Stream.open(tmp_path, StreamConfig(fsync="always"))
+    s.append_batch([b"a"], writer=("p", 1))
+    s.store_offset("c", 0)
+    s.flush()
+    w = s._writer
+    with w.lock:  # hold the writer off while its file goes away
+        os.close(w._sfd)
+        w._sfd = os.open(os.devnull, os.O_RDONLY)
+    failed = threading.Event()
+    s.append_batch([b"b"], writer=("p", 2), on_durable=lambda o, e: e and failed.set())
+    try:
+        s.store_offset("c", 9)
+    except StreamClosedError:
+        pass  # already failed: refused
+    assert failed.wait(10)
+    for _ in range(1000):  # queries are refused until the files are reopened and reloaded
+        try:
+            state = s.tracking()
+            break
+        except StreamClosedError:
+            time.sleep(0.01)
+    assert state == ({b"c": 0}, {b"p": 1})
+    for _ in range(1000):  # the retry is taken once the backoff has passed
+        try:
+            s.append_batch([b"b"], writer=("p", 2))
+            break
+        except StreamClosedError:
+            time.sleep(0.01)
+    s.close()
+    with open_reader(str(tmp_path), OffsetSpec.first()) as r:
+        assert [bytes(b) for c in r for _, b in c.records] == [b"a", b"b"]
+    with Stream.open(tmp_path, StreamConfig(fsync="never")) as s:
+        assert s.tracking() == ({b"c": 0}, {b"p": 2})
