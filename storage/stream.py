@@ -102,10 +102,18 @@ class Stream:
         ref = tracking_id(reference, "publisher reference")
         _check_u64(sequence, "publishing id")
         cfg = self.config
-        if not n or n > cfg.max_chunk_entries or sum(map(len, bodies)) + 4 * n > cfg.max_chunk_bytes:
+        if not n or n > cfg.max_chunk_entries or (
+                n > 1 and sum(map(len, bodies)) + 4 * n > cfg.max_chunk_bytes):
             raise StorageError(f"a publisher's batch is 1..{cfg.max_chunk_entries} records and "
                                f"at most {cfg.max_chunk_bytes} bytes (one chunk)")
         return self._writer.append_batch(bodies, filter_values, on_durable, (ref, sequence))
+
+    def notify_durable(self, on_durable: DurableCallback) -> None:
+        """``on_durable(last offset, error)`` once everything appended so far is durable (from
+        the writer thread; at once, from this one, when nothing is waiting for the disk). For a
+        caller that confirms something it did not append (a deduplicated message) no sooner
+        than what it appended before."""
+        self._writer.notify_durable(on_durable)
 
     # -- tracking ------------------------------------------------------------------------------
     def store_offset(self, name: str | bytes, offset: int,

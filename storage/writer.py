@@ -212,6 +212,20 @@ class Writer:
                 self._idle = False
                 self._wake.notify()
 
+    def notify_durable(self, on_durable: DurableCallback) -> None:
+        """``on_durable(last offset, error)`` once everything queued so far is durable (at once,
+        on this thread, when nothing is waiting for the disk)."""
+        with self.lock:
+            if self._refused and not self._may_retry():
+                raise self._refusal()
+            if self.next > self.end:
+                self._callbacks.append((self.next - 1, on_durable))
+                if self._idle:
+                    self._idle = False
+                    self._wake.notify()
+                return
+        _call(on_durable, self.end - 1, None)
+
     def _reserve(self, kind: int) -> int:
         """Holding ``lock``: the next offset, for a tracking chunk of type ``kind``."""
         at = self.next
@@ -297,7 +311,8 @@ class Writer:
         interval = cfg.fsync_interval_ms / 1000.0
         while True:
             with self.lock:
-                while not self._bodies and not self._closing and not self._reopen_requested:
+                while (not self._bodies and not self._callbacks and not self._closing
+                       and not self._reopen_requested):
                     if self._unsynced and cfg.fsync == FsyncPolicy.INTERVAL:
                         due = self._last_sync + interval - time.monotonic()
                         if due <= 0:
@@ -322,6 +337,9 @@ class Writer:
             try:
                 if bodies:
                     self._write_all(first, bodies, values, callbacks, batch)
+                elif callbacks:  # notify_durable while a taken batch was being written
+                    for offset, cb in callbacks:
+                        _call(cb, offset, None)
                     self._backoff = RETRY_MIN_S
                 if self._unsynced and (closing or (cfg.fsync == FsyncPolicy.INTERVAL and
                                                    time.monotonic() - self._last_sync >= interval)):

@@ -32,6 +32,7 @@ from amqp_stream.amqp import addresses, management
 from amqp_stream.amqp.connection import AmqpConnection
 from amqp_stream.amqp.consuming import Consumer
 from amqp_stream.amqp.credit import PublisherCredit
+from amqp_stream.amqp.dedup import publisher_reference
 from amqp_stream.amqp.publishing import Publisher
 from amqp_stream.amqp.source_filters import FILTER_CAPABILITIES, echo_map, parse_source_filters
 from amqp_stream.core import Core
@@ -448,6 +449,7 @@ class Adapter:
         entry = None
         if address is not None:  # None: the anonymous terminus, each message's ``to`` decides
             entry = self.core.stream(addresses.publish_stream(address))
+        reference = publisher_reference(link.remote_properties)
         link.target.copy(link.remote_target)
         link.source.copy(link.remote_source)
         link.max_message_size = self.config.max_message_size
@@ -457,12 +459,14 @@ class Adapter:
         publisher = Publisher(link, entry, credit, self.config.max_message_size,
                               self.core.mailbox.post, self.core.mark_dirty, lookup=self.core.get,
                               end=lambda error, s=state, p=link._impl: self._end_link(s, p, error),
-                              throttle=lambda pub, on, s=state: self._throttle(s, pub, on))
+                              throttle=lambda pub, on, s=state: self._throttle(s, pub, on),
+                              reference=reference)
         self._register(state, link, publisher)
         self.core.attach_publisher(entry, publisher)
         publisher.start()
-        log.info("publisher attached: %s link %s -> %s", state.name, _text(lambda: link.name),
-                 f"stream {entry.name!r}" if entry else "the anonymous terminus")
+        log.info("publisher attached: %s link %s -> %s%s", state.name, _text(lambda: link.name),
+                 f"stream {entry.name!r}" if entry else "the anonymous terminus",
+                 f", publisher reference {reference!r}" if reference else "")
 
     def _attach_consumer(self, state: ConnState, link: Any) -> None:
         address = link.remote_source.address

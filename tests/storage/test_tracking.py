@@ -266,3 +266,19 @@ def test_after_a_write_error_the_state_is_what_the_disk_holds(tmp_path, monkeypa
         assert [bytes(b) for c in r for _, b in c.records] == [b"a", b"b"]
     with Stream.open(tmp_path, StreamConfig(fsync="never")) as s:
         assert s.tracking() == ({b"c": 0}, {b"p": 2})
+
+
+def test_notify_durable_runs_once_everything_appended_before_is_durable(tmp_path):
+    with Stream.open(tmp_path, StreamConfig(fsync="always")) as s:
+        calls = []
+        s.notify_durable(lambda o, e: calls.append(("idle", o, e)))
+        assert calls == [("idle", -1, None)]  # nothing waiting: at once
+        first = s.append_batch([b"a", b"b"] * 5000)  # most likely still on its way
+        s.notify_durable(lambda o, e: calls.append(("after", o, s.next_offset, e)))
+        s.flush()
+        for _ in range(1000):
+            if len(calls) == 2:
+                break
+            time.sleep(0.01)
+        # called with the last offset appended before, once the committed end is past it
+        assert calls[1] == ("after", first + 9999, first + 10000, None)
