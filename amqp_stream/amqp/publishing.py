@@ -27,7 +27,7 @@ from cproton import (pn_decref, pn_delivery_aborted, pn_delivery_partial, pn_del
 from proton import Condition, Delivery
 
 from amqp_stream.amqp.credit import PublisherCredit
-from amqp_stream.amqp.dedup import append_deduplicated, publishing_id
+from amqp_stream.amqp.tracking import append_deduplicated, publishing_id
 from amqp_stream.errors import BrokerError
 from amqp_stream.wire import BadFilterValue, MessageFormatError, MessageView, stored_form
 
@@ -78,9 +78,9 @@ class Publisher:
         self.throttle = throttle or (lambda publisher, on: None)
         self.throttled = False
         self.closed = False
-        # a named publisher (``dedup.PUBLISHER_REFERENCE`` on attach): its messages carry
+        # a named publisher (``tracking.PUBLISHER_REFERENCE`` on attach): its messages carry
         # ``x-publishing-id`` and those not above the stream's last stored one are accepted
-        # without being stored (``dedup``)
+        # without being stored (``tracking``)
         self.reference = reference
         # the batch being formed, per stream:
         # name -> [entry, bodies, values, unsettled deliveries, bytes held]

@@ -1,4 +1,4 @@
-"""Deduplication for named AMQP 1.0 publishers (an extension, ``amqp_stream.amqp.dedup``): a
+"""Deduplication for named AMQP 1.0 publishers (an extension, ``amqp_stream.amqp.tracking``): a
 link with the attach property ``x-publisher-reference`` whose messages carry a strictly
 increasing ``x-publishing-id`` has a message not above the last stored id accepted and not
 stored, across links, connections and a broker restart."""
