@@ -328,3 +328,31 @@ def test_random_interleavings_match_a_model_after_reopen(tmp_path, seed):
         got = [(o, bytes(b)) for c in r for o, b in c.records]
     assert got == sorted((o, b) for o, b in records.items() if o >= got[0][0])
     assert got[-1][0] == max(records)
+
+
+def test_past_the_hard_limit_a_segment_rolls_over_at_once_and_the_snapshot_follows(
+        tmp_path, monkeypatch):
+    """A full segment normally waits for its snapshot's offset; past ``_HARD_SEGMENT_BYTES``
+    (here 0) it rolls over at once, the snapshot comes later in a newer segment, and retention
+    waits for it: the state is never only in deleted segments."""
+    monkeypatch.setattr("storage.writer._HARD_SEGMENT_BYTES", 0)
+    cfg = StreamConfig(fsync="never", max_chunk_entries=4, max_segment_chunks=2, filter_size=0)
+    with Stream.open(tmp_path, cfg) as s:
+        s.append_batch([b"x"], writer=("p", 1))
+        s.store_offset("c", 10_000)
+        s.flush()
+        first = s.append_batch([b"r%d" % k for k in range(40)])  # one batch, many rollovers
+        s.flush()
+    got = chunks(tmp_path)
+    starts = {seg for seg, _, _, _, _ in got}
+    assert len(starts) > 5
+    assert any(f[1] == 2 and pos > 8 for _, pos, f, _, _ in got)  # a snapshot after a rollover
+    assert [f[1] for seg, pos, f, _, _ in got if pos == 8].count(2) < len(starts) - 1
+    with open_reader(str(tmp_path), OffsetSpec.first()) as r:
+        records = [(o, bytes(b)) for c in r for o, b in c.records]
+    assert records == [(0, b"x")] + [(first + k, b"r%d" % k) for k in range(40)]
+    cfg = StreamConfig(fsync="never", max_chunk_entries=4, max_segment_chunks=2, filter_size=0,
+                       retention_bytes=1)  # retention at open keeps the newest segment only
+    with Stream.open(tmp_path, cfg) as s:
+        assert s.first_offset > first
+        assert s.tracking() == ({b"c": 10_000}, {b"p": 1})
