@@ -115,6 +115,46 @@ class Stream:
         than what it appended before."""
         self._writer.notify_durable(on_durable)
 
+    def append_deduplicated(self, reference: str | bytes, bodies: Sequence[bytes],
+                            publishing_ids: Sequence[int],
+                            filter_values: Sequence[FilterValue] | None = None,
+                            on_durable: DurableCallback | None = None) -> list[int]:
+        """A named publisher's messages, deduplicated as RabbitMQ does: those whose publishing
+        id is above ``query_sequence(reference)`` and above every id before them here are
+        appended, in batches that fit one chunk each (``append_batch(..., writer=)``); the
+        others are dropped. ``on_durable(offset, error)`` runs once what was kept, and
+        everything appended before it, is durable (also when nothing was kept: then confirm
+        the duplicates). Returns the indices of the messages kept."""
+        n = len(bodies)
+        if len(publishing_ids) != n or (filter_values is not None and len(filter_values) != n):
+            raise StorageError("publishing_ids and filter_values must have one entry per body")
+        last = self.query_sequence(reference)
+        keep: list[int] = []
+        for i, pid in enumerate(publishing_ids):
+            if pid > last:
+                last = pid
+                keep.append(i)
+        if not keep:
+            if on_durable is not None:
+                self.notify_durable(on_durable)
+            return keep
+        cfg = self.config
+        cuts = []
+        start, size = 0, 0
+        for k, i in enumerate(keep):  # one chunk each: entries and bytes bounded
+            size += len(bodies[i]) + 4
+            if k > start and (k - start >= cfg.max_chunk_entries or size > cfg.max_chunk_bytes):
+                cuts.append((start, k))
+                start, size = k, len(bodies[i]) + 4
+        cuts.append((start, len(keep)))
+        for c, (a, b) in enumerate(cuts):
+            part = keep[a:b]
+            self.append_batch([bodies[i] for i in part],
+                              None if filter_values is None else [filter_values[i] for i in part],
+                              on_durable if c == len(cuts) - 1 else None,
+                              writer=(reference, publishing_ids[part[-1]]))
+        return keep
+
     # -- tracking ------------------------------------------------------------------------------
     def store_offset(self, name: str | bytes, offset: int,
                      on_durable: DurableCallback | None = None) -> None:

@@ -27,7 +27,7 @@ from cproton import (pn_decref, pn_delivery_aborted, pn_delivery_partial, pn_del
 from proton import Condition, Delivery
 
 from amqp_stream.amqp.credit import PublisherCredit
-from amqp_stream.amqp.tracking import append_deduplicated, publishing_id
+from amqp_stream.amqp.tracking import publishing_id
 from amqp_stream.errors import BrokerError
 from amqp_stream.wire import BadFilterValue, MessageFormatError, MessageView, stored_form
 
@@ -282,12 +282,12 @@ class Publisher:
             if self.reference is None:
                 entry.stream.append_batch(bodies, values, on_durable=callback)
             else:
-                received = len(bodies)
-                bodies = append_deduplicated(entry.stream, self.reference, bodies, values, pids,
-                                             callback)
-                if received > len(bodies):
+                kept = entry.stream.append_deduplicated(self.reference, bodies, pids, values,
+                                                        callback)
+                if len(kept) < len(bodies):
                     log.debug("%d duplicate(s) from publisher %r on %r accepted, not stored",
-                              received - len(bodies), self.reference, entry.name)
+                              len(bodies) - len(kept), self.reference, entry.name)
+                    bodies = [bodies[i] for i in kept]  # what the metrics count
         except Exception as exc:  # storage refused (closed, writer failed, disk full)
             condition = (("amqp:resource-deleted", str(exc)) if isinstance(exc, StreamGone)
                          else storage_condition(exc))

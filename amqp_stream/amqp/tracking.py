@@ -9,13 +9,12 @@ Publishers: a publisher link that names itself (the attach property ``PUBLISHER_
 ulong, strictly increasing) gets what the stream protocol gives a named producer: a message
 whose id is not above the last one stored for that reference on that stream is accepted and
 not stored. The check runs when a reactor turn's messages are handed to storage
-(``Publisher``'s flush), against ``Stream.query_sequence`` (the state as appended, so messages
-of earlier turns still on their way to the disk count), and the kept ones go to
-``Stream.append_batch`` with ``writer=(reference, last id)``, cut to fit one chunk each, so the
-sequence lands in the trailer of the chunk that holds them. The duplicates are settled with
-their turn's batch (accepted once it is durable), or, when a turn holds nothing else, once
-everything appended before is durable (``Stream.notify_durable``): never sooner than the
-message they duplicate.
+(``Publisher``'s flush) with ``Stream.append_deduplicated``: against the stream's last stored
+id (the state as appended, so messages of earlier turns still on their way to the disk
+count), the kept ones written with their reference and last id in their chunk's trailer. The
+duplicates are settled with their turn's batch (accepted once it is durable; when a turn holds
+nothing else, once everything appended before is durable): never sooner than the message they
+duplicate.
 
 Consumers: a consumer link that names itself (the attach property ``CONSUMER_NAME``) starts
 after the offset stored for that name, when one is (else where its source filter says), and
@@ -27,7 +26,7 @@ Offsets can also be read and stored through the management node (``management``)
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from storage import OffsetSpec, StorageError
 
@@ -35,8 +34,7 @@ from amqp_stream.errors import BadRequest, InternalError
 from amqp_stream.wire import MessageFormatError, MessageView
 
 __all__ = ["PUBLISHER_REFERENCE", "PUBLISHING_ID", "CONSUMER_NAME", "STORE_EVERY",
-           "publisher_reference", "consumer_name", "publishing_id", "append_deduplicated",
-           "ConsumerOffsets"]
+           "publisher_reference", "consumer_name", "publishing_id", "ConsumerOffsets"]
 
 PUBLISHER_REFERENCE = "x-publisher-reference"  # attach property (symbol key, string value)
 PUBLISHING_ID = "x-publishing-id"  # message annotation (symbol key, ulong value)
@@ -78,41 +76,6 @@ def publishing_id(body: bytes) -> int:
         raise BadRequest(f"a message of a publisher with a {PUBLISHER_REFERENCE} needs the "
                          f"message annotation {PUBLISHING_ID} (a ulong)")
     return int(value)
-
-
-def append_deduplicated(stream: Any, reference: str, bodies: Sequence[bytes],
-                        values: Sequence[Any], pids: Sequence[int],
-                        on_durable: Callable[[int, Exception | None], None]) -> list[bytes]:
-    """Append the messages whose publishing id is above the last one stored (and above those
-    before them in this batch); ``on_durable`` once they, and everything before them, are
-    durable. Returns the bodies kept. Storage errors propagate."""
-    last = stream.query_sequence(reference)
-    keep_bodies: list[bytes] = []
-    keep_values: list[Any] = []
-    keep_pids: list[int] = []
-    for body, value, pid in zip(bodies, values, pids):
-        if pid > last:
-            last = pid
-            keep_bodies.append(body)
-            keep_values.append(value)
-            keep_pids.append(pid)
-    if not keep_bodies:
-        stream.notify_durable(on_durable)
-        return keep_bodies
-    cfg = stream.config
-    start, size = 0, 0
-    cuts = []
-    for i, body in enumerate(keep_bodies):  # one chunk each: entries and bytes bounded
-        size += len(body) + 4
-        if i > start and (i - start >= cfg.max_chunk_entries or size > cfg.max_chunk_bytes):
-            cuts.append((start, i))
-            start, size = i, len(body) + 4
-    cuts.append((start, len(keep_bodies)))
-    for k, (a, b) in enumerate(cuts):
-        stream.append_batch(keep_bodies[a:b], keep_values[a:b],
-                            on_durable=on_durable if k == len(cuts) - 1 else None,
-                            writer=(reference, keep_pids[b - 1]))
-    return keep_bodies
 
 
 class ConsumerOffsets:

@@ -356,3 +356,31 @@ def test_past_the_hard_limit_a_segment_rolls_over_at_once_and_the_snapshot_follo
     with Stream.open(tmp_path, cfg) as s:
         assert s.first_offset > first
         assert s.tracking() == ({b"c": 10_000}, {b"p": 1})
+
+
+def test_append_deduplicated_keeps_what_is_above_and_cuts_chunks(tmp_path):
+    cfg = StreamConfig(fsync="never", max_chunk_entries=3, filter_size=16)
+    with Stream.open(tmp_path, cfg) as s:
+        done = []
+        kept = s.append_deduplicated("p", [b"a", b"b", b"c"], [1, 2, 3], ["x", None, "y"],
+                                     on_durable=lambda o, e: done.append((o, e)))
+        assert kept == [0, 1, 2] and s.query_sequence("p") == 3
+        ids = [2, 4, 4, 3, 5, 6, 7, 8, 9, 10]
+        kept = s.append_deduplicated("p", [b"m%d" % i for i in ids], ids)
+        assert kept == [1, 4, 5, 6, 7, 8, 9] and s.query_sequence("p") == 10
+        assert s.append_deduplicated("p", [b"old"], [10],
+                                     on_durable=lambda o, e: done.append(("dup", e))) == []
+        s.flush()
+        for _ in range(1000):
+            if len(done) == 2:
+                break
+            time.sleep(0.01)
+        assert done == [(2, None), ("dup", None)]
+        with pytest.raises(StorageError):
+            s.append_deduplicated("p", [b"a"], [11, 12])
+    with open_reader(str(tmp_path), OffsetSpec.first()) as r:
+        got = [bytes(b) for c in r for _, b in c.records]
+    assert got == [b"a", b"b", b"c"] + [b"m%d" % i for i in (4, 5, 6, 7, 8, 9, 10)]
+    trailers = [t for _, _, f, _, t in chunks(tmp_path) if t]
+    # 7 kept at most 3 a chunk: 3 chunks, each with the last id it holds
+    assert trailers[1:] == [b"\x00\x01p" + v.to_bytes(8, "big") for v in (6, 9, 10)]
