@@ -3,7 +3,9 @@ a durability policy, readers with offset specs and stage-1 chunk skipping, recov
 
 Format: ``storage.format`` (and ``../shared/design/storage-format.md``). Entry point:
 ``Stream.open(directory, StreamConfig(...))``; ``open_reader(directory, spec)`` reads a directory
-from its files alone (another process may be writing it).
+from its files alone (another process may be writing it). Consumer offsets and publisher
+sequences live in the stream too (``Stream.store_offset``/``query_offset``,
+``append_batch(..., writer=)``/``query_sequence``; ``storage.tracking``).
 """
 
 from storage.config import FsyncPolicy, StreamConfig

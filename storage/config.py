@@ -43,6 +43,10 @@ class StreamConfig:
     retention_bytes: int | None = None
     retention_age_ms: int | None = None
     epoch: int = 1
+    # publisher references a tracking snapshot keeps (the most recently written ones); osiris's
+    # ``max_sequences`` is 255: ours is larger so that, e.g., a Spark job's many partitions keep
+    # their deduplication across a segment rollover
+    tracking_max_sequences: int = 4096
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fsync", FsyncPolicy(self.fsync))
@@ -57,5 +61,7 @@ class StreamConfig:
         if self.filter_size and not bloom.MIN_SIZE <= self.filter_size <= bloom.MAX_SIZE:
             raise StorageError(f"filter_size must be 0 (no filters) or "
                                f"{bloom.MIN_SIZE}..{bloom.MAX_SIZE}")
+        if self.tracking_max_sequences < 0:
+            raise StorageError("tracking_max_sequences must be >= 0")
         if self.fsync_interval_ms < 0:
             raise StorageError("fsync_interval_ms must be >= 0")

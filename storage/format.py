@@ -50,8 +50,14 @@ Entries in the data section::
 Tracking records (trailer of a user chunk, or the single entry of a tracking chunk)::
 
     TRACKING_PREFIX >BB   | type:8 | id length:8 | then the id, then
-    TRACKING_VALUE  >Q    value:64                    (delta and trailer; and types 1, 2)
+    TRACKING_VALUE  >Q    value:64                    (types 0 and 1 in deltas and trailers,
+                                                       type 1 in snapshots)
+    TRACKING_TIMESTAMP >q  timestamp:64, signed        (type 2, everywhere)
     TRACKING_SNAP   >QQ   chunk id:64, sequence:64    (type 0 in a snapshot chunk)
+
+    types: 0 publisher sequence (by publisher reference), 1 consumer offset (by consumer
+    name), 2 timestamp. A tracking chunk (delta or snapshot) has one entry, one record: a
+    simple entry whose body is a run of tracking records. Ids are 0..255 bytes.
 """
 
 from __future__ import annotations
@@ -68,7 +74,8 @@ from storage.errors import CorruptionError, StorageError
 
 __all__ = [
     "SEGMENT_HEADER", "INDEX_HEADER", "INDEX_RECORD", "CHUNK_HEADER", "SIMPLE_ENTRY",
-    "SUBBATCH_HEADER", "TRACKING_PREFIX", "TRACKING_VALUE", "TRACKING_SNAP",
+    "SUBBATCH_HEADER", "TRACKING_PREFIX", "TRACKING_VALUE", "TRACKING_TIMESTAMP", "TRACKING_SNAP",
+    "TRACKING_SEQUENCE", "TRACKING_OFFSET", "TRACKING_TYPE_TIMESTAMP",
     "SEGMENT_MAGIC", "INDEX_MAGIC", "LOG_VERSION", "CHUNK_MAGIC_VERSION", "SEGMENT_HEADER_BYTES",
     "INDEX_HEADER_BYTES", "INDEX_RECORD_BYTES", "CHUNK_HEADER_BYTES", "SUBBATCH_HEADER_BYTES",
     "HEADER_TYPE_AT", "HEADER_CHUNK_ID_AT", "HEADER_CRC_AT", "HEADER_DATA_LENGTH_AT",
@@ -92,6 +99,7 @@ SIMPLE_ENTRY = struct.Struct(">I")
 SUBBATCH_HEADER = struct.Struct(">BHII")
 TRACKING_PREFIX = struct.Struct(">BB")
 TRACKING_VALUE = struct.Struct(">Q")
+TRACKING_TIMESTAMP = struct.Struct(">q")
 TRACKING_SNAP = struct.Struct(">QQ")
 
 SEGMENT_MAGIC = b"OSIL"
@@ -114,6 +122,10 @@ HEADER_DATA_LENGTH_AT = 36
 HEADER_FILTER_SIZE_AT = 44
 HEADER_FILTER_SCHEME_AT = 45
 HEADER_FILTER_PARAM_AT = 46
+
+TRACKING_SEQUENCE = 0  # tracking record types
+TRACKING_OFFSET = 1
+TRACKING_TYPE_TIMESTAMP = 2
 
 CHUNK_USER = 0
 CHUNK_TRACKING_DELTA = 1
@@ -255,10 +267,16 @@ def encode_subbatch(bodies: Sequence[bytes], compression: int = COMPRESSION_NONE
 
 
 def encode_tracking(records: Iterable[TrackingRecord]) -> bytes:
+    """A run of tracking records (a trailer, or a tracking chunk's entry body); a record with a
+    ``chunk_id`` is a snapshot's type-0 record."""
     out = []
     for r in records:
+        if r.type > TRACKING_TYPE_TIMESTAMP or len(r.id) > 255:
+            raise StorageError(f"bad tracking record type {r.type} / id of {len(r.id)} bytes")
         out.append(TRACKING_PREFIX.pack(r.type, len(r.id)) + r.id)
-        if r.chunk_id is not None:
+        if r.type == TRACKING_TYPE_TIMESTAMP:
+            out.append(TRACKING_TIMESTAMP.pack(r.value))
+        elif r.chunk_id is not None:
             out.append(TRACKING_SNAP.pack(r.chunk_id, r.value))
         else:
             out.append(TRACKING_VALUE.pack(r.value))
@@ -458,21 +476,35 @@ def decode_records(data: bytes, chunk_id: int, *, path: str = "?", position: int
     return list(zip(range(chunk_id, chunk_id + len(bodies)), bodies))
 
 
-def decode_tracking(buf: bytes, snapshot: bool = False) -> list[TrackingRecord]:
-    """Tracking records of a trailer or a tracking chunk's entry body."""
+def decode_tracking(buf: bytes | memoryview, snapshot: bool = False, *, path: str = "?",
+                    position: int = 0) -> list[TrackingRecord]:
+    """Tracking records of a trailer or of a tracking chunk's entry body (``snapshot``: a
+    snapshot's, whose type-0 records carry a chunk id). Raises CorruptionError on an unknown
+    type or a record that runs past the end."""
     out = []
     pos = 0
-    while pos < len(buf):
-        ttype, id_len = TRACKING_PREFIX.unpack_from(buf, pos)
-        pos += 2
-        tid = bytes(buf[pos:pos + id_len])
-        pos += id_len
-        if snapshot and ttype == 0:
-            chid, seq = TRACKING_SNAP.unpack_from(buf, pos)
-            pos += 16
-            out.append(TrackingRecord(ttype, tid, seq, chid))
-        else:
-            (value,) = TRACKING_VALUE.unpack_from(buf, pos)
-            pos += 8
-            out.append(TrackingRecord(ttype, tid, value))
+    end = len(buf)
+    try:
+        while pos < end:
+            ttype, id_len = TRACKING_PREFIX.unpack_from(buf, pos)
+            pos += 2
+            tid = bytes(buf[pos:pos + id_len])
+            pos += id_len
+            if ttype == TRACKING_TYPE_TIMESTAMP:
+                (value,) = TRACKING_TIMESTAMP.unpack_from(buf, pos)
+                pos += 8
+                out.append(TrackingRecord(ttype, tid, value))
+            elif ttype > TRACKING_TYPE_TIMESTAMP:
+                raise CorruptionError(path, position + pos - 2 - id_len,
+                                      f"unknown tracking record type {ttype}")
+            elif snapshot and ttype == TRACKING_SEQUENCE:
+                chid, seq = TRACKING_SNAP.unpack_from(buf, pos)
+                pos += 16
+                out.append(TrackingRecord(ttype, tid, seq, chid))
+            else:
+                (value,) = TRACKING_VALUE.unpack_from(buf, pos)
+                pos += 8
+                out.append(TrackingRecord(ttype, tid, value))
+    except struct.error:
+        raise CorruptionError(path, position + pos, "tracking record runs past its section") from None
     return out

@@ -39,6 +39,7 @@ from storage.files import (
 from storage.format import (
     CHUNK_HEADER_BYTES,
     CHUNK_MAGIC_VERSION,
+    CHUNK_USER,
     INDEX_HEADER_BYTES,
     INDEX_MAGIC,
     INDEX_RECORD_BYTES,
@@ -69,6 +70,10 @@ class SegmentInfo:
     chunks: int
     end: int  # the offset after the segment's last chunk (= start when empty)
     last_timestamp: int | None
+    # the chunks that carry tracking (tracking chunks, user chunks with a trailer) as
+    # ``(position, header)``, file order; None when recovery did not scan the segment (it
+    # scans the newest, and older ones only when their cheap check fails)
+    tracking: list[tuple[int, ChunkHeader]] | None = None
 
 
 def _valid_after(fd: int, bad: int, file_size: int, path: str, hints: Sequence[int]) -> int | None:
@@ -195,7 +200,8 @@ def _recover_segment(directory: str, start: int, is_last: bool) -> SegmentInfo:
             replace_file(ipath, expected)
         end = chunks[-1][1].next_offset if chunks else start
         last_ts = chunks[-1][1].timestamp if chunks else None
-        return SegmentInfo(start, size, len(chunks), end, last_ts)
+        tracking = [(p, h) for p, h in chunks if h.type != CHUNK_USER or h.trailer_length]
+        return SegmentInfo(start, size, len(chunks), end, last_ts, tracking)
     finally:
         os.close(fd)
 

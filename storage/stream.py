@@ -22,6 +22,7 @@ from storage.format import SEGMENT_HEADER_BYTES, SubBatchEntry
 from storage.offsets import OffsetSpec
 from storage.reader import Reader
 from storage.recovery import SegmentInfo, recover
+from storage.tracking import U64_MAX, tracking_id
 from storage.writer import DurableCallback, FilterValue, Writer, create_segment, lock_directory
 
 __all__ = ["Stream", "DurableCallback"]
@@ -36,6 +37,11 @@ def _bad_value(value: FilterValue) -> bool:
         return False
     return type(value) is not tuple or not all(type(v) in _ONE_VALUE for v in value)
 MAX_RECORD_BYTES = 0x7FFFFFFF - 4  # a simple entry's length is 31 bits; the data section u32
+
+
+def _check_u64(value: int, what: str) -> None:
+    if type(value) is not int or not 0 <= value <= U64_MAX:
+        raise StorageError(f"an {what} is an integer in 0..2^64-1, not {value!r}")
 
 
 class Stream:
@@ -83,13 +89,20 @@ class Stream:
     def append_batch(self, bodies: Sequence[bytes],
                      filter_values: Sequence[FilterValue] | None = None,
                      on_durable: DurableCallback | None = None,
-                     records: int | None = None) -> int:
+                     records: int | None = None, *,
+                     writer: tuple[str | bytes, int] | None = None) -> int:
         """Queue many records at once; returns the first offset (they get consecutive offsets).
         ``on_durable(last_offset, error)`` is called once, when all of them are durable.
 
         Some bodies may be ``storage.format.SubBatchEntry``s (a client's sub-entry batch, stored
         as it came: one entry of ``entry.records`` records); then ``records`` must be the
-        number of offsets all of them take."""
+        number of offsets all of them take.
+
+        ``writer=(reference, sequence)``: a named publisher's batch, ``sequence`` the last
+        publishing id in it. The batch is written in one chunk (so it must fit one:
+        ``max_chunk_entries`` entries, ``max_chunk_bytes`` bytes with 4 per entry) whose trailer
+        records the sequence; ``sequence`` must be above ``query_sequence(reference)``
+        (drop what is not above it before calling: that is deduplication)."""
         n = len(bodies)
         if filter_values is not None and len(filter_values) != n:
             raise StorageError("filter_values must have one entry per body")
@@ -102,7 +115,94 @@ class Stream:
             expected = sum(b.records if type(b) is SubBatchEntry else 1 for b in bodies)
             if records != expected:
                 raise StorageError(f"records = {records}, the bodies hold {expected}")
-        return self._writer.append_batch(bodies, filter_values, on_durable, records)
+        if writer is None:
+            return self._writer.append_batch(bodies, filter_values, on_durable, records=records)
+        reference, sequence = writer
+        ref = tracking_id(reference, "publisher reference")
+        _check_u64(sequence, "publishing id")
+        cfg = self.config
+        if not n or n > cfg.max_chunk_entries or (
+                n > 1 and sum(map(len, bodies)) + 4 * n > cfg.max_chunk_bytes):
+            raise StorageError(f"a publisher's batch is 1..{cfg.max_chunk_entries} records and "
+                               f"at most {cfg.max_chunk_bytes} bytes (one chunk)")
+        return self._writer.append_batch(bodies, filter_values, on_durable, (ref, sequence),
+                                         records=records)
+
+    def notify_durable(self, on_durable: DurableCallback) -> None:
+        """``on_durable(last offset, error)`` once everything appended so far is durable (from
+        the writer thread; at once, from this one, when nothing is waiting for the disk). For a
+        caller that confirms something it did not append (a deduplicated message) no sooner
+        than what it appended before."""
+        self._writer.notify_durable(on_durable)
+
+    def append_deduplicated(self, reference: str | bytes, bodies: Sequence[bytes],
+                            publishing_ids: Sequence[int],
+                            filter_values: Sequence[FilterValue] | None = None,
+                            on_durable: DurableCallback | None = None) -> list[int]:
+        """A named publisher's messages, deduplicated as RabbitMQ does: those whose publishing
+        id is above ``query_sequence(reference)`` and above every id before them here are
+        appended, in batches that fit one chunk each (``append_batch(..., writer=)``); the
+        others are dropped. ``on_durable(offset, error)`` runs once what was kept, and
+        everything appended before it, is durable (also when nothing was kept: then confirm
+        the duplicates). Returns the indices of the messages kept."""
+        n = len(bodies)
+        if len(publishing_ids) != n or (filter_values is not None and len(filter_values) != n):
+            raise StorageError("publishing_ids and filter_values must have one entry per body")
+        last = self.query_sequence(reference)
+        keep: list[int] = []
+        for i, pid in enumerate(publishing_ids):
+            if pid > last:
+                last = pid
+                keep.append(i)
+        if not keep:
+            if on_durable is not None:
+                self.notify_durable(on_durable)
+            return keep
+        cfg = self.config
+        cuts = []
+        start, size = 0, 0
+        for k, i in enumerate(keep):  # one chunk each: entries and bytes bounded
+            size += len(bodies[i]) + 4
+            if k > start and (k - start >= cfg.max_chunk_entries or size > cfg.max_chunk_bytes):
+                cuts.append((start, k))
+                start, size = k, len(bodies[i]) + 4
+        cuts.append((start, len(keep)))
+        for c, (a, b) in enumerate(cuts):
+            part = keep[a:b]
+            self.append_batch([bodies[i] for i in part],
+                              None if filter_values is None else [filter_values[i] for i in part],
+                              on_durable if c == len(cuts) - 1 else None,
+                              writer=(reference, publishing_ids[part[-1]]))
+        return keep
+
+    # -- tracking ------------------------------------------------------------------------------
+    def store_offset(self, name: str | bytes, offset: int,
+                     on_durable: DurableCallback | None = None) -> None:
+        """Store consumer ``name``'s offset (a tracking delta chunk, queued like an append;
+        it takes an offset of its own). ``query_offset`` answers it at once; ``on_durable(
+        offset, error)`` is called once it is durable per the fsync policy."""
+        _check_u64(offset, "offset")
+        self._writer.store_offset(tracking_id(name, "consumer name"), offset, on_durable)
+
+    def query_offset(self, name: str | bytes) -> int | None:
+        """The offset last stored for consumer ``name``; None when none is."""
+        key = tracking_id(name, "consumer name")
+        self._writer.check_tracking()
+        return self._writer.offsets.get(key)
+
+    def query_sequence(self, reference: str | bytes) -> int:
+        """The last publishing id appended for publisher ``reference``; 0 when unknown."""
+        key = tracking_id(reference, "publisher reference")
+        self._writer.check_tracking()
+        return self._writer.sequences.get(key, 0)
+
+    def tracking(self) -> tuple[dict[bytes, int], dict[bytes, int]]:
+        """``(offsets, sequences)``: copies of every consumer name's stored offset and every
+        publisher reference's last publishing id (for listings)."""
+        w = self._writer
+        w.check_tracking()
+        with w.lock:
+            return dict(w.offsets), dict(w.sequences)
 
     # -- state ---------------------------------------------------------------------------------
     @property

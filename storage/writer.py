@@ -16,6 +16,14 @@ Strategy:
   new files are named after the chunk id and the directory is fsynced (unless ``never``).
   Retention runs after each rollover (and at open, called by ``Stream.open``): whole segments,
   oldest first, index before segment, never the newest.
+- Tracking (``storage.tracking``) goes through the same queue. ``store_offset`` puts the
+  consumer offset into a tracking delta chunk reserved in the queue (it takes the next offset;
+  the offsets stored until the writer takes it join the same chunk). A named publisher's batch
+  is written in one chunk whose trailer holds its reference and last publishing id. When a
+  segment is full and there is state, a tracking snapshot takes the next offset and becomes the
+  new segment's first chunk; retention runs only once it is written. The state as appended
+  (``offsets``, ``sequences``) answers queries at once; ``written`` is the state as written,
+  kept by the writer thread for snapshots; after a write error both are reloaded from disk.
 - A write error fails the stream for a while, not for good: the segment and index are cut back
   to where the group began, every waiting callback gets the error, and the writer reopens its
   files running recovery as at open (a torn tail is cut; the committed log is never shortened).
@@ -43,19 +51,27 @@ from storage.errors import CorruptionError, StorageError, StreamClosedError
 from storage.files import fsync_dir, index_path, read_index_record, segment_path
 from storage.format import (
     CHUNK_HEADER_BYTES,
+    CHUNK_TRACKING_DELTA,
+    CHUNK_TRACKING_SNAPSHOT,
+    CHUNK_USER,
     INDEX_HEADER_BYTES,
     INDEX_RECORD,
     INDEX_RECORD_BYTES,
     SEGMENT_HEADER_BYTES,
+    TRACKING_OFFSET,
+    TRACKING_SEQUENCE,
     SubBatchEntry,
+    TrackingRecord,
     encode_chunk,
     encode_entries,
     encode_mixed_entries,
+    encode_tracking,
     index_header,
     segment_header,
 )
 from storage.recovery import SegmentInfo, recover
 from storage.retention import segments_to_drop
+from storage.tracking import load
 
 __all__ = ["Writer", "DurableCallback", "FilterValue", "RETRY_MIN_S", "RETRY_MAX_S",
            "create_segment", "lock_directory"]
@@ -69,6 +85,9 @@ FilterValue = Union[str, bytes, bytearray, tuple, None]
 LOCK_FILE = ".writer.lock"
 _IOV_MAX = 1020
 _GROUP_BYTES = 4 << 20  # bytes written per writev group before committing
+# a full segment waits for its tracking snapshot's offset (see ``_write_all``) up to this size;
+# beyond it, it rolls over at once and the snapshot follows later in the new segment
+_HARD_SEGMENT_BYTES = 0xF000_0000
 _pack_index = INDEX_RECORD.pack
 RETRY_MIN_S = 0.2  # after a write error, appends are refused this long (doubling per failure)
 RETRY_MAX_S = 5.0
@@ -96,9 +115,9 @@ class Writer:
         self._bodies: list[bytes] = []
         self._values: list[FilterValue] = []
         self._callbacks: list[tuple[int, DurableCallback]] = []
+        self.next = last.end  # next offset to hand out
         self._extra = 0  # records queued beyond one per body (sub-batch entries)
         self._batched = False  # the queue holds SubBatchEntry items
-        self.next = last.end  # next offset to hand out
         self._closing = False
         self.error: Exception | None = None
         self._refused = False  # closing or failed: one flag for the append hot path
@@ -116,6 +135,20 @@ class Writer:
         self._backoff = RETRY_MIN_S
         self._reopen_pending = False
         self._reopen_requested = False
+        # tracking (see the module docstring): the queue's reserved tracking chunks by offset
+        # (their ``_bodies`` slots hold b""), the offsets stored since the queued delta chunk
+        # was reserved, publisher batches ``(first, last, reference, sequence)``; the state as
+        # appended (what queries answer) and, on the writer thread, the state as written
+        self._marks: dict[int, int] = {}
+        self._delta_at: int | None = None
+        self._delta: dict[bytes, int] = {}
+        self._writer_batches: list[tuple[int, int, bytes, int]] = []
+        self._snapshot_at: int | None = None
+        self._retention_due = False
+        self._snapshot_only = False
+        self.written = load(directory, last.start, last.tracking)
+        self.offsets: dict[bytes, int] = dict(self.written.offsets)
+        self.sequences: dict[bytes, int] = {k: v for k, (_, v) in self.written.sequences.items()}
         self.thread = threading.Thread(target=self._run, name=f"stream-writer:{directory}",
                                        daemon=True)
         self.thread.start()
@@ -142,13 +175,23 @@ class Writer:
 
     def append_batch(self, bodies: Sequence[bytes],
                      filter_values: Sequence[FilterValue] | None,
-                     on_durable: DurableCallback | None, records: int | None = None) -> int:
-        """``records``: the offsets ``bodies`` take when some are ``SubBatchEntry``s."""
+                     on_durable: DurableCallback | None,
+                     writer: tuple[bytes, int] | None = None, records: int | None = None) -> int:
+        """``writer``: a named publisher's (reference, last publishing id) for the chunk's
+        trailer; ``records``: the offsets ``bodies`` take when some are ``SubBatchEntry``s."""
         n = len(bodies) if records is None else records
         with self.lock:
             if self._refused and not self._may_retry():
                 raise self._refusal()
             first = self.next
+            if writer is not None:
+                ref, seq = writer
+                last = self.sequences.get(ref)
+                if last is not None and seq <= last:
+                    raise StorageError(f"publishing id {seq} of {ref!r} is not above the last "
+                                       f"one stored ({last})")
+                self.sequences[ref] = seq
+                self._writer_batches.append((first, first + n - 1, ref, seq))
             self.next = first + n
             if records is not None:
                 self._extra += records - len(bodies)
@@ -164,6 +207,52 @@ class Writer:
                 self._idle = False
                 self._wake.notify()
             return first
+
+    def store_offset(self, name: bytes, offset: int,
+                     on_durable: DurableCallback | None) -> None:
+        """Queue a consumer offset: into the delta chunk reserved in the queue, reserving one
+        (it takes the next offset) when there is none."""
+        with self.lock:
+            if self._refused and not self._may_retry():
+                raise self._refusal()
+            if self._delta_at is None:
+                self._delta_at = self._reserve(CHUNK_TRACKING_DELTA)
+            self._delta[name] = offset
+            self.offsets[name] = offset
+            if on_durable is not None:  # called once everything queued so far is durable
+                self._callbacks.append((self.next - 1, on_durable))
+            if self._idle:
+                self._idle = False
+                self._wake.notify()
+
+    def notify_durable(self, on_durable: DurableCallback) -> None:
+        """``on_durable(last offset, error)`` once everything queued so far is durable (at once,
+        on this thread, when nothing is waiting for the disk)."""
+        with self.lock:
+            if self._refused and not self._may_retry():
+                raise self._refusal()
+            if self.next > self.end:
+                self._callbacks.append((self.next - 1, on_durable))
+                if self._idle:
+                    self._idle = False
+                    self._wake.notify()
+                return
+        _call(on_durable, self.end - 1, None)
+
+    def _reserve(self, kind: int) -> int:
+        """Holding ``lock``: the next offset, for a tracking chunk of type ``kind``."""
+        at = self.next
+        self.next = at + 1
+        self._marks[at] = kind
+        self._bodies.append(b"")
+        self._values.append(None)
+        return at
+
+    def check_tracking(self) -> None:
+        """Raise while the state as appended may be ahead of the disk: after a write error,
+        until the writer has reopened its files and reloaded the state."""
+        if self._reopen_pending:
+            raise self._refusal()
 
     def _refusal(self) -> StreamClosedError:
         err = StreamClosedError(f"stream {self.directory} is closed"
@@ -235,7 +324,8 @@ class Writer:
         interval = cfg.fsync_interval_ms / 1000.0
         while True:
             with self.lock:
-                while not self._bodies and not self._closing and not self._reopen_requested:
+                while (not self._bodies and not self._callbacks and not self._closing
+                       and not self._reopen_requested):
                     if self._unsynced and cfg.fsync == FsyncPolicy.INTERVAL:
                         due = self._last_sync + interval - time.monotonic()
                         if due <= 0:
@@ -250,6 +340,9 @@ class Writer:
                 self._bodies, self._values, self._callbacks = [], [], []
                 first = self.next - len(bodies) - self._extra
                 batched, self._extra, self._batched = self._batched, 0, False
+                batch = _Tracking(self._marks, self._delta, self._writer_batches)
+                self._marks, self._delta, self._writer_batches = {}, {}, []
+                self._delta_at = None
                 closing = self._closing
                 reopen, self._reopen_requested = self._reopen_requested, False
             if reopen and not closing and not bodies:  # appends are refused until it worked
@@ -257,7 +350,10 @@ class Writer:
                 continue
             try:
                 if bodies:
-                    self._write_all(first, bodies, values, callbacks, batched)
+                    self._write_all(first, bodies, values, callbacks, batch, batched)
+                elif callbacks:  # notify_durable while a taken batch was being written
+                    for offset, cb in callbacks:
+                        _call(cb, offset, None)
                     self._backoff = RETRY_MIN_S
                 if self._unsynced and (closing or (cfg.fsync == FsyncPolicy.INTERVAL and
                                                    time.monotonic() - self._last_sync >= interval)):
@@ -293,6 +389,8 @@ class Writer:
             self._retry_at = time.monotonic() + self._next_backoff()
             pending = list(self._pending_failed) + self._callbacks
             self._callbacks, self._bodies, self._values = [], [], []
+            self._marks, self._delta, self._writer_batches = {}, {}, []
+            self._delta_at = self._snapshot_at = None
         self._pending_failed = []
         for offset, cb in pending:
             _call(cb, offset, err)
@@ -336,9 +434,20 @@ class Writer:
         except Exception as exc:  # noqa: BLE001 - the stream stays failed; retried later
             log.error("stream %s: reopening after a write error failed: %s", self.directory, exc)
             return
+        try:
+            written = load(self.directory, last.start, last.tracking)
+        except Exception as exc:  # noqa: BLE001 - the stream stays failed; retried later
+            log.error("stream %s: reloading tracking after a write error failed: %s",
+                      self.directory, exc)
+            for fd in (sfd, ifd):
+                os.close(fd)
+            return
         self._sfd, self._ifd = sfd, ifd
         self._last_ts = max(self._last_ts, last.last_timestamp or 0)
+        self.written = written
         with self.lock:
+            self.offsets = dict(written.offsets)
+            self.sequences = {k: v for k, (_, v) in written.sequences.items()}
             self._infos = segments
             self.starts = tuple(s.start for s in segments)
             self.next = last.end  # nothing is queued: appends were refused meanwhile
@@ -350,16 +459,32 @@ class Writer:
 
     def _write_all(self, first: int, bodies: list[bytes],
                    values: list[FilterValue],
-                   callbacks: list[tuple[int, DurableCallback]], batched: bool = False) -> None:
+                   callbacks: list[tuple[int, DurableCallback]],
+                   batch: _Tracking, batched: bool = False) -> None:
         """Write ``bodies`` (offsets ``first ..``) as chunks, committing group by group.
-        ``batched``: some bodies are ``SubBatchEntry``s, written as they are, taking
-        ``records`` offsets each."""
+
+        Tracking: a reserved offset becomes its delta or snapshot chunk; a publisher's batch
+        is never split across chunks (``Stream.append_batch`` checks it fits one) and its
+        reference and sequence go in the trailer of its chunk. When the segment is full and
+        there is tracking state, the rollover waits for a snapshot offset (reserved at the end
+        of the queue) so that the snapshot is the new segment's first chunk; meanwhile the
+        full segment takes what is queued before it (up to ``_HARD_SEGMENT_BYTES``).
+        Retention waits until the snapshot is written. ``batched``: some bodies are
+        ``SubBatchEntry``s, written as they are, taking ``records`` offsets each (offsets and
+        bodies then differ: ``off`` is the offset of body ``i``)."""
         cfg = self.config
         max_entries, max_bytes = cfg.max_chunk_entries, cfg.max_chunk_bytes
         fsize, scheme = cfg.filter_size, cfg.filter_scheme
         total = len(bodies)
+        marks = sorted(batch.marks)
+        mark_i = 0
+        wbs = batch.writers
+        wb_i = 0
+        written = self.written
         i = 0
         off = first  # the offset of body i
+        last_id = self.committed_chunk_id
+        encode = encode_mixed_entries if batched else encode_entries
         cb_i = 0
         self._pending_failed = callbacks
         info = self._infos[-1]
@@ -373,39 +498,85 @@ class Writer:
             self._last_ts = ts
             group_bytes = 0
             while i < total and group_bytes < _GROUP_BYTES and len(iov) < _IOV_MAX - 4:
-                if info.chunks and (info.size >= cfg.max_segment_bytes
-                                    or info.chunks >= cfg.max_segment_chunks):
-                    self._write_group(iov, idx)
-                    iov, idx = [], []
-                    info = self._rollover(off)
-                    group_start_size, idx_start_size = info.size, INDEX_HEADER_BYTES
-                n = max_entries if total - i > max_entries else total - i
-                chunk_bodies = bodies[i:i + n]
-                encode = encode_mixed_entries if batched else encode_entries
-                data = encode(chunk_bodies)
-                if len(data) > max_bytes and n > 1:  # rare: fewer entries fit the byte bound
-                    acc = list(itertools.accumulate(len(b) + 4 for b in chunk_bodies))
-                    n = max(1, bisect_right(acc, max_bytes))
-                    chunk_bodies = chunk_bodies[:n]
-                    data = encode(chunk_bodies)
-                recs = n
-                if batched:
-                    recs = sum(b.records if type(b) is SubBatchEntry else 1 for b in chunk_bodies)
+                chunk_id = off
+                kind = CHUNK_USER
+                if mark_i < len(marks) and marks[mark_i] == chunk_id:
+                    kind = batch.marks[chunk_id]
+                    mark_i += 1
+                if self._full(info):
+                    if (kind != CHUNK_TRACKING_SNAPSHOT and self._snapshot_at is None
+                            and not written.empty):
+                        with self.lock:
+                            self._snapshot_at = self._reserve(CHUNK_TRACKING_SNAPSHOT)
+                    if (kind == CHUNK_TRACKING_SNAPSHOT or self._snapshot_at is None
+                            or info.size >= _HARD_SEGMENT_BYTES):
+                        self._write_group(iov, idx)
+                        iov, idx = [], []
+                        info = self._rollover(chunk_id, retain=self._snapshot_at is None)
+                        group_start_size, idx_start_size = info.size, INDEX_HEADER_BYTES
+                trailer = b""
                 filt = None
-                if fsize:
-                    chunk_values = values[i:i + n]
-                    if any(chunk_values):
-                        filt = bloom.build(_distinct(chunk_values), fsize, scheme)
-                chunk_id = last_id = off
+                if kind == CHUNK_TRACKING_DELTA:
+                    records = [TrackingRecord(TRACKING_OFFSET, k, v)
+                               for k, v in batch.delta.items()]
+                    written.apply(chunk_id, records)
+                    data = encode_entries([encode_tracking(records)])
+                    n = recs = 1
+                elif kind == CHUNK_TRACKING_SNAPSHOT:
+                    data = encode_entries([encode_tracking(self._snapshot_records())])
+                    n = recs = 1
+                else:
+                    n = min(total - i, max_entries)
+                    chunk_bodies = bodies[i:i + n]
+                    # the offset of each candidate entry and the one after (sub-batch entries
+                    # take several); ``ends[k]``: the offset after the first k entries
+                    if batched:
+                        ends = list(itertools.accumulate(
+                            (b.records if type(b) is SubBatchEntry else 1 for b in chunk_bodies),
+                            initial=off))
+                    else:
+                        ends = range(off, off + n + 1)
+                    if mark_i < len(marks):  # a reserved tracking offset ends the chunk
+                        n = bisect_right(ends, marks[mark_i]) - 1
+                        chunk_bodies = bodies[i:i + n]
+                    data = encode(chunk_bodies)
+                    cut = n
+                    if len(data) > max_bytes and n > 1:  # rare: fewer entries fit the byte bound
+                        acc = list(itertools.accumulate(len(b) + 4 for b in chunk_bodies))
+                        cut = max(1, bisect_right(acc, max_bytes))
+                    if wb_i < len(wbs):  # a publisher's batch stays in one chunk
+                        j = wb_i
+                        while j < len(wbs) and wbs[j][1] < ends[cut]:
+                            j += 1
+                        if j < len(wbs) and off < wbs[j][0] < ends[cut]:
+                            cut = bisect_right(ends, wbs[j][0]) - 1
+                    if cut != n:
+                        n = cut
+                        data = encode(bodies[i:i + n])
+                    recs = ends[n] - off
+                    if fsize:
+                        chunk_values = values[i:i + n]
+                        if any(chunk_values):
+                            filt = bloom.build(_distinct(chunk_values), fsize, scheme)
+                    if wb_i < len(wbs) and wbs[wb_i][1] < off + recs:
+                        seqs: dict[bytes, int] = {}
+                        while wb_i < len(wbs) and wbs[wb_i][1] < off + recs:
+                            seqs[wbs[wb_i][2]] = wbs[wb_i][3]
+                            wb_i += 1
+                        records = [TrackingRecord(TRACKING_SEQUENCE, k, v) for k, v in seqs.items()]
+                        written.apply(chunk_id, records)
+                        trailer = encode_tracking(records)
                 if filt is not None:
                     bufs = encode_chunk(chunk_id, ts, data, n, recs, epoch=cfg.epoch,
                                         filter_bits=filt.bits, filter_scheme=filt.scheme,
-                                        filter_param=filt.param)
-                    csize = CHUNK_HEADER_BYTES + len(filt.bits) + len(data)
+                                        filter_param=filt.param, trailer=trailer)
+                    csize = CHUNK_HEADER_BYTES + len(filt.bits) + len(data) + len(trailer)
                 else:
-                    bufs = encode_chunk(chunk_id, ts, data, n, recs, epoch=cfg.epoch)
-                    csize = CHUNK_HEADER_BYTES + len(data)
-                idx.append(_pack_index(chunk_id, ts, cfg.epoch, info.size, 0))
+                    bufs = encode_chunk(chunk_id, ts, data, n, recs, epoch=cfg.epoch,
+                                        chunk_type=kind, trailer=trailer)
+                    csize = CHUNK_HEADER_BYTES + len(data) + len(trailer)
+                self._snapshot_only = kind == CHUNK_TRACKING_SNAPSHOT and not info.chunks
+                idx.append(_pack_index(chunk_id, ts, cfg.epoch, info.size, kind))
                 iov.extend(bufs)
                 info.size += csize
                 info.chunks += 1
@@ -414,6 +585,7 @@ class Writer:
                 group_bytes += csize
                 i += n
                 off += recs
+                last_id = chunk_id
             try:
                 self._write_group(iov, idx)
             except Exception:
@@ -428,6 +600,13 @@ class Writer:
                 if (cfg.fsync == FsyncPolicy.INTERVAL
                         and time.monotonic() - self._last_sync >= cfg.fsync_interval_ms / 1000.0):
                     self._sync()
+            if self._retention_due and self._snapshot_at is None:
+                # the snapshot is written: older segments may go, once it is on disk
+                if self._unsynced and cfg.fsync != FsyncPolicy.NEVER:
+                    self._sync()
+                self._retention_due = False
+                with self.lock:
+                    self.apply_retention()
             end = off
             self._commit(end, last_id)
             j = cb_i
@@ -438,6 +617,44 @@ class Writer:
             cb_i = j
             self._pending_failed = callbacks[cb_i:]
         self._pending_failed = []
+        if self._full(info) and self._snapshot_at is None and not written.empty:
+            # the next chunk rolls over: its snapshot takes the next offset now, so that it
+            # comes before whatever is appended next (osiris writes it before the next write)
+            with self.lock:
+                self._snapshot_at = self._reserve(CHUNK_TRACKING_SNAPSHOT)
+
+    def _full(self, info: SegmentInfo) -> bool:
+        """The next chunk goes to a new segment (a segment holding only its snapshot takes one
+        more chunk, whatever the snapshot's size, so snapshots never follow each other)."""
+        cfg = self.config
+        return bool(info.chunks) and not self._snapshot_only and (
+            info.size >= cfg.max_segment_bytes or info.chunks >= cfg.max_segment_chunks)
+
+    def _snapshot_records(self) -> list[TrackingRecord]:
+        """The snapshot of the state as written (trimmed as osiris trims it); what the trim
+        drops is dropped from the state as appended too, unless appended again since."""
+        written = self.written
+        offsets, sequences = written.offsets, written.sequences
+        first_ts = 0
+        if written.timestamps:
+            ifd = os.open(index_path(self.directory, self.starts[0]), os.O_RDONLY)
+            try:
+                rec = read_index_record(ifd, 0)
+            finally:
+                os.close(ifd)
+            first_ts = rec.timestamp if rec is not None else 0
+        records = written.snapshot(self.starts[0], first_ts, self.config.tracking_max_sequences)
+        self._snapshot_at = None
+        self._retention_due = True
+        if len(offsets) != len(written.offsets) or len(sequences) != len(written.sequences):
+            with self.lock:
+                for k, v in offsets.items():
+                    if k not in written.offsets and self.offsets.get(k) == v:
+                        del self.offsets[k]
+                for k, (_, seq) in sequences.items():
+                    if k not in written.sequences and self.sequences.get(k) == seq:
+                        del self.sequences[k]
+        return records
 
     def _write_group(self, iov: list[bytes], idx: list[bytes]) -> None:
         if not iov:
@@ -452,12 +669,12 @@ class Writer:
         for fn in self._listeners:
             try:
                 fn()
-            except Exception:  # noqa: BLE001 - a listener must not stop the writer
+            except Exception:
                 log.exception("stream listener failed")
         with self._commit_cond:
             self._commit_cond.notify_all()
 
-    def _rollover(self, start: int) -> SegmentInfo:
+    def _rollover(self, start: int, retain: bool = True) -> SegmentInfo:
         if self.config.fsync != FsyncPolicy.NEVER and self._unsynced:
             self._sync()
         os.close(self._sfd)
@@ -470,7 +687,10 @@ class Writer:
         with self.lock:
             self._infos.append(info)
             self.starts = self.starts + (start,)
-            self.apply_retention()
+            if retain:
+                self.apply_retention()
+            else:
+                self._retention_due = True
         return info
 
     def apply_retention(self) -> None:
@@ -492,6 +712,18 @@ class Writer:
         self.starts = tuple(s.start for s in infos)
 
 
+class _Tracking:
+    """The tracking part of one batch taken from the queue (see ``Writer.__init__``)."""
+
+    __slots__ = ("delta", "marks", "writers")
+
+    def __init__(self, marks: dict[int, int], delta: dict[bytes, int],
+                 writers: list[tuple[int, int, bytes, int]]) -> None:
+        self.marks = marks
+        self.delta = delta
+        self.writers = writers
+
+
 def _distinct(values: list[FilterValue]
               ) -> Iterable[FilterValue]:
     """The values deduplicated in C (``bloom.build`` works per value); unhashable ones (a
@@ -500,6 +732,58 @@ def _distinct(values: list[FilterValue]
         return set(values)
     except TypeError:
         return values
+
+
+def lock_directory(directory: str) -> int:
+    """One writer per stream directory: an exclusive ``flock`` on ``.writer.lock``, held while
+    the stream is open (the kernel drops it when the process dies; readers never take it)."""
+    fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StorageError(f"{directory} is open by another writer (lock {LOCK_FILE})") from None
+    return fd
+
+
+def create_segment(directory: str, start: int, sync: bool) -> None:
+    """Segment file, then its index (a crash in between leaves an orphan, removed at open)."""
+    for path, header in ((segment_path(directory, start), segment_header()),
+                         (index_path(directory, start), index_header())):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, header)
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    if sync:
+        fsync_dir(directory)
+
+
+def _writev_all(fd: int, bufs: list[bytes]) -> None:
+    for k in range(0, len(bufs), _IOV_MAX):
+        part = bufs[k:k + _IOV_MAX]
+        want = sum(map(len, part))
+        done = os.writev(fd, part)
+        if done != want:  # rare for regular files: finish the rest
+            rest = memoryview(b"".join(part))[done:]
+            while rest:
+                rest = rest[os.write(fd, rest):]
+
+
+def _truncate_quietly(fd: int, size: int) -> None:
+    try:
+        os.ftruncate(fd, size)
+    except OSError:
+        pass
+
+
+def _call(cb: DurableCallback, offset: int, error: Exception | None) -> None:
+    try:
+        cb(offset, error)
+    except Exception:
+        log.exception("on_durable callback failed")
 
 
 def last_chunk_id(directory: str, segments: Sequence[SegmentInfo]) -> int:

@@ -33,6 +33,7 @@ from amqp_stream.amqp import addresses, management
 from amqp_stream.amqp.connection import AmqpConnection
 from amqp_stream.amqp.consuming import Consumer
 from amqp_stream.amqp.credit import PublisherCredit
+from amqp_stream.amqp.tracking import consumer_name, publisher_reference
 from amqp_stream.amqp.publishing import Publisher
 from amqp_stream.amqp.source_filters import FILTER_CAPABILITIES, echo_map, parse_source_filters
 from amqp_stream.core import Core
@@ -464,6 +465,7 @@ class Adapter:
         entry = None
         if address is not None:  # None: the anonymous terminus, each message's ``to`` decides
             entry = self.core.stream(addresses.publish_stream(address))
+        reference = publisher_reference(link.remote_properties)
         link.target.copy(link.remote_target)
         link.source.copy(link.remote_source)
         link.max_message_size = self.config.max_message_size
@@ -473,12 +475,14 @@ class Adapter:
         publisher = Publisher(link, entry, credit, self.config.max_message_size,
                               self.core.mailbox.post, self.core.mark_dirty, lookup=self.core.get,
                               end=lambda error, s=state, p=link._impl: self._end_link(s, p, error),
-                              throttle=lambda pub, on, s=state: self._throttle(s, pub, on))
+                              throttle=lambda pub, on, s=state: self._throttle(s, pub, on),
+                              reference=reference)
         self._register(state, link, publisher)
         self.core.attach_publisher(entry, publisher)
         publisher.start()
-        log.info("publisher attached: %s link %s -> %s", state.name, _name_of(link),
-                 f"stream {entry.name!r}" if entry else "the anonymous terminus")
+        log.info("publisher attached: %s link %s -> %s%s", state.name, _name_of(link),
+                 f"stream {entry.name!r}" if entry else "the anonymous terminus",
+                 f", publisher reference {reference!r}" if reference else "")
 
     def _attach_consumer(self, state: ConnState, link: Any) -> None:
         address = link.remote_source.address
@@ -512,7 +516,8 @@ class Adapter:
         caps.exit()
         link.target.copy(link.remote_target)
         consumer = Consumer(link, entry, filters, self._schedule_turn,
-                            end=lambda error, s=state, p=link._impl: self._end_link(s, p, error))
+                            end=lambda error, s=state, p=link._impl: self._end_link(s, p, error),
+                            name=consumer_name(link.remote_properties))
         link.open()
         self._register(state, link, consumer)
         consumer.conn = state
@@ -609,8 +614,14 @@ class Adapter:
         link_ptr = lib.pn_delivery_link(impl)
         if lib.pn_link_is_sender(link_ptr):
             # a consumer's (or the management node's) outcome: nothing to do for a stream but
-            # to forget the delivery once the client settled it
+            # to forget the delivery once the client settled it (and for a named consumer, to
+            # note what it accepted)
             if lib.pn_delivery_settled(impl):
+                obj = self.links.get(link_ptr)
+                if isinstance(obj, Consumer) and obj.offsets is not None:
+                    tag = lib.pn_delivery_tag(impl)
+                    obj.offsets.settled(int.from_bytes(ffi.buffer(tag.start, tag.size), "big"),
+                                        lib.pn_delivery_remote_state(impl) == lib.PN_ACCEPTED)
                 lib.pn_delivery_settle(impl)
             return
         obj = self.links.get(link_ptr)

@@ -33,6 +33,7 @@ from cproton import (pn_delivery, pn_delivery_settle, pn_link_advance, pn_link_c
 
 from amqp_stream.amqp.credit import ConsumerTurn
 from amqp_stream.amqp.source_filters import SourceFilters
+from amqp_stream.amqp.tracking import ConsumerOffsets
 from amqp_stream.wire import with_stream_offset
 from storage.reader import SCAN_PAUSED
 
@@ -53,7 +54,8 @@ def offset_spec(filters: SourceFilters) -> Any:
 class Consumer:
     def __init__(self, link: Any, entry: Any, filters: SourceFilters,
                  schedule: Callable[["Consumer", bool], None],
-                 end: Callable[[Exception], None] | None = None):
+                 end: Callable[[Exception], None] | None = None,
+                 name: str | None = None):
         self.link = link
         self.end = end or (lambda error: None)  # the core ends this link (its stream is gone)
         self.conn: Any = None  # the adapter's state of this link's connection
@@ -62,8 +64,13 @@ class Consumer:
         # stage 2 as one function of the stored bytes (no dispatch per record)
         self.match = filters.stage2.bytes_matcher() if filters.stage2 is not None else None
         self.schedule = schedule  # schedule(consumer, soon): ask for another turn
-        self.reader = entry.stream.reader(offset_spec(filters), filters.filter_values,
-                                          filters.match_unfiltered)
+        # a named consumer (``tracking.CONSUMER_NAME`` on attach): starts after its stored
+        # offset and stores what the client accepts
+        self.offsets = ConsumerOffsets(entry.stream, name) if name is not None else None
+        start = offset_spec(filters)
+        if self.offsets is not None:
+            start = self.offsets.start(start)
+        self.reader = entry.stream.reader(start, filters.filter_values, filters.match_unfiltered)
         self.presettled = link.snd_settle_mode == 1  # Link.SND_SETTLED
         self.records: list = []
         self.pos = 0
@@ -80,6 +87,8 @@ class Consumer:
     def close(self) -> None:
         self.closed = True
         self.records = []
+        if self.offsets is not None and not self.entry.deleted:
+            self.offsets.store()
         close = getattr(self.reader, "close", None)
         if close is not None:
             try:
@@ -104,6 +113,7 @@ class Consumer:
         delivered = delivered_bytes = dropped = 0
         tag = self.tag
         presettled = self.presettled
+        offsets = self.offsets
         impl = link._impl
         session = pn_link_session(impl)
         max_buffered = turn.max_buffered
@@ -160,6 +170,11 @@ class Consumer:
                 pn_link_advance(impl)
                 if presettled:
                     pn_delivery_settle(delivery)
+                if offsets is not None:
+                    if presettled:
+                        offsets.delivered(offset)
+                    else:
+                        offsets.sent[tag] = offset
                 credit -= 1
                 delivered += 1
                 delivered_bytes += len(out)

@@ -10,7 +10,8 @@ statuses.
 
 Behaviour follows RabbitMQ 4.2's rabbit_amqp_management for stream queues (see
 ../shared/design/amqp-interface.md); exchanges and bindings are not supported by this broker and
-answer 501 with a message that says so.
+answer 501 with a message that says so. Our extension: consumer offsets and publisher
+sequences of a stream (``_tracking``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from typing import Any, Protocol
 
 from amqp_stream import arguments as stream_arguments
 from amqp_stream.amqp import addresses
-from amqp_stream.errors import BadRequest, BrokerError, NotAllowed, NotFound, NotImplementedByBroker
+from amqp_stream.errors import (BadRequest, BrokerError, InternalError, NotAllowed, NotFound,
+                                NotImplementedByBroker)
+from storage import StorageError, StreamClosedError
 
 __all__ = ["Response", "Streams", "handle", "validate_declare"]
 
@@ -37,6 +40,7 @@ class Streams(Protocol):
     def declare(self, name: str, arguments: dict) -> bool: ...
     def delete(self, name: str) -> int | None: ...
     def info(self, name: str) -> dict: ...
+    def stream(self, name: str) -> Any: ...  # a StreamEntry (``.stream``: storage's Stream)
 
 
 def validate_declare(body: Any) -> dict:
@@ -88,6 +92,8 @@ def _handle(method: Any, path: Any, body: Any, streams: Streams) -> Response:
             raise BadRequest(f"purge is not supported for stream '{address.name}': "
                                        f"streams are not purged (use retention, or delete the stream)")
         raise NotAllowed(f"{method} is not allowed on {path}")
+    if address.kind in ("queue_offset", "queue_sequence"):
+        return _tracking(method, address, body, streams)
     if address.kind != "queue":
         raise BadRequest(f"unsupported management path {path!r}")
     name = address.name
@@ -102,3 +108,34 @@ def _handle(method: Any, path: Any, body: Any, streams: Streams) -> Response:
         count = streams.delete(name)
         return Response(200, {"message_count": int(count or 0)})
     raise NotAllowed(f"{method} is not allowed on {path}")
+
+
+def _tracking(method: str, address: addresses.Address, body: Any, streams: Streams) -> Response:
+    """Our extension: ``GET /queues/<q>/sequences/<reference>`` answers ``{"sequence": n}`` (0
+    when unknown: RabbitMQ's QueryPublisherSequence); ``GET /queues/<q>/offsets/<consumer>``
+    ``{"offset": n}`` (404 when none is stored: QueryOffset's no_offset); ``PUT`` there with
+    ``{"offset": n}`` stores one (StoreOffset: queued like a publish, durable per the fsync
+    policy right after)."""
+    stream = streams.stream(address.name).stream
+    key = address.key or ""
+    try:
+        if address.kind == "queue_sequence":
+            if method != "GET":
+                raise NotAllowed(f"{method} is not allowed on a publisher sequence")
+            return Response(200, {"sequence": stream.query_sequence(key)})
+        if method == "GET":
+            offset = stream.query_offset(key)
+            if offset is None:
+                raise NotFound(f"no offset stored for consumer '{key}' on stream '{address.name}'")
+            return Response(200, {"offset": offset})
+        if method == "PUT":
+            value = body.get("offset") if isinstance(body, dict) else None
+            if type(value) is bool or not isinstance(value, int):
+                raise BadRequest('store an offset with the body {"offset": <ulong>}')
+            stream.store_offset(key, int(value))
+            return Response(200, {"offset": int(value)})
+        raise NotAllowed(f"{method} is not allowed on a consumer offset")
+    except StreamClosedError as exc:
+        raise InternalError(f"stream '{address.name}': {exc}") from None
+    except StorageError as exc:  # a name or value out of range
+        raise BadRequest(str(exc)) from None

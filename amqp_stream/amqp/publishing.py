@@ -26,6 +26,7 @@ from cproton import (pn_decref, pn_delivery_aborted, pn_delivery_partial, pn_del
 from proton import Condition, Delivery
 
 from amqp_stream.amqp.credit import PublisherCredit
+from amqp_stream.amqp.tracking import publishing_id
 from amqp_stream.errors import (BadRequest, BrokerError, DecodeError, NotFound, ResourceDeleted,
                                 SizeExceeded, from_storage)
 from amqp_stream.wire import BadFilterValue, MessageFormatError, MessageView, stored_form
@@ -55,7 +56,8 @@ class Publisher:
                  post: Callable[..., None], mark_dirty: Callable[["Publisher"], None],
                  lookup: Callable[[str], Any] | None = None,
                  end: Callable[[Exception], None] | None = None,
-                 throttle: Callable[["Publisher", bool], None] | None = None):
+                 throttle: Callable[["Publisher", bool], None] | None = None,
+                 reference: str | None = None):
         self.link = link
         self.link_impl = link._impl
         # streams.StreamEntry; None for the anonymous terminus (a null target address), where
@@ -72,6 +74,10 @@ class Publisher:
         self.throttle = throttle or (lambda publisher, on: None)
         self.throttled = False
         self.closed = False
+        # a named publisher (``tracking.PUBLISHER_REFERENCE`` on attach): its messages carry
+        # ``x-publishing-id`` and those not above the stream's last stored one are accepted
+        # without being stored (``tracking``)
+        self.reference = reference
         # the batch being formed, per stream:
         # name -> [entry, bodies, values, unsettled deliveries, bytes held]
         self.batches: dict[str, list] = {}
@@ -189,6 +195,14 @@ class Publisher:
             self.credit.release(held)
             self._refuse(delivery, DecodeError(f"not an AMQP 1.0 message: {exc}"))
             return
+        pid = None
+        if self.reference is not None:
+            try:
+                pid = publishing_id(body)
+            except BrokerError as exc:
+                self.credit.release(held)
+                self._refuse(delivery, exc)
+                return
         entry = self.entry
         if entry is None:
             entry = self._route(delivery, body)
@@ -199,10 +213,12 @@ class Publisher:
         if batch is None:
             if not self.batches:
                 self.mark_dirty(self)
-            batch = self.batches[entry.name] = [entry, [], [], [], 0]
+            batch = self.batches[entry.name] = [entry, [], [], [], 0, []]
         batch[1].append(body)
         batch[2].append(value)
         batch[4] += held
+        if pid is not None:
+            batch[5].append(pid)
         if delivery is not None:
             pn_incref(delivery)  # released in _settle_all
             batch[3].append(delivery)
@@ -243,11 +259,11 @@ class Publisher:
         if not batches:
             return
         self.batches = {}
-        for entry, bodies, values, waiting, held in batches.values():
-            self._flush_one(entry, bodies, values, waiting, held)
+        for entry, bodies, values, waiting, held, pids in batches.values():
+            self._flush_one(entry, bodies, values, waiting, held, pids)
 
     def _flush_one(self, entry: Any, bodies: list, values: list, waiting: list,
-                   held: int) -> None:
+                   held: int, pids: list) -> None:
         # The callback runs on the writer thread and is dropped there: it must hold no proton
         # object (a wrapper freed on that thread would decref a C object while the event loop
         # uses proton). It holds a number; the loop maps it back. Pre-settled batches have one
@@ -261,7 +277,15 @@ class Publisher:
         try:
             if entry.deleted:
                 raise ResourceDeleted(f"stream '{entry.name}' was deleted")
-            entry.stream.append_batch(bodies, values, on_durable=callback)
+            if self.reference is None:
+                entry.stream.append_batch(bodies, values, on_durable=callback)
+            else:
+                kept = entry.stream.append_deduplicated(self.reference, bodies, pids, values,
+                                                        callback)
+                if len(kept) < len(bodies):
+                    log.debug("%d duplicate(s) from publisher %r on %r accepted, not stored",
+                              len(bodies) - len(kept), self.reference, entry.name)
+                    bodies = [bodies[i] for i in kept]  # what the metrics count
         except Exception as exc:  # storage refused (closed, writer failed, disk full)
             refusal = from_storage(exc)
             _batches.pop(key, None)

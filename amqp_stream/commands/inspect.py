@@ -5,7 +5,9 @@ directory, ours or RabbitMQ's, without opening it as a stream: nothing is recove
 so it is safe on a directory a broker is writing and it shows a crashed directory as it is.
 Chunks are found by walking the headers from the end of each segment's header (not through the
 index), with recovery's walk (``storage.walk``), and each one is checked (CRC of the data section,
-at least one record) and compared with its index record.
+at least one record) and compared with its index record. Tracking is shown as it is stored: the
+records of each tracking chunk (delta, snapshot) and of each user chunk's trailer (publisher
+sequences), decoded with ``storage.tracking.chunk_tracking``.
 
 Exit code 0 when every chunk is whole, indexed and passes its CRC; 1 when something is not
 (a torn or corrupt chunk, an index disagreeing with its segment, an orphan or a stale file).
@@ -20,11 +22,22 @@ import sys
 from datetime import datetime, timezone
 
 from amqp_stream.commands.logdir import find_log
+from storage.errors import CorruptionError
 from storage.files import index_path, list_files, read_index_records, segment_path
-from storage.format import SEGMENT_HEADER, SEGMENT_HEADER_BYTES, SEGMENT_MAGIC
+from storage.format import SEGMENT_HEADER, SEGMENT_HEADER_BYTES, SEGMENT_MAGIC, TrackingRecord
+from storage.tracking import chunk_tracking
 from storage.walk import walk_segment
 
 _TYPES = {0: "user", 1: "tracking-delta", 2: "tracking-snapshot"}
+_RECORD_TYPES = {0: "sequence", 1: "offset", 2: "timestamp"}
+
+
+def _record(r: TrackingRecord) -> dict:
+    out = {"type": _RECORD_TYPES[r.type], "id": r.id.decode("utf-8", "backslashreplace"),
+           "value": r.value}
+    if r.chunk_id is not None:
+        out["chunk_id"] = r.chunk_id
+    return out
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
                 f"{_iso(obj['timestamp'])} {obj['entries']:>6} {obj['records']:>7} "
                 f"{obj['filter_size']:>4}/{obj['filter_scheme']} {obj['data_length']:>9} "
                 f"{'ok' if obj['crc_ok'] else 'BAD':>4} {'' if obj['indexed'] else 'unindexed'}\n")
+            for r in obj.get("tracking", ()):
+                where = f" (chunk {r['chunk_id']})" if "chunk_id" in r else ""
+                out.write(f"  {'':>12} {'':>14} {r['type']} {r['id']!r} = {r['value']}{where}\n")
 
     for start in sorted(set(indexes) - set(segments)):
         problems += 1
@@ -107,13 +123,21 @@ def run(args: argparse.Namespace) -> int:
                 indexed = rec is not None and rec.chunk_id == h.chunk_id
                 seen.add(pos)
                 problems += (not chunk.valid) + (not indexed)
+                records_found: list[dict] = []
+                if chunk.valid and (h.type or h.trailer_length):
+                    try:
+                        records_found = [_record(r) for r in chunk_tracking(fd, pos, h, spath)]
+                    except CorruptionError as exc:
+                        problems += 1
+                        emit({"segment": start, "position": pos, "chunk_id": h.chunk_id,
+                              "error": exc.reason})
                 emit({"segment": start, "position": pos, "chunk_id": h.chunk_id,
                       "type": _TYPES.get(h.type, str(h.type)), "timestamp": h.timestamp,
                       "epoch": h.epoch, "entries": h.entries, "records": h.records,
                       "filter_size": h.filter_size, "filter_scheme": h.filter_scheme,
                       "filter_param": h.filter_param, "filter_hex": chunk.filter_bits.hex(),
                       "data_length": h.data_length, "trailer_length": h.trailer_length,
-                      "crc_ok": chunk.crc_ok, "indexed": indexed})
+                      "crc_ok": chunk.crc_ok, "indexed": indexed, "tracking": records_found})
             for p in sorted(set(records) - seen):
                 problems += 1
                 emit({"segment": start, "position": p, "chunk_id": records[p].chunk_id,

@@ -45,6 +45,21 @@ def test_inspect_json_lists_every_chunk_of_a_rabbitmq_directory():
         assert isinstance(got["position"], int)
 
 
+def test_inspect_shows_tracking_records_and_trailers(tmp_path):
+    p = run("inspect", FIXTURE, "--json")
+    tracking = {c["chunk_id"]: c["tracking"] for c in map(json.loads, p.stdout.splitlines())}
+    assert tracking[2] == [{"type": "offset", "id": "c1", "value": 1}]  # a delta
+    assert tracking[3] == [{"type": "sequence", "id": "p1", "value": 7}]  # a trailer
+    assert tracking[11] == [{"type": "sequence", "id": "p1", "value": 7, "chunk_id": 3},
+                            {"type": "offset", "id": "c1", "value": 5}]  # a snapshot
+    assert tracking[0] == []
+    with Stream.open(tmp_path, StreamConfig(fsync="never")) as s:  # ours, as a table
+        s.append_batch([b"m"], writer=("pub", 41))
+        s.store_offset("reader", 0)
+    out = run("inspect", str(tmp_path)).stdout
+    assert "sequence 'pub' = 41" in out and "offset 'reader' = 0" in out and "clean" in out
+
+
 def test_inspect_table_and_a_corrupt_directory(tmp_path):
     assert "clean" in run("inspect", FIXTURE).stdout
     d = tmp_path / "bad"
