@@ -530,6 +530,7 @@ class Writer:
                     chunk_bodies = bodies[i:i + n]
                     # the offset of each candidate entry and the one after (sub-batch entries
                     # take several); ``ends[k]``: the offset after the first k entries
+                    ends: Sequence[int]
                     if batched:
                         ends = list(itertools.accumulate(
                             (b.records if type(b) is SubBatchEntry else 1 for b in chunk_bodies),
@@ -798,55 +799,3 @@ def last_chunk_id(directory: str, segments: Sequence[SegmentInfo]) -> int:
             if rec is not None:
                 return rec.chunk_id
     return -1
-
-
-def lock_directory(directory: str) -> int:
-    """One writer per stream directory: an exclusive ``flock`` on ``.writer.lock``, held while
-    the stream is open (the kernel drops it when the process dies; readers never take it)."""
-    fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise StorageError(f"{directory} is open by another writer (lock {LOCK_FILE})") from None
-    return fd
-
-
-def create_segment(directory: str, start: int, sync: bool) -> None:
-    """Segment file, then its index (a crash in between leaves an orphan, removed at open)."""
-    for path, header in ((segment_path(directory, start), segment_header()),
-                         (index_path(directory, start), index_header())):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, header)
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-    if sync:
-        fsync_dir(directory)
-
-
-def _writev_all(fd: int, bufs: list[bytes]) -> None:
-    for k in range(0, len(bufs), _IOV_MAX):
-        part = bufs[k:k + _IOV_MAX]
-        want = sum(map(len, part))
-        done = os.writev(fd, part)
-        if done != want:  # rare for regular files: finish the rest
-            rest = memoryview(b"".join(part))[done:]
-            while rest:
-                rest = rest[os.write(fd, rest):]
-
-
-def _truncate_quietly(fd: int, size: int) -> None:
-    try:
-        os.ftruncate(fd, size)
-    except OSError:
-        pass
-
-
-def _call(cb: DurableCallback, offset: int, error: Exception | None) -> None:
-    try:
-        cb(offset, error)
-    except Exception:  # noqa: BLE001 - a callback must not stop the writer
-        log.exception("on_durable callback failed")
