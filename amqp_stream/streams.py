@@ -30,7 +30,6 @@ from typing import Any, Callable
 import storage
 from storage.files import fsync_dir, replace_file
 from amqp_stream.config import BrokerConfig
-from amqp_stream.amqp.source_filters import parse_interval
 
 __all__ = ["StreamEntry", "Registry", "stream_config"]
 
@@ -80,9 +79,9 @@ def stream_config(arguments: dict, config: BrokerConfig) -> "storage.StreamConfi
     if "x-max-length-bytes" in arguments:
         kwargs["retention_bytes"] = int(arguments["x-max-length-bytes"])
     if "x-max-age" in arguments:
-        seconds = parse_interval(str(arguments["x-max-age"]))
-        if seconds:
-            kwargs["retention_age_ms"] = seconds * 1000
+        age_ms = storage.parse_interval_ms(str(arguments["x-max-age"]), rabbitmq=True)
+        if age_ms:
+            kwargs["retention_age_ms"] = age_ms
     return storage.StreamConfig(**kwargs)
 
 

@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 # Lower layers first, so a broken foundation shows before the layers that use it.
-BENCHMARKS = ["bloom_fpr", "storage", "message_codec", "sql_filter", "broker", "spark"]
+BENCHMARKS = ["bloom_fpr", "storage", "tracking", "message_codec", "sql_filter", "broker",
+              "stream_protocol", "spark"]
 
 
 def main(argv: list[str]) -> int:

@@ -418,7 +418,7 @@ def decode_records(data: bytes, chunk_id: int, *, path: str = "?", position: int
     the section."""
     uniform = _uniform(data, entries) if entries else None
     if uniform is not None:
-        return list(zip(range(chunk_id, chunk_id + entries), uniform))
+        return list(zip(range(chunk_id, chunk_id + entries), uniform, strict=False))
     end = len(data)
     # simple entries only (the usual case): a sub-batch header's top bit makes its "length"
     # exceed the section, which ends this loop past ``end`` and falls back to the full parser
@@ -434,7 +434,7 @@ def decode_records(data: bytes, chunk_id: int, *, path: str = "?", position: int
     except struct.error:
         pos = -1
     if pos == end:
-        return list(zip(range(chunk_id, chunk_id + len(bodies)), bodies))
+        return list(zip(range(chunk_id, chunk_id + len(bodies)), bodies, strict=True))
     bodies.clear()
     pos = 0
     try:
@@ -473,7 +473,7 @@ def decode_records(data: bytes, chunk_id: int, *, path: str = "?", position: int
         raise CorruptionError(path, position, f"truncated entry header: {exc}") from None
     if pos != end:
         raise CorruptionError(path, position, "entry runs past the end of the data section")
-    return list(zip(range(chunk_id, chunk_id + len(bodies)), bodies))
+    return list(zip(range(chunk_id, chunk_id + len(bodies)), bodies, strict=True))
 
 
 def decode_tracking(buf: bytes | memoryview, snapshot: bool = False, *, path: str = "?",

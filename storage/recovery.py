@@ -10,8 +10,9 @@ Strategy:
 - The last segment is scanned chunk by chunk with ``storage.walk`` (header, bounds, CRC of the
   data section; the same walk ``inspect`` shows). At the first bad chunk we look for any valid
   chunk after it (index records pointing further, the position the bad header claims, then a
-  byte scan for a chunk magic whose header and CRC check out). If one exists the damage is in the middle: ``CorruptionError`` naming file and position,
-  nothing is served. If none exists it is a torn tail: the segment is truncated there.
+  byte scan for a chunk magic whose header and CRC check out). If one exists the damage is in
+  the middle: ``CorruptionError`` naming file and position, nothing is served. If none exists
+  it is a torn tail: the segment is truncated there.
 - Older segments get a cheap check (header, and the last index record's chunk ending exactly at
   the end of the file); only when that fails are they scanned. Their data CRCs are checked by
   the readers as they read (a mismatch raises ``CorruptionError`` then).
@@ -238,7 +239,7 @@ def recover(directory: str) -> list[SegmentInfo]:
             _remove(directory, info.start)
             infos.remove(info)
             changed = True
-    for prev, nxt in zip(infos, infos[1:]):
+    for prev, nxt in zip(infos, infos[1:], strict=False):
         if prev.end != nxt.start:
             raise CorruptionError(segment_path(directory, nxt.start), 0,
                                   f"segment starts at {nxt.start} but the previous one ends at {prev.end}")

@@ -37,7 +37,7 @@ def test_inspect_json_lists_every_chunk_of_a_rabbitmq_directory():
     chunks = [json.loads(line) for line in p.stdout.splitlines()]
     want = EXPECTED["chunks"]
     assert len(chunks) == len(want)
-    for got, exp in zip(chunks, want):
+    for got, exp in zip(chunks, want, strict=True):
         for key in ("segment", "chunk_id", "entries", "records", "timestamp", "filter_size"):
             assert got[key] == exp[key], key
         assert got["type"] == {0: "user", 1: "tracking-delta", 2: "tracking-snapshot"}[exp["type"]]

@@ -188,7 +188,7 @@ def test_same_length_fast_path_agrees_with_the_general_decoder(length, n, which,
     """Same-sized entries take a fast path; one differing header byte must fall back."""
     bodies = [bytes([i % 256]) * length for i in range(n)]
     data = bytearray(fmt.encode_entries(bodies))
-    want = list(zip(range(7, 7 + n), bodies))
+    want = list(zip(range(7, 7 + n), bodies, strict=True))
     assert fmt.decode_records(bytes(data), 7, entries=n) == want
     k = which % n
     data[k * (length + 4) + byte] = value

@@ -125,10 +125,10 @@ def test_rollover_by_chunks_and_by_bytes_names_segments_after_the_chunk_id(tmp_p
     assert list_segments(str(tmp_path / "c")) == [0, 2, 4]
     cfg = StreamConfig(fsync="never", max_segment_bytes=300, max_chunk_entries=10)
     with Stream.open(tmp_path / "b", cfg) as s:
-        for i in range(6):
+        for _ in range(6):
             s.append_batch([b"x" * 20] * 3)
             s.flush()
-    for start, pos, h in chunks_on_disk(tmp_path / "b"):
+    for _start, pos, _h in chunks_on_disk(tmp_path / "b"):
         assert pos < 300  # a chunk starts only below the limit
     starts = list_segments(str(tmp_path / "b"))
     assert len(starts) > 1
@@ -139,7 +139,7 @@ def test_rollover_by_chunks_and_by_bytes_names_segments_after_the_chunk_id(tmp_p
 def test_retention_by_bytes_keeps_the_newest_segments_that_fit(tmp_path):
     cfg = StreamConfig(fsync="never", max_segment_chunks=1, retention_bytes=250)
     with Stream.open(tmp_path / "s", cfg) as s:
-        for i in range(10):
+        for _i in range(10):
             s.append(b"x" * 50)  # each segment: 110 bytes (segment header, chunk header, 54)
             s.flush()
         starts = list(s.segment_starts())
@@ -157,7 +157,7 @@ def test_retention_by_bytes_keeps_the_newest_segments_that_fit(tmp_path):
 def test_retention_by_age_never_deletes_the_newest_segment(tmp_path):
     cfg = StreamConfig(fsync="never", max_segment_chunks=1, retention_age_ms=1)
     with Stream.open(tmp_path / "s", cfg) as s:
-        for i in range(4):
+        for _i in range(4):
             s.append(b"old")
             s.flush()
             time.sleep(0.005)  # chunk timestamps must be older than the age limit
@@ -294,7 +294,7 @@ def _break_writer(s: Stream, count: int, errors: list) -> None:
     with w.lock:  # hold the writer off while its file goes away
         os.close(w._sfd)
         w._sfd = os.open(os.devnull, os.O_RDONLY)
-        for i in range(count):
+        for _i in range(count):
             w._bodies.append(b"x")
             w._values.append(None)
             w._callbacks.append((w.next, lambda o, e: errors.append((o, e))))

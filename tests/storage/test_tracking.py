@@ -141,7 +141,7 @@ def test_a_publishers_batch_is_never_split_across_chunks(tmp_path):
             batches[k + 1] = (first, first + n - 1)
             if k % 5 == 0:
                 s.append(b"loose")
-    for start, pos, f, _, trailer in chunks(tmp_path):
+    for start, pos, f, _, _trailer in chunks(tmp_path):
         fd = os.open(segment_path(str(tmp_path), start), os.O_RDONLY)
         try:
             ch = next(c for c in walk_segment(fd, "x") if c.position == pos)
@@ -308,7 +308,7 @@ def test_random_interleavings_match_a_model_after_reopen(tmp_path, seed):
                 seq = sequences.get(ref, 0) + rng.randint(1, 3)
                 bodies = [b"b%d-%d" % (step, j) for j in range(rng.randint(1, 6))]
                 first = s.append_batch(bodies, writer=(ref, seq))
-                records.update(zip(range(first, first + len(bodies)), bodies))
+                records.update(zip(range(first, first + len(bodies)), bodies, strict=True))
                 sequences[ref] = seq
             elif r < 0.9:
                 name = b"c%d" % rng.randrange(7)
