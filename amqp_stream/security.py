@@ -211,10 +211,15 @@ def _ssl_domain(cert: str | None, key: str | None) -> SSLDomain | None:
     return domain
 
 
+DEFAULT_USERS = {"guest": "guest"}  # with no users file, on loopback (RabbitMQ's default)
+
+
 def prepare(config: Any) -> SecuritySetup:
     """Check the security settings of ``config`` and build the proton objects for them.
 
-    Reads ``host``, ``allow_anonymous``, ``users_file``, ``tls_cert`` and ``tls_key``. Raises
+    Reads ``host``, ``allow_anonymous``, ``users_file``, ``tls_cert`` and ``tls_key``. With no
+    users file on a loopback listener, PLAIN takes RabbitMQ's default guest/guest beside
+    ANONYMOUS (``DEFAULT_USERS``), as on the stream listener. Raises
     ``ConfigError`` (the broker must not start) for a wildcard or non-loopback ``host`` without
     authentication, an unreadable or invalid users file, or unusable TLS files.
     """
@@ -224,13 +229,18 @@ def prepare(config: Any) -> SecuritySetup:
     ssl_domain = _ssl_domain(getattr(config, "tls_cert", None), getattr(config, "tls_key", None))
 
     users = read_users(users_file) if users_file else {}
+    default_guest = not users and is_loopback(host) and SASL.extended()
+    if default_guest:
+        # RabbitMQ's default user, as its clients expect (the stream clients speak only PLAIN):
+        # guest/guest, on a loopback listener only, beside ANONYMOUS
+        users = dict(DEFAULT_USERS)
     mechs = []
     if users:
         if not SASL.extended():
             raise ConfigError("a users file needs python-qpid-proton built with Cyrus SASL "
                               "(scripts/bootstrap rebuilds it); this build cannot check PLAIN passwords")
         mechs.append("PLAIN")
-    if allow_anonymous or not users:
+    if allow_anonymous or not users or default_guest:
         mechs.append("ANONYMOUS")
     if "ANONYMOUS" in mechs and not allow_anonymous and not is_loopback(host):
         raise ConfigError(

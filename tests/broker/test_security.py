@@ -77,6 +77,19 @@ def test_plain_refused_with_a_wrong_password_or_unknown_user(plain_broker, user,
     assert "unauthorized-access" in str(info.value)
 
 
+@pytest.mark.parametrize("password,ok", [("guest", True), ("wrong", False)])
+def test_default_guest_on_loopback_without_a_users_file(broker, password, ok):
+    """With no users file, PLAIN takes RabbitMQ's default guest/guest on a loopback listener
+    (its official clients and the stream clients log in so), beside ANONYMOUS."""
+    if ok:
+        conn = _plain(broker.url, "guest", password)
+        conn.close()
+    else:
+        with pytest.raises(ConnectionException) as info:
+            _plain(broker.url, "guest", password)
+        assert "unauthorized-access" in str(info.value)
+
+
 def test_a_failed_login_does_not_disturb_other_connections(plain_broker):
     client = connect(plain_broker.url, user="alice", password="wonderland")
     try:
@@ -238,8 +251,10 @@ def test_prepare_mechanisms(users_file):
               security.prepare(_config(host="0.0.0.0", users_file=users_file)),
               security.prepare(_config(host="0.0.0.0", allow_anonymous=True))]
     try:
-        assert [s.mechanisms for s in setups] == ["ANONYMOUS", "PLAIN", "PLAIN ANONYMOUS", "PLAIN", "ANONYMOUS"]
+        assert [s.mechanisms for s in setups] == ["PLAIN ANONYMOUS", "PLAIN", "PLAIN ANONYMOUS", "PLAIN",
+                                                  "ANONYMOUS"]
         assert [s.require_auth for s in setups] == [False, True, False, True, False]
+        assert setups[0].users == ("guest",)  # no users file on loopback: RabbitMQ's default
         assert setups[1].users == ("alice", "bob")
     finally:
         for s in setups:
