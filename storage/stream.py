@@ -144,7 +144,11 @@ class Stream:
         appended, in batches that fit one chunk each (``append_batch(..., writer=)``); the
         others are dropped. ``on_durable(offset, error)`` runs once what was kept, and
         everything appended before it, is durable (also when nothing was kept: then confirm
-        the duplicates). Returns the indices of the messages kept."""
+        the duplicates). Returns the indices of the messages kept.
+
+        A body may be a ``SubBatchEntry`` (a client's sub-entry batch: one publishing id for
+        its records, as RabbitMQ deduplicates them); the records each batch takes are counted
+        here."""
         n = len(bodies)
         if len(publishing_ids) != n or (filter_values is not None and len(filter_values) != n):
             raise StorageError("publishing_ids and filter_values must have one entry per body")
@@ -169,9 +173,12 @@ class Stream:
         cuts.append((start, len(keep)))
         for c, (a, b) in enumerate(cuts):
             part = keep[a:b]
-            self.append_batch([bodies[i] for i in part],
+            chosen = [bodies[i] for i in part]
+            records = sum(x.records if type(x) is SubBatchEntry else 1 for x in chosen)
+            self.append_batch(chosen,
                               None if filter_values is None else [filter_values[i] for i in part],
                               on_durable if c == len(cuts) - 1 else None,
+                              records if records != len(chosen) else None,
                               writer=(reference, publishing_ids[part[-1]]))
         return keep
 
