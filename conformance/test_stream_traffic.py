@@ -363,3 +363,15 @@ def test_a_named_publishers_sub_entry_batches_are_deduplicated_by_their_publishi
     assert sclient.wait_confirms(1, [2]) == {2: OK}
     assert sclient.query_publisher_sequence("b", stream) == (OK, 2)
     assert records_of(sclient, stream, 8) == [f"m{i}" for i in range(8)]
+
+
+def test_a_new_reference_takes_publishing_id_0(sclient, stream):
+    """A reference with nothing stored takes any first id, 0 too (osiris's writer tracking);
+    QueryPublisherSequence then answers 0, and a second 0 is a duplicate."""
+    assert sclient.declare_publisher(1, stream, "zero") == OK
+    sclient.publish(1, [(0, amqp(0))])
+    assert sclient.wait_confirms(1, [0]) == {0: OK}
+    sclient.publish(1, [(0, amqp(100)), (1, amqp(1))])
+    assert sclient.wait_confirms(1, [0, 1]) == {0: OK, 1: OK}
+    assert sclient.query_publisher_sequence("zero", stream) == (OK, 1)
+    assert records_of(sclient, stream, 2) == ["m0", "m1"]

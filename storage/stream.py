@@ -140,8 +140,8 @@ class Stream:
                             filter_values: Sequence[FilterValue] | None = None,
                             on_durable: DurableCallback | None = None) -> list[int]:
         """A named publisher's messages, deduplicated as RabbitMQ does: those whose publishing
-        id is above ``query_sequence(reference)`` and above every id before them here are
-        appended, in batches that fit one chunk each (``append_batch(..., writer=)``); the
+        id is above the last one stored for ``reference`` (any id, 0 too, when none is: as in
+        osiris) and above every id before them here are appended, in batches that fit one chunk each (``append_batch(..., writer=)``); the
         others are dropped. ``on_durable(offset, error)`` runs once what was kept, and
         everything appended before it, is durable (also when nothing was kept: then confirm
         the duplicates). Returns the indices of the messages kept.
@@ -152,7 +152,9 @@ class Stream:
         n = len(bodies)
         if len(publishing_ids) != n or (filter_values is not None and len(filter_values) != n):
             raise StorageError("publishing_ids and filter_values must have one entry per body")
-        last = self.query_sequence(reference)
+        key = tracking_id(reference, "publisher reference")
+        self._writer.check_tracking()
+        last = self._writer.sequences.get(key, -1)  # as osiris: an unknown one takes any id, 0 too
         keep: list[int] = []
         for i, pid in enumerate(publishing_ids):
             if pid > last:

@@ -387,6 +387,18 @@ def test_append_deduplicated_keeps_what_is_above_and_cuts_chunks(tmp_path):
     assert trailers[1:] == [b"\x00\x01p" + v.to_bytes(8, "big") for v in (6, 9, 10)]
 
 
+def test_append_deduplicated_takes_id_0_from_an_unknown_reference(tmp_path):
+    """As osiris: a reference with nothing stored takes any publishing id, 0 too (though
+    query_sequence answers 0 for both "unknown" and "0 stored"); then 0 is a duplicate."""
+    with Stream.open(tmp_path, StreamConfig(fsync="never")) as s:
+        assert s.append_deduplicated("p", [b"a"], [0]) == [0]
+        assert s.append_deduplicated("p", [b"b", b"c"], [0, 1]) == [1]
+        assert s.tracking()[1] == {b"p": 1}
+        s.flush()
+    with open_reader(str(tmp_path), OffsetSpec.first()) as r:
+        assert [bytes(b) for c in r for _, b in c.records] == [b"a", b"c"]
+
+
 def test_append_deduplicated_takes_sub_entry_batches(tmp_path):
     """A sub-entry batch is one publishing id for its records (as RabbitMQ deduplicates them):
     a batch whose id was stored is dropped whole; the kept ones take one offset per record."""
