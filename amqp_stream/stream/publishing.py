@@ -18,9 +18,10 @@ record count is wrong, gets a PublishError (``PRECONDITION_FAILED``).
 
 A publisher declared with a reference (a named producer) is deduplicated as RabbitMQ does it
 (``Stream.append_deduplicated``): a message whose publishing id is not above the last one
-stored for that reference on that stream (by any connection, before a restart too), nor above
-an id before it in the same turn, is confirmed and not stored, once what was appended before it
-is durable: never sooner than the message it repeats. The kept ones go in chunks whose trailer
+stored for that reference on that stream (by any connection, before a restart too; with
+nothing stored any id goes, 0 too), or not above an id before it in the same turn, is confirmed
+and not stored, once what was appended before it is durable: never sooner than the message it
+repeats. The kept ones go in chunks whose trailer
 holds the reference and their last id. A sub-entry batch counts as one message with its
 publishing id, kept or dropped whole (osiris's sequence is per write, as for RabbitMQ).
 
@@ -169,7 +170,7 @@ class StreamPublisher:
                     log.debug("%d duplicate(s) from publisher %r on %r confirmed, not stored",
                               len(bodies) - len(kept), self.reference, entry.name)
                     bodies = [bodies[i] for i in kept]  # what the metrics count
-                    records = sum(getattr(b, "records", 1) for b in bodies)
+                    records = sum(b.records if type(b) is SubBatchEntry else 1 for b in bodies)
                     stored = sum(map(len, bodies))
         except Exception as exc:  # storage refused (closed, writer failed, disk full)
             _batches.pop(key, None)
