@@ -141,10 +141,11 @@ class Stream:
                             on_durable: DurableCallback | None = None) -> list[int]:
         """A named publisher's messages, deduplicated as RabbitMQ does: those whose publishing
         id is above the last one stored for ``reference`` (any id, 0 too, when none is: as in
-        osiris) and above every id before them here are appended, in batches that fit one chunk each (``append_batch(..., writer=)``); the
-        others are dropped. ``on_durable(offset, error)`` runs once what was kept, and
-        everything appended before it, is durable (also when nothing was kept: then confirm
-        the duplicates). Returns the indices of the messages kept.
+        osiris) and above every id before them here are appended, in batches that fit one
+        chunk each (``append_batch(..., writer=)``); the others are dropped.
+        ``on_durable(offset, error)`` runs once what was kept, and everything appended before
+        it, is durable (also when nothing was kept: then confirm the duplicates). Returns the
+        indices of the messages kept.
 
         A body may be a ``SubBatchEntry`` (a client's sub-entry batch: one publishing id for
         its records, as RabbitMQ deduplicates them); the records each batch takes are counted
@@ -154,7 +155,7 @@ class Stream:
             raise StorageError("publishing_ids and filter_values must have one entry per body")
         key = tracking_id(reference, "publisher reference")
         self._writer.check_tracking()
-        last = self._writer.sequences.get(key, -1)  # as osiris: an unknown one takes any id, 0 too
+        last = self._writer.sequences.get(key, -1)  # as osiris: an unknown one takes any id
         keep: list[int] = []
         for i, pid in enumerate(publishing_ids):
             if pid > last:
