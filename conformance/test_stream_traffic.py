@@ -1,5 +1,7 @@
 """RabbitMQ's stream protocol: publishing (confirms, sub-entry batches), consuming (offset
-specs, credit per chunk, stage-1 filtering) and interoperability with the AMQP 1.0 listener.
+specs, credit per chunk, stage-1 filtering), stored offsets and deduplication (StoreOffset,
+QueryOffset, named publishers, QueryPublisherSequence) and interoperability with the AMQP 1.0
+listener.
 
 Rules from PROTOCOL.adoc (Publish, PublishConfirm, Subscribe, Deliver, Credit) and RabbitMQ's
 stream filtering docs; messages are AMQP 1.0 encoded as RabbitMQ's stream clients send them.
@@ -267,3 +269,109 @@ def test_property_filter_subscription_properties(sclient, stream):
     assert [(o, body(d)) for c in chunks for o, d in c.records()] == [(0, "m0"), (2, "m2")]
     assert sclient.subscribe(2, stream, offset_first(), credit=10,
                              properties={"property.subject": "even", "sql-filter": "TRUE"}) == 17
+
+
+# -- stored offsets and deduplication (RabbitMQ 3.9 on) --------------------------------------
+STREAM_DOES_NOT_EXIST, PRECONDITION_FAILED, NO_OFFSET = 0x02, 0x11, 0x13
+
+
+def records_of(client, stream: str, count: int, subscription_id: int = 1) -> list[str]:
+    """The bodies of the first ``count`` records of ``stream`` (subscribing from first)."""
+    assert client.subscribe(subscription_id, stream, offset_first(), credit=10) == OK
+    return [body(d) for c in chunks_until(client, count) for _, d in c.records()][:count]
+
+
+def test_stored_offsets_are_answered_on_every_connection(sconnect, stream):
+    """QueryOffset: NO_OFFSET before any StoreOffset, then the last offset stored for that
+    name (StoreOffset has no response), on this connection and another one."""
+    one, two = sconnect(), sconnect()
+    assert one.query_offset("reader", stream)[0] == NO_OFFSET
+    one.store_offset("reader", stream, 5)
+    one.store_offset("other", stream, 1)
+    one.store_offset("reader", stream, 9)
+    assert one.query_offset("reader", stream) == (OK, 9)
+    assert two.query_offset("reader", stream) == (OK, 9)
+    assert two.query_offset("other", stream) == (OK, 1)
+    assert two.query_offset("nobody", stream)[0] == NO_OFFSET
+
+
+def test_offsets_of_a_missing_stream(sclient, stream):
+    """QueryOffset on a stream that does not exist: STREAM_DOES_NOT_EXIST; StoreOffset there is
+    dropped (it has no response) and the connection goes on."""
+    assert sclient.query_offset("reader", stream + "-missing")[0] == STREAM_DOES_NOT_EXIST
+    sclient.store_offset("reader", stream + "-missing", 3)
+    assert sclient.query_offset("reader", stream)[0] == NO_OFFSET
+
+
+def test_a_named_publishers_repeated_ids_are_confirmed_not_stored(sclient, stream):
+    """A publisher declared with a reference: a message whose publishing id is not above the
+    last one stored for the reference (nor above one before it in the same frame) is confirmed
+    and not stored; QueryPublisherSequence answers the last id stored."""
+    assert sclient.query_publisher_sequence("p", stream) == (OK, 0)
+    assert sclient.declare_publisher(1, stream, "p") == OK
+    sclient.publish(1, [(i, amqp(i)) for i in range(1, 11)])
+    assert sclient.wait_confirms(1, range(1, 11)) == {i: OK for i in range(1, 11)}
+    assert sclient.query_publisher_sequence("p", stream) == (OK, 10)
+    sclient.publish(1, [(i, amqp(i)) for i in [*range(5, 16), 14, 16]])
+    assert sclient.wait_confirms(1, range(5, 17)) == {i: OK for i in range(5, 17)}
+    assert sclient.query_publisher_sequence("p", stream) == (OK, 16)
+    assert records_of(sclient, stream, 16) == [f"m{i}" for i in range(1, 17)]
+
+
+def test_a_publisher_sequence_outlives_its_connection(sconnect, stream):
+    """Another connection declaring the same reference later is deduplicated against what
+    the first one stored; an unnamed publisher is not deduplicated."""
+    first = sconnect()
+    assert first.declare_publisher(1, stream, "p") == OK
+    first.publish(1, [(i, amqp(i)) for i in range(1, 6)])
+    assert first.wait_confirms(1, range(1, 6)) == {i: OK for i in range(1, 6)}
+    first.close()
+    second = sconnect()
+    assert second.query_publisher_sequence("p", stream) == (OK, 5)
+    assert second.declare_publisher(1, stream, "p") == OK
+    second.publish(1, [(i, amqp(i)) for i in range(3, 8)])
+    assert second.wait_confirms(1, range(3, 8)) == {i: OK for i in range(3, 8)}
+    assert second.declare_publisher(2, stream) == OK
+    second.publish(2, [(1, amqp(100)), (1, amqp(101))])
+    assert second.wait_confirms(2, [1]) == {1: OK}
+    assert records_of(second, stream, 9) == [f"m{i}" for i in [*range(1, 8), 100, 101]]
+
+
+def test_a_reference_is_declared_once_per_connection_and_stream(sclient, stream):
+    """A second publisher with a reference already declared on this connection for this stream
+    is refused with PRECONDITION_FAILED; the first keeps working."""
+    assert sclient.declare_publisher(1, stream, "p") == OK
+    assert sclient.declare_publisher(2, stream, "p") == PRECONDITION_FAILED
+    sclient.publish(1, [(1, amqp(1))])
+    assert sclient.wait_confirms(1, [1]) == {1: OK}
+
+
+def test_query_publisher_sequence_of_a_missing_stream(sclient, stream):
+    assert sclient.query_publisher_sequence("p", stream + "-missing")[0] == STREAM_DOES_NOT_EXIST
+
+
+def test_a_named_publishers_sub_entry_batches_are_deduplicated_by_their_publishing_id(
+        sclient, stream):
+    """A sub-entry batch is one publishing id: a batch with an id already stored is confirmed
+    and dropped whole."""
+    assert sclient.declare_publisher(1, stream, "b") == OK
+    sclient.publish_sub_batch(1, 1, [amqp(i) for i in range(5)])
+    assert sclient.wait_confirms(1, [1]) == {1: OK}
+    sclient.publish_sub_batch(1, 1, [amqp(i) for i in range(50, 53)], gzip=True)
+    assert sclient.wait_confirms(1, [1]) == {1: OK}
+    sclient.publish_sub_batch(1, 2, [amqp(i) for i in range(5, 8)], gzip=True)
+    assert sclient.wait_confirms(1, [2]) == {2: OK}
+    assert sclient.query_publisher_sequence("b", stream) == (OK, 2)
+    assert records_of(sclient, stream, 8) == [f"m{i}" for i in range(8)]
+
+
+def test_a_new_reference_takes_publishing_id_0(sclient, stream):
+    """A reference with nothing stored takes any first id, 0 too (osiris's writer tracking);
+    QueryPublisherSequence then answers 0, and a second 0 is a duplicate."""
+    assert sclient.declare_publisher(1, stream, "zero") == OK
+    sclient.publish(1, [(0, amqp(0))])
+    assert sclient.wait_confirms(1, [0]) == {0: OK}
+    sclient.publish(1, [(0, amqp(100)), (1, amqp(1))])
+    assert sclient.wait_confirms(1, [0, 1]) == {0: OK, 1: OK}
+    assert sclient.query_publisher_sequence("zero", stream) == (OK, 1)
+    assert records_of(sclient, stream, 2) == ["m0", "m1"]

@@ -140,15 +140,22 @@ class Stream:
                             filter_values: Sequence[FilterValue] | None = None,
                             on_durable: DurableCallback | None = None) -> list[int]:
         """A named publisher's messages, deduplicated as RabbitMQ does: those whose publishing
-        id is above ``query_sequence(reference)`` and above every id before them here are
-        appended, in batches that fit one chunk each (``append_batch(..., writer=)``); the
-        others are dropped. ``on_durable(offset, error)`` runs once what was kept, and
-        everything appended before it, is durable (also when nothing was kept: then confirm
-        the duplicates). Returns the indices of the messages kept."""
+        id is above the last one stored for ``reference`` (any id, 0 too, when none is: as in
+        osiris) and above every id before them here are appended, in batches that fit one
+        chunk each (``append_batch(..., writer=)``); the others are dropped.
+        ``on_durable(offset, error)`` runs once what was kept, and everything appended before
+        it, is durable (also when nothing was kept: then confirm the duplicates). Returns the
+        indices of the messages kept.
+
+        A body may be a ``SubBatchEntry`` (a client's sub-entry batch: one publishing id for
+        its records, as RabbitMQ deduplicates them); the records each batch takes are counted
+        here."""
         n = len(bodies)
         if len(publishing_ids) != n or (filter_values is not None and len(filter_values) != n):
             raise StorageError("publishing_ids and filter_values must have one entry per body")
-        last = self.query_sequence(reference)
+        key = tracking_id(reference, "publisher reference")
+        self._writer.check_tracking()
+        last = self._writer.sequences.get(key, -1)  # as osiris: an unknown one takes any id
         keep: list[int] = []
         for i, pid in enumerate(publishing_ids):
             if pid > last:
@@ -169,9 +176,12 @@ class Stream:
         cuts.append((start, len(keep)))
         for c, (a, b) in enumerate(cuts):
             part = keep[a:b]
-            self.append_batch([bodies[i] for i in part],
+            chosen = [bodies[i] for i in part]
+            records = sum(x.records if type(x) is SubBatchEntry else 1 for x in chosen)
+            self.append_batch(chosen,
                               None if filter_values is None else [filter_values[i] for i in part],
                               on_durable if c == len(cuts) - 1 else None,
+                              records if records != len(chosen) else None,
                               writer=(reference, publishing_ids[part[-1]]))
         return keep
 

@@ -12,9 +12,10 @@ Answers as RabbitMQ 4.2 gives them: PeerProperties says product ``RabbitMQ`` and
 the AMQP listener announces (the Node client enables filtering from 3.13.0 on); Open answers
 with the advertised host and port; Metadata names this broker as the leader of every stream
 that exists; a deleted stream's publishers and subscriptions are dropped and their connection
-gets a MetadataUpdate (``STREAM_NOT_AVAILABLE``). Not (yet) supported: stored offsets
-(QueryOffset answers ``NO_OFFSET``, StoreOffset is ignored), publisher deduplication
-(QueryPublisherSequence answers 0), super streams, single active consumer.
+gets a MetadataUpdate (``STREAM_NOT_AVAILABLE``). Stored offsets and publisher sequences
+(StoreOffset, QueryOffset, QueryPublisherSequence, DeclarePublisher's reference) are
+``amqp_stream.stream.tracking``'s; a named publisher's messages are deduplicated by
+``amqp_stream.stream.publishing``. Not (yet) supported: super streams, single active consumer.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from amqp_stream import __version__
 from amqp_stream.amqp.adapter import RABBITMQ_VERSION
 from amqp_stream.arguments import from_stream_protocol, validate
 from amqp_stream.core import Core
-from amqp_stream.errors import BadRequest, BrokerError, NotFound
+from amqp_stream.errors import BadRequest, BrokerError, NotFound, PreconditionFailed
 from amqp_stream.loop import EventLoop
-from amqp_stream.stream import subscription_filters
+from amqp_stream.stream import subscription_filters, tracking
 from amqp_stream.stream.auth import Authenticator
 from amqp_stream.stream.connection import StreamConnection
 from amqp_stream.stream.consuming import Subscription
@@ -90,7 +91,7 @@ class StreamAdapter:
             f.Subscribe: self._subscribe,
             f.Unsubscribe: self._unsubscribe,
             f.Credit: self._credit,
-            f.StoreOffset: self._nothing,
+            f.StoreOffset: self._store_offset,
             f.QueryOffset: self._query_offset,
             f.Route: self._no_super_stream,
             f.Partitions: self._no_super_stream,
@@ -283,19 +284,34 @@ class StreamAdapter:
         log.info("stream connection %s: super streams are not supported", conn.peer)
         conn.send(f.error_response(frame, ResponseCode.PRECONDITION_FAILED))
 
+    # -- tracking --------------------------------------------------------------------------
+    def _store_offset(self, conn: StreamConnection, frame: f.StoreOffset) -> None:
+        tracking.store_offset(self.core.get(frame.stream), frame.reference, frame.offset,
+                              conn.peer)
+
     def _query_offset(self, conn: StreamConnection, frame: f.QueryOffset) -> None:
-        self.core.stream(frame.stream)
-        conn.send(f.QueryOffsetResponse(frame.correlation_id, ResponseCode.NO_OFFSET, 0))
+        offset = tracking.query_offset(self.core.stream(frame.stream), frame.reference)
+        if offset is None:
+            conn.send(f.QueryOffsetResponse(frame.correlation_id, ResponseCode.NO_OFFSET, 0))
+        else:
+            conn.send(f.QueryOffsetResponse(frame.correlation_id, ResponseCode.OK, offset))
 
     def _query_publisher_sequence(self, conn: StreamConnection,
                                   frame: f.QueryPublisherSequence) -> None:
-        self.core.stream(frame.stream)
-        conn.send(f.QueryPublisherSequenceResponse(frame.correlation_id, ResponseCode.OK, 0))
+        sequence = tracking.query_sequence(self.core.stream(frame.stream), frame.reference)
+        conn.send(f.QueryPublisherSequenceResponse(frame.correlation_id, ResponseCode.OK,
+                                                   sequence))
 
     # -- publishers ------------------------------------------------------------------------
     def _declare_publisher(self, conn: StreamConnection, frame: f.DeclarePublisher) -> None:
         if frame.publisher_id in conn.publishers:
             raise BadRequest(f"publisher {frame.publisher_id} exists")
+        if frame.reference:
+            tracking.check_reference(frame.reference)
+            if any(p.reference == frame.reference and p.entry.name == frame.stream
+                   for p in conn.publishers.values()):  # as RabbitMQ: one per connection
+                raise PreconditionFailed(f"publisher reference {frame.reference!r} is taken "
+                                         f"on {frame.stream!r}")
         entry = self.core.stream(frame.stream)
         config = self.config
         pub = StreamPublisher(conn, frame.publisher_id, frame.reference, entry,
@@ -305,7 +321,8 @@ class StreamAdapter:
         conn.publishers[frame.publisher_id] = pub
         self.core.attach_publisher(entry, pub)
         conn.send(f.Response(Key.DECLARE_PUBLISHER, frame.correlation_id, ResponseCode.OK))
-        log.info("stream publisher %d of %s -> %r", frame.publisher_id, conn.peer, entry.name)
+        log.info("stream publisher %d of %s -> %r%s", frame.publisher_id, conn.peer, entry.name,
+                 f" as {frame.reference!r}" if frame.reference else "")
 
     def _delete_publisher(self, conn: StreamConnection, frame: f.DeletePublisher) -> None:
         pub = conn.publishers.get(frame.publisher_id)

@@ -16,6 +16,15 @@ id is confirmed once the chunk is durable. It is opened once first
 that every reader of the stream can open it too; a batch that cannot be opened, or whose
 record count is wrong, gets a PublishError (``PRECONDITION_FAILED``).
 
+A publisher declared with a reference (a named producer) is deduplicated as RabbitMQ does it
+(``Stream.append_deduplicated``): a message whose publishing id is not above the last one
+stored for that reference on that stream (by any connection, before a restart too; with
+nothing stored any id goes, 0 too), or not above an id before it in the same turn, is confirmed
+and not stored, once what was appended before it is durable: never sooner than the message it
+repeats. The kept ones go in chunks whose trailer
+holds the reference and their last id. A sub-entry batch counts as one message with its
+publishing id, kept or dropped whole (osiris's sequence is per write, as for RabbitMQ).
+
 Memory: the bytes of unconfirmed messages count against the publisher's
 ``max_unconfirmed_bytes`` and the broker's ``publish_budget``; over either, the connection is
 not read (``throttle``) until the disk has caught up, as RabbitMQ blocks a publisher's socket.
@@ -148,18 +157,29 @@ class StreamPublisher:
         def callback(offset: int, error: Exception | None, key: int = key) -> None:
             post(_durable, key, error)
         entry = self.entry
+        stored = held
         try:
             if entry.deleted:
                 raise RuntimeError(f"stream '{entry.name}' was deleted")
-            entry.stream.append_batch(bodies, values, on_durable=callback, records=records)
-        except Exception as exc:
+            if not self.reference:
+                entry.stream.append_batch(bodies, values, on_durable=callback, records=records)
+            else:
+                kept = entry.stream.append_deduplicated(self.reference, bodies, ids, values,
+                                                        callback)
+                if len(kept) < len(bodies):
+                    log.debug("%d duplicate(s) from publisher %r on %r confirmed, not stored",
+                              len(bodies) - len(kept), self.reference, entry.name)
+                    bodies = [bodies[i] for i in kept]  # what the metrics count
+                    records = sum(b.records if type(b) is SubBatchEntry else 1 for b in bodies)
+                    stored = sum(map(len, bodies))
+        except Exception as exc:  # storage refused (closed, writer failed, disk full)
             _batches.pop(key, None)
             self.durable(ids, exc, held)
             return
         m = entry.metrics
         if m is not None:
             m.published_messages.inc(records or len(bodies))
-            m.published_bytes.inc(held)
+            m.published_bytes.inc(stored)
 
     def durable(self, ids: list[int], error: Exception | None, held: int) -> None:
         """On the loop: a batch is durable (or failed)."""

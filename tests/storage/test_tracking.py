@@ -14,6 +14,7 @@ import pytest
 
 from storage import OffsetSpec, Stream, StreamConfig, open_reader
 from storage.errors import StorageError, StreamClosedError
+from storage.format import SubBatchEntry, encode_entries
 from storage.files import index_path, list_files, read_index_records, segment_path
 from storage.tracking import chunk_tracking
 from storage.walk import walk_segment
@@ -384,3 +385,35 @@ def test_append_deduplicated_keeps_what_is_above_and_cuts_chunks(tmp_path):
     trailers = [t for _, _, f, _, t in chunks(tmp_path) if t]
     # 7 kept at most 3 a chunk: 3 chunks, each with the last id it holds
     assert trailers[1:] == [b"\x00\x01p" + v.to_bytes(8, "big") for v in (6, 9, 10)]
+
+
+def test_append_deduplicated_takes_id_0_from_an_unknown_reference(tmp_path):
+    """As osiris: a reference with nothing stored takes any publishing id, 0 too (though
+    query_sequence answers 0 for both "unknown" and "0 stored"); then 0 is a duplicate."""
+    with Stream.open(tmp_path, StreamConfig(fsync="never")) as s:
+        assert s.append_deduplicated("p", [b"a"], [0]) == [0]
+        assert s.append_deduplicated("p", [b"b", b"c"], [0, 1]) == [1]
+        assert s.tracking()[1] == {b"p": 1}
+        s.flush()
+    with open_reader(str(tmp_path), OffsetSpec.first()) as r:
+        assert [bytes(b) for c in r for _, b in c.records] == [b"a", b"c"]
+
+
+def test_append_deduplicated_takes_sub_entry_batches(tmp_path):
+    """A sub-entry batch is one publishing id for its records (as RabbitMQ deduplicates them):
+    a batch whose id was stored is dropped whole; the kept ones take one offset per record."""
+    def batch(*bodies: bytes) -> SubBatchEntry:
+        raw = encode_entries(list(bodies))
+        return SubBatchEntry(0, len(bodies), len(raw), raw)
+    with Stream.open(tmp_path, StreamConfig(fsync="never")) as s:
+        assert s.append_deduplicated("p", [batch(b"a0", b"a1"), b"b", batch(b"c0", b"c1", b"c2")],
+                                     [1, 2, 3]) == [0, 1, 2]
+        s.flush()
+        assert s.next_offset == 6 and s.query_sequence("p") == 3
+        assert s.append_deduplicated("p", [batch(b"x0", b"x1"), batch(b"d0", b"d1")],
+                                     [3, 4]) == [1]
+        s.flush()
+        assert s.next_offset == 8 and s.query_sequence("p") == 4
+    with open_reader(str(tmp_path), OffsetSpec.first()) as r:
+        got = [bytes(b) for c in r for _, b in c.records]
+    assert got == [b"a0", b"a1", b"b", b"c0", b"c1", b"c2", b"d0", b"d1"]

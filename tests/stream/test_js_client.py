@@ -1,7 +1,8 @@
 """The stream listener with rabbitmq-stream-js-client (npm, through Node, like the rhea tests):
 create, publish with and without filter values (confirms), consume from first, from an offset
 and with filter values plus match-unfiltered (the client enables filtering only for a server
-version >= 3.13.0), delete. ``tests/stream/js/client.js`` runs one scenario per call."""
+version >= 3.13.0), a named publisher's retries deduplicated, a consumer's stored offset,
+delete. ``tests/stream/js/client.js`` runs one scenario per call."""
 
 from __future__ import annotations
 
@@ -62,3 +63,27 @@ def test_filter_values_and_match_unfiltered(broker):
                                                      "matchUnfiltered": True, "expect": 6}})
     # chunks of A are not delivered: B's and the one without a value are
     assert out["messages"] == [[5 + i, f"b{i}"] for i in range(5)] + [[10, "plain"]]
+
+
+def test_named_publisher_retries_are_stored_once(broker):
+    stream = f"js-{uuid.uuid4().hex[:8]}"
+    first = run(broker, {"stream": stream, "create": True, "publisherRef": "js-pub",
+                         "publish": [{"content": f"m{i}", "id": i} for i in range(1, 11)]})
+    assert first["confirmed"] == 10 and first["errors"] == [] and first["lastPublishingId"] == 10
+    # a new connection retries 6..10 and goes on to 15: all confirmed, 6..10 not stored again
+    again = run(broker, {"stream": stream, "publisherRef": "js-pub",
+                         "publish": [{"content": f"r{i}", "id": i} for i in range(6, 16)],
+                         "consume": {"offset": "first", "expect": 15}})
+    assert again["confirmed"] == 10 and again["errors"] == [] and again["lastPublishingId"] == 15
+    assert again["messages"] == ([[i - 1, f"m{i}"] for i in range(1, 11)]
+                                 + [[i - 1, f"r{i}"] for i in range(11, 16)])
+
+
+def test_consumer_stores_and_queries_its_offset(broker):
+    stream = f"js-{uuid.uuid4().hex[:8]}"
+    none = run(broker, {"stream": stream, "create": True, "queryOffset": "js-reader",
+                        "publish": [{"content": f"m{i}"} for i in range(5)]})
+    assert none["offset"] is None
+    run(broker, {"stream": stream, "consume": {"offset": "first", "expect": 5, "ref": "js-reader",
+                                               "store": 3}})
+    assert run(broker, {"stream": stream, "queryOffset": "js-reader"})["offset"] == 3

@@ -1,8 +1,10 @@
 // One scenario of rabbitmq-stream-js-client against the broker's stream listener, driven by a
 // JSON spec (argv[2]); prints one JSON line with what the client saw.
-// spec: {port, stream, create?, filtered?, publish?: [{content, value?}],
+// spec: {port, stream, create?, filtered?, publisherRef?, publish?: [{content, value?, id?}],
 //        consume?: {offset: "first"|"next"|["offset", n],
-//                   values?, matchUnfiltered?, expect}, delete?}
+//                   values?, matchUnfiltered?, expect, ref?, store?}, queryOffset?, delete?}
+// id: the publishing id (basicSend); ref and store: the consumer's name and an offset it
+// stores; queryOffset: a consumer name whose stored offset to ask (null when none).
 // The consumer is closed before a delete: the client hangs in close() when its own live
 // consumer got the MetadataUpdate of the deletion (seen with 1.0.0).
 const rabbit = require("rabbitmq-stream-js-client")
@@ -17,7 +19,7 @@ async function main() {
     if (spec.create) await client.createStream({ stream: spec.stream, arguments: {} })
     if (spec.publish) {
       const publisher = await client.declarePublisher(
-        { stream: spec.stream },
+        spec.publisherRef ? { stream: spec.stream, publisherRef: spec.publisherRef } : { stream: spec.stream },
         spec.filtered ? (msg) => (msg.applicationProperties || {}).v : undefined)
       const done = new Promise((resolve) => {
         publisher.on("publish_confirm", (err, ids) => {
@@ -28,16 +30,19 @@ async function main() {
       })
       for (const m of spec.publish) {
         const opts = m.value === undefined ? {} : { applicationProperties: { v: m.value } }
-        await publisher.send(Buffer.from(m.content), opts)
+        if (m.id === undefined) await publisher.send(Buffer.from(m.content), opts)
+        else await publisher.basicSend(BigInt(m.id), Buffer.from(m.content), opts)
       }
       await publisher.flush()
       await done
+      if (spec.publisherRef) out.lastPublishingId = Number(await publisher.getLastPublishingId())
     }
     if (spec.consume) {
       const c = spec.consume
       const offset = c.offset === "first" ? rabbit.Offset.first()
         : c.offset === "next" ? rabbit.Offset.next() : rabbit.Offset.offset(BigInt(c.offset[1]))
       const params = { stream: spec.stream, offset }
+      if (c.ref) params.consumerRef = c.ref
       if (c.values) {
         params.filter = { values: c.values, matchUnfiltered: !!c.matchUnfiltered,
                           postFilterFunc: (msg) => true }
@@ -51,7 +56,16 @@ async function main() {
         }).then((created) => { consumer = created }).catch(reject)
       })
       while (consumer === undefined) await new Promise((r) => setTimeout(r, 10))
+      if (c.store !== undefined) await consumer.storeOffset(BigInt(c.store))
       await consumer.close()
+    }
+    if (spec.queryOffset) {
+      try {
+        out.offset = Number(await client.queryOffset({ reference: spec.queryOffset, stream: spec.stream }))
+      } catch (e) {
+        out.offset = null
+        out.queryError = String(e && e.message || e)
+      }
     }
     if (spec.delete) await client.deleteStream({ stream: spec.stream })
   } finally {
