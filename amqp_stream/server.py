@@ -93,16 +93,8 @@ class Broker:
             self._close_storage()
             return 1
         host, port = self.config.host, self.config.port
-        scheme = "amqps" if self.adapter.ssl_domain is not None else "amqp"
-        try:
-            self.eloop.listen(host, port, self.adapter.accept, "amqp")
-        except OSError as exc:
-            log.error("cannot listen on %s:%d: %s", host, port, exc.strerror or exc)
-            self._close_storage()
-            return 1
-        log.info("listening on %s://%s:%d as %s (%s loop, open-file limit %d, max_connections %d)",
-                 scheme, host, port, self.container_id, type(self.eloop.loop).__module__,
-                 fd_limit, self.config.max_connections)
+        # the stream listeners first: whoever sees the AMQP port open (a test, a supervisor)
+        # finds every port open
         streams = [("rabbitmq-stream", self.config.stream_port, self.stream_adapter.accept)]
         if self.stream_adapter.tls_context is not None:
             streams.append(("rabbitmq-stream+tls", self.config.stream_tls_port,
@@ -118,6 +110,16 @@ class Broker:
                 return 1
             log.info("listening on %s://%s:%d (advertised as %s:%d)", name, host, stream_port,
                      self.stream_adapter.advertised_host, self.stream_adapter.advertised_port)
+        scheme = "amqps" if self.adapter.ssl_domain is not None else "amqp"
+        try:
+            self.eloop.listen(host, port, self.adapter.accept, "amqp")
+        except OSError as exc:
+            log.error("cannot listen on %s:%d: %s", host, port, exc.strerror or exc)
+            self._close_storage()
+            return 1
+        log.info("listening on %s://%s:%d as %s (%s loop, open-file limit %d, max_connections %d)",
+                 scheme, host, port, self.container_id, type(self.eloop.loop).__module__,
+                 fd_limit, self.config.max_connections)
         loop = self.eloop.loop
         gc.disable()
         loop.add_signal_handler(signal.SIGTERM, self.shutdown)

@@ -34,6 +34,7 @@ class RabbitMQNode:
         self.tmp = Path(tempfile.mkdtemp(prefix="bench-rabbitmq-"))
         self.name = f"bench{os.getpid()}@localhost"
         self.proc: subprocess.Popen | None = None
+        self.epmd_before: set[int] = set()
 
     @staticmethod
     def available() -> bool:
@@ -66,6 +67,7 @@ class RabbitMQNode:
                    RABBITMQ_LOG_BASE=str(self.tmp / "log"),
                    RABBITMQ_ADVANCED_CONFIG_FILE=str(self.tmp / "advanced.config"),
                    ERL_EPMD_ADDRESS="127.0.0.1")
+        self.epmd_before = set(_pids("epmd"))  # an epmd this node starts is stopped with it
         self.log = open(self.tmp / "server.out", "wb")
         self.proc = subprocess.Popen([SERVER], env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
@@ -91,8 +93,12 @@ class RabbitMQNode:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
-        # epmd outlives the node; it was started for this node on loopback only
-        subprocess.run(["pkill", "-f", "epmd -daemon"], capture_output=True)
+        # epmd outlives the node: stop the one it started (on loopback), never another's
+        for pid in set(_pids("epmd")) - self.epmd_before:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def __enter__(self) -> "RabbitMQNode":
@@ -100,3 +106,8 @@ class RabbitMQNode:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _pids(name: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-x", name], capture_output=True, text=True).stdout.split()
+    return [int(p) for p in out]
