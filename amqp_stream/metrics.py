@@ -72,6 +72,20 @@ class StreamMetrics:
         if self._metrics is not None:
             self._metrics.publish_rejected(self._name, reason, count)
 
+    def count_reads(self, before: tuple[int, int, int], stats: Any) -> tuple[int, int, int]:
+        """Add what a storage reader did since ``before`` (its ``stats``: chunks read, chunks
+        skipped, bytes read) to this stream's counters; returns the new ``before``. Consumers
+        of every protocol call it once per turn."""
+        now = (stats.chunks_read, stats.chunks_skipped, stats.bytes_read)
+        if now != before:
+            if now[0] - before[0]:
+                self.chunks_read.inc(now[0] - before[0])
+            if now[1] - before[1]:
+                self.chunks_skipped.inc(now[1] - before[1])
+            if now[2] - before[2]:
+                self.read_bytes.inc(now[2] - before[2])
+        return now
+
 
 class _StreamStateCollector:
     """Segment files and consumer lag per stream, computed at scrape time from the snapshot."""

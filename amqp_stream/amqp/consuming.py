@@ -204,15 +204,4 @@ class Consumer:
             m.delivered_bytes.inc(delivered_bytes)
         if dropped:
             m.stage2_dropped_messages.inc(dropped)
-        stats = getattr(self.reader, "stats", None)
-        if stats is not None:
-            now = (stats.chunks_read, stats.chunks_skipped, stats.bytes_read)
-            before = self._stats
-            if now != before:
-                if now[0] - before[0]:
-                    m.chunks_read.inc(now[0] - before[0])
-                if now[1] - before[1]:
-                    m.chunks_skipped.inc(now[1] - before[1])
-                if now[2] - before[2]:
-                    m.read_bytes.inc(now[2] - before[2])
-                self._stats = now
+        self._stats = m.count_reads(self._stats, self.reader.stats)

@@ -216,14 +216,4 @@ class Subscription:
         if records:
             m.delivered_messages.inc(records)
             m.delivered_bytes.inc(nbytes)
-        stats = self.reader.stats
-        now = (stats.chunks_read, stats.chunks_skipped, stats.bytes_read)
-        before = self._stats
-        if now != before:
-            if now[0] - before[0]:
-                m.chunks_read.inc(now[0] - before[0])
-            if now[1] - before[1]:
-                m.chunks_skipped.inc(now[1] - before[1])
-            if now[2] - before[2]:
-                m.read_bytes.inc(now[2] - before[2])
-            self._stats = now
+        self._stats = m.count_reads(self._stats, self.reader.stats)
