@@ -4,7 +4,7 @@ STAMP := $(VENV)/.bootstrapped
 
 .PHONY: serve test lint bench install clean
 
-$(STAMP): setup.cfg pyproject.toml scripts/bootstrap $(wildcard tests/js/package.json)
+$(STAMP): setup.cfg pyproject.toml scripts/bootstrap $(wildcard tests/js/package*.json tests/stream/js/package*.json)
 	scripts/bootstrap
 	touch $@
 
