@@ -82,6 +82,10 @@ class Mailbox:
 
     def post(self, fn: Callable[..., None], *args: Any) -> None:
         self.calls.append((fn, args))  # append first, then look at the flag (see drain)
+        self.wake()
+
+    def wake(self) -> None:
+        """From any thread: make the loop drain (and run ``after``) soon, once per batch."""
         if not self.signalled:
             self.signalled = True
             try:
@@ -251,6 +255,7 @@ class SocketConnection:
         self.closed = False
         self.eof = False  # the peer shut its side
         self.bytes_in = 0  # bytes read so far (0: a port probe, or a client gone at once)
+        self.throttled: set[Any] = set()  # publishers over their byte bound: input paused
         self.handshake_timer: asyncio.TimerHandle | None = None
         self.linger_timer: asyncio.TimerHandle | None = None
         self.timer: asyncio.TimerHandle | None = None  # the engine's next deadline
@@ -313,6 +318,17 @@ class SocketConnection:
         if not self.reading and not self.closed and not self.eof:
             self.loop.add_reader(self.fd, self._on_readable)
             self.reading = True
+
+    def throttle(self, owner: Any, on: bool) -> None:
+        """``owner`` (a publisher holding too many bytes) holds back this connection's input
+        (``on``) or lets it go; the socket is read only while no owner holds it back."""
+        if on:
+            self.throttled.add(owner)
+            self.pause_reading()
+        else:
+            self.throttled.discard(owner)
+            if not self.throttled:
+                self.resume_reading()
 
     def pause_reading(self) -> None:
         if self.reading:

@@ -144,7 +144,7 @@ class ManagementLink:
 class ConnState:
     """What this broker knows of one AMQP connection."""
 
-    __slots__ = ("io", "name", "opened", "links", "blocked", "throttled")
+    __slots__ = ("io", "name", "opened", "links", "blocked")
 
     def __init__(self, io: AmqpConnection):
         self.io = io
@@ -152,7 +152,6 @@ class ConnState:
         self.opened = False
         self.links: dict[Any, Any] = {}  # link pointer -> Publisher | Consumer | ManagementLink
         self.blocked: set[Consumer] = set()  # consumers waiting for the socket to take more
-        self.throttled: set[Publisher] = set()  # publishers over their bytes: input paused
 
 
 class Adapter:
@@ -225,16 +224,8 @@ class Adapter:
     def failed(self, io: AmqpConnection, exc: Exception) -> None:
         """A bug while handling ``io``: close it with ``amqp:internal-error``; if even that
         fails, drop the socket."""
-        try:
-            conn = io.connection
-            if conn is not None and not conn.state & LOCAL_CLOSED:
-                conn.condition = Condition("amqp:internal-error", f"{type(exc).__name__}: {exc}")
-                conn.close()
-            self.to_write.add(io)
-            self.process()
-        except Exception:
-            log.exception("closing connection %s after an error", io.peer)
-            io.close()
+        self.failed_later(io, exc)
+        self.process()
 
     def close_all(self, condition: str, description: str) -> None:
         for state in list(self.states.values()):
@@ -312,6 +303,7 @@ class Adapter:
                 _pop(col)
 
     def failed_later(self, io: AmqpConnection, exc: Exception) -> None:
+        """``failed`` without writing now (from inside ``process``)."""
         conn = io.connection
         try:
             if conn is not None and not conn.state & LOCAL_CLOSED:
@@ -475,7 +467,7 @@ class Adapter:
         publisher = Publisher(link, entry, credit, self.config.max_message_size,
                               self.core.mailbox.post, self.core.mark_dirty, lookup=self.core.get,
                               end=lambda error, s=state, p=link._impl: self._end_link(s, p, error),
-                              throttle=lambda pub, on, s=state: self._throttle(s, pub, on),
+                              throttle=state.io.throttle,
                               reference=reference)
         self._register(state, link, publisher)
         self.core.attach_publisher(entry, publisher)
@@ -547,17 +539,6 @@ class Adapter:
             consumer.scheduled = False
             self.eloop.loop.call_soon(self._turn, consumer)
 
-    def _throttle(self, state: ConnState, publisher: Publisher, on: bool) -> None:
-        """A publisher holds too many bytes (``on``) or is back under: the connection is read
-        only while none of its publishers is over."""
-        if on:
-            state.throttled.add(publisher)
-            state.io.pause_reading()
-        else:
-            state.throttled.discard(publisher)
-            if not state.throttled and not state.io.closed:
-                state.io.resume_reading()
-
     def _link_flow(self, event: Any) -> None:
         obj = self.links.get(_ev_link(event))
         if isinstance(obj, Consumer) and not obj.scheduled:
@@ -585,8 +566,8 @@ class Adapter:
                 log.info("consumer detached: %s link %s from stream %r", state.name,
                          _name_of(obj.link), obj.entry.name)
         elif isinstance(obj, Publisher):
-            if obj in state.throttled:
-                self._throttle(state, obj, False)
+            if obj in state.io.throttled:
+                state.io.throttle(obj, False)
             if not obj.closed:
                 obj.close()
                 self.core.detach_publisher(obj.entry, obj)

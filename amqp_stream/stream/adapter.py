@@ -339,9 +339,7 @@ class StreamAdapter:
         if not pub.closed:
             if pub.throttled:
                 pub.throttled = False
-                conn.throttled.discard(pub)
-                if not conn.throttled and not conn.closed and not conn.finishing:
-                    conn.resume_reading()
+                conn.throttle(pub, False)
             pub.close()
             self.core.detach_publisher(pub.entry, pub)
 

@@ -73,7 +73,6 @@ class StreamConnection(SocketConnection):
         self.publishers: dict[int, Any] = {}
         self.subscriptions: dict[int, Any] = {}
         self.blocked: set[Any] = set()  # subscriptions waiting for the socket
-        self.throttled: set[Any] = set()  # publishers over their bytes: input paused
         self.last_read = self.last_write = self.loop.time()
 
     # -- input -----------------------------------------------------------------------------
@@ -139,15 +138,20 @@ class StreamConnection(SocketConnection):
 
     def queue_file(self, fd: int, pos: int, length: int) -> None:
         """Queue ``length`` bytes of ``fd`` from ``pos`` after what is queued, and write now
-        (the descriptor is only guaranteed until the caller's next read)."""
+        (the descriptor is only guaranteed until the caller's next read; a range still queued
+        after this call holds its own). TLS reads the range when it encrypts it."""
         self.pending += length
-        if self.buf:
-            self.out.append(self.buf)
-            self.buf = bytearray()
-        self.out.append(FileRange(fd, pos, length))
+        self._take_buf().append(FileRange(fd, pos, length))
         self.write()
         if self.out and not self.closed:
             self._own_files()
+
+    def _take_buf(self) -> Any:
+        """The output queue, with this turn's small frames appended to it as one buffer."""
+        if self.buf:
+            self.out.append(self.buf)
+            self.buf = bytearray()
+        return self.out
 
     def _own_files(self) -> None:
         for item in self.out:
@@ -164,10 +168,7 @@ class StreamConnection(SocketConnection):
     def write(self, writable: bool = False) -> None:
         if self.closed or (self.writing and not writable):
             return
-        out = self.out
-        if self.buf:
-            out.append(self.buf)
-            self.buf = bytearray()
+        out = self._take_buf()
         sock = self.sock
         sent = 0
         try:

@@ -204,8 +204,7 @@ class StreamPublisher:
     def _throttle(self) -> None:
         if not self.throttled and not self.closed:
             self.throttled = True
-            self.conn.throttled.add(self)
-            self.conn.pause_reading()
+            self.conn.throttle(self, True)
         if self.budget.over:
             self.budget.waiting[self] = self._recheck
 
@@ -214,9 +213,6 @@ class StreamPublisher:
             return
         if self.held < self.max_bytes and not self.budget.over:
             self.throttled = False
-            conn = self.conn
-            conn.throttled.discard(self)
-            if not conn.throttled and not conn.closed and not conn.finishing:
-                conn.resume_reading()
+            self.conn.throttle(self, False)
         elif self.budget.over:
             self.budget.waiting[self] = self._recheck
