@@ -72,24 +72,9 @@ class TlsStreamConnection(StreamConnection):
         self.process()
 
     # -- output ----------------------------------------------------------------------------
-    def queue_file(self, fd: int, pos: int, length: int) -> None:
-        """As on a plain connection, but the range is read into memory when it is encrypted
-        (``write``); a range still queued after this call holds its own descriptor."""
-        self.pending += length
-        if self.buf:
-            self.out.append(self.buf)
-            self.buf = bytearray()
-        self.out.append(FileRange(fd, pos, length))
-        self.write()
-        if self.out and not self.closed:
-            self._own_files()
-
     def _encrypt(self) -> None:
         """Move queued plaintext into ``cipher`` until ``MAX_CIPHER`` bytes wait."""
-        out = self.out
-        if self.buf:
-            out.append(self.buf)
-            self.buf = bytearray()
+        out = self._take_buf()
         tls = self.tls
         while out and len(self.cipher) < MAX_CIPHER:
             item = out[0]
