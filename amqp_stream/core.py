@@ -213,10 +213,8 @@ class Core:
     # -- wake-ups --------------------------------------------------------------------------
     def _on_moved(self, name: str) -> None:
         """From a writer thread: the committed end of ``name`` moved."""
-        self.moved.append(name)
-        mailbox = self.mailbox
-        if not mailbox.signalled:
-            mailbox.post(_nothing)
+        self.moved.append(name)  # first, then wake: the drain's ``after`` reads it
+        self.mailbox.wake()
 
     def after_mailbox(self) -> None:
         """On the loop, after a mailbox batch (writers' callbacks): wake the consumers of every
@@ -236,7 +234,3 @@ class Core:
             if entry is not None:
                 for consumer in list(entry.consumers):
                     consumer.wake()
-
-
-def _nothing() -> None:
-    """A mailbox post that only wakes the loop (the names wait in ``Core.moved``)."""
