@@ -15,6 +15,7 @@ import sys
 import time
 
 from storage import OffsetSpec, Stream, open_reader
+from tests.storage.test_crash import wait_ready
 from tests.storage.tracking_writer import CONFIG, CONSUMERS, PUBLISHERS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -34,16 +35,6 @@ def durable_reports(path) -> tuple[dict[str, int], dict[str, int], int]:
                 offsets[rest[0]] = max(offsets.get(rest[0], 0), int(rest[1]))
             n += kind != "ready"
     return seqs, offsets, n
-
-
-def wait_ready(path, proc, timeout=30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if os.path.exists(path) and b"ready" in open(path, "rb").read():
-            return
-        assert proc.poll() is None, "writer died before it was ready"
-        time.sleep(0.01)
-    raise AssertionError("writer not ready")
 
 
 def test_sigkilled_writer_keeps_every_durable_offset_and_sequence_and_never_duplicates(tmp_path):
