@@ -58,6 +58,7 @@ class BrokerConfig:
     stream_tls_port: int = 5551
     stream_advertised_host: str | None = None
     stream_advertised_port: int = 0
+    auth_failure_delay: float = 3.0
 
     def __post_init__(self) -> None:
         check(self)
@@ -98,6 +99,9 @@ HELP: dict[str, str] = {
     "stream_advertised_host": "host stream clients are told to connect to (Open, Metadata); "
                               "default: --host, or this machine's name when --host is a wildcard",
     "stream_advertised_port": "port stream clients are told to connect to (0 = --stream-port)",
+    "auth_failure_delay": "seconds a stream client waits for the answer to a failed login or an "
+                          "unknown vhost before its connection is closed (RabbitMQ: 3; slows "
+                          "password guessing; 0 = at once; the handshake timeout still applies)",
 }
 
 # CLI flag names that differ from the field name
@@ -192,6 +196,8 @@ def check(config: BrokerConfig) -> None:
         raise ConfigError("handshake_timeout must be > 0 seconds")
     if config.idle_timeout < 0:
         raise ConfigError("idle_timeout must be >= 0 seconds (0 = off)")
+    if config.auth_failure_delay < 0:
+        raise ConfigError("auth_failure_delay must be >= 0 seconds (0 = answer at once)")
     if (config.tls_cert is None) != (config.tls_key is None):
         raise ConfigError("--tls-cert and --tls-key go together")
 

@@ -193,20 +193,42 @@ class StreamAdapter:
 
     def _sasl_authenticate(self, conn: StreamConnection, frame: f.SaslAuthenticate) -> None:
         code, user = self.auth.check(frame.mechanism, frame.data, conn.peer_address)
-        if code != ResponseCode.OK:
+        if code not in (ResponseCode.OK, ResponseCode.SASL_CHALLENGE):
             log.info("stream connection %s: authentication failed (%s, code %d)", conn.peer,
                      frame.mechanism, code)
-        elif conn.user is not None and user != conn.user:
-            code = ResponseCode.SASL_CANNOT_CHANGE_USERNAME
-        else:
-            conn.user = user
+            self._refuse_later(conn, f.SaslAuthenticateResponse(frame.correlation_id, code))
+            return
+        if code == ResponseCode.OK:
+            if conn.user is not None and user != conn.user:
+                code = ResponseCode.SASL_CANNOT_CHANGE_USERNAME
+            else:
+                conn.user = user
         conn.send(f.SaslAuthenticateResponse(frame.correlation_id, code))
+
+    def _refuse_later(self, conn: StreamConnection, answer: f.Frame) -> None:
+        """RabbitMQ's silent close delay: a refused login (or vhost) is answered after
+        ``auth_failure_delay`` seconds, the connection unread meanwhile, then closed (the
+        answer ends the protocol state); a client that guesses passwords gets one guess per
+        delay per connection."""
+        delay = self.config.auth_failure_delay
+        if delay <= 0:
+            conn.send(answer)
+            return
+        conn.throttle(self, True)
+
+        def answer_now() -> None:
+            if not conn.closed:
+                conn.send(answer)
+                conn.write()
+
+        conn.loop.call_later(delay, answer_now)
 
     def _open(self, conn: StreamConnection, frame: f.Open) -> None:
         if frame.virtual_host != "/":
             log.info("stream connection %s refused: vhost %r does not exist", conn.peer,
                      frame.virtual_host)
-            conn.send(f.OpenResponse(frame.correlation_id, ResponseCode.VHOST_ACCESS_FAILURE))
+            self._refuse_later(conn, f.OpenResponse(frame.correlation_id,
+                                                    ResponseCode.VHOST_ACCESS_FAILURE))
             return
         conn.send(f.OpenResponse(frame.correlation_id, ResponseCode.OK, {
             "advertised_host": self.advertised_host,
