@@ -86,6 +86,7 @@ class StreamClient:
         self._skip = 0  # bytes of a chunk still to come, not looked at
         self._credits: dict[int, int] = {}  # subscription -> credit to give back per chunk
         self.gone: set[str] = set()  # streams the broker said were deleted (MetadataUpdate)
+        self.server_properties: dict[str, str] = {}
         self._waiting: int | None = None  # the correlation id of the request in flight
         self._answer: object = None
         self._tune: Tune | None = None
@@ -128,8 +129,9 @@ class StreamClient:
 
     def _handshake(self, user: str, password: str, vhost: str) -> None:
         corr = self._next_corr()
-        self._check(self._request(PeerProperties(corr, {"product": "amqp-stream perf"}), corr),
-                    "peer properties")
+        answer = self._request(PeerProperties(corr, {"product": "amqp-stream perf"}), corr)
+        self._check(answer, "peer properties")
+        self.server_properties = dict(getattr(answer, "properties", {}))
         corr = self._next_corr()
         mechanisms = getattr(self._request(SaslHandshake(corr), corr), "mechanisms", ())
         if "PLAIN" not in mechanisms:
@@ -143,6 +145,16 @@ class StreamClient:
         self._send(Tune(self._tune.frame_max, 0))  # type: ignore[unreachable]
         corr = self._next_corr()
         self._check(self._request(Open(corr, vhost), corr), f"open vhost {vhost!r}")
+
+    @property
+    def filtering(self) -> bool:
+        """Whether the broker knows stream filtering (Publish v2, ``filter.N``): RabbitMQ 3.13
+        and later, as the Node client decides it from the version it is told."""
+        try:
+            version = tuple(int(x) for x in self.server_properties.get("version", "").split(".")[:2])
+        except ValueError:
+            return False
+        return version >= (3, 13)
 
     def create(self, stream: str, arguments: Mapping[str, str] | None = None) -> bool:
         """Create ``stream``; False when it existed already."""

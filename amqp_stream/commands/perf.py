@@ -233,8 +233,7 @@ def run(args: argparse.Namespace) -> int:
             from amqp_stream.commands import perf_stream  # it imports this module
 
             producer, consumer = perf_stream.producer, perf_stream.consumer
-            if args.producers:
-                perf_stream.declare(args)
+            perf_stream.declare(args)
             available = perf_stream.available(args)
         else:
             with open_client(args) as admin:

@@ -60,8 +60,17 @@ def _client(args: Any, **kwargs: Any) -> StreamClient:
 
 
 def declare(args: Any) -> None:
+    """Create the stream; check that the broker can filter when filters are asked for (RabbitMQ
+    before 3.13 cannot: Publish v2 is an unknown frame there, ``filter.N`` is ignored)."""
     with _client(args) as c:
-        c.create(args.stream)
+        if (args.filter_values or args.consumer_filter) and not c.filtering:
+            product = f"{c.server_properties.get('product', '?')} {c.server_properties.get('version', '?')}"
+            if not args.allow_missing_filters:
+                raise ClientError(f"the broker ({product}) has no stream filtering (RabbitMQ 3.13+); "
+                                  "--allow-missing-filters runs without filter values")
+            args.filter_values, args.consumer_filter = 0, []
+        if args.producers:
+            c.create(args.stream)
 
 
 def delete(args: Any) -> None:
