@@ -41,6 +41,7 @@ _CONFIRM_COUNT = struct.Struct(">Bi")  # publisher id, count (the ids follow)
 _CREDIT = struct.Struct(">IHHBH")  # a whole Credit frame
 _RESPONSE = 0x8000
 _CHUNK_RECORDS = struct.Struct(">I")  # 4 bytes into the chunk header
+_CHUNK_ID = struct.Struct(">Q")  # 24 bytes into the chunk header
 
 
 def parse_stream_url(url: str) -> tuple[str, int, str | None, str | None, str]:
@@ -69,7 +70,8 @@ def publish_frame(publisher_id: int, messages: Sequence[tuple[int, str | None, b
 class StreamClient:
     """One connection. Requests (create, subscribe...) block for their response; ``pump``
     reads what came and counts it: ``confirmed``, ``errors`` (messages refused),
-    ``records`` and ``chunks`` delivered, ``gone`` (deleted streams)."""
+    ``records`` and ``chunks`` delivered, ``end`` (the offset after the last record delivered),
+    ``gone`` (deleted streams)."""
 
     def __init__(self, url: str = DEFAULT_STREAM_URL, *, user: str | None = None,
                  password: str | None = None, timeout: float = 30.0,
@@ -80,6 +82,7 @@ class StreamClient:
         self.timeout = timeout
         self.on_chunk = on_chunk
         self.confirmed = self.errors = self.records = self.chunks = self.received = 0
+        self.end = 0  # the offset after the last record of the chunks delivered so far
         self._corr = 0
         self._space = memoryview(bytearray(READ_SIZE))
         self._carry = b""  # the start of a frame cut by the end of a read
@@ -247,10 +250,12 @@ class StreamClient:
             size, key, version = _HEAD.unpack_from(buf, pos)
             if key == Key.DELIVER and self.on_chunk is None:
                 head = 9 + (8 if version == 2 else 0)  # size, key, version, subscription (+ id)
-                if left < head + 8:
+                if left < head + 32:
                     break
                 sub = buf[pos + 8]
-                self.records += _CHUNK_RECORDS.unpack_from(buf, pos + head + 4)[0]
+                records = _CHUNK_RECORDS.unpack_from(buf, pos + head + 4)[0]
+                self.records += records
+                self.end = max(self.end, _CHUNK_ID.unpack_from(buf, pos + head + 24)[0] + records)
                 self.chunks += 1
                 credits[sub] = credits.get(sub, 0) + 1
                 end = pos + 4 + size
@@ -265,7 +270,9 @@ class StreamClient:
             if key == Key.DELIVER:
                 head = 9 + (8 if version == 2 else 0)
                 sub = buf[pos + 8]
-                self.records += _CHUNK_RECORDS.unpack_from(buf, pos + head + 4)[0]
+                records = _CHUNK_RECORDS.unpack_from(buf, pos + head + 4)[0]
+                self.records += records
+                self.end = max(self.end, _CHUNK_ID.unpack_from(buf, pos + head + 24)[0] + records)
                 self.chunks += 1
                 credits[sub] = credits.get(sub, 0) + 1
                 assert self.on_chunk is not None
