@@ -58,6 +58,8 @@ class BrokerConfig:
     stream_tls_port: int = 5551
     stream_advertised_host: str | None = None
     stream_advertised_port: int = 0
+    offset_store_every: int = 1000
+    offset_store_interval_ms: int = 1000
 
     def __post_init__(self) -> None:
         check(self)
@@ -98,6 +100,10 @@ HELP: dict[str, str] = {
     "stream_advertised_host": "host stream clients are told to connect to (Open, Metadata); "
                               "default: --host, or this machine's name when --host is a wildcard",
     "stream_advertised_port": "port stream clients are told to connect to (0 = --stream-port)",
+    "offset_store_every": "a named AMQP consumer's offset is stored every N accepted settlements "
+                          "(also every --offset-store-interval-ms and at detach; 0 = not by count)",
+    "offset_store_interval_ms": "a named AMQP consumer's offset is stored this many ms after a "
+                                "settlement moved it, if not stored since (0 = no timer)",
 }
 
 # CLI flag names that differ from the field name
@@ -192,6 +198,8 @@ def check(config: BrokerConfig) -> None:
         raise ConfigError("handshake_timeout must be > 0 seconds")
     if config.idle_timeout < 0:
         raise ConfigError("idle_timeout must be >= 0 seconds (0 = off)")
+    if config.offset_store_every < 0 or config.offset_store_interval_ms < 0:
+        raise ConfigError("offset_store_every and offset_store_interval_ms must be >= 0 (0 = off)")
     if (config.tls_cert is None) != (config.tls_key is None):
         raise ConfigError("--tls-cert and --tls-key go together")
 
