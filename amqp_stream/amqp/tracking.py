@@ -7,16 +7,16 @@ addresses because some clients (RabbitMQ's official Python AMQP 1.0 client) let 
 address but not the attach properties.
 
 Publishers: a publisher link that names itself (the attach property ``PUBLISHER_REFERENCE``,
-1..255 bytes of UTF-8, or the target address ``/queues/<stream>/publishers/<reference>``) and numbers its messages (the message annotation ``PUBLISHING_ID``, a
-ulong, strictly increasing) gets what the stream protocol gives a named producer: a message
-whose id is not above the last one stored for that reference on that stream is accepted and
-not stored. The check runs when a reactor turn's messages are handed to storage
-(``Publisher``'s flush) with ``Stream.append_deduplicated``: against the stream's last stored
-id (the state as appended, so messages of earlier turns still on their way to the disk
-count), the kept ones written with their reference and last id in their chunk's trailer. The
-duplicates are settled with their turn's batch (accepted once it is durable; when a turn holds
-nothing else, once everything appended before is durable): never sooner than the message they
-duplicate.
+1..255 bytes of UTF-8, or the target address ``/queues/<stream>/publishers/<reference>``) and
+numbers its messages (the message annotation ``PUBLISHING_ID``, a ulong, strictly increasing)
+gets what the stream protocol gives a named producer: a message whose id is not above the last
+one stored for that reference on that stream is accepted and not stored. The check runs when a
+reactor turn's messages are handed to storage (``Publisher``'s flush) with
+``Stream.append_deduplicated``: against the stream's last stored id (the state as appended, so
+messages of earlier turns still on their way to the disk count), the kept ones written with
+their reference and last id in their chunk's trailer. The duplicates are settled with their
+turn's batch (accepted once it is durable; when a turn holds nothing else, once everything
+appended before is durable): never sooner than the message they duplicate.
 
 Consumers: a consumer link that names itself (the attach property ``CONSUMER_NAME``, or the
 source address ``/queues/<stream>/consumers/<name>``) starts
@@ -42,7 +42,8 @@ from amqp_stream.errors import BadRequest, InternalError
 from amqp_stream.wire import MessageFormatError, MessageView
 
 __all__ = ["PUBLISHER_REFERENCE", "PUBLISHING_ID", "CONSUMER_NAME", "StorePolicy",
-           "publisher_reference", "consumer_name", "publishing_id", "ConsumerOffsets"]
+           "publisher_reference", "consumer_name", "publishing_id", "ConsumerOffsets",
+           "resume_offset", "listing"]
 
 PUBLISHER_REFERENCE = "x-publisher-reference"  # attach property (symbol key, string value)
 PUBLISHING_ID = "x-publishing-id"  # message annotation (symbol key, ulong value)
@@ -119,6 +120,29 @@ class StorePolicy:
     every: int = 1000
     interval_ms: int = 1000
     call_later: Callable[[float, Callable[[], None]], Any] | None = None
+
+
+def resume_offset(stream: Any, spec: OffsetSpec) -> int:
+    """The offset a consumer starting at ``spec`` reads first, resolved as the stream is now:
+    ``first`` the first offset kept, ``last`` the last chunk's, ``next`` the committed end,
+    an offset itself (within first..end), a timestamp the first chunk written at or after it
+    (storage's reader decides, as for a link's start)."""
+    if spec.kind == "offset":
+        return min(max(int(spec.value), stream.first_offset), stream.next_offset)
+    reader = stream.reader(spec)
+    try:
+        return int(reader.position)
+    finally:
+        reader.close()
+
+
+def listing(stream: Any) -> dict[str, dict[str, int]]:
+    """A stream's tracking state for a listing: ``{"offsets": {consumer name: stored offset},
+    "sequences": {publisher reference: last publishing id}}`` (names as UTF-8 text; a name
+    written by another broker that is not UTF-8 shows with replacement characters)."""
+    offsets, sequences = stream.tracking()
+    return {"offsets": {k.decode("utf-8", "replace"): v for k, v in sorted(offsets.items())},
+            "sequences": {k.decode("utf-8", "replace"): v for k, v in sorted(sequences.items())}}
 
 
 class ConsumerOffsets:

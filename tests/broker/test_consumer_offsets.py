@@ -14,7 +14,7 @@ from proton import Message, symbol
 from proton.reactor import LinkOption
 
 from amqp_stream.testing import BrokerProcess
-from tests.broker.amqp import Client, RawFilter, annotations, offset
+from tests.broker.amqp import Client, LinkDetached, RawFilter, annotations, offset
 from tests.polling import wait_for
 
 FIRST = [(symbol("rabbitmq:stream-offset-spec"), offset("first"))]  # overridden once stored
@@ -169,5 +169,5 @@ def test_the_source_address_names_a_consumer(broker, stream_name):
         r = c.receiver(stream_name, FIRST, options=[Named("by address")], credit=3)
         assert [m.body for m in c.receive_all(r, 3)] == ["m3", "m4", "m5"]
         r.close()
-        with pytest.raises(Exception):
+        with pytest.raises(LinkDetached, match="names 'by address'"):
             c.conn.create_receiver(address, credit=1, options=[RawFilter(FIRST), Named("other")])
