@@ -77,7 +77,7 @@ def test_an_offset_is_moved_to_where_a_spec_starts(core):
     h = management.handle
     assert h("PUT", "/queues/s", None, core).status == 201
     stream = core.stream("s").stream
-    for k in range(3):  # three chunks, written at known times
+    for _ in range(3):  # three chunks
         stream.append_batch([b"a", b"b"])
         stream.flush()
     # 0..5 in chunks at 0, 2, 4
