@@ -58,8 +58,8 @@ class BrokerConfig:
     stream_tls_port: int = 5551
     stream_advertised_host: str | None = None
     stream_advertised_port: int = 0
-    offset_store_every: int = 1000
-    offset_store_interval_ms: int = 1000
+    offset_store_every: int = 10_000
+    offset_store_interval_ms: int = 5000
 
     def __post_init__(self) -> None:
         check(self)

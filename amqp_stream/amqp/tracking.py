@@ -117,8 +117,8 @@ class StorePolicy:
     ``interval_ms`` after a settlement moved it (0 turns either off; detach always stores).
     ``call_later(seconds, fn)`` (the event loop's) runs the timer; None: no timer."""
 
-    every: int = 1000
-    interval_ms: int = 1000
+    every: int = 10_000  # as RabbitMQ's Go stream client's automatic offset tracking
+    interval_ms: int = 5000
     call_later: Callable[[float, Callable[[], None]], Any] | None = None
 
 
