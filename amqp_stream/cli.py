@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("manage", "show a stream's info through the management node"),
     "publish": ("publish", "publish lines or JSON lines to a stream"),
     "consume": ("consume", "consume a stream with filters and print the messages"),
+    "tracking": ("tracking", "list a stream's stored consumer offsets and publisher sequences"),
+    "reset-offset": ("tracking", "move a consumer name's stored offset (where it resumes)"),
     "perf": ("perf", "a load generator for publishers and filtered consumers"),
 }
 

@@ -59,6 +59,8 @@ class BrokerConfig:
     stream_advertised_host: str | None = None
     stream_advertised_port: int = 0
     auth_failure_delay: float = 3.0
+    offset_store_every: int = 10_000
+    offset_store_interval_ms: int = 5000
 
     def __post_init__(self) -> None:
         check(self)
@@ -102,6 +104,10 @@ HELP: dict[str, str] = {
     "auth_failure_delay": "seconds a stream client waits for the answer to a failed login or an "
                           "unknown vhost before its connection is closed (RabbitMQ: 3; slows "
                           "password guessing; 0 = at once; the handshake timeout still applies)",
+    "offset_store_every": "a named AMQP consumer's offset is stored every N accepted settlements "
+                          "(also every --offset-store-interval-ms and at detach; 0 = not by count)",
+    "offset_store_interval_ms": "a named AMQP consumer's offset is stored this many ms after a "
+                                "settlement moved it, if not stored since (0 = no timer)",
 }
 
 # CLI flag names that differ from the field name
@@ -198,6 +204,8 @@ def check(config: BrokerConfig) -> None:
         raise ConfigError("idle_timeout must be >= 0 seconds (0 = off)")
     if config.auth_failure_delay < 0:
         raise ConfigError("auth_failure_delay must be >= 0 seconds (0 = answer at once)")
+    if config.offset_store_every < 0 or config.offset_store_interval_ms < 0:
+        raise ConfigError("offset_store_every and offset_store_interval_ms must be >= 0 (0 = off)")
     if (config.tls_cert is None) != (config.tls_key is None):
         raise ConfigError("--tls-cert and --tls-key go together")
 

@@ -74,6 +74,15 @@ class ByteBudget:
                 callback()
 
 
+def _stored_offsets(entry: StreamEntry) -> dict[str, int]:
+    """Consumer name -> stored offset of ``entry``'s stream (empty when its writer failed)."""
+    try:
+        offsets, _ = entry.stream.tracking()
+    except Exception:  # StorageError: the state may be ahead of the disk; nothing to show
+        return {}
+    return {name.decode("utf-8", "replace"): offset for name, offset in offsets.items()}
+
+
 class Core:
     def __init__(self, config: BrokerConfig, mailbox: Mailbox, metrics: Metrics | None = None):
         self.config = config
@@ -105,9 +114,10 @@ class Core:
         self.registry.close_all()
 
     def stream_states(self) -> list[StreamState]:
-        """For the metrics scrape (on its HTTP thread): copies of plain values only."""
+        """For the metrics scrape (on its HTTP thread): copies of plain values only (the
+        stored offsets are copied under the stream writer's lock)."""
         return [StreamState(e.name, e.directory / "log", e.stream.next_offset,
-                            [c.next_offset for c in list(e.consumers)])
+                            [c.next_offset for c in list(e.consumers)], _stored_offsets(e))
                 for e in list(self.registry.entries.values())]
 
     # -- streams ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from socketserver import ThreadingMixIn
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import prometheus_client
@@ -43,18 +43,22 @@ _COUNTERS = {
     "chunks_skipped": "chunks skipped by stage 1 (chunk filter) without reading their data",
     "stage2_dropped_messages": "messages read but dropped by a stage-2 filter",
     "read_bytes": "bytes read from segment files by consumers",
+    "deduplicated_messages": "messages of named publishers (both protocols) confirmed and not "
+                             "stored: their publishing id was not above the last one stored",
 }
 
 
 @dataclass
 class StreamState:
     """What ``watch``'s snapshot gives for one stream: its log directory (segment files are
-    counted there), its next offset and the next offset each of its consumers will send."""
+    counted there), its next offset, the next offset each of its consumers will send and the
+    offset stored for each consumer name (its tracking state)."""
 
     name: str
     log_dir: str | os.PathLike
     next_offset: int
     consumer_offsets: Sequence[int] = field(default_factory=list)
+    stored_offsets: Mapping[str, int] = field(default_factory=dict)
 
 
 class StreamMetrics:
@@ -88,7 +92,8 @@ class StreamMetrics:
 
 
 class _StreamStateCollector:
-    """Segment files and consumer lag per stream, computed at scrape time from the snapshot."""
+    """Segment files, consumer lag per stream and per consumer name, computed at scrape time
+    from the snapshot."""
 
     def __init__(self) -> None:
         self.snapshot: Callable[[], Iterable[StreamState]] | None = None
@@ -100,6 +105,11 @@ class _StreamStateCollector:
             "amqp_stream_consumer_lag_messages",
             "offsets between the stream's end and its furthest-behind consumer (0 without consumers)",
             labels=["stream"])
+        named_lag = GaugeMetricFamily(
+            "amqp_stream_consumer_name_lag_messages",
+            "offsets committed after the one stored for a consumer name (committed end - 1 - "
+            "stored offset; both protocols' stored offsets)",
+            labels=["stream", "consumer"])
         snapshot = self.snapshot
         if snapshot is not None:
             try:
@@ -111,8 +121,11 @@ class _StreamStateCollector:
                 segments.add_metric([s.name], _count_segments(s.log_dir))
                 behind = [max(0, s.next_offset - o) for o in s.consumer_offsets]
                 lag.add_metric([s.name], max(behind, default=0))
+                for consumer, stored in s.stored_offsets.items():
+                    named_lag.add_metric([s.name, consumer], max(0, s.next_offset - 1 - stored))
         yield segments
         yield lag
+        yield named_lag
 
 
 def _count_segments(log_dir: str | os.PathLike) -> int:

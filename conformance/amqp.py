@@ -326,10 +326,11 @@ class Client:
 
     # -- links --
     def consumer(self, address: str, filters: Sequence[Entry] | None = None, credit: int = 0,
-                 name: str | None = None) -> Consumer:
-        """Attach a receiver (raises `LinkDetached` when the broker refuses it)."""
+                 name: str | None = None, properties: dict | None = None) -> Consumer:
+        """Attach a receiver (raises `LinkDetached` when the broker refuses it); `properties`:
+        the attach's link properties."""
         inbox = _Inbox(self)
-        options: list[LinkOption] = [_LinkSettings(Link.SND_UNSETTLED, Link.RCV_FIRST)]
+        options: list[LinkOption] = [_LinkSettings(Link.SND_UNSETTLED, Link.RCV_FIRST, properties)]
         if filters is not None:
             options.append(_SourceFilter(filters))
         name = name or f"conformance-receiver-{next(_names)}"
@@ -345,11 +346,12 @@ class Client:
             consumer.flow(credit)
         return consumer
 
-    def publisher(self, address: str, settled: bool = False, name: str | None = None) -> Publisher:
+    def publisher(self, address: str, settled: bool = False, name: str | None = None,
+                  properties: dict | None = None) -> Publisher:
         name = name or f"conformance-sender-{next(_names)}"
         mode = Link.SND_SETTLED if settled else Link.SND_UNSETTLED
         link = self.blocking.container.create_sender(
-            self.connection, address, name=name, options=[_LinkSettings(mode, Link.RCV_FIRST)])
+            self.connection, address, name=name, options=[_LinkSettings(mode, Link.RCV_FIRST, properties)])
         self.wait(lambda: link.state & (Endpoint.REMOTE_ACTIVE | Endpoint.REMOTE_CLOSED),
                   10, f"attach reply for {address}")
         if link.remote_target.address != address:

@@ -33,7 +33,7 @@ from amqp_stream.amqp import addresses, management
 from amqp_stream.amqp.connection import AmqpConnection
 from amqp_stream.amqp.consuming import Consumer
 from amqp_stream.amqp.credit import PublisherCredit
-from amqp_stream.amqp.tracking import consumer_name, publisher_reference
+from amqp_stream.amqp.tracking import StorePolicy, consumer_name, publisher_reference
 from amqp_stream.amqp.publishing import Publisher
 from amqp_stream.amqp.source_filters import FILTER_CAPABILITIES, echo_map, parse_source_filters
 from amqp_stream.core import Core
@@ -171,6 +171,9 @@ class Adapter:
         self.to_write: set[AmqpConnection] = set()
         self.processing = False
         self.ssl_domain = getattr(security, "ssl_domain", None)
+        self.store_policy = StorePolicy(self.config.offset_store_every,
+                                        self.config.offset_store_interval_ms,
+                                        lambda delay, fn: eloop.loop.call_later(delay, fn))
         self._handlers: dict[int, Callable[[Any], None]] = {
             lib.PN_CONNECTION_REMOTE_OPEN: self._connection_remote_open,
             lib.PN_CONNECTION_REMOTE_CLOSE: self._connection_remote_close,
@@ -454,10 +457,10 @@ class Adapter:
             self._attach_management(state, link)
             link.flow(MANAGEMENT_CREDIT)
             return
+        reference, stream_address = publisher_reference(link.remote_properties, address)
         entry = None
         if address is not None:  # None: the anonymous terminus, each message's ``to`` decides
-            entry = self.core.stream(addresses.publish_stream(address))
-        reference = publisher_reference(link.remote_properties)
+            entry = self.core.stream(addresses.publish_stream(stream_address))
         link.target.copy(link.remote_target)
         link.source.copy(link.remote_source)
         link.max_message_size = self.config.max_message_size
@@ -481,7 +484,8 @@ class Adapter:
         if address == addresses.MANAGEMENT:
             self._attach_management(state, link)
             return
-        parsed = addresses.parse(address)
+        name, stream_address = consumer_name(link.remote_properties, address)
+        parsed = addresses.parse(stream_address)
         if parsed.kind != "queue":
             error = NotImplementedByBroker if parsed.kind == "exchange" else BadRequest
             raise error(f"cannot consume from {address!r}: consume from /queues/<stream>")
@@ -509,13 +513,13 @@ class Adapter:
         link.target.copy(link.remote_target)
         consumer = Consumer(link, entry, filters, self._schedule_turn,
                             end=lambda error, s=state, p=link._impl: self._end_link(s, p, error),
-                            name=consumer_name(link.remote_properties))
+                            name=name, store_policy=self.store_policy)
         link.open()
         self._register(state, link, consumer)
         consumer.conn = state
         self.core.attach_consumer(entry, consumer)
-        log.info("consumer attached: %s link %s <- stream %r: %s", state.name, _name_of(link),
-                 entry.name, filters.describe())
+        log.info("consumer attached: %s link %s <- stream %r: %s%s", state.name, _name_of(link),
+                 entry.name, filters.describe(), f", consumer name {name!r}" if name else "")
         consumer.pump()
 
     def _schedule_turn(self, consumer: Consumer, blocked: bool) -> None:

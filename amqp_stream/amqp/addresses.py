@@ -3,7 +3,9 @@
 ``/queues/<name>`` is a stream; ``/queues/<name>/messages`` the purge path;
 ``/queues/<name>/offsets/<consumer>`` and ``/queues/<name>/sequences/<reference>`` a consumer
 name's stored offset and a publisher reference's last publishing id (management only; our
-extension, see ``management``); ``/exchanges/<name>``
+extension, see ``management``); ``/queues/<name>/tracking`` all of a stream's (management);
+``/queues/<name>/consumers/<consumer>`` and ``/queues/<name>/publishers/<reference>`` a link
+address that names its consumer or publisher (our extension, see ``tracking``); ``/exchanges/<name>``
 and ``/exchanges/<name>/<key>`` RabbitMQ's exchange targets (not supported here, but recognised so
 the error says so); ``/management`` the management node. Segments are percent-encoded UTF-8:
 ``[A-Za-z0-9-._~]`` stay as they are, everything else is ``%HH``. A malformed address is an
@@ -30,15 +32,17 @@ class AddressError(BadRequest):
 
 @dataclass(frozen=True)
 class Address:
-    kind: str  # "queue", "queue_messages", "queue_offset", "queue_sequence", "exchange",
-    # "management", "bindings"
+    kind: str  # "queue", "queue_messages", "queue_offset", "queue_sequence", "queue_tracking",
+    # "queue_consumer", "queue_publisher", "exchange", "management", "bindings"
     name: str = ""
     key: str | None = None
 
 
 _HEX = "0123456789abcdefABCDEF"
 # /queues/<q>/offsets/<consumer name>, /queues/<q>/sequences/<publisher reference>
-_TRACKING = {"offsets": "queue_offset", "sequences": "queue_sequence"}
+# /queues/<q>/consumers/<consumer name>, /queues/<q>/publishers/<publisher reference>
+_TRACKING = {"offsets": "queue_offset", "sequences": "queue_sequence",
+             "consumers": "queue_consumer", "publishers": "queue_publisher"}
 
 
 def decode_segment(segment: str) -> str:
@@ -100,7 +104,9 @@ def parse(address: str | None) -> Address:
             return Address("queue", check_name(decode_segment(rest[0])))
         if len(rest) == 2 and rest[1] == "messages":
             return Address("queue_messages", check_name(decode_segment(rest[0])))
-        if len(rest) == 3 and rest[1] in _TRACKING and rest[2]:  # our extension (management)
+        if len(rest) == 2 and rest[1] == "tracking":  # our extension (management)
+            return Address("queue_tracking", check_name(decode_segment(rest[0])))
+        if len(rest) == 3 and rest[1] in _TRACKING and rest[2]:  # our extension
             return Address(_TRACKING[rest[1]], check_name(decode_segment(rest[0])),
                            decode_segment(rest[2]))
         raise AddressError(f"bad queue address {address!r}")

@@ -33,7 +33,7 @@ from cproton import (pn_delivery, pn_delivery_settle, pn_link_advance, pn_link_c
 
 from amqp_stream.amqp.credit import ConsumerTurn
 from amqp_stream.amqp.source_filters import SourceFilters
-from amqp_stream.amqp.tracking import ConsumerOffsets
+from amqp_stream.amqp.tracking import ConsumerOffsets, StorePolicy
 from amqp_stream.wire import with_stream_offset
 from storage.reader import SCAN_PAUSED
 
@@ -55,7 +55,7 @@ class Consumer:
     def __init__(self, link: Any, entry: Any, filters: SourceFilters,
                  schedule: Callable[["Consumer", bool], None],
                  end: Callable[[Exception], None] | None = None,
-                 name: str | None = None):
+                 name: str | None = None, store_policy: StorePolicy | None = None):
         self.link = link
         self.end = end or (lambda error: None)  # the core ends this link (its stream is gone)
         self.conn: Any = None  # the adapter's state of this link's connection
@@ -66,7 +66,7 @@ class Consumer:
         self.schedule = schedule  # schedule(consumer, soon): ask for another turn
         # a named consumer (``tracking.CONSUMER_NAME`` on attach): starts after its stored
         # offset and stores what the client accepts
-        self.offsets = ConsumerOffsets(entry.stream, name) if name is not None else None
+        self.offsets = ConsumerOffsets(entry.stream, name, store_policy) if name is not None else None
         start = offset_spec(filters)
         if self.offsets is not None:
             start = self.offsets.start(start)
@@ -87,8 +87,8 @@ class Consumer:
     def close(self) -> None:
         self.closed = True
         self.records = []
-        if self.offsets is not None and not self.entry.deleted:
-            self.offsets.store()
+        if self.offsets is not None:
+            self.offsets.close(store=not self.entry.deleted)
         close = getattr(self.reader, "close", None)
         if close is not None:
             try:

@@ -11,16 +11,18 @@ statuses.
 Behaviour follows RabbitMQ 4.2's rabbit_amqp_management for stream queues (see
 ../shared/design/amqp-interface.md); exchanges and bindings are not supported by this broker and
 answer 501 with a message that says so. Our extension: consumer offsets and publisher
-sequences of a stream (``_tracking``).
+sequences of a stream, one at a time or all (``_tracking``).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from amqp_stream import arguments as stream_arguments
-from amqp_stream.amqp import addresses
+from amqp_stream.amqp import addresses, tracking
+from amqp_stream.amqp.source_filters import parse_start
 from amqp_stream.errors import (BadRequest, BrokerError, InternalError, NotAllowed, NotFound,
                                 NotImplementedByBroker)
 from storage import StorageError, StreamClosedError
@@ -92,7 +94,7 @@ def _handle(method: Any, path: Any, body: Any, streams: Streams) -> Response:
             raise BadRequest(f"purge is not supported for stream '{address.name}': "
                                        f"streams are not purged (use retention, or delete the stream)")
         raise NotAllowed(f"{method} is not allowed on {path}")
-    if address.kind in ("queue_offset", "queue_sequence"):
+    if address.kind in ("queue_offset", "queue_sequence", "queue_tracking"):
         return _tracking(method, address, body, streams)
     if address.kind != "queue":
         raise BadRequest(f"unsupported management path {path!r}")
@@ -115,10 +117,19 @@ def _tracking(method: str, address: addresses.Address, body: Any, streams: Strea
     when unknown: RabbitMQ's QueryPublisherSequence); ``GET /queues/<q>/offsets/<consumer>``
     ``{"offset": n}`` (404 when none is stored: QueryOffset's no_offset); ``PUT`` there with
     ``{"offset": n}`` stores one (StoreOffset: queued like a publish, durable per the fsync
-    policy right after)."""
+    policy right after), with ``{"spec": <offset spec>}`` moves the name to where a link with
+    that ``rabbitmq:stream-offset-spec`` would start now (``tracking.resume_offset``; the offset
+    before it is stored, 0 at least: a stored offset is the last one processed, as RabbitMQ's
+    reset_offset stores 0) and answers ``{"offset": stored, "resumes_at": stored + 1}``;
+    ``GET /queues/<q>/tracking`` lists every consumer offset and publisher sequence
+    (``tracking.listing``)."""
     stream = streams.stream(address.name).stream
     key = address.key or ""
     try:
+        if address.kind == "queue_tracking":
+            if method != "GET":
+                raise NotAllowed(f"{method} is not allowed on a stream's tracking")
+            return Response(200, tracking.listing(stream))
         if address.kind == "queue_sequence":
             if method != "GET":
                 raise NotAllowed(f"{method} is not allowed on a publisher sequence")
@@ -129,9 +140,15 @@ def _tracking(method: str, address: addresses.Address, body: Any, streams: Strea
                 raise NotFound(f"no offset stored for consumer '{key}' on stream '{address.name}'")
             return Response(200, {"offset": offset})
         if method == "PUT":
+            if isinstance(body, dict) and "spec" in body and "offset" not in body:
+                spec = parse_start(body["spec"], now_ms=int(time.time() * 1000))
+                stored = max(tracking.resume_offset(stream, spec) - 1, 0)
+                stream.store_offset(key, stored)
+                return Response(200, {"offset": stored, "resumes_at": stored + 1})
             value = body.get("offset") if isinstance(body, dict) else None
             if type(value) is bool or not isinstance(value, int):
-                raise BadRequest('store an offset with the body {"offset": <ulong>}')
+                raise BadRequest('store an offset with the body {"offset": <ulong>}, or move one '
+                                 'with {"spec": <offset spec>}')
             stream.store_offset(key, int(value))
             return Response(200, {"offset": int(value)})
         raise NotAllowed(f"{method} is not allowed on a consumer offset")

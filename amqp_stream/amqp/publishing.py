@@ -285,6 +285,8 @@ class Publisher:
                 if len(kept) < len(bodies):
                     log.debug("%d duplicate(s) from publisher %r on %r accepted, not stored",
                               len(bodies) - len(kept), self.reference, entry.name)
+                    if entry.metrics is not None:
+                        entry.metrics.deduplicated_messages.inc(len(bodies) - len(kept))
                     bodies = [bodies[i] for i in kept]  # what the metrics count
         except Exception as exc:  # storage refused (closed, writer failed, disk full)
             refusal = from_storage(exc)

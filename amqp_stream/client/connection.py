@@ -226,13 +226,14 @@ class Client:
                  properties: Mapping[str, Any] | None = None,
                  application_properties: Mapping[str, Any] | None = None,
                  credit: int = 256, extra_filters: Mapping[str, Described] | None = None,
-                 name: str | None = None) -> "Consumer":
-        """A consumer of ``/queues/<stream>`` (see ``Consumer``)."""
+                 name: str | None = None, consumer_name: str | None = None) -> "Consumer":
+        """A consumer of ``/queues/<stream>`` (see ``Consumer``; ``consumer_name``: a named
+        consumer, which resumes where that name stopped and accepts each message itself)."""
         filters = build_filters(offset=offset, filter_values=filter_values, match_unfiltered=match_unfiltered,
                                 sql=sql, properties=properties, application_properties=application_properties)
         if extra_filters:
             filters.update({symbol(k): v for k, v in extra_filters.items()})
-        return Consumer(self, stream, filters, credit=credit, name=name)
+        return Consumer(self, stream, filters, credit=credit, name=name, consumer_name=consumer_name)
 
 
 def check_url(url: str) -> None:

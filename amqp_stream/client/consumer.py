@@ -12,13 +12,13 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
-from proton import Described, Endpoint, Link, Message, ProtonException, Timeout, symbol, timestamp
+from proton import Delivery, Described, Endpoint, Link, Message, ProtonException, Timeout, symbol, timestamp
 from proton.utils import BlockingReceiver, LinkDetached
 
 from amqp_stream.client.errors import ClientError, ConsumerError, StreamNotFound
 from amqp_stream.client.links import _Collector, _condition_text, _LinkOpts, queue_address
 from amqp_stream.client.names import (_SQL_FILTER_KEY, _ZERO_IS_ABSENT, APPLICATION_PROPERTIES_FILTER,
-                                      CHUNK_TIMESTAMP, FILTER_VALUE, MATCH_UNFILTERED, OFFSET_SPEC,
+                                      CHUNK_TIMESTAMP, CONSUMER_NAME, FILTER_VALUE, MATCH_UNFILTERED, OFFSET_SPEC,
                                       PROPERTIES_FILTER, PROPERTY_NAMES, SQL_FILTER, STREAM_FILTER,
                                       STREAM_OFFSET)
 
@@ -90,6 +90,7 @@ class StreamMessage:
     application_properties: dict = field(default_factory=dict)
     annotations: dict = field(default_factory=dict)
     message: Message | None = None
+    delivery: Any = field(default=None, compare=False, repr=False)  # unsettled: a named consumer's
 
     @property
     def chunk_timestamp(self) -> int | None:
@@ -125,22 +126,28 @@ class Consumer:
     ``accepted_filters`` is the filter map the broker echoed (``None`` when it echoed none);
     ``missing_filters`` the keys asked for but left out, so a tool can warn or detach.
     ``receive(timeout)`` returns the next ``StreamMessage`` or ``None`` on timeout, keeping up to
-    ``credit`` messages in flight. ``read_available()`` yields what is committed now and stops
+    ``credit`` messages in flight. With ``consumer_name`` the link is a named consumer (the
+    broker's tracking extension): it starts after the offset stored for that name, and each
+    message stays unsettled until ``accept(message)``. ``read_available()`` yields what is committed now and stops
     at the current end of the stream (found with drain).
     """
 
     def __init__(self, client: Client, stream: str, filters: dict, *, credit: int = 256,
-                 name: str | None = None):
+                 name: str | None = None, consumer_name: str | None = None):
         if credit < 1:
             raise ValueError("credit must be >= 1")
         self.client, self.stream, self.credit = client, stream, credit
         self.address = queue_address(stream)
         self.requested_filters = filters
-        self._handler = _Collector(client)
+        self.consumer_name = consumer_name
+        # a named consumer's deliveries wait for ``accept``: the broker stores what was accepted
+        self._handler = _Collector(client, settle=consumer_name is None)
+        props = {symbol(CONSUMER_NAME): consumer_name} if consumer_name is not None else None
         with client.lock:
             link = client.conn.container.create_receiver(
                 client.conn.conn, self.address, name=name or client._name("consumer"), handler=self._handler,
-                options=_LinkOpts(snd_settle=Link.SND_UNSETTLED, source_filter=filters or None))
+                options=_LinkOpts(snd_settle=Link.SND_UNSETTLED, source_filter=filters or None,
+                                  properties=props))
             try:
                 self._receiver = BlockingReceiver(client.conn, link, None, credit=0)
             except LinkDetached as exc:
@@ -181,8 +188,23 @@ class Consumer:
             self.link.flow(self.credit - outstanding)
 
     def _pop(self) -> StreamMessage:
-        msg, _ = self._handler.items.popleft()
-        return StreamMessage.from_message(msg)
+        msg, d = self._handler.items.popleft()
+        m = StreamMessage.from_message(msg)
+        if not d.settled:
+            m.delivery = d
+        return m
+
+    def accept(self, message: StreamMessage) -> None:
+        """A named consumer is done with ``message``: settle it ``accepted`` (the broker stores
+        the highest offset accepted as this name's, and the name resumes after it)."""
+        d = message.delivery
+        if d is None:
+            return
+        with self.client.lock:
+            if not d.settled:
+                d.update(Delivery.ACCEPTED)
+                d.settle()
+            message.delivery = None
 
     def receive(self, timeout: float | None = None) -> StreamMessage | None:
         """The next message, or ``None`` after ``timeout`` seconds (default: the client's)."""

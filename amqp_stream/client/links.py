@@ -49,11 +49,13 @@ class _LinkOpts(LinkOption):
 
 
 class _Collector(Handler):
-    """Link handler of a receiver: decodes and settles each complete delivery, notes errors."""
+    """Link handler of a receiver: decodes and settles each complete delivery (or leaves that to
+    the caller), notes errors."""
 
-    def __init__(self, client: Any):
+    def __init__(self, client: Any, settle: bool = True):
         super().__init__()
         self.client = client
+        self.settle = settle  # False: the caller accepts each delivery once it is done with it
         self.items: deque[tuple[Message, Delivery]] = deque()
         self.error: str | None = None
         self.condition: str | None = None
@@ -73,9 +75,10 @@ class _Collector(Handler):
             d.settle()
             self.error = f"undecodable message: {exc}"
             return
-        if not d.settled:
-            d.update(Delivery.ACCEPTED)
-        d.settle()
+        if self.settle or d.settled:
+            if not d.settled:
+                d.update(Delivery.ACCEPTED)
+            d.settle()
         self.items.append((msg, d))
 
     def on_link_remote_close(self, event) -> None:

@@ -8,6 +8,10 @@ refused before connecting (exit 2, with the reason and position). Stage-1 values
 chunks, so the command also drops, client-side, messages whose filter value was not asked for
 (RabbitMQ's advice for stream filtering; `--raw` shows what the broker sent instead).
 
+With `--name N` the link is a named consumer (the broker's tracking extension): it starts after
+the offset the broker stored for N (else at `--from`) and accepts each message once it is
+printed, so the broker stores N's place as it goes and when the command ends.
+
 stdout carries only messages: the body as text, or one JSON object per line with `--json`.
 """
 
@@ -58,6 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict", action="store_true", help=argparse.SUPPRESS)  # the default now
     parser.add_argument("--raw", action="store_true",
                         help="print every message the broker sends (no client-side check of --filter)")
+    parser.add_argument("--name", metavar="NAME",
+                        help="a named consumer (the broker's tracking extension): resume after the "
+                             "offset stored for NAME (else at --from), and accept each message once "
+                             "printed, so the broker stores where NAME is")
     parser.add_argument("--credit", type=int, default=256, metavar="N",
                         help="link credit kept open (default: %(default)s)")
     add_connection_arguments(parser)
@@ -178,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
             with client.consumer(args.stream, offset=start, filter_values=args.filter or None,
                                  match_unfiltered=args.match_unfiltered, sql=args.sql,
                                  properties=amqp_props or None, application_properties=app_props or None,
-                                 credit=args.credit) as consumer:
+                                 credit=args.credit, consumer_name=args.name) as consumer:
                 accepted = consumer.accepted_filters or {}
                 shown = ", ".join(f"{k}={describe(v)}" for k, v in accepted.items()) or "none"
                 err.info(f"filters in place: {shown}")
@@ -193,8 +201,10 @@ def run(args: argparse.Namespace) -> int:
                 for m in _messages(consumer, args.no_follow):
                     if check_values and not (m.filter_value in wanted or
                                              (args.match_unfiltered and m.filter_value is None)):
+                        consumer.accept(m)
                         continue
                     print(render(m, args.json), flush=True)
+                    consumer.accept(m)  # a named consumer: done with it (else a no-op)
                     printed += 1
                     if args.count is not None and printed >= args.count:
                         break

@@ -169,8 +169,11 @@ class StreamPublisher:
                 if len(kept) < len(bodies):
                     log.debug("%d duplicate(s) from publisher %r on %r confirmed, not stored",
                               len(bodies) - len(kept), self.reference, entry.name)
+                    before = records or len(bodies)
                     bodies = [bodies[i] for i in kept]  # what the metrics count
                     records = sum(b.records if type(b) is SubBatchEntry else 1 for b in bodies)
+                    if entry.metrics is not None:
+                        entry.metrics.deduplicated_messages.inc(before - records)
                     stored = sum(map(len, bodies))
         except Exception as exc:  # storage refused (closed, writer failed, disk full)
             _batches.pop(key, None)
