@@ -1,0 +1,102 @@
+"""Broker-derived filter keys: the stream argument, the tokens a record gives the index, and the
+tokens a consumer's filter requires.
+
+Why here: storage indexes opaque tokens (``storage.derived``) and must not read messages; the
+broker knows both sides of the one encoding, ``sqlfilter.required.index_token``. The writer
+gets ``deriver(keys)`` (the key values read from the stored bytes with the same ``KeyPicker``
+walk stage 2 uses, so the indexed value is the value the filter compares); a consumer gets
+``wanted(keys, stage2)`` (the tokens of the values its filter requires, found from the
+compiled tree by ``sqlfilter.required``). A record the walk cannot read gives None: its block
+is never skipped. Stage 2 still decides every record read, so a skip can only save work.
+
+The argument ``x-stream-derived-filter-keys`` (an extension in RabbitMQ's ``x-stream-``
+family): a list of key names, or one string of names separated by commas (the stream
+protocol's Create sends strings). A name is an application property, or ``p.`` and an AMQP
+properties field (``p.subject``, ``p.group_id``, ...); an application property whose own name
+starts with ``p.`` cannot be indexed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Collection
+
+from amqp_stream.errors import BadRequest
+from amqp_stream.wire import KeyPicker, MessageView
+from amqp_stream.wire._sections import PROPERTY_FIELDS
+from sqlfilter.required import index_token, requirement_of, wanted_tokens
+
+__all__ = ["ARGUMENT", "MAX_KEYS", "parse_keys", "field_of", "deriver", "wanted"]
+
+ARGUMENT = "x-stream-derived-filter-keys"
+MAX_KEYS = 16
+_PROPERTIES = "properties"
+_APP = "application_properties"
+
+
+def field_of(key: str) -> tuple[str, str]:
+    """(section, field name) of a key name as the argument gives it."""
+    if key.startswith("p."):
+        return _PROPERTIES, key[2:]
+    return _APP, key
+
+
+def parse_keys(value: Any) -> list[str]:
+    """The argument's key names, checked (``BadRequest`` otherwise), in the order given, without
+    repeats."""
+    if isinstance(value, str):
+        items: list[Any] = [v.strip() for v in value.split(",")]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        raise BadRequest(f"{ARGUMENT} must be a list of property names, not {value!r}")
+    out: list[str] = []
+    for item in items:
+        if not isinstance(item, str) or not item or "\n" in item:
+            raise BadRequest(f"{ARGUMENT}: {item!r} is not a property name")
+        section, name = field_of(item)
+        if section == _PROPERTIES and name not in PROPERTY_FIELDS:
+            raise BadRequest(f"{ARGUMENT}: {item!r} is not a properties field "
+                             f"(p. and one of {', '.join(PROPERTY_FIELDS)})")
+        if str(item) not in out:
+            out.append(str(item))
+    if not out or len(out) > MAX_KEYS:
+        raise BadRequest(f"{ARGUMENT} must name 1..{MAX_KEYS} keys, not {len(out)}")
+    return out
+
+
+def deriver(keys: Collection[str]) -> Callable[[bytes], list[bytes] | None]:
+    """A record's bytes -> the tokens of its values of ``keys`` (None: unreadable)."""
+    fields = [field_of(k) for k in keys]
+    app = [n for s, n in fields if s == _APP]
+    props = [n for s, n in fields if s == _PROPERTIES]
+    app_picker = KeyPicker(app) if app else None
+    prop_picker = KeyPicker(props) if props else None
+    view = MessageView.from_bytes
+
+    def derive(body: bytes) -> list[bytes] | None:
+        try:
+            p, ap = view(body).pick(prop_picker, app_picker)
+        except Exception:  # noqa: BLE001 - unreadable: the block is never skipped
+            return None
+        out = []
+        for section, picked, names in ((_APP, ap, app), (_PROPERTIES, p, props)):
+            if picked:
+                for name in names:
+                    if name in picked:
+                        t = index_token(section, name, picked[name])
+                        if t is not None:
+                            out.append(t)
+        return out
+
+    return derive
+
+
+def wanted(keys: Collection[str], stage2: Any) -> dict[str, frozenset[bytes]] | None:
+    """Per indexed key, the tokens one of which a record must hold for ``stage2`` (a compiled
+    SQL filter, selector or property filter) to match; None when it requires none of them."""
+    if stage2 is None or not keys:
+        return None
+    by_field = {field_of(k): k for k in keys}
+    out = {by_field[f]: tokens for f, tokens in wanted_tokens(requirement_of(stage2)).items()
+           if f in by_field}
+    return out or None

@@ -1,0 +1,386 @@
+"""Broker-derived filter keys: a per-segment sidecar index of the values some fields hold, by
+record range, so that a consumer whose filter requires values reads only what may match.
+
+Why a sidecar (docs/storage.md, "Broker-derived filter keys"): the chunk format and its Bloom
+filter stay exactly RabbitMQ's (bit 0 keeps meaning "a record without a *publisher* value"),
+the index is sized to the key's cardinality, and a scan reads it sequentially (one small file
+per segment) instead of one header per chunk. Whole chunks are too coarse for a
+high-cardinality key (10,000 customers in random order: every third chunk of ~3,000 records
+holds ``c42``), so the sidecar describes *blocks* of ``BLOCK_RECORDS`` entries inside each
+chunk: where the block's entries lie in the chunk's data section, their CRC (a block read
+alone is checked against it) and a small Bloom filter of their tokens.
+
+Storage knows nothing of messages: the stream's ``StreamConfig.derive`` (given by the broker)
+turns a record's bytes into its tokens (``sqlfilter.required.index_token``), or None when it
+cannot tell (that block is never skipped). Tokens are opaque bytes here.
+
+File ``NNNNNNNNNNNNNNNNNNNN.derived`` (N = the segment's first offset)::
+
+    DERIVED_HEADER  >4sIH   "ASDK", version 1, length of the key list; then the indexed keys
+                            (UTF-8, one per line), as ``StreamConfig.derived_keys`` names them
+    then one entry per user chunk, in chunk order (tracking chunks have none):
+    DERIVED_CHUNK   >IIQIIIH  entry length (bytes after this field), CRC-32 of the bytes after
+                              the CRC, chunk id, chunk position in the segment, records, data
+                              start (from the chunk position: 48 + filter size), blocks
+    DERIVED_BLOCK   >IIIHIIBH  data offset (in the data section), data length, first record
+                               (from the chunk id), entries, records, CRC-32 of the block's
+                               bytes, k (0: not indexed, may hold anything), Bloom bytes;
+                               then the Bloom bits (little-endian integer)
+
+Bloom: ``m`` = 8 x its bytes bits, positions ``(h1 + i*h2) mod m`` for i < k from the MMH3
+digest ``bloom`` uses for chunk filters; ~10 bits per distinct token, k from the fill.
+
+Written by the writer after a chunk group's segment bytes and before its index records, so a
+reader that sees an index record finds the entry (a reader in another process may find it
+torn: then the chunk is read whole). Derived data, never trusted beyond the log: an entry
+counts only for the chunk id *and* position of an index record and when its CRC holds (a
+bad one is as good as none); ``repair`` (at open, after
+recovery) cuts the last segment's sidecar at the first entry without its chunk and removes
+sidecars without a segment; a chunk without an entry (written before the key was configured,
+or lost in a crash) is read whole; a block whose bytes fail its CRC makes the reader read the
+chunk whole (checked by the chunk's own CRC). Retention deletes the sidecar with its segment.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Callable, Collection, Iterable, Mapping, Sequence
+
+from bloom.schemes import Scheme, digest
+
+from storage.errors import StorageError
+from storage.files import index_path, read_index_tuples
+from storage.format import CHUNK_HEADER_BYTES, SubBatchEntry
+
+__all__ = ["DERIVED_HEADER", "DERIVED_CHUNK", "DERIVED_BLOCK", "DERIVED_MAGIC", "BLOCK_RECORDS",
+           "Derive", "Block", "ChunkEntry", "derived_name", "derived_path", "derived_header",
+           "encode_entry", "decode_entries", "read_keys", "Cursor", "Wanted", "repair",
+           "create_sidecar"]
+
+DERIVED_HEADER = struct.Struct(">4sIH")
+DERIVED_CHUNK = struct.Struct(">IIQIIIH")
+DERIVED_BLOCK = struct.Struct(">IIIHIIBH")
+DERIVED_MAGIC = b"ASDK"
+DERIVED_VERSION = 1
+SUFFIX = ".derived"
+#: entries per block: ~1 % of the blocks hold a value seen once in 10,000 records
+BLOCK_RECORDS = 64
+_BITS_PER_TOKEN = 10
+_MAX_BLOOM = 0xFFFF
+_READ = 256 * 1024
+_LEN = struct.Struct(">I")
+
+#: a record's bytes -> its tokens (None: unknown, the record's block is never skipped)
+Derive = Callable[[bytes], "Collection[bytes] | None"]
+#: per indexed key, the tokens one of which a matching record holds (an empty set: none can)
+Wanted = Mapping[str, Collection[bytes]]
+
+
+def derived_name(first_offset: int) -> str:
+    return f"{first_offset:020d}{SUFFIX}"
+
+
+def derived_path(directory: str, start: int) -> str:
+    return os.path.join(directory, derived_name(start))
+
+
+def derived_header(keys: Sequence[str]) -> bytes:
+    raw = "\n".join(keys).encode("utf-8")
+    return DERIVED_HEADER.pack(DERIVED_MAGIC, DERIVED_VERSION, len(raw)) + raw
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    offset: int
+    length: int
+    first: int  # first record, from the chunk id
+    entries: int
+    records: int
+    crc: int
+    k: int  # 0: not indexed
+    bits: int
+    m: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkEntry:
+    chunk_id: int
+    position: int
+    records: int
+    data_start: int
+    blocks: tuple[Block, ...]
+    size: int  # bytes of the entry in the file
+
+    def select(self, masks: Sequence[Sequence[tuple[int, int]]] | None,
+               cache: dict) -> list[Block]:
+        """The blocks that may hold a match: for every wanted key, some token's bits are set.
+        ``masks``: per key, its tokens' digests (``Cursor.digests``)."""
+        out = []
+        for b in self.blocks:
+            if b.k == 0 or masks is None:
+                out.append(b)
+                continue
+            bits, m, k = b.bits, b.m, b.k
+            for key_digests in masks:
+                for dig in key_digests:
+                    ck = (dig, m, k)
+                    mask = cache.get(ck)
+                    if mask is None:
+                        mask = cache[ck] = _mask(dig, m, k)
+                    if bits & mask == mask:
+                        break
+                else:
+                    break  # this key holds none of its tokens: no match in the block
+            else:
+                out.append(b)
+        return out
+
+
+def _digest(token: bytes) -> tuple[int, int]:
+    h1, h2 = digest(token, Scheme.MMH3)
+    return h1, h2 | 1
+
+
+def _mask(dig: tuple[int, int], m: int, k: int) -> int:
+    h1, h2 = dig
+    mask = 0
+    for i in range(k):
+        mask |= 1 << ((h1 + i * h2) % m)
+    return mask
+
+
+def _bloom(tokens: set[bytes], cache: dict) -> tuple[int, int, bytes]:
+    """(k, m, bits) for a block's distinct tokens."""
+    n = len(tokens)
+    nbytes = 8
+    while nbytes * 8 < n * _BITS_PER_TOKEN and nbytes < 4096:
+        nbytes *= 2
+    m = nbytes * 8
+    k = max(1, min(6, round(0.69 * m / n))) if n else 1
+    bits = 0
+    for t in tokens:
+        dig = cache.get(t)
+        if dig is None:
+            if len(cache) > 200_000:
+                cache.clear()
+            dig = cache[t] = _digest(t)
+        h1, h2 = dig
+        for i in range(k):
+            bits |= 1 << ((h1 + i * h2) % m)
+    return k, m, bits.to_bytes(nbytes, "little")
+
+
+def encode_entry(chunk_id: int, position: int, records: int, filter_size: int, data: bytes,
+                 bodies: Sequence[bytes], derive: Derive, cache: dict) -> bytes:
+    """The sidecar entry of one user chunk (``data``: its data section, of ``bodies``)."""
+    parts: list[bytes] = []
+    off = first = 0
+    view = memoryview(data)
+    nblocks = 0
+    for s in range(0, len(bodies), BLOCK_RECORDS):
+        part = bodies[s:s + BLOCK_RECORDS]
+        length = recs = 0
+        tokens: set[bytes] | None = set()
+        for b in part:
+            if type(b) is SubBatchEntry:
+                length += len(b)
+                recs += b.records
+                tokens = None
+                continue
+            length += len(b) + 4
+            recs += 1
+            if tokens is not None:
+                t = derive(b)
+                if t is None:
+                    tokens = None
+                else:
+                    tokens.update(t)
+        crc = zlib.crc32(view[off:off + length])
+        if tokens is None:
+            parts.append(DERIVED_BLOCK.pack(off, length, first, len(part), recs, crc, 0, 0))
+        else:
+            k, _m, bits = _bloom(tokens, cache)
+            parts.append(DERIVED_BLOCK.pack(off, length, first, len(part), recs, crc, k, len(bits)))
+            parts.append(bits)
+        off += length
+        first += recs
+        nblocks += 1
+    body = _CHUNK_REST.pack(chunk_id, position, records, CHUNK_HEADER_BYTES + filter_size,
+                            nblocks) + b"".join(parts)
+    return _LEN.pack(len(body) + 4) + _LEN.pack(zlib.crc32(body)) + body
+
+
+_CHUNK_REST = struct.Struct(">QIIIH")  # DERIVED_CHUNK after its length and CRC
+
+
+def decode_entries(buf: bytes, at: int = 0) -> Iterable[ChunkEntry | None]:
+    """The complete entries in ``buf`` from ``at`` (a torn last one is left out); None for an
+    entry whose CRC fails (its chunk counts as not indexed)."""
+    n = len(buf)
+    while at + DERIVED_CHUNK.size <= n:
+        size, crc, chunk_id, position, records, data_start, nblocks = \
+            DERIVED_CHUNK.unpack_from(buf, at)
+        end = at + 4 + size
+        if end > n:
+            return
+        if zlib.crc32(memoryview(buf)[at + 8:end]) != crc:
+            yield None
+            at = end
+            continue
+        p = at + DERIVED_CHUNK.size
+        blocks = []
+        for _ in range(nblocks):
+            off, length, first, entries, recs, crc, k, nbytes = DERIVED_BLOCK.unpack_from(buf, p)
+            p += DERIVED_BLOCK.size
+            bits = int.from_bytes(buf[p:p + nbytes], "little")
+            p += nbytes
+            blocks.append(Block(off, length, first, entries, recs, crc, k, bits, nbytes * 8))
+        if p != end:
+            raise StorageError(f"derived entry of chunk {chunk_id} is {size} bytes, its blocks "
+                               f"{p - at - 4}")
+        yield ChunkEntry(chunk_id, position, records, data_start, tuple(blocks), end - at)
+        at = end
+
+
+def read_keys(fd: int) -> tuple[list[str], int] | None:
+    """The keys a sidecar indexes and where its entries start (None: not a sidecar)."""
+    head = os.pread(fd, DERIVED_HEADER.size, 0)
+    if len(head) < DERIVED_HEADER.size:
+        return None
+    magic, version, n = DERIVED_HEADER.unpack(head)
+    if magic != DERIVED_MAGIC or version != DERIVED_VERSION:
+        return None
+    raw = os.pread(fd, n, DERIVED_HEADER.size)
+    if len(raw) != n:
+        return None
+    keys = raw.decode("utf-8").split("\n") if n else []
+    return keys, DERIVED_HEADER.size + n
+
+
+_BAD = object()  # an entry whose CRC fails
+
+
+class Cursor:
+    """A reader's walk through one segment's sidecar, in step with its chunks (read forward in
+    large ``pread``s, so a scan reads the sidecar once, sequentially)."""
+
+    def __init__(self, fd: int, start: int, masks: list[list[tuple[int, int]]]) -> None:
+        self.fd = fd
+        self.masks = masks
+        self.pos = start  # file position of ``buf[0]``
+        self.buf = b""
+        self.at = 0
+        self.entry: ChunkEntry | None = None
+        self.bytes_read = 0
+        self.cache: dict = {}
+
+    @classmethod
+    def open(cls, directory: str, start: int, wanted: Wanted) -> Cursor | None:
+        """The cursor of segment ``start`` for ``wanted`` (None: no sidecar, or it indexes
+        none of the wanted keys: nothing to skip by)."""
+        try:
+            fd = os.open(derived_path(directory, start), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        found = read_keys(fd)
+        masks = [[_digest(t) for t in wanted[k]] for k in (found[0] if found else ()) if k in wanted]
+        if found is None or not masks:
+            os.close(fd)
+            return None
+        return cls(fd, found[1], masks)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def entry_for(self, chunk_id: int) -> ChunkEntry | None:
+        """The entry of ``chunk_id``, or None when the sidecar has none (yet)."""
+        e = self.entry
+        while e is None or e.chunk_id < chunk_id:
+            got = self._next()
+            if got is None:
+                return None
+            if not isinstance(got, ChunkEntry):  # a bad entry: its chunk is not indexed
+                continue
+            e = self.entry = got
+        return e if e.chunk_id == chunk_id else None
+
+    def _next(self) -> ChunkEntry | object | None:
+        while True:
+            buf, at = self.buf, self.at
+            need = DERIVED_CHUNK.size
+            if at + 4 <= len(buf):
+                need = 4 + _LEN.unpack_from(buf, at)[0]
+                if at + need <= len(buf):
+                    self.at = at + need
+                    for e in decode_entries(buf[at:at + need]):
+                        return _BAD if e is None else e
+                    return None  # pragma: no cover - a whole entry always decodes
+            more = os.pread(self.fd, max(_READ, need), self.pos + len(buf))
+            if not more:
+                return None  # the entry is not (wholly) written yet
+            self.bytes_read += len(more)
+            self.pos += at
+            self.buf = buf[at:] + more
+            self.at = 0
+
+
+def create_sidecar(directory: str, start: int, keys: Sequence[str]) -> int:
+    """Open (creating it with its header when missing or for other keys) the sidecar of
+    segment ``start`` for appending; returns the fd."""
+    path = derived_path(directory, start)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    found = read_keys(fd)
+    if found is None or found[0] != list(keys):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, derived_header(keys), 0)
+    os.close(fd)
+    return os.open(path, os.O_WRONLY | os.O_APPEND)
+
+
+def repair(directory: str, starts: Sequence[int]) -> None:
+    """After recovery: remove sidecars without a segment; cut the last segment's sidecar at
+    its first entry whose chunk (id and position) its index does not hold, or a torn one."""
+    live = set(starts)
+    for name in os.listdir(directory):
+        if name.endswith(SUFFIX) and name[:-len(SUFFIX)].isdigit() and int(name[:-len(SUFFIX)]) not in live:
+            os.unlink(os.path.join(directory, name))
+    if not starts:
+        return
+    last = starts[-1]
+    path = derived_path(directory, last)
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return
+    try:
+        found = read_keys(fd)
+        if found is None:
+            os.ftruncate(fd, 0)  # rewritten with its header by the writer
+            return
+        ifd = os.open(index_path(directory, last), os.O_RDONLY)
+        try:
+            chunks = {(r[0], r[3]) for r in read_index_tuples(ifd)}
+        finally:
+            os.close(ifd)
+        size = os.fstat(fd).st_size
+        buf = os.pread(fd, size - found[1], found[1])
+        keep = found[1]
+        try:
+            at = 0
+            for e in decode_entries(buf):
+                size = 4 + _LEN.unpack_from(buf, at)[0]
+                if e is not None and (e.chunk_id, e.position) not in chunks:
+                    break
+                at += size
+                keep += size
+        except (StorageError, struct.error):
+            pass
+        if keep != size:
+            os.ftruncate(fd, keep)
+    finally:
+        os.close(fd)
