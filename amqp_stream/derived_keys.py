@@ -9,6 +9,15 @@ walk stage 2 uses, so the indexed value is the value the filter compares); a con
 compiled tree by ``sqlfilter.required``). A record the walk cannot read gives None: its block
 is never skipped. Stage 2 still decides every record read, so a skip can only save work.
 
+Reading application properties at write time costs one byte search per key (``bytes.find``,
+in C) instead of a section walk: every place the key's name appears right after a string or
+symbol header (str8/sym8/str32/sym32 of its length) is taken as a map key and the value after
+it decoded. That finds the application property (a map key with that name always looks like
+this) and maybe more (the same key in another map, or bytes that happen to look like it): more
+tokens only cost false positives, never a missed match. An occurrence whose value does not
+decode makes the record unknown (None). Properties fields (``p.``) are positional: they are
+read with the ``MessageView`` walk stage 2 uses.
+
 The argument ``x-stream-derived-filter-keys`` (an extension in RabbitMQ's ``x-stream-``
 family): a list of key names, or one string of names separated by commas (the stream
 protocol's Create sends strings). A name is an application property, or ``p.`` and an AMQP
@@ -21,7 +30,7 @@ from __future__ import annotations
 from typing import Any, Callable, Collection
 
 from amqp_stream.errors import BadRequest
-from amqp_stream.wire import KeyPicker, MessageView
+from amqp_stream.wire import KeyPicker, MessageView, decode
 from amqp_stream.wire._sections import PROPERTY_FIELDS
 from sqlfilter.required import index_token, requirement_of, wanted_tokens
 
@@ -67,25 +76,53 @@ def parse_keys(value: Any) -> list[str]:
 def deriver(keys: Collection[str]) -> Callable[[bytes], list[bytes] | None]:
     """A record's bytes -> the tokens of its values of ``keys`` (None: unreadable)."""
     fields = [field_of(k) for k in keys]
-    app = [n for s, n in fields if s == _APP]
     props = [n for s, n in fields if s == _PROPERTIES]
-    app_picker = KeyPicker(app) if app else None
     prop_picker = KeyPicker(props) if props else None
     view = MessageView.from_bytes
+    # per application property: its UTF-8 name, the str8/sym8 and str32/sym32 length bytes
+    # that precede it as a map key, and the token prefix of a string value (the token of a
+    # str8 value is this prefix and its raw bytes: checked here against ``index_token``)
+    apps = []
+    for section, name in fields:
+        if section != _APP:
+            continue
+        raw = name.encode("utf-8", "surrogatepass")
+        prefix = index_token(_APP, name, "")
+        assert prefix is not None and index_token(_APP, name, "ab") == prefix + b"ab"
+        apps.append((name, raw, len(raw), len(raw).to_bytes(4, "big"), prefix))
 
     def derive(body: bytes) -> list[bytes] | None:
-        try:
-            p, ap = view(body).pick(prop_picker, app_picker)
-        except Exception:  # noqa: BLE001 - unreadable: the block is never skipped
-            return None
-        out = []
-        for section, picked, names in ((_APP, ap, app), (_PROPERTIES, p, props)):
-            if picked:
-                for name in names:
-                    if name in picked:
-                        t = index_token(section, name, picked[name])
+        out: list[bytes] = []
+        for name, raw, n, n32, prefix in apps:
+            i = body.find(raw)
+            while i >= 0:
+                if (i >= 2 and body[i - 1] == n and body[i - 2] | 2 == 0xA3) or (
+                        i >= 5 and body[i - 5] | 2 == 0xB3 and body[i - 4:i] == n32):
+                    q = i + n
+                    if q + 1 < len(body) and body[q] == 0xA1:  # str8: the usual value
+                        end = q + 2 + body[q + 1]
+                        if end > len(body):
+                            return None
+                        out.append(prefix + body[q + 2:end])
+                    else:
+                        try:
+                            value = decode(body, q)[0]
+                        except Exception:  # noqa: BLE001 - unknown: the block is never skipped
+                            return None
+                        t = index_token(_APP, name, value)
                         if t is not None:
                             out.append(t)
+                i = body.find(raw, i + 1)
+        if prop_picker is not None:
+            try:
+                p = view(body).pick(prop_picker, None)[0]
+            except Exception:  # noqa: BLE001 - unknown: the block is never skipped
+                return None
+            for name in props:
+                if p and name in p:
+                    t = index_token(_PROPERTIES, name, p[name])
+                    if t is not None:
+                        out.append(t)
         return out
 
     return derive

@@ -22,13 +22,15 @@ File ``NNNNNNNNNNNNNNNNNNNN.derived`` (N = the segment's first offset)::
     DERIVED_CHUNK   >IIQIIIH  entry length (bytes after this field), CRC-32 of the bytes after
                               the CRC, chunk id, chunk position in the segment, records, data
                               start (from the chunk position: 48 + filter size), blocks
-    DERIVED_BLOCK   >IIIHIIBH  data offset (in the data section), data length, first record
-                               (from the chunk id), entries, records, CRC-32 of the block's
-                               bytes, k (0: not indexed, may hold anything), Bloom bytes;
-                               then the Bloom bits (little-endian integer)
+    DERIVED_BLOCK   >HIIIBH  entries, records, data length, CRC-32 of the block's bytes, k (0:
+                             not indexed, may hold anything), Bloom bytes; then the Bloom bits
+                             (a little-endian integer). Blocks follow each other: a block's
+                             data offset and first record are the sums of those before it.
 
 Bloom: ``m`` = 8 x its bytes bits, positions ``(h1 + i*h2) mod m`` for i < k from the MMH3
-digest ``bloom`` uses for chunk filters; ~10 bits per distinct token, k from the fill.
+digest ``bloom`` uses for chunk filters; at least 10 bits per distinct token, in size classes
+1.5x apart (``_SIZES``) so that the writer reuses each token's mask per class; k = 4 (false
+positives 0.3-1.2 % per block and wanted value).
 
 Written by the writer after a chunk group's segment bytes and before its index records, so a
 reader that sees an index record finds the entry (a reader in another process may find it
@@ -62,14 +64,16 @@ __all__ = ["DERIVED_HEADER", "DERIVED_CHUNK", "DERIVED_BLOCK", "DERIVED_MAGIC", 
 
 DERIVED_HEADER = struct.Struct(">4sIH")
 DERIVED_CHUNK = struct.Struct(">IIQIIIH")
-DERIVED_BLOCK = struct.Struct(">IIIHIIBH")
+DERIVED_BLOCK = struct.Struct(">HIIIBH")
 DERIVED_MAGIC = b"ASDK"
 DERIVED_VERSION = 1
 SUFFIX = ".derived"
 #: entries per block: ~1 % of the blocks hold a value seen once in 10,000 records
 BLOCK_RECORDS = 64
 _BITS_PER_TOKEN = 10
-_MAX_BLOOM = 0xFFFF
+_K = 4
+_SIZES = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072,
+          4096, 6144, 8192)
 _READ = 256 * 1024
 _LEN = struct.Struct(">I")
 
@@ -152,25 +156,25 @@ def _mask(dig: tuple[int, int], m: int, k: int) -> int:
     return mask
 
 
-def _bloom(tokens: set[bytes], cache: dict) -> tuple[int, int, bytes]:
-    """(k, m, bits) for a block's distinct tokens."""
-    n = len(tokens)
-    nbytes = 8
-    while nbytes * 8 < n * _BITS_PER_TOKEN and nbytes < 4096:
-        nbytes *= 2
+def _bloom(tokens: set[bytes], caches: dict) -> tuple[int, bytes]:
+    """(k, bits) for a block's distinct tokens; ``caches``: per ``m``, token -> its mask."""
+    want = len(tokens) * _BITS_PER_TOKEN
+    nbytes = _SIZES[-1]
+    for size in _SIZES:
+        if size * 8 >= want:
+            nbytes = size
+            break
     m = nbytes * 8
-    k = max(1, min(6, round(0.69 * m / n))) if n else 1
+    cache = caches.get(m)
+    if cache is None or len(cache) > 100_000:
+        cache = caches[m] = {}
     bits = 0
     for t in tokens:
-        dig = cache.get(t)
-        if dig is None:
-            if len(cache) > 200_000:
-                cache.clear()
-            dig = cache[t] = _digest(t)
-        h1, h2 = dig
-        for i in range(k):
-            bits |= 1 << ((h1 + i * h2) % m)
-    return k, m, bits.to_bytes(nbytes, "little")
+        mask = cache.get(t)
+        if mask is None:
+            mask = cache[t] = _mask(_digest(t), m, _K)
+        bits |= mask
+    return _K, bits.to_bytes(nbytes, "little")
 
 
 def encode_entry(chunk_id: int, position: int, records: int, filter_size: int, data: bytes,
@@ -200,10 +204,10 @@ def encode_entry(chunk_id: int, position: int, records: int, filter_size: int, d
                     tokens.update(t)
         crc = zlib.crc32(view[off:off + length])
         if tokens is None:
-            parts.append(DERIVED_BLOCK.pack(off, length, first, len(part), recs, crc, 0, 0))
+            parts.append(DERIVED_BLOCK.pack(len(part), recs, length, crc, 0, 0))
         else:
-            k, _m, bits = _bloom(tokens, cache)
-            parts.append(DERIVED_BLOCK.pack(off, length, first, len(part), recs, crc, k, len(bits)))
+            k, bits = _bloom(tokens, cache)
+            parts.append(DERIVED_BLOCK.pack(len(part), recs, length, crc, k, len(bits)))
             parts.append(bits)
         off += length
         first += recs
@@ -232,12 +236,15 @@ def decode_entries(buf: bytes, at: int = 0) -> Iterable[ChunkEntry | None]:
             continue
         p = at + DERIVED_CHUNK.size
         blocks = []
+        off = first = 0
         for _ in range(nblocks):
-            off, length, first, entries, recs, crc, k, nbytes = DERIVED_BLOCK.unpack_from(buf, p)
+            entries, recs, length, crc, k, nbytes = DERIVED_BLOCK.unpack_from(buf, p)
             p += DERIVED_BLOCK.size
             bits = int.from_bytes(buf[p:p + nbytes], "little")
             p += nbytes
             blocks.append(Block(off, length, first, entries, recs, crc, k, bits, nbytes * 8))
+            off += length
+            first += recs
         if p != end:
             raise StorageError(f"derived entry of chunk {chunk_id} is {size} bytes, its blocks "
                                f"{p - at - 4}")
