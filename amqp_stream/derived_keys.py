@@ -27,7 +27,8 @@ starts with ``p.`` cannot be indexed.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Collection
+import re
+from typing import Any, Callable, Collection, Sequence
 
 from amqp_stream.errors import BadRequest
 from amqp_stream.wire import KeyPicker, MessageView, decode
@@ -73,15 +74,18 @@ def parse_keys(value: Any) -> list[str]:
     return out
 
 
-def deriver(keys: Collection[str]) -> Callable[[bytes], list[bytes] | None]:
-    """A record's bytes -> the tokens of its values of ``keys`` (None: unreadable)."""
+def deriver(keys: Collection[str]
+            ) -> Callable[[bytes, Sequence[tuple[int, int]]], tuple[list[int], list[bytes | None]]]:
+    """``StreamConfig.derive`` for ``keys``: (a chunk's data section, its records' spans) ->
+    (positions, tokens) (a None token: the record there is unreadable)."""
     fields = [field_of(k) for k in keys]
     props = [n for s, n in fields if s == _PROPERTIES]
     prop_picker = KeyPicker(props) if props else None
     view = MessageView.from_bytes
     # per application property: its UTF-8 name, the str8/sym8 and str32/sym32 length bytes
-    # that precede it as a map key, and the token prefix of a string value (the token of a
-    # str8 value is this prefix and its raw bytes: checked here against ``index_token``)
+    # that precede it as a map key, the token prefix of a string value (the token of a str8
+    # value is this prefix and its raw bytes: checked here against ``index_token``), and a
+    # pattern for the usual case (a str8/sym8 key, a str8 value) found by the regex engine
     apps = []
     for section, name in fields:
         if section != _APP:
@@ -89,41 +93,51 @@ def deriver(keys: Collection[str]) -> Callable[[bytes], list[bytes] | None]:
         raw = name.encode("utf-8", "surrogatepass")
         prefix = index_token(_APP, name, "")
         assert prefix is not None and index_token(_APP, name, "ab") == prefix + b"ab"
-        apps.append((name, raw, len(raw), len(raw).to_bytes(4, "big"), prefix))
+        usual = re.compile(re.escape(raw) + b"\xa1")  # a literal: the engine's fast search
+        apps.append((name, raw, len(raw), len(raw).to_bytes(4, "big"), prefix, usual))
 
-    def derive(body: bytes) -> list[bytes] | None:
-        out: list[bytes] = []
-        for name, raw, n, n32, prefix in apps:
-            i = body.find(raw)
+    def derive(data: bytes, spans: Sequence[tuple[int, int]]
+               ) -> tuple[list[int], list[bytes | None]]:
+        positions: list[int] = []
+        tokens: list[bytes | None] = []
+        size = len(data)
+        for name, raw, n, n32, prefix, usual in apps:
+            found = [m.start() for m in usual.finditer(data)]
+            if (len(found) == data.count(raw) and (not found or (found[0] >= 2 and found[-1] + n + 1 < size))
+                    and all(data[i - 1] == n and data[i - 2] | 2 == 0xA3 for i in found)):
+                positions.extend(found)
+                tokens.extend([prefix + data[q + 2:q + 2 + data[q + 1]] for q in [i + n for i in found]])
+                continue
+            i = data.find(raw)  # anything else: each occurrence in turn
             while i >= 0:
-                if (i >= 2 and body[i - 1] == n and body[i - 2] | 2 == 0xA3) or (
-                        i >= 5 and body[i - 5] | 2 == 0xB3 and body[i - 4:i] == n32):
+                if (i >= 2 and data[i - 1] == n and data[i - 2] | 2 == 0xA3) or (
+                        i >= 5 and data[i - 5] | 2 == 0xB3 and data[i - 4:i] == n32):
                     q = i + n
-                    if q + 1 < len(body) and body[q] == 0xA1:  # str8: the usual value
-                        end = q + 2 + body[q + 1]
-                        if end > len(body):
-                            return None
-                        out.append(prefix + body[q + 2:end])
+                    try:
+                        t = index_token(_APP, name, decode(data, q)[0])
+                    except Exception:  # noqa: BLE001 - unknown: the block is never skipped
+                        positions.append(i)
+                        tokens.append(None)
                     else:
-                        try:
-                            value = decode(body, q)[0]
-                        except Exception:  # noqa: BLE001 - unknown: the block is never skipped
-                            return None
-                        t = index_token(_APP, name, value)
                         if t is not None:
-                            out.append(t)
-                i = body.find(raw, i + 1)
+                            positions.append(i)
+                            tokens.append(t)
+                i = data.find(raw, i + 1)
         if prop_picker is not None:
-            try:
-                p = view(body).pick(prop_picker, None)[0]
-            except Exception:  # noqa: BLE001 - unknown: the block is never skipped
-                return None
-            for name in props:
-                if p and name in p:
-                    t = index_token(_PROPERTIES, name, p[name])
-                    if t is not None:
-                        out.append(t)
-        return out
+            for start, end in spans:
+                try:
+                    p = view(data[start:end]).pick(prop_picker, None)[0]
+                except Exception:  # noqa: BLE001 - unknown: the block is never skipped
+                    positions.append(start)
+                    tokens.append(None)
+                    continue
+                for name in props:
+                    if p and name in p:
+                        t = index_token(_PROPERTIES, name, p[name])
+                        if t is not None:
+                            positions.append(start)
+                            tokens.append(t)
+        return positions, tokens
 
     return derive
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable, Collection
+from typing import Callable, Sequence
 
 import bloom
 
@@ -49,9 +49,11 @@ class StreamConfig:
     # their deduplication across a segment rollover
     tracking_max_sequences: int = 4096
     # broker-derived filter keys (``storage.derived``): the names of the indexed keys (written
-    # in each segment's sidecar) and the function that gives a record's tokens for them
+    # in each segment's sidecar) and the function that gives a chunk's tokens for them
+    # (``storage.derived.Derive``)
     derived_keys: tuple[str, ...] = ()
-    derive: Callable[[bytes], Collection[bytes] | None] | None = field(default=None, compare=False)
+    derive: Callable[[bytes, Sequence[tuple[int, int]]], tuple[list[int], list[bytes | None]]] | None = \
+        field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fsync", FsyncPolicy(self.fsync))

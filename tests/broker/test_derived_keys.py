@@ -98,3 +98,44 @@ def test_consumers_requiring_an_indexed_value_skip_and_deliver_as_a_full_scan(tm
             assert _metric(b, "derived_blocks_skipped_total", "plain") == 0
     finally:
         b.close()
+
+
+def test_the_deriver_finds_every_encoding_of_an_indexed_key():
+    """The tokens a record gives include the token of the value stage 2 reads, whatever the
+    key's and value's encodings (a superset is fine: it only costs false positives)."""
+    from amqp_stream.derived_keys import deriver
+    from amqp_stream.wire import KeyPicker, MessageView
+    from sqlfilter.required import index_token
+    from storage.format import encode_entries
+
+    long = "v" * 300  # str32
+    cases = [
+        {"customer": "c1"}, {"customer": long}, {"customer": 7}, {"customer": 2.5},
+        {"customer": b"bin"}, {"customer": True}, {"other": "customer"}, {"customer": None},
+        {"xcustomer": "c3", "customer": "c4"},
+    ]
+    derive = deriver(["customer"])
+    picker = KeyPicker(["customer"])
+    messages = [bytes(Message(body=body, properties=props).encode())
+                for props in cases for body in ("customer", "\xa1\x08customer\xa1\x02zz", "x")]
+
+    def app_section(key: bytes, value: bytes) -> bytes:
+        items = key + value
+        return b"\x00St\xc1" + bytes((len(items) + 1, 2)) + items + b"\x00Sw\xa1\x01x"
+
+    for key in (b"\xa3\x08customer", b"\xb1\x00\x00\x00\x08customer", b"\xb3\x00\x00\x00\x08customer"):
+        for value in (b"\xa1\x02c5", b"\xb1\x00\x00\x00\x02c6", b"\x54\x05", b"\xa0\x02c7"):
+            messages.append(app_section(key, value))
+    for one in messages:
+        data = encode_entries([one])
+        positions, tokens = derive(data, [(4, len(data))])
+        assert len(positions) == len(tokens)
+        ap = MessageView.from_bytes(data[4:]).pick(None, picker)[1]
+        want = index_token("application_properties", "customer", ap.get("customer"))
+        assert want is None or want in tokens, (one, tokens)
+        if b"customer" in one and one.startswith(b"\x00St"):
+            assert want is not None  # the crafted sections all hold a value
+    # a key with a value that does not decode: unknown, never a silent miss
+    bad = b"\x00St\xc1\x0e\x02\xa1\x08customer\xff\x00"
+    data = encode_entries([bad])
+    assert None in derive(data, [(4, len(data))])[1]
