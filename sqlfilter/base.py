@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable
 
 from amqp_stream.wire import MessageView, as_view
+from sqlfilter.required import prefiltered
 
 
 class Filter(ABC):
@@ -23,9 +24,10 @@ class Filter(ABC):
 
     def bytes_matcher(self) -> Callable[[bytes], bool]:
         """``matches`` for stored message bytes only, as one function with no type dispatch:
-        what the broker calls once per record a consumer reads."""
+        what the broker calls once per record a consumer reads. A record that lacks the bytes
+        the filter requires (``sqlfilter.required.needles``) is rejected without decoding."""
         evaluate, view = self.evaluate_view, MessageView.from_bytes
-        return lambda data: evaluate(view(data)) is True
+        return prefiltered(self, lambda data: evaluate(view(data)) is True)
 
     @abstractmethod
     def evaluate_view(self, view: MessageView) -> bool | None:

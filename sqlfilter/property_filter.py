@@ -45,6 +45,7 @@ import proton
 from amqp_stream.wire import KeyPicker, MessageView, as_view, from_proton
 from sqlfilter.base import Filter
 from sqlfilter.errors import FilterError
+from sqlfilter.required import prefiltered
 from sqlfilter.runtime import norm
 
 __all__ = ["compile_property_filter", "PropertyFilter", "MAX_ENTRIES", "FIELD_TYPES"]
@@ -299,7 +300,7 @@ class PropertyFilter(Filter):
 
     def bytes_matcher(self) -> Callable[[bytes], bool]:
         evaluate, view = self._evaluate, MessageView.from_bytes  # always a bool (see above)
-        return lambda data: evaluate(view(data))
+        return prefiltered(self, lambda data: evaluate(view(data)))
 
     def __repr__(self) -> str:
         return (f"PropertyFilter(properties={[k for k, _ in self._properties]}, "

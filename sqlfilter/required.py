@@ -28,12 +28,12 @@ elements and message annotations are not indexed).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from sqlfilter import ast, runtime
 
 __all__ = ["Requirement", "required_values", "requirement_of", "canonical", "index_token",
-           "wanted_tokens", "INDEXABLE_SECTIONS"]
+           "wanted_tokens", "Needles", "needles", "prefiltered", "INDEXABLE_SECTIONS"]
 
 #: sections whose fields are read as stored (no default, no computation): indexable
 INDEXABLE_SECTIONS = frozenset(("application_properties", "properties"))
@@ -144,3 +144,51 @@ def requirement_of(f: Any) -> Requirement:
         key = (section, name)
         out[key] = out[key] & values if key in out else values
     return out
+
+
+#: groups of byte strings; a message can match only if it holds one string of every group
+Needles = tuple[tuple[bytes, ...], ...]
+
+
+def needles(requirement: Requirement) -> Needles:
+    """The byte strings a message's stored bytes must contain for a match: per required field
+    whose values are all text or binary, one of the values' raw bytes (every AMQP encoding of
+    a string, symbol or binary holds its bytes contiguously; a UUID is compared by its 16
+    bytes, which the encoding holds too). A field with no possible value gives an empty group:
+    nothing matches. Numbers give no needle (too many encodings): for an application property
+    its key is the needle then. This is a necessary
+    condition only: stage 2 still decides."""
+    groups: list[tuple[bytes, ...]] = []
+    for (section, name), values in sorted(requirement.items()):
+        if not values:
+            return ((),)
+        if all(c[0] == "s" for c in values) and all(c[1] for c in values):
+            groups.append(tuple(sorted(c[1] for c in values)))
+        elif section == "application_properties" and name:  # the key, when no value helps
+            try:
+                groups.append((name.encode("utf-8"),))
+            except UnicodeEncodeError:  # a lone surrogate: no valid message has this key
+                return ((),)
+    return tuple(groups)
+
+
+def prefiltered(f: Any, evaluate: Callable[[bytes], bool]) -> Callable[[bytes], bool]:
+    """``evaluate`` behind ``f``'s needles: a record without them is rejected by a byte
+    search (C speed) instead of being decoded and evaluated (microseconds)."""
+    found = needles(requirement_of(f))
+    if not found:
+        return evaluate
+    if len(found) == 1 and len(found[0]) == 1:
+        (needle,), = found
+        return lambda data: needle in data and evaluate(data)
+
+    def check(data: bytes) -> bool:
+        for group in found:
+            for needle in group:
+                if needle in data:
+                    break
+            else:
+                return False
+        return evaluate(data)
+
+    return check

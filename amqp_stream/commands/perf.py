@@ -28,6 +28,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from amqp_stream.client import ClientError, PublishError, build_message
+from amqp_stream.client.stream import DEFAULT_STREAM_URL, offset_spec, parse_stream_url
 from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
 from amqp_stream.commands.consume import parse_start
 from amqp_stream.commands.filters import check_filters
@@ -64,8 +65,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "before the load starts)")
     parser.add_argument("--duration", type=float, default=10.0, metavar="S",
                         help="seconds to publish for (default: 10)")
-    parser.add_argument("--window", type=int, default=256, metavar="N",
-                        help="unconfirmed messages per producer (default: 256)")
+    parser.add_argument("--window", type=int, default=None, metavar="N",
+                        help="unconfirmed messages per producer (default: 256 over AMQP, 10000 "
+                             "over the stream protocol)")
+    parser.add_argument("--protocol", choices=("amqp", "stream"), default="amqp",
+                        help="AMQP 1.0 (--url, default) or RabbitMQ's stream protocol (--stream-url)")
+    parser.add_argument("--stream-url", default=os.environ.get("AMQP_STREAM_STREAM_URL", DEFAULT_STREAM_URL),
+                        metavar="URL", help="stream-protocol URL, rabbitmq-stream://host:port "
+                                            "(default: $AMQP_STREAM_STREAM_URL or %(default)s)")
+    parser.add_argument("--batch", type=int, default=100, metavar="N",
+                        help="messages per Publish frame over the stream protocol (default: 100)")
     add_connection_arguments(parser)
 
 
@@ -126,7 +135,7 @@ def _producer(args, index: int, stop: threading.Event, counters: Counters, start
             counters.bytes = pub.accepted * args.size
     except (ClientError, PublishError) as exc:
         counters.error = str(exc)
-        _abort(started)
+        abort_start(started)
 
 
 def _consumer(args, interrupted: threading.Event, counters: Counters, started: threading.Barrier,
@@ -142,7 +151,7 @@ def _consumer(args, interrupted: threading.Event, counters: Counters, started: t
                 counters.error = (f"the broker left out consumer filter(s) "
                                   f"{', '.join(consumer.missing_filters)} (--allow-missing-filters "
                                   "to run anyway)")
-                _abort(started)
+                abort_start(started)
                 return
             started.wait()
             while not interrupted.is_set():
@@ -164,7 +173,7 @@ def _consumer(args, interrupted: threading.Event, counters: Counters, started: t
                     counters.latencies_ms.append((now - ts) / 1e6)
     except ClientError as exc:
         counters.error = str(exc)
-        _abort(started)
+        abort_start(started)
 
 
 def _flush_io(client) -> None:
@@ -183,7 +192,7 @@ def _flush_io(client) -> None:
             container.timeout = saved
 
 
-def _abort(barrier: threading.Barrier) -> None:
+def abort_start(barrier: threading.Barrier) -> None:
     try:
         barrier.abort()
     except threading.BrokenBarrierError:
@@ -194,31 +203,48 @@ def run(args: argparse.Namespace) -> int:
     problems = [msg for bad, msg in [
         (args.producers < 0 or args.consumers < 0, "--producers and --consumers must be >= 0"),
         (args.producers + args.consumers < 1, "nothing to do: no producers and no consumers"),
-        (args.size < 1 or args.window < 1, "--size and --window must be >= 1"),
+        (args.size < 1 or args.batch < 1 or (args.window or 1) < 1, "--size, --batch and --window must be >= 1"),
         (args.rate < 0 or args.filter_values < 0, "--rate and --filter-values must be >= 0"),
         (args.filter_run < 1, "--filter-run must be >= 1"),
         (args.duration <= 0, "--duration must be > 0"),
         (args.producers == 0 and args.stream is None, "--producers 0 reads an existing stream: name it with --stream"),
     ] if bad]
     bad_filter = check_filters("--consumer-sql", sql=args.consumer_sql) if args.consumer_sql else None
+    over_stream = args.protocol == "stream"
+    if args.window is None:
+        args.window = 10_000 if over_stream else 256
     try:
         args.offset = parse_start(args.start)
-    except ValueError as exc:
-        problems.append(str(exc))
+        if over_stream:
+            parse_stream_url(args.stream_url)
+            args.start_spec = args.start
+            offset_spec(args.start)
+    except (ValueError, ClientError) as exc:
+        problems.append(f"{exc} (the stream protocol takes first, last, next or an offset)"
+                        if over_stream and isinstance(exc, ValueError) else str(exc))
     if problems or bad_filter:
         print(f"amqp-stream perf: error: {problems[0] if problems else bad_filter}", file=sys.stderr)
         return 2
     temporary = args.stream is None
     args.stream = args.stream or f"perf-{uuid.uuid4().hex[:8]}"
+    producer, consumer = _producer, _consumer
     try:
-        with open_client(args) as admin:
+        if over_stream:
+            from amqp_stream.commands import perf_stream  # it imports this module
+
+            producer, consumer = perf_stream.producer, perf_stream.consumer
             if args.producers:
-                admin.declare(args.stream)
-            info = admin.info(args.stream)
+                perf_stream.declare(args)
+            available = perf_stream.available(args)
+        else:
+            with open_client(args) as admin:
+                if args.producers:
+                    admin.declare(args.stream)
+                info = admin.info(args.stream)
+            available = int(info.get("next_offset", 0)) - int(info.get("first_offset", 0))
     except ClientError as exc:
         return fail("perf", exc)
-    # with no producers, the consumers' yardstick for the saving is what the stream holds now
-    available = int(info.get("next_offset", 0)) - int(info.get("first_offset", 0))
+    # with no producers, the consumers' yardstick for the saving is what the stream held
 
     stop, done_publishing, interrupted = threading.Event(), threading.Event(), threading.Event()
     if not args.producers:
@@ -226,9 +252,9 @@ def run(args: argparse.Namespace) -> int:
     producers = [Counters() for _ in range(args.producers)]
     consumers = [Counters() for _ in range(args.consumers)]
     started = threading.Barrier(args.producers + args.consumers + 1)
-    threads = [threading.Thread(target=_consumer, args=(args, interrupted, c, started, done_publishing), daemon=True)
+    threads = [threading.Thread(target=consumer, args=(args, interrupted, c, started, done_publishing), daemon=True)
                for c in consumers]
-    threads += [threading.Thread(target=_producer, args=(args, i, stop, p, started), daemon=True)
+    threads += [threading.Thread(target=producer, args=(args, i, stop, p, started), daemon=True)
                 for i, p in enumerate(producers)]
     for t in threads:
         t.start()
@@ -290,8 +316,13 @@ def _cleanup(args, temporary: bool) -> None:
     if not temporary:
         return
     try:
-        with open_client(args) as admin:
-            admin.delete(args.stream)
+        if args.protocol == "stream":
+            from amqp_stream.commands import perf_stream
+
+            perf_stream.delete(args)
+        else:
+            with open_client(args) as admin:
+                admin.delete(args.stream)
     except ClientError:
         pass
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 import bloom
 from sqlfilter import (FilterError, MessageView, compile_property_filter, compile_selector,
                        compile_sql, runtime)
-from sqlfilter.required import (canonical, index_token, required_values, requirement_of,
-                                wanted_tokens)
+from sqlfilter.required import (canonical, index_token, needles, required_values,
+                                requirement_of, wanted_tokens)
 
 A, P = "application_properties", "properties"
 
@@ -195,6 +195,55 @@ def test_a_property_filter_requires_its_equality_entries(refs, apps):
         if f.matches(MessageView.from_sections(application_properties=app)):
             for (section, name), values in requirement.items():
                 assert section == A and canonical(app.get(name)) in values, (refs, app)
+
+
+def _encoded(app: dict, subject=None) -> bytes:
+    return proton.Message(properties=app, subject=subject, body="x").encode()
+
+
+@SETTINGS
+@given(filters(), st.lists(messages(), max_size=20))
+def test_the_byte_prefilter_of_sql_never_changes_an_answer(text, stream):
+    """``bytes_matcher`` rejects a record without the required bytes before decoding it: the
+    answers stay those of the full evaluation, message by message."""
+    f = compile_sql(text)
+    match = f.bytes_matcher()
+    for m in stream:
+        data = _encoded(m[A], m[P].get("subject"))
+        assert match(data) == f.matches(MessageView.from_bytes(data)), (text, m)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(_KEYS[:2]), _refs, min_size=1, max_size=2),
+       st.lists(st.dictionaries(st.sampled_from(_KEYS[:2]), _message_values), max_size=20))
+def test_the_byte_prefilter_of_property_filters_never_changes_an_answer(refs, apps):
+    f = compile_property_filter(application_properties=refs)
+    match = f.bytes_matcher()
+    for app in apps:
+        data = _encoded(app)
+        assert match(data) == f.matches(MessageView.from_bytes(data)), (refs, app)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("region = 'r42'", ((b"r42",),)),
+    ("region IN ('b', 'a') AND p.subject = 's'", ((b"a", b"b"), (b"s",))),
+    ("k = 1", ((b"k",),)),  # numbers have too many encodings: only the key
+    ("k = 'a' AND k = 'b'", ((),)),  # nothing can match
+    ("k = ''", ((b"k",),)),  # every record holds the empty string
+    ("k = 'a' OR m = 'b'", ()),
+])
+def test_needles(text, expected):
+    assert needles(requirement_of(compile_sql(text))) == expected
+
+
+def test_a_record_without_the_needles_is_not_evaluated():
+    f = compile_sql("k = 'zz'")
+    seen = []
+    evaluate = f.evaluate_view
+    f.evaluate_view = lambda view: seen.append(view) or evaluate(view)  # type: ignore[method-assign]
+    match = f.bytes_matcher()
+    assert match(_encoded({"k": "ab"})) is False and seen == []
+    assert match(_encoded({"k": "zz"})) is True and len(seen) == 1
 
 
 def test_requirement_of_each_filter_kind():

@@ -1,0 +1,297 @@
+"""A small blocking client of RabbitMQ's stream protocol, for our load tool
+(``amqp-stream perf --protocol stream``) and the stream-protocol benchmark.
+
+Why our own: a load generator must not be the limit of what it measures, and the Python stream
+clients decode every message. Frames are the broker's own codec (``amqp_stream.streamproto``:
+one layout in one place); the hot paths stay on bytes:
+
+- publishing sends Publish frames the caller encoded once (``publish_frame``) and counts
+  confirms from each PublishConfirm's count field;
+- consuming counts records from each delivered chunk's header; without a chunk callback the
+  chunk's bytes are not even looked at (a reused receive buffer, nothing allocated per read),
+  with one the whole Deliver frame is handed over.
+
+Plain TCP only. Heartbeats are declined at Tune (the client is never idle long enough to need
+them). URLs: ``rabbitmq-stream://[user:password@]host[:port][/vhost]`` as RabbitMQ's clients
+write them.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import struct
+import urllib.parse
+from typing import Callable, Iterable, Mapping, Sequence
+
+from amqp_stream.client.errors import ClientError
+from amqp_stream.streamproto import (
+    Close, Create, DeclarePublisher, Delete, Key, OffsetSpec, OffsetType, Open, PeerProperties,
+    ResponseCode, SaslAuthenticate, SaslHandshake, StreamStats, Subscribe, Tune,
+)
+from amqp_stream.streamproto import Publish as PublishFrame
+from amqp_stream.streamproto.frames import decode, encode
+
+__all__ = ["StreamClient", "parse_stream_url", "publish_frame", "offset_spec", "DEFAULT_STREAM_URL"]
+
+DEFAULT_STREAM_URL = "rabbitmq-stream://127.0.0.1:5552"
+READ_SIZE = 4 << 20
+_HEAD = struct.Struct(">IHH")  # size, key, version
+_CONFIRM_COUNT = struct.Struct(">Bi")  # publisher id, count (the ids follow)
+_CREDIT = struct.Struct(">IHHBH")  # a whole Credit frame
+_RESPONSE = 0x8000
+_CHUNK_RECORDS = struct.Struct(">I")  # 4 bytes into the chunk header
+
+
+def parse_stream_url(url: str) -> tuple[str, int, str | None, str | None, str]:
+    """(host, port, user, password, vhost) of a ``rabbitmq-stream://`` URL."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "rabbitmq-stream" or not parts.hostname:
+        raise ClientError(f"not a stream-protocol URL: {url!r} (rabbitmq-stream://host:port)")
+    try:
+        port = parts.port or 5552
+    except ValueError as exc:
+        raise ClientError(f"bad port in {url!r}: {exc}") from None
+    vhost = urllib.parse.unquote(parts.path[1:]) if len(parts.path) > 1 else "/"
+    user = urllib.parse.unquote(parts.username) if parts.username else None
+    password = urllib.parse.unquote(parts.password) if parts.password else None
+    return parts.hostname, port, user, password, vhost
+
+
+def publish_frame(publisher_id: int, messages: Sequence[tuple[int, str | None, bytes]]) -> bytes:
+    """A Publish frame (v2 when any message has a filter value) of (publishing id, filter
+    value, AMQP message bytes)."""
+    v2 = any(value is not None for _, value, _ in messages)
+    return encode(PublishFrame(publisher_id, tuple((i, v, data, None) for i, v, data in messages),
+                               2 if v2 else 1))
+
+
+class StreamClient:
+    """One connection. Requests (create, subscribe...) block for their response; ``pump``
+    reads what came and counts it: ``confirmed``, ``errors`` (messages refused),
+    ``records`` and ``chunks`` delivered, ``gone`` (deleted streams)."""
+
+    def __init__(self, url: str = DEFAULT_STREAM_URL, *, user: str | None = None,
+                 password: str | None = None, timeout: float = 30.0,
+                 on_chunk: Callable[[memoryview], None] | None = None):
+        host, port, url_user, url_password, vhost = parse_stream_url(url)
+        user = user or url_user or "guest"
+        password = password if password is not None else (url_password or "guest")
+        self.timeout = timeout
+        self.on_chunk = on_chunk
+        self.confirmed = self.errors = self.records = self.chunks = self.received = 0
+        self._corr = 0
+        self._space = memoryview(bytearray(READ_SIZE))
+        self._carry = b""  # the start of a frame cut by the end of a read
+        self._skip = 0  # bytes of a chunk still to come, not looked at
+        self._credits: dict[int, int] = {}  # subscription -> credit to give back per chunk
+        self.gone: set[str] = set()  # streams the broker said were deleted (MetadataUpdate)
+        self._waiting: int | None = None  # the correlation id of the request in flight
+        self._answer: object = None
+        self._tune: Tune | None = None
+        try:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as exc:
+            raise ClientError(f"cannot connect to {host}:{port}: {exc}") from None
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            self._handshake(user, password, vhost)
+        except BaseException:
+            self.sock.close()
+            raise
+
+    # -- requests ---------------------------------------------------------------------------
+    def _next_corr(self) -> int:
+        self._corr += 1
+        return self._corr
+
+    def _send(self, frame: object) -> None:
+        self.sock.sendall(encode(frame))  # type: ignore[arg-type]
+
+    def _request(self, frame: object, corr: int) -> object:
+        """Send ``frame`` and wait for the response with ``corr``; traffic in between
+        (confirms, chunks) is counted as ``pump`` does."""
+        self._send(frame)
+        self._waiting, self._answer = corr, None
+        while self._answer is None:
+            if not self.pump(self.timeout):
+                raise ClientError(f"no answer to {type(frame).__name__} in {self.timeout:.0f} s")
+        answer, self._answer = self._answer, None
+        return answer
+
+    def _check(self, answer: object, what: str, ok: Iterable[int] = (ResponseCode.OK,)) -> int:
+        code = getattr(answer, "code", ResponseCode.OK)
+        if code not in ok:
+            name = ResponseCode(code).name if code in ResponseCode._value2member_map_ else code
+            raise ClientError(f"{what}: the broker answered {name}")
+        return code
+
+    def _handshake(self, user: str, password: str, vhost: str) -> None:
+        corr = self._next_corr()
+        self._check(self._request(PeerProperties(corr, {"product": "amqp-stream perf"}), corr),
+                    "peer properties")
+        corr = self._next_corr()
+        mechanisms = getattr(self._request(SaslHandshake(corr), corr), "mechanisms", ())
+        if "PLAIN" not in mechanisms:
+            raise ClientError(f"the broker offers {list(mechanisms)}, not PLAIN")
+        corr = self._next_corr()
+        token = b"\0" + user.encode() + b"\0" + password.encode()
+        self._check(self._request(SaslAuthenticate(corr, "PLAIN", token), corr), "authentication")
+        while self._tune is None:  # the server proposes after authentication (maybe read already)
+            if not self.pump(self.timeout):
+                raise ClientError("the broker sent no Tune")
+        self._send(Tune(self._tune.frame_max, 0))  # type: ignore[unreachable]
+        corr = self._next_corr()
+        self._check(self._request(Open(corr, vhost), corr), f"open vhost {vhost!r}")
+
+    def create(self, stream: str, arguments: Mapping[str, str] | None = None) -> bool:
+        """Create ``stream``; False when it existed already."""
+        corr = self._next_corr()
+        code = self._check(self._request(Create(corr, stream, dict(arguments or {})), corr),
+                           f"create {stream!r}", (ResponseCode.OK, ResponseCode.STREAM_ALREADY_EXISTS))
+        return code == ResponseCode.OK
+
+    def delete(self, stream: str) -> None:
+        corr = self._next_corr()
+        self._check(self._request(Delete(corr, stream), corr), f"delete {stream!r}")
+
+    def stats(self, stream: str) -> dict[str, int]:
+        """StreamStats (RabbitMQ 3.11 and later; this broker)."""
+        corr = self._next_corr()
+        answer = self._request(StreamStats(corr, stream), corr)
+        self._check(answer, f"stream stats of {stream!r}")
+        return dict(getattr(answer, "stats", {}))
+
+    def declare_publisher(self, publisher_id: int, stream: str, reference: str = "") -> None:
+        corr = self._next_corr()
+        self._check(self._request(DeclarePublisher(corr, publisher_id, reference, stream), corr),
+                    f"declare a publisher on {stream!r}")
+
+    def subscribe(self, subscription_id: int, stream: str, offset: OffsetSpec, credit: int = 10,
+                  properties: Mapping[str, str] | None = None) -> None:
+        """Subscribe with ``credit`` chunks; every chunk received gives one credit back."""
+        corr = self._next_corr()
+        self._credits[subscription_id] = 1
+        self._check(self._request(Subscribe(corr, subscription_id, stream, offset, credit,
+                                            dict(properties or {})), corr),
+                    f"subscribe to {stream!r}")
+
+    def send(self, data: bytes) -> None:
+        """Send encoded frames (``publish_frame``)."""
+        self.sock.sendall(data)
+
+    def close(self) -> None:
+        """Close both ways (the broker's CloseResponse is awaited briefly), then the socket."""
+        try:
+            corr = self._next_corr()
+            self._send(Close(corr, ResponseCode.OK, "done"))
+            self._waiting, self._answer = corr, None
+            while self._answer is None and self.pump(1.0):
+                pass
+        except (OSError, ClientError):
+            pass
+        finally:
+            self.sock.close()
+
+    def __enter__(self) -> StreamClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- traffic ----------------------------------------------------------------------------
+    def pump(self, timeout: float | None) -> bool:
+        """Read once (waiting up to ``timeout`` seconds; 0 = only what is there) and handle
+        every whole frame; False when nothing came."""
+        if timeout is not None:
+            ready, _, _ = select.select([self.sock], [], [], timeout)
+            if not ready:
+                return False
+        try:
+            n = self.sock.recv_into(self._space)
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            raise ClientError(f"connection lost: {exc}") from None
+        if not n:
+            raise ClientError("the broker closed the connection")
+        self.received += n
+        pos = min(self._skip, n)
+        self._skip -= pos
+        if pos < n:
+            self._frames(pos, n)
+        return True
+
+    def _frames(self, pos: int, n: int) -> None:
+        buf: bytes | memoryview = self._space
+        if self._carry:  # a frame cut by the previous read: join (rare with big reads)
+            buf, pos, n = self._carry + bytes(self._space[pos:n]), 0, len(self._carry) + n - pos
+            self._carry = b""
+        credits: dict[int, int] = {}
+        while pos < n:
+            left = n - pos
+            if left < 8:
+                break
+            size, key, version = _HEAD.unpack_from(buf, pos)
+            if key == Key.DELIVER and self.on_chunk is None:
+                head = 9 + (8 if version == 2 else 0)  # size, key, version, subscription (+ id)
+                if left < head + 8:
+                    break
+                sub = buf[pos + 8]
+                self.records += _CHUNK_RECORDS.unpack_from(buf, pos + head + 4)[0]
+                self.chunks += 1
+                credits[sub] = credits.get(sub, 0) + 1
+                end = pos + 4 + size
+                if end > n:
+                    self._skip = end - n
+                    pos = n
+                    break
+                pos = end
+                continue
+            if left < 4 + size:
+                break
+            if key == Key.DELIVER:
+                head = 9 + (8 if version == 2 else 0)
+                sub = buf[pos + 8]
+                self.records += _CHUNK_RECORDS.unpack_from(buf, pos + head + 4)[0]
+                self.chunks += 1
+                credits[sub] = credits.get(sub, 0) + 1
+                assert self.on_chunk is not None
+                self.on_chunk(memoryview(buf)[pos + head:pos + 4 + size])
+            elif key == Key.PUBLISH_CONFIRM:
+                self.confirmed += _CONFIRM_COUNT.unpack_from(buf, pos + 8)[1]
+            else:
+                self._frame(bytes(buf[pos + 4:pos + 4 + size]))
+            pos += 4 + size
+        if pos < n:
+            self._carry = bytes(buf[pos:n])
+        if credits:
+            self.sock.sendall(b"".join(_CREDIT.pack(7, Key.CREDIT, 1, sub, c * self._credits.get(sub, 1))
+                                       for sub, c in credits.items()))
+
+    def _frame(self, content: bytes) -> None:
+        frame = decode(content)
+        key = frame.key
+        if key == Key.HEARTBEAT:
+            self.sock.sendall(encode(frame))
+        elif key == Key.PUBLISH_ERROR:
+            self.errors += len(getattr(frame, "errors", ()))
+        elif isinstance(frame, Tune):
+            self._tune = frame
+        elif key == Key.CLOSE:
+            corr = getattr(frame, "correlation_id", 0)
+            self.sock.sendall(struct.pack(">IHHIH", 10, _RESPONSE | Key.CLOSE, 1, corr, ResponseCode.OK))
+            raise ClientError(f"the broker closed the connection: {getattr(frame, 'reason', '')}")
+        elif key == Key.METADATA_UPDATE:  # the stream was deleted: its subscriptions ended
+            self.gone.add(getattr(frame, "stream", ""))
+        elif key == _RESPONSE | Key.CREDIT:
+            raise ClientError(f"credit refused: {ResponseCode(getattr(frame, 'code', 0)).name}")
+        elif key & _RESPONSE and getattr(frame, "correlation_id", None) == self._waiting:
+            self._answer = frame
+
+
+def offset_spec(text: str) -> OffsetSpec:
+    """A stream-protocol offset spec from the CLI's words: first, last, next or an offset."""
+    if text in ("first", "last", "next"):
+        return OffsetSpec(getattr(OffsetType, text.upper()))
+    return OffsetSpec.offset(int(text))
