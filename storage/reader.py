@@ -133,6 +133,10 @@ class ChunkLocation:
     position: int
     length: int
     next_offset: int
+    #: broker-derived keys: only these blocks of the data section may hold a match (each a
+    #: ``storage.derived.Block``: offset in the section, length, first record from the chunk
+    #: id, entries, records, CRC); None: the whole section
+    blocks: list[Block] | None = None
 
 
 class ScanPaused:
@@ -475,10 +479,31 @@ class Reader:
         if h.next_offset <= self._min:  # wholly below the start offset
             return None
         self.stats.chunks_read += 1
-        self.stats.bytes_read += h.data_length  # read from the file by whoever sends it
+        blocks = self._blocks_of(seg, rec, h) if seg.derived is not None and matches is None else None
+        if blocks is not None:
+            self.stats.bytes_read += sum(b.length for b in blocks)
+        else:
+            self.stats.bytes_read += h.data_length  # read from the file by whoever sends it
         return ChunkLocation(h.chunk_id, h.timestamp, h.entries, h.records, h.crc,
                              bytes(head[:_HB]), fd, pos + _HB + fs, h.data_length,
-                             h.next_offset)
+                             h.next_offset, blocks)
+
+    def _blocks_of(self, seg: _Open, rec: IndexTuple, h: ChunkHeader) -> list[Block] | None:
+        """For ``read_location``: the blocks of the chunk whose index may hold a match when
+        they are at most half of it (None: the whole chunk)."""
+        cur = seg.derived
+        assert cur is not None
+        before = cur.bytes_read
+        e = cur.entry_for(rec[0])
+        self.stats.bytes_read += cur.bytes_read - before
+        if (e is None or e.position != rec[3] or e.records != h.records
+                or e.data_start != _HB + h.filter_size):
+            return None
+        sel = e.select(cur.masks, self._masks)
+        if 2 * sum(b.length for b in sel) > h.data_length:
+            return None
+        self.stats.derived_blocks_skipped += len(e.blocks) - len(sel)
+        return sel
 
     def _skip_run(self, seg: _Open, lim: int | None, matches: Callable[[bytes, int, int], bool],
                   budget: int | None = None) -> bool:

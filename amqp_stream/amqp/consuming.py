@@ -20,8 +20,9 @@ sends nothing more (checked before each send) and waits until the socket has tak
 client that grants credit and never reads costs at most that much memory. Broker-derived
 filter keys (``amqp_stream.derived_keys``): when the stream indexes a key the stage-2 filter
 requires, the reader skips chunks, and returns chunks read in part, whose records cannot match
-(stage 2 still decides each record it returns). Stage 1 is sliced the same way: the reader passes over at most ``SCAN_BUDGET`` chunks per call and says
-``SCAN_PAUSED`` when that is used up; the turn then ends and asks for another at once, so a
+(stage 2 still decides each record it returns). Stage 1 is sliced the same way: the reader
+passes over at most ``SCAN_BUDGET`` chunks per call and says ``SCAN_PAUSED`` when that is used
+up; the turn then ends and asks for another at once, so a
 filter that matches almost nothing in a long stream does not hold the event loop for the scan.
 """
 
