@@ -65,7 +65,7 @@ from storage.format import CHUNK_HEADER_BYTES, SubBatchEntry
 __all__ = ["DERIVED_HEADER", "DERIVED_CHUNK", "DERIVED_BLOCK", "DERIVED_MAGIC", "BLOCK_RECORDS",
            "Derive", "Block", "ChunkEntry", "derived_name", "derived_path", "derived_header",
            "encode_entry", "decode_entries", "read_keys", "Cursor", "Wanted", "repair",
-           "create_sidecar"]
+           "create_sidecar", "load"]
 
 DERIVED_HEADER = struct.Struct(">4sIH")
 DERIVED_CHUNK = struct.Struct(">IIQIIIH")
@@ -381,6 +381,34 @@ class Cursor:
             self.pos += at
             self.buf = buf[at:] + more
             self.at = 0
+
+
+def load(directory: str, start: int) -> tuple[list[str], list[ChunkEntry], int, int] | None:
+    """For ``inspect``: a segment's sidecar as (keys, its whole entries, entries whose CRC
+    fails, file size); None when there is none or it is not a sidecar."""
+    try:
+        fd = os.open(derived_path(directory, start), os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        found = read_keys(fd)
+        if found is None:
+            return None
+        size = os.fstat(fd).st_size
+        buf = os.pread(fd, size - found[1], found[1])
+    finally:
+        os.close(fd)
+    entries: list[ChunkEntry] = []
+    bad = 0
+    try:
+        for e in decode_entries(buf):
+            if e is None:
+                bad += 1
+            else:
+                entries.append(e)
+    except (StorageError, struct.error):
+        bad += 1
+    return found[0], entries, bad, size
 
 
 def create_sidecar(directory: str, start: int, keys: Sequence[str]) -> int:

@@ -5,6 +5,7 @@ off), read less, and stay right when the sidecar is lost, torn, stale or damaged
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import tempfile
@@ -178,3 +179,20 @@ def test_recovery_cuts_entries_whose_chunk_is_gone_and_retention_deletes_sidecar
     sidecars = {n.split(".")[0] for n in names if n.endswith(".derived")}
     assert "00000000000000000000" not in segments
     assert sidecars == segments
+
+
+def test_inspect_shows_the_derived_index(tmp_path):
+    from tests.storage.test_cli import run
+
+    d = str(tmp_path)
+    _write(d, _customers(1000, 50), True, 300, [], ("customer",))
+    lines = [json.loads(line) for line in run("inspect", d, "--json").stdout.splitlines()]
+    assert lines[0] == {"segment": 0, "derived_keys": ["customer"],
+                        "derived_bytes": os.path.getsize(derived_path(d, 0)),
+                        "derived_entries": 4, "derived_bad_entries": 0}
+    chunks = [c for c in lines[1:] if c.get("type") == "user"]
+    assert [c["derived"]["records"] for c in chunks] == [300, 300, 300, 100]
+    assert all(c["derived"]["indexed_blocks"] == c["derived"]["blocks"] > 0 for c in chunks)
+    table = run("inspect", d).stdout
+    assert "derived index 00000000000000000000.derived: keys customer" in table
+    assert "derived: 5 blocks of 300 records, 5 indexed" in table and "clean" in table
