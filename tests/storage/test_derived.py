@@ -196,3 +196,26 @@ def test_inspect_shows_the_derived_index(tmp_path):
     table = run("inspect", d).stdout
     assert "derived index 00000000000000000000.derived: keys customer" in table
     assert "derived: 5 blocks of 300 records, 5 indexed" in table and "clean" in table
+
+
+def test_sub_batch_entries_are_never_skipped(tmp_path):
+    import gzip
+
+    from storage.format import COMPRESSION_GZIP, SubBatchEntry, encode_entries
+
+    keys = ("customer",)
+    plain = _customers(640, 100_000)  # c1 nowhere (but for a rare draw)
+    inner = [proton.Message(body="y", properties={"customer": "c1"}).encode() for _ in range(10)]
+    raw = encode_entries(inner)
+    sub = SubBatchEntry(COMPRESSION_GZIP, len(inner), len(raw), gzip.compress(raw))
+    bodies = plain[:100] + [sub] + plain[100:]
+    with Stream.open(str(tmp_path), _config(True, 1000, keys)) as s:
+        s.append_batch(bodies, records=len(bodies) - 1 + len(inner))
+        s.flush()
+        f = compile_sql("customer = 'c1'")
+        match = f.bytes_matcher()
+        full = [o for c in s.reader(OffsetSpec.first()) for o, b in c.records if match(b)]
+        assert set(range(100, 110)) <= set(full)  # the matches inside the sub-batch
+        r = s.reader(OffsetSpec.first(), derived=wanted(keys, f))
+        assert [o for c in r for o, b in c.records if match(b)] == full
+        assert r.stats.derived_blocks_skipped >= 8  # the other blocks were skipped
