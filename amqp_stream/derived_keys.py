@@ -75,9 +75,10 @@ def parse_keys(value: Any) -> list[str]:
 
 
 def deriver(keys: Collection[str]
-            ) -> Callable[[bytes, Sequence[tuple[int, int]]], tuple[list[int], list[bytes | None]]]:
+            ) -> Callable[[bytes, Sequence[tuple[int, int]]], list[tuple[list[int], list[bytes | None]]]]:
     """``StreamConfig.derive`` for ``keys``: (a chunk's data section, its records' spans) ->
-    (positions, tokens) (a None token: the record there is unreadable)."""
+    runs of (positions ascending, tokens), one per key (a None token: the record there is
+    unreadable)."""
     fields = [field_of(k) for k in keys]
     props = [n for s, n in fields if s == _PROPERTIES]
     prop_picker = KeyPicker(props) if props else None
@@ -97,17 +98,21 @@ def deriver(keys: Collection[str]
         apps.append((name, raw, len(raw), len(raw).to_bytes(4, "big"), prefix, usual))
 
     def derive(data: bytes, spans: Sequence[tuple[int, int]]
-               ) -> tuple[list[int], list[bytes | None]]:
-        positions: list[int] = []
-        tokens: list[bytes | None] = []
+               ) -> list[tuple[list[int], list[bytes | None]]]:
+        runs: list[tuple[list[int], list[bytes | None]]] = []
         size = len(data)
         for name, raw, n, n32, prefix, usual in apps:
             found = [m.start() for m in usual.finditer(data)]
-            if (len(found) == data.count(raw) and (not found or (found[0] >= 2 and found[-1] + n + 1 < size))
-                    and all(data[i - 1] == n and data[i - 2] | 2 == 0xA3 for i in found)):
-                positions.extend(found)
-                tokens.extend([prefix + data[q + 2:q + 2 + data[q + 1]] for q in [i + n for i in found]])
+            if found and (found[0] < 2 or found[-1] + n + 1 >= size):
+                found = []  # an edge: the exact walk below decides
+            if (len(found) == data.count(raw)
+                    and data.count(bytes((0xA1, n)) + raw) + data.count(bytes((0xA3, n)) + raw) == len(found)):
+                # every occurrence is a str8/sym8 key with a str8 value (counted in C)
+                runs.append((found, [prefix + data[q + 2:q + 2 + data[q + 1]]
+                                     for q in [i + n for i in found]]))
                 continue
+            positions: list[int] = []
+            tokens: list[bytes | None] = []
             i = data.find(raw)  # anything else: each occurrence in turn
             while i >= 0:
                 if (i >= 2 and data[i - 1] == n and data[i - 2] | 2 == 0xA3) or (
@@ -123,7 +128,9 @@ def deriver(keys: Collection[str]
                             positions.append(i)
                             tokens.append(t)
                 i = data.find(raw, i + 1)
+            runs.append((positions, tokens))
         if prop_picker is not None:
+            positions, tokens = [], []
             for start, end in spans:
                 try:
                     p = view(data[start:end]).pick(prop_picker, None)[0]
@@ -137,7 +144,8 @@ def deriver(keys: Collection[str]
                         if t is not None:
                             positions.append(start)
                             tokens.append(t)
-        return positions, tokens
+            runs.append((positions, tokens))
+        return runs
 
     return derive
 

@@ -52,7 +52,7 @@ class StreamConfig:
     # in each segment's sidecar) and the function that gives a chunk's tokens for them
     # (``storage.derived.Derive``)
     derived_keys: tuple[str, ...] = ()
-    derive: Callable[[bytes, Sequence[tuple[int, int]]], tuple[list[int], list[bytes | None]]] | None = \
+    derive: Callable[[bytes, Sequence[tuple[int, int]]], list[tuple[list[int], list[bytes | None]]]] | None = \
         field(default=None, compare=False)
 
     def __post_init__(self) -> None:

@@ -12,10 +12,12 @@ alone is checked against it) and a small Bloom filter of their tokens.
 
 Storage knows nothing of messages: the stream's ``StreamConfig.derive`` (given by the broker)
 is called once per chunk with its data section and the spans of its simple entries' records,
-and gives ``(positions, tokens)``, two lists (``sqlfilter.required.index_token``): each token
-goes to the block holding its position; a None token makes that block unknown (never skipped), as do
-sub-batch entries. Tokens are opaque bytes here. One call per chunk lets the broker search the
-whole section at once (C speed) instead of calling Python per record.
+and gives runs of ``(positions, tokens)``, two lists each, positions ascending within a run
+(``sqlfilter.required.index_token``): each token goes to the block holding its position (a run
+is cut at block starts by bisection, and each block's part added to its set in C); a None token
+makes that block unknown (never skipped), as do sub-batch entries. Tokens are opaque bytes
+here. One call per chunk lets the broker search the whole section at once (C speed) instead of
+calling Python per record.
 
 File ``NNNNNNNNNNNNNNNNNNNN.derived`` (N = the segment's first offset)::
 
@@ -51,10 +53,10 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from bisect import bisect_right
-from itertools import accumulate, repeat
+from bisect import bisect_left
+from itertools import accumulate
 from dataclasses import dataclass
-from typing import Callable, Collection, Iterable, Mapping, Sequence, cast
+from typing import Callable, Collection, Iterable, Mapping, NamedTuple, Sequence, cast
 
 from bloom.schemes import Scheme, digest
 
@@ -82,9 +84,9 @@ _SIZES = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 153
 _READ = 256 * 1024
 _LEN = struct.Struct(">I")
 
-#: (a chunk's data section, (start, end) of each simple entry's record in it) -> (positions,
-#: tokens); a None token: the block holding its position is unknown, never skipped
-Derive = Callable[[bytes, Sequence[tuple[int, int]]], "tuple[list[int], list[bytes | None]]"]
+#: (a chunk's data section, (start, end) of each simple entry's record in it) -> runs of
+#: (positions ascending, tokens); a None token: the block holding its position is unknown
+Derive = Callable[[bytes, Sequence[tuple[int, int]]], "list[tuple[list[int], list[bytes | None]]]"]
 #: per indexed key, the tokens one of which a matching record holds (an empty set: none can)
 Wanted = Mapping[str, Collection[bytes]]
 
@@ -102,8 +104,9 @@ def derived_header(keys: Sequence[str]) -> bytes:
     return DERIVED_HEADER.pack(DERIVED_MAGIC, DERIVED_VERSION, len(raw)) + raw
 
 
-@dataclass(frozen=True, slots=True)
-class Block:
+class Block(NamedTuple):
+    """One block of a chunk entry (a tuple: a scan decodes thousands)."""
+
     offset: int
     length: int
     first: int  # first record, from the chunk id
@@ -127,19 +130,22 @@ class ChunkEntry:
     def select(self, masks: Sequence[Sequence[tuple[int, int]]] | None,
                cache: dict) -> list[Block]:
         """The blocks that may hold a match: for every wanted key, some token's bits are set.
-        ``masks``: per key, its tokens' digests (``Cursor.digests``)."""
+        ``masks``: per key, its tokens' digests (``Cursor.masks``); ``cache``: per (m, k), the
+        tokens' masks per key (the caller keeps it across chunks)."""
+        if masks is None:
+            return list(self.blocks)
         out = []
         for b in self.blocks:
-            if b.k == 0 or masks is None:
+            k = b[6]
+            if k == 0:
                 out.append(b)
                 continue
-            bits, m, k = b.bits, b.m, b.k
-            for key_digests in masks:
-                for dig in key_digests:
-                    ck = (dig, m, k)
-                    mask = cache.get(ck)
-                    if mask is None:
-                        mask = cache[ck] = _mask(dig, m, k)
+            bits, m = b[7], b[8]
+            per_key = cache.get((m, k))
+            if per_key is None:
+                per_key = cache[(m, k)] = [[_mask(dig, m, k) for dig in key] for key in masks]
+            for key_masks in per_key:
+                for mask in key_masks:
                     if bits & mask == mask:
                         break
                 else:
@@ -212,18 +218,17 @@ def encode_entry(chunk_id: int, position: int, records: int, filter_size: int, d
             block_records.append(recs)
             unknown.append(sub)
     tokens: list[set[bytes]] = [set() for _ in starts]
-    positions, found = derive(data, spans)
-    if len(starts) == 1:
-        if None in found:
-            unknown[0] = True
-        else:
-            tokens[0].update(cast("list[bytes]", found))
-    else:
-        for k, token in zip(map(bisect_right, repeat(starts), positions), found, strict=True):
-            if token is None:
-                unknown[k - 1] = True
-            else:
-                tokens[k - 1].add(token)
+    for positions, found in derive(data, spans):  # runs in ascending position: sliced in C
+        cuts = [bisect_left(positions, s) for s in starts[1:]] + [len(positions)]
+        lo = 0
+        for k, hi in enumerate(cuts):
+            if hi > lo:
+                part = found[lo:hi]
+                if None in part:
+                    unknown[k] = True
+                else:
+                    tokens[k].update(cast("list[bytes]", part))
+            lo = hi
     parts: list[bytes] = []
     view = memoryview(data)
     ends = starts[1:] + [len(data)]
@@ -264,6 +269,7 @@ class _Spans(Sequence[tuple[int, int]]):
         return zip(map(_FOUR.__add__, self.cum), self.cum[1:], strict=False)
 
 
+_new_block = tuple.__new__
 _CHUNK_REST = struct.Struct(">QIIIH")  # DERIVED_CHUNK after its length and CRC
 
 
@@ -289,7 +295,8 @@ def decode_entries(buf: bytes, at: int = 0) -> Iterable[ChunkEntry | None]:
             p += DERIVED_BLOCK.size
             bits = int.from_bytes(buf[p:p + nbytes], "little")
             p += nbytes
-            blocks.append(Block(off, length, first, entries, recs, crc, k, bits, nbytes * 8))
+            blocks.append(_new_block(Block, (off, length, first, entries, recs, crc, k, bits,
+                                             nbytes * 8)))
             off += length
             first += recs
         if p != end:
@@ -329,7 +336,7 @@ class Cursor:
         self.at = 0
         self.entry: ChunkEntry | None = None
         self.bytes_read = 0
-        self.cache: dict = {}
+        self.cache: dict = {}  # ChunkEntry.select's masks per Bloom size (this segment's keys)
 
     @classmethod
     def open(cls, directory: str, start: int, wanted: Wanted) -> Cursor | None:

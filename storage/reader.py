@@ -183,7 +183,6 @@ class Reader:
         self.source = source
         self.stats = ReaderStats()
         self._wanted = derived or None
-        self._masks: dict = {}
         values = list(filter_values)
         self._matcher = bloom.Matcher(values, match_unfiltered) if values else None
         self._matches = self._matcher.matches if self._matcher is not None else None
@@ -381,7 +380,7 @@ class Reader:
         i, n = seg.ri, len(recs)
         stop = n if budget is None else min(n, i + budget)
         expect = seg.expect
-        masks, cache = cur.masks, self._masks
+        masks, cache = cur.masks, cur.cache
         skipped = 0
         before = cur.bytes_read
         while i < stop:
@@ -415,7 +414,7 @@ class Reader:
         self.stats.bytes_read += cur.bytes_read - before
         if e is None or e.position != rec[3] or (seg.expect is not None and rec[0] != seg.expect):
             return None
-        sel: list[Block] = e.select(cur.masks, self._masks)
+        sel: list[Block] = e.select(cur.masks, cur.cache)
         if 2 * sum(b.length for b in sel) > sum(b.length for b in e.blocks):
             return None
         records: list[tuple[int, bytes]] = []
@@ -499,7 +498,7 @@ class Reader:
         if (e is None or e.position != rec[3] or e.records != h.records
                 or e.data_start != _HB + h.filter_size):
             return None
-        sel = e.select(cur.masks, self._masks)
+        sel = e.select(cur.masks, cur.cache)
         if 2 * sum(b.length for b in sel) > h.data_length:
             return None
         self.stats.derived_blocks_skipped += len(e.blocks) - len(sel)
