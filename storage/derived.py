@@ -120,39 +120,61 @@ class Block(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class ChunkEntry:
+    """One chunk's entry; its blocks stay encoded (``raw``) until asked for: a scan looks at
+    thousands and keeps a few."""
+
     chunk_id: int
     position: int
     records: int
     data_start: int
-    blocks: tuple[Block, ...]
+    nblocks: int
+    raw: bytes  # the blocks as stored
     size: int  # bytes of the entry in the file
 
+    @property
+    def blocks(self) -> tuple[Block, ...]:
+        return tuple(self._walk(None, {})[0])
+
     def select(self, masks: Sequence[Sequence[tuple[int, int]]] | None,
-               cache: dict) -> list[Block]:
-        """The blocks that may hold a match: for every wanted key, some token's bits are set.
-        ``masks``: per key, its tokens' digests (``Cursor.masks``); ``cache``: per (m, k), the
-        tokens' masks per key (the caller keeps it across chunks)."""
-        if masks is None:
-            return list(self.blocks)
-        out = []
-        for b in self.blocks:
-            k = b[6]
-            if k == 0:
-                out.append(b)
-                continue
-            bits, m = b[7], b[8]
-            per_key = cache.get((m, k))
-            if per_key is None:
-                per_key = cache[(m, k)] = [[_mask(dig, m, k) for dig in key] for key in masks]
-            for key_masks in per_key:
-                for mask in key_masks:
-                    if bits & mask == mask:
-                        break
-                else:
-                    break  # this key holds none of its tokens: no match in the block
-            else:
-                out.append(b)
-        return out
+               cache: dict) -> tuple[list[Block], int]:
+        """(the blocks that may hold a match, the chunk's data length): for every wanted key,
+        some token's bits are set. ``masks``: per key, its tokens' digests (``Cursor.masks``);
+        ``cache``: per (m, k), the tokens' masks per key (kept across one segment's chunks)."""
+        return self._walk(masks, cache)
+
+    def _walk(self, masks: Sequence[Sequence[tuple[int, int]]] | None,
+              cache: dict) -> tuple[list[Block], int]:
+        raw = self.raw
+        unpack = DERIVED_BLOCK.unpack_from
+        frombytes = int.from_bytes
+        new = _new_block
+        out: list[Block] = []
+        p = off = first = 0
+        for _ in range(self.nblocks):
+            entries, recs, length, crc, k, nbytes = unpack(raw, p)
+            p += _BLOCK_SIZE
+            keep = True
+            bits = m = 0
+            if k:
+                bits = frombytes(raw[p:p + nbytes], "little")
+                m = nbytes * 8
+                if masks is not None:
+                    per_key = cache.get((m, k))
+                    if per_key is None:
+                        per_key = cache[(m, k)] = [[_mask(d, m, k) for d in key] for key in masks]
+                    for key_masks in per_key:
+                        for mask in key_masks:
+                            if bits & mask == mask:
+                                break
+                        else:
+                            keep = False  # this key holds none of its tokens
+                            break
+            if keep:
+                out.append(new(Block, (off, length, first, entries, recs, crc, k, bits, m)))
+            p += nbytes
+            off += length
+            first += recs
+        return out, off
 
 
 def _digest(token: bytes) -> tuple[int, int]:
@@ -270,6 +292,7 @@ class _Spans(Sequence[tuple[int, int]]):
 
 
 _new_block = tuple.__new__
+_BLOCK_SIZE = DERIVED_BLOCK.size
 _CHUNK_REST = struct.Struct(">QIIIH")  # DERIVED_CHUNK after its length and CRC
 
 
@@ -288,21 +311,8 @@ def decode_entries(buf: bytes, at: int = 0) -> Iterable[ChunkEntry | None]:
             at = end
             continue
         p = at + DERIVED_CHUNK.size
-        blocks = []
-        off = first = 0
-        for _ in range(nblocks):
-            entries, recs, length, crc, k, nbytes = DERIVED_BLOCK.unpack_from(buf, p)
-            p += DERIVED_BLOCK.size
-            bits = int.from_bytes(buf[p:p + nbytes], "little")
-            p += nbytes
-            blocks.append(_new_block(Block, (off, length, first, entries, recs, crc, k, bits,
-                                             nbytes * 8)))
-            off += length
-            first += recs
-        if p != end:
-            raise StorageError(f"derived entry of chunk {chunk_id} is {size} bytes, its blocks "
-                               f"{p - at - 4}")
-        yield ChunkEntry(chunk_id, position, records, data_start, tuple(blocks), end - at)
+        yield ChunkEntry(chunk_id, position, records, data_start, nblocks, bytes(buf[p:end]),
+                         end - at)
         at = end
 
 
@@ -337,6 +347,7 @@ class Cursor:
         self.entry: ChunkEntry | None = None
         self.bytes_read = 0
         self.cache: dict = {}  # ChunkEntry.select's masks per Bloom size (this segment's keys)
+        self._last: tuple[ChunkEntry, tuple[list[Block], int]] | None = None
 
     @classmethod
     def open(cls, directory: str, start: int, wanted: Wanted) -> Cursor | None:
@@ -357,6 +368,16 @@ class Cursor:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+    def select(self, e: ChunkEntry) -> tuple[list[Block], int]:
+        """``e.select`` for this cursor's wanted tokens (the last answer is kept: a scan asks
+        twice for a chunk it stops at)."""
+        last = self._last
+        if last is not None and last[0] is e:
+            return last[1]
+        got = e.select(self.masks, self.cache)
+        self._last = (e, got)
+        return got
 
     def entry_for(self, chunk_id: int) -> ChunkEntry | None:
         """The entry of ``chunk_id``, or None when the sidecar has none (yet)."""

@@ -380,7 +380,6 @@ class Reader:
         i, n = seg.ri, len(recs)
         stop = n if budget is None else min(n, i + budget)
         expect = seg.expect
-        masks, cache = cur.masks, cur.cache
         skipped = 0
         before = cur.bytes_read
         while i < stop:
@@ -390,7 +389,7 @@ class Reader:
             e = cur.entry_for(rec[0])
             if e is None or e.position != rec[3] or (expect is not None and rec[0] != expect):
                 break
-            if e.select(masks, cache):
+            if cur.select(e)[0]:
                 break
             expect = rec[0] + e.records
             skipped += 1
@@ -414,8 +413,8 @@ class Reader:
         self.stats.bytes_read += cur.bytes_read - before
         if e is None or e.position != rec[3] or (seg.expect is not None and rec[0] != seg.expect):
             return None
-        sel: list[Block] = e.select(cur.masks, cur.cache)
-        if 2 * sum(b.length for b in sel) > sum(b.length for b in e.blocks):
+        sel, total = cur.select(e)
+        if 2 * sum(b.length for b in sel) > total:
             return None
         records: list[tuple[int, bytes]] = []
         base = rec[3] + e.data_start
@@ -444,7 +443,7 @@ class Reader:
         seg.expect = self._next_id = nxt
         if sel:
             stats.chunks_read += 1
-            stats.derived_blocks_skipped += len(e.blocks) - len(sel)
+            stats.derived_blocks_skipped += e.nblocks - len(sel)
         else:  # reached here only past ``_derived_run``'s budget or stage-1 run
             stats.chunks_skipped += 1
             stats.derived_chunks_skipped += 1
@@ -498,10 +497,10 @@ class Reader:
         if (e is None or e.position != rec[3] or e.records != h.records
                 or e.data_start != _HB + h.filter_size):
             return None
-        sel = e.select(cur.masks, cur.cache)
-        if 2 * sum(b.length for b in sel) > h.data_length:
+        sel, total = cur.select(e)
+        if 2 * sum(b.length for b in sel) > total or total != h.data_length:
             return None
-        self.stats.derived_blocks_skipped += len(e.blocks) - len(sel)
+        self.stats.derived_blocks_skipped += e.nblocks - len(sel)
         return sel
 
     def _skip_run(self, seg: _Open, lim: int | None, matches: Callable[[bytes, int, int], bool],
