@@ -12,11 +12,13 @@ with ``key = value`` (``customer = 'c00042'``: ~0.01 %, ``region = 'r42'`` and
 ``--repeat``: time, messages, bytes the broker read from disk (``amqp_stream_read_bytes_total``)
 and the stream's bytes on disk, and the broker's CPU time during each consume (the
 client, a Python proton reactor, takes ~50 µs per delivery: with 10,000 matches it, not the
-broker, bounds how much sooner the derived read can finish). Then the first two cases again after dropping the page cache
-(``echo 3 > /proc/sys/vm/drop_caches``) when the machine allows it (it says which).
+broker, bounds how much sooner the derived read can finish). Then the first two cases again
+after dropping the page cache (``echo 3 > /proc/sys/vm/drop_caches``) when the machine allows
+it (it says which).
 
-Append cost: broker CPU per published message (``/proc/<pid>/stat``) for ``plain`` and each
-key's stream, and, in this process, ``Stream.append_batch`` per record with no key, one key
+In-process, without AMQP: a ``Reader`` and stage 2 over the same records written once without
+and once with the key (the broker's scan cost alone). Append cost: broker CPU per published
+message (``/proc/<pid>/stat``) for ``plain`` and each key's stream, and, in this process, ``Stream.append_batch`` per record with no key, one key
 and all three (``--storage-records``), with the sidecar's size.
 
     python -m bench.derived_keys            # 1,000,000 messages (~5 minutes on 2 cores)
@@ -125,10 +127,48 @@ def storage_append(records: int, data: Dataset) -> list[dict]:
     return out
 
 
+def storage_scan(records: int, data: Dataset, repeat: int) -> list[tuple[str, float, float, int, int]]:
+    """In this process, without AMQP: a ``Reader`` and stage 2 over ``records`` records, the
+    stream written once without and once with the key; (case, s plain, s derived, bytes read
+    plain, bytes read derived), best of ``repeat``."""
+    from amqp_stream.derived_keys import wanted
+    from sqlfilter import compile_sql
+    from storage import OffsetSpec
+
+    bodies = [data(i) for i in range(records)]
+    out = []
+    for label, key, sql in CASES:
+        f = compile_sql(sql)
+        match = f.bytes_matcher()
+        timing = []
+        for keys in ((), (key,)):
+            d = tempfile.mkdtemp(prefix="bench-derived-")
+            cfg = StreamConfig(fsync="never", max_chunk_entries=3000, derived_keys=keys,
+                               derive=deriver(keys) if keys else None)
+            with Stream.open(d, cfg) as s:
+                for k in range(0, records, 3000):
+                    s.append_batch(bodies[k:k + 3000])
+                s.flush()
+                best, read = float("inf"), 0
+                for _ in range(repeat):
+                    t = time.perf_counter()
+                    r = s.reader(OffsetSpec.first(), derived=wanted(keys, f) if keys else None)
+                    n = sum(1 for c in r for _, b in c.records if match(b))
+                    best = min(best, time.perf_counter() - t)
+                    read = r.stats.bytes_read
+            shutil.rmtree(d, ignore_errors=True)
+            timing.append((best, read, n))
+        out.append((label, timing[0][0], timing[1][0], timing[0][1], timing[1][1]))
+    return out
+
+
 def run(args: argparse.Namespace) -> dict:
     results: dict = {"messages": args.messages}
     data = Dataset(args.messages)
     results["storage"] = storage_append(args.storage_records, data)
+    results["scan"] = storage_scan(args.messages, data, args.repeat)
+    if args.no_broker:
+        return results
     root = Path(tempfile.mkdtemp(prefix="bench-derived-"))
     broker = BrokerProcess(root / "data", extra_args=["--fsync", args.fsync],
                            log_path=root / "broker.log")
@@ -194,6 +234,12 @@ def report(r: dict) -> None:
     for row in r["storage"]:
         print(f"  keys {row['keys']:<24} {row['us']:6.2f} µs/record  {row['us'] / base:5.2f}x   "
               f"sidecar {row['sidecar']:>10} bytes = {row['sidecar'] / max(row['log'], 1):6.2%} of the log")
+    print("scan in-process (Reader + stage 2, chunks of 3,000, no AMQP):")
+    for label, plain, derived_s, read_plain, read_derived in r["scan"]:
+        print(f"  {label:<36} plain {plain:7.3f} s, derived {derived_s:7.3f} s: {plain / derived_s:5.1f}x "
+              f"sooner, {read_derived / max(read_plain, 1):6.2%} of the bytes")
+    if "publish" not in r:
+        return
     print("publish through the broker:")
     pbase = r["publish"][0]
     for row in r["publish"]:
@@ -226,6 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--fsync", default="interval", choices=("always", "interval", "never"))
     parser.add_argument("--quick", action="store_true", help="100,000 messages, 50,000 in-process")
+    parser.add_argument("--no-broker", action="store_true", help="the in-process parts only")
     args = parser.parse_args(argv)
     if args.quick:
         args.messages, args.storage_records = 100_000, 50_000
