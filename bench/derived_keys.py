@@ -18,8 +18,9 @@ it (it says which).
 
 In-process, without AMQP: a ``Reader`` and stage 2 over the same records written once without
 and once with the key (the broker's scan cost alone). Append cost: broker CPU per published
-message (``/proc/<pid>/stat``) for ``plain`` and each key's stream, and, in this process, ``Stream.append_batch`` per record with no key, one key
-and all three (``--storage-records``), with the sidecar's size.
+message (``/proc/<pid>/stat``) for ``plain`` and each key's stream, and, in this process,
+``Stream.append_batch`` per record with no key, one key and all three (``--storage-records``),
+with the sidecar's size.
 
     python -m bench.derived_keys            # 1,000,000 messages (~5 minutes on 2 cores)
     python -m bench.derived_keys --quick    # 100,000 messages
