@@ -19,6 +19,11 @@ Strategy:
   (``os.sendfile``): it reads only the header (and filter) and says where the data section
   lies (``ChunkLocation``). Its data is not CRC-checked here (the receiver checks the CRC the
   header carries), and records below the start offset are left in it.
+- Broker-derived filter keys (``derived=``, ``storage.derived``): the segment's sidecar is
+  read forward in step with the index; a chunk whose entry says no block may match is passed
+  over without reading it, and a chunk where at most half of the bytes may match is read block
+  by block (each block checked against its own CRC; on a mismatch the chunk is read whole), its
+  ``ReadChunk`` holding only those blocks' records. A chunk without an entry is read whole.
 - A scan can be sliced: ``read_chunk(max_skips=N)`` passes over at most N chunks (ruled out by
   stage 1, tracking, or wholly below the start offset) and then returns ``SCAN_PAUSED``,
   keeping its place. A caller on an event loop (the broker) yields between slices, so a filter
