@@ -292,27 +292,32 @@ class _Spans(Sequence[tuple[int, int]]):
 
 
 _new_block = tuple.__new__
+_unpack_chunk = DERIVED_CHUNK.unpack_from
+_crc = zlib.crc32
+_CHUNK_SIZE = DERIVED_CHUNK.size
+_MAX_ENTRY = 16 << 20  # an entry of 65,535 entries' blocks stays far below
 _BLOCK_SIZE = DERIVED_BLOCK.size
 _CHUNK_REST = struct.Struct(">QIIIH")  # DERIVED_CHUNK after its length and CRC
+
+
+def _decode_one(buf: bytes, at: int, end: int) -> ChunkEntry | None:
+    """The entry at ``buf[at:end]`` (whole), None when its CRC fails."""
+    size, crc, chunk_id, position, records, data_start, nblocks = _unpack_chunk(buf, at)
+    if _crc(memoryview(buf)[at + 8:end]) != crc:
+        return None
+    return ChunkEntry(chunk_id, position, records, data_start, nblocks,
+                      buf[at + _CHUNK_SIZE:end], end - at)
 
 
 def decode_entries(buf: bytes, at: int = 0) -> Iterable[ChunkEntry | None]:
     """The complete entries in ``buf`` from ``at`` (a torn last one is left out); None for an
     entry whose CRC fails (its chunk counts as not indexed)."""
     n = len(buf)
-    while at + DERIVED_CHUNK.size <= n:
-        size, crc, chunk_id, position, records, data_start, nblocks = \
-            DERIVED_CHUNK.unpack_from(buf, at)
-        end = at + 4 + size
-        if end > n:
+    while at + _CHUNK_SIZE <= n:
+        end = at + 4 + _LEN.unpack_from(buf, at)[0]
+        if end > n or end < at + _CHUNK_SIZE:
             return
-        if zlib.crc32(memoryview(buf)[at + 8:end]) != crc:
-            yield None
-            at = end
-            continue
-        p = at + DERIVED_CHUNK.size
-        yield ChunkEntry(chunk_id, position, records, data_start, nblocks, bytes(buf[p:end]),
-                         end - at)
+        yield _decode_one(buf, at, end)
         at = end
 
 
@@ -394,14 +399,15 @@ class Cursor:
     def _next(self) -> ChunkEntry | object | None:
         while True:
             buf, at = self.buf, self.at
-            need = DERIVED_CHUNK.size
+            need = _CHUNK_SIZE
             if at + 4 <= len(buf):
                 need = 4 + _LEN.unpack_from(buf, at)[0]
+                if not _CHUNK_SIZE <= need <= _MAX_ENTRY:  # a damaged length: stop here, the
+                    return None                           # chunks after it are read whole
                 if at + need <= len(buf):
                     self.at = at + need
-                    for e in decode_entries(buf[at:at + need]):
-                        return _BAD if e is None else e
-                    return None  # pragma: no cover - a whole entry always decodes
+                    e = _decode_one(buf, at, at + need)
+                    return _BAD if e is None else e
             more = os.pread(self.fd, max(_READ, need), self.pos + len(buf))
             if not more:
                 return None  # the entry is not (wholly) written yet
