@@ -55,7 +55,6 @@ import struct
 import zlib
 from bisect import bisect_left
 from itertools import accumulate
-from dataclasses import dataclass
 from typing import Callable, Collection, Iterable, Mapping, NamedTuple, Sequence, cast
 
 from bloom.schemes import Scheme, digest
@@ -118,10 +117,9 @@ class Block(NamedTuple):
     m: int
 
 
-@dataclass(frozen=True, slots=True)
-class ChunkEntry:
+class ChunkEntry(NamedTuple):
     """One chunk's entry; its blocks stay encoded (``raw``) until asked for: a scan looks at
-    thousands and keeps a few."""
+    thousands and keeps a few (a tuple, made without ``__init__``)."""
 
     chunk_id: int
     position: int
@@ -147,7 +145,7 @@ class ChunkEntry:
         raw = self.raw
         unpack = DERIVED_BLOCK.unpack_from
         frombytes = int.from_bytes
-        new = _new_block
+        new = _new_tuple
         out: list[Block] = []
         p = off = first = 0
         for _ in range(self.nblocks):
@@ -291,7 +289,7 @@ class _Spans(Sequence[tuple[int, int]]):
         return zip(map(_FOUR.__add__, self.cum), self.cum[1:], strict=False)
 
 
-_new_block = tuple.__new__
+_new_tuple = tuple.__new__
 _unpack_chunk = DERIVED_CHUNK.unpack_from
 _crc = zlib.crc32
 _CHUNK_SIZE = DERIVED_CHUNK.size
@@ -305,8 +303,8 @@ def _decode_one(buf: bytes, at: int, end: int) -> ChunkEntry | None:
     size, crc, chunk_id, position, records, data_start, nblocks = _unpack_chunk(buf, at)
     if _crc(memoryview(buf)[at + 8:end]) != crc:
         return None
-    return ChunkEntry(chunk_id, position, records, data_start, nblocks,
-                      buf[at + _CHUNK_SIZE:end], end - at)
+    return _new_tuple(ChunkEntry, (chunk_id, position, records, data_start, nblocks,
+                                   buf[at + _CHUNK_SIZE:end], end - at))
 
 
 def decode_entries(buf: bytes, at: int = 0) -> Iterable[ChunkEntry | None]:
