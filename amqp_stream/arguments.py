@@ -6,7 +6,9 @@ names without ``x-``; ``from_stream_protocol`` maps them, then ``validate`` deci
 RabbitMQ's leader-locator argument is ``x-queue-leader-locator``; ``x-leader-locator`` (which
 earlier versions of this broker took) is accepted as an alias and stored under the real name.
 Arguments RabbitMQ defines only for other queue types are refused, unknown ones kept as given
-(RabbitMQ ignores them) when their value is a plain scalar.
+(RabbitMQ ignores them) when their value is a plain scalar. ``x-stream-derived-filter-keys``
+(our extension, ``amqp_stream.derived_keys``) is a list of names, or one comma-separated
+string; it is kept as a list of strings.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 import bloom
+from amqp_stream.derived_keys import ARGUMENT as DERIVED_KEYS
+from amqp_stream.derived_keys import parse_keys
 from amqp_stream.errors import BadRequest, PreconditionFailed
 from storage import StorageError, parse_interval_ms
 from storage.config import MAX_SEGMENT_BYTES_LIMIT as MAX_SEGMENT_SIZE
@@ -27,7 +31,7 @@ _LOCATORS = ("client-local", "balanced")
 # arguments a stream understands (others that RabbitMQ defines for other queue types are refused)
 STREAM_ARGUMENTS = ("x-queue-type", "x-max-length-bytes", "x-max-age",
                     "x-stream-max-segment-size-bytes", "x-stream-filter-size-bytes",
-                    "x-initial-cluster-size", "x-queue-leader-locator")
+                    "x-initial-cluster-size", "x-queue-leader-locator", DERIVED_KEYS)
 _NOT_FOR_STREAMS = ("x-max-length", "x-message-ttl", "x-expires", "x-dead-letter-exchange",
                     "x-dead-letter-routing-key", "x-dead-letter-strategy", "x-overflow",
                     "x-max-priority", "x-single-active-consumer", "x-queue-mode",
@@ -84,6 +88,9 @@ def validate(arguments: dict) -> dict:
         if key in _NOT_FOR_STREAMS:
             raise BadRequest(f"PRECONDITION_FAILED: argument {key} is not supported by stream "
                              f"queues")
+        if key == DERIVED_KEYS:
+            out[key] = parse_keys(value)
+            continue
         _check(key, value)
         out[key] = _plain(value)
     out.setdefault("x-queue-type", "stream")
@@ -124,7 +131,8 @@ def equivalent(existing: dict, requested: dict, name: str) -> None:
     """A second declare of ``name`` must ask for what the stream has; ``PreconditionFailed``
     otherwise. Arguments stored under an alias by an older version compare by real name."""
     def norm(arguments: dict) -> dict:
-        return {_ALIASES.get(k, k): _plain(v) for k, v in arguments.items()}
+        return {_ALIASES.get(k, k): list(v) if k == DERIVED_KEYS else _plain(v)
+                for k, v in arguments.items()}
     if norm(existing) != norm(requested):
         raise PreconditionFailed(f"PRECONDITION_FAILED: stream '{name}' exists with other "
                                  f"arguments")

@@ -45,7 +45,15 @@ _COUNTERS = {
     "read_bytes": "bytes read from segment files by consumers",
     "deduplicated_messages": "messages of named publishers (both protocols) confirmed and not "
                              "stored: their publishing id was not above the last one stored",
+    "derived_chunks_skipped": "chunks skipped by broker-derived filter keys without reading them "
+                              "(also counted in chunks_skipped)",
+    "derived_blocks_skipped": "record blocks of chunks read in part that broker-derived filter "
+                              "keys ruled out",
 }
+_READ_STATS = ("chunks_read", "chunks_skipped", "bytes_read", "derived_chunks_skipped",
+               "derived_blocks_skipped")
+_READ_COUNTERS = ("chunks_read", "chunks_skipped", "read_bytes", "derived_chunks_skipped",
+                  "derived_blocks_skipped")
 
 
 @dataclass
@@ -76,18 +84,17 @@ class StreamMetrics:
         if self._metrics is not None:
             self._metrics.publish_rejected(self._name, reason, count)
 
-    def count_reads(self, before: tuple[int, int, int], stats: Any) -> tuple[int, int, int]:
+    def count_reads(self, before: tuple[int, ...], stats: Any) -> tuple[int, ...]:
         """Add what a storage reader did since ``before`` (its ``stats``: chunks read, chunks
-        skipped, bytes read) to this stream's counters; returns the new ``before``. Consumers
-        of every protocol call it once per turn."""
-        now = (stats.chunks_read, stats.chunks_skipped, stats.bytes_read)
+        skipped, bytes read, chunks and blocks skipped by derived keys; a shorter ``before``
+        counts the rest from 0) to this stream's counters; returns the new ``before``.
+        Consumers of every protocol call it once per turn."""
+        now = tuple(getattr(stats, k, 0) for k in _READ_STATS)
         if now != before:
-            if now[0] - before[0]:
-                self.chunks_read.inc(now[0] - before[0])
-            if now[1] - before[1]:
-                self.chunks_skipped.inc(now[1] - before[1])
-            if now[2] - before[2]:
-                self.read_bytes.inc(now[2] - before[2])
+            for name, was, value in zip(_READ_COUNTERS, before + (0,) * (len(now) - len(before)),
+                                        now, strict=True):
+                if value != was:
+                    getattr(self, name).inc(value - was)
         return now
 
 

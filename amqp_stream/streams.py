@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import storage
+from amqp_stream import derived_keys
 from storage.files import fsync_dir, replace_file
 from amqp_stream.config import BrokerConfig
 
@@ -74,6 +75,10 @@ def stream_config(arguments: dict, config: BrokerConfig) -> "storage.StreamConfi
         fsync=config.fsync,
         fsync_interval_ms=config.fsync_interval_ms,
     )
+    keys = arguments.get(derived_keys.ARGUMENT)
+    if keys:
+        kwargs["derived_keys"] = tuple(keys)
+        kwargs["derive"] = derived_keys.deriver(keys)
     if "x-stream-max-segment-size-bytes" in arguments:
         kwargs["max_segment_bytes"] = int(arguments["x-stream-max-segment-size-bytes"])
     if "x-max-length-bytes" in arguments:

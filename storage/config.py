@@ -7,7 +7,8 @@ Defaults follow osiris where it has one (segment size 500 MB, 256,000 chunks per
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import bloom
 
@@ -47,6 +48,12 @@ class StreamConfig:
     # ``max_sequences`` is 255: ours is larger so that, e.g., a Spark job's many partitions keep
     # their deduplication across a segment rollover
     tracking_max_sequences: int = 4096
+    # broker-derived filter keys (``storage.derived``): the names of the indexed keys (written
+    # in each segment's sidecar) and the function that gives a chunk's tokens for them
+    # (``storage.derived.Derive``)
+    derived_keys: tuple[str, ...] = ()
+    derive: Callable[[bytes, Sequence[tuple[int, int]]], list[tuple[list[int], list[bytes | None]]]] | None = \
+        field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fsync", FsyncPolicy(self.fsync))
@@ -63,5 +70,10 @@ class StreamConfig:
                                f"{bloom.MIN_SIZE}..{bloom.MAX_SIZE}")
         if self.tracking_max_sequences < 0:
             raise StorageError("tracking_max_sequences must be >= 0")
+        if bool(self.derived_keys) != (self.derive is not None):
+            raise StorageError("derived_keys and derive go together")
+        if any(not k or "\n" in k for k in self.derived_keys):
+            raise StorageError("derived key names must be non-empty, without a newline")
+        object.__setattr__(self, "derived_keys", tuple(self.derived_keys))
         if self.fsync_interval_ms < 0:
             raise StorageError("fsync_interval_ms must be >= 0")

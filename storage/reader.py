@@ -19,6 +19,11 @@ Strategy:
   (``os.sendfile``): it reads only the header (and filter) and says where the data section
   lies (``ChunkLocation``). Its data is not CRC-checked here (the receiver checks the CRC the
   header carries), and records below the start offset are left in it.
+- Broker-derived filter keys (``derived=``, ``storage.derived``): the segment's sidecar is
+  read forward in step with the index; a chunk whose entry says no block may match is passed
+  over without reading it, and a chunk where at most half of the bytes may match is read block
+  by block (each block checked against its own CRC; on a mismatch the chunk is read whole), its
+  ``ReadChunk`` holding only those blocks' records. A chunk without an entry is read whole.
 - A scan can be sliced: ``read_chunk(max_skips=N)`` passes over at most N chunks (ruled out by
   stage 1, tracking, or wholly below the start offset) and then returns ``SCAN_PAUSED``,
   keeping its place. A caller on an event loop (the broker) yields between slices, so a filter
@@ -36,6 +41,7 @@ from typing import Callable, Iterable, Iterator, Protocol, Sequence, cast
 
 import bloom
 
+from storage.derived import Block, ChunkEntry, Cursor, Wanted
 from storage.errors import CorruptionError
 from storage.files import (
     IndexTuple,
@@ -100,8 +106,10 @@ class DirectorySource:
 @dataclass
 class ReaderStats:
     chunks_read: int = 0
-    chunks_skipped: int = 0
+    chunks_skipped: int = 0  # by stage 1 or by derived keys
     bytes_read: int = 0
+    derived_chunks_skipped: int = 0  # whole chunks the derived index ruled out
+    derived_blocks_skipped: int = 0  # blocks of chunks read in part
 
 
 @dataclass(slots=True)
@@ -130,6 +138,10 @@ class ChunkLocation:
     position: int
     length: int
     next_offset: int
+    #: broker-derived keys: only these blocks of the data section may hold a match (each a
+    #: ``storage.derived.Block``: offset in the section, length, first record from the chunk
+    #: id, entries, records, CRC); None: the whole section
+    blocks: list[Block] | None = None
 
 
 class ScanPaused:
@@ -154,6 +166,7 @@ class _Open:
     ri: int = 0
     idx_next: int = 0  # index record number after the last one in ``recs``
     expect: int | None = None  # the chunk id that must come next in this segment
+    derived: Cursor | None = None  # the segment's derived-key sidecar, when it helps
 
 
 class Reader:
@@ -164,12 +177,17 @@ class Reader:
         spec: where to start.
         filter_values: stage-1 values; empty = every chunk.
         match_unfiltered: also deliver chunks holding records without a filter value.
+        derived: per derived key, the tokens one of which a record the caller wants holds
+            (``storage.derived``): chunks and blocks whose index holds none are not read, and
+            a chunk read in part holds only the records of the blocks that may match.
     """
 
     def __init__(self, source: LogSource, spec: OffsetSpec, filter_values: Iterable[str | bytes] = (),
-                 match_unfiltered: bool = False, *, filter_size_hint: int = bloom.MIN_SIZE) -> None:
+                 match_unfiltered: bool = False, *, filter_size_hint: int = bloom.MIN_SIZE,
+                 derived: Wanted | None = None) -> None:
         self.source = source
         self.stats = ReaderStats()
+        self._wanted = derived or None
         values = list(filter_values)
         self._matcher = bloom.Matcher(values, match_unfiltered) if values else None
         self._matches = self._matcher.matches if self._matcher is not None else None
@@ -228,6 +246,15 @@ class Reader:
                 if not self._fill(seg):
                     if not self._advance():
                         return None
+                    continue
+            if seg.derived is not None:
+                before = stats.chunks_skipped
+                done = self._derived_run(seg, lim, left)
+                if left is not None:
+                    left -= stats.chunks_skipped - before
+                    if left <= 0:
+                        return SCAN_PAUSED
+                if done:
                     continue
             if self._matches is not None:
                 before = stats.chunks_skipped
@@ -292,6 +319,10 @@ class Reader:
             self._next_id = h.next_offset
             return None
         matches = self._matches
+        if matches is None and seg.derived is not None:
+            part = self._read_blocks(seg, rec)
+            if part is not None:
+                return part if part.records else None
         if matches is None:
             if nxt > pos:
                 buf = pread_exact(fd, nxt - pos, pos)
@@ -344,6 +375,87 @@ class Reader:
                 return None
         return ReadChunk(h.chunk_id, h.timestamp, records, h.next_offset)
 
+    def _derived_run(self, seg: _Open, lim: int | None, budget: int | None) -> bool:
+        """Skip consecutive user chunks whose sidecar entry has no block that may match,
+        without reading them (``_skip_run`` for derived keys). True when it consumed every
+        buffered index record."""
+        cur = seg.derived
+        assert cur is not None
+        recs = seg.recs
+        i, n = seg.ri, len(recs)
+        stop = n if budget is None else min(n, i + budget)
+        expect = seg.expect
+        skipped = 0
+        before = cur.bytes_read
+        while i < stop:
+            rec = recs[i]
+            if rec[4] or (lim is not None and rec[0] >= lim):
+                break
+            e = cur.entry_for(rec[0])
+            if e is None or e.position != rec[3] or (expect is not None and rec[0] != expect):
+                break
+            if cur.select(e)[0]:
+                break
+            expect = rec[0] + e.records
+            skipped += 1
+            i += 1
+        self.stats.bytes_read += cur.bytes_read - before
+        if skipped and expect is not None:
+            seg.ri = i
+            seg.expect = self._next_id = expect
+            self.stats.chunks_skipped += skipped
+            self.stats.derived_chunks_skipped += skipped
+        return i >= n
+
+    def _read_blocks(self, seg: _Open, rec: IndexTuple) -> ReadChunk | None:
+        """A user chunk read in part: only the blocks its sidecar entry says may match, when
+        they are at most half of it. None: read it whole (no entry, most blocks may match, or
+        a block's bytes fail its CRC: the whole chunk's CRC then decides)."""
+        cur = seg.derived
+        assert cur is not None
+        before = cur.bytes_read
+        e = cur.entry_for(rec[0])
+        self.stats.bytes_read += cur.bytes_read - before
+        if e is None or e.position != rec[3] or (seg.expect is not None and rec[0] != seg.expect):
+            return None
+        sel, total = cur.select(e)
+        if 2 * sum(b.length for b in sel) > total:
+            return None
+        records: list[tuple[int, bytes]] = []
+        base = rec[3] + e.data_start
+        got = 0
+        for b in sel:
+            if rec[0] + b.first + b.records <= self._min:
+                continue
+            data = pread_exact(seg.sfd, b.length, base + b.offset)
+            got += len(data)
+            if zlib.crc32(data) != b.crc:
+                self.stats.bytes_read += got
+                return None
+            part = decode_records(data, rec[0] + b.first, path=seg.spath, position=rec[3],
+                                  entries=b.entries)
+            if len(part) != b.records:
+                self.stats.bytes_read += got
+                return None
+            records.extend(part)
+        return self._took_blocks(seg, rec, e, sel, records, got)
+
+    def _took_blocks(self, seg: _Open, rec: IndexTuple, e: ChunkEntry, sel: list[Block],
+                     records: list[tuple[int, bytes]], got: int) -> ReadChunk:
+        stats = self.stats
+        stats.bytes_read += got
+        nxt = rec[0] + e.records
+        seg.expect = self._next_id = nxt
+        if sel:
+            stats.chunks_read += 1
+            stats.derived_blocks_skipped += e.nblocks - len(sel)
+        else:  # reached here only past ``_derived_run``'s budget or stage-1 run
+            stats.chunks_skipped += 1
+            stats.derived_chunks_skipped += 1
+        if records and records[0][0] < self._min:
+            records = [r for r in records if r[0] >= self._min]
+        return ReadChunk(rec[0], rec[1], records, nxt)
+
     def _locate(self, seg: _Open, rec: IndexTuple, nxt: int) -> ChunkLocation | None:
         """``_read`` for ``read_location``: the header (and filter) only."""
         if rec[4] != CHUNK_USER:
@@ -370,10 +482,31 @@ class Reader:
         if h.next_offset <= self._min:  # wholly below the start offset
             return None
         self.stats.chunks_read += 1
-        self.stats.bytes_read += h.data_length  # read from the file by whoever sends it
+        blocks = self._blocks_of(seg, rec, h) if seg.derived is not None and matches is None else None
+        if blocks is not None:
+            self.stats.bytes_read += sum(b.length for b in blocks)
+        else:
+            self.stats.bytes_read += h.data_length  # read from the file by whoever sends it
         return ChunkLocation(h.chunk_id, h.timestamp, h.entries, h.records, h.crc,
                              bytes(head[:_HB]), fd, pos + _HB + fs, h.data_length,
-                             h.next_offset)
+                             h.next_offset, blocks)
+
+    def _blocks_of(self, seg: _Open, rec: IndexTuple, h: ChunkHeader) -> list[Block] | None:
+        """For ``read_location``: the blocks of the chunk whose index may hold a match when
+        they are at most half of it (None: the whole chunk)."""
+        cur = seg.derived
+        assert cur is not None
+        before = cur.bytes_read
+        e = cur.entry_for(rec[0])
+        self.stats.bytes_read += cur.bytes_read - before
+        if (e is None or e.position != rec[3] or e.records != h.records
+                or e.data_start != _HB + h.filter_size):
+            return None
+        sel, total = cur.select(e)
+        if 2 * sum(b.length for b in sel) > total or total != h.data_length:
+            return None
+        self.stats.derived_blocks_skipped += e.nblocks - len(sel)
+        return sel
 
     def _skip_run(self, seg: _Open, lim: int | None, matches: Callable[[bytes, int, int], bool],
                   budget: int | None = None) -> bool:
@@ -483,6 +616,8 @@ class Reader:
         if self._seg is not None:
             os.close(self._seg.sfd)
             os.close(self._seg.ifd)
+            if self._seg.derived is not None:
+                self._seg.derived.close()
             self._seg = None
 
     def _open_segment(self, start: int, idx_next: int) -> None:
@@ -496,6 +631,8 @@ class Reader:
             raise
         self._close_segment()
         self._seg = _Open(start, spath, sfd, ifd, idx_next=idx_next)
+        if self._wanted is not None:
+            self._seg.derived = Cursor.open(d, start, self._wanted)
 
     def _open_first(self) -> bool:
         for start in self.source.segment_starts():

@@ -17,6 +17,7 @@ from typing import Callable, Iterable, Sequence
 import bloom
 
 from storage.config import FsyncPolicy, StreamConfig
+from storage.derived import Wanted
 from storage.errors import StorageError, StreamClosedError
 from storage.format import SEGMENT_HEADER_BYTES, SubBatchEntry
 from storage.offsets import OffsetSpec
@@ -253,9 +254,11 @@ class Stream:
         return self._writer.wait_beyond(offset, timeout)
 
     def reader(self, spec: OffsetSpec, filter_values: Iterable[str | bytes] = (),
-               match_unfiltered: bool = False) -> Reader:
+               match_unfiltered: bool = False, derived: Wanted | None = None) -> Reader:
+        """``derived``: see ``Reader`` (tokens per derived key the caller's filter requires)."""
         return Reader(self, spec, filter_values, match_unfiltered,
-                      filter_size_hint=self.config.filter_size or bloom.MIN_SIZE)
+                      filter_size_hint=self.config.filter_size or bloom.MIN_SIZE,
+                      derived=derived)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until everything appended so far is committed (or the stream failed)."""

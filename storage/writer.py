@@ -47,6 +47,7 @@ from typing import Callable, Iterable, Sequence, Union
 import bloom
 
 from storage.config import FsyncPolicy, StreamConfig
+from storage.derived import create_sidecar, derived_path, encode_entry, repair
 from storage.errors import CorruptionError, StorageError, StreamClosedError
 from storage.files import fsync_dir, index_path, read_index_record, segment_path
 from storage.format import (
@@ -126,6 +127,14 @@ class Writer:
         self._last_ts = last.last_timestamp or 0
         self._sfd = os.open(segment_path(directory, last.start), os.O_WRONLY | os.O_APPEND)
         self._ifd = os.open(index_path(directory, last.start), os.O_WRONLY | os.O_APPEND)
+        # broker-derived keys (``storage.derived``): the last segment's sidecar, its size, and
+        # the token digests seen lately
+        self._dfd = -1
+        self._dsize = 0
+        self._dcache: dict = {}
+        if config.derived_keys:
+            repair(directory, self.starts)
+            self._open_sidecar(last.start)
         self._unsynced = False
         self._last_sync = time.monotonic()
         self._pending_failed: list[tuple[int, DurableCallback]] = []
@@ -311,12 +320,19 @@ class Writer:
             self._refused = True
             self._wake.notify()
         self.thread.join()
-        for fd in (self._sfd, self._ifd):
+        for fd in (self._sfd, self._ifd, self._dfd):
             try:
                 os.close(fd)
             except OSError:
                 pass
-        self._sfd = self._ifd = -1
+        self._sfd = self._ifd = self._dfd = -1
+
+    def _open_sidecar(self, start: int) -> None:
+        if self._dfd >= 0:
+            os.close(self._dfd)
+            self._dfd = -1
+        self._dfd = create_sidecar(self.directory, start, self.config.derived_keys)
+        self._dsize = os.fstat(self._dfd).st_size
 
     # -- the writer thread ---------------------------------------------------------------------
     def _run(self) -> None:
@@ -403,13 +419,13 @@ class Writer:
         ``fdatasync``, is kept, as after a crash, and becomes readable), then reopen the last
         segment for appends. Runs on the writer thread while appends are refused, so nothing
         is queued. If it fails, ``_reopen_pending`` stays set and the next retry tries again."""
-        for fd in (self._sfd, self._ifd):
+        for fd in (self._sfd, self._ifd, self._dfd):
             if fd >= 0:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self._sfd = self._ifd = -1
+        self._sfd = self._ifd = self._dfd = -1
         self._unsynced = False
         try:
             segments = recover(self.directory)
@@ -436,6 +452,9 @@ class Writer:
             return
         try:
             written = load(self.directory, last.start, last.tracking)
+            if self.config.derived_keys:
+                repair(self.directory, [s.start for s in segments])
+                self._open_sidecar(last.start)
         except Exception as exc:  # noqa: BLE001 - the stream stays failed; retried later
             log.error("stream %s: reloading tracking after a write error failed: %s",
                       self.directory, exc)
@@ -475,6 +494,7 @@ class Writer:
         cfg = self.config
         max_entries, max_bytes = cfg.max_chunk_entries, cfg.max_chunk_bytes
         fsize, scheme = cfg.filter_size, cfg.filter_scheme
+        derive, dcache = cfg.derive, self._dcache
         total = len(bodies)
         marks = sorted(batch.marks)
         mark_i = 0
@@ -492,7 +512,9 @@ class Writer:
             # one group: chunks up to _GROUP_BYTES / _IOV_MAX buffers
             iov: list[bytes] = []
             idx: list[bytes] = []
+            dents: list[bytes] = []
             group_start_size = info.size
+            dstart_size = self._dsize
             idx_start_size = INDEX_HEADER_BYTES + INDEX_RECORD_BYTES * info.chunks
             ts = max(time.time_ns() // 1_000_000, self._last_ts)
             self._last_ts = ts
@@ -510,10 +532,11 @@ class Writer:
                             self._snapshot_at = self._reserve(CHUNK_TRACKING_SNAPSHOT)
                     if (kind == CHUNK_TRACKING_SNAPSHOT or self._snapshot_at is None
                             or info.size >= _HARD_SEGMENT_BYTES):
-                        self._write_group(iov, idx)
-                        iov, idx = [], []
+                        self._write_group(iov, idx, dents)
+                        iov, idx, dents = [], [], []
                         info = self._rollover(chunk_id, retain=self._snapshot_at is None)
                         group_start_size, idx_start_size = info.size, INDEX_HEADER_BYTES
+                        dstart_size = self._dsize
                 trailer = b""
                 filt = None
                 if kind == CHUNK_TRACKING_DELTA:
@@ -572,10 +595,16 @@ class Writer:
                                         filter_bits=filt.bits, filter_scheme=filt.scheme,
                                         filter_param=filt.param, trailer=trailer)
                     csize = CHUNK_HEADER_BYTES + len(filt.bits) + len(data) + len(trailer)
+                    if derive is not None:
+                        dents.append(encode_entry(chunk_id, info.size, recs, len(filt.bits), data,
+                                                  bodies[i:i + n], derive, dcache))
                 else:
                     bufs = encode_chunk(chunk_id, ts, data, n, recs, epoch=cfg.epoch,
                                         chunk_type=kind, trailer=trailer)
                     csize = CHUNK_HEADER_BYTES + len(data) + len(trailer)
+                    if derive is not None and kind == CHUNK_USER:
+                        dents.append(encode_entry(chunk_id, info.size, recs, 0, data,
+                                                  bodies[i:i + n], derive, dcache))
                 self._snapshot_only = kind == CHUNK_TRACKING_SNAPSHOT and not info.chunks
                 idx.append(_pack_index(chunk_id, ts, cfg.epoch, info.size, kind))
                 iov.extend(bufs)
@@ -588,10 +617,13 @@ class Writer:
                 off += recs
                 last_id = chunk_id
             try:
-                self._write_group(iov, idx)
+                self._write_group(iov, idx, dents)
             except Exception:
                 _truncate_quietly(self._sfd, group_start_size)
                 _truncate_quietly(self._ifd, idx_start_size)
+                if self._dfd >= 0:
+                    _truncate_quietly(self._dfd, dstart_size)
+                    self._dsize = dstart_size
                 raise
             # durable per policy, then commit
             if cfg.fsync == FsyncPolicy.ALWAYS:
@@ -657,11 +689,16 @@ class Writer:
                         del self.sequences[k]
         return records
 
-    def _write_group(self, iov: list[bytes], idx: list[bytes]) -> None:
+    def _write_group(self, iov: list[bytes], idx: list[bytes], dents: list[bytes]) -> None:
+        """Segment, then the derived sidecar, then the index: a reader that sees an index
+        record finds the chunk and its sidecar entry."""
         if not iov:
             return
         self._unsynced = True
         _writev_all(self._sfd, iov)
+        if dents and self._dfd >= 0:
+            _writev_all(self._dfd, dents)
+            self._dsize += sum(map(len, dents))
         _writev_all(self._ifd, [b"".join(idx)])
 
     def _commit(self, end: int, chunk_id: int) -> None:
@@ -684,6 +721,8 @@ class Writer:
         create_segment(self.directory, start, self.config.fsync != FsyncPolicy.NEVER)
         self._sfd = os.open(segment_path(self.directory, start), os.O_WRONLY | os.O_APPEND)
         self._ifd = os.open(index_path(self.directory, start), os.O_WRONLY | os.O_APPEND)
+        if self.config.derived_keys:
+            self._open_sidecar(start)
         info = SegmentInfo(start, SEGMENT_HEADER_BYTES, 0, start, None)
         with self.lock:
             self._infos.append(info)
@@ -704,7 +743,8 @@ class Writer:
             return
         for info in infos[:drop]:
             for path in (index_path(self.directory, info.start),
-                         segment_path(self.directory, info.start)):
+                         segment_path(self.directory, info.start),
+                         derived_path(self.directory, info.start)):
                 try:
                     os.unlink(path)
                 except FileNotFoundError:

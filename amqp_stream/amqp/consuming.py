@@ -17,9 +17,12 @@ dropped records in a row, or its time for stage-2 evaluation); then it asks the 
 another turn after the events already waiting, so other links and connections are served in
 between. When the session already holds ``max_buffered`` bytes for the socket the consumer
 sends nothing more (checked before each send) and waits until the socket has taken them: a
-client that grants credit and never reads costs at most that much memory. Stage 1 is
-sliced the same way: the reader passes over at most ``SCAN_BUDGET`` chunks per call and says
-``SCAN_PAUSED`` when that is used up; the turn then ends and asks for another at once, so a
+client that grants credit and never reads costs at most that much memory. Broker-derived
+filter keys (``amqp_stream.derived_keys``): when the stream indexes a key the stage-2 filter
+requires, the reader skips chunks, and returns chunks read in part, whose records cannot match
+(stage 2 still decides each record it returns). Stage 1 is sliced the same way: the reader
+passes over at most ``SCAN_BUDGET`` chunks per call and says ``SCAN_PAUSED`` when that is used
+up; the turn then ends and asks for another at once, so a
 filter that matches almost nothing in a long stream does not hold the event loop for the scan.
 """
 
@@ -34,6 +37,7 @@ from cproton import (pn_delivery, pn_delivery_settle, pn_link_advance, pn_link_c
 from amqp_stream.amqp.credit import ConsumerTurn
 from amqp_stream.amqp.source_filters import SourceFilters
 from amqp_stream.amqp.tracking import ConsumerOffsets, StorePolicy
+from amqp_stream.derived_keys import wanted
 from amqp_stream.wire import with_stream_offset
 from storage.reader import SCAN_PAUSED
 
@@ -70,7 +74,16 @@ class Consumer:
         start = offset_spec(filters)
         if self.offsets is not None:
             start = self.offsets.start(start)
-        self.reader = entry.stream.reader(start, filters.filter_values, filters.match_unfiltered)
+        # broker-derived keys: the tokens the stage-2 filter requires, so the reader skips the
+        # chunks and blocks whose index holds none (stage 2 still decides every record read)
+        config = getattr(entry.stream, "config", None)
+        derived = wanted(getattr(config, "derived_keys", ()), filters.stage2)
+        if derived is not None:
+            self.reader = entry.stream.reader(start, filters.filter_values,
+                                              filters.match_unfiltered, derived=derived)
+        else:
+            self.reader = entry.stream.reader(start, filters.filter_values,
+                                              filters.match_unfiltered)
         self.presettled = link.snd_settle_mode == 1  # Link.SND_SETTLED
         self.records: list = []
         self.pos = 0

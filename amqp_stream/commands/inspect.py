@@ -7,7 +7,10 @@ Chunks are found by walking the headers from the end of each segment's header (n
 index), with recovery's walk (``storage.walk``), and each one is checked (CRC of the data section,
 at least one record) and compared with its index record. Tracking is shown as it is stored: the
 records of each tracking chunk (delta, snapshot) and of each user chunk's trailer (publisher
-sequences), decoded with ``storage.tracking.chunk_tracking``.
+sequences), decoded with ``storage.tracking.chunk_tracking``. A segment's broker-derived key
+index (``NNN.derived``, ``storage.derived``) is shown with it: its keys and size, and per user
+chunk the blocks it describes (how many are indexed, their Bloom bytes). It is derived data:
+a chunk it does not cover, or an entry whose CRC fails, is read whole, so neither is a problem.
 
 Exit code 0 when every chunk is whole, indexed and passes its CRC; 1 when something is not
 (a torn or corrupt chunk, an index disagreeing with its segment, an orphan or a stale file).
@@ -22,6 +25,7 @@ import sys
 from datetime import datetime, timezone
 
 from amqp_stream.commands.logdir import find_log
+from storage import derived
 from storage.errors import CorruptionError
 from storage.files import index_path, list_files, read_index_records, segment_path
 from storage.format import SEGMENT_HEADER, SEGMENT_HEADER_BYTES, SEGMENT_MAGIC, TrackingRecord
@@ -77,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
                 f"{_iso(obj['timestamp'])} {obj['entries']:>6} {obj['records']:>7} "
                 f"{obj['filter_size']:>4}/{obj['filter_scheme']} {obj['data_length']:>9} "
                 f"{'ok' if obj['crc_ok'] else 'BAD':>4} {'' if obj['indexed'] else 'unindexed'}\n")
+            d = obj.get("derived")
+            if d:
+                out.write(f"  {'':>12} {'':>14} derived: {d['blocks']} blocks of {d['records']} "
+                          f"records, {d['indexed_blocks']} indexed, {d['bloom_bytes']} Bloom bytes\n")
             for r in obj.get("tracking", ()):
                 where = f" (chunk {r['chunk_id']})" if "chunk_id" in r else ""
                 out.write(f"  {'':>12} {'':>14} {r['type']} {r['id']!r} = {r['value']}{where}\n")
@@ -97,11 +105,21 @@ def run(args: argparse.Namespace) -> int:
         else:
             problems += 1
             emit({"segment": start, "error": "orphan segment (no index beside it)"})
+        side = derived.load(directory, start)
+        entries = {e.position: e for e in side[1]} if side else {}
         if not args.json:
             out.write(f"segment {os.path.basename(spath)}  {size} bytes, "
                       f"{len(records)} index records\n")
+            if side is not None:
+                out.write(f"  derived index {derived.derived_name(start)}: keys "
+                          f"{', '.join(side[0])}; {side[3]} bytes, {len(side[1])} chunk entries"
+                          + (f", {side[2]} failing their CRC" if side[2] else "") + "\n")
             out.write(f"  {'position':>12} {'chunk_id':>14} {'type':<17} {'timestamp':<29} "
                       f"{'entries':>6} {'records':>7} {'filter':>6} {'data':>9} {'crc':>4}\n")
+        elif side is not None:
+            out.write(json.dumps({"segment": start, "derived_keys": side[0],
+                                  "derived_bytes": side[3], "derived_entries": len(side[1]),
+                                  "derived_bad_entries": side[2]}) + "\n")
         fd = os.open(spath, os.O_RDONLY)
         try:
             head = os.pread(fd, SEGMENT_HEADER_BYTES, 0)
@@ -131,7 +149,14 @@ def run(args: argparse.Namespace) -> int:
                         problems += 1
                         emit({"segment": start, "position": pos, "chunk_id": h.chunk_id,
                               "error": exc.reason})
+                e = entries.get(pos)
+                dinfo = None
+                if e is not None and e.chunk_id == h.chunk_id:
+                    dinfo = {"blocks": len(e.blocks), "records": e.records,
+                             "indexed_blocks": sum(1 for b in e.blocks if b.k),
+                             "bloom_bytes": sum(b.m // 8 for b in e.blocks)}
                 emit({"segment": start, "position": pos, "chunk_id": h.chunk_id,
+                      "derived": dinfo,
                       "type": _TYPES.get(h.type, str(h.type)), "timestamp": h.timestamp,
                       "epoch": h.epoch, "entries": h.entries, "records": h.records,
                       "filter_size": h.filter_size, "filter_scheme": h.filter_scheme,

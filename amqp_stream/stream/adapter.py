@@ -29,6 +29,7 @@ from amqp_stream import __version__
 from amqp_stream.amqp.adapter import RABBITMQ_VERSION
 from amqp_stream.arguments import from_stream_protocol, validate
 from amqp_stream.core import Core
+from amqp_stream.derived_keys import wanted
 from amqp_stream.errors import BadRequest, BrokerError, NotFound, PreconditionFailed
 from amqp_stream.loop import EventLoop
 from amqp_stream.stream import subscription_filters, tracking
@@ -383,7 +384,10 @@ class StreamAdapter:
         entry = self.core.stream(frame.stream)
         filters = subscription_filters.parse(frame.properties)
         spec, start = _offset_spec(frame.offset_spec)
-        reader = entry.stream.reader(spec, filters.values, filters.match_unfiltered)
+        derived = wanted(getattr(entry.stream.config, "derived_keys", ()), filters.compiled)
+        reader = (entry.stream.reader(spec, filters.values, filters.match_unfiltered, derived=derived)
+                  if derived is not None else
+                  entry.stream.reader(spec, filters.values, filters.match_unfiltered))
         sub = Subscription(conn, frame.subscription_id, entry, reader, frame.credit, start,
                            filters.match, self._end_attachment)
         conn.subscriptions[frame.subscription_id] = sub

@@ -17,7 +17,10 @@ Stage 2 (an extension: ``sql-filter`` in the Subscribe properties, see docs/stre
 needs the messages: the data section is read (CRC-checked), each record is matched with the
 compiled filter, and each run of consecutive matching records goes out as a chunk of its own,
 rebuilt with that run's first offset, entry and record counts and CRC (one credit each), so
-the offsets a client computes from chunk headers stay right.
+the offsets a client computes from chunk headers stay right. With broker-derived filter keys
+(``amqp_stream.derived_keys``) the reader skips chunks whose index rules out the filter's
+required values and may name the blocks of a chunk that can match (``ChunkLocation.blocks``):
+only those are read (each checked against its own CRC; a mismatch reads the chunk whole).
 
 Deliver v2 carries the stream's committed chunk id (``Stream.committed_chunk_id``), never less
 than the delivered chunk's own id.
@@ -170,12 +173,26 @@ class Subscription:
             self.scheduled = True
             self.conn.loop.call_soon(self._turn)
 
-    def _rebuild(self, loc: ChunkLocation) -> list[bytes]:
-        """Stage 2: the runs of matching records of the chunk at ``loc``, as chunks."""
+    def _records(self, loc: ChunkLocation) -> list[tuple[int, bytes]]:
+        """The chunk's records, or only those of its blocks that may match (``loc.blocks``)."""
+        if loc.blocks is not None:
+            out: list[tuple[int, bytes]] = []
+            for b in loc.blocks:
+                part = os.pread(loc.fd, b.length, loc.position + b.offset)
+                if len(part) != b.length or zlib.crc32(part) != b.crc:
+                    break  # the index is stale or damaged: the chunk's own CRC decides
+                out.extend(decode_records(part, loc.chunk_id + b.first, entries=b.entries))
+            else:
+                return out
         data = os.pread(loc.fd, loc.length, loc.position)
         if len(data) != loc.length or zlib.crc32(data) != loc.crc:
             raise OSError(f"chunk {loc.chunk_id} of stream {self.entry.name!r}: CRC mismatch "
                           f"or short read")
+        return decode_records(data, loc.chunk_id, entries=loc.entries)
+
+    def _rebuild(self, loc: ChunkLocation) -> list[bytes]:
+        """Stage 2: the runs of matching records of the chunk at ``loc``, as chunks (a run
+        holds consecutive offsets only: records between blocks read are not there)."""
         match = self.match
         assert match is not None
         epoch = CHUNK_HEADER.unpack_from(loc.header)[5]
@@ -183,12 +200,15 @@ class Subscription:
         run: list[bytes] = []
         first = -1
         dropped = 0
-        for offset, body in decode_records(data, loc.chunk_id, entries=loc.entries):
+        for offset, body in self._records(loc):
             try:
                 ok = offset >= self.start and match(body)
             except Exception:  # a record the filter cannot read: not a match
                 ok = False
             if ok:
+                if run and offset != first + len(run):  # a gap between blocks
+                    out.append(self._chunk(first, loc.timestamp, epoch, run))
+                    run = []
                 if not run:
                     first = offset
                 run.append(body)

@@ -20,7 +20,7 @@ unusable is a ``BadRequest`` (the Subscribe is refused with ``PRECONDITION_FAILE
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import proton
 
@@ -44,6 +44,7 @@ class SubscriptionFilters:
     match_unfiltered: bool = False
     match: Callable[[bytes], bool] | None = None  # stage 2, over a record's stored bytes
     stage2: str | None = None  # "sql" or "properties", for the log
+    compiled: Any = None  # the compiled stage-2 filter (its requirement: broker-derived keys)
 
 
 def _property_value(name: str, text: str) -> object:
@@ -82,9 +83,11 @@ def parse(properties: Mapping[str, str]) -> SubscriptionFilters:
     kind = "sql" if sql is not None else "properties" if props or app else None
     try:
         if sql is not None:
-            out.match = compile_sql(sql).bytes_matcher()
+            out.compiled = compile_sql(sql)
         elif kind is not None:
-            out.match = compile_property_filter(props or None, app or None).bytes_matcher()
+            out.compiled = compile_property_filter(props or None, app or None)
+        if out.compiled is not None:
+            out.match = out.compiled.bytes_matcher()
     except FilterError as exc:
         raise BadRequest(f"invalid {kind} filter: {exc}") from None
     out.stage2 = kind

@@ -1,0 +1,161 @@
+"""Broker-derived filter keys: the stream argument, the tokens a record gives the index, and the
+tokens a consumer's filter requires.
+
+Why here: storage indexes opaque tokens (``storage.derived``) and must not read messages; the
+broker knows both sides of the one encoding, ``sqlfilter.required.index_token``. The writer
+gets ``deriver(keys)`` (the key values read from the stored bytes with the same ``KeyPicker``
+walk stage 2 uses, so the indexed value is the value the filter compares); a consumer gets
+``wanted(keys, stage2)`` (the tokens of the values its filter requires, found from the
+compiled tree by ``sqlfilter.required``). A record the walk cannot read gives None: its block
+is never skipped. Stage 2 still decides every record read, so a skip can only save work.
+
+Reading application properties at write time costs one byte search per key (``bytes.find``,
+in C) instead of a section walk: every place the key's name appears right after a string or
+symbol header (str8/sym8/str32/sym32 of its length) is taken as a map key and the value after
+it decoded. That finds the application property (a map key with that name always looks like
+this) and maybe more (the same key in another map, or bytes that happen to look like it): more
+tokens only cost false positives, never a missed match. An occurrence whose value does not
+decode makes the record unknown (None). Properties fields (``p.``) are positional: they are
+read with the ``MessageView`` walk stage 2 uses.
+
+The argument ``x-stream-derived-filter-keys`` (an extension in RabbitMQ's ``x-stream-``
+family): a list of key names, or one string of names separated by commas (the stream
+protocol's Create sends strings). A name is an application property, or ``p.`` and an AMQP
+properties field (``p.subject``, ``p.group_id``, ...); an application property whose own name
+starts with ``p.`` cannot be indexed.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Collection, Sequence
+
+from amqp_stream.errors import BadRequest
+from amqp_stream.wire import KeyPicker, MessageView, decode
+from amqp_stream.wire._sections import PROPERTY_FIELDS
+from sqlfilter.required import index_token, requirement_of, wanted_tokens
+
+__all__ = ["ARGUMENT", "MAX_KEYS", "parse_keys", "field_of", "deriver", "wanted"]
+
+ARGUMENT = "x-stream-derived-filter-keys"
+MAX_KEYS = 16
+_PROPERTIES = "properties"
+_APP = "application_properties"
+
+
+def field_of(key: str) -> tuple[str, str]:
+    """(section, field name) of a key name as the argument gives it."""
+    if key.startswith("p."):
+        return _PROPERTIES, key[2:]
+    return _APP, key
+
+
+def parse_keys(value: Any) -> list[str]:
+    """The argument's key names, checked (``BadRequest`` otherwise), in the order given, without
+    repeats."""
+    if isinstance(value, str):
+        items: list[Any] = [v.strip() for v in value.split(",")]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        raise BadRequest(f"{ARGUMENT} must be a list of property names, not {value!r}")
+    out: list[str] = []
+    for item in items:
+        if not isinstance(item, str) or not item or "\n" in item:
+            raise BadRequest(f"{ARGUMENT}: {item!r} is not a property name")
+        section, name = field_of(item)
+        if section == _PROPERTIES and name not in PROPERTY_FIELDS:
+            raise BadRequest(f"{ARGUMENT}: {item!r} is not a properties field "
+                             f"(p. and one of {', '.join(PROPERTY_FIELDS)})")
+        if str(item) not in out:
+            out.append(str(item))
+    if not out or len(out) > MAX_KEYS:
+        raise BadRequest(f"{ARGUMENT} must name 1..{MAX_KEYS} keys, not {len(out)}")
+    return out
+
+
+def deriver(keys: Collection[str]
+            ) -> Callable[[bytes, Sequence[tuple[int, int]]], list[tuple[list[int], list[bytes | None]]]]:
+    """``StreamConfig.derive`` for ``keys``: (a chunk's data section, its records' spans) ->
+    runs of (positions ascending, tokens), one per key (a None token: the record there is
+    unreadable)."""
+    fields = [field_of(k) for k in keys]
+    props = [n for s, n in fields if s == _PROPERTIES]
+    prop_picker = KeyPicker(props) if props else None
+    view = MessageView.from_bytes
+    # per application property: its UTF-8 name, the str8/sym8 and str32/sym32 length bytes
+    # that precede it as a map key, the token prefix of a string value (the token of a str8
+    # value is this prefix and its raw bytes: checked here against ``index_token``), and a
+    # pattern for the usual case (a str8/sym8 key, a str8 value) found by the regex engine
+    apps = []
+    for section, name in fields:
+        if section != _APP:
+            continue
+        raw = name.encode("utf-8", "surrogatepass")
+        prefix = index_token(_APP, name, "")
+        assert prefix is not None and index_token(_APP, name, "ab") == prefix + b"ab"
+        usual = re.compile(re.escape(raw) + b"\xa1")  # a literal: the engine's fast search
+        apps.append((name, raw, len(raw), len(raw).to_bytes(4, "big"), prefix, usual))
+
+    def derive(data: bytes, spans: Sequence[tuple[int, int]]
+               ) -> list[tuple[list[int], list[bytes | None]]]:
+        runs: list[tuple[list[int], list[bytes | None]]] = []
+        size = len(data)
+        for name, raw, n, n32, prefix, usual in apps:
+            found = [m.start() for m in usual.finditer(data)]
+            if found and (found[0] < 2 or found[-1] + n + 1 >= size):
+                found = []  # an edge: the exact walk below decides
+            if (len(found) == data.count(raw)
+                    and data.count(bytes((0xA1, n)) + raw) + data.count(bytes((0xA3, n)) + raw) == len(found)):
+                # every occurrence is a str8/sym8 key with a str8 value (counted in C)
+                runs.append((found, [prefix + data[q + 2:q + 2 + data[q + 1]]
+                                     for q in [i + n for i in found]]))
+                continue
+            positions: list[int] = []
+            tokens: list[bytes | None] = []
+            i = data.find(raw)  # anything else: each occurrence in turn
+            while i >= 0:
+                if (i >= 2 and data[i - 1] == n and data[i - 2] | 2 == 0xA3) or (
+                        i >= 5 and data[i - 5] | 2 == 0xB3 and data[i - 4:i] == n32):
+                    q = i + n
+                    try:
+                        t = index_token(_APP, name, decode(data, q)[0])
+                    except Exception:  # noqa: BLE001 - unknown: the block is never skipped
+                        positions.append(i)
+                        tokens.append(None)
+                    else:
+                        if t is not None:
+                            positions.append(i)
+                            tokens.append(t)
+                i = data.find(raw, i + 1)
+            runs.append((positions, tokens))
+        if prop_picker is not None:
+            positions, tokens = [], []
+            for start, end in spans:
+                try:
+                    p = view(data[start:end]).pick(prop_picker, None)[0]
+                except Exception:  # noqa: BLE001 - unknown: the block is never skipped
+                    positions.append(start)
+                    tokens.append(None)
+                    continue
+                for name in props:
+                    if p and name in p:
+                        t = index_token(_PROPERTIES, name, p[name])
+                        if t is not None:
+                            positions.append(start)
+                            tokens.append(t)
+            runs.append((positions, tokens))
+        return runs
+
+    return derive
+
+
+def wanted(keys: Collection[str], stage2: Any) -> dict[str, frozenset[bytes]] | None:
+    """Per indexed key, the tokens one of which a record must hold for ``stage2`` (a compiled
+    SQL filter, selector or property filter) to match; None when it requires none of them."""
+    if stage2 is None or not keys:
+        return None
+    by_field = {field_of(k): k for k in keys}
+    out = {by_field[f]: tokens for f, tokens in wanted_tokens(requirement_of(stage2)).items()
+           if f in by_field}
+    return out or None

@@ -1,0 +1,285 @@
+"""Broker-derived filter keys (issue 15): what a consumer whose SQL filter requires a value of
+an indexed key saves, and what indexing costs the publisher.
+
+All through a real broker over AMQP (``bench.broker``'s raw proton publisher and drain-mode
+consumer), in one run: ``--messages`` messages of 100 bytes with no publisher filter value,
+application properties ``customer`` (10,000 values, random order), ``region`` (100 values in
+runs of 1,000: each value in ``messages / 100,000`` runs) and ``zone`` (100 values, random).
+The same messages go to four streams: ``plain`` (no derived key) and one stream per key with
+``x-stream-derived-filter-keys`` = that key. For each case the consumer reads from the start
+with ``key = value`` (``customer = 'c00042'``: ~0.01 %, ``region = 'r42'`` and
+``zone = 'z42'``: 1 %) on ``plain`` and on the key's stream, alternating, best of
+``--repeat``: time, messages, bytes the broker read from disk (``amqp_stream_read_bytes_total``)
+and the stream's bytes on disk, and the broker's CPU time during each consume (the
+client, a Python proton reactor, takes ~50 µs per delivery: with 10,000 matches it, not the
+broker, bounds how much sooner the derived read can finish). Then the first two cases again
+after dropping the page cache (``echo 3 > /proc/sys/vm/drop_caches``) when the machine allows
+it (it says which).
+
+In-process, without AMQP: a ``Reader`` and stage 2 over the same records written once without
+and once with the key (the broker's scan cost alone). Append cost: broker CPU per published
+message (``/proc/<pid>/stat``) for ``plain`` and each key's stream, and, in this process,
+``Stream.append_batch`` per record with no key, one key and all three (``--storage-records``),
+with the sidecar's size.
+
+    python -m bench.derived_keys            # 1,000,000 messages (~5 minutes on 2 cores)
+    python -m bench.derived_keys --quick    # 100,000 messages
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from array import array
+from pathlib import Path
+from typing import Sequence
+
+import proton
+
+from amqp_stream.client import connect
+from amqp_stream.derived_keys import ARGUMENT, deriver
+from amqp_stream.testing import BrokerProcess
+from bench.broker import _measure_consume, _measure_publish, stream_filters
+from storage import Stream, StreamConfig
+
+KEYS = ("customer", "region", "zone")
+CASES = (("customer (10,000 values, random)", "customer", "customer = 'c00042'"),
+         ("region (100 values, runs of 1,000)", "region", "region = 'r42'"),
+         ("zone (100 values, random)", "zone", "zone = 'z42'"))
+_TEMPLATE_VALUES = {"customer": "cXXXXX", "region": "rYY", "zone": "zZZ"}
+
+
+def _template() -> bytes:
+    """A 100-byte message with placeholders of the values' widths."""
+    for pad in range(200):
+        data = proton.Message(body="x" * pad, properties=dict(_TEMPLATE_VALUES)).encode()
+        if len(data) >= 100:
+            return data
+    raise AssertionError("no 100-byte template")
+
+
+class Dataset:
+    """Message ``i``'s bytes, made on demand from the template (no proton per message)."""
+
+    def __init__(self, n: int, seed: int = 15) -> None:
+        rng = random.Random(seed)
+        self.n = n
+        self.customer = array("I", (rng.randrange(10_000) for _ in range(n)))
+        self.zone = array("B", (rng.randrange(100) for _ in range(n)))
+        self.template = _template()
+        t = self.template
+        self.cut = (t.index(b"cXXXXX"), t.index(b"rYY"), t.index(b"zZZ"))
+
+    def __call__(self, i: int) -> bytes:
+        t = self.template
+        c, r, z = self.cut
+        region = (i // 1000 * 37) % 100  # runs of 1,000; every value in n / 100,000 runs
+        return b"".join((t[:c], b"c%05d" % self.customer[i], t[c + 6:r], b"r%02d" % region,
+                         t[r + 3:z], b"z%02d" % self.zone[i], t[z + 3:]))
+
+
+def _dir_bytes(path: Path) -> tuple[int, int]:
+    """(segment and index bytes, sidecar bytes) under ``path``."""
+    log = derived = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            size = os.path.getsize(os.path.join(root, name))
+            if name.endswith(".derived"):
+                derived += size
+            elif name.endswith((".segment", ".index")):
+                log += size
+    return log, derived
+
+
+def drop_caches() -> str | None:
+    """Drop the page cache; None when done, else why not."""
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as fh:
+            fh.write("3\n")
+        return None
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def storage_append(records: int, data: Dataset) -> list[dict]:
+    """``Stream.append_batch`` per record (batches of 500, fsync never) by keys indexed."""
+    bodies = [data(i) for i in range(records)]
+    out = []
+    for keys in ((), ("customer",), KEYS):
+        d = tempfile.mkdtemp(prefix="bench-derived-")
+        cfg = StreamConfig(fsync="never", derived_keys=keys, derive=deriver(keys) if keys else None)
+        s = Stream.open(d, cfg)
+        t = time.perf_counter()
+        for k in range(0, records, 500):
+            s.append_batch(bodies[k:k + 500])
+        s.flush()
+        seconds = time.perf_counter() - t
+        s.close()
+        log, side = _dir_bytes(Path(d))
+        shutil.rmtree(d, ignore_errors=True)
+        out.append({"keys": ",".join(keys) or "(none)", "us": 1e6 * seconds / records,
+                    "log": log, "sidecar": side})
+    return out
+
+
+def storage_scan(records: int, data: Dataset, repeat: int) -> list[tuple[str, float, float, int, int]]:
+    """In this process, without AMQP: a ``Reader`` and stage 2 over ``records`` records, the
+    stream written once without and once with the key; (case, s plain, s derived, bytes read
+    plain, bytes read derived), best of ``repeat``."""
+    from amqp_stream.derived_keys import wanted
+    from sqlfilter import compile_sql
+    from storage import OffsetSpec
+
+    bodies = [data(i) for i in range(records)]
+    out = []
+    for label, key, sql in CASES:
+        f = compile_sql(sql)
+        match = f.bytes_matcher()
+        timing = []
+        for keys in ((), (key,)):
+            d = tempfile.mkdtemp(prefix="bench-derived-")
+            cfg = StreamConfig(fsync="never", max_chunk_entries=3000, derived_keys=keys,
+                               derive=deriver(keys) if keys else None)
+            with Stream.open(d, cfg) as s:
+                for k in range(0, records, 3000):
+                    s.append_batch(bodies[k:k + 3000])
+                s.flush()
+                best, read = float("inf"), 0
+                for _ in range(repeat):
+                    t = time.perf_counter()
+                    r = s.reader(OffsetSpec.first(), derived=wanted(keys, f) if keys else None)
+                    n = sum(1 for c in r for _, b in c.records if match(b))
+                    best = min(best, time.perf_counter() - t)
+                    read = r.stats.bytes_read
+            shutil.rmtree(d, ignore_errors=True)
+            timing.append((best, read, n))
+        out.append((label, timing[0][0], timing[1][0], timing[0][1], timing[1][1]))
+    return out
+
+
+def run(args: argparse.Namespace) -> dict:
+    results: dict = {"messages": args.messages}
+    data = Dataset(args.messages)
+    results["storage"] = storage_append(args.storage_records, data)
+    results["scan"] = storage_scan(args.messages, data, args.repeat)
+    if args.no_broker:
+        return results
+    root = Path(tempfile.mkdtemp(prefix="bench-derived-"))
+    broker = BrokerProcess(root / "data", extra_args=["--fsync", args.fsync],
+                           log_path=root / "broker.log")
+    broker.start()
+    try:
+        client = connect(broker.url)
+        try:
+            client.declare("plain")
+            for key in KEYS:
+                client.declare(f"d-{key}", {ARGUMENT: [key]})
+        finally:
+            client.close()
+        pid = broker.proc.pid
+        results["publish"] = [
+            _measure_publish(name, broker.url, pid, f"/queues/{name}", data, args.messages,
+                             args.window)
+            for name in ["plain"] + [f"d-{k}" for k in KEYS]]
+        streams = root / "data" / "streams"
+        results["disk"] = {p.name: _dir_bytes(p) for p in streams.iterdir() if p.is_dir()}
+        rows = []
+        for label, key, sql in CASES:
+            best: dict[str, dict] = {}
+            for i in range(args.repeat):
+                order = ["plain", f"d-{key}"]
+                for name in (order if i % 2 == 0 else order[::-1]):
+                    row = _measure_consume(f"{name}: {sql}", broker.url, pid, f"/queues/{name}",
+                                           stream_filters("first", sql=sql), args.batch,
+                                           broker.metrics_url, name)
+                    if name not in best or row["seconds"] < best[name]["seconds"]:
+                        best[name] = row
+            rows.append((label, best["plain"], best[f"d-{key}"]))
+        results["warm"] = rows
+        why = drop_caches()
+        results["drop_caches"] = why or "allowed"
+        cold = []
+        if why is None:
+            for label, key, sql in CASES[:2]:
+                pair = []
+                for name in ("plain", f"d-{key}"):
+                    drop_caches()
+                    pair.append(_measure_consume(f"{name} (cold): {sql}", broker.url, pid,
+                                                 f"/queues/{name}", stream_filters("first", sql=sql),
+                                                 args.batch, broker.metrics_url, name))
+                cold.append((label, *pair))
+        results["cold"] = cold
+    finally:
+        broker.stop()
+        shutil.rmtree(root / "data", ignore_errors=True)
+    return results
+
+
+def _cpu(row: dict) -> float:
+    """The broker's CPU seconds for a consume (``_measure_consume`` gives µs per message)."""
+    return row["cpu_us"] * max(row["msgs"], 1) / 1e6
+
+
+def report(r: dict) -> None:
+    print()
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{r['messages']} messages of 100 bytes, no publisher filter value")
+    print("append in-process (Stream.append_batch, 500 a batch, fsync never):")
+    base = r["storage"][0]["us"]
+    for row in r["storage"]:
+        print(f"  keys {row['keys']:<24} {row['us']:6.2f} µs/record  {row['us'] / base:5.2f}x   "
+              f"sidecar {row['sidecar']:>10} bytes = {row['sidecar'] / max(row['log'], 1):6.2%} of the log")
+    print("scan in-process (Reader + stage 2, chunks of 3,000, no AMQP):")
+    for label, plain, derived_s, read_plain, read_derived in r["scan"]:
+        print(f"  {label:<36} plain {plain:7.3f} s, derived {derived_s:7.3f} s: {plain / derived_s:5.1f}x "
+              f"sooner, {read_derived / max(read_plain, 1):6.2%} of the bytes")
+    if "publish" not in r:
+        return
+    print("publish through the broker:")
+    pbase = r["publish"][0]
+    for row in r["publish"]:
+        print(f"  {row['label']:<12} {row['rate']:>9.0f} msg/s  {row['cpu_us']:6.1f} µs CPU/msg  "
+              f"{row['cpu_us'] / pbase['cpu_us']:5.2f}x CPU  {pbase['rate'] / row['rate']:5.2f}x time")
+    for name, (log, side) in sorted(r["disk"].items()):
+        print(f"  on disk {name:<12} log {log:>11} bytes, sidecar {side:>9} ({side / max(log, 1):.2%})")
+    for title, rows in (("warm page cache", r["warm"]), ("after dropping the page cache", r["cold"])):
+        if not rows:
+            continue
+        print(f"consumers, {title}: {'msgs':>8} {'s':>8} {'broker CPU s':>13} {'read from disk':>15} "
+              f"{'read/plain':>11} {'sooner':>7} {'less CPU':>9}")
+        for label, plain, derived in rows:
+            for row in (plain, derived):
+                print(f"  {row['label']:<44}{row['msgs']:>8} {row['seconds']:>8.3f} {_cpu(row):>13.3f} "
+                      f"{row['read_bytes']:>15.0f} {row['read_bytes'] / max(plain['read_bytes'], 1):>10.2%} "
+                      f"{plain['seconds'] / row['seconds']:>6.1f}x {_cpu(plain) / max(_cpu(row), 1e-6):>8.1f}x")
+            if plain["msgs"] != derived["msgs"]:
+                print(f"  !! {label}: {plain['msgs']} messages without the key, {derived['msgs']} with")
+    print(f"drop_caches: {r['drop_caches']}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.derived_keys",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--storage-records", type=int, default=200_000)
+    parser.add_argument("--window", type=int, default=1000)
+    parser.add_argument("--batch", type=int, default=2000)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--fsync", default="interval", choices=("always", "interval", "never"))
+    parser.add_argument("--quick", action="store_true", help="100,000 messages, 50,000 in-process")
+    parser.add_argument("--no-broker", action="store_true", help="the in-process parts only")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.messages, args.storage_records = 100_000, 50_000
+    report(run(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,500 @@
+"""Broker-derived filter keys: a per-segment sidecar index of the values some fields hold, by
+record range, so that a consumer whose filter requires values reads only what may match.
+
+Why a sidecar (docs/storage.md, "Broker-derived filter keys"): the chunk format and its Bloom
+filter stay exactly RabbitMQ's (bit 0 keeps meaning "a record without a *publisher* value"),
+the index is sized to the key's cardinality, and a scan reads it sequentially (one small file
+per segment) instead of one header per chunk. Whole chunks are too coarse for a
+high-cardinality key (10,000 customers in random order: every third chunk of ~3,000 records
+holds ``c42``), so the sidecar describes *blocks* of ``BLOCK_RECORDS`` entries inside each
+chunk: where the block's entries lie in the chunk's data section, their CRC (a block read
+alone is checked against it) and a small Bloom filter of their tokens.
+
+Storage knows nothing of messages: the stream's ``StreamConfig.derive`` (given by the broker)
+is called once per chunk with its data section and the spans of its simple entries' records,
+and gives runs of ``(positions, tokens)``, two lists each, positions ascending within a run
+(``sqlfilter.required.index_token``): each token goes to the block holding its position (a run
+is cut at block starts by bisection, and each block's part added to its set in C); a None token
+makes that block unknown (never skipped), as do sub-batch entries. Tokens are opaque bytes
+here. One call per chunk lets the broker search the whole section at once (C speed) instead of
+calling Python per record.
+
+File ``NNNNNNNNNNNNNNNNNNNN.derived`` (N = the segment's first offset)::
+
+    DERIVED_HEADER  >4sIH   "ASDK", version 1, length of the key list; then the indexed keys
+                            (UTF-8, one per line), as ``StreamConfig.derived_keys`` names them
+    then one entry per user chunk, in chunk order (tracking chunks have none):
+    DERIVED_CHUNK   >IIQIIIH  entry length (bytes after this field), CRC-32 of the bytes after
+                              the CRC, chunk id, chunk position in the segment, records, data
+                              start (from the chunk position: 48 + filter size), blocks
+    DERIVED_BLOCK   >HIIIBH  entries, records, data length, CRC-32 of the block's bytes, k (0:
+                             not indexed, may hold anything), Bloom bytes; then the Bloom bits
+                             (a little-endian integer). Blocks follow each other: a block's
+                             data offset and first record are the sums of those before it.
+
+Bloom: ``m`` = 8 x its bytes bits, positions ``(h1 + i*h2) mod m`` for i < k from the MMH3
+digest ``bloom`` uses for chunk filters; at least 10 bits per distinct token, in size classes
+1.5x apart (``_SIZES``) so that the writer reuses each token's mask per class; k = 4 (false
+positives 0.3-1.2 % per block and wanted value).
+
+Written by the writer after a chunk group's segment bytes and before its index records, so a
+reader that sees an index record finds the entry (a reader in another process may find it
+torn: then the chunk is read whole). Derived data, never trusted beyond the log: an entry
+counts only for the chunk id *and* position of an index record and when its CRC holds (a
+bad one is as good as none); ``repair`` (at open, after
+recovery) cuts the last segment's sidecar at the first entry without its chunk and removes
+sidecars without a segment; a chunk without an entry (written before the key was configured,
+or lost in a crash) is read whole; a block whose bytes fail its CRC makes the reader read the
+chunk whole (checked by the chunk's own CRC). Retention deletes the sidecar with its segment.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from bisect import bisect_left
+from itertools import accumulate
+from typing import Callable, Collection, Iterable, Mapping, NamedTuple, Sequence, cast
+
+from bloom.schemes import Scheme, digest
+
+from storage.errors import StorageError
+from storage.files import index_path, read_index_tuples
+from storage.format import CHUNK_HEADER_BYTES, SubBatchEntry
+
+__all__ = ["DERIVED_HEADER", "DERIVED_CHUNK", "DERIVED_BLOCK", "DERIVED_MAGIC", "BLOCK_RECORDS",
+           "Derive", "Block", "ChunkEntry", "derived_name", "derived_path", "derived_header",
+           "encode_entry", "decode_entries", "read_keys", "Cursor", "Wanted", "repair",
+           "create_sidecar", "load"]
+
+DERIVED_HEADER = struct.Struct(">4sIH")
+DERIVED_CHUNK = struct.Struct(">IIQIIIH")
+DERIVED_BLOCK = struct.Struct(">HIIIBH")
+DERIVED_MAGIC = b"ASDK"
+DERIVED_VERSION = 1
+SUFFIX = ".derived"
+#: entries per block: ~1 % of the blocks hold a value seen once in 10,000 records
+BLOCK_RECORDS = 64
+_BITS_PER_TOKEN = 10
+_K = 4
+_SIZES = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072,
+          4096, 6144, 8192)
+_READ = 256 * 1024
+_LEN = struct.Struct(">I")
+
+#: (a chunk's data section, (start, end) of each simple entry's record in it) -> runs of
+#: (positions ascending, tokens); a None token: the block holding its position is unknown
+Derive = Callable[[bytes, Sequence[tuple[int, int]]], "list[tuple[list[int], list[bytes | None]]]"]
+#: per indexed key, the tokens one of which a matching record holds (an empty set: none can)
+Wanted = Mapping[str, Collection[bytes]]
+
+
+def derived_name(first_offset: int) -> str:
+    return f"{first_offset:020d}{SUFFIX}"
+
+
+def derived_path(directory: str, start: int) -> str:
+    return os.path.join(directory, derived_name(start))
+
+
+def derived_header(keys: Sequence[str]) -> bytes:
+    raw = "\n".join(keys).encode("utf-8")
+    return DERIVED_HEADER.pack(DERIVED_MAGIC, DERIVED_VERSION, len(raw)) + raw
+
+
+class Block(NamedTuple):
+    """One block of a chunk entry (a tuple: a scan decodes thousands)."""
+
+    offset: int
+    length: int
+    first: int  # first record, from the chunk id
+    entries: int
+    records: int
+    crc: int
+    k: int  # 0: not indexed
+    bits: int
+    m: int
+
+
+class ChunkEntry(NamedTuple):
+    """One chunk's entry; its blocks stay encoded (``raw``) until asked for: a scan looks at
+    thousands and keeps a few (a tuple, made without ``__init__``)."""
+
+    chunk_id: int
+    position: int
+    records: int
+    data_start: int
+    nblocks: int
+    raw: bytes  # the blocks as stored
+    size: int  # bytes of the entry in the file
+
+    @property
+    def blocks(self) -> tuple[Block, ...]:
+        return tuple(self._walk(None, {})[0])
+
+    def select(self, masks: Sequence[Sequence[tuple[int, int]]] | None,
+               cache: dict) -> tuple[list[Block], int]:
+        """(the blocks that may hold a match, the chunk's data length): for every wanted key,
+        some token's bits are set. ``masks``: per key, its tokens' digests (``Cursor.masks``);
+        ``cache``: per (m, k), the tokens' masks per key (kept across one segment's chunks)."""
+        return self._walk(masks, cache)
+
+    def _walk(self, masks: Sequence[Sequence[tuple[int, int]]] | None,
+              cache: dict) -> tuple[list[Block], int]:
+        raw = self.raw
+        unpack = DERIVED_BLOCK.unpack_from
+        frombytes = int.from_bytes
+        new = _new_tuple
+        out: list[Block] = []
+        p = off = first = 0
+        for _ in range(self.nblocks):
+            entries, recs, length, crc, k, nbytes = unpack(raw, p)
+            p += _BLOCK_SIZE
+            keep = True
+            bits = m = 0
+            if k:
+                bits = frombytes(raw[p:p + nbytes], "little")
+                m = nbytes * 8
+                if masks is not None:
+                    per_key = cache.get((m, k))
+                    if per_key is None:
+                        per_key = cache[(m, k)] = [[_mask(d, m, k) for d in key] for key in masks]
+                    for key_masks in per_key:
+                        for mask in key_masks:
+                            if bits & mask == mask:
+                                break
+                        else:
+                            keep = False  # this key holds none of its tokens
+                            break
+            if keep:
+                out.append(new(Block, (off, length, first, entries, recs, crc, k, bits, m)))
+            p += nbytes
+            off += length
+            first += recs
+        return out, off
+
+
+def _digest(token: bytes) -> tuple[int, int]:
+    h1, h2 = digest(token, Scheme.MMH3)
+    return h1, h2 | 1
+
+
+def _mask(dig: tuple[int, int], m: int, k: int) -> int:
+    h1, h2 = dig
+    mask = 0
+    for i in range(k):
+        mask |= 1 << ((h1 + i * h2) % m)
+    return mask
+
+
+def _bloom(tokens: set[bytes], caches: dict) -> tuple[int, bytes]:
+    """(k, bits) for a block's distinct tokens; ``caches``: per ``m``, token -> its mask."""
+    want = len(tokens) * _BITS_PER_TOKEN
+    nbytes = _SIZES[-1]
+    for size in _SIZES:
+        if size * 8 >= want:
+            nbytes = size
+            break
+    m = nbytes * 8
+    cache = caches.get(m)
+    if cache is None or len(cache) > 100_000:
+        cache = caches[m] = {}
+    bits = 0
+    for t in tokens:
+        mask = cache.get(t)
+        if mask is None:
+            mask = cache[t] = _mask(_digest(t), m, _K)
+        bits |= mask
+    return _K, bits.to_bytes(nbytes, "little")
+
+
+def encode_entry(chunk_id: int, position: int, records: int, filter_size: int, data: bytes,
+                 bodies: Sequence[bytes], derive: Derive, cache: dict) -> bytes:
+    """The sidecar entry of one user chunk (``data``: its data section, of ``bodies``)."""
+    n = len(bodies)
+    if SubBatchEntry not in set(map(type, bodies)):  # simple entries only: offsets in C
+        cum = list(accumulate(map(_FOUR.__add__, map(len, bodies)), initial=0))
+        spans: Sequence[tuple[int, int]] = _Spans(cum)
+        starts = cum[0:n:BLOCK_RECORDS]
+        block_records = [min(BLOCK_RECORDS, n - s) for s in range(0, n, BLOCK_RECORDS)]
+        unknown = [False] * len(starts)
+    else:
+        starts, block_records, unknown, spans = [], [], [], []
+        off = 0
+        for s in range(0, n, BLOCK_RECORDS):
+            starts.append(off)
+            recs = 0
+            sub = False
+            for b in bodies[s:s + BLOCK_RECORDS]:
+                if type(b) is SubBatchEntry:
+                    off += len(b)
+                    recs += b.records
+                    sub = True
+                else:
+                    spans.append((off + 4, off + 4 + len(b)))
+                    off += len(b) + 4
+                    recs += 1
+            block_records.append(recs)
+            unknown.append(sub)
+    tokens: list[set[bytes]] = [set() for _ in starts]
+    for positions, found in derive(data, spans):  # runs in ascending position: sliced in C
+        cuts = [bisect_left(positions, s) for s in starts[1:]] + [len(positions)]
+        lo = 0
+        for k, hi in enumerate(cuts):
+            if hi > lo:
+                part = found[lo:hi]
+                if None in part:
+                    unknown[k] = True
+                else:
+                    tokens[k].update(cast("list[bytes]", part))
+            lo = hi
+    parts: list[bytes] = []
+    view = memoryview(data)
+    ends = starts[1:] + [len(data)]
+    for k, start in enumerate(starts):
+        length = ends[k] - start
+        entries = min(BLOCK_RECORDS, n - k * BLOCK_RECORDS)
+        crc = zlib.crc32(view[start:start + length])
+        if unknown[k]:
+            parts.append(DERIVED_BLOCK.pack(entries, block_records[k], length, crc, 0, 0))
+        else:
+            kk, bits = _bloom(tokens[k], cache)
+            parts.append(DERIVED_BLOCK.pack(entries, block_records[k], length, crc, kk, len(bits)))
+            parts.append(bits)
+    body = _CHUNK_REST.pack(chunk_id, position, records, CHUNK_HEADER_BYTES + filter_size,
+                            len(starts)) + b"".join(parts)
+    return _LEN.pack(len(body) + 4) + _LEN.pack(zlib.crc32(body)) + body
+
+
+_FOUR = 4  # an entry's length prefix
+
+
+class _Spans(Sequence[tuple[int, int]]):
+    """(start, end) of each record of simple entries, from the cumulative offsets, made only
+    when asked for (a deriver of application properties never asks)."""
+
+    def __init__(self, cum: list[int]) -> None:
+        self.cum = cum
+
+    def __len__(self) -> int:
+        return len(self.cum) - 1
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self.cum[i] + 4, self.cum[i + 1]
+
+    def __iter__(self):  # type: ignore[override]
+        return zip(map(_FOUR.__add__, self.cum), self.cum[1:], strict=False)
+
+
+_new_tuple = tuple.__new__
+_unpack_chunk = DERIVED_CHUNK.unpack_from
+_crc = zlib.crc32
+_CHUNK_SIZE = DERIVED_CHUNK.size
+_MAX_ENTRY = 16 << 20  # an entry of 65,535 entries' blocks stays far below
+_BLOCK_SIZE = DERIVED_BLOCK.size
+_CHUNK_REST = struct.Struct(">QIIIH")  # DERIVED_CHUNK after its length and CRC
+
+
+def _decode_one(buf: bytes, at: int, end: int) -> ChunkEntry | None:
+    """The entry at ``buf[at:end]`` (whole), None when its CRC fails."""
+    size, crc, chunk_id, position, records, data_start, nblocks = _unpack_chunk(buf, at)
+    if _crc(memoryview(buf)[at + 8:end]) != crc:
+        return None
+    return _new_tuple(ChunkEntry, (chunk_id, position, records, data_start, nblocks,
+                                   buf[at + _CHUNK_SIZE:end], end - at))
+
+
+def decode_entries(buf: bytes, at: int = 0) -> Iterable[ChunkEntry | None]:
+    """The complete entries in ``buf`` from ``at`` (a torn last one is left out); None for an
+    entry whose CRC fails (its chunk counts as not indexed)."""
+    n = len(buf)
+    while at + _CHUNK_SIZE <= n:
+        end = at + 4 + _LEN.unpack_from(buf, at)[0]
+        if end > n or end < at + _CHUNK_SIZE:
+            return
+        yield _decode_one(buf, at, end)
+        at = end
+
+
+def read_keys(fd: int) -> tuple[list[str], int] | None:
+    """The keys a sidecar indexes and where its entries start (None: not a sidecar)."""
+    head = os.pread(fd, DERIVED_HEADER.size, 0)
+    if len(head) < DERIVED_HEADER.size:
+        return None
+    magic, version, n = DERIVED_HEADER.unpack(head)
+    if magic != DERIVED_MAGIC or version != DERIVED_VERSION:
+        return None
+    raw = os.pread(fd, n, DERIVED_HEADER.size)
+    if len(raw) != n:
+        return None
+    keys = raw.decode("utf-8").split("\n") if n else []
+    return keys, DERIVED_HEADER.size + n
+
+
+_BAD = object()  # an entry whose CRC fails
+
+
+class Cursor:
+    """A reader's walk through one segment's sidecar, in step with its chunks (read forward in
+    large ``pread``s, so a scan reads the sidecar once, sequentially)."""
+
+    def __init__(self, fd: int, start: int, masks: list[list[tuple[int, int]]]) -> None:
+        self.fd = fd
+        self.masks = masks
+        self.pos = start  # file position of ``buf[0]``
+        self.buf = b""
+        self.at = 0
+        self.entry: ChunkEntry | None = None
+        self.bytes_read = 0
+        self.cache: dict = {}  # ChunkEntry.select's masks per Bloom size (this segment's keys)
+        self._last: tuple[ChunkEntry, tuple[list[Block], int]] | None = None
+
+    @classmethod
+    def open(cls, directory: str, start: int, wanted: Wanted) -> Cursor | None:
+        """The cursor of segment ``start`` for ``wanted`` (None: no sidecar, or it indexes
+        none of the wanted keys: nothing to skip by)."""
+        try:
+            fd = os.open(derived_path(directory, start), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        found = read_keys(fd)
+        masks = [[_digest(t) for t in wanted[k]] for k in (found[0] if found else ()) if k in wanted]
+        if found is None or not masks:
+            os.close(fd)
+            return None
+        return cls(fd, found[1], masks)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def select(self, e: ChunkEntry) -> tuple[list[Block], int]:
+        """``e.select`` for this cursor's wanted tokens (the last answer is kept: a scan asks
+        twice for a chunk it stops at)."""
+        last = self._last
+        if last is not None and last[0] is e:
+            return last[1]
+        got = e.select(self.masks, self.cache)
+        self._last = (e, got)
+        return got
+
+    def entry_for(self, chunk_id: int) -> ChunkEntry | None:
+        """The entry of ``chunk_id``, or None when the sidecar has none (yet)."""
+        e = self.entry
+        while e is None or e.chunk_id < chunk_id:
+            got = self._next()
+            if got is None:
+                return None
+            if not isinstance(got, ChunkEntry):  # a bad entry: its chunk is not indexed
+                continue
+            e = self.entry = got
+        return e if e.chunk_id == chunk_id else None
+
+    def _next(self) -> ChunkEntry | object | None:
+        while True:
+            buf, at = self.buf, self.at
+            need = _CHUNK_SIZE
+            if at + 4 <= len(buf):
+                need = 4 + _LEN.unpack_from(buf, at)[0]
+                if not _CHUNK_SIZE <= need <= _MAX_ENTRY:  # a damaged length: stop here, the
+                    return None                           # chunks after it are read whole
+                if at + need <= len(buf):
+                    self.at = at + need
+                    e = _decode_one(buf, at, at + need)
+                    return _BAD if e is None else e
+            more = os.pread(self.fd, max(_READ, need), self.pos + len(buf))
+            if not more:
+                return None  # the entry is not (wholly) written yet
+            self.bytes_read += len(more)
+            self.pos += at
+            self.buf = buf[at:] + more
+            self.at = 0
+
+
+def load(directory: str, start: int) -> tuple[list[str], list[ChunkEntry], int, int] | None:
+    """For ``inspect``: a segment's sidecar as (keys, its whole entries, entries whose CRC
+    fails, file size); None when there is none or it is not a sidecar."""
+    try:
+        fd = os.open(derived_path(directory, start), os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        found = read_keys(fd)
+        if found is None:
+            return None
+        size = os.fstat(fd).st_size
+        buf = os.pread(fd, size - found[1], found[1])
+    finally:
+        os.close(fd)
+    entries: list[ChunkEntry] = []
+    bad = 0
+    try:
+        for e in decode_entries(buf):
+            if e is None:
+                bad += 1
+            else:
+                entries.append(e)
+    except (StorageError, struct.error):
+        bad += 1
+    return found[0], entries, bad, size
+
+
+def create_sidecar(directory: str, start: int, keys: Sequence[str]) -> int:
+    """Open (creating it with its header when missing or for other keys) the sidecar of
+    segment ``start`` for appending; returns the fd."""
+    path = derived_path(directory, start)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    found = read_keys(fd)
+    if found is None or found[0] != list(keys):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, derived_header(keys), 0)
+    os.close(fd)
+    return os.open(path, os.O_WRONLY | os.O_APPEND)
+
+
+def repair(directory: str, starts: Sequence[int]) -> None:
+    """After recovery: remove sidecars without a segment; cut the last segment's sidecar at
+    its first entry whose chunk (id and position) its index does not hold, or a torn one."""
+    live = set(starts)
+    for name in os.listdir(directory):
+        if name.endswith(SUFFIX) and name[:-len(SUFFIX)].isdigit() and int(name[:-len(SUFFIX)]) not in live:
+            os.unlink(os.path.join(directory, name))
+    if not starts:
+        return
+    last = starts[-1]
+    path = derived_path(directory, last)
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return
+    try:
+        found = read_keys(fd)
+        if found is None:
+            os.ftruncate(fd, 0)  # rewritten with its header by the writer
+            return
+        ifd = os.open(index_path(directory, last), os.O_RDONLY)
+        try:
+            chunks = {(r[0], r[3]) for r in read_index_tuples(ifd)}
+        finally:
+            os.close(ifd)
+        size = os.fstat(fd).st_size
+        buf = os.pread(fd, size - found[1], found[1])
+        keep = found[1]
+        try:
+            at = 0
+            for e in decode_entries(buf):
+                size = 4 + _LEN.unpack_from(buf, at)[0]
+                if e is not None and (e.chunk_id, e.position) not in chunks:
+                    break
+                at += size
+                keep += size
+        except (StorageError, struct.error):
+            pass
+        if keep != size:
+            os.ftruncate(fd, keep)
+    finally:
+        os.close(fd)
