@@ -15,7 +15,8 @@ from amqp_stream.client.errors import (ClientError, ConsumerError, ManagementErr
 from amqp_stream.client.links import queue_address
 from amqp_stream.client.names import (APPLICATION_PROPERTIES_FILTER, CHUNK_TIMESTAMP, FILTER_VALUE,
                                       MATCH_UNFILTERED, OFFSET_SPEC, PROPERTIES_FILTER,
-                                      PROPERTY_NAMES, SQL_FILTER, STREAM_FILTER, STREAM_OFFSET)
+                                      PROPERTY_NAMES, PUBLISHER_REFERENCE, PUBLISHING_ID, SQL_FILTER,
+                                      STREAM_FILTER, STREAM_OFFSET)
 from amqp_stream.client.publisher import Outcome, Publisher, build_message
 
 __all__ = [
@@ -24,4 +25,5 @@ __all__ = [
     "StreamMessage", "queue_address", "build_message", "build_filters", "offset_value", "PROPERTY_NAMES",
     "OFFSET_SPEC", "STREAM_FILTER", "MATCH_UNFILTERED", "SQL_FILTER", "PROPERTIES_FILTER",
     "APPLICATION_PROPERTIES_FILTER", "FILTER_VALUE", "STREAM_OFFSET", "CHUNK_TIMESTAMP",
+    "PUBLISHER_REFERENCE", "PUBLISHING_ID",
 ]

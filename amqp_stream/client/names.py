@@ -19,6 +19,9 @@ _SQL_FILTER_KEY = "sql-filter"
 FILTER_VALUE = "x-stream-filter-value"
 STREAM_OFFSET = "x-stream-offset"
 CHUNK_TIMESTAMP = "x-stream-chunk-timestamp"
+# Offset tracking and deduplication (docs/broker.md, "Offset tracking and deduplication").
+PUBLISHER_REFERENCE = "x-publisher-reference"  # publisher link attach property
+PUBLISHING_ID = "x-publishing-id"  # message annotation (ulong) of a named publisher's message
 
 # AMQP properties by their SQL/snake name -> proton.Message attribute.
 PROPERTY_NAMES: dict[str, str] = {
