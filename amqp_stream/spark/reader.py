@@ -8,9 +8,13 @@ use ``{"offset": n}`` dicts as progress: ``latestOffset`` is the broker's ``next
 query restarted from its checkpoint resumes at the first offset it had not processed.
 
 With ``consumerName`` a read starts after the offset the broker stored for that name (when one
-is; else at ``startingOffset``), and a streaming query stores its progress there when Spark
-commits a micro-batch (``StreamReader.commit``): other consumers sharing the name resume where
-the query got to. Spark's checkpoint still decides where a restarted query resumes.
+is; else at ``startingOffset``), and a streaming query stores its progress there once a
+micro-batch is done (``store_progress``): other consumers sharing the name resume where the
+query got to. Spark calls ``commit(end)`` for a batch only when it plans the next one, so the
+last batch before a pause would stay unstored; ``latestOffset(start)`` comes at every trigger
+with the end of the last completed batch (micro-batches run one after the other), so progress
+is stored there, once per batch. Spark's checkpoint still decides where a restarted query
+resumes.
 
 Stage 1 is probabilistic, so the reader checks filter values exactly; the stage-2 SQL filter
 decides on the broker (``pushdown`` explains which predicates also go back to Spark).
@@ -153,6 +157,7 @@ class StreamReader(DataSourceStreamReader):
         self.opts = opts
         self.declared = declared_columns(schema)
         self.pd = explicit_pushdown(opts)
+        self.progress = -1  # with consumerName: the end whose progress is stored
 
     def initialOffset(self) -> dict:
         first, next_ = stream_bounds(self.opts)
@@ -160,6 +165,8 @@ class StreamReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         from pyspark.sql.streaming.datasource import ReadMaxRows
+        if start is not None:  # the previous batches are done: [.., start) is processed
+            self._progress(int(start["offset"]))
         _, next_ = stream_bounds(self.opts)
         if start is not None:
             next_ = max(next_, int(start["offset"]))
@@ -184,8 +191,12 @@ class StreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict) -> None:
         """With ``consumerName``: store the last offset of the committed micro-batch."""
-        if self.opts.consumer_name is not None:
-            store_progress(self.opts, int(end["offset"]))
+        self._progress(int(end["offset"]))
+
+    def _progress(self, end: int) -> None:
+        if self.opts.consumer_name is not None and end > self.progress:
+            store_progress(self.opts, end)
+            self.progress = end
 
 
 def store_progress(opts: SourceOptions, end: int) -> None:
