@@ -16,7 +16,8 @@ stream, not after a sleep), re-runs the same write to completion and reads the w
 ``exactlyOnce=true`` (streaming).
 
 Run: ``.venv/bin/python -m bench.spark_crash [--rows 300000] [--partitions 4]
-[--scenarios driver,broker,streaming]``. The child is also this module
+[--scenarios driver,broker,streaming]``; the scenarios ``none`` and ``none-streaming`` write
+without a kill (the re-run column is then the write's time: what the options cost). The child is also this module
 (``python -m bench.spark_crash job ...``); ``tests/spark/test_exactly_once.py`` uses the same
 pieces with fewer rows.
 """
@@ -262,6 +263,23 @@ def streaming_kill(spark, tmp: Path, rows: int, exactly_once: bool) -> Outcome:
         return Outcome("streaming", "with" if exactly_once else "without", at_kill, tally(broker.url, "out", rows), secs)
 
 
+def no_kill(spark, tmp: Path, rows: int, partitions: int, once: bool, streaming: bool) -> Outcome:
+    """The write without a crash: what the options cost."""
+    with BrokerProcess(tmp / "data") as broker:
+        with amqp.connect(broker.url) as c:
+            c.declare("out")
+        if streaming:
+            fill_source(broker.url, "in", rows)
+        t = time.perf_counter()
+        if streaming:
+            stream_copy(spark, broker.url, "in", "out", str(tmp / "checkpoint"), rows // 4, once)
+        else:
+            batch_write(spark, broker.url, "out", rows, partitions, "bench-load" if once else None)
+        secs = time.perf_counter() - t
+        return Outcome("none (streaming)" if streaming else "none (batch)", "with" if once else "without", 0,
+                       tally(broker.url, "out", rows), secs)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["job"]:
@@ -293,16 +311,18 @@ def main(argv: list[str] | None = None) -> int:
                     out = broker_kill(spark, where, args.rows, args.partitions, "bench-load" if once else None)
                 elif scenario == "streaming":
                     out = streaming_kill(spark, where, args.rows, once)
+                elif scenario in ("none", "none-streaming"):
+                    out = no_kill(spark, where, args.rows, args.partitions, once, scenario == "none-streaming")
                 else:
                     raise SystemExit(f"unknown scenario {scenario!r}")
                 outcomes.append(out)
                 print(json.dumps({"scenario": out.scenario, "mode": out.mode, "at_kill": out.at_kill,
                                   **out.tally.__dict__, "rerun_s": round(out.rerun_s, 2)}), flush=True)
         spark.stop()
-    print(f"\n{'killed':<10} {'options':<8} {'in stream at kill':>17} {'after re-run':>12} {'lost':>6} "
+    print(f"\n{'killed':<16} {'options':<8} {'in stream at kill':>17} {'after re-run':>12} {'lost':>6} "
           f"{'duplicated':>10} {'re-run s':>8}")
     for o in outcomes:
-        print(f"{o.scenario:<10} {o.mode:<8} {o.at_kill:>17,} {o.tally.stored:>12,} {o.tally.lost:>6,} "
+        print(f"{o.scenario:<16} {o.mode:<8} {o.at_kill:>17,} {o.tally.stored:>12,} {o.tally.lost:>6,} "
               f"{o.tally.duplicated:>10,} {o.rerun_s:>8.1f}")
     bad = [o for o in outcomes if o.mode == "with" and (o.tally.lost or o.tally.duplicated or o.tally.strangers)]
     return 1 if bad else 0
