@@ -16,8 +16,9 @@ stream, not after a sleep), re-runs the same write to completion and reads the w
 ``exactlyOnce=true`` (streaming).
 
 Run: ``.venv/bin/python -m bench.spark_crash [--rows 300000] [--partitions 4]
-[--scenarios driver,broker,streaming]``; the scenarios ``none`` and ``none-streaming`` write
-without a kill (the re-run column is then the write's time: what the options cost). The child is also this module
+[--scenarios driver,broker,streaming] [--kill-at FRACTION|random]``; the scenarios ``none``
+and ``none-streaming`` write without a kill (the re-run column is then the write's time: what
+the options cost). The child is also this module
 (``python -m bench.spark_crash job ...``); ``tests/spark/test_exactly_once.py`` uses the same
 pieces with fewer rows.
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -192,14 +194,15 @@ class Outcome:
     rerun_s: float    # the re-run's duration
 
 
-def driver_kill(spark, tmp: Path, rows: int, partitions: int, write_name: str | None) -> Outcome:
+def driver_kill(spark, tmp: Path, rows: int, partitions: int, write_name: str | None,
+                kill_at: float = 1 / 3) -> Outcome:
     with BrokerProcess(tmp / "data") as broker:
         with amqp.connect(broker.url) as c:
             c.declare("out")
         child = start_child(["batch", broker.url, "out", str(rows), str(partitions), write_name or "-"],
                             tmp, tmp / "child.log")
         try:
-            wait_for_rows(broker.url, "out", rows // 3, lambda: child.poll() is None)
+            wait_for_rows(broker.url, "out", int(rows * kill_at), lambda: child.poll() is None)
         finally:
             kill_group(child)
         at_kill = stored(broker.url, "out")
@@ -209,7 +212,8 @@ def driver_kill(spark, tmp: Path, rows: int, partitions: int, write_name: str | 
         return Outcome("driver", "with" if write_name else "without", at_kill, tally(broker.url, "out", rows), secs)
 
 
-def broker_kill(spark, tmp: Path, rows: int, partitions: int, write_name: str | None) -> Outcome:
+def broker_kill(spark, tmp: Path, rows: int, partitions: int, write_name: str | None,
+                kill_at: float = 1 / 3) -> Outcome:
     with BrokerProcess(tmp / "data") as broker:
         with amqp.connect(broker.url) as c:
             c.declare("out")
@@ -227,7 +231,7 @@ def broker_kill(spark, tmp: Path, rows: int, partitions: int, write_name: str | 
         writer = threading.Thread(target=job)
         writer.start()
         try:
-            wait_for_rows(broker.url, "out", rows // 3, writer.is_alive)
+            wait_for_rows(broker.url, "out", int(rows * kill_at), writer.is_alive)
         except AssertionError as exc:
             raise AssertionError(f"{exc}: {failure and str(failure[0])[-3000:]}") from None
         finally:
@@ -243,7 +247,7 @@ def broker_kill(spark, tmp: Path, rows: int, partitions: int, write_name: str | 
         return Outcome("broker", "with" if write_name else "without", at_kill, tally(broker.url, "out", rows), secs)
 
 
-def streaming_kill(spark, tmp: Path, rows: int, exactly_once: bool) -> Outcome:
+def streaming_kill(spark, tmp: Path, rows: int, exactly_once: bool, kill_at: float = 3 / 8) -> Outcome:
     per_batch = rows // 4
     with BrokerProcess(tmp / "data") as broker:
         fill_source(broker.url, "in", rows)
@@ -252,8 +256,8 @@ def streaming_kill(spark, tmp: Path, rows: int, exactly_once: bool) -> Outcome:
         checkpoint = str(tmp / "checkpoint")
         child = start_child(["stream", broker.url, "in", "out", checkpoint, str(per_batch), str(exactly_once).lower()],
                             tmp, tmp / "child.log")
-        try:  # in the second micro-batch
-            wait_for_rows(broker.url, "out", per_batch + per_batch // 2, lambda: child.poll() is None)
+        try:  # by default in the second micro-batch
+            wait_for_rows(broker.url, "out", int(rows * kill_at), lambda: child.poll() is None)
         finally:
             kill_group(child)
         at_kill = stored(broker.url, "out")
@@ -288,11 +292,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=300_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--scenarios", default="driver,broker,streaming")
+    ap.add_argument("--kill-at", default=None,
+                    help="fraction of the rows in the stream when the kill comes (default: a third, streaming "
+                         "3/8), or 'random' (0.05..0.95, one draw per scenario, printed)")
     args = ap.parse_args(argv)
+    rng = random.Random()
+
+    def kill_at(default: float) -> float:
+        if args.kill_at is None:
+            return default
+        if args.kill_at != "random":
+            return float(args.kill_at)
+        at = round(rng.uniform(0.05, 0.95), 3)
+        print(f"kill at {at:.3f} of the rows", flush=True)
+        return at
     scenarios = args.scenarios.split(",")
     load = os.getloadavg()
     print(f"load: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (1/5/15 min), rows {args.rows}, "
-          f"{args.partitions} partitions (batch), kill at a third of the rows", flush=True)
+          f"{args.partitions} partitions (batch), kill at {args.kill_at or 'a third (streaming 3/8)'} of the "
+          "rows", flush=True)
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="spark-crash-") as tmp:
         spark = session(Path(tmp) / "local")
@@ -306,11 +324,13 @@ def main(argv: list[str] | None = None) -> int:
                 where = Path(tmp) / f"run{next(runs)}"
                 where.mkdir()
                 if scenario == "driver":
-                    out = driver_kill(spark, where, args.rows, args.partitions, "bench-load" if once else None)
+                    out = driver_kill(spark, where, args.rows, args.partitions, "bench-load" if once else None,
+                                      kill_at(1 / 3))
                 elif scenario == "broker":
-                    out = broker_kill(spark, where, args.rows, args.partitions, "bench-load" if once else None)
+                    out = broker_kill(spark, where, args.rows, args.partitions, "bench-load" if once else None,
+                                      kill_at(1 / 3))
                 elif scenario == "streaming":
-                    out = streaming_kill(spark, where, args.rows, once)
+                    out = streaming_kill(spark, where, args.rows, once, kill_at(3 / 8))
                 elif scenario in ("none", "none-streaming"):
                     out = no_kill(spark, where, args.rows, args.partitions, once, scenario == "none-streaming")
                 else:
