@@ -71,6 +71,34 @@ def test_window_bounds_unsettled_and_every_outcome_comes_back(conn, stream_name)
     assert conn.info(stream_name)["next_offset"] == 300
 
 
+def test_named_publisher_is_deduplicated_and_offsets_are_stored(conn, stream_name):
+    """A named publisher's resent ids are accepted and not stored; the management calls read the
+    last stored id and store and read a consumer offset."""
+    conn.declare(stream_name)
+    ref = "writer ü/1"  # needs percent-encoding in the management path
+    assert conn.publisher_sequence(stream_name, ref) == 0
+    with conn.publisher(stream_name, reference=ref) as pub:
+        for i in range(1, 6):
+            pub.publish(f"m{i}".encode(), publishing_id=i)
+        assert all(o.accepted for o in pub.flush())
+        with pytest.raises(ValueError, match="strictly increase"):
+            pub.publish(b"again", publishing_id=5)
+    with conn.publisher(stream_name, reference=ref) as retry:  # a retry resends 3..8
+        for i in range(3, 9):
+            retry.publish(f"m{i}".encode(), publishing_id=i)
+        assert [o.state for o in retry.flush()] == ["accepted"] * 6
+    with conn.consumer(stream_name) as c:
+        assert [m.body for m in c.read_available()] == [f"m{i}".encode() for i in range(1, 9)]
+    assert conn.publisher_sequence(stream_name, ref) == 8
+    with conn.publisher(stream_name) as unnamed, pytest.raises(ValueError, match="reference"):
+        unnamed.publish(b"x", publishing_id=1)
+    assert conn.stored_offset(stream_name, "reader ü") is None
+    conn.store_offset(stream_name, "reader ü", 4)
+    assert conn.stored_offset(stream_name, "reader ü") == 4
+    with pytest.raises(amqp.StreamNotFound):
+        conn.stored_offset(stream_name + "-missing", "reader")
+
+
 def test_presettled_publishing(conn, stream_name):
     conn.declare(stream_name)
     with conn.publisher(stream_name, presettled=True) as pub:

@@ -23,7 +23,7 @@ from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender, L
 
 from amqp_stream.client.consumer import Consumer, build_filters
 from amqp_stream.client.errors import ClientError, ManagementError, StreamNotFound
-from amqp_stream.client.links import _Collector, _condition_text, _LinkOpts, queue_address
+from amqp_stream.client.links import _Collector, _condition_text, _LinkOpts, path_segment, queue_address
 from amqp_stream.client.publisher import Publisher
 
 __all__ = ["TlsOptions", "Client", "connect", "check_url", "safe_url"]
@@ -215,11 +215,32 @@ class Client:
         except StreamNotFound:
             return False
 
+    def publisher_sequence(self, stream: str, reference: str) -> int:
+        """The last publishing id the broker stored for ``reference`` on ``stream`` (0 when none)."""
+        path = f"{queue_address(stream)}/sequences/{path_segment(reference)}"
+        return int(self.request("GET", path, None, ok=(200,))[1]["sequence"])
+
+    def stored_offset(self, stream: str, name: str) -> int | None:
+        """The offset stored for consumer ``name`` on ``stream``, None when none is (a missing
+        stream raises ``StreamNotFound`` all the same)."""
+        status, body = self.request("GET", f"{queue_address(stream)}/offsets/{path_segment(name)}", None, ok=(200, 404))
+        if status == 404:
+            if not self.exists(stream):
+                raise StreamNotFound(f"stream {stream!r} not found", 404, body)
+            return None
+        return int(body["offset"])
+
+    def store_offset(self, stream: str, name: str, offset: int) -> None:
+        """Store ``offset`` (the last one processed) for consumer ``name`` on ``stream``."""
+        self.request("PUT", f"{queue_address(stream)}/offsets/{path_segment(name)}", {"offset": offset}, ok=(200,))
+
     # -- links -----------------------------------------------------------------------------------
     def publisher(self, stream: str, *, window: int = 256, presettled: bool = False,
-                  timeout: float | None = None) -> "Publisher":
-        """A publisher to ``/queues/<stream>`` with at most ``window`` unsettled messages."""
-        return Publisher(self, stream, window=window, presettled=presettled, timeout=timeout)
+                  timeout: float | None = None, reference: str | None = None) -> "Publisher":
+        """A publisher to ``/queues/<stream>`` with at most ``window`` unsettled messages; with a
+        ``reference``, a named publisher the broker deduplicates (see ``Publisher``)."""
+        return Publisher(self, stream, window=window, presettled=presettled, timeout=timeout,
+                         reference=reference)
 
     def consumer(self, stream: str, *, offset: Any = "first", filter_values: str | Sequence[str] | None = None,
                  match_unfiltered: bool = False, sql: str | None = None,

@@ -17,9 +17,14 @@ from proton.reactor import LinkOption
 from amqp_stream.client.errors import ConsumerError
 
 
+def path_segment(text: str) -> str:
+    """``text`` percent-encoded as one path segment (``[A-Za-z0-9-._~]`` kept)."""
+    return urllib.parse.quote(text, safe="")
+
+
 def queue_address(stream: str) -> str:
-    """``/queues/<name>`` with the name percent-encoded (``[A-Za-z0-9-._~]`` kept)."""
-    return "/queues/" + urllib.parse.quote(stream, safe="")
+    """``/queues/<name>`` with the name percent-encoded."""
+    return "/queues/" + path_segment(stream)
 
 
 def _condition_text(cond: Any) -> str:

@@ -19,11 +19,11 @@ _SQL_FILTER_KEY = "sql-filter"
 FILTER_VALUE = "x-stream-filter-value"
 STREAM_OFFSET = "x-stream-offset"
 CHUNK_TIMESTAMP = "x-stream-chunk-timestamp"
-# The broker's tracking extension (amqp_stream.amqp.tracking): attach properties and the
-# publishing id annotation.
-CONSUMER_NAME = "x-consumer-name"
-PUBLISHER_REFERENCE = "x-publisher-reference"
-PUBLISHING_ID = "x-publishing-id"
+# The broker's tracking extension (docs/broker.md, "Offset tracking and deduplication";
+# amqp_stream.amqp.tracking): attach properties and the publishing id annotation.
+CONSUMER_NAME = "x-consumer-name"  # consumer link attach property
+PUBLISHER_REFERENCE = "x-publisher-reference"  # publisher link attach property
+PUBLISHING_ID = "x-publishing-id"  # message annotation (ulong) of a named publisher's message
 
 # AMQP properties by their SQL/snake name -> proton.Message attribute.
 PROPERTY_NAMES: dict[str, str] = {

@@ -5,7 +5,10 @@ Strategy: ``publish`` only blocks when the window is full. Outcomes are collecte
 order; ``flush`` waits for all of them and raises ``PublishError`` if any was not accepted.
 Connection loss and timeouts also raise ``PublishError``, naming how many messages are
 unconfirmed (an at-least-once caller retries them all). ``presettled=True`` sends
-fire-and-forget.
+fire-and-forget. A named publisher (``reference``) numbers its messages with strictly
+increasing publishing ids, and the broker drops (accepts without storing) any message whose id
+is not above the last one it stored for that reference: a retry after a lost connection resends
+everything unconfirmed without storing it twice.
 """
 
 from __future__ import annotations
@@ -15,12 +18,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
-from proton import Delivery, Endpoint, Link, Message, ProtonException, symbol
+from proton import Delivery, Endpoint, Link, Message, ProtonException, symbol, ulong
 from proton.utils import LinkDetached
 
 from amqp_stream.client.errors import ClientError, PublishError, StreamNotFound
 from amqp_stream.client.links import _Collector, _condition_text, _LinkOpts, queue_address
-from amqp_stream.client.names import _TIME_PROPERTIES, FILTER_VALUE, PROPERTY_NAMES
+from amqp_stream.client.names import (_TIME_PROPERTIES, FILTER_VALUE, PROPERTY_NAMES, PUBLISHER_REFERENCE,
+                                      PUBLISHING_ID)
 
 if TYPE_CHECKING:
     from amqp_stream.client.connection import Client
@@ -93,13 +97,21 @@ class Publisher:
     returns the outcomes since the previous flush, raising ``PublishError`` if any was not
     accepted. With ``presettled`` the broker sends no outcomes; ``flush`` then only makes sure
     the bytes were written to the socket.
+
+    With a ``reference`` (1..255 bytes of UTF-8) the link is a named publisher: every ``send``
+    gives a ``publishing_id`` above the previous one (``Client.publisher_sequence`` tells the
+    last one the broker stored for the reference).
     """
 
     def __init__(self, client: Client, stream: str, *, window: int = 256, presettled: bool = False,
-                 timeout: float | None = None):
+                 timeout: float | None = None, reference: str | None = None):
         if window < 1:
             raise ValueError("window must be >= 1")
+        if reference is not None and not 0 < len(reference.encode("utf-8")) <= 255:
+            raise ValueError(f"a publisher reference is 1..255 bytes of UTF-8, got {reference!r}")
         self.client, self.stream, self.window, self.presettled = client, stream, window, presettled
+        self.reference = reference
+        self._last_id = -1
         self.timeout = client.timeout if timeout is None else timeout
         self.address = queue_address(stream)
         self._seq = 0
@@ -114,7 +126,8 @@ class Publisher:
                 self._watch = _Collector(client)
                 self._sender = client.conn.create_sender(
                     self.address, name=client._name("publisher"), handler=self._watch,
-                    options=_LinkOpts(snd_settle=Link.SND_SETTLED if presettled else Link.SND_UNSETTLED))
+                    options=_LinkOpts(snd_settle=Link.SND_SETTLED if presettled else Link.SND_UNSETTLED,
+                                      properties={symbol(PUBLISHER_REFERENCE): reference} if reference else None))
             except LinkDetached as exc:
                 cls = StreamNotFound if exc.condition == "amqp:not-found" else PublishError
                 raise (cls(f"cannot publish to stream {stream!r}: {exc}", 404) if cls is StreamNotFound
@@ -130,13 +143,26 @@ class Publisher:
     def publish(self, body: Any, *, properties: Mapping[str, Any] | None = None,
                 application_properties: Mapping[str, Any] | None = None,
                 filter_value: str | None = None, message_id: Any = None,
-                annotations: Mapping[str, Any] | None = None) -> int:
+                annotations: Mapping[str, Any] | None = None, publishing_id: int | None = None) -> int:
         """Build and send one message (see ``build_message``); returns its sequence number."""
         return self.send(build_message(body, properties=properties, application_properties=application_properties,
-                                       filter_value=filter_value, message_id=message_id, annotations=annotations))
+                                       filter_value=filter_value, message_id=message_id, annotations=annotations),
+                         publishing_id)
 
-    def send(self, message: Message) -> int:
-        """Send a prepared ``proton.Message``; returns its sequence number."""
+    def send(self, message: Message, publishing_id: int | None = None) -> int:
+        """Send a prepared ``proton.Message``; returns its sequence number. A named publisher
+        gives each message a ``publishing_id`` above the previous one (set as the message's
+        ``x-publishing-id`` annotation)."""
+        if self.reference is not None:
+            if publishing_id is None or not self._last_id < publishing_id < 1 << 64:
+                raise ValueError(f"publisher {self.reference!r}: publishing ids must strictly increase "
+                                 f"within 0..2**64-1 (last {self._last_id}, got {publishing_id})")
+            annotations = dict(message.annotations or {})
+            annotations[symbol(PUBLISHING_ID)] = ulong(publishing_id)
+            message.annotations = annotations
+            self._last_id = publishing_id
+        elif publishing_id is not None:
+            raise ValueError("a publishing id needs a publisher with a reference")
         with self.client.lock:
             if len(self._pending) >= self.window:
                 self._wait(lambda: self._collect() < self.window, "publish window")

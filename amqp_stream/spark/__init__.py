@@ -1,7 +1,7 @@
 """PySpark data source ``amqp-stream``: write DataFrames into streams, read streams back.
 
 ``register(spark)`` makes the format available; see ``docs/spark.md`` for the options, the
-at-least-once contract and filter pushdown.
+at-least-once and exactly-once contracts, consumer names and filter pushdown.
 """
 
 from amqp_stream.spark.source import AmqpStreamDataSource, register

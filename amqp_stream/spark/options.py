@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from amqp_stream import client as amqp
 
-__all__ = ["SourceOptions", "OptionError", "OPTION_NAMES"]
+__all__ = ["SourceOptions", "OptionError", "OPTION_NAMES", "MAX_WRITE_NAME"]
 
 
 class OptionError(ValueError):
@@ -42,12 +42,15 @@ def _int(options: Mapping[str, str], key: str, default: int | None) -> int | Non
         raise OptionError(f"option {key} must be an integer, got {raw!r}") from None
 
 
+MAX_WRITE_NAME = 240  # bytes: a reference is '<writeName>/<partition>', at most 255 bytes
+
 #: every option the data source reads, as documented (Spark hands them over lower-cased)
 OPTION_NAMES = (
     "url", "stream", "user", "password", "tlsCaFile", "tlsCertFile", "tlsKeyFile", "tlsKeyPassword",
     "tlsVerify", "tlsPeerName", "timeout", "declare", "filterValueColumn", "window", "properties",
     "startingOffset", "startingTimestamp", "endingOffset", "numPartitions", "maxRecordsPerPartition",
     "maxRecordsPerTrigger", "credit", "pushdown", "filterValues", "matchUnfiltered", "sqlFilter",
+    "writeName", "exactlyOnce", "consumerName",
 )
 # options Spark itself may pass along (``load(path)``, a streaming query's checkpoint)
 _SPARK_OPTIONS = ("path", "checkpointlocation")
@@ -101,6 +104,10 @@ class SourceOptions:
     window: int = 512
     declare: bool = False
     arguments: dict = field(default_factory=dict)
+    write_name: str | None = None                  # batch: the write's name, for exactly once
+    exactly_once: bool = False                     # publish under deduplicating references
+    # reading: start at this consumer's stored offset (streaming: store progress there)
+    consumer_name: str | None = None
     # reading
     properties_ddl: str | None = None
     starting_offset: str = "first"
@@ -132,6 +139,12 @@ class SourceOptions:
             tls = amqp.TlsOptions(ca_file=opts.get("tlscafile"), cert_file=opts.get("tlscertfile"),
                                   key_file=opts.get("tlskeyfile"), key_password=opts.get("tlskeypassword"),
                                   verify=_bool(opts.get("tlsverify"), True), peer_name=opts.get("tlspeername"))
+        write_name, consumer_name = opts.get("writename"), opts.get("consumername")
+        if write_name is not None and not 0 < len(write_name.encode("utf-8")) <= MAX_WRITE_NAME:
+            raise OptionError(f"option writeName must be 1..{MAX_WRITE_NAME} bytes of UTF-8 (it names "
+                              f"the publisher references '<writeName>/<partition>'), got {write_name!r}")
+        if consumer_name is not None and not 0 < len(consumer_name.encode("utf-8")) <= 255:
+            raise OptionError(f"option consumerName must be 1..255 bytes of UTF-8, got {consumer_name!r}")
         fv = opts.get("filtervalues")
         try:
             timeout = float(opts.get("timeout", "30"))
@@ -143,6 +156,8 @@ class SourceOptions:
             filter_value_column=opts.get("filtervaluecolumn"),
             window=_int(opts, "window", 512), declare=_bool(opts.get("declare"), False),
             arguments={k: _argument(v) for k, v in opts.items() if k.startswith("x-")},
+            write_name=write_name, exactly_once=_bool(opts.get("exactlyonce"), write_name is not None),
+            consumer_name=consumer_name,
             properties_ddl=opts.get("properties"),
             starting_offset=opts.get("startingoffset", "first"),
             starting_timestamp_ms=_timestamp_ms(opts.get("startingtimestamp")),

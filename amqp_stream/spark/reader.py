@@ -7,6 +7,15 @@ stream has nothing more (a filtered range can end without any message past it). 
 use ``{"offset": n}`` dicts as progress: ``latestOffset`` is the broker's ``next_offset``, so a
 query restarted from its checkpoint resumes at the first offset it had not processed.
 
+With ``consumerName`` a read starts after the offset the broker stored for that name (when one
+is; else at ``startingOffset``), and a streaming query stores its progress there once a
+micro-batch is done (``store_progress``): other consumers sharing the name resume where the
+query got to. Spark calls ``commit(end)`` for a batch only when it plans the next one, so the
+last batch before a pause would stay unstored; ``latestOffset(start)`` comes at every trigger
+with the end of the last completed batch (micro-batches run one after the other), so progress
+is stored there, once per batch. Spark's checkpoint still decides where a restarted query
+resumes.
+
 Stage 1 is probabilistic, so the reader checks filter values exactly; the stage-2 SQL filter
 decides on the broker (``pushdown`` explains which predicates also go back to Spark).
 """
@@ -25,7 +34,7 @@ from amqp_stream.spark.options import SourceOptions
 from amqp_stream.spark.pushdown import Pushdown, plan_pushdown
 
 __all__ = ["BatchReader", "PushdownBatchReader", "StreamReader", "read_range", "stream_bounds",
-           "start_offset"]
+           "start_offset", "store_progress"]
 
 
 def stream_bounds(opts: SourceOptions) -> tuple[int, int]:
@@ -42,7 +51,13 @@ def stream_bounds(opts: SourceOptions) -> tuple[int, int]:
 
 
 def start_offset(opts: SourceOptions, first: int, next_: int) -> int:
-    """Where a read starts: ``startingTimestamp`` when given, else ``startingOffset``."""
+    """Where a read starts: after ``consumerName``'s stored offset when there is one, else at
+    ``startingTimestamp`` when given, else at ``startingOffset``."""
+    if opts.consumer_name is not None:
+        with opts.connect() as c:
+            stored = c.stored_offset(opts.stream, opts.consumer_name)
+        if stored is not None:
+            return min(max(stored + 1, first), next_)
     if opts.starting_timestamp_ms is None:
         return resolve(opts.starting_offset, first, next_, what="startingOffset")
     return offset_at(opts, opts.starting_timestamp_ms, first, next_)
@@ -142,6 +157,7 @@ class StreamReader(DataSourceStreamReader):
         self.opts = opts
         self.declared = declared_columns(schema)
         self.pd = explicit_pushdown(opts)
+        self.progress = -1  # with consumerName: the end whose progress is stored
 
     def initialOffset(self) -> dict:
         first, next_ = stream_bounds(self.opts)
@@ -149,6 +165,8 @@ class StreamReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         from pyspark.sql.streaming.datasource import ReadMaxRows
+        if start is not None:  # the previous batches are done: [.., start) is processed
+            self._progress(int(start["offset"]))
         _, next_ = stream_bounds(self.opts)
         if start is not None:
             next_ = max(next_, int(start["offset"]))
@@ -172,4 +190,29 @@ class StreamReader(DataSourceStreamReader):
         return read_range(self.opts, partition, self.pd, self.declared)
 
     def commit(self, end: dict) -> None:
-        """Nothing to release: the broker keeps no consumer state."""
+        """With ``consumerName``: store the last offset of the committed micro-batch."""
+        self._progress(int(end["offset"]))
+
+    def _progress(self, end: int) -> None:
+        if self.opts.consumer_name is not None and end > self.progress:
+            store_progress(self.opts, end)
+            self.progress = end
+
+
+def store_progress(opts: SourceOptions, end: int) -> None:
+    """Store ``end - 1`` for ``consumerName``: only forward, and only when a message lies between
+    the stored offset and ``end``. A stored offset is a tracking chunk that takes an offset of
+    its own, so storing after a micro-batch that held nothing but the previous store's chunk
+    would make one more such batch, and so on."""
+    name = opts.consumer_name
+    assert name is not None
+    with opts.connect() as c:
+        stored = c.stored_offset(opts.stream, name)
+        start = 0 if stored is None else stored + 1
+        if end <= start:
+            return
+        with c.consumer(opts.stream, offset=start, credit=64) as consumer:
+            if not any(start <= m.offset < end for m in consumer.read_available(end=end, timeout=opts.timeout)
+                       if m.offset is not None):
+                return
+        c.store_offset(opts.stream, name, end - 1)

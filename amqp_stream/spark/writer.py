@@ -1,13 +1,18 @@
-"""Batch and streaming writers: each task publishes its partition, at least once.
+"""Batch and streaming writers: each task publishes its partition, at least once, or exactly
+once for deterministic input.
 
 A task opens its own connection, publishes every row with a bounded window of unsettled
 messages (``window`` option) and succeeds only when the broker accepted every message
 (``Publisher.flush``). A rejection, a lost connection or a timeout fails the task with a
 ``PublishError`` naming the stream, the cause and how many messages were accepted. Spark then
-retries the task, which publishes the whole partition again: messages accepted by the failed
-attempt are stored twice. Nothing published can be taken back, so ``abort`` only logs.
-Duplicates are detected downstream by a ``message_id`` column (the writer maps it to the AMQP
-message-id), e.g. a hash of the row or a business key.
+retries the task, which publishes the whole partition again.
+
+Without ``writeName``/``exactlyOnce`` messages accepted by a failed attempt are stored twice:
+duplicates are detected downstream by a ``message_id`` column. With them, each task is a named
+publisher (``numbering``): it asks the broker for the last id stored under its reference,
+skips the rows up to it and publishes the rest with their ids; a message an earlier attempt got
+stored in the meantime is dropped by the broker. Nothing published can be taken back, so
+``abort`` only logs.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ from pyspark.sql.types import StructType
 
 from amqp_stream import client as amqp
 from amqp_stream.spark.mapping import WritePlan
-from amqp_stream.spark.options import SourceOptions
+from amqp_stream.spark.numbering import Numbering, task_numbering
+from amqp_stream.spark.options import OptionError, SourceOptions
 
-__all__ = ["StreamWriter", "BatchWriter", "PublishCommit", "ensure_stream"]
+__all__ = ["StreamWriter", "BatchWriter", "PublishCommit", "ensure_stream", "check_exactly_once"]
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +38,7 @@ log = logging.getLogger(__name__)
 class PublishCommit(WriterCommitMessage):
     partition_id: int
     published: int
+    skipped: int = 0  # rows an earlier attempt had stored (exactly-once writes)
 
 
 def ensure_stream(opts: SourceOptions) -> None:
@@ -46,8 +53,10 @@ def ensure_stream(opts: SourceOptions) -> None:
                 "(set option declare=true to create it)", 404)
 
 
-def publish_rows(opts: SourceOptions, plan: WritePlan, rows) -> int:
-    """Publish ``rows`` and wait until all are accepted; returns how many. Raises PublishError."""
+def publish_rows(opts: SourceOptions, plan: WritePlan, rows, numbering: Numbering | None = None) -> tuple[int, int]:
+    """Publish ``rows`` and wait until all are accepted; returns (published, skipped): with a
+    ``numbering``, rows whose id the broker already stored under its reference are skipped.
+    Raises PublishError."""
     from pyspark import TaskContext
     ctx = TaskContext.get()
     where = f"partition {ctx.partitionId()} attempt {ctx.attemptNumber()}" if ctx else "driver"
@@ -57,14 +66,25 @@ def publish_rows(opts: SourceOptions, plan: WritePlan, rows) -> int:
         raise amqp.PublishError(f"{where}: cannot publish to stream {opts.stream!r}: {exc}") from exc
     with client:
         try:
-            pub = client.publisher(opts.stream, window=opts.window, timeout=opts.timeout)
-            n = 0
-            for row in rows:
-                pub.send(plan.message(row))
+            reference, stored = None, 0
+            if numbering is not None:
+                reference = numbering.reference
+                stored = client.publisher_sequence(opts.stream, reference)
+            pub = client.publisher(opts.stream, window=opts.window, timeout=opts.timeout, reference=reference)
+            n = skipped = 0
+            for i, row in enumerate(rows):
+                if numbering is None:
+                    pub.send(plan.message(row))
+                else:
+                    pid = numbering.publishing_id(i)
+                    if pid <= stored:
+                        skipped += 1
+                        continue
+                    pub.send(plan.message(row), pid)
                 n += 1
             pub.flush()
             pub.close()
-            return n
+            return n, skipped
         except amqp.ClientError as exc:
             cause = exc
     # raised after the connection is closed, so the task's traceback ends here, not in close()
@@ -74,35 +94,61 @@ def publish_rows(opts: SourceOptions, plan: WritePlan, rows) -> int:
 
 class _PartitionPublisher:
     """What batch and streaming writes share: the stream is declared (if asked) on the driver,
-    and each task publishes its partition at least once."""
+    and each task publishes its partition at least once, or under its ``numbering``."""
+
+    streaming = False
 
     def __init__(self, opts: SourceOptions, schema: StructType):
         self.opts = opts
         self.plan = WritePlan.for_schema(schema, opts.filter_value_column)
+        check_exactly_once(opts, self.streaming)
         ensure_stream(opts)
 
     def write(self, iterator: Iterator) -> PublishCommit:
         from pyspark import TaskContext
         ctx = TaskContext.get()
-        return PublishCommit(ctx.partitionId() if ctx else 0, publish_rows(self.opts, self.plan, iterator))
+        numbering = task_numbering(ctx, self.opts.write_name, self.streaming) if self.opts.exactly_once else None
+        published, skipped = publish_rows(self.opts, self.plan, iterator, numbering)
+        return PublishCommit(ctx.partitionId() if ctx else 0, published, skipped)
+
+
+def check_exactly_once(opts: SourceOptions, streaming: bool) -> None:
+    """A batch write names itself with ``writeName`` (a re-run must find the same references);
+    a streaming write is named by its checkpoint's query id."""
+    if streaming and opts.write_name is not None:
+        raise OptionError("writeName is for batch writes: a streaming write is exactly once with "
+                          "exactlyOnce=true and a checkpointLocation (its query id names the write)")
+    if not streaming and opts.exactly_once and opts.write_name is None:
+        raise OptionError("exactlyOnce on a batch write needs writeName: a name that stays the same "
+                          "when the job is run again (e.g. the table and the date it loads)")
+
+
+def _done(messages) -> tuple[int, int]:
+    commits = [m for m in messages if isinstance(m, PublishCommit)]
+    return sum(m.published for m in commits), sum(m.skipped for m in commits)
 
 
 class BatchWriter(_PartitionPublisher, DataSourceWriter):
     def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
-        total = sum(m.published for m in messages if isinstance(m, PublishCommit))
-        log.info("published %d rows to stream %s", total, self.opts.stream)
+        published, skipped = _done(messages)
+        log.info("published %d rows to stream %s (%d already there)", published, self.opts.stream, skipped)
 
     def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
-        done = sum(m.published for m in messages if isinstance(m, PublishCommit))
-        log.warning("write to stream %s aborted; %d rows from successful tasks stay published",
-                    self.opts.stream, done)
+        published, _ = _done(messages)
+        log.warning("write to stream %s aborted; %d rows from successful tasks stay published%s",
+                    self.opts.stream, published,
+                    " (a re-run with the same writeName publishes only the rest)" if self.opts.exactly_once else "")
 
 
 class StreamWriter(_PartitionPublisher, DataSourceStreamWriter):
+    streaming = True
+
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
-        total = sum(m.published for m in messages if isinstance(m, PublishCommit))
-        log.info("micro-batch %d: published %d rows to stream %s", batchId, total, self.opts.stream)
+        published, skipped = _done(messages)
+        log.info("micro-batch %d: published %d rows to stream %s (%d already there)", batchId, published,
+                 self.opts.stream, skipped)
 
     def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
-        log.warning("micro-batch %d to stream %s aborted; accepted rows stay published (a retry "
-                    "publishes them again)", batchId, self.opts.stream)
+        log.warning("micro-batch %d to stream %s aborted; accepted rows stay published (%s)", batchId,
+                    self.opts.stream, "a replay publishes only the rest" if self.opts.exactly_once
+                    else "a retry publishes them again")
