@@ -16,10 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import urllib.parse
 from typing import Any
 
 from amqp_stream.client import ClientError, ManagementError, StreamNotFound, offset_value, queue_address
+from amqp_stream.client.links import path_segment
 from amqp_stream.commands.connect import add_connection_arguments, fail, open_client
 
 SPEC_HELP = ("first | last | next | offset N (or N) | timestamp MS_OR_ISO_TIME (or @MS) | an "
@@ -64,7 +64,7 @@ def parse_spec(words: list[str]) -> Any:
 
 
 def _path(stream: str, *rest: str) -> str:
-    return "/".join([queue_address(stream), *(urllib.parse.quote(r, safe="") for r in rest)])
+    return "/".join([queue_address(stream), *map(path_segment, rest)])
 
 
 def run(args: argparse.Namespace) -> int:
