@@ -10,8 +10,7 @@ Phases, each on each broker in the same run:
 1. publish ``--messages`` with confirms (this broker with ``--fsync never``, like RabbitMQ
    which does not fsync either; and with ``--fsync always``);
 2. consume the whole stream from the start (``--passes`` times: the median rate; one pass
-   lasts ~0.1 s), and, once per run, the ceiling of that path on this machine: loopback TCP fed
-   by ``os.sendfile`` and read with ``recv_into``, no broker (``loopback_ceiling``);
+   lasts ~0.05 s);
 3. stage 1 (this broker only: RabbitMQ 3.10 has no stream filtering): a stream whose values
    come in bursts (block ``b`` of ``--block`` messages has value ``v<b % 100>``), consumed with
    ``filter.0 = v7`` (1 value in 100): bytes read from disk (the broker's
@@ -35,7 +34,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import socket
 import sys
 import tempfile
 import time
@@ -163,36 +161,6 @@ def run_stream_broker(label: str, host: str, port: int, pid: int, args: argparse
     return pub, con
 
 
-def loopback_ceiling(record_bytes: int, chunk_bytes: int = 330_000, total: int = 200 << 20) -> float:
-    """Records a second that loopback TCP carries at most here: a child process
-    ``os.sendfile``s a file in pieces of a chunk's size, this one reads with ``recv_into`` into
-    one buffer (no broker, no protocol): the ceiling of any consume over this socket path."""
-    with tempfile.TemporaryFile() as f:
-        f.write(os.urandom(1 << 20) * (total >> 20))
-        f.flush()
-        srv = socket.create_server(("127.0.0.1", 0))
-        pid = os.fork()
-        if pid == 0:  # the sender
-            try:
-                conn, _ = srv.accept()
-                pos = 0
-                while pos < total:
-                    pos += os.sendfile(conn.fileno(), f.fileno(), pos, min(chunk_bytes, total - pos))
-                conn.close()
-            finally:
-                os._exit(0)
-        sock = socket.create_connection(srv.getsockname())
-        space = memoryview(bytearray(4 << 20))
-        got, t0 = 0, time.perf_counter()
-        while n := sock.recv_into(space):
-            got += n
-        seconds = time.perf_counter() - t0
-        sock.close()
-        srv.close()
-        os.waitpid(pid, 0)
-    return got / record_bytes / seconds
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.stream_protocol",
                                      description=__doc__.splitlines()[0])
@@ -241,12 +209,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                     node.host, node.stream_port, node.pid(), args, out)
         finally:
             node.stop()
-    if results:
-        some = next(iter(results.values()))[1]
-        ceiling = loopback_ceiling(some.bytes / some.messages)
-        out.append(f"  loopback ceiling (sendfile -> recv_into, no broker): {ceiling:,.0f} msg/s; consume "
-                   + ", ".join(f"{name}: {r[1].rate / ceiling:.0%}" for name, r in results.items())
-                   + " of it")
     print("\n".join(out))
     if "rabbitmq" in results and "never" in results:
         ours, theirs = results["never"], results["rabbitmq"]
