@@ -248,9 +248,10 @@ class StreamClient:
             if left < 8:
                 break
             size, key, version = _HEAD.unpack_from(buf, pos)
-            if key == Key.DELIVER and self.on_chunk is None:
+            if key == Key.DELIVER:
                 head = 9 + (8 if version == 2 else 0)  # size, key, version, subscription (+ id)
-                if left < head + 32:
+                whole = left >= 4 + size
+                if left < head + 32 or (self.on_chunk is not None and not whole):
                     break
                 sub = buf[pos + 8]
                 records = _CHUNK_RECORDS.unpack_from(buf, pos + head + 4)[0]
@@ -258,26 +259,17 @@ class StreamClient:
                 self.end = max(self.end, _CHUNK_ID.unpack_from(buf, pos + head + 24)[0] + records)
                 self.chunks += 1
                 credits[sub] = credits.get(sub, 0) + 1
-                end = pos + 4 + size
-                if end > n:
-                    self._skip = end - n
+                if self.on_chunk is not None:
+                    self.on_chunk(memoryview(buf)[pos + head:pos + 4 + size])
+                elif not whole:  # the rest of the chunk is not looked at
+                    self._skip = pos + 4 + size - n
                     pos = n
                     break
-                pos = end
+                pos += 4 + size
                 continue
             if left < 4 + size:
                 break
-            if key == Key.DELIVER:
-                head = 9 + (8 if version == 2 else 0)
-                sub = buf[pos + 8]
-                records = _CHUNK_RECORDS.unpack_from(buf, pos + head + 4)[0]
-                self.records += records
-                self.end = max(self.end, _CHUNK_ID.unpack_from(buf, pos + head + 24)[0] + records)
-                self.chunks += 1
-                credits[sub] = credits.get(sub, 0) + 1
-                assert self.on_chunk is not None
-                self.on_chunk(memoryview(buf)[pos + head:pos + 4 + size])
-            elif key == Key.PUBLISH_CONFIRM:
+            if key == Key.PUBLISH_CONFIRM:
                 self.confirmed += _CONFIRM_COUNT.unpack_from(buf, pos + 8)[1]
             else:
                 self._frame(bytes(buf[pos + 4:pos + 4 + size]))

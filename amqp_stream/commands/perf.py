@@ -96,6 +96,16 @@ def value_of(n: int, run: int, values: list[str]) -> str | None:
     return values[(n // run) % len(values)] if values else None
 
 
+def due(t0: float, n: int, per_second: float, stop: threading.Event) -> bool:
+    """Rate limiting: whether message ``n`` of a producer started at ``t0`` is due; if not,
+    wait (at most 0.1 s, or until ``stop``) and say so, for the caller to look again."""
+    delay = t0 + n / per_second - time.monotonic()
+    if delay > 0:
+        stop.wait(min(delay, 0.1))
+        return False
+    return True
+
+
 def percentile(sorted_values: list[float], p: float) -> float:
     """Nearest-rank percentile of an ascending list (0 for an empty one)."""
     if not sorted_values:
@@ -114,12 +124,8 @@ def _producer(args, index: int, stop: threading.Event, counters: Counters, start
             t0 = time.monotonic()
             n = 0
             while not stop.is_set():
-                if per_second:
-                    due = t0 + n / per_second
-                    delay = due - time.monotonic()
-                    if delay > 0:
-                        stop.wait(min(delay, 0.1))
-                        continue
+                if per_second and not due(t0, n, per_second, stop):
+                    continue
                 value = value_of(n, args.filter_run, values)
                 props = {"ts": time.time_ns(), "producer": index}
                 if value is not None:

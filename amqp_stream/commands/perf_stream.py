@@ -26,7 +26,7 @@ import proton
 
 from amqp_stream.client import ClientError
 from amqp_stream.client.stream import StreamClient, offset_spec, publish_frame
-from amqp_stream.commands.perf import abort_start, value_of
+from amqp_stream.commands.perf import abort_start, due, value_of
 from amqp_stream.streamproto.traffic import CHUNK_HEADER
 from amqp_stream.wire import MessageView
 
@@ -107,10 +107,7 @@ def producer(args: Any, index: int, stop: threading.Event, counters: Any,
                     continue
                 batch = min(args.batch, args.window - (n - c.confirmed))
                 if per_second:
-                    due = t0 + n / per_second
-                    delay = due - time.monotonic()
-                    if delay > 0:
-                        stop.wait(min(delay, 0.1))
+                    if not due(t0, n, per_second, stop):
                         continue
                     batch = 1
                 now = time.time_ns()
