@@ -23,6 +23,7 @@ STREAM_ARGUMENTS: dict[str, str] = {
     "max_segment_size_bytes": "x-stream-max-segment-size-bytes",
     "filter_size_bytes": "x-stream-filter-size-bytes",
     "initial_cluster_size": "x-initial-cluster-size",
+    "derived_keys": "x-stream-derived-filter-keys",
 }
 
 
@@ -42,7 +43,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="segment file size (x-stream-max-segment-size-bytes)")
     g.add_argument("--filter-size-bytes", type=int, metavar="N",
                    help="Bloom filter size per chunk, 16..255 (x-stream-filter-size-bytes)")
+    g.add_argument("--derived-keys", type=_names, metavar="K[,K...]",
+                   help="fields the broker indexes per block of records, so that filters requiring "
+                        "their values skip what cannot match: application properties, or p. and a "
+                        "properties field (x-stream-derived-filter-keys, an extension)")
     g.add_argument("--initial-cluster-size", type=int, metavar="N", help=argparse.SUPPRESS)
+
+
+def _names(text: str) -> list[str]:
+    """A comma-separated list of names (the broker checks them)."""
+    return [name.strip() for name in text.split(",")]
 
 
 def stream_arguments(args: argparse.Namespace) -> dict[str, Any]:
