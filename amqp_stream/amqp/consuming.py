@@ -76,14 +76,9 @@ class Consumer:
             start = self.offsets.start(start)
         # broker-derived keys: the tokens the stage-2 filter requires, so the reader skips the
         # chunks and blocks whose index holds none (stage 2 still decides every record read)
-        config = getattr(entry.stream, "config", None)
-        derived = wanted(getattr(config, "derived_keys", ()), filters.stage2)
-        if derived is not None:
-            self.reader = entry.stream.reader(start, filters.filter_values,
-                                              filters.match_unfiltered, derived=derived)
-        else:
-            self.reader = entry.stream.reader(start, filters.filter_values,
-                                              filters.match_unfiltered)
+        self.reader = entry.stream.reader(
+            start, filters.filter_values, filters.match_unfiltered,
+            derived=wanted(entry.stream.config.derived_keys, filters.stage2))
         self.presettled = link.snd_settle_mode == 1  # Link.SND_SETTLED
         self.records: list = []
         self.pos = 0
