@@ -292,13 +292,8 @@ class SocketConnection:
         if self.closed:
             return
         self.closed = True
-        loop = self.loop
-        if self.reading:
-            loop.remove_reader(self.fd)
-            self.reading = False
-        if self.writing:
-            loop.remove_writer(self.fd)
-            self.writing = False
+        self.pause_reading()
+        self.wait_writable(False)
         for timer in (self.handshake_timer, self.linger_timer, self.timer):
             if timer is not None:
                 timer.cancel()
@@ -329,6 +324,15 @@ class SocketConnection:
             self.throttled.discard(owner)
             if not self.throttled:
                 self.resume_reading()
+
+    def wait_writable(self, on: bool) -> None:
+        """Have the loop call ``_on_writable`` when the socket takes more (``on``), or stop."""
+        if on and not self.writing:
+            self.loop.add_writer(self.fd, self._on_writable)
+            self.writing = True
+        elif not on and self.writing:
+            self.loop.remove_writer(self.fd)
+            self.writing = False
 
     def pause_reading(self) -> None:
         if self.reading:
@@ -384,9 +388,7 @@ class SocketConnection:
         while True:
             data = self.output()
             if data is None:  # the engine will write no more
-                if self.writing:
-                    self.loop.remove_writer(self.fd)
-                    self.writing = False
+                self.wait_writable(False)
                 self.output_finished()
                 return
             if not data:
@@ -400,13 +402,9 @@ class SocketConnection:
                 return
             self.sent(n)
             if n < len(data):
-                if not self.writing:
-                    self.loop.add_writer(self.fd, self._on_writable)
-                    self.writing = True
+                self.wait_writable(True)
                 return
-        if self.writing:
-            self.loop.remove_writer(self.fd)
-            self.writing = False
+        self.wait_writable(False)
 
     def _on_writable(self) -> None:
         try:

@@ -206,14 +206,10 @@ class StreamConnection(SocketConnection):
             self.pending -= sent
             self.last_write = self.loop.time()
         if out:
-            if not self.writing:
-                self.loop.add_writer(self.fd, self._on_writable)
-                self.writing = True
+            self.wait_writable(True)
             self._own_files()
             return
-        if self.writing:
-            self.loop.remove_writer(self.fd)
-            self.writing = False
+        self.wait_writable(False)
         if self.finishing:
             self.close()
 

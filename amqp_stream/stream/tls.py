@@ -133,12 +133,8 @@ class TlsStreamConnection(StreamConnection):
             self._lost(exc)
             return
         if self.cipher or self.out:
-            if not self.writing:
-                self.loop.add_writer(self.fd, self._on_writable)
-                self.writing = True
+            self.wait_writable(True)
             return
-        if self.writing:
-            self.loop.remove_writer(self.fd)
-            self.writing = False
+        self.wait_writable(False)
         if self.finishing:
             self.close()
