@@ -384,10 +384,8 @@ class StreamAdapter:
         entry = self.core.stream(frame.stream)
         filters = subscription_filters.parse(frame.properties)
         spec, start = _offset_spec(frame.offset_spec)
-        derived = wanted(getattr(entry.stream.config, "derived_keys", ()), filters.compiled)
-        reader = (entry.stream.reader(spec, filters.values, filters.match_unfiltered, derived=derived)
-                  if derived is not None else
-                  entry.stream.reader(spec, filters.values, filters.match_unfiltered))
+        reader = entry.stream.reader(spec, filters.values, filters.match_unfiltered,
+                                     derived=wanted(entry.stream.config.derived_keys, filters.compiled))
         sub = Subscription(conn, frame.subscription_id, entry, reader, frame.credit, start,
                            filters.match, self._end_attachment)
         conn.subscriptions[frame.subscription_id] = sub
