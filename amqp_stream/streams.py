@@ -31,6 +31,8 @@ import storage
 from amqp_stream import derived_keys
 from storage.files import fsync_dir, replace_file
 from amqp_stream.config import BrokerConfig
+from amqp_stream.errors import ResourceDeleted
+from storage.format import SubBatchEntry
 
 __all__ = ["StreamEntry", "Registry", "stream_config"]
 
@@ -51,6 +53,35 @@ class StreamEntry:
     listener: Callable[[], None] | None = None
     metrics: Any = None  # metrics.StreamMetrics, set by the server
     deleted: bool = False
+
+    def append(self, reference: str | None, bodies: list, ids: list[int], values: list,
+               on_durable: Callable[[int, Exception | None], None], records: int | None = None,
+               nbytes: int | None = None) -> None:
+        """Queue one publisher's messages of a loop turn, for both protocols' publishers: a
+        named publisher's (``reference``) go through deduplication (``ids``, its publishing
+        ids); the stream's metrics count what is stored (``records``: when a sub-entry batch
+        holds several; ``nbytes``: the bytes to count, default the bodies' lengths) and what
+        deduplication dropped. Raises ``ResourceDeleted`` or what storage raises."""
+        if self.deleted:
+            raise ResourceDeleted(f"stream '{self.name}' was deleted")
+        given = records or len(bodies)
+        if reference:
+            kept = self.stream.append_deduplicated(reference, bodies, ids, values, on_durable)
+            if len(kept) < len(bodies):
+                log.debug("%d duplicate(s) from publisher %r on %r confirmed, not stored",
+                          len(bodies) - len(kept), reference, self.name)
+                bodies = [bodies[i] for i in kept]
+                records = sum(b.records if type(b) is SubBatchEntry else 1 for b in bodies)
+                nbytes = None
+        else:
+            self.stream.append_batch(bodies, values, on_durable=on_durable, records=records)
+        m = self.metrics
+        if m is not None:
+            stored = records or len(bodies)
+            if stored < given:
+                m.deduplicated_messages.inc(given - stored)
+            m.published_messages.inc(stored)
+            m.published_bytes.inc(sum(map(len, bodies)) if nbytes is None else nbytes)
 
 
 def dir_name(name: str) -> str:

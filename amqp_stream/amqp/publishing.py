@@ -27,8 +27,7 @@ from proton import Condition, Delivery
 
 from amqp_stream.amqp.credit import PublisherCredit
 from amqp_stream.amqp.tracking import publishing_id
-from amqp_stream.errors import (BadRequest, BrokerError, DecodeError, NotFound, ResourceDeleted,
-                                SizeExceeded, from_storage)
+from amqp_stream.errors import (BadRequest, BrokerError, DecodeError, NotFound, SizeExceeded, from_storage)
 from amqp_stream.wire import BadFilterValue, MessageFormatError, MessageView, stored_form
 
 __all__ = ["Publisher"]
@@ -275,19 +274,7 @@ class Publisher:
         def callback(offset: int, error: Exception | None, key: int = key) -> None:
             post(_batch_durable, key, error)
         try:
-            if entry.deleted:
-                raise ResourceDeleted(f"stream '{entry.name}' was deleted")
-            if self.reference is None:
-                entry.stream.append_batch(bodies, values, on_durable=callback)
-            else:
-                kept = entry.stream.append_deduplicated(self.reference, bodies, pids, values,
-                                                        callback)
-                if len(kept) < len(bodies):
-                    log.debug("%d duplicate(s) from publisher %r on %r accepted, not stored",
-                              len(bodies) - len(kept), self.reference, entry.name)
-                    if entry.metrics is not None:
-                        entry.metrics.deduplicated_messages.inc(len(bodies) - len(kept))
-                    bodies = [bodies[i] for i in kept]  # what the metrics count
+            entry.append(self.reference, bodies, pids, values, callback)
         except Exception as exc:  # storage refused (closed, writer failed, disk full)
             refusal = from_storage(exc)
             _batches.pop(key, None)
@@ -298,10 +285,6 @@ class Publisher:
                 log.warning("dropped %d pre-settled messages: %s", len(bodies) - len(waiting), exc)
             self.top_up()
             return
-        m = entry.metrics
-        if m is not None:
-            m.published_messages.inc(len(bodies))
-            m.published_bytes.inc(sum(map(len, bodies)))
 
     def _durable(self, deliveries: list, error: Exception | None, held: int) -> None:
         """On the event loop: the writer thread says a batch is durable (or failed)."""

@@ -156,33 +156,11 @@ class StreamPublisher:
 
         def callback(offset: int, error: Exception | None, key: int = key) -> None:
             post(_durable, key, error)
-        entry = self.entry
-        stored = held
         try:
-            if entry.deleted:
-                raise RuntimeError(f"stream '{entry.name}' was deleted")
-            if not self.reference:
-                entry.stream.append_batch(bodies, values, on_durable=callback, records=records)
-            else:
-                kept = entry.stream.append_deduplicated(self.reference, bodies, ids, values,
-                                                        callback)
-                if len(kept) < len(bodies):
-                    log.debug("%d duplicate(s) from publisher %r on %r confirmed, not stored",
-                              len(bodies) - len(kept), self.reference, entry.name)
-                    before = records or len(bodies)
-                    bodies = [bodies[i] for i in kept]  # what the metrics count
-                    records = sum(b.records if type(b) is SubBatchEntry else 1 for b in bodies)
-                    if entry.metrics is not None:
-                        entry.metrics.deduplicated_messages.inc(before - records)
-                    stored = sum(map(len, bodies))
+            self.entry.append(self.reference, bodies, ids, values, callback, records, held)
         except Exception as exc:  # storage refused (closed, writer failed, disk full)
             _batches.pop(key, None)
             self.durable(ids, exc, held)
-            return
-        m = entry.metrics
-        if m is not None:
-            m.published_messages.inc(records or len(bodies))
-            m.published_bytes.inc(stored)
 
     def durable(self, ids: list[int], error: Exception | None, held: int) -> None:
         """On the loop: a batch is durable (or failed)."""
