@@ -84,11 +84,18 @@ class StreamMetrics:
         if self._metrics is not None:
             self._metrics.publish_rejected(self._name, reason, count)
 
-    def count_reads(self, before: tuple[int, ...], stats: Any) -> tuple[int, ...]:
-        """Add what a storage reader did since ``before`` (its ``stats``: chunks read, chunks
-        skipped, bytes read, chunks and blocks skipped by derived keys; a shorter ``before``
-        counts the rest from 0) to this stream's counters; returns the new ``before``.
-        Consumers of every protocol call it once per turn."""
+    def count_turn(self, before: tuple[int, ...], stats: Any, delivered: int, nbytes: int,
+                   dropped: int = 0) -> tuple[int, ...]:
+        """A consumer's turn, for consumers of every protocol: ``delivered`` messages of
+        ``nbytes`` sent, ``dropped`` by stage 2, and what its storage reader did since
+        ``before`` (its ``stats``: chunks read, chunks skipped, bytes read, chunks and blocks
+        skipped by derived keys; a shorter ``before`` counts the rest from 0); returns the new
+        ``before``."""
+        if delivered:
+            self.delivered_messages.inc(delivered)
+            self.delivered_bytes.inc(nbytes)
+        if dropped:
+            self.stage2_dropped_messages.inc(dropped)
         now = tuple(getattr(stats, k, 0) for k in _READ_STATS)
         if now != before:
             for name, was, value in zip(_READ_COUNTERS, before + (0,) * (len(now) - len(before)),

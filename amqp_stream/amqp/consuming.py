@@ -205,11 +205,6 @@ class Consumer:
 
     def _account(self, delivered: int, delivered_bytes: int, dropped: int) -> None:
         m = self.entry.metrics
-        if m is None:
-            return
-        if delivered:
-            m.delivered_messages.inc(delivered)
-            m.delivered_bytes.inc(delivered_bytes)
-        if dropped:
-            m.stage2_dropped_messages.inc(dropped)
-        self._stats = m.count_reads(self._stats, self.reader.stats)
+        if m is not None:
+            self._stats = m.count_turn(self._stats, self.reader.stats, delivered, delivered_bytes,
+                                       dropped)

@@ -231,9 +231,5 @@ class Subscription:
 
     def _account(self, records: int, nbytes: int) -> None:
         m = self.entry.metrics
-        if m is None:
-            return
-        if records:
-            m.delivered_messages.inc(records)
-            m.delivered_bytes.inc(nbytes)
-        self._stats = m.count_reads(self._stats, self.reader.stats)
+        if m is not None:
+            self._stats = m.count_turn(self._stats, self.reader.stats, records, nbytes)
