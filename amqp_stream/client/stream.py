@@ -20,28 +20,23 @@ from __future__ import annotations
 
 import select
 import socket
-import struct
 import urllib.parse
 from typing import Callable, Iterable, Mapping, Sequence
 
 from amqp_stream.client.errors import ClientError
 from amqp_stream.streamproto import (
-    Close, Create, DeclarePublisher, Delete, Key, OffsetSpec, OffsetType, Open, PeerProperties,
+    RESPONSE_FLAG, Close, Create, Credit, DeclarePublisher, Delete, Key, OffsetSpec, OffsetType,
+    Open, PeerProperties, Response,
     ResponseCode, SaslAuthenticate, SaslHandshake, StreamStats, Subscribe, Tune,
 )
 from amqp_stream.streamproto import Publish as PublishFrame
-from amqp_stream.streamproto.frames import decode, encode
+from amqp_stream.streamproto.frames import FRAME_HEAD, decode, encode
+from amqp_stream.streamproto.traffic import CHUNK_HEADER, PUBLISH_HEAD
 
 __all__ = ["StreamClient", "parse_stream_url", "publish_frame", "offset_spec", "DEFAULT_STREAM_URL"]
 
 DEFAULT_STREAM_URL = "rabbitmq-stream://127.0.0.1:5552"
 READ_SIZE = 4 << 20
-_HEAD = struct.Struct(">IHH")  # size, key, version
-_CONFIRM_COUNT = struct.Struct(">Bi")  # publisher id, count (the ids follow)
-_CREDIT = struct.Struct(">IHHBH")  # a whole Credit frame
-_RESPONSE = 0x8000
-_CHUNK_RECORDS = struct.Struct(">I")  # 4 bytes into the chunk header
-_CHUNK_ID = struct.Struct(">Q")  # 24 bytes into the chunk header
 
 
 def parse_stream_url(url: str) -> tuple[str, int, str | None, str | None, str]:
@@ -247,16 +242,17 @@ class StreamClient:
             left = n - pos
             if left < 8:
                 break
-            size, key, version = _HEAD.unpack_from(buf, pos)
+            size, key, version = FRAME_HEAD.unpack_from(buf, pos)
             if key == Key.DELIVER:
                 head = 9 + (8 if version == 2 else 0)  # size, key, version, subscription (+ id)
                 whole = left >= 4 + size
-                if left < head + 32 or (self.on_chunk is not None and not whole):
+                if left < head + CHUNK_HEADER.size or (self.on_chunk is not None and not whole):
                     break
                 sub = buf[pos + 8]
-                records = _CHUNK_RECORDS.unpack_from(buf, pos + head + 4)[0]
+                header = CHUNK_HEADER.unpack_from(buf, pos + head)
+                records = header[3]
                 self.records += records
-                self.end = max(self.end, _CHUNK_ID.unpack_from(buf, pos + head + 24)[0] + records)
+                self.end = max(self.end, header[6] + records)  # chunk id + records
                 self.chunks += 1
                 credits[sub] = credits.get(sub, 0) + 1
                 if self.on_chunk is not None:
@@ -270,14 +266,14 @@ class StreamClient:
             if left < 4 + size:
                 break
             if key == Key.PUBLISH_CONFIRM:
-                self.confirmed += _CONFIRM_COUNT.unpack_from(buf, pos + 8)[1]
+                self.confirmed += PUBLISH_HEAD.unpack_from(buf, pos + 8)[1]  # publisher, count
             else:
                 self._frame(bytes(buf[pos + 4:pos + 4 + size]))
             pos += 4 + size
         if pos < n:
             self._carry = bytes(buf[pos:n])
         if credits:
-            self.sock.sendall(b"".join(_CREDIT.pack(7, Key.CREDIT, 1, sub, c * self._credits.get(sub, 1))
+            self.sock.sendall(b"".join(encode(Credit(sub, c * self._credits.get(sub, 1)))
                                        for sub, c in credits.items()))
 
     def _frame(self, content: bytes) -> None:
@@ -291,13 +287,13 @@ class StreamClient:
             self._tune = frame
         elif key == Key.CLOSE:
             corr = getattr(frame, "correlation_id", 0)
-            self.sock.sendall(struct.pack(">IHHIH", 10, _RESPONSE | Key.CLOSE, 1, corr, ResponseCode.OK))
+            self.sock.sendall(encode(Response(Key.CLOSE, corr, ResponseCode.OK)))
             raise ClientError(f"the broker closed the connection: {getattr(frame, 'reason', '')}")
         elif key == Key.METADATA_UPDATE:  # the stream was deleted: its subscriptions ended
             self.gone.add(getattr(frame, "stream", ""))
-        elif key == _RESPONSE | Key.CREDIT:
+        elif key == RESPONSE_FLAG | Key.CREDIT:
             raise ClientError(f"credit refused: {ResponseCode(getattr(frame, 'code', 0)).name}")
-        elif key & _RESPONSE and getattr(frame, "correlation_id", None) == self._waiting:
+        elif key & RESPONSE_FLAG and getattr(frame, "correlation_id", None) == self._waiting:
             self._answer = frame
 
 
