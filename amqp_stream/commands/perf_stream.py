@@ -10,7 +10,8 @@ and the summary are `perf`'s. A message is encoded once per producer and value
 Consumers subscribe with RabbitMQ's stage-1 properties (`filter.N`, `match-unfiltered`) and
 this broker's stage-2 `sql-filter`; they count records from chunk headers and decode messages
 only for what they report: every message's `value` when stage-1 values were asked for (the
-client-side post-filter, stage 3: `matched`) and one send time per chunk (latency). After
+client-side post-filter, stage 3: `matched`) and one send time per chunk (latency); a chunk's
+records are split with ``storage.format.decode_records`` (sub-entry batches opened). After
 publishing ends, a consumer stops once nothing has arrived for `IDLE_S` seconds (a filtered
 consumer cannot know where its last chunk is).
 """
@@ -27,15 +28,15 @@ import proton
 from amqp_stream.client import ClientError
 from amqp_stream.client.stream import StreamClient, offset_spec, publish_frame
 from amqp_stream.commands.perf import abort_start, due, value_of
-from amqp_stream.streamproto.traffic import CHUNK_HEADER
+from amqp_stream.streamproto.traffic import CHUNK_HEADER, chunk_header
 from amqp_stream.wire import MessageView
+from storage.format import decode_records
 
 __all__ = ["producer", "consumer", "declare", "delete", "available", "IDLE_S"]
 
 IDLE_S = 1.0
 _TS = struct.Struct(">q")
 _SENTINEL = 0x0123456789ABCDEF
-_ENTRY = struct.Struct(">I")  # 0:1 size:31 (a set top bit: a sub-entry batch)
 
 
 class Template:
@@ -141,22 +142,17 @@ def consumer(args: Any, interrupted: threading.Event, counters: Any, started: th
 
     def on_chunk(chunk: memoryview) -> None:
         now = time.time_ns()
-        data = chunk[CHUNK_HEADER.size:]
-        pos, last = 0, None
-        while pos + 4 <= len(data):
-            (size,) = _ENTRY.unpack_from(data, pos)
-            if size & 0x80000000:  # a sub-entry batch: counted from the header, not read
-                break
-            record = data[pos + 4:pos + 4 + size]
-            pos += 4 + size
-            last = record
-            counters.bytes += size
-            if wanted:
-                value = MessageView.from_bytes(bytes(record)).application_properties.get("value")
+        header = chunk_header(chunk)
+        records = decode_records(bytes(chunk[CHUNK_HEADER.size:]), header.chunk_id,
+                                 entries=header.num_entries)
+        counters.bytes += sum(len(body) for _, body in records)
+        if wanted:
+            for _, body in records:
+                value = MessageView.from_bytes(body).application_properties.get("value")
                 if value in wanted or (args.match_unfiltered and value is None):
                     counters.matched += 1
-        if last is not None:
-            ts = MessageView.from_bytes(bytes(last)).application_properties.get("ts")
+        if records:
+            ts = MessageView.from_bytes(records[-1][1]).application_properties.get("ts")
             if isinstance(ts, int):
                 counters.latencies_ms.append((now - ts) / 1e6)
 
