@@ -8,6 +8,7 @@ import datetime as dt
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -293,3 +294,40 @@ def test_tls_peer_name_is_the_name_checked_against_the_certificate(tmp_path):
         for tls in (amqp.TlsOptions(ca_file=str(cert)), amqp.TlsOptions(ca_file=str(cert), peer_name="other.test")):
             with pytest.raises(amqp.ClientError):
                 amqp.connect(url, tls=tls, timeout=15).close()
+
+
+@pytest.mark.timeout(120)  # the old close waited on the frozen broker without end
+def test_interrupt_drops_the_connection_without_waiting_on_the_engine(tmp_path):
+    """Ctrl-C may land inside proton's engine and leave it unable to finish a closing handshake
+    (its selector can lose the socket from its read set). Leaving the ``with`` blocks by an
+    interrupt therefore asks nothing more of the engine: with the broker frozen, the old graceful
+    close waited out the link's and the connection's time-outs (2 x 30 s); the socket is closed
+    at once instead, and the broker, thawed, sees the connection gone."""
+    from tests.broker.test_tracking_metrics import scrape
+
+    b = BrokerProcess(tmp_path / "d").start()
+    try:
+        timeout = 30.0
+        with amqp.connect(b.url, timeout=timeout) as c:
+            c.declare("s")
+        assert scrape(b)["amqp_stream_connections"] == 0
+        os_stopped = False
+        start = None
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                with amqp.connect(b.url, timeout=timeout) as c, c.consumer("s") as consumer:
+                    assert consumer.receive(timeout=0.1) is None
+                    os.kill(b.proc.pid, signal.SIGSTOP)  # no handshake can finish now
+                    os_stopped = True
+                    start = time.monotonic()
+                    raise KeyboardInterrupt
+            # bounded by the client's time-out, not a guess at speed: a close that waited on the
+            # frozen broker would take at least `timeout`
+            assert time.monotonic() - start < timeout
+            assert c.conn is None
+        finally:
+            if os_stopped:
+                os.kill(b.proc.pid, signal.SIGCONT)
+        wait_for(lambda: scrape(b)["amqp_stream_connections"] == 0, 30, "the broker to see the socket closed")
+    finally:
+        b.close()

@@ -135,11 +135,34 @@ class Client:
                     pass
                 self.conn = None
 
+    def abort(self) -> None:
+        """Drop the connection at once: close its socket, with no closing handshake.
+
+        Why: an interrupt (Ctrl-C) can land inside proton's engine and leave it unable to finish
+        a handshake (its selector may have lost the socket), so a graceful close would wait out
+        the time-outs of every link and of the connection. The broker sees the socket closed and
+        cleans up as for any vanished client. The client cannot be used afterwards."""
+        with self.lock:
+            conn, self.conn = self.conn, None
+            self._mgmt = None
+            if conn is None:
+                return
+            try:
+                transport = conn.conn.transport
+                selectable = transport._selectable if transport is not None else None
+            except Exception:  # the engine's state after an interrupt is not to be trusted
+                selectable = None
+            if selectable is not None:
+                selectable.close()
+
     def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            self.abort()
+        else:
+            self.close()
 
     # -- management ----------------------------------------------------------------------------
     def _management(self):

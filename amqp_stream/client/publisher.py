@@ -255,8 +255,11 @@ class Publisher:
     def __enter__(self) -> "Publisher":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            self.client.abort()  # no detach handshake after an interrupt (see Client.abort)
+        else:
+            self.close()
 
 
 # ---------------------------------------------------------------------------------------------
