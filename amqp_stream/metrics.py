@@ -49,11 +49,13 @@ _COUNTERS = {
                               "(also counted in chunks_skipped)",
     "derived_blocks_skipped": "record blocks of chunks read in part that broker-derived filter "
                               "keys ruled out",
+    "prefilter_chunks_skipped": "chunks read whose data section holds none of the bytes a "
+                                "stage-2 filter requires: dropped whole, no record decoded",
 }
 _READ_STATS = ("chunks_read", "chunks_skipped", "bytes_read", "derived_chunks_skipped",
-               "derived_blocks_skipped")
+               "derived_blocks_skipped", "prefilter_chunks_skipped")
 _READ_COUNTERS = ("chunks_read", "chunks_skipped", "read_bytes", "derived_chunks_skipped",
-                  "derived_blocks_skipped")
+                  "derived_blocks_skipped", "prefilter_chunks_skipped")
 
 
 @dataclass

@@ -83,6 +83,18 @@ class StreamEntry:
             m.published_messages.inc(stored)
             m.published_bytes.inc(sum(map(len, bodies)) if nbytes is None else nbytes)
 
+    def reader(self, spec: Any, filter_values: Any = (), match_unfiltered: bool = False,
+               stage2: Any = None) -> "storage.Reader":
+        """A consumer's reader, for both protocols' consumers: stage 1 by ``filter_values``;
+        for a compiled ``stage2`` filter, what it requires of a record, so that the reader
+        skips chunks and blocks the stream's derived keys rule out and drops undecoded the
+        chunks that hold none of the filter's bytes (stage 2 still decides every record)."""
+        from sqlfilter.required import needles_of
+
+        return self.stream.reader(spec, filter_values, match_unfiltered,
+                                  derived=derived_keys.wanted(self.stream.config.derived_keys, stage2),
+                                  needles=needles_of(stage2))
+
 
 def dir_name(name: str) -> str:
     """A file-system-safe directory name for a stream: ``[A-Za-z0-9_-]`` as is, every other

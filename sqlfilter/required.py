@@ -33,7 +33,7 @@ from typing import Any, Callable
 from sqlfilter import ast, runtime
 
 __all__ = ["Requirement", "required_values", "requirement_of", "canonical", "index_token",
-           "wanted_tokens", "Needles", "needles", "prefiltered", "INDEXABLE_SECTIONS"]
+           "wanted_tokens", "Needles", "needles", "needles_of", "prefiltered", "INDEXABLE_SECTIONS"]
 
 #: sections whose fields are read as stored (no default, no computation): indexable
 INDEXABLE_SECTIONS = frozenset(("application_properties", "properties"))
@@ -172,10 +172,16 @@ def needles(requirement: Requirement) -> Needles:
     return tuple(groups)
 
 
+def needles_of(f: Any) -> Needles:
+    """The needles of any compiled stage-2 filter (none for None): what a storage reader takes
+    to drop whole chunks (``storage.Reader``'s ``needles``) and ``prefiltered`` single records."""
+    return needles(requirement_of(f)) if f is not None else ()
+
+
 def prefiltered(f: Any, evaluate: Callable[[bytes], bool]) -> Callable[[bytes], bool]:
     """``evaluate`` behind ``f``'s needles: a record without them is rejected by a byte
     search (C speed) instead of being decoded and evaluated (microseconds)."""
-    found = needles(requirement_of(f))
+    found = needles_of(f)
     if not found:
         return evaluate
     if len(found) == 1 and len(found[0]) == 1:

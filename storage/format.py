@@ -87,7 +87,7 @@ __all__ = [
     "segment_name", "index_name", "parse_file_name",
     "segment_header", "index_header", "encode_entries", "encode_chunk", "encode_index_record",
     "decode_header", "chunk_size", "decode_records", "decode_tracking", "encode_subbatch",
-    "encode_tracking", "SubBatchEntry", "encode_mixed_entries",
+    "encode_tracking", "SubBatchEntry", "encode_mixed_entries", "records_holding",
 ]
 
 # -- layouts -----------------------------------------------------------------------------------
@@ -408,6 +408,67 @@ def _uniform(data: bytes, entries: int) -> list[bytes] | None:
         if data[k::stride] != data[k:k + 1] * entries:
             return None
     return [data[i:i + length] for i in range(4, 4 + entries * stride, stride)]
+
+
+def records_holding(data: bytes, chunk_id: int, groups: Sequence[Sequence[bytes]],
+                    entries: int = 0) -> list[tuple[int, bytes]] | None:
+    """The records of the data section ``data`` that hold one byte string of every group, as
+    ``decode_records`` gives them (offsets from ``chunk_id``, gaps where records are left
+    out); None when that cannot be told from the section's bytes: an entry is a sub-batch
+    (compression hides its records' bytes), the entries do not add up, or the first group's
+    strings turn up in more than a quarter of the ``entries`` (then splitting the section
+    costs less).
+
+    Why: a consumer whose filter requires bytes (``sqlfilter.required.needles``) then finds
+    its candidates with a search at C speed and one walk over the entry headers, instead of
+    testing every record; a chunk without the bytes costs no record at all. A simple entry's
+    body lies contiguously in the section, so a string in no body is in no record."""
+    if not groups:
+        return None
+    hits: list[int] = []
+    limit = max(16, entries // 4)
+    for needle in groups[0]:
+        find = data.find
+        i = find(needle)
+        while i >= 0:
+            hits.append(i)
+            if len(hits) > limit:
+                return None
+            i = find(needle, i + 1)
+    if len(groups[0]) > 1:
+        hits.sort()
+    end = len(data)
+    hits.append(end)  # a sentinel: no record ends past the section
+    out: list[tuple[int, bytes]] = []
+    unpack = _unpack_len
+    pos, k, offset = 0, 0, chunk_id
+    nxt_hit = hits[0]
+    try:
+        while pos < end:
+            (length,) = unpack(data, pos)
+            if length & 0x80000000:
+                return None
+            nxt = pos + 4 + length
+            if nxt > end:
+                return None
+            if nxt_hit < nxt:  # a hit starts in this entry: a candidate, checked whole
+                body = data[pos + 4:nxt]
+                for group in groups:
+                    for needle in group:
+                        if needle in body:
+                            break
+                    else:
+                        break
+                else:
+                    out.append((offset, body))
+                while hits[k] < nxt:
+                    k += 1
+                nxt_hit = hits[k]
+            pos = nxt
+            offset += 1
+    except struct.error:
+        return None
+    return out if pos == end else None
 
 
 def decode_records(data: bytes, chunk_id: int, *, path: str = "?", position: int = 0,

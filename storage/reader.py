@@ -63,6 +63,7 @@ from storage.format import (
     IndexRecord,
     decode_header,
     decode_records,
+    records_holding,
 )
 from storage.offsets import OffsetSpec
 
@@ -110,6 +111,8 @@ class ReaderStats:
     bytes_read: int = 0
     derived_chunks_skipped: int = 0  # whole chunks the derived index ruled out
     derived_blocks_skipped: int = 0  # blocks of chunks read in part
+    prefilter_chunks_skipped: int = 0  # read (and counted in chunks_read), but holding none of
+    # the bytes the caller's filter requires (``needles``): no record given
 
 
 @dataclass(slots=True)
@@ -180,14 +183,18 @@ class Reader:
         derived: per derived key, the tokens one of which a record the caller wants holds
             (``storage.derived``): chunks and blocks whose index holds none are not read, and
             a chunk read in part holds only the records of the blocks that may match.
+        needles: groups of byte strings; a record the caller wants holds one string of every
+            group (``sqlfilter.required.needles``): a chunk read gives only the records that
+            hold them, when its bytes can tell (``candidates``); one that holds none, nothing.
     """
 
     def __init__(self, source: LogSource, spec: OffsetSpec, filter_values: Iterable[str | bytes] = (),
                  match_unfiltered: bool = False, *, filter_size_hint: int = bloom.MIN_SIZE,
-                 derived: Wanted | None = None) -> None:
+                 derived: Wanted | None = None, needles: Sequence[Sequence[bytes]] = ()) -> None:
         self.source = source
         self.stats = ReaderStats()
         self._wanted = derived or None
+        self.needles = tuple(tuple(g) for g in needles)
         values = list(filter_values)
         self._matcher = bloom.Matcher(values, match_unfiltered) if values else None
         self._matches = self._matcher.matches if self._matcher is not None else None
@@ -278,6 +285,17 @@ class Reader:
                 if left <= 0:
                     return SCAN_PAUSED
 
+    def candidates(self, data: bytes, chunk_id: int, entries: int) -> list[tuple[int, bytes]] | None:
+        """The records of a chunk this reader read (its data section ``data``) that hold the
+        ``needles`` (``format.records_holding``; a chunk with none is counted), or None: split
+        the whole chunk."""
+        if not self.needles:
+            return None
+        records = records_holding(data, chunk_id, self.needles, entries)
+        if records is not None and not records:
+            self.stats.prefilter_chunks_skipped += 1
+        return records
+
     def wait(self, timeout: float | None = None) -> bool:
         """Block until more may be readable (True) or ``timeout`` seconds pass (False)."""
         if self.source.committed_end() is not None:
@@ -362,15 +380,22 @@ class Reader:
             raise CorruptionError(seg.spath, pos, "chunk runs past the end of the segment")
         if zlib.crc32(data) != h.crc:
             raise CorruptionError(seg.spath, pos, "CRC mismatch in the data section")
-        records = decode_records(data, h.chunk_id, path=seg.spath, position=pos,
-                                  entries=h.entries)
-        if len(records) != h.records:
-            raise CorruptionError(seg.spath, pos, f"header says {h.records} records, "
-                                                  f"data holds {len(records)}")
+        records = self.candidates(data, h.chunk_id, h.entries) if self.needles else None
+        if records is None:
+            records = decode_records(data, h.chunk_id, path=seg.spath, position=pos,
+                                      entries=h.entries)
+            if len(records) != h.records:
+                raise CorruptionError(seg.spath, pos, f"header says {h.records} records, "
+                                                      f"data holds {len(records)}")
+        elif h.entries != h.records:  # the walk counts entries: every one a simple record
+            raise CorruptionError(seg.spath, pos, f"header says {h.records} records in "
+                                                  f"{h.entries} simple entries")
         self._next_id = h.next_offset
         stats.chunks_read += 1
-        if h.chunk_id < self._min:
-            records = records[self._min - h.chunk_id:]
+        if not records:
+            return None
+        if records[0][0] < self._min:
+            records = [r for r in records if r[0] >= self._min]
             if not records:
                 return None
         return ReadChunk(h.chunk_id, h.timestamp, records, h.next_offset)

@@ -254,11 +254,12 @@ class Stream:
         return self._writer.wait_beyond(offset, timeout)
 
     def reader(self, spec: OffsetSpec, filter_values: Iterable[str | bytes] = (),
-               match_unfiltered: bool = False, derived: Wanted | None = None) -> Reader:
-        """``derived``: see ``Reader`` (tokens per derived key the caller's filter requires)."""
+               match_unfiltered: bool = False, derived: Wanted | None = None,
+               needles: Sequence[Sequence[bytes]] = ()) -> Reader:
+        """``derived`` and ``needles``: see ``Reader`` (what the caller's filter requires)."""
         return Reader(self, spec, filter_values, match_unfiltered,
                       filter_size_hint=self.config.filter_size or bloom.MIN_SIZE,
-                      derived=derived)
+                      derived=derived, needles=needles)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until everything appended so far is committed (or the stream failed)."""

@@ -37,7 +37,6 @@ from cproton import (pn_delivery, pn_delivery_settle, pn_link_advance, pn_link_c
 from amqp_stream.amqp.credit import ConsumerTurn
 from amqp_stream.amqp.source_filters import SourceFilters
 from amqp_stream.amqp.tracking import ConsumerOffsets, StorePolicy
-from amqp_stream.derived_keys import wanted
 from amqp_stream.wire import with_stream_offset
 from storage.reader import SCAN_PAUSED
 
@@ -74,11 +73,8 @@ class Consumer:
         start = offset_spec(filters)
         if self.offsets is not None:
             start = self.offsets.start(start)
-        # broker-derived keys: the tokens the stage-2 filter requires, so the reader skips the
-        # chunks and blocks whose index holds none (stage 2 still decides every record read)
-        self.reader = entry.stream.reader(
-            start, filters.filter_values, filters.match_unfiltered,
-            derived=wanted(entry.stream.config.derived_keys, filters.stage2))
+        self.reader = entry.reader(start, filters.filter_values, filters.match_unfiltered,
+                                   filters.stage2)
         self.presettled = link.snd_settle_mode == 1  # Link.SND_SETTLED
         self.records: list = []
         self.pos = 0

@@ -29,7 +29,6 @@ from amqp_stream import __version__
 from amqp_stream.amqp.adapter import RABBITMQ_VERSION
 from amqp_stream.arguments import from_stream_protocol, validate
 from amqp_stream.core import Core
-from amqp_stream.derived_keys import wanted
 from amqp_stream.errors import BadRequest, BrokerError, NotFound, PreconditionFailed
 from amqp_stream.loop import EventLoop
 from amqp_stream.stream import subscription_filters, tracking
@@ -384,8 +383,7 @@ class StreamAdapter:
         entry = self.core.stream(frame.stream)
         filters = subscription_filters.parse(frame.properties)
         spec, start = _offset_spec(frame.offset_spec)
-        reader = entry.stream.reader(spec, filters.values, filters.match_unfiltered,
-                                     derived=wanted(entry.stream.config.derived_keys, filters.compiled))
+        reader = entry.reader(spec, filters.values, filters.match_unfiltered, filters.compiled)
         sub = Subscription(conn, frame.subscription_id, entry, reader, frame.credit, start,
                            filters.match, self._end_attachment)
         conn.subscriptions[frame.subscription_id] = sub

@@ -188,6 +188,9 @@ class Subscription:
         if len(data) != loc.length or zlib.crc32(data) != loc.crc:
             raise OSError(f"chunk {loc.chunk_id} of stream {self.entry.name!r}: CRC mismatch "
                           f"or short read")
+        found = self.reader.candidates(data, loc.chunk_id, loc.entries)
+        if found is not None:
+            return found
         return decode_records(data, loc.chunk_id, entries=loc.entries)
 
     def _rebuild(self, loc: ChunkLocation) -> list[bytes]:

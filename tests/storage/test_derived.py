@@ -51,9 +51,9 @@ def _scan(directory: str, text: str, start: int, use_index: bool, entries: int):
     match = f.bytes_matcher()
     with Stream.open(directory, _config(True, entries)) as s:
         w = wanted(KEYS, f) if use_index else None
-        r = s.reader(OffsetSpec.offset(start), derived=w)
-        got = [o for chunk in r for o, b in chunk.records if match(b)]
-        return got, r.stats
+        with s.reader(OffsetSpec.offset(start), derived=w) as r:  # its fds: not left to leak
+            got = [o for chunk in r for o, b in chunk.records if match(b)]
+            return got, r.stats
 
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,0 +1,143 @@
+"""Records and whole chunks left out by the bytes a filter requires (``Reader(needles=...)``,
+``format.records_holding``): after stage 2, a reader with needles delivers exactly what a full
+scan delivers (random streams, random filters, random chunk sizes and start offsets,
+sub-batches compressed or not), gives nothing of the chunks without the bytes when the filter is
+selective, and never leaves out records that hide their bytes in a compressed sub-batch."""
+
+from __future__ import annotations
+
+import gzip
+import tempfile
+
+import proton
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sqlfilter import compile_sql
+from sqlfilter.required import needles_of
+from storage import OffsetSpec, Stream, StreamConfig
+from storage.format import (COMPRESSION_GZIP, COMPRESSION_NONE, SubBatchEntry, encode_entries,
+                            encode_mixed_entries, records_holding)
+from tests.sqlfilter.test_required import A, P, filters, messages
+
+
+def _encode(m: dict) -> bytes:
+    return proton.Message(body="x" * 20, properties=m[A], subject=m[P].get("subject")).encode()
+
+
+def _sub_batch(bodies: list[bytes], compression: int) -> SubBatchEntry:
+    raw = encode_entries(bodies)
+    data = gzip.compress(raw) if compression == COMPRESSION_GZIP else raw
+    return SubBatchEntry(compression, len(bodies), len(raw), data)
+
+
+def _write(directory: str, batches: list[list], entries: int) -> None:
+    with Stream.open(directory, StreamConfig(max_chunk_entries=entries)) as s:
+        for batch in batches:
+            records = sum(b.records if isinstance(b, SubBatchEntry) else 1 for b in batch)
+            s.append_batch(batch, records=records)
+            s.flush()  # one write group per batch: chunks of several sizes
+
+
+def _scan(directory: str, text: str, start: int, use_needles: bool):
+    f = compile_sql(text)
+    match = f.bytes_matcher()
+    with Stream.open(directory, StreamConfig()) as s, \
+            s.reader(OffsetSpec.offset(start), needles=needles_of(f) if use_needles else ()) as r:
+        return [o for chunk in r for o, b in chunk.records if match(b)], r.stats
+
+
+_KINDS = st.sampled_from([None, COMPRESSION_NONE, COMPRESSION_GZIP])
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _writes(messages):
+    """Writes of 1-30 messages, each simple entries (None) or one sub-batch (compressed or
+    not)."""
+    return st.lists(st.tuples(st.lists(messages, min_size=1, max_size=30), _KINDS), max_size=8)
+
+
+@SETTINGS
+@given(filters(), _writes(messages()), st.sampled_from([2, 7, 100]), st.integers(0, 60))
+def test_dropping_chunks_by_needles_gives_exactly_a_full_scan(text, writes, entries, start):
+    batches, flat = [], []
+    for group, kind in writes:
+        bodies = [_encode(m) for m in group]
+        flat.extend(bodies)
+        batches.append(bodies if kind is None else [_sub_batch(bodies, kind)])
+    f = compile_sql(text)
+    full = [i for i, b in enumerate(flat) if i >= start and f.matches(b)]
+    with tempfile.TemporaryDirectory() as d:
+        _write(d, batches, entries)
+        assert _scan(d, text, start, False)[0] == full
+        assert _scan(d, text, start, True)[0] == full, text
+
+
+# values long enough not to turn up by chance in other bytes (compressed ones included), so
+# that chunks really are dropped
+_WORDS = ["alpha7", "beta7", "gamma7"]
+_word_messages = st.fixed_dictionaries({
+    A: st.dictionaries(st.sampled_from(["k", "m"]), st.sampled_from(_WORDS + [1, None]), max_size=2),
+    P: st.just({})})
+_word_atoms = st.one_of(
+    st.builds("{} = '{}'".format, st.sampled_from(["k", "m"]), st.sampled_from(_WORDS)),
+    st.builds("{} IN ('{}', '{}')".format, st.sampled_from(["k", "m"]), st.sampled_from(_WORDS),
+              st.sampled_from(_WORDS)),
+    st.sampled_from(["k <> 'alpha7'", "k = 1", "m IS NULL"]))
+_word_filters = st.recursive(_word_atoms, lambda inner: st.tuples(
+    inner, st.sampled_from(["AND", "OR"]), inner).map(lambda t: f"({t[0]}) {t[1]} ({t[2]})"),
+    max_leaves=4)
+
+
+@SETTINGS
+@given(_word_filters, _writes(_word_messages), st.sampled_from([2, 7, 100]), st.integers(0, 60))
+def test_dropping_chunks_by_words_gives_exactly_a_full_scan(text, writes, entries, start):
+    test_dropping_chunks_by_needles_gives_exactly_a_full_scan.hypothesis.inner_test(
+        text, writes, entries, start)
+
+
+def _customers(n: int, every: int) -> list[bytes]:
+    return [proton.Message(body="x" * 50, properties={"customer": "c42" if i % every == 0 else f"d{i}"}
+                           ).encode() for i in range(n)]
+
+
+def test_a_selective_filter_decodes_only_the_chunks_holding_its_bytes(tmp_path):
+    bodies = _customers(10_000, 2_500)  # c42 in 4 records, so in at most 4 chunks of 100
+    _write(str(tmp_path), [bodies[i:i + 100] for i in range(0, len(bodies), 100)], 100)
+    expected = [0, 2500, 5000, 7500]
+    got, stats = _scan(str(tmp_path), "customer = 'c42'", 0, True)
+    assert got == expected
+    assert stats.chunks_read == 100 and stats.prefilter_chunks_skipped == 96
+    got, stats = _scan(str(tmp_path), "customer = 'c42'", 0, False)
+    assert got == expected and stats.prefilter_chunks_skipped == 0
+
+
+def test_compressed_sub_batches_are_never_dropped_by_their_bytes(tmp_path):
+    inner = [proton.Message(body="y", properties={"customer": "c42"}).encode() for _ in range(10)]
+    sub = _sub_batch(inner, COMPRESSION_GZIP)
+    assert b"c42" not in bytes(sub)  # the bytes are hidden: the chunk must be decoded
+    others = _customers(50, 10**9)[1:]  # no c42
+    _write(str(tmp_path), [others[:20] + [sub] + others[20:]], 1000)
+    got, stats = _scan(str(tmp_path), "customer = 'c42'", 0, True)
+    assert got == list(range(20, 30)) and stats.prefilter_chunks_skipped == 0
+
+
+def test_records_holding():
+    data = encode_entries([b"alpha", b"beta", b"gamma-alpha"])
+    assert records_holding(data, 10, ((b"alp",),)) == [(10, b"alpha"), (12, b"gamma-alpha")]
+    assert records_holding(data, 10, ((b"zz", b"bet"), (b"a",))) == [(11, b"beta")]
+    assert records_holding(data, 10, ((b"zz",),)) == []
+    assert records_holding(data, 10, ((b"alpha",), (b"zz", b"yy"))) == []
+    assert records_holding(data, 10, ((),)) == []  # an empty group: nothing can match
+    assert records_holding(data, 10, ()) is None  # no requirement: split the chunk
+    assert records_holding(b"", 10, ((b"a",),)) == []
+    # a needle across two records is in neither
+    assert records_holding(encode_entries([b"xxab", b"cdxx"]), 0, ((b"abcd",),)) == []
+    # a sub-batch, a section whose entries do not add up, or a needle in most records: None
+    sub = _sub_batch([b"alpha"], COMPRESSION_GZIP)
+    assert records_holding(encode_mixed_entries([sub]), 0, ((b"zz",),)) is None
+    assert records_holding(data[:-1], 0, ((b"zz",),)) is None
+    many = encode_entries([b"a%d" % i for i in range(100)])
+    assert records_holding(many, 0, ((b"a",),), entries=100) is None
+    assert records_holding(many, 0, ((b"a7",),), entries=100) == [
+        (i, b"a%d" % i) for i in (7, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79)]
