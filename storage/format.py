@@ -427,29 +427,31 @@ def records_holding(data: bytes, chunk_id: int, groups: Sequence[Sequence[bytes]
         return None
     hits: list[int] = []
     limit = max(16, entries // 4)
+    find = data.find
     for needle in groups[0]:
-        find = data.find
         i = find(needle)
         while i >= 0:
             hits.append(i)
             if len(hits) > limit:
                 return None
             i = find(needle, i + 1)
-    if len(groups[0]) > 1:
-        hits.sort()
     end = len(data)
-    hits.append(end)  # a sentinel: no record ends past the section
-    out: list[tuple[int, bytes]] = []
     unpack = _unpack_len
-    pos, k, offset = 0, 0, chunk_id
-    nxt_hit = hits[0]
+    pos = 0
     try:
+        if not hits:  # no record can hold them if every entry is simple: the walk alone
+            while pos < end:  # (a sub-batch's top bit makes its length overshoot the end)
+                pos += 4 + unpack(data, pos)[0]
+            return [] if pos == end else None
+        if len(groups[0]) > 1:
+            hits.sort()
+        hits.append(end)  # a sentinel: no record ends past the section
+        out: list[tuple[int, bytes]] = []
+        k, offset = 0, chunk_id
+        nxt_hit = hits[0]
         while pos < end:
-            (length,) = unpack(data, pos)
-            if length & 0x80000000:
-                return None
-            nxt = pos + 4 + length
-            if nxt > end:
+            nxt = pos + 4 + unpack(data, pos)[0]
+            if nxt > end:  # a sub-batch (its top bit) or entries that do not add up
                 return None
             if nxt_hit < nxt:  # a hit starts in this entry: a candidate, checked whole
                 body = data[pos + 4:nxt]
