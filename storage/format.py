@@ -28,7 +28,7 @@ Index file (``NNNNNNNNNNNNNNNNNNNN.index``), one 29-byte record per chunk::
 
 Chunk: 48-byte header, filter bytes, data section, trailer::
 
-    CHUNK_HEADER  >BBHIqQQIIIBBBx
+    CHUNK_HEADER  >BBHIqQQIIIBBBB
     byte 0    0x50: magic 5 (high nibble), chunk format version 0 (low nibble)
     byte 1    chunk type: 0 user, 1 tracking delta, 2 tracking snapshot
     2-3       entries (u16)          4-7   records = offsets consumed (u32)
@@ -36,7 +36,9 @@ Chunk: 48-byte header, filter bytes, data section, trailer::
     32-35     CRC-32 (zlib) of the data section only
     36-39     data length (u32)      40-43 trailer length (u32)
     44        filter size in bytes (0 = no filter)
-    45        filter scheme (0 = osiris; ours otherwise)   46 scheme parameter   47 zero
+    45        filter scheme (0 = osiris; ours otherwise)   46 scheme parameter
+    47        flags, ours (osiris writes 0 and ignores it): bit 0 FLAG_SIMPLE_ENTRIES, every
+              entry of the data section is a simple entry (0: not known, e.g. RabbitMQ's)
 
 Entries in the data section::
 
@@ -79,7 +81,8 @@ __all__ = [
     "SEGMENT_MAGIC", "INDEX_MAGIC", "LOG_VERSION", "CHUNK_MAGIC_VERSION", "SEGMENT_HEADER_BYTES",
     "INDEX_HEADER_BYTES", "INDEX_RECORD_BYTES", "CHUNK_HEADER_BYTES", "SUBBATCH_HEADER_BYTES",
     "HEADER_TYPE_AT", "HEADER_CHUNK_ID_AT", "HEADER_CRC_AT", "HEADER_DATA_LENGTH_AT",
-    "HEADER_FILTER_SIZE_AT", "HEADER_FILTER_SCHEME_AT", "HEADER_FILTER_PARAM_AT",
+    "HEADER_FILTER_SIZE_AT", "HEADER_FILTER_SCHEME_AT", "HEADER_FILTER_PARAM_AT", "HEADER_FLAGS_AT",
+    "FLAG_SIMPLE_ENTRIES",
     "CHUNK_USER", "CHUNK_TRACKING_DELTA", "CHUNK_TRACKING_SNAPSHOT",
     "COMPRESSION_NONE", "COMPRESSION_GZIP", "COMPRESSION_SNAPPY", "COMPRESSION_LZ4",
     "COMPRESSION_ZSTD", "COMPRESSION_USER",
@@ -94,7 +97,7 @@ __all__ = [
 SEGMENT_HEADER = struct.Struct(">4sI")
 INDEX_HEADER = struct.Struct(">4sI")
 INDEX_RECORD = struct.Struct(">QqQIB")
-CHUNK_HEADER = struct.Struct(">BBHIqQQIIIBBBx")
+CHUNK_HEADER = struct.Struct(">BBHIqQQIIIBBBB")
 SIMPLE_ENTRY = struct.Struct(">I")
 SUBBATCH_HEADER = struct.Struct(">BHII")
 TRACKING_PREFIX = struct.Struct(">BB")
@@ -122,6 +125,9 @@ HEADER_DATA_LENGTH_AT = 36
 HEADER_FILTER_SIZE_AT = 44
 HEADER_FILTER_SCHEME_AT = 45
 HEADER_FILTER_PARAM_AT = 46
+HEADER_FLAGS_AT = 47
+
+FLAG_SIMPLE_ENTRIES = 0x01  # header flags (byte 47)
 
 TRACKING_SEQUENCE = 0  # tracking record types
 TRACKING_OFFSET = 1
@@ -143,9 +149,9 @@ _pack_len = SIMPLE_ENTRY.pack
 _unpack_len = SIMPLE_ENTRY.unpack_from
 
 assert (CHUNK_HEADER_BYTES, INDEX_RECORD_BYTES, SUBBATCH_HEADER_BYTES) == (48, 29, 11)
-assert [struct.calcsize(CHUNK_HEADER.format[:k + 1]) for k in (1, 6, 7, 8, 10, 11, 12)] == [
+assert [struct.calcsize(CHUNK_HEADER.format[:k + 1]) for k in (1, 6, 7, 8, 10, 11, 12, 13)] == [
     HEADER_TYPE_AT, HEADER_CHUNK_ID_AT, HEADER_CRC_AT, HEADER_DATA_LENGTH_AT,
-    HEADER_FILTER_SIZE_AT, HEADER_FILTER_SCHEME_AT, HEADER_FILTER_PARAM_AT]
+    HEADER_FILTER_SIZE_AT, HEADER_FILTER_SCHEME_AT, HEADER_FILTER_PARAM_AT, HEADER_FLAGS_AT]
 
 
 class ChunkHeader(NamedTuple):
@@ -164,6 +170,7 @@ class ChunkHeader(NamedTuple):
     filter_size: int
     filter_scheme: int
     filter_param: int
+    flags: int
 
     @property
     def size(self) -> int:
@@ -296,14 +303,16 @@ def encode_chunk(
     filter_scheme: int = 0,
     filter_param: int = 0,
     trailer: bytes = b"",
+    flags: int = 0,
 ) -> list[bytes]:
-    """The chunk as buffers to hand to ``os.writev``: header, filter, data, trailer."""
+    """The chunk as buffers to hand to ``os.writev``: header, filter, data, trailer.
+    ``flags``: ``FLAG_SIMPLE_ENTRIES`` only when every entry of ``data`` is a simple one."""
     if len(filter_bits) > bloom.MAX_SIZE:
         raise StorageError(f"filter larger than {bloom.MAX_SIZE} bytes")
     header = CHUNK_HEADER.pack(
         CHUNK_MAGIC_VERSION, chunk_type, entries, records, timestamp, epoch, chunk_id,
         zlib.crc32(data), len(data), len(trailer), len(filter_bits),
-        filter_scheme if filter_bits else 0, filter_param if filter_bits else 0,
+        filter_scheme if filter_bits else 0, filter_param if filter_bits else 0, flags,
     )
     out = [header]
     if filter_bits:
@@ -411,13 +420,14 @@ def _uniform(data: bytes, entries: int) -> list[bytes] | None:
 
 
 def records_holding(data: bytes, chunk_id: int, groups: Sequence[Sequence[bytes]],
-                    entries: int = 0) -> list[tuple[int, bytes]] | None:
+                    entries: int = 0, simple: bool = False) -> list[tuple[int, bytes]] | None:
     """The records of the data section ``data`` that hold one byte string of every group, as
     ``decode_records`` gives them (offsets from ``chunk_id``, gaps where records are left
     out); None when that cannot be told from the section's bytes: an entry is a sub-batch
     (compression hides its records' bytes), the entries do not add up, or the first group's
     strings turn up in more than a quarter of the ``entries`` (then splitting the section
-    costs less).
+    costs less). ``simple``: the header says every entry is simple (``FLAG_SIMPLE_ENTRIES``),
+    so a section without the first group's strings needs no walk to prove it.
 
     Why: a consumer whose filter requires bytes (``sqlfilter.required.needles``) then finds
     its candidates with a search at C speed and one walk over the entry headers, instead of
@@ -440,6 +450,8 @@ def records_holding(data: bytes, chunk_id: int, groups: Sequence[Sequence[bytes]
     pos = 0
     try:
         if not hits:  # no record can hold them if every entry is simple: the walk alone
+            if simple:
+                return []
             while pos < end:  # (a sub-batch's top bit makes its length overshoot the end)
                 pos += 4 + unpack(data, pos)[0]
             return [] if pos == end else None

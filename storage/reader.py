@@ -59,6 +59,7 @@ from storage.format import (
     INDEX_RECORD_BYTES,
     CHUNK_MAGIC_VERSION,
     CHUNK_USER,
+    FLAG_SIMPLE_ENTRIES,
     ChunkHeader,
     IndexRecord,
     decode_header,
@@ -285,13 +286,15 @@ class Reader:
                 if left <= 0:
                     return SCAN_PAUSED
 
-    def candidates(self, data: bytes, chunk_id: int, entries: int) -> list[tuple[int, bytes]] | None:
-        """The records of a chunk this reader read (its data section ``data``) that hold the
-        ``needles`` (``format.records_holding``; a chunk with none is counted), or None: split
-        the whole chunk."""
+    def candidates(self, data: bytes, chunk_id: int, entries: int,
+                   flags: int = 0) -> list[tuple[int, bytes]] | None:
+        """The records of a chunk this reader read (its data section ``data``; ``flags`` from
+        its header) that hold the ``needles`` (``format.records_holding``; a chunk with none
+        is counted), or None: split the whole chunk."""
         if not self.needles:
             return None
-        records = records_holding(data, chunk_id, self.needles, entries)
+        records = records_holding(data, chunk_id, self.needles, entries,
+                                  bool(flags & FLAG_SIMPLE_ENTRIES))
         if records is not None and not records:
             self.stats.prefilter_chunks_skipped += 1
         return records
@@ -380,7 +383,7 @@ class Reader:
             raise CorruptionError(seg.spath, pos, "chunk runs past the end of the segment")
         if zlib.crc32(data) != h.crc:
             raise CorruptionError(seg.spath, pos, "CRC mismatch in the data section")
-        records = self.candidates(data, h.chunk_id, h.entries) if self.needles else None
+        records = self.candidates(data, h.chunk_id, h.entries, h.flags) if self.needles else None
         if records is None:
             records = decode_records(data, h.chunk_id, path=seg.spath, position=pos,
                                       entries=h.entries)

@@ -55,6 +55,7 @@ from storage.format import (
     CHUNK_TRACKING_DELTA,
     CHUNK_TRACKING_SNAPSHOT,
     CHUNK_USER,
+    FLAG_SIMPLE_ENTRIES,
     INDEX_HEADER_BYTES,
     INDEX_RECORD,
     INDEX_RECORD_BYTES,
@@ -590,17 +591,20 @@ class Writer:
                         records = [TrackingRecord(TRACKING_SEQUENCE, k, v) for k, v in seqs.items()]
                         written.apply(chunk_id, records)
                         trailer = encode_tracking(records)
+                # what lets a reader drop a chunk by its bytes without walking its entries
+                flags = FLAG_SIMPLE_ENTRIES if kind == CHUNK_USER and (not batched or not any(
+                    type(b) is SubBatchEntry for b in bodies[i:i + n])) else 0
                 if filt is not None:
                     bufs = encode_chunk(chunk_id, ts, data, n, recs, epoch=cfg.epoch,
                                         filter_bits=filt.bits, filter_scheme=filt.scheme,
-                                        filter_param=filt.param, trailer=trailer)
+                                        filter_param=filt.param, trailer=trailer, flags=flags)
                     csize = CHUNK_HEADER_BYTES + len(filt.bits) + len(data) + len(trailer)
                     if derive is not None:
                         dents.append(encode_entry(chunk_id, info.size, recs, len(filt.bits), data,
                                                   bodies[i:i + n], derive, dcache))
                 else:
                     bufs = encode_chunk(chunk_id, ts, data, n, recs, epoch=cfg.epoch,
-                                        chunk_type=kind, trailer=trailer)
+                                        chunk_type=kind, trailer=trailer, flags=flags)
                     csize = CHUNK_HEADER_BYTES + len(data) + len(trailer)
                     if derive is not None and kind == CHUNK_USER:
                         dents.append(encode_entry(chunk_id, info.size, recs, 0, data,

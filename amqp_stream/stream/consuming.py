@@ -34,7 +34,7 @@ import zlib
 from typing import TYPE_CHECKING, Any, Callable
 
 from amqp_stream.stream.connection import MAX_PENDING
-from storage.format import CHUNK_HEADER, decode_records, encode_chunk, encode_entries
+from storage.format import CHUNK_HEADER, HEADER_FLAGS_AT, decode_records, encode_chunk, encode_entries
 from storage.reader import SCAN_PAUSED, ChunkLocation
 
 if TYPE_CHECKING:
@@ -188,7 +188,7 @@ class Subscription:
         if len(data) != loc.length or zlib.crc32(data) != loc.crc:
             raise OSError(f"chunk {loc.chunk_id} of stream {self.entry.name!r}: CRC mismatch "
                           f"or short read")
-        found = self.reader.candidates(data, loc.chunk_id, loc.entries)
+        found = self.reader.candidates(data, loc.chunk_id, loc.entries, loc.header[HEADER_FLAGS_AT])
         if found is not None:
             return found
         return decode_records(data, loc.chunk_id, entries=loc.entries)

@@ -141,3 +141,25 @@ def test_records_holding():
     assert records_holding(many, 0, ((b"a",),), entries=100) is None
     assert records_holding(many, 0, ((b"a7",),), entries=100) == [
         (i, b"a%d" % i) for i in (7, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79)]
+
+
+def test_the_writer_flags_chunks_of_simple_entries_only(tmp_path):
+    """Header byte 47 bit 0 (``FLAG_SIMPLE_ENTRIES``) on the user chunks whose entries are all
+    simple, so that a reader drops such a chunk without the filter's bytes unwalked; never on a
+    chunk holding a sub-batch, compressed or not."""
+    from storage.format import FLAG_SIMPLE_ENTRIES, HEADER_FLAGS_AT
+
+    plain = _customers(30, 10**9)[1:]
+    writes = [plain[:10], [_sub_batch(plain[:3], COMPRESSION_GZIP)], plain[10:20],
+              plain[20:22] + [_sub_batch(plain[:2], COMPRESSION_NONE)]]
+    _write(str(tmp_path), writes, 1000)
+    with Stream.open(str(tmp_path), StreamConfig()) as s, s.reader(OffsetSpec.first()) as r:
+        flags = []
+        while (loc := r.read_location()) is not None:
+            flags.append(loc.header[HEADER_FLAGS_AT] & FLAG_SIMPLE_ENTRIES)
+    assert flags == [FLAG_SIMPLE_ENTRIES, 0, FLAG_SIMPLE_ENTRIES, 0]
+    # the flag spares the walk, so it is trusted: a lying header would hide the sub-batch's
+    # records, which is why only the writer that built the section sets it
+    section = encode_mixed_entries([_sub_batch([b"c42"], COMPRESSION_GZIP)])
+    assert records_holding(section, 0, ((b"c42",),)) is None
+    assert records_holding(section, 0, ((b"c42",),), simple=True) == []
