@@ -28,7 +28,8 @@ from amqp_stream.commands.logdir import find_log
 from storage import derived
 from storage.errors import CorruptionError
 from storage.files import index_path, list_files, read_index_records, segment_path
-from storage.format import SEGMENT_HEADER, SEGMENT_HEADER_BYTES, SEGMENT_MAGIC, TrackingRecord
+from storage.format import (FLAG_SIMPLE_ENTRIES, SEGMENT_HEADER, SEGMENT_HEADER_BYTES, SEGMENT_MAGIC,
+                            TrackingRecord)
 from storage.tracking import chunk_tracking
 from storage.walk import walk_segment
 
@@ -161,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
                       "epoch": h.epoch, "entries": h.entries, "records": h.records,
                       "filter_size": h.filter_size, "filter_scheme": h.filter_scheme,
                       "filter_param": h.filter_param, "filter_hex": chunk.filter_bits.hex(),
+                      "simple_entries": bool(h.flags & FLAG_SIMPLE_ENTRIES),
                       "data_length": h.data_length, "trailer_length": h.trailer_length,
                       "crc_ok": chunk.crc_ok, "indexed": indexed, "tracking": records_found})
             for p in sorted(set(records) - seen):

@@ -42,6 +42,7 @@ def test_inspect_json_lists_every_chunk_of_a_rabbitmq_directory():
             assert got[key] == exp[key], key
         assert got["type"] == {0: "user", 1: "tracking-delta", 2: "tracking-snapshot"}[exp["type"]]
         assert got["crc_ok"] is True and got["indexed"] is True
+        assert got["simple_entries"] is False  # RabbitMQ writes the reserved byte as zero
         assert isinstance(got["position"], int)
 
 

@@ -7,6 +7,9 @@ selective, and never leaves out records that hide their bytes in a compressed su
 from __future__ import annotations
 
 import gzip
+import json
+import subprocess
+import sys
 import tempfile
 
 import proton
@@ -158,6 +161,10 @@ def test_the_writer_flags_chunks_of_simple_entries_only(tmp_path):
         while (loc := r.read_location()) is not None:
             flags.append(loc.header[HEADER_FLAGS_AT] & FLAG_SIMPLE_ENTRIES)
     assert flags == [FLAG_SIMPLE_ENTRIES, 0, FLAG_SIMPLE_ENTRIES, 0]
+    out = subprocess.run([sys.executable, "-m", "amqp_stream", "inspect", str(tmp_path), "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    shown = [c["simple_entries"] for c in map(json.loads, out.splitlines()) if "chunk_id" in c]
+    assert shown == [True, False, True, False]
     # the flag spares the walk, so it is trusted: a lying header would hide the sub-batch's
     # records, which is why only the writer that built the section sets it
     section = encode_mixed_entries([_sub_batch([b"c42"], COMPRESSION_GZIP)])
