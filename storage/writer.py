@@ -551,6 +551,9 @@ class Writer:
                     n = recs = 1
                 else:
                     n = min(total - i, max_entries)
+                    if (fsize and not batched and n > RUN_CUT_MIN
+                            and (wb_i >= len(wbs) or wbs[wb_i][0] >= off + n)):
+                        n = _run_cut(values, i, n)  # bursts of a filter value: own chunks
                     chunk_bodies = bodies[i:i + n]
                     # the offset of each candidate entry and the one after (sub-batch entries
                     # take several); ``ends[k]``: the offset after the first k entries
@@ -767,6 +770,34 @@ class _Tracking:
         self.marks = marks
         self.delta = delta
         self.writers = writers
+
+
+#: a run of at least this many entries with one filter value ends its chunk (``_run_cut``)
+RUN_CUT_MIN = 256
+
+
+def _run_cut(values: list[FilterValue], i: int, n: int) -> int:
+    """How many of the ``n`` entries from ``i`` one chunk takes: all, unless a run of at least
+    ``RUN_CUT_MIN`` entries with one filter value ends before the last; then up to the end of
+    the first such run.
+
+    Why: values that come in bursts then get chunks of their own (a burst's chunk holds at
+    most a short tail of the burst before it), so stage 1 sends little beyond the matches,
+    where a chunk cut by size alone holds parts of several bursts. Interleaved or random values
+    (runs shorter than ``RUN_CUT_MIN``) keep chunks of full size, and a chunk is never cut
+    below ``RUN_CUT_MIN`` entries."""
+    end = i + n
+    first = values[i]
+    if values[i:end].count(first) == n:  # one value (or none) throughout: nothing to cut
+        return n
+    start, v = i, first
+    for k in range(i + 1, end):
+        w = values[k]
+        if w != v:
+            if k - start >= RUN_CUT_MIN:
+                return k - i
+            start, v = k, w
+    return n
 
 
 def _distinct(values: list[FilterValue]

@@ -517,3 +517,34 @@ def test_interval_policy_syncs_an_idle_stream_within_the_interval(tmp_path, monk
         s.append(b"b")  # written now, synced by the writer's timed wait, without more appends
         s.flush()
         assert synced.wait(5), "no fsync of the idle stream"
+
+
+def test_a_long_run_of_one_filter_value_ends_its_chunk(tmp_path):
+    """Values in bursts get chunks of their own (a chunk ends after the first run of at least
+    RUN_CUT_MIN entries that ends inside it), so a stage-1 reader of one value reads that
+    burst's chunk only; interleaved values, short runs and one value throughout keep chunks of
+    full size, and a named publisher's batch is never cut."""
+    from storage.writer import RUN_CUT_MIN
+
+    run = RUN_CUT_MIN
+
+    def sizes(values, name, writer=None):
+        with Stream.open(tmp_path / name, StreamConfig(fsync="never", max_chunk_entries=8 * run)) as s:
+            s.append_batch([b"m%d" % i for i in range(len(values))], values, writer=writer)
+            s.flush()
+            with s.reader(OffsetSpec.first()) as r:
+                got = [len(c.records) for c in r]
+            with s.reader(OffsetSpec.first(), ["v2"]) as r:
+                v2 = [len(c.records) for c in r]
+        return got, v2
+
+    bursts = [f"v{i // (2 * run)}" for i in range(8 * run)]
+    assert sizes(bursts, "bursts") == ([2 * run] * 4, [2 * run])
+    # a short tail of the burst before goes with the next run; the last run is not cut
+    tail = ["a"] * 30 + ["v2"] * run + ["c"] * (2 * run) + ["d"] * 10 + ["e"] * (3 * run)
+    assert sizes(tail, "tail") == ([30 + run, 2 * run, 10 + 3 * run], [30 + run])
+    for name, values in (("interleaved", [f"v{i % 7}" for i in range(8 * run)]),
+                         ("short", [f"v{i // (run - 1)}" for i in range(8 * run)]),
+                         ("none", [None] * (8 * run))):
+        assert sizes(values, name)[0] == [8 * run], name
+    assert sizes(bursts, "named", writer=(b"pub", 8 * run))[0] == [8 * run]
