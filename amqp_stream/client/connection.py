@@ -16,7 +16,7 @@ import urllib.parse
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from proton import Described, Endpoint, Link, Message, ProtonException, SSLDomain, Timeout, symbol
 from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender, LinkDetached
@@ -158,11 +158,16 @@ class Client:
     def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def leave(self, exc_type: type | None, close: Callable[[], None]) -> None:
+        """How a ``with`` block of this client or of one of its links ends: ``close`` as
+        usual, but the whole connection is aborted after an interrupt (see ``abort``)."""
         if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
             self.abort()
         else:
-            self.close()
+            close()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.leave(exc_type, self.close)
 
     # -- management ----------------------------------------------------------------------------
     def _management(self):

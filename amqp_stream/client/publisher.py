@@ -256,10 +256,7 @@ class Publisher:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
-            self.client.abort()  # no detach handshake after an interrupt (see Client.abort)
-        else:
-            self.close()
+        self.client.leave(exc_type, self.close)
 
 
 # ---------------------------------------------------------------------------------------------
