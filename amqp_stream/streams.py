@@ -32,6 +32,7 @@ from amqp_stream import derived_keys
 from storage.files import fsync_dir, replace_file
 from amqp_stream.config import BrokerConfig
 from amqp_stream.errors import ResourceDeleted
+from sqlfilter.required import needles_of
 from storage.format import SubBatchEntry
 
 __all__ = ["StreamEntry", "Registry", "stream_config"]
@@ -87,10 +88,8 @@ class StreamEntry:
                stage2: Any = None) -> "storage.Reader":
         """A consumer's reader, for both protocols' consumers: stage 1 by ``filter_values``;
         for a compiled ``stage2`` filter, what it requires of a record, so that the reader
-        skips chunks and blocks the stream's derived keys rule out and drops undecoded the
-        chunks that hold none of the filter's bytes (stage 2 still decides every record)."""
-        from sqlfilter.required import needles_of
-
+        skips chunks and blocks the stream's derived keys rule out and gives, of each chunk it
+        reads, only the records holding the filter's bytes (stage 2 still decides each one)."""
         return self.stream.reader(spec, filter_values, match_unfiltered,
                                   derived=derived_keys.wanted(self.stream.config.derived_keys, stage2),
                                   needles=needles_of(stage2))

@@ -467,13 +467,7 @@ def records_holding(data: bytes, chunk_id: int, groups: Sequence[Sequence[bytes]
                 return None
             if nxt_hit < nxt:  # a hit starts in this entry: a candidate, checked whole
                 body = data[pos + 4:nxt]
-                for group in groups:
-                    for needle in group:
-                        if needle in body:
-                            break
-                    else:
-                        break
-                else:
+                if all(any(needle in body for needle in group) for group in groups):
                     out.append((offset, body))
                 while hits[k] < nxt:
                     k += 1

@@ -383,7 +383,7 @@ class Reader:
             raise CorruptionError(seg.spath, pos, "chunk runs past the end of the segment")
         if zlib.crc32(data) != h.crc:
             raise CorruptionError(seg.spath, pos, "CRC mismatch in the data section")
-        records = self.candidates(data, h.chunk_id, h.entries, h.flags) if self.needles else None
+        records = self.candidates(data, h.chunk_id, h.entries, h.flags)
         if records is None:
             records = decode_records(data, h.chunk_id, path=seg.spath, position=pos,
                                       entries=h.entries)
