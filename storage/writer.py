@@ -787,16 +787,27 @@ def _run_cut(values: list[FilterValue], i: int, n: int) -> int:
     (runs shorter than ``RUN_CUT_MIN``) keep chunks of full size, and a chunk is never cut
     below ``RUN_CUT_MIN`` entries."""
     end = i + n
-    first = values[i]
-    if values[i:end].count(first) == n:  # one value (or none) throughout: nothing to cut
+    if values[i:end].count(values[i]) == n:  # one value (or none) throughout: nothing to cut
         return n
-    start, v = i, first
-    for k in range(i + 1, end):
-        w = values[k]
-        if w != v:
-            if k - start >= RUN_CUT_MIN:
-                return k - i
-            start, v = k, w
+    # a run of RUN_CUT_MIN entries holds a whole window of half as many aligned from ``i``, so
+    # only windows are tested (their ends, then a count in C), and a uniform one is widened
+    half = RUN_CUT_MIN // 2
+    a = i
+    while a + half <= end:
+        v = values[a]
+        if values[a + half - 1] != v or values[a:a + half].count(v) != half:
+            a += half
+            continue
+        start, stop = a, a + half
+        while start > i and values[start - 1] == v:
+            start -= 1
+        while stop < end and values[stop] == v:
+            stop += 1
+        if stop == end:  # the run goes on to the last entry: nothing after it to cut off
+            return n
+        if stop - start >= RUN_CUT_MIN:
+            return stop - i
+        a = stop + (i - stop) % half  # the first window at or after the run (aligned from i)
     return n
 
 
