@@ -548,3 +548,30 @@ def test_a_long_run_of_one_filter_value_ends_its_chunk(tmp_path):
                          ("none", [None] * (8 * run))):
         assert sizes(values, name)[0] == [8 * run], name
     assert sizes(bursts, "named", writer=(b"pub", 8 * run))[0] == [8 * run]
+
+
+def test_run_cut_ends_a_chunk_after_the_first_long_run_that_ends_inside_it():
+    """``_run_cut`` tests windows; the rule it implements, value by value, on random layouts."""
+    import random
+
+    from storage.writer import RUN_CUT_MIN, _run_cut
+
+    def rule(values, i, n):
+        start = i
+        for k in range(i + 1, i + n):
+            if values[k] != values[k - 1]:
+                if k - start >= RUN_CUT_MIN:
+                    return k - i
+                start = k
+        return n
+
+    rnd = random.Random(11)
+    lengths = [1, 3, RUN_CUT_MIN // 2 - 1, RUN_CUT_MIN // 2, RUN_CUT_MIN - 1, RUN_CUT_MIN,
+               RUN_CUT_MIN + 1, 2 * RUN_CUT_MIN + 1]
+    for _ in range(3000):
+        values: list = [None] * rnd.randrange(RUN_CUT_MIN)
+        for j in range(rnd.randrange(1, 12)):
+            values += [rnd.choice([f"v{j}", "a", None])] * rnd.choice(lengths)
+        i = rnd.randrange(len(values))
+        n = rnd.randrange(1, len(values) - i + 1)
+        assert _run_cut(values, i, n) == rule(values, i, n), (i, n)
