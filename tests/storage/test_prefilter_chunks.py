@@ -22,10 +22,7 @@ from storage import OffsetSpec, Stream, StreamConfig
 from storage.format import (COMPRESSION_GZIP, COMPRESSION_NONE, SubBatchEntry, encode_entries,
                             encode_mixed_entries, records_holding)
 from tests.sqlfilter.test_required import A, P, filters, messages
-
-
-def _encode(m: dict) -> bytes:
-    return proton.Message(body="x" * 20, properties=m[A], subject=m[P].get("subject")).encode()
+from tests.storage.test_derived import _encode
 
 
 def _sub_batch(bodies: list[bytes], compression: int) -> SubBatchEntry:
