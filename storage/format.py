@@ -64,11 +64,12 @@ Tracking records (trailer of a user chunk, or the single entry of a tracking chu
 
 from __future__ import annotations
 
+import functools
 import gzip
 import re
 import struct
 import zlib
-from typing import Iterable, NamedTuple, Sequence
+from typing import Callable, Iterable, NamedTuple, Sequence
 
 import bloom
 
@@ -401,22 +402,59 @@ def _simple_run(data: bytes, start: int, end: int, out: list[bytes], path: str,
         raise CorruptionError(path, position, "entry runs past the end of its section")
 
 
-def _uniform(data: bytes, entries: int) -> list[bytes] | None:
-    """Bodies of a data section made of ``entries`` simple entries of one length, else None.
-
-    The common case of same-sized records costs four strided byte comparisons (the 4-byte
-    headers, checked column by column) and one slice per record, instead of a header decode per
-    record."""
+def _stride(data: bytes, entries: int) -> int:
+    """The size of every entry (header included) when the data section is ``entries`` simple
+    entries of one length, else 0: four strided byte comparisons (the 4-byte headers, checked
+    column by column) instead of a header decode per entry."""
     if entries < 2 or len(data) < 4:
-        return None
+        return 0
     (length,) = _unpack_len(data, 0)
     stride = length + 4
     if length & 0x80000000 or len(data) != entries * stride:
-        return None
+        return 0
     for k in range(4):
         if data[k::stride] != data[k:k + 1] * entries:
-            return None
-    return [data[i:i + length] for i in range(4, 4 + entries * stride, stride)]
+            return 0
+    return stride
+
+
+def _uniform(data: bytes, entries: int) -> list[bytes] | None:
+    """Bodies of a data section made of ``entries`` simple entries of one length, else None:
+    the common case of same-sized records costs one slice per record (``_stride``)."""
+    stride = _stride(data, entries)
+    if not stride:
+        return None
+    return [data[i:i + stride - 4] for i in range(4, 4 + entries * stride, stride)]
+
+
+@functools.lru_cache(maxsize=256)
+def _finder(group: tuple[bytes, ...]) -> Callable[[bytes, int], list[int] | None]:
+    """``positions(data, limit)``: where ``group``'s strings start in ``data``, in order,
+    overlaps included; None past ``limit`` of them. The strings are searched a cluster per
+    first byte, each one regular expression whose shared prefix the engine looks for at the
+    speed of ``bytes.find`` (a pass per string costs ten times more for the 32 encodings of a
+    number, ``sqlfilter.required.needles``; one expression over clusters without a common
+    prefix, as much)."""
+    clusters: dict[bytes, list[bytes]] = {}
+    for needle in group:
+        clusters.setdefault(needle[:1], []).append(needle)
+    searches = [re.compile(b"|".join(re.escape(n) for n in sorted(c, key=len, reverse=True))).search
+                for c in clusters.values()]
+
+    def positions(data: bytes, limit: int) -> list[int] | None:
+        hits: list[int] = []
+        for search in searches:
+            m = search(data)
+            while m is not None:
+                hits.append(m.start())
+                if len(hits) > limit:
+                    return None
+                m = search(data, m.start() + 1)
+        if len(searches) > 1:
+            hits.sort()
+        return hits
+
+    return positions
 
 
 def records_holding(data: bytes, chunk_id: int, groups: Sequence[Sequence[bytes]],
@@ -430,21 +468,25 @@ def records_holding(data: bytes, chunk_id: int, groups: Sequence[Sequence[bytes]
     so a section without the first group's strings needs no walk to prove it.
 
     Why: a consumer whose filter requires bytes (``sqlfilter.required.needles``) then finds
-    its candidates with a search at C speed and one walk over the entry headers, instead of
-    testing every record; a chunk without the bytes costs no record at all. A simple entry's
-    body lies contiguously in the section, so a string in no body is in no record."""
+    its candidates with a search at C speed and one walk over the entry headers (none when the
+    entries are all of one size), instead of testing every record; a chunk without the bytes
+    costs no record at all. A simple entry's body lies contiguously in the section, so a string
+    in no body is in no record."""
     if not groups:
         return None
-    hits: list[int] = []
-    limit = max(16, entries // 4)
-    find = data.find
-    for needle in groups[0]:
-        i = find(needle)
-        while i >= 0:
-            hits.append(i)
-            if len(hits) > limit:
-                return None
-            i = find(needle, i + 1)
+    found = _finder(tuple(groups[0]))(data, max(16, entries // 4))
+    if found is None:
+        return None
+    hits = found
+    if hits:
+        stride = _stride(data, entries)
+        if stride:  # same-sized entries: a hit's record is its position over the stride
+            out: list[tuple[int, bytes]] = []
+            for index in sorted({i // stride for i in hits}):
+                body = data[index * stride + 4:(index + 1) * stride]
+                if all(any(needle in body for needle in group) for group in groups):
+                    out.append((chunk_id + index, body))
+            return out
     end = len(data)
     unpack = _unpack_len
     pos = 0
@@ -455,10 +497,8 @@ def records_holding(data: bytes, chunk_id: int, groups: Sequence[Sequence[bytes]
             while pos < end:  # (a sub-batch's top bit makes its length overshoot the end)
                 pos += 4 + unpack(data, pos)[0]
             return [] if pos == end else None
-        if len(groups[0]) > 1:
-            hits.sort()
-        hits.append(end)  # a sentinel: no record ends past the section
-        out: list[tuple[int, bytes]] = []
+        hits.append(end)  # a sentinel: no record ends past the section (hits come in order)
+        out = []
         k, offset = 0, chunk_id
         nxt_hit = hits[0]
         while pos < end:

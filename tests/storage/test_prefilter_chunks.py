@@ -167,3 +167,27 @@ def test_the_writer_flags_chunks_of_simple_entries_only(tmp_path):
     section = encode_mixed_entries([_sub_batch([b"c42"], COMPRESSION_GZIP)])
     assert records_holding(section, 0, ((b"c42",),)) is None
     assert records_holding(section, 0, ((b"c42",),), simple=True) == []
+
+
+#: short strings of a, b, c and NUL (a NUL can also match in an entry's 4-byte header)
+_bytes = st.binary(min_size=0, max_size=6).map(lambda b: bytes(b"\0abc"[c % 4] for c in b))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_bytes, max_size=40), st.booleans(),
+       st.lists(st.lists(_bytes.filter(bool), min_size=1, max_size=3), min_size=1, max_size=2))
+def test_records_holding_is_the_records_that_hold_a_string_of_every_group(bodies, same, groups):
+    """Against the rule itself, record by record: records of one size (found by position, no
+    walk) or of many, strings that overlap each other or span two records (several strings
+    are searched as one regular expression, overlaps included)."""
+    if same:
+        bodies = [(b * 6)[:4] or b"aaaa" for b in bodies]
+    data = encode_entries(bodies)
+    wanted = [(7 + i, b) for i, b in enumerate(bodies)
+              if all(any(n in b for n in g) for g in groups)]
+    got = records_holding(data, 7, groups, entries=len(bodies), simple=True)
+    starts = {i for n in groups[0] for i in range(len(data)) if data.startswith(n, i)}
+    if got is None:  # allowed only when the first group turns up in many records
+        assert len(starts) > max(16, len(bodies) // 4)
+    else:
+        assert got == wanted
