@@ -28,12 +28,14 @@ elements and message annotations are not indexed).
 
 from __future__ import annotations
 
+import re
+import struct
 from typing import Any, Callable
 
 from sqlfilter import ast, runtime
 
 __all__ = ["Requirement", "required_values", "requirement_of", "canonical", "index_token",
-           "wanted_tokens", "Needles", "needles", "needles_of", "prefiltered", "INDEXABLE_SECTIONS"]
+           "wanted_tokens", "Needles", "needles", "needles_of", "number_encodings", "prefiltered", "INDEXABLE_SECTIONS"]
 
 #: sections whose fields are read as stored (no default, no computation): indexable
 INDEXABLE_SECTIONS = frozenset(("application_properties", "properties"))
@@ -150,25 +152,82 @@ def requirement_of(f: Any) -> Requirement:
 Needles = tuple[tuple[bytes, ...], ...]
 
 
+#: the AMQP constructors of fixed width a number may be stored with, and their layout: every
+#: integer width, char (its code point), timestamp (ms); float and double are taken only when
+#: they hold the value exactly. Decimals equal nothing (``runtime.norm``), so they need none.
+_INTEGER_CODES = ((0x50, ">B"), (0x52, ">B"), (0x53, ">B"), (0x51, ">b"), (0x54, ">b"),
+                  (0x55, ">b"), (0x60, ">H"), (0x61, ">h"), (0x70, ">I"), (0x73, ">I"),
+                  (0x71, ">i"), (0x80, ">Q"), (0x81, ">q"), (0x83, ">q"))
+_FLOAT_CODES = ((0x72, ">f"), (0x82, ">d"))
+
+
+def number_encodings(v: int | float) -> list[bytes]:
+    """Every AMQP encoding of a value that ``runtime.eq`` finds equal to the number ``v`` (a
+    canonical number: an int, or a float that is not an integer)."""
+    out = [b"\x43", b"\x44"] if v == 0 else []  # uint0, ulong0
+    if type(v) is int:
+        for code, fmt in _INTEGER_CODES:
+            try:
+                out.append(bytes((code,)) + struct.pack(fmt, v))
+            except struct.error:  # out of the width's range
+                pass
+    for code, fmt in _FLOAT_CODES:
+        try:
+            packed = struct.pack(fmt, v)
+        except (struct.error, OverflowError):
+            continue
+        if struct.unpack(fmt, packed)[0] == v:
+            out.append(bytes((code,)) + packed)
+            if v == 0:
+                out.append(bytes((code,)) + struct.pack(fmt, -0.0))
+    return out
+
+
+def _key_prefixes(name: str) -> list[bytes]:
+    """The bytes every encoding of the map key ``name`` ends with, as a picker matches it: the
+    low byte of its length, then its UTF-8 (str8/sym8, str32/sym32); a one-character name may
+    also be a char key (its code point)."""
+    encoded = name.encode("utf-8")
+    out = [bytes((len(encoded) & 0xFF,)) + encoded]
+    if len(name) == 1:
+        out.append(b"\x73" + struct.pack(">I", ord(name)))
+    return out
+
+
 def needles(requirement: Requirement) -> Needles:
-    """The byte strings a message's stored bytes must contain for a match: per required field
-    whose values are all text or binary, one of the values' raw bytes (every AMQP encoding of
-    a string, symbol or binary holds its bytes contiguously; a UUID is compared by its 16
-    bytes, which the encoding holds too). A field with no possible value gives an empty group:
-    nothing matches. Numbers give no needle (too many encodings): for an application property
-    its key is the needle then. This is a necessary
+    """The byte strings a message's stored bytes must contain for a match, a group per
+    required field (one string of each group):
+    - a string or binary value: its raw bytes (every AMQP encoding of a string, symbol or
+      binary holds its bytes contiguously; a UUID is compared by its 16 bytes, which the
+      encoding holds too);
+    - a number, for an application property: the key's last bytes directly followed by one of
+      the value's encodings (``number_encodings``), as a map holds its entries;
+    - anything else (a boolean, an empty string, a number in the properties section): no
+      needle for the value; an application property's key then stands for the field.
+    A field with no possible value gives an empty group: nothing matches. This is a necessary
     condition only: stage 2 still decides."""
     groups: list[tuple[bytes, ...]] = []
     for (section, name), values in sorted(requirement.items()):
         if not values:
             return ((),)
-        if all(c[0] == "s" for c in values) and all(c[1] for c in values):
-            groups.append(tuple(sorted(c[1] for c in values)))
-        elif section == "application_properties" and name:  # the key, when no value helps
-            try:
-                groups.append((name.encode("utf-8"),))
-            except UnicodeEncodeError:  # a lone surrogate: no valid message has this key
-                return ((),)
+        app = section == "application_properties" and bool(name)
+        try:
+            prefixes = _key_prefixes(name) if app else []
+        except UnicodeEncodeError:  # a lone surrogate: no valid message has this key
+            return ((),)
+        group: set[bytes] = set()
+        for kind, v in values:
+            if kind == "s" and v:
+                group.add(v)
+            elif kind == "n" and app:
+                group.update(p + e for p in prefixes for e in number_encodings(v))
+            else:
+                group.clear()
+                break
+        if group:
+            groups.append(tuple(sorted(group)))
+        elif app:
+            groups.append((prefixes[0][1:],))
     return tuple(groups)
 
 
@@ -176,6 +235,15 @@ def needles_of(f: Any) -> Needles:
     """The needles of any compiled stage-2 filter (none for None): what a storage reader takes
     to drop whole chunks (``storage.Reader``'s ``needles``) and ``prefiltered`` single records."""
     return needles(requirement_of(f)) if f is not None else ()
+
+
+def _holds_one(group: tuple[bytes, ...]) -> Callable[[bytes], Any]:
+    """A test for "holds one of ``group``'s strings": ``in`` for one, a regular expression
+    for several (one pass however many encodings a number has)."""
+    if len(group) == 1:
+        (needle,) = group
+        return lambda data: needle in data
+    return re.compile(b"|".join(re.escape(n) for n in sorted(group, key=len, reverse=True))).search
 
 
 def prefiltered(f: Any, evaluate: Callable[[bytes], bool]) -> Callable[[bytes], bool]:
@@ -187,14 +255,5 @@ def prefiltered(f: Any, evaluate: Callable[[bytes], bool]) -> Callable[[bytes], 
     if len(found) == 1 and len(found[0]) == 1:
         (needle,), = found
         return lambda data: needle in data and evaluate(data)
-
-    def check(data: bytes) -> bool:
-        for group in found:
-            for needle in group:
-                if needle in data:
-                    break
-            else:
-                return False
-        return evaluate(data)
-
-    return check
+    tests = [_holds_one(group) for group in found]
+    return lambda data: all(test(data) for test in tests) and evaluate(data)

@@ -6,6 +6,7 @@ filters, derived keys on and off), with an exact index and with a chunk Bloom fi
 from __future__ import annotations
 
 import math
+import struct
 import uuid
 from decimal import Decimal
 
@@ -23,8 +24,17 @@ from sqlfilter.required import (canonical, index_token, needles, required_values
 A, P = "application_properties", "properties"
 
 # ---- random messages: a few keys, values of every type that compares ----
+#: numbers in every AMQP type a value may take (proton picks the shortest encoding of each:
+#: small values get the one-byte forms, 300 and 70000 the wide ones)
+_TYPED_NUMBERS = [
+    proton.ubyte(1), proton.byte(-1), proton.ushort(300), proton.short(-300), proton.uint(0),
+    proton.uint(1), proton.uint(70000), proton.int32(-1), proton.int32(70000), proton.ulong(0),
+    proton.ulong(300), proton.ulong(70000), 300, -300, 70000, 0, proton.float32(1.0),
+    proton.float32(2.5), proton.float32(-0.0), 300.0, proton.char("\x01"), proton.timestamp(1),
+    proton.timestamp(70000)]
 _values = st.one_of(
     st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from([1.0, 2.5, -0.0, math.nan]),
+    st.sampled_from(_TYPED_NUMBERS),
     st.sampled_from(["a", "b", "c", "", "é"]), st.sampled_from([b"a", b"b", b"\xff"]))
 _KEYS = ("k", "m", "n")
 
@@ -37,7 +47,8 @@ def messages(draw):
 
 
 # ---- random filters (text), from pieces the extraction handles and pieces it must ignore ----
-_literals = st.sampled_from(["1", "2", "-1", "2.5", "1.0", "'a'", "'b'", "'c'", "''", "TRUE",
+_literals = st.sampled_from(["1", "2", "-1", "2.5", "1.0", "0", "-0.0", "300", "-300", "70000",
+                             "300.0", "'a'", "'b'", "'c'", "''", "TRUE",
                              "FALSE", "0x61"])
 _fields = st.sampled_from(list(_KEYS) + ["p.subject", "h.priority"])
 
@@ -182,7 +193,8 @@ _refs = st.one_of(
     st.just(Decimal("1.5")))
 _message_values = st.sampled_from([
     "a", "b", "&a", "ab", "ba", "é", "", b"a", b"\xff", 1, 2.5, 1.0, True, False, None,
-    proton.symbol("a"), proton.char("a"), proton.ulong(1), uuid.UUID(int=1), math.nan])
+    proton.symbol("a"), proton.char("a"), proton.ulong(1), uuid.UUID(int=1), math.nan,
+    *_TYPED_NUMBERS])
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -227,13 +239,67 @@ def test_the_byte_prefilter_of_property_filters_never_changes_an_answer(refs, ap
 @pytest.mark.parametrize("text,expected", [
     ("region = 'r42'", ((b"r42",),)),
     ("region IN ('b', 'a') AND p.subject = 's'", ((b"a", b"b"), (b"s",))),
-    ("k = 1", ((b"k",),)),  # numbers have too many encodings: only the key
+    ("k = TRUE", ((b"k",),)),  # no needle for a boolean: only the key
     ("k = 'a' AND k = 'b'", ((),)),  # nothing can match
     ("k = ''", ((b"k",),)),  # every record holds the empty string
     ("k = 'a' OR m = 'b'", ()),
 ])
 def test_needles(text, expected):
     assert needles(requirement_of(compile_sql(text))) == expected
+
+
+def _with_char_key(key: str, value) -> bytes:
+    """A message whose application properties are ``{char(key): value}`` (map32), body 'x'."""
+    data = proton.Data()
+    data.put_object(value)
+    entries = b"\x73" + struct.pack(">I", ord(key)) + data.encode()
+    return (b"\x00\x53\x74\xd1" + struct.pack(">II", 4 + len(entries), 2) + entries
+            + b"\x00\x53\x75\xa0\x01x")
+
+
+#: the AMQP types a number may be stored as, with the integers each holds (floats: any)
+_WIDE = [(proton.ubyte, 0, 2 ** 8 - 1), (proton.byte, -2 ** 7, 2 ** 7 - 1),
+         (proton.ushort, 0, 2 ** 16 - 1), (proton.short, -2 ** 15, 2 ** 15 - 1),
+         (proton.uint, 0, 2 ** 32 - 1), (proton.int32, -2 ** 31, 2 ** 31 - 1),
+         (proton.ulong, 0, 2 ** 64 - 1), (int, -2 ** 63, 2 ** 63 - 1),
+         (proton.timestamp, -2 ** 63, 2 ** 63 - 1), (proton.char, 0, 0xD7FF),
+         (proton.float32, None, None), (float, None, None)]
+
+
+@pytest.mark.parametrize("value", [0, 1, 7, -1, -128, 127, 255, 256, -129, 65535, 70000,
+                                   2 ** 31 - 1, -2 ** 31, 2 ** 32 - 1, 2 ** 53, 2 ** 63 - 1,
+                                   2 ** 64 - 1, -2 ** 63, 1.5, -0.0, 0.1])
+def test_a_number_is_found_in_every_type_that_holds_it(value):
+    """Every AMQP type that can hold ``value`` (as proton encodes it, shortest form first)
+    stores bytes that one of ``k = value``'s needles finds, with a str8, str32 or char key."""
+    f = compile_sql(f"k = {value!r}")
+    (group,) = needles(requirement_of(f))
+    tried = 0
+    for kind, lo, hi in _WIDE:
+        if lo is not None and not (type(value) is int and lo <= value <= hi):
+            continue
+        typed = kind(chr(value)) if kind is proton.char else kind(value)
+        stored = _encoded({"k": typed})
+        if not f.matches(MessageView.from_bytes(stored)):
+            assert kind in (proton.float32, float)  # a float that rounds the value
+            continue
+        tried += 1
+        held = typed
+        assert any(n in stored for n in group), (kind, value)
+        char_keyed = _with_char_key("k", typed)  # (proton encodes string keys only)
+        assert f.matches(MessageView.from_bytes(char_keyed))
+        assert any(n in char_keyed for n in group), (kind, value)
+    long_key = "k" * 300  # a str32 key: its length's low byte, then its bytes
+    (group,) = needles(requirement_of(compile_sql(f"{long_key} = {value!r}")))
+    assert any(n in _encoded({long_key: held}) for n in group)
+    assert tried >= 1
+
+
+def test_number_needles_tell_values_apart():
+    (seven,) = needles(requirement_of(compile_sql("k = 7")))
+    for other in (8, 7.5, "7", True):
+        assert not any(n in _encoded({"k": other}) for n in seven)
+    assert not any(n in _encoded({"kk": 7}) for n in seven)
 
 
 def test_a_record_without_the_needles_is_not_evaluated():
