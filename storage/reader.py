@@ -460,9 +460,15 @@ class Reader:
             if zlib.crc32(data) != b.crc:
                 self.stats.bytes_read += got
                 return None
-            part = decode_records(data, rec[0] + b.first, path=seg.spath, position=rec[3],
-                                  entries=b.entries)
-            if len(part) != b.records:
+            first = rec[0] + b.first  # of the block's records, those holding the needles
+            part = records_holding(data, first, self.needles, b.entries) if self.needles else None
+            if part is None:
+                part = decode_records(data, first, path=seg.spath, position=rec[3],
+                                      entries=b.entries)
+                if len(part) != b.records:
+                    self.stats.bytes_read += got
+                    return None
+            elif b.entries != b.records:  # all simple, yet the sidecar counts other records
                 self.stats.bytes_read += got
                 return None
             records.extend(part)

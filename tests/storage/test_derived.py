@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import storage.derived as derived
 from amqp_stream.derived_keys import deriver, wanted
 from sqlfilter import compile_sql
+from sqlfilter.required import needles_of
 from storage import OffsetSpec, Stream, StreamConfig
 from storage.derived import Cursor, derived_path, read_keys
 from tests.sqlfilter.test_required import A, P, filters, messages
@@ -46,12 +47,14 @@ def _write(directory: str, bodies: list[bytes], derive: bool, entries: int,
             i += size
 
 
-def _scan(directory: str, text: str, start: int, use_index: bool, entries: int):
+def _scan(directory: str, text: str, start: int, use_index: bool, entries: int,
+          use_needles: bool = False):
     f = compile_sql(text)
     match = f.bytes_matcher()
     with Stream.open(directory, _config(True, entries)) as s:
         w = wanted(KEYS, f) if use_index else None
-        with s.reader(OffsetSpec.offset(start), derived=w) as r:  # its fds: not left to leak
+        with s.reader(OffsetSpec.offset(start), derived=w,  # its fds: not left to leak
+                      needles=needles_of(f) if use_needles else ()) as r:
             got = [o for chunk in r for o, b in chunk.records if match(b)]
             return got, r.stats
 
@@ -77,8 +80,38 @@ def test_skipping_by_the_sidecar_gives_exactly_a_full_scan(text, stream, block, 
             assert _scan(off, text, start, False, entries)[0] == full
             assert _scan(off, text, start, True, entries)[0] == full  # no sidecar: read all
             assert _scan(on, text, start, True, entries)[0] == full, text
+            # as the broker reads: the blocks that may match, then their records holding the
+            # filter's bytes
+            assert _scan(on, text, start, True, entries, True)[0] == full, text
     finally:
         derived.BLOCK_RECORDS = saved
+
+
+# a key of many values (strings, and numbers in several AMQP types), so that a filter on it
+# selects few blocks of a chunk: the blocks read in part, then narrowed by the filter's bytes
+_SPREAD = [f"v{i}" for i in range(30)] + list(range(30)) + [proton.int32(7), proton.ubyte(7),
+                                                            proton.float32(7.0), proton.ulong(300)]
+_spread_messages = st.fixed_dictionaries(
+    {A: st.fixed_dictionaries({"k": st.sampled_from(_SPREAD)},
+                              optional={"m": st.sampled_from(["a", "b"])}),
+     P: st.just({})})
+_spread_atoms = st.one_of(
+    st.builds("k = 'v{}'".format, st.integers(0, 29)), st.builds("k = {}".format, st.integers(0, 29)),
+    st.builds("k IN ('v{}', {}, 300)".format, st.integers(0, 29), st.integers(0, 29)),
+    st.sampled_from(["m = 'a'", "m IS NULL", "k <> 'v1'", "k = 7.0"]))
+_spread_filters = st.recursive(_spread_atoms, lambda inner: st.tuples(
+    inner, st.sampled_from(["AND", "OR"]), inner).map(lambda t: f"({t[0]}) {t[1]} ({t[2]})"),
+    max_leaves=3)
+
+
+@SETTINGS
+@given(_spread_filters, st.lists(_spread_messages, min_size=40, max_size=200),
+       st.sampled_from([3, 8]), st.sampled_from([40, 200]),
+       st.lists(st.integers(1, 60), max_size=5), st.integers(0, 160))
+def test_blocks_read_in_part_give_exactly_a_full_scan(text, stream, block, entries, batches,
+                                                      start):
+    test_skipping_by_the_sidecar_gives_exactly_a_full_scan.hypothesis.inner_test(
+        text, stream, block, entries, batches, start)
 
 
 def _customers(n: int, values: int, seed: int = 1) -> list[bytes]:
