@@ -279,11 +279,14 @@ def _measure_publish(label: str, url: str, pid: int, address: str, encoded, coun
 
 
 def _measure_consume(label: str, url: str, pid: int, address: str, filters, batch: int,
-                     metrics_url: str | None = None, stream: str | None = None) -> dict:
+                     metrics_url: str | None = None, stream: str | None = None,
+                     client: Callable[..., ConsumeResult] | None = None) -> dict:
+    """One consume, with the broker's CPU and disk reads; ``client(url, address, filters)``
+    reads (default: ``consume`` with ``batch`` credit at a time)."""
     print(f"  consuming from {label} {address}", flush=True)
     read0 = metric(metrics_url, "amqp_stream_read_bytes_total", stream) if metrics_url else 0.0
     cpu0 = cpu_seconds(pid)
-    result = consume(url, address, filters, batch)
+    result = client(url, address, filters) if client else consume(url, address, filters, batch)
     cpu = cpu_seconds(pid) - cpu0
     read = (metric(metrics_url, "amqp_stream_read_bytes_total", stream) - read0) if metrics_url else float("nan")
     if result.timed_out:
