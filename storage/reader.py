@@ -291,13 +291,18 @@ class Reader:
         """The records of a chunk this reader read (its data section ``data``; ``flags`` from
         its header) that hold the ``needles`` (``format.records_holding``; a chunk with none
         is counted), or None: split the whole chunk."""
-        if not self.needles:
-            return None
-        records = records_holding(data, chunk_id, self.needles, entries,
-                                  bool(flags & FLAG_SIMPLE_ENTRIES))
+        records = self.holding(data, chunk_id, entries, flags)
         if records is not None and not records:
             self.stats.prefilter_chunks_skipped += 1
         return records
+
+    def holding(self, data: bytes, first: int, entries: int,
+                flags: int = 0) -> list[tuple[int, bytes]] | None:
+        """``candidates`` for any run of entries (a chunk's data section, or a block of it
+        that a derived key selected; ``first``: the offset of its first record), uncounted."""
+        if not self.needles:
+            return None
+        return records_holding(data, first, self.needles, entries, bool(flags & FLAG_SIMPLE_ENTRIES))
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until more may be readable (True) or ``timeout`` seconds pass (False)."""
@@ -461,7 +466,7 @@ class Reader:
                 self.stats.bytes_read += got
                 return None
             first = rec[0] + b.first  # of the block's records, those holding the needles
-            part = records_holding(data, first, self.needles, b.entries) if self.needles else None
+            part = self.holding(data, first, b.entries)
             if part is None:
                 part = decode_records(data, first, path=seg.spath, position=rec[3],
                                       entries=b.entries)
