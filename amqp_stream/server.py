@@ -32,6 +32,7 @@ from amqp_stream.core import Core
 from amqp_stream.loop import EventLoop, raise_fd_limit
 from amqp_stream.metrics import Metrics
 from amqp_stream.stream import StreamAdapter
+import sqlfilter
 
 __all__ = ["Broker"]
 
@@ -78,6 +79,7 @@ class Broker:
         self.data_lock = datadir.acquire(data_dir)  # held for the life of the process
         if self.data_lock is None:
             return 2
+        sqlfilter.prepare()  # the filter grammars, before the first consumer needs them
         names = self.core.open_all()
         self.metrics.watch(self.core.stream_states)
         log.info("amqp-stream %s: %d streams recovered from %s", __version__, len(names), data_dir)

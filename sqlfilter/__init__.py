@@ -8,8 +8,9 @@ filters' API takes and raises them).
 from amqp_stream.wire import MessageFormatError, MessageView
 from sqlfilter.errors import FilterError
 from sqlfilter.base import Filter
+from sqlfilter.parser import prepare
 from sqlfilter.sql import compile_selector, compile_sql
 from sqlfilter.property_filter import compile_property_filter
 
 __all__ = ["Filter", "FilterError", "MessageFormatError", "MessageView", "compile_property_filter", "compile_selector",
-           "compile_sql"]
+           "compile_sql", "prepare"]

@@ -27,7 +27,7 @@ from sqlfilter.selector_tree import SelectorTransformer
 from sqlfilter.tokens import RESERVED, SelectorTokenizer, Tokenizer
 from sqlfilter.tree_to_filter import TreeToFilter
 
-__all__ = ["parse", "RESERVED", "DEFAULT_MAX_LENGTH", "DEFAULT_MAX_TOKENS"]
+__all__ = ["parse", "prepare", "RESERVED", "DEFAULT_MAX_LENGTH", "DEFAULT_MAX_TOKENS"]
 
 DEFAULT_MAX_LENGTH = 4096
 DEFAULT_MAX_TOKENS = 200
@@ -48,6 +48,13 @@ def _lark(dialect: str = "sql") -> Lark:
                      lexer=SelectorTokenizer if selector else Tokenizer,
                      transformer=SelectorTransformer() if selector else TreeToFilter(),
                      propagate_positions=False, maybe_placeholders=False)
+
+
+def prepare() -> None:
+    """Load both dialects' grammars now (~50 ms each): a broker calls it at start, so that
+    its first filtered consumer does not wait for them."""
+    for dialect in ("sql", "selector"):
+        _lark(dialect)
 
 
 def _describe(err: UnexpectedInput) -> str:
