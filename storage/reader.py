@@ -419,18 +419,32 @@ class Reader:
         stop = n if budget is None else min(n, i + budget)
         expect = seg.expect
         skipped = 0
+        streak = 2 if cur.long_runs else 0  # entries skipped one by one in a row
         before = cur.bytes_read
         while i < stop:
+            if streak >= 2:  # entries are being skipped: try many at once
+                k, after, more = cur.skip_run(recs, i, stop, expect, lim)
+                if k:
+                    i += k
+                    skipped += k
+                    expect = after
+                    if more:
+                        continue
+                streak = 0  # at an entry that may match, or none skipped: one by one
+                continue
             rec = recs[i]
             if rec[4] or (lim is not None and rec[0] >= lim):
                 break
             e = cur.entry_for(rec[0])
             if e is None or e.position != rec[3] or (expect is not None and rec[0] != expect):
                 break
+            if i + 1 < n and recs[i + 1][0] != rec[0] + e.records:
+                break  # the index says otherwise: the entry is not to be trusted
             if cur.select(e)[0]:
                 break
             expect = rec[0] + e.records
             skipped += 1
+            streak += 1
             i += 1
         self.stats.bytes_read += cur.bytes_read - before
         if skipped and expect is not None:
@@ -451,6 +465,8 @@ class Reader:
         self.stats.bytes_read += cur.bytes_read - before
         if e is None or e.position != rec[3] or (seg.expect is not None and rec[0] != seg.expect):
             return None
+        if seg.ri < len(seg.recs) and seg.recs[seg.ri][0] != rec[0] + e.records:
+            return None  # the index says otherwise: the entry is not to be trusted
         sel, total = cur.select(e)
         if 2 * sum(b.length for b in sel) > total:
             return None
