@@ -351,7 +351,6 @@ class Cursor:
         self.bytes_read = 0
         self.cache: dict = {}  # ChunkEntry.select's masks per Bloom size (this segment's keys)
         self._last: tuple[ChunkEntry, tuple[list[Block], int]] | None = None
-        self.long_runs = False  # see skip_run
 
     @classmethod
     def open(cls, directory: str, start: int, wanted: Wanted) -> Cursor | None:
@@ -395,89 +394,6 @@ class Cursor:
             e = self.entry = got
         return e if e.chunk_id == chunk_id else None
 
-    def skip_run(self, recs: Sequence[tuple[int, int, int, int, int]], i: int, stop: int,
-                 expect: int | None, lim: int | None) -> tuple[int, int | None, bool]:
-        """How many of the index records ``recs[i:stop]``, in a row, are committed user chunks
-        (below ``lim``) whose entries come next in the sidecar, one after the other (chunk id
-        and position as in the index, each chunk's records reaching the next chunk, starting at
-        ``expect`` when given), whole (CRC) and without a block that may match; and the offset
-        after them. The same decision as ``entry_for`` and ``select`` entry by entry, taken on
-        columns (see above). 0 when the entry of ``recs[i]`` was decoded already, or the next
-        entries differ in layout or may match at once: then go entry by entry. The third value
-        is True when the run ended for want of entries only (at ``stop``, or where the buffer
-        or a window ends): another call may go on.
-
-        ``long_runs`` tells the caller whether the last run was long enough to try the next
-        one at once (entries that may match are rare here)."""
-        e = self.entry
-        if stop - i < 2 or (e is not None and e.chunk_id >= recs[i][0]):
-            return 0, expect, False
-        self._ahead(_MAX_ENTRY_HINT)
-        buf, at = self.buf, self.at
-        if at + _CHUNK_SIZE > len(buf):
-            return 0, expect, False
-        stride, fields, blocks = _layout(buf, at)
-        if not stride:
-            return 0, expect, False
-        # entries alike that may not match, in windows that double (a run that stops early
-        # costs little), as far as the buffer holds them
-        lo, window, total = 0, _RUN_FIRST, stop - i
-        more = True
-        while lo < total:
-            self._ahead((lo + window) * stride)
-            buf, at = self.buf, self.at
-            n = min(window, total - lo, (len(buf) - at) // stride - lo)
-            if n <= 0:
-                break
-            alike = _alike(buf, at, stride, fields, lo, n)
-            j = _may_match(buf, at + lo * stride, stride, alike, blocks, self.masks).find(1)
-            if j >= 0 or alike < n:
-                lo += alike if j < 0 else j
-                more = False
-                break
-            lo, window = lo + n, 2 * window
-        n = found = lo
-        run = recs[i:i + n]
-        ids = [r[0] for r in run]
-        if not n or (expect is not None and ids[0] != expect):
-            self.long_runs = False
-            return 0, expect, False
-        n = next((j for j, r in enumerate(run) if r[4] or (lim is not None and r[0] >= lim)), n)
-        if n:
-            n = _field_agrees(buf, at + 8, stride, n, struct.pack(f">{n}Q", *ids[:n]), 8)
-        if n:
-            n = _field_agrees(buf, at + 16, stride, n,
-                              struct.pack(f">{n}I", *[r[3] for r in run[:n]]), 4)
-        if n:  # each chunk's records reach the next chunk's id (where the index has it)
-            after = recs[i + n][0] if i + n < len(recs) else None
-            nxt = ids[1:n] + ([] if after is None else [after])
-            steps = struct.pack(f">{len(nxt)}I", *[b - a for a, b in zip(ids, nxt, strict=False)])
-            ok = _field_agrees(buf, at + _RECORDS_AT, stride, len(nxt), steps, 4)
-            n = ok + (ok == len(nxt) and after is None)  # the last one: unchecked then
-        view = memoryview(buf)
-        crcs = struct.pack(f">{n}I", *[_crc(view[p + 8:p + stride])
-                                       for p in range(at, at + n * stride, stride)])
-        n = _field_agrees(buf, at + 4, stride, n, crcs, 4) if n else 0
-        self.long_runs = n >= _LONG_RUN
-        if not n:
-            return 0, expect, False
-        (records,) = _LEN.unpack_from(buf, at + (n - 1) * stride + _RECORDS_AT)
-        self.at = at + n * stride
-        self.entry = None
-        return n, ids[n - 1] + records, more and n == found
-
-    def _ahead(self, need: int) -> None:
-        """Have ``need`` bytes after ``at`` in the buffer, as far as the file has them."""
-        buf, at = self.buf, self.at
-        if len(buf) - at >= need:
-            return
-        more = os.pread(self.fd, max(_READ, need), self.pos + len(buf))
-        if more:
-            self.bytes_read += len(more)
-            self.pos += at
-            self.buf = buf[at:] + more
-            self.at = 0
-
     def _next(self) -> ChunkEntry | object | None:
         while True:
             buf, at = self.buf, self.at
@@ -497,100 +413,6 @@ class Cursor:
             self.pos += at
             self.buf = buf[at:] + more
             self.at = 0
-
-
-# -- many entries at once ------------------------------------------------------------------
-# A segment's entries mostly look alike (same blocks, same Bloom sizes), so they lie at one
-# stride in the buffer and each field is a column (``buf[start::stride]``). ``Cursor.skip_run``
-# tests the columns in C (slices, ``translate``, big-integer AND/XOR) instead of decoding each
-# entry in Python (~4 µs): with ~110 records a chunk, a high-cardinality key's scan was that
-# loop.
-
-#: per bit of a byte, the table giving 1 for the bytes that have it set, else 0
-_BIT = tuple(bytes((x >> b) & 1 for x in range(256)) for b in range(8))
-_NBLOCKS_AT = _CHUNK_SIZE - 2  # DERIVED_CHUNK's last field
-_RECORDS_AT = 20  # DERIVED_CHUNK: length 0, CRC 4, chunk id 8, position 16, records 20
-_BLOCK_K_AT = 14  # DERIVED_BLOCK: entries 0, records 2, length 6, CRC 10, k 14, Bloom bytes 15
-_RUN_FIRST = 64  # entries tested first; the window doubles while none may match
-_MAX_ENTRY_HINT = 4096  # bytes read ahead to see the first entry of a run
-_LONG_RUN = 8  # a run of at least this many: try the next one at once
-
-
-def _agree(col: bytes, want: bytes) -> int:
-    """How many leading bytes of ``col`` equal ``want``'s (same lengths)."""
-    if col == want:  # the usual case: one memcmp
-        return len(col)
-    x = int.from_bytes(col, "big") ^ int.from_bytes(want, "big")
-    return len(col) - (x.bit_length() + 7) // 8
-
-
-def _column(buf: bytes, at: int, width: int, stride: int, n: int) -> list[bytes]:
-    """The ``width`` byte columns of a field at ``at`` of ``n`` entries ``stride`` apart."""
-    return [buf[at + b:at + b + n * stride:stride] for b in range(width)]
-
-
-def _field_agrees(buf: bytes, at: int, stride: int, n: int, packed: bytes, width: int) -> int:
-    """How many leading entries hold ``packed``'s values (big-endian, ``width`` bytes each)
-    in the field at ``at``."""
-    return min(_agree(col, packed[b::width])
-               for b, col in enumerate(_column(buf, at, width, stride, n)))
-
-
-def _layout(buf: bytes, at: int) -> tuple[int, list[tuple[int, int]], list[tuple[int, int, int]]]:
-    """The entry at ``at``: (its size, the (offset, width) of the fields a run of entries like
-    it must share: the length, the block count, each block's k and Bloom bytes; its blocks as
-    (Bloom offset in the entry, k, Bloom bytes)); size 0 when it cannot lead a run."""
-    (size,) = _LEN.unpack_from(buf, at)
-    stride = size + 4
-    if not _CHUNK_SIZE <= stride <= _MAX_ENTRY or at + stride > len(buf):
-        return 0, [], []
-    fields = [(0, 4), (_NBLOCKS_AT, 2)]
-    blocks: list[tuple[int, int, int]] = []
-    p = _CHUNK_SIZE
-    for _ in range(int.from_bytes(buf[at + _NBLOCKS_AT:at + _CHUNK_SIZE], "big")):
-        if p + _BLOCK_SIZE > stride:
-            return 0, [], []
-        k, nbytes = DERIVED_BLOCK.unpack_from(buf, at + p)[4:]
-        fields.append((p + _BLOCK_K_AT, 3))  # k and the Bloom's size
-        blocks.append((p + _BLOCK_SIZE, k, nbytes))
-        p += _BLOCK_SIZE + nbytes
-    return (stride, fields, blocks) if p == stride else (0, [], [])
-
-
-def _alike(buf: bytes, at: int, stride: int, fields: list[tuple[int, int]], lo: int, n: int) -> int:
-    """How many of the ``n`` entries from the ``lo``-th one share the layout of the entry at
-    ``at`` (``_layout``'s fields)."""
-    start = at + lo * stride
-    for off, width in fields:
-        for b in range(width):
-            col = buf[start + off + b:start + n * stride:stride]
-            n = min(n, _agree(col, buf[at + off + b:at + off + b + 1] * len(col)))
-    return n
-
-
-def _may_match(buf: bytes, at: int, stride: int, n: int, blocks: list[tuple[int, int, int]],
-               masks: Sequence[Sequence[tuple[int, int]]]) -> bytes:
-    """Per entry of the run, 1 when some block may hold a match (``ChunkEntry.select``'s
-    test: for every key, one of its tokens has all its bits set), else 0."""
-    end = at + n * stride
-    any_block = 0
-    for off, k, nbytes in blocks:
-        if not k:  # not indexed: may hold anything
-            return b"\x01" * n
-        m = nbytes * 8
-        block = int.from_bytes(b"\x01" * n, "big")  # a byte per entry: all of them, so far
-        for key in masks:
-            some = 0
-            for h1, h2 in key:
-                every = block
-                for i in range(k):
-                    bit = (h1 + i * h2) % m
-                    start = at + off + (bit >> 3)
-                    every &= int.from_bytes(buf[start:end:stride].translate(_BIT[bit & 7]), "big")
-                some |= every
-            block &= some
-        any_block |= block
-    return any_block.to_bytes(n, "big")
 
 
 def load(directory: str, start: int) -> tuple[list[str], list[ChunkEntry], int, int] | None:

@@ -419,19 +419,8 @@ class Reader:
         stop = n if budget is None else min(n, i + budget)
         expect = seg.expect
         skipped = 0
-        streak = 2 if cur.long_runs else 0  # entries skipped one by one in a row
         before = cur.bytes_read
         while i < stop:
-            if streak >= 2:  # entries are being skipped: try many at once
-                k, after, more = cur.skip_run(recs, i, stop, expect, lim)
-                if k:
-                    i += k
-                    skipped += k
-                    expect = after
-                    if more:
-                        continue
-                streak = 0  # at an entry that may match, or none skipped: one by one
-                continue
             rec = recs[i]
             if rec[4] or (lim is not None and rec[0] >= lim):
                 break
@@ -444,7 +433,6 @@ class Reader:
                 break
             expect = rec[0] + e.records
             skipped += 1
-            streak += 1
             i += 1
         self.stats.bytes_read += cur.bytes_read - before
         if skipped and expect is not None:

@@ -257,7 +257,7 @@ def test_sub_batch_entries_are_never_skipped(tmp_path):
         assert r.stats.derived_blocks_skipped >= 8  # the other blocks were skipped
 
 
-# ---- many entries tested at once (``Cursor.skip_run``) trust no more than one at a time ----
+# ---- a sidecar entry that says "no match" is trusted only as far as the log agrees ----
 _TAMPER = ["crc", "position", "chunk_id", "records"]
 
 
@@ -301,12 +301,12 @@ def _tampered(directory: str, chunk: int, how: str) -> None:
 
 
 @pytest.mark.parametrize("how", _TAMPER)
-def test_a_run_of_entries_skipped_at_once_trusts_no_more_than_one_entry_at_a_time(tmp_path, how):
-    """60 chunks of 20 same-sized records, every customer once but for chunk 40's last
-    record, the wanted one: entries before it are skipped many at once. Chunk 40's entry is
-    made to say "no match" with one thing wrong: the reader must not take it, read chunk 40
+def test_an_entry_that_disagrees_with_the_log_is_not_trusted(tmp_path, how):
+    """60 chunks of 20 records, every customer once but for chunk 40's last record, the
+    wanted one. Chunk 40's entry is made to say "no match" with one thing wrong (after the
+    stream's open, whose repair would cut it): the reader must not take it, read chunk 40
     whole, and deliver the match; or its predecessor's record count is wrong: the reader must
-    not take that entry (nor fail on the chunk after it)."""
+    not take that entry (it made the chunk after it fail as corrupt)."""
     keys = ("customer",)
     bodies = [proton.Message(body="x", properties={"customer": f"c{i:05d}"}).encode()
               for i in range(1200)]
@@ -323,8 +323,8 @@ def test_a_run_of_entries_skipped_at_once_trusts_no_more_than_one_entry_at_a_tim
         with s.reader(OffsetSpec.first(), derived=wanted(keys, f)) as r:
             got = [o for c in r for o, b in c.records if f.matches(b)]
             assert got == [819], how
-            assert r.stats.derived_chunks_skipped >= 38  # (by runs: see skip_run)
+            assert r.stats.derived_chunks_skipped >= 38
 
 
-def test_a_run_of_entries_skipped_at_once_ends_at_the_match(tmp_path):
-    test_a_run_of_entries_skipped_at_once_trusts_no_more_than_one_entry_at_a_time(tmp_path, "")
+def test_entries_that_agree_with_the_log_skip_every_chunk_but_the_match(tmp_path):
+    test_an_entry_that_disagrees_with_the_log_is_not_trusted(tmp_path, "")
