@@ -112,7 +112,7 @@ class Block(NamedTuple):
     entries: int
     records: int
     crc: int
-    k: int  # 0: not indexed
+    k: int  # 0: not indexed (also: a sub-batch in the block); else its entries are all simple
     bits: int
     m: int
 

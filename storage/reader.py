@@ -291,18 +291,19 @@ class Reader:
         """The records of a chunk this reader read (its data section ``data``; ``flags`` from
         its header) that hold the ``needles`` (``format.records_holding``; a chunk with none
         is counted), or None: split the whole chunk."""
-        records = self.holding(data, chunk_id, entries, flags)
+        records = self.holding(data, chunk_id, entries, bool(flags & FLAG_SIMPLE_ENTRIES))
         if records is not None and not records:
             self.stats.prefilter_chunks_skipped += 1
         return records
 
     def holding(self, data: bytes, first: int, entries: int,
-                flags: int = 0) -> list[tuple[int, bytes]] | None:
+                simple: bool = False) -> list[tuple[int, bytes]] | None:
         """``candidates`` for any run of entries (a chunk's data section, or a block of it
-        that a derived key selected; ``first``: the offset of its first record), uncounted."""
+        that a derived key selected; ``first``: the offset of its first record; ``simple``:
+        known to hold simple entries only, as a block the sidecar indexes does), uncounted."""
         if not self.needles:
             return None
-        return records_holding(data, first, self.needles, entries, bool(flags & FLAG_SIMPLE_ENTRIES))
+        return records_holding(data, first, self.needles, entries, simple)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until more may be readable (True) or ``timeout`` seconds pass (False)."""
@@ -470,7 +471,7 @@ class Reader:
                 self.stats.bytes_read += got
                 return None
             first = rec[0] + b.first  # of the block's records, those holding the needles
-            part = self.holding(data, first, b.entries)
+            part = self.holding(data, first, b.entries, simple=b.k > 0)  # (k: indexed)
             if part is None:
                 part = decode_records(data, first, path=seg.spath, position=rec[3],
                                       entries=b.entries)

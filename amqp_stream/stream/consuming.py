@@ -182,7 +182,7 @@ class Subscription:
                 if len(part) != b.length or zlib.crc32(part) != b.crc:
                     break  # the index is stale or damaged: the chunk's own CRC decides
                 first = loc.chunk_id + b.first  # its records holding the filter's bytes
-                found = self.reader.holding(part, first, b.entries)
+                found = self.reader.holding(part, first, b.entries, simple=b.k > 0)
                 if found is not None and b.entries != b.records:
                     break  # all simple, yet the index counts other records: read it whole
                 out.extend(decode_records(part, first, entries=b.entries) if found is None else found)
