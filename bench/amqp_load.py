@@ -18,7 +18,7 @@ import socket
 import time
 from urllib.parse import urlparse
 
-from proton import Connection, Link, Transport
+from proton import Connection, Endpoint, Link, Transport
 
 from bench.broker import ConsumeResult
 
@@ -31,7 +31,8 @@ _READ = 1 << 20
 
 def count(url: str, address: str, filters: dict | None = None, timeout: float = 180.0) -> ConsumeResult:
     """Read ``address`` to its end (a drain that comes back before the credit is spent) with
-    source ``filters``; the deliveries received and the time from connecting to the end."""
+    source ``filters``; the deliveries received and the time from connecting to the end.
+    Raises RuntimeError when the broker refuses or ends the link."""
     parsed = urlparse(url)
     host, port = parsed.hostname or "127.0.0.1", parsed.port or 5672
     start = time.perf_counter()
@@ -60,6 +61,8 @@ def count(url: str, address: str, filters: dict | None = None, timeout: float = 
             if pending > 0:
                 sock.sendall(transport.peek(pending))
                 transport.pop(pending)
+            if link.state & Endpoint.REMOTE_CLOSED:
+                raise RuntimeError(f"{address}: the broker closed the link ({link.remote_condition})")
             if not link.draining():  # the broker answered the drain: its credit is spent
                 break               # on what it sent (proton: credit no longer > queued)
             if time.perf_counter() > deadline:

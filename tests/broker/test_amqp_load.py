@@ -1,0 +1,31 @@
+"""The benchmarks' AMQP load generator (``bench.amqp_load.count``) counts exactly what the
+broker delivers, filtered or not, and stops at the end of the stream (the broker's answer to
+its drain), not at a timeout: its figures are only as good as that."""
+
+from __future__ import annotations
+
+import pytest
+
+from amqp_stream.testing import BrokerProcess
+from bench.amqp_load import count
+from bench.broker import declare, encode, publish, stream_filters
+
+
+def test_the_load_generator_counts_every_delivery_and_stops_at_the_end(tmp_path):
+    b = BrokerProcess(tmp_path / "data", extra_args=["--fsync", "never"]).start()
+    try:
+        declare(b.url, "s")
+        variants = [encode(properties={"k": k}) for k in range(10)]
+        assert publish(b.url, "/queues/s", lambda i: variants[i % 10], 3000, 500).accepted == 3000
+        everything = count(b.url, "/queues/s", stream_filters("first"), timeout=60)
+        assert (everything.messages, everything.timed_out) == (3000, False)
+        sevens = count(b.url, "/queues/s", stream_filters("first", sql="k = 7"), timeout=60)
+        assert (sevens.messages, sevens.timed_out) == (300, False)
+        late = count(b.url, "/queues/s", stream_filters("last", sql="k = 7"), timeout=60)
+        assert late.messages < 300 and not late.timed_out
+        empty = count(b.url, "/queues/s", stream_filters("next"), timeout=60)
+        assert (empty.messages, empty.timed_out) == (0, False)
+        with pytest.raises(RuntimeError, match="closed the link"):
+            count(b.url, "/queues/nope", stream_filters("first"), timeout=60)
+    finally:
+        b.stop()
