@@ -41,7 +41,8 @@ _COUNTERS = {
     "delivered_bytes": "bytes of messages sent to consumers",
     "chunks_read": "chunks read by consumers (stage 1 passed)",
     "chunks_skipped": "chunks skipped by stage 1 (chunk filter) without reading their data",
-    "stage2_dropped_messages": "messages read but dropped by a stage-2 filter",
+    "stage2_dropped_messages": "messages read but dropped by a stage-2 filter (also those its "
+                               "byte search left out without decoding them)",
     "read_bytes": "bytes read from segment files by consumers",
     "deduplicated_messages": "messages of named publishers (both protocols) confirmed and not "
                              "stored: their publishing id was not above the last one stored",
@@ -53,9 +54,9 @@ _COUNTERS = {
                                 "stage-2 filter requires: dropped whole, no record decoded",
 }
 _READ_STATS = ("chunks_read", "chunks_skipped", "bytes_read", "derived_chunks_skipped",
-               "derived_blocks_skipped", "prefilter_chunks_skipped")
+               "derived_blocks_skipped", "prefilter_chunks_skipped", "prefilter_records_dropped")
 _READ_COUNTERS = ("chunks_read", "chunks_skipped", "read_bytes", "derived_chunks_skipped",
-                  "derived_blocks_skipped", "prefilter_chunks_skipped")
+                  "derived_blocks_skipped", "prefilter_chunks_skipped", "stage2_dropped_messages")
 
 
 @dataclass

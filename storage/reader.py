@@ -114,6 +114,8 @@ class ReaderStats:
     derived_blocks_skipped: int = 0  # blocks of chunks read in part
     prefilter_chunks_skipped: int = 0  # read (and counted in chunks_read), but holding none of
     # the bytes the caller's filter requires (``needles``): no record given
+    prefilter_records_dropped: int = 0  # records (at or past the start) of chunks and blocks
+    # read that the needles left out: the filter's answer for them, without decoding them
 
 
 @dataclass(slots=True)
@@ -303,7 +305,12 @@ class Reader:
         known to hold simple entries only, as a block the sidecar indexes does), uncounted."""
         if not self.needles:
             return None
-        return records_holding(data, first, self.needles, entries, simple)
+        found = records_holding(data, first, self.needles, entries, simple)
+        if found is not None:  # (all simple: an entry is a record)
+            lo = max(first, self._min)
+            self.stats.prefilter_records_dropped += (max(0, first + entries - lo)
+                                                     - sum(1 for o, _ in found if o >= lo))
+        return found
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until more may be readable (True) or ``timeout`` seconds pass (False)."""

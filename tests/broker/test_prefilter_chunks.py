@@ -41,18 +41,25 @@ def test_amqp_consumers_drop_chunks_without_the_required_bytes(tmp_path):
                 r = c.receiver("s", [(OFFSET, offset(stored - 1))], credit=1)
                 c.receive_all(r, 1)
                 r.close()
+            dropped = _metric(b.metrics_url, "stage2_dropped_messages_total", "s")
             r = c.receiver("s", [(OFFSET, offset("first")),
                                  (symbol("q"), Described(SQL, "customer = 'needle-x' AND n >= 0"))],
                            credit=len(expected))
             assert [m.body for m in c.receive_all(r, len(expected))] == expected
             r.close()
             assert _metric(b.metrics_url, "prefilter_chunks_skipped_total", "s") >= GROUPS - 1
+            # every record read and not delivered counts as dropped by stage 2, whether its
+            # search left it out or its evaluation did
+            now = _metric(b.metrics_url, "stage2_dropped_messages_total", "s")
+            assert now - dropped == stored - len(expected)
             before = _metric(b.metrics_url, "prefilter_chunks_skipped_total", "s")
             r = c.receiver("s", [(OFFSET, offset("first")), (symbol("q"), Described(SQL, "n = 0"))],
-                           credit=GROUPS)  # a number: no needle but its key, which every record has
+                           credit=GROUPS)  # a number: its needles (the key, then an encoding
+            # of 0) are in every chunk, once
             assert [m.body for m in c.receive_all(r, GROUPS)] == [f"{g}/0" for g in range(GROUPS)]
             r.close()
             assert _metric(b.metrics_url, "prefilter_chunks_skipped_total", "s") == before
+            assert _metric(b.metrics_url, "stage2_dropped_messages_total", "s") - now == stored - GROUPS
     finally:
         b.close()
 
