@@ -16,6 +16,8 @@ import importlib
 import sys
 from typing import Sequence
 
+from amqp_stream.commands import interrupt
+
 # command name -> (module under amqp_stream.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("serve", "run the broker"),
@@ -54,7 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(only if only in COMMANDS else None)
     args = parser.parse_args(argv)
     try:
-        return int(args._run(args) or 0)
+        with interrupt.handled():
+            return int(args._run(args) or 0)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -27,6 +27,7 @@ import uuid
 from typing import Any
 
 from amqp_stream.client import ClientError, StreamMessage, StreamNotFound
+from amqp_stream.commands import interrupt
 from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
 from amqp_stream.commands.filters import check_filters
 from amqp_stream.commands.publish import parse_assignments
@@ -219,10 +220,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _messages(consumer, no_follow: bool):
     if no_follow:
-        yield from consumer.read_available()
+        for m in consumer.read_available():
+            interrupt.check()
+            yield m
         return
     while True:
         m = consumer.receive(timeout=1.0)
+        interrupt.check()  # a Ctrl-C that proton's callbacks swallowed
         if m is not None:
             yield m
 
