@@ -20,6 +20,7 @@ import time
 from typing import Any, Callable, Iterator, TextIO
 
 from amqp_stream.client import ClientError, PublishError, StreamNotFound, build_message
+from amqp_stream.commands import interrupt
 from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
 
 _SIMPLE = (str, bool, int, float, type(None))
@@ -124,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
                 ticker = _Ticker(lambda: (sent, pub.accepted))
             try:
                 for number, text, size in _lines(source):
+                    interrupt.check()  # a Ctrl-C that landed in proton and was dropped there
                     if progress:
                         progress.advance(size, sent)
                     if not text:
