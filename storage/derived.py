@@ -152,22 +152,25 @@ class ChunkEntry(NamedTuple):
             entries, recs, length, crc, k, nbytes = unpack(raw, p)
             p += _BLOCK_SIZE
             keep = True
-            bits = m = 0
+            m = 0
             if k:
-                bits = frombytes(raw[p:p + nbytes], "little")
                 m = nbytes * 8
                 if masks is not None:
                     per_key = cache.get((m, k))
                     if per_key is None:
-                        per_key = cache[(m, k)] = [[_mask(d, m, k) for d in key] for key in masks]
-                    for key_masks in per_key:
-                        for mask in key_masks:
-                            if bits & mask == mask:
+                        per_key = cache[(m, k)] = [[_probes(d, m, k) for d in key] for key in masks]
+                    for key_probes in per_key:
+                        for probes in key_probes:  # a token: are its k bits set? (byte lookups,
+                            for i, bit in probes:  # no integer made of the whole filter)
+                                if not raw[p + i] & bit:
+                                    break
+                            else:
                                 break
                         else:
                             keep = False  # this key holds none of its tokens
                             break
             if keep:
+                bits = frombytes(raw[p:p + nbytes], "little") if k else 0
                 out.append(new(Block, (off, length, first, entries, recs, crc, k, bits, m)))
             p += nbytes
             off += length
@@ -186,6 +189,12 @@ def _mask(dig: tuple[int, int], m: int, k: int) -> int:
     for i in range(k):
         mask |= 1 << ((h1 + i * h2) % m)
     return mask
+
+
+def _probes(dig: tuple[int, int], m: int, k: int) -> tuple[tuple[int, int], ...]:
+    """``_mask``'s bits as (byte index, bit in that byte) of the little-endian filter."""
+    h1, h2 = dig
+    return tuple(((h1 + i * h2) % m >> 3, 1 << ((h1 + i * h2) % m & 7)) for i in range(k))
 
 
 def _bloom(tokens: set[bytes], caches: dict) -> tuple[int, bytes]:
