@@ -238,12 +238,21 @@ def needles_of(f: Any) -> Needles:
 
 
 def _holds_one(group: tuple[bytes, ...]) -> Callable[[bytes], Any]:
-    """A test for "holds one of ``group``'s strings": ``in`` for one, a regular expression
-    for several (one pass however many encodings a number has)."""
+    """A test for "holds one of ``group``'s strings": ``in`` for one; for several, a regular
+    expression per first byte, whose shared prefix the engine finds at the speed of ``find``
+    (one expression over all 32 encodings of ``k = 7`` tried each position: 2x slower), as
+    ``storage.format`` searches whole chunks."""
     if len(group) == 1:
         (needle,) = group
         return lambda data: needle in data
-    return re.compile(b"|".join(re.escape(n) for n in sorted(group, key=len, reverse=True))).search
+    clusters: dict[bytes, list[bytes]] = {}
+    for needle in group:
+        clusters.setdefault(needle[:1], []).append(needle)
+    searches = [re.compile(b"|".join(re.escape(n) for n in sorted(c, key=len, reverse=True))).search
+                for c in clusters.values()]
+    if len(searches) == 1:
+        return searches[0]
+    return lambda data: any(search(data) for search in searches)
 
 
 def prefiltered(f: Any, evaluate: Callable[[bytes], bool]) -> Callable[[bytes], bool]:
@@ -256,4 +265,7 @@ def prefiltered(f: Any, evaluate: Callable[[bytes], bool]) -> Callable[[bytes], 
         (needle,), = found
         return lambda data: needle in data and evaluate(data)
     tests = [_holds_one(group) for group in found]
+    if len(tests) == 1:
+        (test,) = tests
+        return lambda data: test(data) and evaluate(data)
     return lambda data: all(test(data) for test in tests) and evaluate(data)

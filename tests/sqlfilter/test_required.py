@@ -274,6 +274,7 @@ def test_a_number_is_found_in_every_type_that_holds_it(value):
     stores bytes that one of ``k = value``'s needles finds, with a str8, str32 or char key."""
     f = compile_sql(f"k = {value!r}")
     (group,) = needles(requirement_of(f))
+    match = f.bytes_matcher()
     tried = 0
     for kind, lo, hi in _WIDE:
         if lo is not None and not (type(value) is int and lo <= value <= hi):
@@ -289,6 +290,7 @@ def test_a_number_is_found_in_every_type_that_holds_it(value):
         char_keyed = _with_char_key("k", typed)  # (proton encodes string keys only)
         assert f.matches(MessageView.from_bytes(char_keyed))
         assert any(n in char_keyed for n in group), (kind, value)
+        assert match(stored) and match(char_keyed), (kind, value)  # the byte prefilter too
     long_key = "k" * 300  # a str32 key: its length's low byte, then its bytes
     (group,) = needles(requirement_of(compile_sql(f"{long_key} = {value!r}")))
     assert any(n in _encoded({long_key: held}) for n in group)
