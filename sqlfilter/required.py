@@ -267,5 +267,5 @@ def prefiltered(f: Any, evaluate: Callable[[bytes], bool]) -> Callable[[bytes], 
     tests = [_holds_one(group) for group in found]
     if len(tests) == 1:
         (test,) = tests
-        return lambda data: test(data) and evaluate(data)
+        return lambda data: bool(test(data)) and evaluate(data)  # (a search gives a match)
     return lambda data: all(test(data) for test in tests) and evaluate(data)
