@@ -308,9 +308,24 @@ class Reader:
         found = records_holding(data, first, self.needles, entries, simple)
         if found is not None:  # (all simple: an entry is a record)
             lo = max(first, self._min)
-            self.stats.prefilter_records_dropped += (max(0, first + entries - lo)
-                                                     - sum(1 for o, _ in found if o >= lo))
+            kept = len(found) if lo == first else sum(1 for o, _ in found if o >= lo)
+            self.stats.prefilter_records_dropped += max(0, first + entries - lo) - kept
         return found
+
+    def block_records(self, data: bytes, chunk_id: int, b: Block, *, path: str = "?",
+                      position: int = 0) -> list[tuple[int, bytes]] | None:
+        """The records of block ``b`` of chunk ``chunk_id`` (``data``: the block's bytes as
+        read) that hold the ``needles``, else all of them; None when its bytes fail its CRC
+        or disagree with the sidecar on its records: then the chunk is read whole, under its
+        own CRC. For ``read_chunk`` and for a caller that reads ``ChunkLocation.blocks``."""
+        if len(data) != b.length or zlib.crc32(data) != b.crc:
+            return None
+        first = chunk_id + b.first
+        part = self.holding(data, first, b.entries, simple=b.k > 0)  # (k: indexed, all simple)
+        if part is None:
+            part = decode_records(data, first, path=path, position=position, entries=b.entries)
+            return part if len(part) == b.records else None
+        return part if b.entries == b.records else None
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until more may be readable (True) or ``timeout`` seconds pass (False)."""
@@ -474,18 +489,8 @@ class Reader:
                 continue
             data = pread_exact(seg.sfd, b.length, base + b.offset)
             got += len(data)
-            if zlib.crc32(data) != b.crc:
-                self.stats.bytes_read += got
-                return None
-            first = rec[0] + b.first  # of the block's records, those holding the needles
-            part = self.holding(data, first, b.entries, simple=b.k > 0)  # (k: indexed)
+            part = self.block_records(data, rec[0], b, path=seg.spath, position=rec[3])
             if part is None:
-                part = decode_records(data, first, path=seg.spath, position=rec[3],
-                                      entries=b.entries)
-                if len(part) != b.records:
-                    self.stats.bytes_read += got
-                    return None
-            elif b.entries != b.records:  # all simple, yet the sidecar counts other records
                 self.stats.bytes_read += got
                 return None
             records.extend(part)

@@ -178,14 +178,11 @@ class Subscription:
         if loc.blocks is not None:
             out: list[tuple[int, bytes]] = []
             for b in loc.blocks:
-                part = os.pread(loc.fd, b.length, loc.position + b.offset)
-                if len(part) != b.length or zlib.crc32(part) != b.crc:
+                part = self.reader.block_records(
+                    os.pread(loc.fd, b.length, loc.position + b.offset), loc.chunk_id, b)
+                if part is None:
                     break  # the index is stale or damaged: the chunk's own CRC decides
-                first = loc.chunk_id + b.first  # its records holding the filter's bytes
-                found = self.reader.holding(part, first, b.entries, simple=b.k > 0)
-                if found is not None and b.entries != b.records:
-                    break  # all simple, yet the index counts other records: read it whole
-                out.extend(decode_records(part, first, entries=b.entries) if found is None else found)
+                out.extend(part)
             else:
                 return out
         data = os.pread(loc.fd, loc.length, loc.position)
