@@ -56,7 +56,7 @@ CASES = (("customer (10,000 values, random)", "customer", "customer = 'c00042'")
 #: the consumers, each over every case: the load generator (``bench.amqp_load``: proton's
 #: engine counts pre-settled deliveries, no Python per message, so the broker is the limit), then
 #: a real Python client (``bench.broker.consume``: a proton reactor, ~25-50 µs a delivery)
-CLIENTS = (("load generator (bench.amqp_load)", lambda url, address, filters: count(url, address, filters)),
+CLIENTS = (("load generator (bench.amqp_load)", count),
            ("proton reactor client", None))
 _TEMPLATE_VALUES = {"customer": "cXXXXX", "region": "rYY", "zone": "zZZ"}
 

@@ -226,8 +226,8 @@ def needles(requirement: Requirement) -> Needles:
                 break
         if group:
             groups.append(tuple(sorted(group)))
-        elif app:
-            groups.append((prefixes[0][1:],))
+        elif app:  # the key's name, which every holder of the field has
+            groups.append((name.encode("utf-8"),))
     return tuple(groups)
 
 
