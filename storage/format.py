@@ -474,19 +474,19 @@ def records_holding(data: bytes, chunk_id: int, groups: Sequence[Sequence[bytes]
     in no body is in no record."""
     if not groups:
         return None
-    found = _finder(tuple(groups[0]))(data, max(16, entries // 4))
-    if found is None:
+    hits = _finder(tuple(groups[0]))(data, max(16, entries // 4))
+    if hits is None:
         return None
-    hits = found
+
+    def holds(body: bytes) -> bool:  # a candidate, checked whole
+        return all(any(needle in body for needle in group) for group in groups)
+
     if hits:
         stride = _stride(data, entries)
         if stride:  # same-sized entries: a hit's record is its position over the stride
-            out: list[tuple[int, bytes]] = []
-            for index in sorted({i // stride for i in hits}):
-                body = data[index * stride + 4:(index + 1) * stride]
-                if all(any(needle in body for needle in group) for group in groups):
-                    out.append((chunk_id + index, body))
-            return out
+            bodies = ((index, data[index * stride + 4:(index + 1) * stride])
+                      for index in sorted({i // stride for i in hits}))
+            return [(chunk_id + index, body) for index, body in bodies if holds(body)]
     end = len(data)
     unpack = _unpack_len
     pos = 0
@@ -498,16 +498,16 @@ def records_holding(data: bytes, chunk_id: int, groups: Sequence[Sequence[bytes]
                 pos += 4 + unpack(data, pos)[0]
             return [] if pos == end else None
         hits.append(end)  # a sentinel: no record ends past the section (hits come in order)
-        out = []
+        out: list[tuple[int, bytes]] = []
         k, offset = 0, chunk_id
         nxt_hit = hits[0]
         while pos < end:
             nxt = pos + 4 + unpack(data, pos)[0]
             if nxt > end:  # a sub-batch (its top bit) or entries that do not add up
                 return None
-            if nxt_hit < nxt:  # a hit starts in this entry: a candidate, checked whole
+            if nxt_hit < nxt:  # a hit starts in this entry: a candidate
                 body = data[pos + 4:nxt]
-                if all(any(needle in body for needle in group) for group in groups):
+                if holds(body):
                     out.append((offset, body))
                 while hits[k] < nxt:
                     k += 1
