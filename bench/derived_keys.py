@@ -96,7 +96,7 @@ def _dir_bytes(path: Path) -> tuple[int, int]:
     for root, _, files in os.walk(path):
         for name in files:
             size = os.path.getsize(os.path.join(root, name))
-            if name.endswith(".derived"):
+            if name.endswith((".derived", ".skip")):  # the sidecar and its skip table
                 derived += size
             elif name.endswith((".segment", ".index")):
                 log += size

@@ -66,7 +66,7 @@ from storage.format import CHUNK_HEADER_BYTES, SubBatchEntry
 __all__ = ["DERIVED_HEADER", "DERIVED_CHUNK", "DERIVED_BLOCK", "DERIVED_MAGIC", "BLOCK_RECORDS",
            "Derive", "Block", "ChunkEntry", "derived_name", "derived_path", "derived_header",
            "encode_entry", "decode_entries", "read_keys", "Cursor", "Wanted", "repair",
-           "create_sidecar", "load"]
+           "create_sidecar", "load", "fixed_bloom", "token_probes"]
 
 DERIVED_HEADER = struct.Struct(">4sIH")
 DERIVED_CHUNK = struct.Struct(">IIQIIIH")
@@ -81,6 +81,7 @@ _K = 4
 _SIZES = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072,
           4096, 6144, 8192)
 _READ = 256 * 1024
+_SEEK_READ = 1024  # after a seek: an entry or a few (a chunk of 3,000 records: ~1-6 KB)
 _LEN = struct.Struct(">I")
 
 #: (a chunk's data section, (start, end) of each simple entry's record in it) -> runs of
@@ -205,6 +206,12 @@ def _bloom(tokens: set[bytes], caches: dict) -> tuple[int, bytes]:
         if size * 8 >= want:
             nbytes = size
             break
+    return _K, fixed_bloom(tokens, nbytes, caches)
+
+
+def fixed_bloom(tokens: set[bytes], nbytes: int, caches: dict) -> bytes:
+    """The Bloom filter of ``tokens`` in exactly ``nbytes`` bytes (k = 4, as ``_bloom``'s;
+    for ``storage.skiptable``, whose rows are all one size)."""
     m = nbytes * 8
     cache = caches.get(m)
     if cache is None or len(cache) > 100_000:
@@ -215,12 +222,21 @@ def _bloom(tokens: set[bytes], caches: dict) -> tuple[int, bytes]:
         if mask is None:
             mask = cache[t] = _mask(_digest(t), m, _K)
         bits |= mask
-    return _K, bits.to_bytes(nbytes, "little")
+    return bits.to_bytes(nbytes, "little")
+
+
+def token_probes(token: bytes, nbytes: int) -> tuple[tuple[int, int], ...]:
+    """(byte index, bit) of ``token``'s bits in a Bloom filter of ``nbytes`` bytes made by
+    ``fixed_bloom``: a filter holds the token when every one is set."""
+    return _probes(_digest(token), nbytes * 8, _K)
 
 
 def encode_entry(chunk_id: int, position: int, records: int, filter_size: int, data: bytes,
-                 bodies: Sequence[bytes], derive: Derive, cache: dict) -> bytes:
-    """The sidecar entry of one user chunk (``data``: its data section, of ``bodies``)."""
+                 bodies: Sequence[bytes], derive: Derive, cache: dict,
+                 blooms: list[bytes | None] | None = None, bloom_bytes: int = 0) -> bytes:
+    """The sidecar entry of one user chunk (``data``: its data section, of ``bodies``).
+    ``blooms``: gets, per block, its tokens' ``fixed_bloom`` of ``bloom_bytes`` bytes, or None
+    for a block not indexed (the skip table's rows)."""
     n = len(bodies)
     if SubBatchEntry not in set(map(type, bodies)):  # simple entries only: offsets in C
         cum = list(accumulate(map(_FOUR.__add__, map(len, bodies)), initial=0))
@@ -267,7 +283,11 @@ def encode_entry(chunk_id: int, position: int, records: int, filter_size: int, d
         crc = zlib.crc32(view[start:start + length])
         if unknown[k]:
             parts.append(DERIVED_BLOCK.pack(entries, block_records[k], length, crc, 0, 0))
+            if blooms is not None:
+                blooms.append(None)
         else:
+            if blooms is not None:
+                blooms.append(fixed_bloom(tokens[k], bloom_bytes, cache))
             kk, bits = _bloom(tokens[k], cache)
             parts.append(DERIVED_BLOCK.pack(entries, block_records[k], length, crc, kk, len(bits)))
             parts.append(bits)
@@ -350,14 +370,19 @@ class Cursor:
     """A reader's walk through one segment's sidecar, in step with its chunks (read forward in
     large ``pread``s, so a scan reads the sidecar once, sequentially)."""
 
-    def __init__(self, fd: int, start: int, masks: list[list[tuple[int, int]]]) -> None:
+    def __init__(self, fd: int, start: int, masks: list[list[tuple[int, int]]],
+                 keys: Sequence[str] = (), wanted: Sequence[Collection[bytes]] = ()) -> None:
         self.fd = fd
         self.masks = masks
+        self.keys = list(keys)  # the keys the sidecar indexes, as its header lists them
+        self.wanted = list(wanted)  # per key of ``masks``, its wanted tokens
+        self.read_size = _READ  # the next pread's size (small after a ``seek``, then doubling)
         self.pos = start  # file position of ``buf[0]``
         self.buf = b""
         self.at = 0
         self.entry: ChunkEntry | None = None
         self.bytes_read = 0
+        self.entries_read = 0  # entries decoded (a skip table spares most of them)
         self.cache: dict = {}  # ChunkEntry.select's masks per Bloom size (this segment's keys)
         self._last: tuple[ChunkEntry, tuple[list[Block], int]] | None = None
 
@@ -370,11 +395,12 @@ class Cursor:
         except FileNotFoundError:
             return None
         found = read_keys(fd)
-        masks = [[_digest(t) for t in wanted[k]] for k in (found[0] if found else ()) if k in wanted]
-        if found is None or not masks:
+        keys = [k for k in (found[0] if found else ()) if k in wanted]
+        if found is None or not keys:
             os.close(fd)
             return None
-        return cls(fd, found[1], masks)
+        return cls(fd, found[1], [[_digest(t) for t in wanted[k]] for k in keys], found[0],
+                   [wanted[k] for k in keys])
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -390,6 +416,19 @@ class Cursor:
         got = e.select(self.masks, self.cache)
         self._last = (e, got)
         return got
+
+    def seek(self, position: int) -> None:
+        """Go on from the entry at file ``position`` (``storage.skiptable`` says where a
+        chunk's entry lies): the entries before it are not read. A wrong position costs
+        nothing but the index: what is found there fails its CRC or its chunk id."""
+        self.entry = None
+        if self.pos <= position <= self.pos + len(self.buf):  # read already: no pread
+            self.at = position - self.pos
+            return
+        self.pos = position
+        self.buf = b""
+        self.at = 0
+        self.read_size = _SEEK_READ
 
     def entry_for(self, chunk_id: int) -> ChunkEntry | None:
         """The entry of ``chunk_id``, or None when the sidecar has none (yet)."""
@@ -413,9 +452,11 @@ class Cursor:
                     return None                           # chunks after it are read whole
                 if at + need <= len(buf):
                     self.at = at + need
+                    self.entries_read += 1
                     e = _decode_one(buf, at, at + need)
                     return _BAD if e is None else e
-            more = os.pread(self.fd, max(_READ, need), self.pos + len(buf))
+            more = os.pread(self.fd, max(self.read_size, need), self.pos + len(buf))
+            self.read_size = min(2 * self.read_size, _READ)
             if not more:
                 return None  # the entry is not (wholly) written yet
             self.bytes_read += len(more)

@@ -33,6 +33,7 @@ Strategy:
 from __future__ import annotations
 
 import bisect
+import operator
 import os
 import time
 import zlib
@@ -42,6 +43,7 @@ from typing import Callable, Iterable, Iterator, Protocol, Sequence, cast
 import bloom
 
 from storage.derived import Block, ChunkEntry, Cursor, Wanted
+from storage.skiptable import Table
 from storage.errors import CorruptionError
 from storage.files import (
     IndexTuple,
@@ -75,6 +77,8 @@ _INDEX_BATCH = 4096
 _HB = CHUNK_HEADER_BYTES  # short name for the hot paths below
 _MIN_FILTER = bloom.MIN_SIZE
 _unpack_header = CHUNK_HEADER.unpack_from
+_ID = operator.itemgetter(0)  # of an index tuple: the chunk id
+_TYPE = operator.itemgetter(4)  # and its type
 
 
 class LogSource(Protocol):
@@ -112,6 +116,8 @@ class ReaderStats:
     bytes_read: int = 0
     derived_chunks_skipped: int = 0  # whole chunks the derived index ruled out
     derived_blocks_skipped: int = 0  # blocks of chunks read in part
+    derived_entries_read: int = 0  # sidecar entries decoded (where a skip table covers the
+    # segment: those of the chunks it could not rule out, else one per chunk looked at)
     prefilter_chunks_skipped: int = 0  # read (and counted in chunks_read), but holding none of
     # the bytes the caller's filter requires (``needles``): no record given
     prefilter_records_dropped: int = 0  # records (at or past the start) of chunks and blocks
@@ -173,6 +179,7 @@ class _Open:
     idx_next: int = 0  # index record number after the last one in ``recs``
     expect: int | None = None  # the chunk id that must come next in this segment
     derived: Cursor | None = None  # the segment's derived-key sidecar, when it helps
+    table: Table | None = None  # its skip table (``storage.skiptable``), while it covers
 
 
 class Reader:
@@ -258,10 +265,9 @@ class Reader:
                         return None
                     continue
             if seg.derived is not None:
-                before = stats.chunks_skipped
-                done = self._derived_run(seg, lim, left)
+                done, cost = self._derived_run(seg, lim, left)
                 if left is not None:
-                    left -= stats.chunks_skipped - before
+                    left -= cost
                     if left <= 0:
                         return SCAN_PAUSED
                 if done:
@@ -431,24 +437,56 @@ class Reader:
                 return None
         return ReadChunk(h.chunk_id, h.timestamp, records, h.next_offset)
 
-    def _derived_run(self, seg: _Open, lim: int | None, budget: int | None) -> bool:
+    def _derived_run(self, seg: _Open, lim: int | None, budget: int | None) -> tuple[bool, int]:
         """Skip consecutive user chunks whose sidecar entry has no block that may match,
-        without reading them (``_skip_run`` for derived keys). True when it consumed every
-        buffered index record."""
+        without reading them (``_skip_run`` for derived keys). Where the segment's skip table
+        covers the index, runs of chunks without a stop are passed over at once, and the
+        cursor is sent to a stop's entry; elsewhere the sidecar is walked entry by entry.
+        (True when it consumed every buffered index record, its cost against ``budget``: an
+        entry walked or a run passed over at once counts one.)"""
         cur = seg.derived
         assert cur is not None
         recs = seg.recs
         i, n = seg.ri, len(recs)
-        stop = n if budget is None else min(n, i + budget)
         expect = seg.expect
-        skipped = 0
-        before = cur.bytes_read
-        while i < stop:
+        skipped = cost = 0
+        before = self._mark(cur)
+        table = seg.table
+        base = seg.idx_next - n  # the index record number of recs[0]
+        while i < n and (budget is None or cost < budget):
             rec = recs[i]
             if rec[4] or (lim is not None and rec[0] >= lim):
                 break
+            if expect is not None and rec[0] != expect:
+                break
+            if table is not None and base + i >= table.first:
+                far = self._table_leap(seg, table, base + i, base + n, lim)
+                if far is not None:  # past the buffered records: the index is read from there
+                    self._count_cursor(cur, before)
+                    self.stats.chunks_skipped += skipped + far - (base + i)
+                    self.stats.derived_chunks_skipped += skipped + far - (base + i)
+                    return True, cost + 1
+                j = self._table_jump(table, recs, i, n - 1, base, lim)
+                if j is None:  # the table and the index disagree: walk the sidecar
+                    table = seg.table = None
+                elif j > i:
+                    skipped += list(map(_TYPE, recs[i:j])).count(CHUNK_USER)
+                    expect = recs[j][0]
+                    i = j
+                    cost += 1
+                    continue
+                elif base + i > table.last:  # past the table: walk on from its end
+                    if table.sidecar_end:
+                        cur.seek(table.sidecar_end)
+                    table = seg.table = None
+                else:  # a stop (or the last record buffered): its entry, where the table says
+                    row = table.row_of(base + i)
+                    if row is None or row[0] != rec[0]:
+                        table = seg.table = None
+                    elif row[1] and (cur.entry is None or cur.entry.chunk_id != rec[0]):
+                        cur.seek(row[1])  # (within what it read already: no pread)
             e = cur.entry_for(rec[0])
-            if e is None or e.position != rec[3] or (expect is not None and rec[0] != expect):
+            if e is None or e.position != rec[3]:
                 break
             if i + 1 < n and recs[i + 1][0] != rec[0] + e.records:
                 break  # the index says otherwise: the entry is not to be trusted
@@ -456,14 +494,61 @@ class Reader:
                 break
             expect = rec[0] + e.records
             skipped += 1
+            cost += 1
             i += 1
-        self.stats.bytes_read += cur.bytes_read - before
-        if skipped and expect is not None:
+        self._count_cursor(cur, before)
+        if i > seg.ri and expect is not None:
             seg.ri = i
             seg.expect = self._next_id = expect
             self.stats.chunks_skipped += skipped
             self.stats.derived_chunks_skipped += skipped
-        return i >= n
+        return i >= n, cost
+
+    @staticmethod
+    def _mark(cur: Cursor) -> tuple[int, int]:
+        return cur.bytes_read, cur.entries_read
+
+    def _count_cursor(self, cur: Cursor, mark: tuple[int, int]) -> None:
+        """Count what the sidecar cursor read since ``mark``."""
+        self.stats.bytes_read += cur.bytes_read - mark[0]
+        self.stats.derived_entries_read += cur.entries_read - mark[1]
+
+    def _table_leap(self, seg: _Open, table: Table, number: int, end: int,
+                    lim: int | None) -> int | None:
+        """When the table's next stop lies past the buffered index records (``end``, their
+        number after the last), pass over to it without decoding the records between: the
+        segment's index is read on from the stop (or the table's last record), whose chunk
+        id the index must confirm. Its record number, or None (nothing passed over)."""
+        target = min(table.next_stop(number), table.last)
+        if target < end:
+            return None
+        row = table.row_of(target)
+        if row is None or (lim is not None and row[0] >= lim):
+            return None
+        rec = read_index_record(seg.ifd, target)
+        self.stats.bytes_read += INDEX_RECORD_BYTES
+        if rec is None or rec.chunk_id != row[0] or rec.position == 0:
+            return None
+        seg.recs, seg.ri, seg.idx_next = [], 0, target
+        seg.expect = self._next_id = row[0]
+        return target
+
+    @staticmethod
+    def _table_jump(table: Table, recs: list[IndexTuple], i: int, hi: int, base: int,
+                    lim: int | None) -> int | None:
+        """Where a run of chunks the table rules out, from ``recs[i]`` (covered), ends: the
+        next stop, the first record past the table, ``hi`` or the committed end; None when
+        the table's row there names another chunk than the index."""
+        j = min(table.next_stop(base + i) - base, hi)
+        if lim is not None and j > i:
+            j = bisect.bisect_left(recs, lim, i, j, key=_ID)
+        if j <= i:
+            return i
+        if base + j <= table.last:  # the record it lands on: the same chunk in both
+            row = table.row_of(base + j)
+            return j if row is not None and row[0] == recs[j][0] else None
+        row = table.row_of(table.last)  # the last one it passes over
+        return j if row is not None and row[0] == recs[j - 1][0] else None
 
     def _read_blocks(self, seg: _Open, rec: IndexTuple) -> ReadChunk | None:
         """A user chunk read in part: only the blocks its sidecar entry says may match, when
@@ -471,9 +556,9 @@ class Reader:
         a block's bytes fail its CRC: the whole chunk's CRC then decides)."""
         cur = seg.derived
         assert cur is not None
-        before = cur.bytes_read
+        before = self._mark(cur)
         e = cur.entry_for(rec[0])
-        self.stats.bytes_read += cur.bytes_read - before
+        self._count_cursor(cur, before)
         if e is None or e.position != rec[3] or (seg.expect is not None and rec[0] != seg.expect):
             return None
         if seg.ri < len(seg.recs) and seg.recs[seg.ri][0] != rec[0] + e.records:
@@ -552,9 +637,9 @@ class Reader:
         they are at most half of it (None: the whole chunk)."""
         cur = seg.derived
         assert cur is not None
-        before = cur.bytes_read
+        before = self._mark(cur)
         e = cur.entry_for(rec[0])
-        self.stats.bytes_read += cur.bytes_read - before
+        self._count_cursor(cur, before)
         if (e is None or e.position != rec[3] or e.records != h.records
                 or e.data_start != _HB + h.filter_size):
             return None
@@ -688,7 +773,10 @@ class Reader:
         self._close_segment()
         self._seg = _Open(start, spath, sfd, ifd, idx_next=idx_next)
         if self._wanted is not None:
-            self._seg.derived = Cursor.open(d, start, self._wanted)
+            cur = self._seg.derived = Cursor.open(d, start, self._wanted)
+            if cur is not None:
+                self._seg.table, read = Table.load(d, start, cur.keys, cur.wanted, idx_next)
+                self.stats.bytes_read += read
 
     def _open_first(self) -> bool:
         for start in self.source.segment_starts():

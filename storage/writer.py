@@ -47,9 +47,10 @@ from typing import Callable, Iterable, Sequence, Union
 import bloom
 
 from storage.config import FsyncPolicy, StreamConfig
+from storage import skiptable
 from storage.derived import create_sidecar, derived_path, encode_entry, repair
 from storage.errors import CorruptionError, StorageError, StreamClosedError
-from storage.files import fsync_dir, index_path, read_index_record, segment_path
+from storage.files import fsync_dir, index_count, index_path, read_index_record, segment_path
 from storage.format import (
     CHUNK_HEADER_BYTES,
     CHUNK_TRACKING_DELTA,
@@ -132,9 +133,11 @@ class Writer:
         # the token digests seen lately
         self._dfd = -1
         self._dsize = 0
+        self._table: skiptable.TableWriter | None = None  # the sidecar's skip table
         self._dcache: dict = {}
         if config.derived_keys:
             repair(directory, self.starts)
+            skiptable.remove_orphans(directory, self.starts)
             self._open_sidecar(last.start)
         self._unsynced = False
         self._last_sync = time.monotonic()
@@ -327,6 +330,7 @@ class Writer:
             except OSError:
                 pass
         self._sfd = self._ifd = self._dfd = -1
+        self._close_table()
 
     def _open_sidecar(self, start: int) -> None:
         if self._dfd >= 0:
@@ -334,6 +338,21 @@ class Writer:
             self._dfd = -1
         self._dfd = create_sidecar(self.directory, start, self.config.derived_keys)
         self._dsize = os.fstat(self._dfd).st_size
+        self._close_table()
+        ifd = os.open(index_path(self.directory, start), os.O_RDONLY)
+        try:
+            n = index_count(ifd)
+            last = read_index_record(ifd, n - 1) if n else None
+        finally:
+            os.close(ifd)
+        self._table = skiptable.TableWriter.open(self.directory, start, self.config.derived_keys,
+                                                 n, last.chunk_id if last is not None else None,
+                                                 self._dsize)
+
+    def _close_table(self) -> None:
+        if self._table is not None:
+            self._table.close()
+            self._table = None
 
     # -- the writer thread ---------------------------------------------------------------------
     def _run(self) -> None:
@@ -427,6 +446,7 @@ class Writer:
                 except OSError:
                     pass
         self._sfd = self._ifd = self._dfd = -1
+        self._close_table()
         self._unsynced = False
         try:
             segments = recover(self.directory)
@@ -455,6 +475,7 @@ class Writer:
             written = load(self.directory, last.start, last.tracking)
             if self.config.derived_keys:
                 repair(self.directory, [s.start for s in segments])
+                skiptable.remove_orphans(self.directory, [s.start for s in segments])
                 self._open_sidecar(last.start)
         except Exception as exc:  # noqa: BLE001 - the stream stays failed; retried later
             log.error("stream %s: reloading tracking after a write error failed: %s",
@@ -514,8 +535,11 @@ class Writer:
             iov: list[bytes] = []
             idx: list[bytes] = []
             dents: list[bytes] = []
+            trows: list[bytes] = []  # the skip table's rows of the group's chunks
+            dpend = 0  # bytes of ``dents``: where the next entry lands in the sidecar
             group_start_size = info.size
             dstart_size = self._dsize
+            tstart = self._table_state()
             idx_start_size = INDEX_HEADER_BYTES + INDEX_RECORD_BYTES * info.chunks
             ts = max(time.time_ns() // 1_000_000, self._last_ts)
             self._last_ts = ts
@@ -533,11 +557,12 @@ class Writer:
                             self._snapshot_at = self._reserve(CHUNK_TRACKING_SNAPSHOT)
                     if (kind == CHUNK_TRACKING_SNAPSHOT or self._snapshot_at is None
                             or info.size >= _HARD_SEGMENT_BYTES):
-                        self._write_group(iov, idx, dents)
-                        iov, idx, dents = [], [], []
+                        self._write_group(iov, idx, dents, trows)
+                        iov, idx, dents, trows, dpend = [], [], [], [], 0
                         info = self._rollover(chunk_id, retain=self._snapshot_at is None)
                         group_start_size, idx_start_size = info.size, INDEX_HEADER_BYTES
                         dstart_size = self._dsize
+                        tstart = self._table_state()
                 trailer = b""
                 filt = None
                 if kind == CHUNK_TRACKING_DELTA:
@@ -603,15 +628,27 @@ class Writer:
                                         filter_param=filt.param, trailer=trailer, flags=flags)
                     csize = CHUNK_HEADER_BYTES + len(filt.bits) + len(data) + len(trailer)
                     if derive is not None:
+                        blooms: list[bytes | None] = []
                         dents.append(encode_entry(chunk_id, info.size, recs, len(filt.bits), data,
-                                                  bodies[i:i + n], derive, dcache))
+                                                  bodies[i:i + n], derive, dcache, blooms,
+                                                  skiptable.ROW_BLOOM_BYTES))
+                        trows.append(skiptable.rows_of(info.chunks, self._dsize + dpend,
+                                                       chunk_id, blooms))
+                        dpend += len(dents[-1])
                 else:
                     bufs = encode_chunk(chunk_id, ts, data, n, recs, epoch=cfg.epoch,
                                         chunk_type=kind, trailer=trailer, flags=flags)
                     csize = CHUNK_HEADER_BYTES + len(data) + len(trailer)
                     if derive is not None and kind == CHUNK_USER:
+                        blooms = []
                         dents.append(encode_entry(chunk_id, info.size, recs, 0, data,
-                                                  bodies[i:i + n], derive, dcache))
+                                                  bodies[i:i + n], derive, dcache, blooms,
+                                                  skiptable.ROW_BLOOM_BYTES))
+                        trows.append(skiptable.rows_of(info.chunks, self._dsize + dpend,
+                                                       chunk_id, blooms))
+                        dpend += len(dents[-1])
+                    elif derive is not None:  # a tracking chunk: a row nothing matches
+                        trows.append(skiptable.rows_of(info.chunks, 0, chunk_id, None))
                 self._snapshot_only = kind == CHUNK_TRACKING_SNAPSHOT and not info.chunks
                 idx.append(_pack_index(chunk_id, ts, cfg.epoch, info.size, kind))
                 iov.extend(bufs)
@@ -624,13 +661,18 @@ class Writer:
                 off += recs
                 last_id = chunk_id
             try:
-                self._write_group(iov, idx, dents)
+                self._write_group(iov, idx, dents, trows)
             except Exception:
                 _truncate_quietly(self._sfd, group_start_size)
                 _truncate_quietly(self._ifd, idx_start_size)
                 if self._dfd >= 0:
                     _truncate_quietly(self._dfd, dstart_size)
                     self._dsize = dstart_size
+                if self._table is not None and tstart is not None:
+                    try:
+                        self._table.rollback(tstart)
+                    except OSError:
+                        self._close_table()  # reopened (and checked) with the files
                 raise
             # durable per policy, then commit
             if cfg.fsync == FsyncPolicy.ALWAYS:
@@ -696,9 +738,13 @@ class Writer:
                         del self.sequences[k]
         return records
 
-    def _write_group(self, iov: list[bytes], idx: list[bytes], dents: list[bytes]) -> None:
-        """Segment, then the derived sidecar, then the index: a reader that sees an index
-        record finds the chunk and its sidecar entry."""
+    def _table_state(self) -> tuple[int, int, int] | None:
+        return self._table.state if self._table is not None else None
+
+    def _write_group(self, iov: list[bytes], idx: list[bytes], dents: list[bytes],
+                     trows: list[bytes]) -> None:
+        """Segment, then the derived sidecar and its skip table, then the index: a reader
+        that sees an index record finds the chunk, its sidecar entry and its rows."""
         if not iov:
             return
         self._unsynced = True
@@ -706,6 +752,8 @@ class Writer:
         if dents and self._dfd >= 0:
             _writev_all(self._dfd, dents)
             self._dsize += sum(map(len, dents))
+        if trows and self._table is not None:
+            self._table.append(trows, self._dsize)
         _writev_all(self._ifd, [b"".join(idx)])
 
     def _commit(self, end: int, chunk_id: int) -> None:
@@ -751,7 +799,8 @@ class Writer:
         for info in infos[:drop]:
             for path in (index_path(self.directory, info.start),
                          segment_path(self.directory, info.start),
-                         derived_path(self.directory, info.start)):
+                         derived_path(self.directory, info.start),
+                         skiptable.skip_path(self.directory, info.start)):
                 try:
                     os.unlink(path)
                 except FileNotFoundError:

@@ -18,6 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import storage.derived as derived
+import storage.reader as reader
+from storage import skiptable
 from amqp_stream.derived_keys import deriver, wanted
 from sqlfilter import compile_sql
 from sqlfilter.required import needles_of
@@ -50,11 +52,34 @@ def _write(directory: str, bodies: list[bytes], derive: bool, entries: int,
             i += size
 
 
+def _cut_table(directory: str, how: str) -> None:
+    """The skip table (``storage.skiptable``) as a reader may find it: gone, or covering only
+    the first or the last half of the segment's chunks (a CRC that holds; a chunk's rows are
+    written together, so a table holds all of a chunk's rows or none)."""
+    path = skiptable.skip_path(directory, 0)
+    if how == "whole" or not os.path.exists(path):
+        return
+    if how == "none":
+        os.unlink(path)
+        return
+    raw = open(path, "rb").read()
+    head = list(skiptable.SKIP_HEADER.unpack_from(raw))
+    rows = [raw[at:at + skiptable.ROW_BYTES]
+            for at in range(skiptable.SKIP_HEADER.size, len(raw), skiptable.ROW_BYTES)][:head[3]]
+    cut = len(rows) // 2
+    while 0 < cut < len(rows) and rows[cut][:4] == rows[cut - 1][:4]:  # a chunk's first row
+        cut += 1
+    rows = rows[:cut] if how == "first half" else rows[cut:]
+    head[3], head[4] = len(rows), zlib.crc32(b"".join(rows))
+    open(path, "wb").write(skiptable.SKIP_HEADER.pack(*head) + b"".join(rows))
+
+
 def _scan(directory: str, text: str, start: int, use_index: bool, entries: int,
-          use_needles: bool = False):
+          use_needles: bool = False, table: str = "whole"):
     f = compile_sql(text)
     match = f.bytes_matcher()
     with Stream.open(directory, _config(True, entries)) as s:
+        _cut_table(directory, table)  # after the writer's checks at open
         w = wanted(KEYS, f) if use_index else None
         with s.reader(OffsetSpec.offset(start), derived=w,  # its fds: not left to leak
                       needles=needles_of(f) if use_needles else ()) as r:
@@ -65,16 +90,20 @@ def _scan(directory: str, text: str, start: int, use_index: bool, entries: int,
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+_TABLES = st.sampled_from(["none", "first half", "last half"])
+
+
 @SETTINGS
 @given(filters(), st.lists(messages(), max_size=150), st.sampled_from([3, 64]),
        st.sampled_from([5, 40, 200]), st.lists(st.integers(1, 60), max_size=5),
-       st.integers(0, 160))
+       st.integers(0, 160), _TABLES)
 def test_skipping_by_the_sidecar_gives_exactly_a_full_scan(text, stream, block, entries,
-                                                           batches, start):
+                                                           batches, start, table):
     bodies = [_encode(m) for m in stream]
-    saved = derived.BLOCK_RECORDS
+    saved, batch = derived.BLOCK_RECORDS, reader._INDEX_BATCH
     derived.BLOCK_RECORDS = block
-    try:
+    reader._INDEX_BATCH = 3  # index records read a few at a time: the skip table's stops lie
+    try:                     # past them, and readers go on reading the index from a stop
         with tempfile.TemporaryDirectory() as on, tempfile.TemporaryDirectory() as off:
             _write(on, bodies, True, entries, batches)
             _write(off, bodies, False, entries, batches)
@@ -86,8 +115,10 @@ def test_skipping_by_the_sidecar_gives_exactly_a_full_scan(text, stream, block, 
             # as the broker reads: the blocks that may match, then their records holding the
             # filter's bytes
             assert _scan(on, text, start, True, entries, True)[0] == full, text
+            # the skip table gone, or covering only part of the segment
+            assert _scan(on, text, start, True, entries, True, table)[0] == full, (text, table)
     finally:
-        derived.BLOCK_RECORDS = saved
+        derived.BLOCK_RECORDS, reader._INDEX_BATCH = saved, batch
 
 
 # a key of many values (strings, and numbers in several AMQP types), so that a filter on it
@@ -110,11 +141,11 @@ _spread_filters = st.recursive(_spread_atoms, lambda inner: st.tuples(
 @SETTINGS
 @given(_spread_filters, st.lists(_spread_messages, min_size=40, max_size=200),
        st.sampled_from([3, 8]), st.sampled_from([40, 200]),
-       st.lists(st.integers(1, 60), max_size=5), st.integers(0, 160))
+       st.lists(st.integers(1, 60), max_size=5), st.integers(0, 160), _TABLES)
 def test_blocks_read_in_part_give_exactly_a_full_scan(text, stream, block, entries, batches,
-                                                      start):
+                                                      start, table):
     test_skipping_by_the_sidecar_gives_exactly_a_full_scan.hypothesis.inner_test(
-        text, stream, block, entries, batches, start)
+        text, stream, block, entries, batches, start, table)
 
 
 def _customers(n: int, values: int, seed: int = 1) -> list[bytes]:

@@ -1,0 +1,306 @@
+"""The skip table: per segment, one fixed-size row per block of the derived-key sidecar
+(``storage.derived``), so that a reader finds the chunks that may hold a wanted token with a
+few strided byte slices at C speed instead of decoding every sidecar entry in Python.
+
+Why: the sidecar sizes each block's Bloom filter to its tokens, so entries vary in size and a
+reader must walk them one by one (~3-4 µs a chunk in Python). A stream written by many small
+appends (an AMQP publisher: chunks of ~100 records) has ~10,000 chunks per million records, and
+that walk, not the data read, was what a high-cardinality filter cost. Here every row has the
+same size: a token's ``k`` bits are ``k`` byte columns (``rows[at::ROW_BYTES]``), each turned into
+0/1 bytes by ``bytes.translate`` and combined as integers; the rows left are the stops.
+
+File ``NNNNNNNNNNNNNNNNNNNN.skip`` (N = the segment's first offset)::
+
+    SKIP_HEADER  >4sIIIII  "ASST", version 1, CRC-32 of the sidecar's key list (as its header
+                           holds it), rows, CRC-32 of those rows, sidecar bytes they cover
+    then ``rows`` rows, in index order, each:
+    SKIP_ROW     >IIQ      index record number of the chunk (in the segment's index), file
+                           position of its sidecar entry (0: none), chunk id; then
+                           ``ROW_BLOOM_BYTES`` of Bloom filter (``derived.fixed_bloom``: k = 4)
+
+A user chunk has a row per sidecar block (a block not indexed: every bit set, so always a
+stop); a tracking chunk one row with no bit set (never delivered). The rows cover index
+records ``first .. last`` of the segment without a gap, each chunk's rows all or none: the
+writer appends the rows of every chunk it writes while the stream has derived keys, a group's
+in one write after its sidecar entries and before its index records, then rewrites the header
+(rows, CRC). A reader trusts the rows only when that CRC holds over them and the key list's
+CRC is the sidecar's; where the table ends, or where a row's chunk id disagrees with the index,
+it walks the sidecar as before. ``TableWriter.open`` (the writer, at open, rollover and after a
+write error) cuts the rows of chunks recovery removed and keeps the rest only when they reach
+the index's last record, else starts the table again (empty: covering from the next chunk).
+
+Reading: rows verified once are kept in memory (``_verified``, up to ``CACHE_BYTES``): rows are
+only appended, so the next reader of the segment reads the rows added since and carries the
+CRC on over them. When a quarter of the rows or more may match (a key of few values in random
+order) the table is not used: stopping that often costs more than the walk.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import sys
+import threading
+import zlib
+from bisect import bisect_left
+from collections import OrderedDict
+from typing import Collection, Sequence
+
+from storage.derived import token_probes
+
+__all__ = ["SKIP_HEADER", "SKIP_ROW", "ROW_BLOOM_BYTES", "ROW_BYTES", "skip_path", "rows_of",
+           "TableWriter", "Table", "MAX_TOKENS", "remove_orphans"]
+
+SKIP_HEADER = struct.Struct(">4sIIIII")
+SKIP_ROW = struct.Struct(">IIQ")
+SKIP_MAGIC = b"ASST"
+SKIP_VERSION = 1
+ROW_BLOOM_BYTES = 128  # m = 1,024 bits: 0.24 % false positives for a block of 64 distinct tokens
+ROW_BYTES = SKIP_ROW.size + ROW_BLOOM_BYTES
+SUFFIX = ".skip"
+#: wanted tokens above which the table is not used (each costs k strided slices)
+MAX_TOKENS = 64
+_NONE = bytes(ROW_BLOOM_BYTES)
+_ALL = b"\xff" * ROW_BLOOM_BYTES
+_BIT = [bytes(1 if b & (1 << i) else 0 for b in range(256)) for i in range(8)]  # translate: bit i set?
+_NONZERO = re.compile(b"[^\x00]")
+_LITTLE = sys.byteorder == "little"
+assert struct.calcsize("I") == 4
+
+
+def skip_path(directory: str, start: int) -> str:
+    return os.path.join(directory, f"{start:020d}{SUFFIX}")
+
+
+def keys_crc(keys: Sequence[str]) -> int:
+    return zlib.crc32("\n".join(keys).encode("utf-8"))
+
+
+def rows_of(number: int, entry_at: int, chunk_id: int,
+            blooms: Sequence[bytes | None] | None) -> bytes:
+    """The rows of the chunk of index record ``number``: a user chunk's, one per block of its
+    sidecar entry at ``entry_at`` (a None Bloom: a block not indexed, always a stop), or a
+    tracking chunk's (``blooms`` None: one row nothing matches)."""
+    if blooms is None:
+        return SKIP_ROW.pack(number, 0, chunk_id) + _NONE
+    head = SKIP_ROW.pack(number, entry_at, chunk_id)
+    return b"".join(head + (b if b is not None else _ALL) for b in blooms) or head + _ALL
+
+
+def remove_orphans(directory: str, starts: Collection[int]) -> None:
+    """Remove the tables of segments that are gone (retention deletes them with their
+    segment; a crash between the two leaves one)."""
+    live = set(starts)
+    for name in os.listdir(directory):
+        stem = name[:-len(SUFFIX)]
+        if name.endswith(SUFFIX) and stem.isdigit() and int(stem) not in live:
+            try:
+                os.unlink(os.path.join(directory, name))
+            except FileNotFoundError:
+                pass
+
+
+class TableWriter:
+    """The writer's side of one segment's table: appends rows and keeps the header's count
+    and CRC (the file is written at known positions, not ``O_APPEND``: the header is rewritten
+    in place)."""
+
+    def __init__(self, fd: int, keys: int, rows: int, crc: int, sidecar_end: int) -> None:
+        self.fd = fd
+        self.keys = keys
+        self.rows = rows
+        self.crc = crc
+        self.sidecar_end = sidecar_end
+
+    @classmethod
+    def open(cls, directory: str, start: int, keys: Sequence[str], index_records: int,
+             last_chunk: int | None, sidecar_size: int) -> TableWriter:
+        """The table of segment ``start`` whose index holds ``index_records`` records (the
+        last one of chunk ``last_chunk``): its rows are kept when they are whole (their CRC
+        holds), for these ``keys``, and, once cut to the index (recovery cut chunks the rows
+        describe), reach its last record; else the table starts again, empty. The sidecar,
+        repaired, is ``sidecar_size`` bytes: where the next chunk's entry goes."""
+        fd = os.open(skip_path(directory, start), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            kcrc = keys_crc(keys)
+            head = os.pread(fd, SKIP_HEADER.size, 0)
+            if len(head) == SKIP_HEADER.size:
+                magic, version, kc, rows, crc, _ = SKIP_HEADER.unpack(head)
+                if magic == SKIP_MAGIC and version == SKIP_VERSION and kc == kcrc and rows:
+                    raw = os.pread(fd, rows * ROW_BYTES, SKIP_HEADER.size)
+                    if len(raw) == rows * ROW_BYTES and zlib.crc32(raw) == crc:
+                        keep = bisect_left(_numbers(raw, rows), index_records)
+                        if keep:
+                            number, _, chunk_id = SKIP_ROW.unpack_from(raw, (keep - 1) * ROW_BYTES)
+                            if number == index_records - 1 and chunk_id == last_chunk:
+                                w = cls(fd, kcrc, keep, zlib.crc32(memoryview(raw)[:keep * ROW_BYTES]),
+                                        sidecar_size)
+                                os.ftruncate(fd, SKIP_HEADER.size + keep * ROW_BYTES)
+                                w._header()
+                                return w
+            os.ftruncate(fd, 0)
+            w = cls(fd, kcrc, 0, 0, sidecar_size)
+            w._header()
+            return w
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def append(self, rows: Sequence[bytes], sidecar_end: int) -> None:
+        """Rows, then the header that counts them (a reader never counts a row not written)."""
+        raw = b"".join(rows)
+        if not raw:
+            return
+        at = SKIP_HEADER.size + self.rows * ROW_BYTES
+        done = 0
+        while done < len(raw):
+            done += os.pwrite(self.fd, memoryview(raw)[done:], at + done)
+        self.rows += len(raw) // ROW_BYTES
+        self.crc = zlib.crc32(raw, self.crc)
+        self.sidecar_end = sidecar_end
+        self._header()
+
+    @property
+    def state(self) -> tuple[int, int, int]:
+        return self.rows, self.crc, self.sidecar_end
+
+    def rollback(self, state: tuple[int, int, int]) -> None:
+        """Back to a ``state`` taken before a group whose write failed."""
+        self.rows, self.crc, self.sidecar_end = state
+        os.ftruncate(self.fd, SKIP_HEADER.size + self.rows * ROW_BYTES)
+        self._header()
+
+    def _header(self) -> None:
+        os.pwrite(self.fd, SKIP_HEADER.pack(SKIP_MAGIC, SKIP_VERSION, self.keys, self.rows,
+                                            self.crc, self.sidecar_end), 0)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _numbers(raw: bytes, rows: int) -> memoryview:
+    """Every row's index record number (its first field, big-endian) as native unsigned ints,
+    for ``Table.row_of`` to bisect: four strided slices assigned byte by byte (C speed), no
+    tuple per row."""
+    out = bytearray(4 * rows)
+    for k in range(4):
+        out[(3 - k if _LITTLE else k)::4] = raw[k::ROW_BYTES]
+    return memoryview(out).cast("I")
+
+
+#: verified rows by file (device, inode): (rows, their CRC, the rows, their record numbers),
+#: least recently used first. Rows are only ever appended (a truncation rewrites the header's
+#: CRC), so a new reader of a table read before reads only the rows added since, and checks
+#: the CRC carried on over them against the header's: the same guarantee as reading it all.
+_CACHE: OrderedDict[tuple[int, int], tuple[int, int, bytes, memoryview]] = OrderedDict()
+_CACHE_LOCK = threading.Lock()  # readers of one process may run on several threads
+CACHE_BYTES = 64 << 20
+
+
+def _verified(fd: int, rows: int, crc: int) -> tuple[tuple[bytes, memoryview] | None, int]:
+    """(the first ``rows`` rows of table ``fd`` and their record numbers, when their CRC is
+    ``crc`` and the numbers can be whole; bytes read for it)."""
+    st = os.fstat(fd)
+    key = (st.st_dev, st.st_ino)
+    cached = _CACHE.get(key)
+    if cached is not None and cached[0] == rows and cached[1] == crc:
+        return (cached[2], cached[3]), 0
+    base, prior, read = b"", 0, 0
+    if cached is not None and cached[0] < rows:
+        base, prior = cached[2], cached[1]
+    new = os.pread(fd, rows * ROW_BYTES - len(base), SKIP_HEADER.size + len(base))
+    read = len(new)
+    if len(base) + len(new) != rows * ROW_BYTES or zlib.crc32(new, prior) != crc:
+        if not base:
+            return None, read
+        with _CACHE_LOCK:
+            _CACHE.pop(key, None)  # rewritten since: read it whole
+        return _verified(fd, rows, crc)
+    raw = base + new if base else new
+    numbers = _numbers(raw, rows)
+    if numbers[rows - 1] - numbers[0] >= rows:  # rows for every record between (the reader
+        return None, read  # checks each place it stops at against the index)
+    if len(raw) <= CACHE_BYTES // 4:
+        with _CACHE_LOCK:
+            _CACHE.pop(key, None)
+            _CACHE[key] = (rows, crc, raw, numbers)
+            total = sum(len(v[2]) for v in _CACHE.values())
+            while total > CACHE_BYTES:
+                total -= len(_CACHE.popitem(last=False)[1][2])
+    return (raw, numbers), read
+
+
+class Table:
+    """A reader's view of one segment's table for its wanted tokens: which index records
+    (``stops``) may hold a match; the others, from ``first`` to ``last``, hold none."""
+
+    def __init__(self, raw: bytes, numbers: memoryview, stops: list[int], sidecar_end: int) -> None:
+        self.raw = raw
+        self.numbers = numbers
+        self.stops = stops
+        self.first = numbers[0]
+        self.last = numbers[len(numbers) - 1]
+        self.sidecar_end = sidecar_end
+
+    @classmethod
+    def load(cls, directory: str, start: int, keys: Sequence[str],
+             wanted: Sequence[Collection[bytes]], at: int = 0) -> tuple[Table | None, int]:
+        """(the table of segment ``start`` for a sidecar of ``keys``, where a match holds one
+        token of each of ``wanted``, for a reader at index record ``at``; bytes read): None
+        when there is none, it ends before ``at``, fails its CRC, is for other keys, or too
+        many tokens are wanted."""
+        if sum(map(len, wanted)) > MAX_TOKENS:
+            return None, 0
+        try:
+            fd = os.open(skip_path(directory, start), os.O_RDONLY)
+        except FileNotFoundError:
+            return None, 0
+        try:
+            head = os.pread(fd, SKIP_HEADER.size, 0)
+            if len(head) != SKIP_HEADER.size:
+                return None, len(head)
+            magic, version, kc, rows, crc, sidecar_end = SKIP_HEADER.unpack(head)
+            if magic != SKIP_MAGIC or version != SKIP_VERSION or kc != keys_crc(keys) or not rows:
+                return None, len(head)
+            last = os.pread(fd, SKIP_ROW.size, SKIP_HEADER.size + (rows - 1) * ROW_BYTES)
+            if len(last) != SKIP_ROW.size or SKIP_ROW.unpack(last)[0] < at:
+                return None, len(head) + len(last)  # a reader past what it covers
+            got, read = _verified(fd, rows, crc)
+        finally:
+            os.close(fd)
+        read += len(head) + len(last)
+        if got is None:
+            return None, read
+        raw, numbers = got
+        found = None
+        for tokens in wanted:  # a key: any of its tokens; every key
+            key = 0
+            for token in tokens:
+                every = -1
+                for byte, bit in token_probes(token, ROW_BLOOM_BYTES):
+                    col = raw[SKIP_ROW.size + byte::ROW_BYTES]
+                    every &= int.from_bytes(col.translate(_BIT[bit.bit_length() - 1]), "little")
+                key |= every
+            found = key if found is None else found & key
+        hits = [m.start() for m in _NONZERO.finditer(found.to_bytes(rows, "little"))] if found else []
+        if 4 * len(hits) > rows:  # many blocks may match (a key of few values in random
+            return None, read     # order): walking the sidecar costs less than stopping
+        stops = sorted({numbers[r] for r in hits})
+        return cls(raw, numbers, stops, sidecar_end), read
+
+    def next_stop(self, number: int) -> int:
+        """The first index record at or after ``number`` that may hold a match, or the first
+        one the table does not cover (``last + 1``)."""
+        i = bisect_left(self.stops, number)
+        return self.stops[i] if i < len(self.stops) else self.last + 1
+
+    def row_of(self, number: int) -> tuple[int, int] | None:
+        """(chunk id, sidecar entry position) of index record ``number`` (covered)."""
+        r = bisect_left(self.numbers, number)
+        if r == len(self.numbers) or self.numbers[r] != number:
+            return None
+        _, entry_at, chunk_id = SKIP_ROW.unpack_from(self.raw, r * ROW_BYTES)
+        return chunk_id, entry_at

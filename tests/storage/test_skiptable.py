@@ -1,0 +1,272 @@
+"""The skip table (``storage.skiptable``) on real files: its rows follow the index and the
+sidecar, a reader passes over the chunks it rules out without decoding their sidecar entries,
+and a table that is damaged, stale, partial, for other keys or out of step with the index
+never changes what a reader delivers (the property tests of ``test_derived`` run with it too).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+import zlib
+
+import proton
+import pytest
+
+from amqp_stream.derived_keys import deriver, wanted
+from sqlfilter import compile_sql
+from storage import OffsetSpec, Stream, StreamConfig
+from storage import skiptable
+from storage.derived import Cursor, derived_path, load
+from storage.files import index_path, read_index_records
+from storage.skiptable import ROW_BYTES, SKIP_HEADER, SKIP_ROW, Table, skip_path
+
+KEYS = ("customer",)
+
+
+def _bodies(n: int, values: int, seed: int = 1) -> list[bytes]:
+    rnd = random.Random(seed)
+    return [proton.Message(body="x" * 30, properties={"customer": f"c{rnd.randrange(values)}"}
+                           ).encode() for _ in range(n)]
+
+
+def _config(**kw) -> StreamConfig:
+    return StreamConfig(max_chunk_entries=kw.pop("entries", 100), derived_keys=KEYS,
+                        derive=deriver(KEYS), **kw)
+
+
+def _write(directory: str, bodies: list[bytes], chunk: int = 100, **kw) -> None:
+    with Stream.open(directory, _config(entries=chunk, **kw)) as s:
+        for i in range(0, len(bodies), chunk):
+            s.append_batch(bodies[i:i + chunk])
+            s.flush()
+
+
+def _rows(directory: str, start: int = 0) -> tuple[tuple, list[tuple[int, int, int, bytes]]]:
+    with open(skip_path(directory, start), "rb") as fh:
+        raw = fh.read()
+    head = SKIP_HEADER.unpack_from(raw)
+    rows = []
+    for r in range(head[3]):
+        at = SKIP_HEADER.size + r * ROW_BYTES
+        rows.append(SKIP_ROW.unpack_from(raw, at) + (raw[at + SKIP_ROW.size:at + ROW_BYTES],))
+    return head, rows
+
+
+def _rewrite(directory: str, rows: list[bytes], start: int = 0) -> None:
+    """The table with these rows, under a header whose CRC holds (a lie only the log can
+    expose)."""
+    with open(skip_path(directory, start), "rb") as fh:
+        head = SKIP_HEADER.unpack_from(fh.read(SKIP_HEADER.size))
+    raw = b"".join(rows)
+    with open(skip_path(directory, start), "wb") as fh:
+        fh.write(SKIP_HEADER.pack(head[0], head[1], head[2], len(rows), zlib.crc32(raw), head[5]))
+        fh.write(raw)
+
+
+def _read(where: str | Stream, text: str, start: int = 0, **kw):
+    """Matches from ``start`` (and the reader's stats) in a stream open already, or opened
+    here (whose writer first checks the table against the index, see ``_opened``)."""
+    f = compile_sql(text)
+    if isinstance(where, str):
+        with Stream.open(where, _config(**kw)) as s:
+            return _read(s, text, start)
+    with where.reader(OffsetSpec.offset(start), derived=wanted(KEYS, f)) as r:
+        return [o for c in r for o, b in c.records if f.matches(b)], r.stats
+
+
+def _full(bodies: list[bytes], text: str, start: int = 0) -> list[int]:
+    f = compile_sql(text)
+    return [i for i, b in enumerate(bodies) if i >= start and f.matches(b)]
+
+
+def test_rows_follow_the_index_and_the_sidecar(tmp_path):
+    d = str(tmp_path)
+    bodies = _bodies(1000, 300)
+    with Stream.open(d, _config(entries=100)) as s:
+        for i in range(0, 1000, 250):  # groups of several chunks
+            s.append_batch(bodies[i:i + 250])
+            if i == 500:
+                s.store_offset("reader", 42)  # a tracking chunk between user chunks
+            s.flush()
+    head, rows = _rows(d)
+    fd = os.open(index_path(d, 0), os.O_RDONLY)
+    try:
+        index = read_index_records(fd)
+    finally:
+        os.close(fd)
+    keys, entries, bad, size = load(d, 0)
+    assert bad == 0 and head[5] == size  # the rows cover the whole sidecar
+    by_chunk = {e.chunk_id: e for e in entries}
+    numbers = [r[0] for r in rows]
+    assert sorted(set(numbers)) == list(range(len(index)))  # every record, in order
+    assert numbers == sorted(numbers)
+    for number, rec in enumerate(index):
+        mine = [r for r in rows if r[0] == number]
+        assert {r[2] for r in mine} == {rec.chunk_id}
+        if rec.type:  # tracking: one row that nothing matches
+            assert len(mine) == 1 and mine[0][1] == 0 and mine[0][3] == bytes(ROW_BYTES - SKIP_ROW.size)
+            continue
+        e = by_chunk[rec.chunk_id]
+        assert len(mine) == e.nblocks  # a row per block
+        with open(derived_path(d, 0), "rb") as fh:  # the entry lies where the row says
+            fh.seek(mine[0][1])
+            assert struct.unpack(">Q", fh.read(16)[8:])[0] == rec.chunk_id
+        assert {r[1] for r in mine} == {mine[0][1]}
+    assert any(rec.type for rec in index)
+
+
+def test_a_reader_passes_over_what_the_table_rules_out(tmp_path):
+    """300 chunks of 40 records, a customer in one record of 10,000: the reader delivers what
+    a full scan does and decodes the sidecar entries of a few chunks, not of all 300."""
+    d = str(tmp_path)
+    bodies = _bodies(12_000, 10_000)
+    _write(d, bodies, chunk=40)
+    for text in ("customer = 'c42'", "customer IN ('c1', 'c2', 'c3')", "customer = 'none'"):
+        got, stats = _read(d, text, entries=40)
+        assert got == _full(bodies, text), text
+        assert stats.derived_entries_read <= 3 * len(got) + 6, (text, stats)
+        assert stats.derived_chunks_skipped >= 300 - 3 * len(got) - 6
+    # without the table the same answer, walking every entry
+    os.unlink(skip_path(d, 0))
+    got, stats = _read(d, "customer = 'c42'", entries=40)
+    assert got == _full(bodies, "customer = 'c42'") and stats.derived_entries_read >= 299
+    # too many wanted tokens for the table: walked, same answer
+    many = "customer IN (" + ", ".join(f"'c{i}'" for i in range(skiptable.MAX_TOKENS + 1)) + ")"
+    _write(str(tmp_path / "again"), bodies, chunk=40)
+    got, stats = _read(str(tmp_path / "again"), many, entries=40)
+    assert got == _full(bodies, many) and stats.derived_entries_read >= 290
+
+
+@pytest.mark.parametrize("start", [0, 5_555])
+def test_a_table_that_ends_early_or_begins_late(tmp_path, start):
+    """The table covers only part of the segment (cut, or begun after the segment): before
+    and after it the sidecar is walked; the answer never changes."""
+    d = str(tmp_path)
+    bodies = _bodies(8000, 2000)
+    _write(d, bodies, chunk=50)
+    text = "customer = 'c7'"
+    head, rows = _rows(d)
+    raw_rows = [SKIP_ROW.pack(*r[:3]) + r[3] for r in rows]
+    with Stream.open(d, _config(entries=50)) as s:  # (tables changed after the writer's checks)
+        _rewrite(d, raw_rows[:len(raw_rows) // 2])  # ends halfway (the header's sidecar end
+        got, stats = _read(s, text, start)          # is the whole sidecar's: a stale one)
+        assert got == _full(bodies, text, start)
+        if start == 0:  # the second half walked from the table's end (a reader starting
+            assert stats.derived_entries_read < 100  # past the table walks from the start)
+        _rewrite(d, raw_rows[len(raw_rows) // 2:])  # begins halfway
+        got, stats = _read(s, text, start)
+        assert got == _full(bodies, text, start)
+        if start == 0:
+            assert 50 <= stats.derived_entries_read < 100  # the first half walked
+    # the writer at open keeps no table that does not reach the index's end (rows lost):
+    # it starts again, and covers the chunks written from then on
+    _rewrite(d, raw_rows[:10])
+    more = _bodies(2000, 2000, seed=2)
+    _write(d, more, chunk=50)
+    head, rows = _rows(d)
+    assert rows and min(r[0] for r in rows) == 160  # the 160 chunks before: not covered
+    got, stats = _read(d, text, start)
+    assert got == _full(bodies + more, text, start)
+
+
+def _tampered_rows(d: str, how: str) -> list[bytes]:
+    head, rows = _rows(d)
+    out = []
+    for number, entry, chunk_id, bloom in rows:
+        if how == "shifted":
+            number += 1
+        elif how == "chunk_id":
+            chunk_id += 1
+        elif how == "cleared" and number % 2:
+            bloom = bytes(len(bloom))  # "nothing here"
+        out.append(SKIP_ROW.pack(number, entry, chunk_id) + bloom)
+    return out
+
+
+@pytest.mark.parametrize("how", ["crc", "shifted", "chunk_id", "keys", "torn"])
+def test_a_table_out_of_step_with_the_log_is_not_trusted(tmp_path, how):
+    """A stale CRC, rows whose record numbers or chunk ids disagree with the index (with a
+    CRC that holds), a table of other keys, a header counting rows not there: the reader
+    delivers exactly what a full scan does."""
+    d = str(tmp_path)
+    bodies = _bodies(6000, 3000)
+    _write(d, bodies, chunk=30)
+    text = "customer IN ('c5', 'c9')"
+    with Stream.open(d, _config(entries=30)) as s:  # once open: the writer's checks are done
+        path = skip_path(d, 0)
+        if how == "crc":
+            raw = bytearray(open(path, "rb").read())
+            raw[SKIP_HEADER.size + SKIP_ROW.size + 3] ^= 0xFF
+            open(path, "wb").write(bytes(raw))
+        elif how in ("shifted", "chunk_id"):
+            _rewrite(d, _tampered_rows(d, how))
+        elif how == "keys":
+            raw = bytearray(open(path, "rb").read())
+            struct.pack_into(">I", raw, 8, skiptable.keys_crc(["other"]))
+            open(path, "wb").write(bytes(raw))
+        else:
+            raw = bytearray(open(path, "rb").read())
+            struct.pack_into(">I", raw, 12, SKIP_HEADER.unpack_from(raw)[3] + 5)
+            open(path, "wb").write(bytes(raw))
+        f = compile_sql(text)
+        cur = Cursor.open(d, 0, wanted(KEYS, f))
+        assert cur is not None
+        table, _ = Table.load(d, 0, cur.keys, cur.wanted)
+        cur.close()
+        assert (table is None) == (how in ("crc", "keys", "torn"))
+        got, stats = _read(s, text)
+        assert got == _full(bodies, text), how
+    # at the next open the writer starts such a table again (covering what comes next)
+    got, stats = _read(d, text, entries=30)
+    assert got == _full(bodies, text) and _rows(d)[0][3] == 0
+
+
+def test_a_lying_table_is_what_only_its_crc_guards(tmp_path):
+    """Bloom bits cleared under a CRC that holds lose matches: the table is trusted as far as
+    the sidecar is (its CRC, its record numbers and chunk ids); the writer never writes one."""
+    d = str(tmp_path)
+    bodies = _bodies(3000, 300)
+    _write(d, bodies, chunk=30)
+    text = "customer = 'c5'"
+    with Stream.open(d, _config(entries=30)) as s:
+        assert _read(s, text)[0] == _full(bodies, text)
+        _rewrite(d, _tampered_rows(d, "cleared"))
+        assert len(_read(s, text)[0]) < len(_full(bodies, text))
+
+
+def test_recovery_cuts_the_rows_of_chunks_gone_and_retention_deletes_tables(tmp_path):
+    d = str(tmp_path)
+    bodies = _bodies(2000, 50)
+    _write(d, bodies, chunk=500)
+    head, rows = _rows(d)
+    # the last chunk lost from segment and index (as after a crash): its rows go at open
+    idx = index_path(d, 0)
+    with open(idx, "rb") as fh:
+        records = fh.read()
+    last_pos = int.from_bytes(records[-29 + 24:-29 + 28], "big")
+    os.truncate(os.path.join(d, "00000000000000000000.segment"), last_pos)
+    os.truncate(idx, len(records) - 29)
+    cfg = _config(entries=500, max_segment_bytes=40_000, retention_bytes=80_000)
+    with Stream.open(d, cfg) as s:
+        head2, rows2 = _rows(d)
+        assert [r[0] for r in rows2] == [r[0] for r in rows if r[0] < 3]
+        assert rows2 == [r for r in rows if r[0] < 3]
+        assert head2[5] == os.path.getsize(derived_path(d, 0))  # where the next entry goes
+        f = compile_sql("customer = 'c7'")
+        with s.reader(OffsetSpec.first(), derived=wanted(KEYS, f)) as r:
+            got = [o for c in r for o, b in c.records if f.matches(b)]
+        assert got == _full(bodies[:1500], "customer = 'c7'") and got
+        for k in range(10):
+            s.append_batch(_bodies(500, 50, seed=k))
+            s.flush()
+    names = os.listdir(d)
+    segments = {n.split(".")[0] for n in names if n.endswith(".segment")}
+    tables = {n.split(".")[0] for n in names if n.endswith(".skip")}
+    assert "00000000000000000000" not in segments
+    assert tables == segments
+    # an orphan (a crash between deleting a segment and its table) goes at open
+    open(os.path.join(d, "00000000000000000000.skip"), "wb").write(b"x")
+    with Stream.open(d, cfg):
+        assert not os.path.exists(os.path.join(d, "00000000000000000000.skip"))
