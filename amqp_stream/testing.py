@@ -21,9 +21,23 @@ from typing import Sequence
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct such ports: each stays bound until all are picked (one at a time, the
+    kernel may hand out a port it just gave back, and a broker given one port twice for two
+    listeners exits while the first one already accepts)."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def wait_for_port(host: str, port: int, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
@@ -58,10 +72,8 @@ class BrokerProcess:
         self.extra_args = list(extra_args)
         self.env = env
         self.host = "127.0.0.1"
-        self.port = free_port()
-        self.metrics_port = free_port()
-        self.stream_port = free_port()
-        self.stream_tls_port = free_port()  # used when TLS is configured
+        # (the TLS stream port is used when TLS is configured)
+        self.port, self.metrics_port, self.stream_port, self.stream_tls_port = free_ports(4)
         self.log_path = Path(log_path) if log_path else self.data_dir.parent / f"broker-{self.port}.log"
         self.proc: subprocess.Popen | None = None
 

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from amqp_stream.testing import free_port, wait_for_port
+from amqp_stream.testing import free_ports, wait_for_port
 
 __all__ = ["RabbitMQNode"]
 
@@ -28,9 +28,7 @@ SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 class RabbitMQNode:
     def __init__(self) -> None:
         self.host = "127.0.0.1"
-        self.amqp_port = free_port()
-        self.stream_port = free_port()
-        self.dist_port = free_port()
+        self.amqp_port, self.stream_port, self.dist_port = free_ports(3)
         self.tmp = Path(tempfile.mkdtemp(prefix="bench-rabbitmq-"))
         self.name = f"bench{os.getpid()}@localhost"
         self.proc: subprocess.Popen | None = None

@@ -7,14 +7,15 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from amqp_stream.testing import BrokerProcess, free_port
+from amqp_stream.testing import BrokerProcess, free_ports
 from tests.broker.amqp import Client
 
 
 def _second_serve(data_dir) -> subprocess.CompletedProcess:
+    port, metrics_port = free_ports(2)
     return subprocess.run(
         [sys.executable, "-m", "amqp_stream", "serve", "--host", "127.0.0.1",
-         "--port", str(free_port()), "--metrics-port", str(free_port()),
+         "--port", str(port), "--metrics-port", str(metrics_port),
          "--data-dir", str(data_dir)],
         capture_output=True, text=True, timeout=30)
 
