@@ -17,7 +17,9 @@ and gives runs of ``(positions, tokens)``, two lists each, positions ascending w
 is cut at block starts by bisection, and each block's part added to its set in C); a None token
 makes that block unknown (never skipped), as do sub-batch entries. Tokens are opaque bytes
 here. One call per chunk lets the broker search the whole section at once (C speed) instead of
-calling Python per record.
+calling Python per record. The same blocks' tokens also go, as fixed-size rows, to the segment's
+skip table (``storage.skiptable``), which lets a reader find the chunks worth an entry's decode
+without walking the others.
 
 File ``NNNNNNNNNNNNNNNNNNNN.derived`` (N = the segment's first offset)::
 

@@ -50,7 +50,7 @@ from typing import Collection, Sequence
 from storage.derived import token_probes
 
 __all__ = ["SKIP_HEADER", "SKIP_ROW", "ROW_BLOOM_BYTES", "ROW_BYTES", "skip_path", "rows_of",
-           "TableWriter", "Table", "MAX_TOKENS", "remove_orphans"]
+           "TableWriter", "Table", "MAX_TOKENS", "remove_orphans", "describe"]
 
 SKIP_HEADER = struct.Struct(">4sIIIII")
 SKIP_ROW = struct.Struct(">IIQ")
@@ -86,6 +86,24 @@ def rows_of(number: int, entry_at: int, chunk_id: int,
         return SKIP_ROW.pack(number, 0, chunk_id) + _NONE
     head = SKIP_ROW.pack(number, entry_at, chunk_id)
     return b"".join(head + (b if b is not None else _ALL) for b in blooms) or head + _ALL
+
+
+def describe(directory: str, start: int) -> dict | None:
+    """For ``inspect``: segment ``start``'s table as ``rows``, ``bytes``, the index records it
+    covers (``first``, ``last``) and whether its CRC holds (``ok``); None when there is none."""
+    try:
+        with open(skip_path(directory, start), "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        return None
+    if len(raw) < SKIP_HEADER.size or raw[:4] != SKIP_MAGIC:
+        return {"rows": 0, "bytes": len(raw), "first": None, "last": None, "ok": False}
+    _, version, _, rows, crc, _ = SKIP_HEADER.unpack_from(raw)
+    body = raw[SKIP_HEADER.size:SKIP_HEADER.size + rows * ROW_BYTES]
+    ok = version == SKIP_VERSION and len(body) == rows * ROW_BYTES and zlib.crc32(body) == crc
+    numbers = _numbers(body, rows) if ok and rows else None
+    return {"rows": rows, "bytes": len(raw), "first": numbers[0] if numbers else None,
+            "last": numbers[rows - 1] if numbers else None, "ok": ok}
 
 
 def remove_orphans(directory: str, starts: Collection[int]) -> None:

@@ -9,8 +9,10 @@ at least one record) and compared with its index record. Tracking is shown as it
 records of each tracking chunk (delta, snapshot) and of each user chunk's trailer (publisher
 sequences), decoded with ``storage.tracking.chunk_tracking``. A segment's broker-derived key
 index (``NNN.derived``, ``storage.derived``) is shown with it: its keys and size, and per user
-chunk the blocks it describes (how many are indexed, their Bloom bytes). It is derived data:
-a chunk it does not cover, or an entry whose CRC fails, is read whole, so neither is a problem.
+chunk the blocks it describes (how many are indexed, their Bloom bytes), and its skip table
+(``NNN.skip``, ``storage.skiptable``): rows, the index records they cover, whether their CRC
+holds. Both are derived data: a chunk they do not cover, or an entry or table whose CRC fails,
+is read whole or walked, so neither is a problem.
 
 Exit code 0 when every chunk is whole, indexed and passes its CRC; 1 when something is not
 (a torn or corrupt chunk, an index disagreeing with its segment, an orphan or a stale file).
@@ -25,7 +27,7 @@ import sys
 from datetime import datetime, timezone
 
 from amqp_stream.commands.logdir import find_log
-from storage import derived
+from storage import derived, skiptable
 from storage.errors import CorruptionError
 from storage.files import index_path, list_files, read_index_records, segment_path
 from storage.format import (FLAG_SIMPLE_ENTRIES, SEGMENT_HEADER, SEGMENT_HEADER_BYTES, SEGMENT_MAGIC,
@@ -107,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
             problems += 1
             emit({"segment": start, "error": "orphan segment (no index beside it)"})
         side = derived.load(directory, start)
+        table = skiptable.describe(directory, start)
         entries = {e.position: e for e in side[1]} if side else {}
         if not args.json:
             out.write(f"segment {os.path.basename(spath)}  {size} bytes, "
@@ -115,12 +118,22 @@ def run(args: argparse.Namespace) -> int:
                 out.write(f"  derived index {derived.derived_name(start)}: keys "
                           f"{', '.join(side[0])}; {side[3]} bytes, {len(side[1])} chunk entries"
                           + (f", {side[2]} failing their CRC" if side[2] else "") + "\n")
+            if table is not None:
+                out.write(f"  skip table {os.path.basename(skiptable.skip_path(directory, start))}: "
+                          f"{table['rows']} rows, {table['bytes']} bytes"
+                          + (f", index records {table['first']}..{table['last']}" if table["rows"]
+                             and table["ok"] else "")
+                          + ("" if table["ok"] else ", CRC fails (not used)") + "\n")
             out.write(f"  {'position':>12} {'chunk_id':>14} {'type':<17} {'timestamp':<29} "
                       f"{'entries':>6} {'records':>7} {'filter':>6} {'data':>9} {'crc':>4}\n")
-        elif side is not None:
-            out.write(json.dumps({"segment": start, "derived_keys": side[0],
-                                  "derived_bytes": side[3], "derived_entries": len(side[1]),
-                                  "derived_bad_entries": side[2]}) + "\n")
+        elif side is not None or table is not None:
+            obj = {"segment": start}
+            if side is not None:
+                obj.update({"derived_keys": side[0], "derived_bytes": side[3],
+                            "derived_entries": len(side[1]), "derived_bad_entries": side[2]})
+            if table is not None:
+                obj["skip_table"] = table
+            out.write(json.dumps(obj) + "\n")
         fd = os.open(spath, os.O_RDONLY)
         try:
             head = os.pread(fd, SEGMENT_HEADER_BYTES, 0)

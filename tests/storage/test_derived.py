@@ -256,13 +256,22 @@ def test_inspect_shows_the_derived_index(tmp_path):
     lines = [json.loads(line) for line in run("inspect", d, "--json").stdout.splitlines()]
     assert lines[0] == {"segment": 0, "derived_keys": ["customer"],
                         "derived_bytes": os.path.getsize(derived_path(d, 0)),
-                        "derived_entries": 4, "derived_bad_entries": 0}
+                        "derived_entries": 4, "derived_bad_entries": 0,
+                        "skip_table": {"rows": 17, "first": 0, "last": 3, "ok": True,
+                                       "bytes": os.path.getsize(skiptable.skip_path(d, 0))}}
     chunks = [c for c in lines[1:] if c.get("type") == "user"]
     assert [c["derived"]["records"] for c in chunks] == [300, 300, 300, 100]
     assert all(c["derived"]["indexed_blocks"] == c["derived"]["blocks"] > 0 for c in chunks)
     table = run("inspect", d).stdout
     assert "derived index 00000000000000000000.derived: keys customer" in table
     assert "derived: 5 blocks of 300 records, 5 indexed" in table and "clean" in table
+    assert "skip table 00000000000000000000.skip: 17 rows" in table
+    assert "index records 0..3" in table
+    raw = bytearray(open(skiptable.skip_path(d, 0), "rb").read())
+    raw[-1] ^= 1  # a table whose CRC fails is shown so, and is no problem (derived data)
+    open(skiptable.skip_path(d, 0), "wb").write(bytes(raw))
+    r = run("inspect", d)
+    assert "CRC fails (not used)" in r.stdout and r.returncode == 0
 
 
 def test_sub_batch_entries_are_never_skipped(tmp_path):
