@@ -244,8 +244,9 @@ def test_recovery_cuts_entries_whose_chunk_is_gone_and_retention_deletes_sidecar
     names = os.listdir(d)
     segments = {n.split(".")[0] for n in names if n.endswith(".segment")}
     sidecars = {n.split(".")[0] for n in names if n.endswith(".derived")}
+    tables = {n.split(".")[0] for n in names if n.endswith(".skip")}
     assert "00000000000000000000" not in segments
-    assert sidecars == segments
+    assert sidecars == segments == tables  # (and their skip tables)
 
 
 def test_inspect_shows_the_derived_index(tmp_path):
