@@ -264,3 +264,36 @@ def test_recovery_cuts_the_rows_of_chunks_gone_and_orphans_go(tmp_path):
     open(orphan, "wb").write(b"x")
     with Stream.open(d, cfg):
         assert not os.path.exists(orphan)
+
+
+def test_rows_read_once_are_not_read_again(tmp_path):
+    """A table read before is kept in memory: a later reader reads only the rows added since
+    (carrying the CRC on over them), and reads it whole when the table was rewritten."""
+    d = str(tmp_path)
+    bodies = _bodies(4000, 1000)
+    text = "customer = 'c3'"
+    f = compile_sql(text)
+    with Stream.open(d, _config(entries=40)) as s:
+        for i in range(0, 2000, 40):
+            s.append_batch(bodies[i:i + 40])
+        s.flush()
+        cur = Cursor.open(d, 0, wanted(KEYS, f))
+        assert cur is not None
+        rows_before = _rows(d)[0][3]
+        first, read_first = Table.load(d, 0, cur.keys, cur.wanted)
+        assert first is not None and read_first >= rows_before * ROW_BYTES
+        again, read_again = Table.load(d, 0, cur.keys, cur.wanted)
+        assert again is not None and read_again < ROW_BYTES  # the header and the last row id
+        for i in range(2000, 4000, 40):  # the writer appends: only the new rows are read
+            s.append_batch(bodies[i:i + 40])
+        s.flush()
+        rows_after = _rows(d)[0][3]
+        grown, read_grown = Table.load(d, 0, cur.keys, cur.wanted)
+        assert grown is not None and grown.last == 99
+        assert read_grown < (rows_after - rows_before + 1) * ROW_BYTES
+        assert _read(s, text)[0] == _full(bodies, text)
+        # rewritten with as many rows (other bits, a CRC that holds): read whole again
+        _rewrite(d, _tampered_rows(d, "cleared"))
+        _, read_rewritten = Table.load(d, 0, cur.keys, cur.wanted)
+        assert read_rewritten >= rows_after * ROW_BYTES
+        cur.close()
