@@ -627,28 +627,21 @@ class Writer:
                                         filter_bits=filt.bits, filter_scheme=filt.scheme,
                                         filter_param=filt.param, trailer=trailer, flags=flags)
                     csize = CHUNK_HEADER_BYTES + len(filt.bits) + len(data) + len(trailer)
-                    if derive is not None:
-                        blooms: list[bytes | None] = []
-                        dents.append(encode_entry(chunk_id, info.size, recs, len(filt.bits), data,
-                                                  bodies[i:i + n], derive, dcache, blooms,
-                                                  skiptable.ROW_BLOOM_BYTES))
-                        trows.append(skiptable.rows_of(info.chunks, self._dsize + dpend,
-                                                       chunk_id, blooms))
-                        dpend += len(dents[-1])
                 else:
                     bufs = encode_chunk(chunk_id, ts, data, n, recs, epoch=cfg.epoch,
                                         chunk_type=kind, trailer=trailer, flags=flags)
                     csize = CHUNK_HEADER_BYTES + len(data) + len(trailer)
-                    if derive is not None and kind == CHUNK_USER:
-                        blooms = []
-                        dents.append(encode_entry(chunk_id, info.size, recs, 0, data,
-                                                  bodies[i:i + n], derive, dcache, blooms,
-                                                  skiptable.ROW_BLOOM_BYTES))
-                        trows.append(skiptable.rows_of(info.chunks, self._dsize + dpend,
-                                                       chunk_id, blooms))
-                        dpend += len(dents[-1])
-                    elif derive is not None:  # a tracking chunk: a row nothing matches
-                        trows.append(skiptable.rows_of(info.chunks, 0, chunk_id, None))
+                if derive is not None and kind == CHUNK_USER:  # its sidecar entry and rows
+                    blooms: list[bytes | None] = []
+                    dents.append(encode_entry(chunk_id, info.size, recs,
+                                              len(filt.bits) if filt is not None else 0, data,
+                                              bodies[i:i + n], derive, dcache, blooms,
+                                              skiptable.ROW_BLOOM_BYTES))
+                    trows.append(skiptable.rows_of(info.chunks, self._dsize + dpend, chunk_id,
+                                                   blooms))
+                    dpend += len(dents[-1])
+                elif derive is not None:  # a tracking chunk: a row nothing matches
+                    trows.append(skiptable.rows_of(info.chunks, 0, chunk_id, None))
                 self._snapshot_only = kind == CHUNK_TRACKING_SNAPSHOT and not info.chunks
                 idx.append(_pack_index(chunk_id, ts, cfg.epoch, info.size, kind))
                 iov.extend(bufs)
