@@ -186,18 +186,22 @@ def _digest(token: bytes) -> tuple[int, int]:
     return h1, h2 | 1
 
 
-def _mask(dig: tuple[int, int], m: int, k: int) -> int:
+def _bit_positions(dig: tuple[int, int], m: int, k: int) -> list[int]:
+    """A token's ``k`` bits in a filter of ``m`` bits: ``(h1 + i * h2) mod m``."""
     h1, h2 = dig
+    return [(h1 + i * h2) % m for i in range(k)]
+
+
+def _mask(dig: tuple[int, int], m: int, k: int) -> int:
     mask = 0
-    for i in range(k):
-        mask |= 1 << ((h1 + i * h2) % m)
+    for b in _bit_positions(dig, m, k):
+        mask |= 1 << b
     return mask
 
 
 def _probes(dig: tuple[int, int], m: int, k: int) -> tuple[tuple[int, int], ...]:
     """``_mask``'s bits as (byte index, bit in that byte) of the little-endian filter."""
-    h1, h2 = dig
-    return tuple(((h1 + i * h2) % m >> 3, 1 << ((h1 + i * h2) % m & 7)) for i in range(k))
+    return tuple((b >> 3, 1 << (b & 7)) for b in _bit_positions(dig, m, k))
 
 
 def _bloom(tokens: set[bytes], caches: dict) -> tuple[int, bytes]:
@@ -288,9 +292,10 @@ def encode_entry(chunk_id: int, position: int, records: int, filter_size: int, d
             if blooms is not None:
                 blooms.append(None)
         else:
-            if blooms is not None:
-                blooms.append(fixed_bloom(tokens[k], bloom_bytes, cache))
             kk, bits = _bloom(tokens[k], cache)
+            if blooms is not None:  # (the same filter when its size class is the row's)
+                blooms.append(bits if len(bits) == bloom_bytes else
+                              fixed_bloom(tokens[k], bloom_bytes, cache))
             parts.append(DERIVED_BLOCK.pack(entries, block_records[k], length, crc, kk, len(bits)))
             parts.append(bits)
     body = _CHUNK_REST.pack(chunk_id, position, records, CHUNK_HEADER_BYTES + filter_size,
