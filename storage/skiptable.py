@@ -77,6 +77,16 @@ def keys_crc(keys: Sequence[str]) -> int:
     return zlib.crc32("\n".join(keys).encode("utf-8"))
 
 
+def _parse_header(head: bytes) -> tuple[int, int, int, int] | None:
+    """(keys CRC, rows, rows CRC, sidecar end) of a table's header; None when it is none."""
+    if len(head) < SKIP_HEADER.size:
+        return None
+    magic, version, *fields = SKIP_HEADER.unpack_from(head)
+    if magic != SKIP_MAGIC or version != SKIP_VERSION:
+        return None
+    return fields[0], fields[1], fields[2], fields[3]
+
+
 def rows_of(number: int, entry_at: int, chunk_id: int,
             blooms: Sequence[bytes | None] | None) -> bytes:
     """The rows of the chunk of index record ``number``: a user chunk's, one per block of its
@@ -96,11 +106,12 @@ def describe(directory: str, start: int) -> dict | None:
             raw = fh.read()
     except FileNotFoundError:
         return None
-    if len(raw) < SKIP_HEADER.size or raw[:4] != SKIP_MAGIC:
+    head = _parse_header(raw)
+    if head is None:
         return {"rows": 0, "bytes": len(raw), "first": None, "last": None, "ok": False}
-    _, version, _, rows, crc, _ = SKIP_HEADER.unpack_from(raw)
+    _, rows, crc, _ = head
     body = raw[SKIP_HEADER.size:SKIP_HEADER.size + rows * ROW_BYTES]
-    ok = version == SKIP_VERSION and len(body) == rows * ROW_BYTES and zlib.crc32(body) == crc
+    ok = len(body) == rows * ROW_BYTES and zlib.crc32(body) == crc
     numbers = _numbers(body, rows) if ok and rows else None
     return {"rows": rows, "bytes": len(raw), "first": numbers[0] if numbers else None,
             "last": numbers[rows - 1] if numbers else None, "ok": ok}
@@ -142,10 +153,10 @@ class TableWriter:
         fd = os.open(skip_path(directory, start), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             kcrc = keys_crc(keys)
-            head = os.pread(fd, SKIP_HEADER.size, 0)
-            if len(head) == SKIP_HEADER.size:
-                magic, version, kc, rows, crc, _ = SKIP_HEADER.unpack(head)
-                if magic == SKIP_MAGIC and version == SKIP_VERSION and kc == kcrc and rows:
+            head = _parse_header(os.pread(fd, SKIP_HEADER.size, 0))
+            if head is not None:
+                kc, rows, crc, _ = head
+                if kc == kcrc and rows:
                     raw = os.pread(fd, rows * ROW_BYTES, SKIP_HEADER.size)
                     if len(raw) == rows * ROW_BYTES and zlib.crc32(raw) == crc:
                         keep = bisect_left(_numbers(raw, rows), index_records)
@@ -278,11 +289,10 @@ class Table:
             return None, 0
         try:
             head = os.pread(fd, SKIP_HEADER.size, 0)
-            if len(head) != SKIP_HEADER.size:
+            fields = _parse_header(head)
+            if fields is None or fields[0] != keys_crc(keys) or not fields[1]:
                 return None, len(head)
-            magic, version, kc, rows, crc, sidecar_end = SKIP_HEADER.unpack(head)
-            if magic != SKIP_MAGIC or version != SKIP_VERSION or kc != keys_crc(keys) or not rows:
-                return None, len(head)
+            _, rows, crc, sidecar_end = fields
             last = os.pread(fd, SKIP_ROW.size, SKIP_HEADER.size + (rows - 1) * ROW_BYTES)
             if len(last) != SKIP_ROW.size or SKIP_ROW.unpack(last)[0] < at:
                 return None, len(head) + len(last)  # a reader past what it covers
