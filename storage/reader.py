@@ -463,8 +463,7 @@ class Reader:
                 far = self._table_leap(seg, table, base + i, base + n, lim)
                 if far is not None:  # past the buffered records: the index is read from there
                     self._count_cursor(cur, before)
-                    self.stats.chunks_skipped += skipped + far - (base + i)
-                    self.stats.derived_chunks_skipped += skipped + far - (base + i)
+                    self._derived_skipped(skipped + far - (base + i))
                     return True, cost + 1
                 j = self._table_jump(table, recs, i, n - 1, base, lim)
                 if j is None:  # the table and the index disagree: walk the sidecar
@@ -500,9 +499,12 @@ class Reader:
         if i > seg.ri and expect is not None:
             seg.ri = i
             seg.expect = self._next_id = expect
-            self.stats.chunks_skipped += skipped
-            self.stats.derived_chunks_skipped += skipped
+            self._derived_skipped(skipped)
         return i >= n, cost
+
+    def _derived_skipped(self, chunks: int) -> None:
+        self.stats.chunks_skipped += chunks
+        self.stats.derived_chunks_skipped += chunks
 
     @staticmethod
     def _mark(cur: Cursor) -> tuple[int, int]:
@@ -591,8 +593,7 @@ class Reader:
             stats.chunks_read += 1
             stats.derived_blocks_skipped += e.nblocks - len(sel)
         else:  # reached here only past ``_derived_run``'s budget or stage-1 run
-            stats.chunks_skipped += 1
-            stats.derived_chunks_skipped += 1
+            self._derived_skipped(1)
         if records and records[0][0] < self._min:
             records = [r for r in records if r[0] >= self._min]
         return ReadChunk(rec[0], rec[1], records, nxt)
