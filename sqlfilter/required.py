@@ -18,6 +18,13 @@ reference does not match a string), so the requirement is a superset there; wher
 (a one-character string reference matches an AMQP char, which ``=`` sees as a number), the
 requirement holds both forms.
 
+Numbers also bound a field (``required_bounds``): ``field > literal`` (``<``, ``>=``, ``<=``,
+either side), ``BETWEEN`` two literals, and ``=``/``IN`` whose literals are all numbers are true
+only when the field holds a number (an int or float, never a boolean: ``runtime`` orders no
+other pair with a number) inside the interval; AND intersects intervals, OR takes the hull of
+both sides' (a field bound on one side only is not bound). An index that keeps each block's
+least and greatest number per key then skips the blocks whose numbers all lie outside.
+
 Values are compared through ``canonical``, which is equal for two values exactly when
 ``runtime.eq`` says they are equal (numbers by value whatever their type, a string and binary
 with the same UTF-8 bytes, booleans only with booleans), and ``index_token`` turns a field and
@@ -28,13 +35,15 @@ elements and message annotations are not indexed).
 
 from __future__ import annotations
 
+import math
 import re
 import struct
 from typing import Any, Callable
 
 from sqlfilter import ast, runtime
 
-__all__ = ["Requirement", "required_values", "requirement_of", "canonical", "index_token",
+__all__ = ["Requirement", "required_values", "Bound", "Bounds", "required_bounds", "bounds_of",
+           "token_number", "requirement_of", "canonical", "index_token",
            "wanted_tokens", "Needles", "needles", "needles_of", "number_encodings", "prefiltered", "INDEXABLE_SECTIONS"]
 
 #: sections whose fields are read as stored (no default, no computation): indexable
@@ -146,6 +155,82 @@ def requirement_of(f: Any) -> Requirement:
         key = (section, name)
         out[key] = out[key] & values if key in out else values
     return out
+
+
+#: (low, high, low included, high included): the numbers a field may hold for a match
+Bound = tuple[Any, Any, bool, bool]
+#: (section, field name) -> its bound; a field missing from it is not bound
+Bounds = dict[tuple[str, str], Bound]
+_ANY: Bound = (-math.inf, math.inf, False, False)
+#: ``field OP literal`` as an interval (the literal on the left: the operator mirrored)
+_INTERVALS: dict[str, Callable[[Any], Bound]] = {
+    ">": lambda v: (v, math.inf, False, False), ">=": lambda v: (v, math.inf, True, False),
+    "<": lambda v: (-math.inf, v, False, False), "<=": lambda v: (-math.inf, v, False, True),
+    "=": lambda v: (v, v, True, True)}
+_MIRROR = {">": "<", ">=": "<=", "<": ">", "<=": ">=", "=": "="}
+
+
+def _number(node: ast.Node) -> int | float | None:
+    """A literal's number (a boolean is none, NaN equals and orders nothing)."""
+    if isinstance(node, ast.Literal) and type(node.value) in (int, float) and node.value == node.value:
+        return node.value
+    return None
+
+
+def _intersect(a: Bound, b: Bound) -> Bound:
+    lo, lo_in = (a[0], a[2]) if a[0] > b[0] else (b[0], b[2]) if b[0] > a[0] else (a[0], a[2] and b[2])
+    hi, hi_in = (a[1], a[3]) if a[1] < b[1] else (b[1], b[3]) if b[1] < a[1] else (a[1], a[3] and b[3])
+    return lo, hi, lo_in, hi_in
+
+
+def _hull(a: Bound, b: Bound) -> Bound:
+    lo, lo_in = (a[0], a[2]) if a[0] < b[0] else (b[0], b[2]) if b[0] < a[0] else (a[0], a[2] or b[2])
+    hi, hi_in = (a[1], a[3]) if a[1] > b[1] else (b[1], b[3]) if b[1] > a[1] else (a[1], a[3] or b[3])
+    return lo, hi, lo_in, hi_in
+
+
+def required_bounds(tree: ast.Node) -> Bounds:
+    """The fields the folded ``tree`` requires to hold a number in an interval (see above)."""
+    if isinstance(tree, ast.Compare) and tree.op in _INTERVALS:
+        for side, other, op in ((tree.left, tree.right, tree.op),
+                                (tree.right, tree.left, _MIRROR[tree.op])):
+            key, v = _field(side), _number(other)
+            if key is not None and v is not None:
+                return {key: _INTERVALS[op](v)}
+        return {}
+    if isinstance(tree, ast.Between):
+        key, lo, hi = _field(tree.subject), _number(tree.low), _number(tree.high)
+        return {key: (lo, hi, True, True)} if key and lo is not None and hi is not None else {}
+    if isinstance(tree, ast.In):
+        key, values = _field(tree.subject), [_number(i) for i in tree.items]
+        if key is None or not values or None in values:
+            return {}
+        return {key: (min(values), max(values), True, True)}  # type: ignore[type-var]
+    if isinstance(tree, ast.And):
+        left, right = required_bounds(tree.left), required_bounds(tree.right)
+        return {k: _intersect(left.get(k, _ANY), right.get(k, _ANY)) for k in left.keys() | right.keys()}
+    if isinstance(tree, ast.Or):
+        left, right = required_bounds(tree.left), required_bounds(tree.right)
+        return {k: _hull(left[k], right[k]) for k in left.keys() & right.keys()}
+    return {}
+
+
+def bounds_of(f: Any) -> Bounds:
+    """The bounds of any compiled stage-2 filter: an SQL filter's or selector's tree (a
+    property filter compares by equality only: none)."""
+    tree = getattr(f, "tree", None)
+    return required_bounds(tree) if tree is not None else {}
+
+
+def token_number(token: bytes) -> tuple[str, str, int | float] | None:
+    """(section, field name, number) of an ``index_token`` that holds a number; None for a
+    token of any other value."""
+    parts = token.split(b"\x00")
+    if len(parts) != 4 or parts[2] != b"n":
+        return None
+    raw = parts[3]
+    number = int(raw) if raw.lstrip(b"-").isdigit() else float(raw)
+    return parts[0].decode(), parts[1].decode("utf-8", "surrogatepass"), number
 
 
 #: groups of byte strings; a message can match only if it holds one string of every group

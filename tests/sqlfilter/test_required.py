@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 import bloom
 from sqlfilter import (FilterError, MessageView, compile_property_filter, compile_selector,
                        compile_sql, runtime)
-from sqlfilter.required import (canonical, index_token, needles, required_values,
-                                requirement_of, wanted_tokens)
+from sqlfilter.required import (bounds_of, canonical, index_token, needles, required_bounds,
+                                required_values, requirement_of, token_number, wanted_tokens)
 
 A, P = "application_properties", "properties"
 
@@ -53,29 +53,32 @@ _literals = st.sampled_from(["1", "2", "-1", "2.5", "1.0", "0", "-0.0", "300", "
 _fields = st.sampled_from(list(_KEYS) + ["p.subject", "h.priority"])
 
 
-def _atom(draw_field, draw_lit, draw_lits, kind):
-    f = draw_field
+def _atom(f, lit, lits, kind, op):
     if kind == 0:
-        return f"{f} = {draw_lit}"
+        return f"{f} = {lit}"
     if kind == 1:
-        return f"{draw_lit} = {f}"
+        return f"{lit} = {f}"
     if kind == 2:
-        return f"{f} IN ({', '.join(draw_lits)})"
+        return f"{f} IN ({', '.join(lits)})"
     if kind == 3:
-        return f"{f} <> {draw_lit}"
+        return f"{f} <> {lit}"
     if kind == 4:
-        return f"{f} > {draw_lit}"
+        return f"{f} {op} {lit}"
     if kind == 5:
-        return f"NOT {f} = {draw_lit}"
+        return f"NOT {f} = {lit}"
     if kind == 6:
         return f"{f} IS NULL"
-    return f"{f} LIKE 'a%'"
+    if kind == 7:
+        return f"{f} LIKE 'a%'"
+    if kind == 8:
+        return f"{lit} {op} {f}"
+    return f"{f} BETWEEN {lit} AND {lits[-1]}"
 
 
 @st.composite
 def atoms(draw):
     return _atom(draw(_fields), draw(_literals), draw(st.lists(_literals, min_size=1, max_size=3)),
-                 draw(st.integers(0, 7)))
+                 draw(st.integers(0, 9)), draw(st.sampled_from(["<", "<=", ">=", ">"])))
 
 
 def filters():
@@ -137,6 +140,117 @@ def test_skipping_by_derived_keys_gives_exactly_a_full_scan(text, stream, sizes,
             if read_bloom and f.matches(views[i]):
                 bloomed.append(i)
     assert exact == full and bloomed == full, text
+
+
+def _inside(v, bound) -> bool:
+    lo, hi, lo_in, hi_in = bound
+    return (v > lo or lo_in and v == lo) and (v < hi or hi_in and v == hi)
+
+
+#: filters made mostly of what bounds a number, on two keys, over messages that mostly hold
+#: numbers near the literals (the general strategies above seldom meet at an interval's edge)
+_near = st.sampled_from(["-1", "0", "1", "2", "2.5", "-0.0", "300", "'a'", "TRUE"])
+
+
+@st.composite
+def _range_atoms(draw):
+    return _atom(draw(st.sampled_from(["k", "m"])), draw(_near), draw(st.lists(_near, min_size=1, max_size=3)),
+                 draw(st.sampled_from([0, 2, 3, 4, 4, 5, 8, 9])), draw(st.sampled_from(["<", "<=", ">=", ">"])))
+
+
+_range_filters = st.recursive(_range_atoms(), lambda inner: st.tuples(
+    inner, st.sampled_from(["AND", "OR"]), inner).map(lambda t: f"({t[0]}) {t[1]} ({t[2]})"), max_leaves=4)
+_numbers = st.one_of(st.sampled_from([-1, 0, 1, 2, 2.5, 3, 300, 299.5, proton.ubyte(2), proton.float32(2.5),
+                                      proton.timestamp(300), proton.char("\x01")]), _values)
+_number_messages = st.fixed_dictionaries({A: st.dictionaries(st.sampled_from(["k", "m"]), _numbers),
+                                          P: st.just({})})
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(_range_filters, _range_filters, filters()), st.lists(_number_messages, max_size=30),
+       st.lists(st.integers(1, 6), max_size=30))
+def test_skipping_by_number_bounds_gives_exactly_a_full_scan(text, stream, sizes):
+    """Each chunk keeps, per field, the least and greatest number its records hold (from their
+    index tokens, as the skip table does); a chunk whose interval misses a bound is skipped."""
+    f = compile_sql(text)
+    bounds = required_bounds(f.tree)
+    views = [MessageView.from_sections(**m) for m in stream]
+    full = [i for i, v in enumerate(views) if f.matches(v)]
+    for i in full:  # soundness message by message: a match holds a number inside each bound
+        for (section, name), bound in bounds.items():
+            c = canonical(stream[i][section].get(name))
+            assert c is not None and c[0] == "n" and _inside(c[1], bound), (text, stream[i])
+    got = []
+    for chunk in _chunks(list(enumerate(stream)), sizes):
+        read = True
+        for (section, name), (lo, hi, lo_in, hi_in) in bounds.items():
+            numbers = []
+            for _, m in chunk:
+                token = index_token(section, name, m[section].get(name))
+                found = token_number(token) if token is not None else None
+                if found is not None:
+                    assert found[:2] == (section, name)
+                    numbers.append(found[2])
+            least, most = (min(numbers), max(numbers)) if numbers else (math.inf, -math.inf)
+            read = read and (most > lo or lo_in and most == lo) and (least < hi or hi_in and least == hi)
+        got.extend(i for i, _ in chunk if read and f.matches(views[i]))
+    assert got == full, text
+
+
+def test_bounds_hold_for_every_pair_of_comparisons_and_value():
+    """Exhaustive where the random test is thin: every AND and OR of two comparisons of ``k``
+    with numbers near each other, against every number (and non-number) ``k`` may hold; a
+    message that matches holds a number inside the bound."""
+    lits = ["0", "1", "2", "2.5"]
+    singles = [f"k {op} {v}" for op in ("<", "<=", ">=", ">", "=") for v in lits]
+    singles += [f"{v} {op} k" for op in ("<", ">=") for v in lits]
+    singles += ["k BETWEEN 1 AND 2", "k IN (0, 2.5)"]
+    texts = singles + [f"({a}) {c} ({b})" for a in singles for b in singles for c in ("AND", "OR")]
+    values = [-1, 0, 1, 2, 2.5, 3, 0.5, 1.5, proton.ubyte(2), proton.float32(2.5), proton.char("\x01"),
+              proton.timestamp(2), "1", True, None]
+    views = [(v, MessageView.from_sections(application_properties={"k": v})) for v in values]
+    for text in texts:
+        f = compile_sql(text)
+        bound = required_bounds(f.tree).get((A, "k"))
+        for v, view in views:
+            if f.matches(view):
+                c = canonical(v)
+                assert bound is None or c is not None and c[0] == "n" and _inside(c[1], bound), (text, v)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("k > 5", {(A, "k"): (5, math.inf, False, False)}),
+    ("5 <= k", {(A, "k"): (5, math.inf, True, False)}),
+    ("k BETWEEN 1 AND 3 AND k < 2", {(A, "k"): (1, 2, True, False)}),
+    ("k > 5 OR k <= 1", {(A, "k"): (-math.inf, math.inf, False, False)}),  # still a number
+    ("k > 5 OR m < 1", {}),
+    ("k IN (1, 2.5, -3)", {(A, "k"): (-3, 2.5, True, True)}),
+    ("k IN (1, 'a')", {}),
+    ("k = 3 AND k >= 3", {(A, "k"): (3, 3, True, True)}),
+    ("k = 'a'", {}),
+    ("k > TRUE", {}),
+    ("NOT k > 5", {}),
+    ("k + 1 > 3", {}),
+    ("h.priority > 4", {}),  # a header default: not indexed
+    ("p.absolute_expiry_time > 10 AND k < 0", {(P, "absolute_expiry_time"): (10, math.inf, False, False),
+                                               (A, "k"): (-math.inf, 0, False, False)}),
+])
+def test_required_bounds_of_sql(text, expected):
+    assert required_bounds(compile_sql(text).tree) == expected
+
+
+def test_bounds_of_each_filter_kind():
+    assert bounds_of(compile_selector("amount > 10 AND JMSPriority > 3")) == {
+        (A, "amount"): (10, math.inf, False, False)}
+    assert bounds_of(compile_property_filter(application_properties={"k": 5})) == {}
+
+
+@pytest.mark.parametrize("value,number", [(5, 5), (-7, -7), (2.5, 2.5), (1.0, 1), (2 ** 70, 2 ** 70),
+                                          (proton.timestamp(7), 7), (proton.char("a"), 97),
+                                          ("5", None), (True, None), (b"5", None)])
+def test_a_token_tells_its_number(value, number):
+    got = token_number(index_token(A, "k", value))
+    assert (got[2] if got else None) == number and (got is None or got[:2] == (A, "k"))
 
 
 @pytest.mark.parametrize("text,expected", [
