@@ -6,7 +6,9 @@ broker knows both sides of the one encoding, ``sqlfilter.required.index_token``.
 gets ``deriver(keys)`` (the key values read from the stored bytes with the same ``KeyPicker``
 walk stage 2 uses, so the indexed value is the value the filter compares); a consumer gets
 ``wanted(keys, stage2)`` (the tokens of the values its filter requires, found from the
-compiled tree by ``sqlfilter.required``). A record the walk cannot read gives None: its block
+compiled tree by ``sqlfilter.required``) and ``bounds(keys, stage2)`` (the intervals it
+requires of numbers, which the skip table's rows answer with each block's least and greatest
+number per key, read from the same tokens by ``numberer(keys)``). A record the walk cannot read gives None: its block
 is never skipped. Stage 2 still decides every record read, so a skip can only save work.
 
 Reading application properties at write time costs one byte search per key (``bytes.find``,
@@ -27,15 +29,17 @@ starts with ``p.`` cannot be indexed.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Callable, Collection, Sequence
 
 from amqp_stream.errors import BadRequest
 from amqp_stream.wire import KeyPicker, MessageView, decode
 from amqp_stream.wire._sections import PROPERTY_FIELDS
-from sqlfilter.required import index_token, requirement_of, wanted_tokens
+from sqlfilter.required import Bound, bounds_of, index_token, requirement_of, token_number, wanted_tokens
 
-__all__ = ["ARGUMENT", "MAX_KEYS", "parse_keys", "field_of", "deriver", "wanted"]
+__all__ = ["ARGUMENT", "MAX_KEYS", "parse_keys", "field_of", "deriver", "numberer", "wanted",
+           "bounds"]
 
 ARGUMENT = "x-stream-derived-filter-keys"
 MAX_KEYS = 16
@@ -158,4 +162,31 @@ def wanted(keys: Collection[str], stage2: Any) -> dict[str, frozenset[bytes]] | 
     by_field = {field_of(k): k for k in keys}
     out = {by_field[f]: tokens for f, tokens in wanted_tokens(requirement_of(stage2)).items()
            if f in by_field}
+    return out or None
+
+
+def numberer(keys: Sequence[str]) -> Callable[[bytes], tuple[int, float] | None]:
+    """``StreamConfig.derive_number`` for ``keys``: a token -> (its key's place in ``keys``,
+    the number it holds), None for a token of another value (remembered: a stream's tokens
+    repeat from block to block)."""
+    place = {field_of(k): i for i, k in enumerate(keys)}
+
+    @functools.lru_cache(maxsize=1 << 16)
+    def number(token: bytes) -> tuple[int, float] | None:
+        got = token_number(token)
+        if got is None:
+            return None
+        i = place.get(got[:2])
+        return None if i is None else (i, got[2])
+
+    return number
+
+
+def bounds(keys: Collection[str], stage2: Any) -> dict[str, Bound] | None:
+    """Per indexed key, the interval a number of it must lie in for ``stage2`` to match; None
+    when it bounds none of them."""
+    if stage2 is None or not keys:
+        return None
+    by_field = {field_of(k): k for k in keys}
+    out = {by_field[f]: b for f, b in bounds_of(stage2).items() if f in by_field}
     return out or None

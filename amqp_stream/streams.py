@@ -92,7 +92,8 @@ class StreamEntry:
         reads, only the records holding the filter's bytes (stage 2 still decides each one)."""
         return self.stream.reader(spec, filter_values, match_unfiltered,
                                   derived=derived_keys.wanted(self.stream.config.derived_keys, stage2),
-                                  needles=needles_of(stage2))
+                                  needles=needles_of(stage2),
+                                  bounds=derived_keys.bounds(self.stream.config.derived_keys, stage2))
 
 
 def dir_name(name: str) -> str:
@@ -121,6 +122,7 @@ def stream_config(arguments: dict, config: BrokerConfig) -> "storage.StreamConfi
     if keys:
         kwargs["derived_keys"] = tuple(keys)
         kwargs["derive"] = derived_keys.deriver(keys)
+        kwargs["derive_number"] = derived_keys.numberer(keys)
     if "x-stream-max-segment-size-bytes" in arguments:
         kwargs["max_segment_bytes"] = int(arguments["x-stream-max-segment-size-bytes"])
     if "x-max-length-bytes" in arguments:

@@ -54,6 +54,10 @@ class StreamConfig:
     derived_keys: tuple[str, ...] = ()
     derive: Callable[[bytes, Sequence[tuple[int, int]]], list[tuple[list[int], list[bytes | None]]]] | None = \
         field(default=None, compare=False)
+    # and, for the skip table's bounds, the key (its place in ``derived_keys``) and number a
+    # token holds, None for a token of another value (``storage.derived.Number``); without
+    # it a row bounds nothing
+    derive_number: Callable[[bytes], tuple[int, float] | None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fsync", FsyncPolicy(self.fsync))

@@ -52,6 +52,7 @@ chunk whole (checked by the chunk's own CRC). Retention deletes the sidecar with
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 import zlib
@@ -68,7 +69,7 @@ from storage.format import CHUNK_HEADER_BYTES, SubBatchEntry
 __all__ = ["DERIVED_HEADER", "DERIVED_CHUNK", "DERIVED_BLOCK", "DERIVED_MAGIC", "BLOCK_RECORDS",
            "Derive", "Block", "ChunkEntry", "derived_name", "derived_path", "derived_header",
            "encode_entry", "decode_entries", "read_keys", "Cursor", "Wanted", "repair",
-           "create_sidecar", "load", "fixed_bloom", "token_probes"]
+           "create_sidecar", "load", "fixed_bloom", "token_probes", "Number", "Bound", "Bounds"]
 
 DERIVED_HEADER = struct.Struct(">4sIH")
 DERIVED_CHUNK = struct.Struct(">IIQIIIH")
@@ -91,6 +92,13 @@ _LEN = struct.Struct(">I")
 Derive = Callable[[bytes, Sequence[tuple[int, int]]], "list[tuple[list[int], list[bytes | None]]]"]
 #: per indexed key, the tokens one of which a matching record holds (an empty set: none can)
 Wanted = Mapping[str, Collection[bytes]]
+#: a token -> (the place of its key in the key list, the number it holds); None: no number
+Number = Callable[[bytes], "tuple[int, float] | None"]
+#: (low, high, low included, high included): a match holds a number of a key inside it
+Bound = tuple[float, float, bool, bool]
+#: per indexed key, its bound (``sqlfilter.required.required_bounds``; the skip table's rows
+#: keep each block's least and greatest number per key)
+Bounds = Mapping[str, Bound]
 
 
 def derived_name(first_offset: int) -> str:
@@ -239,10 +247,14 @@ def token_probes(token: bytes, nbytes: int) -> tuple[tuple[int, int], ...]:
 
 def encode_entry(chunk_id: int, position: int, records: int, filter_size: int, data: bytes,
                  bodies: Sequence[bytes], derive: Derive, cache: dict,
-                 blooms: list[bytes | None] | None = None, bloom_bytes: int = 0) -> bytes:
+                 blooms: list[bytes | None] | None = None, bloom_bytes: int = 0,
+                 bounds: list[list[tuple[float, float] | None] | None] | None = None,
+                 number: Number | None = None, keys: int = 0) -> bytes:
     """The sidecar entry of one user chunk (``data``: its data section, of ``bodies``).
-    ``blooms``: gets, per block, its tokens' ``fixed_bloom`` of ``bloom_bytes`` bytes, or None
-    for a block not indexed (the skip table's rows)."""
+    For the skip table's rows: ``blooms`` gets, per block, its tokens' ``fixed_bloom`` of
+    ``bloom_bytes`` bytes, or None for a block not indexed; ``bounds``, per block, the least
+    and greatest number of each of the ``keys`` keys (None: it holds none) that ``number``
+    finds in its tokens, or None for a block not indexed or without ``number``."""
     n = len(bodies)
     if SubBatchEntry not in set(map(type, bodies)):  # simple entries only: offsets in C
         cum = list(accumulate(map(_FOUR.__add__, map(len, bodies)), initial=0))
@@ -291,11 +303,15 @@ def encode_entry(chunk_id: int, position: int, records: int, filter_size: int, d
             parts.append(DERIVED_BLOCK.pack(entries, block_records[k], length, crc, 0, 0))
             if blooms is not None:
                 blooms.append(None)
+            if bounds is not None:
+                bounds.append(None)
         else:
             kk, bits = _bloom(tokens[k], cache)
             if blooms is not None:  # (the same filter when its size class is the row's)
                 blooms.append(bits if len(bits) == bloom_bytes else
                               fixed_bloom(tokens[k], bloom_bytes, cache))
+            if bounds is not None:
+                bounds.append(_bounds(tokens[k], number, keys) if number is not None else None)
             parts.append(DERIVED_BLOCK.pack(entries, block_records[k], length, crc, kk, len(bits)))
             parts.append(bits)
     body = _CHUNK_REST.pack(chunk_id, position, records, CHUNK_HEADER_BYTES + filter_size,
@@ -304,6 +320,21 @@ def encode_entry(chunk_id: int, position: int, records: int, filter_size: int, d
 
 
 _FOUR = 4  # an entry's length prefix
+
+
+def _bounds(tokens: set[bytes], number: Number, keys: int) -> list[tuple[float, float] | None]:
+    """Per key, (least, greatest) of the numbers ``tokens`` hold for it, None without one."""
+    least: list[float] = [math.inf] * keys
+    most: list[float] = [-math.inf] * keys
+    for t in tokens:
+        got = number(t)
+        if got is not None:
+            i, v = got
+            if v < least[i]:
+                least[i] = v
+            if v > most[i]:
+                most[i] = v
+    return [(lo, hi) if lo <= hi else None for lo, hi in zip(least, most, strict=True)]
 
 
 class _Spans(Sequence[tuple[int, int]]):
@@ -378,11 +409,13 @@ class Cursor:
     large ``pread``s, so a scan reads the sidecar once, sequentially)."""
 
     def __init__(self, fd: int, start: int, masks: list[list[tuple[int, int]]],
-                 keys: Sequence[str] = (), wanted: Sequence[Collection[bytes]] = ()) -> None:
+                 keys: Sequence[str] = (), wanted: Sequence[Collection[bytes]] = (),
+                 bounds: Mapping[int, Bound] | None = None) -> None:
         self.fd = fd
         self.masks = masks
         self.keys = list(keys)  # the keys the sidecar indexes, as its header lists them
         self.wanted = list(wanted)  # per key of ``masks``, its wanted tokens
+        self.bounds = dict(bounds or {})  # per place in ``keys``, its bound (the skip table's)
         self.read_size = _READ  # the next pread's size (small after a ``seek``, then doubling)
         self.pos = start  # file position of ``buf[0]``
         self.buf = b""
@@ -394,20 +427,23 @@ class Cursor:
         self._last: tuple[ChunkEntry, tuple[list[Block], int]] | None = None
 
     @classmethod
-    def open(cls, directory: str, start: int, wanted: Wanted) -> Cursor | None:
-        """The cursor of segment ``start`` for ``wanted`` (None: no sidecar, or it indexes
-        none of the wanted keys: nothing to skip by)."""
+    def open(cls, directory: str, start: int, wanted: Wanted,
+             bounds: Bounds | None = None) -> Cursor | None:
+        """The cursor of segment ``start`` for ``wanted`` and ``bounds`` (None: no sidecar,
+        or it indexes none of their keys: nothing to skip by)."""
         try:
             fd = os.open(derived_path(directory, start), os.O_RDONLY)
         except FileNotFoundError:
             return None
         found = read_keys(fd)
-        keys = [k for k in (found[0] if found else ()) if k in wanted]
-        if found is None or not keys:
+        listed = found[0] if found else []
+        keys = [k for k in listed if k in wanted]
+        bounded = {i: bounds[k] for i, k in enumerate(listed) if bounds and k in bounds}
+        if found is None or not (keys or bounded):
             os.close(fd)
             return None
         return cls(fd, found[1], [[_digest(t) for t in wanted[k]] for k in keys], found[0],
-                   [wanted[k] for k in keys])
+                   [wanted[k] for k in keys], bounded)
 
     def close(self) -> None:
         if self.fd >= 0:

@@ -42,7 +42,7 @@ from typing import Callable, Iterable, Iterator, Protocol, Sequence, cast
 
 import bloom
 
-from storage.derived import Block, ChunkEntry, Cursor, Wanted
+from storage.derived import Block, Bounds, ChunkEntry, Cursor, Wanted
 from storage.skiptable import Table
 from storage.errors import CorruptionError
 from storage.files import (
@@ -193,6 +193,9 @@ class Reader:
         derived: per derived key, the tokens one of which a record the caller wants holds
             (``storage.derived``): chunks and blocks whose index holds none are not read, and
             a chunk read in part holds only the records of the blocks that may match.
+        bounds: per derived key, the interval a number of it must lie in for a record the
+            caller wants (``storage.derived.Bounds``): the chunks whose skip-table rows hold
+            no number inside it are not read (without a table, nothing is skipped by them).
         needles: groups of byte strings; a record the caller wants holds one string of every
             group (``sqlfilter.required.needles``): a chunk read gives only the records that
             hold them, when its bytes can tell (``candidates``); one that holds none, nothing.
@@ -200,10 +203,12 @@ class Reader:
 
     def __init__(self, source: LogSource, spec: OffsetSpec, filter_values: Iterable[str | bytes] = (),
                  match_unfiltered: bool = False, *, filter_size_hint: int = bloom.MIN_SIZE,
-                 derived: Wanted | None = None, needles: Sequence[Sequence[bytes]] = ()) -> None:
+                 derived: Wanted | None = None, needles: Sequence[Sequence[bytes]] = (),
+                 bounds: Bounds | None = None) -> None:
         self.source = source
         self.stats = ReaderStats()
         self._wanted = derived or None
+        self._bounds = bounds or None
         self.needles = tuple(tuple(g) for g in needles)
         values = list(filter_values)
         self._matcher = bloom.Matcher(values, match_unfiltered) if values else None
@@ -773,11 +778,15 @@ class Reader:
             raise
         self._close_segment()
         self._seg = _Open(start, spath, sfd, ifd, idx_next=idx_next)
-        if self._wanted is not None:
-            cur = self._seg.derived = Cursor.open(d, start, self._wanted)
+        if self._wanted is not None or self._bounds is not None:
+            cur = self._seg.derived = Cursor.open(d, start, self._wanted or {}, self._bounds or {})
             if cur is not None:
-                self._seg.table, read = Table.load(d, start, cur.keys, cur.wanted, idx_next)
+                self._seg.table, read = Table.load(d, start, cur.keys, cur.wanted, idx_next,
+                                                   cur.bounds)
                 self.stats.bytes_read += read
+                if self._seg.table is None and not cur.masks:  # bounds alone: only a table
+                    cur.close()                                # tells them
+                    self._seg.derived = None
 
     def _open_first(self) -> bool:
         for start in self.source.segment_starts():

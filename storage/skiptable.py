@@ -6,20 +6,30 @@ Why: the sidecar sizes each block's Bloom filter to its tokens, so entries vary 
 reader must walk them one by one (~3-4 µs a chunk in Python). A stream written by many small
 appends (an AMQP publisher: chunks of ~100 records) has ~10,000 chunks per million records, and
 that walk, not the data read, was what a high-cardinality filter cost. Here every row has the
-same size: a token's ``k`` bits are ``k`` byte columns (``rows[at::ROW_BYTES]``), each turned into
-0/1 bytes by ``bytes.translate`` and combined as integers; the rows left are the stops.
+same size: a token's ``k`` bits are ``k`` byte columns (``rows[at::row]``), each turned into
+0/1 bytes by ``bytes.translate`` and combined as integers; the rows left are the stops. A row
+also holds, per key, the least and greatest number the block's records hold there, so that a
+filter bounding a key (``amount > 1000``, ``p.creation_time >= ...``: ``sqlfilter.required``'s
+bounds) stops only at blocks whose interval meets its own: free for a key whose values grow
+with the log (times, sequence numbers), where a Bloom filter cannot help at all.
 
 File ``NNNNNNNNNNNNNNNNNNNN.skip`` (N = the segment's first offset)::
 
-    SKIP_HEADER  >4sIIIII  "ASST", version 1, CRC-32 of the sidecar's key list (as its header
-                           holds it), rows, CRC-32 of those rows, sidecar bytes they cover
-    then ``rows`` rows, in index order, each:
-    SKIP_ROW     >IIQ      index record number of the chunk (in the segment's index), file
-                           position of its sidecar entry (0: none), chunk id; then
-                           ``ROW_BLOOM_BYTES`` of Bloom filter (``derived.fixed_bloom``: k = 4)
+    SKIP_HEADER  >4sIIIIII  "ASST", version 2, CRC-32 of the sidecar's key list (as its header
+                            holds it), rows, CRC-32 of those rows, sidecar bytes they cover,
+                            keys (``n``)
+    then ``rows`` rows of ``row_bytes(n)``, in index order, each:
+    SKIP_ROW     >IIQ       index record number of the chunk (in the segment's index), file
+                            position of its sidecar entry (0: none), chunk id; then
+                            ``ROW_BLOOM_BYTES`` of Bloom filter (``derived.fixed_bloom``: k = 4);
+                            then per key, in the key list's order:
+    ROW_BOUND    >dd        the least and greatest number among the block's values of the key
+                            (rounded outwards to doubles); none: +inf, -inf (nothing is
+                            inside); not known: -inf, +inf (everything is)
 
-A user chunk has a row per sidecar block (a block not indexed: every bit set, so always a
-stop); a tracking chunk one row with no bit set (never delivered). The rows cover index
+A user chunk has a row per sidecar block (a block not indexed: every bit set and every bound
+unknown, so always a stop); a tracking chunk one row with no bit set and no number (never
+delivered). The rows cover index
 records ``first .. last`` of the segment without a gap, each chunk's rows all or none: the
 writer appends the rows of every chunk it writes while the stream has derived keys, a group's
 in one write after its sidecar entries and before its index records, then rewrites the header
@@ -37,6 +47,7 @@ order) the table is not used: stopping that often costs more than the walk.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import struct
@@ -45,19 +56,22 @@ import threading
 import zlib
 from bisect import bisect_left
 from collections import OrderedDict
-from typing import Collection, Sequence
+from typing import Collection, Mapping, Sequence
 
-from storage.derived import token_probes
+from storage.derived import Bound, token_probes
 
-__all__ = ["SKIP_HEADER", "SKIP_ROW", "ROW_BLOOM_BYTES", "ROW_BYTES", "skip_path", "rows_of",
+__all__ = ["SKIP_HEADER", "SKIP_ROW", "ROW_BOUND", "ROW_BLOOM_BYTES", "row_bytes", "skip_path",
+           "rows_of", "NO_NUMBER", "ANY_NUMBER",
            "TableWriter", "Table", "MAX_TOKENS", "remove_orphans", "describe"]
 
-SKIP_HEADER = struct.Struct(">4sIIIII")
+SKIP_HEADER = struct.Struct(">4sIIIIII")
 SKIP_ROW = struct.Struct(">IIQ")
 SKIP_MAGIC = b"ASST"
-SKIP_VERSION = 1
+SKIP_VERSION = 2
 ROW_BLOOM_BYTES = 128  # m = 1,024 bits: 0.24 % false positives for a block of 64 distinct tokens
-ROW_BYTES = SKIP_ROW.size + ROW_BLOOM_BYTES
+ROW_BOUND = struct.Struct(">dd")
+NO_NUMBER = ROW_BOUND.pack(math.inf, -math.inf)
+ANY_NUMBER = ROW_BOUND.pack(-math.inf, math.inf)
 SUFFIX = ".skip"
 #: wanted tokens above which the table is not used (each costs k strided slices)
 MAX_TOKENS = 64
@@ -77,25 +91,58 @@ def keys_crc(keys: Sequence[str]) -> int:
     return zlib.crc32("\n".join(keys).encode("utf-8"))
 
 
-def _parse_header(head: bytes) -> tuple[int, int, int, int] | None:
-    """(keys CRC, rows, rows CRC, sidecar end) of a table's header; None when it is none."""
+def row_bytes(keys: int) -> int:
+    """The size of a row of a table for ``keys`` keys."""
+    return SKIP_ROW.size + ROW_BLOOM_BYTES + keys * ROW_BOUND.size
+
+
+def _parse_header(head: bytes) -> tuple[int, int, int, int, int] | None:
+    """(keys CRC, rows, rows CRC, sidecar end, keys) of a table's header; None when it is
+    none."""
     if len(head) < SKIP_HEADER.size:
         return None
     magic, version, *fields = SKIP_HEADER.unpack_from(head)
     if magic != SKIP_MAGIC or version != SKIP_VERSION:
         return None
-    return fields[0], fields[1], fields[2], fields[3]
+    return fields[0], fields[1], fields[2], fields[3], fields[4]
 
 
-def rows_of(number: int, entry_at: int, chunk_id: int,
-            blooms: Sequence[bytes | None] | None) -> bytes:
-    """The rows of the chunk of index record ``number``: a user chunk's, one per block of its
-    sidecar entry at ``entry_at`` (a None Bloom: a block not indexed, always a stop), or a
-    tracking chunk's (``blooms`` None: one row nothing matches)."""
+def _down(v: int | float) -> float:
+    f = float(v)
+    return math.nextafter(f, -math.inf) if f > v else f
+
+
+def _up(v: int | float) -> float:
+    f = float(v)
+    return math.nextafter(f, math.inf) if f < v else f
+
+
+def _bounds_bytes(numbers: Sequence[tuple[float, float] | None] | None, keys: int) -> bytes:
+    """A row's bounds: per key, (least, greatest) of the numbers its block holds there (None:
+    it holds none), as doubles that contain them (an int past 2**53 rounds outwards); not
+    known (``numbers`` None, or past a double's range): every number."""
+    if numbers is None:
+        return ANY_NUMBER * keys
+    try:
+        return b"".join(ROW_BOUND.pack(_down(b[0]), _up(b[1])) if b is not None else NO_NUMBER
+                        for b in numbers)
+    except OverflowError:
+        return ANY_NUMBER * keys
+
+
+def rows_of(number: int, entry_at: int, chunk_id: int, blooms: Sequence[bytes | None] | None,
+            bounds: Sequence[Sequence[tuple[float, float] | None] | None] | None, keys: int) -> bytes:
+    """The rows of the chunk of index record ``number``, for a table of ``keys`` keys: a user
+    chunk's, one per block of its sidecar entry at ``entry_at`` (its Bloom and its numbers'
+    bounds per key, from ``derived.encode_entry``; a None Bloom: a block not indexed, always a
+    stop), or a tracking chunk's (``blooms`` None: one row nothing matches)."""
     if blooms is None:
-        return SKIP_ROW.pack(number, 0, chunk_id) + _NONE
+        return SKIP_ROW.pack(number, 0, chunk_id) + _NONE + NO_NUMBER * keys
     head = SKIP_ROW.pack(number, entry_at, chunk_id)
-    return b"".join(head + (b if b is not None else _ALL) for b in blooms) or head + _ALL
+    if not blooms:
+        return head + _ALL + ANY_NUMBER * keys
+    return b"".join(head + (b + _bounds_bytes(bounds[i] if bounds else None, keys) if b is not None
+                            else _ALL + ANY_NUMBER * keys) for i, b in enumerate(blooms))
 
 
 def describe(directory: str, start: int) -> dict | None:
@@ -109,10 +156,11 @@ def describe(directory: str, start: int) -> dict | None:
     head = _parse_header(raw)
     if head is None:
         return {"rows": 0, "bytes": len(raw), "first": None, "last": None, "ok": False}
-    _, rows, crc, _ = head
-    body = raw[SKIP_HEADER.size:SKIP_HEADER.size + rows * ROW_BYTES]
-    ok = len(body) == rows * ROW_BYTES and zlib.crc32(body) == crc
-    numbers = _numbers(body, rows) if ok and rows else None
+    _, rows, crc, _, keys = head
+    row = row_bytes(keys)
+    body = raw[SKIP_HEADER.size:SKIP_HEADER.size + rows * row]
+    ok = len(body) == rows * row and zlib.crc32(body) == crc
+    numbers = _numbers(body, rows, row) if ok and rows else None
     return {"rows": rows, "bytes": len(raw), "first": numbers[0] if numbers else None,
             "last": numbers[rows - 1] if numbers else None, "ok": ok}
 
@@ -135,9 +183,12 @@ class TableWriter:
     and CRC (the file is written at known positions, not ``O_APPEND``: the header is rewritten
     in place)."""
 
-    def __init__(self, fd: int, keys: int, rows: int, crc: int, sidecar_end: int) -> None:
+    def __init__(self, fd: int, keys: int, nkeys: int, rows: int, crc: int,
+                 sidecar_end: int) -> None:
         self.fd = fd
-        self.keys = keys
+        self.keys = keys  # their CRC
+        self.nkeys = nkeys
+        self.row = row_bytes(nkeys)
         self.rows = rows
         self.crc = crc
         self.sidecar_end = sidecar_end
@@ -152,24 +203,24 @@ class TableWriter:
         repaired, is ``sidecar_size`` bytes: where the next chunk's entry goes."""
         fd = os.open(skip_path(directory, start), os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            kcrc = keys_crc(keys)
+            kcrc, row = keys_crc(keys), row_bytes(len(keys))
             head = _parse_header(os.pread(fd, SKIP_HEADER.size, 0))
             if head is not None:
-                kc, rows, crc, _ = head
-                if kc == kcrc and rows:
-                    raw = os.pread(fd, rows * ROW_BYTES, SKIP_HEADER.size)
-                    if len(raw) == rows * ROW_BYTES and zlib.crc32(raw) == crc:
-                        keep = bisect_left(_numbers(raw, rows), index_records)
+                kc, rows, crc, _, nkeys = head
+                if kc == kcrc and nkeys == len(keys) and rows:
+                    raw = os.pread(fd, rows * row, SKIP_HEADER.size)
+                    if len(raw) == rows * row and zlib.crc32(raw) == crc:
+                        keep = bisect_left(_numbers(raw, rows, row), index_records)
                         if keep:
-                            number, _, chunk_id = SKIP_ROW.unpack_from(raw, (keep - 1) * ROW_BYTES)
+                            number, _, chunk_id = SKIP_ROW.unpack_from(raw, (keep - 1) * row)
                             if number == index_records - 1 and chunk_id == last_chunk:
-                                w = cls(fd, kcrc, keep, zlib.crc32(memoryview(raw)[:keep * ROW_BYTES]),
-                                        sidecar_size)
-                                os.ftruncate(fd, SKIP_HEADER.size + keep * ROW_BYTES)
+                                w = cls(fd, kcrc, len(keys), keep,
+                                        zlib.crc32(memoryview(raw)[:keep * row]), sidecar_size)
+                                os.ftruncate(fd, SKIP_HEADER.size + keep * row)
                                 w._header()
                                 return w
             os.ftruncate(fd, 0)
-            w = cls(fd, kcrc, 0, 0, sidecar_size)
+            w = cls(fd, kcrc, len(keys), 0, 0, sidecar_size)
             w._header()
             return w
         except BaseException:
@@ -181,11 +232,11 @@ class TableWriter:
         raw = b"".join(rows)
         if not raw:
             return
-        at = SKIP_HEADER.size + self.rows * ROW_BYTES
+        at = SKIP_HEADER.size + self.rows * self.row
         done = 0
         while done < len(raw):
             done += os.pwrite(self.fd, memoryview(raw)[done:], at + done)
-        self.rows += len(raw) // ROW_BYTES
+        self.rows += len(raw) // self.row
         self.crc = zlib.crc32(raw, self.crc)
         self.sidecar_end = sidecar_end
         self._header()
@@ -197,12 +248,12 @@ class TableWriter:
     def rollback(self, state: tuple[int, int, int]) -> None:
         """Back to a ``state`` taken before a group whose write failed."""
         self.rows, self.crc, self.sidecar_end = state
-        os.ftruncate(self.fd, SKIP_HEADER.size + self.rows * ROW_BYTES)
+        os.ftruncate(self.fd, SKIP_HEADER.size + self.rows * self.row)
         self._header()
 
     def _header(self) -> None:
         os.pwrite(self.fd, SKIP_HEADER.pack(SKIP_MAGIC, SKIP_VERSION, self.keys, self.rows,
-                                            self.crc, self.sidecar_end), 0)
+                                            self.crc, self.sidecar_end, self.nkeys), 0)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -210,14 +261,20 @@ class TableWriter:
             self.fd = -1
 
 
-def _numbers(raw: bytes, rows: int) -> memoryview:
-    """Every row's index record number (its first field, big-endian) as native unsigned ints,
-    for ``Table.row_of`` to bisect: four strided slices assigned byte by byte (C speed), no
-    tuple per row."""
-    out = bytearray(4 * rows)
-    for k in range(4):
-        out[(3 - k if _LITTLE else k)::4] = raw[k::ROW_BYTES]
-    return memoryview(out).cast("I")
+def _column(raw: bytes, rows: int, row: int, at: int, fmt: str) -> memoryview:
+    """The big-endian field at byte ``at`` of every row as native values (``fmt``: "I" or
+    "d"): one strided slice per byte of the field, assigned byte by byte (C speed), no tuple
+    per row."""
+    size = struct.calcsize(fmt)
+    out = bytearray(size * rows)
+    for k in range(size):
+        out[(size - 1 - k if _LITTLE else k)::size] = raw[at + k::row]
+    return memoryview(out).cast(fmt)  # type: ignore[call-overload]  # ("I" or "d")
+
+
+def _numbers(raw: bytes, rows: int, row: int) -> memoryview:
+    """Every row's index record number (its first field), for ``Table.row_of`` to bisect."""
+    return _column(raw, rows, row, 0, "I")
 
 
 #: verified rows by file (device, inode): (rows, their CRC, the rows, their record numbers),
@@ -229,9 +286,9 @@ _CACHE_LOCK = threading.Lock()  # readers of one process may run on several thre
 CACHE_BYTES = 64 << 20
 
 
-def _verified(fd: int, rows: int, crc: int) -> tuple[tuple[bytes, memoryview] | None, int]:
-    """(the first ``rows`` rows of table ``fd`` and their record numbers, when their CRC is
-    ``crc`` and the numbers can be whole; bytes read for it)."""
+def _verified(fd: int, rows: int, crc: int, row: int) -> tuple[tuple[bytes, memoryview] | None, int]:
+    """(the first ``rows`` rows (of ``row`` bytes) of table ``fd`` and their record numbers,
+    when their CRC is ``crc`` and the numbers can be whole; bytes read for it)."""
     st = os.fstat(fd)
     key = (st.st_dev, st.st_ino)
     cached = _CACHE.get(key)
@@ -240,16 +297,16 @@ def _verified(fd: int, rows: int, crc: int) -> tuple[tuple[bytes, memoryview] | 
     base, prior, read = b"", 0, 0
     if cached is not None and cached[0] < rows:
         base, prior = cached[2], cached[1]
-    new = os.pread(fd, rows * ROW_BYTES - len(base), SKIP_HEADER.size + len(base))
+    new = os.pread(fd, rows * row - len(base), SKIP_HEADER.size + len(base))
     read = len(new)
-    if len(base) + len(new) != rows * ROW_BYTES or zlib.crc32(new, prior) != crc:
+    if len(base) + len(new) != rows * row or zlib.crc32(new, prior) != crc:
         if not base:
             return None, read
         with _CACHE_LOCK:
             _CACHE.pop(key, None)  # rewritten since: read it whole
-        return _verified(fd, rows, crc)
+        return _verified(fd, rows, crc, row)
     raw = base + new if base else new
-    numbers = _numbers(raw, rows)
+    numbers = _numbers(raw, rows, row)
     if numbers[rows - 1] - numbers[0] >= rows:  # rows for every record between (the reader
         return None, read  # checks each place it stops at against the index)
     if len(raw) <= CACHE_BYTES // 4:
@@ -266,8 +323,10 @@ class Table:
     """A reader's view of one segment's table for its wanted tokens: which index records
     (``stops``) may hold a match; the others, from ``first`` to ``last``, hold none."""
 
-    def __init__(self, raw: bytes, numbers: memoryview, stops: list[int], sidecar_end: int) -> None:
+    def __init__(self, raw: bytes, row: int, numbers: memoryview, stops: list[int],
+                 sidecar_end: int) -> None:
         self.raw = raw
+        self.row = row
         self.numbers = numbers
         self.stops = stops
         self.first = numbers[0]
@@ -276,12 +335,14 @@ class Table:
 
     @classmethod
     def load(cls, directory: str, start: int, keys: Sequence[str],
-             wanted: Sequence[Collection[bytes]], at: int = 0) -> tuple[Table | None, int]:
+             wanted: Sequence[Collection[bytes]], at: int = 0,
+             bounds: Mapping[int, Bound] | None = None) -> tuple[Table | None, int]:
         """(the table of segment ``start`` for a sidecar of ``keys``, where a match holds one
-        token of each of ``wanted``, for a reader at index record ``at``; bytes read): None
-        when there is none, it ends before ``at``, fails its CRC, is for other keys, or too
-        many tokens are wanted."""
-        if sum(map(len, wanted)) > MAX_TOKENS:
+        token of each of ``wanted`` and, for each key ``bounds`` names by its place in
+        ``keys``, a number inside that bound; for a reader at index record ``at``; bytes
+        read): None when there is none, it ends before ``at``, fails its CRC, is for other
+        keys, nothing or too many tokens are wanted."""
+        if sum(map(len, wanted)) > MAX_TOKENS or not (wanted or bounds):
             return None, 0
         try:
             fd = os.open(skip_path(directory, start), os.O_RDONLY)
@@ -290,13 +351,15 @@ class Table:
         try:
             head = os.pread(fd, SKIP_HEADER.size, 0)
             fields = _parse_header(head)
-            if fields is None or fields[0] != keys_crc(keys) or not fields[1]:
+            if (fields is None or fields[0] != keys_crc(keys) or fields[4] != len(keys)
+                    or not fields[1]):
                 return None, len(head)
-            _, rows, crc, sidecar_end = fields
-            last = os.pread(fd, SKIP_ROW.size, SKIP_HEADER.size + (rows - 1) * ROW_BYTES)
+            _, rows, crc, sidecar_end, _ = fields
+            row = row_bytes(len(keys))
+            last = os.pread(fd, SKIP_ROW.size, SKIP_HEADER.size + (rows - 1) * row)
             if len(last) != SKIP_ROW.size or SKIP_ROW.unpack(last)[0] < at:
                 return None, len(head) + len(last)  # a reader past what it covers
-            got, read = _verified(fd, rows, crc)
+            got, read = _verified(fd, rows, crc, row)
         finally:
             os.close(fd)
         read += len(head) + len(last)
@@ -309,15 +372,20 @@ class Table:
             for token in tokens:
                 every = -1
                 for byte, bit in token_probes(token, ROW_BLOOM_BYTES):
-                    col = raw[SKIP_ROW.size + byte::ROW_BYTES]
+                    col = raw[SKIP_ROW.size + byte::row]
                     every &= int.from_bytes(col.translate(_BIT[bit.bit_length() - 1]), "little")
                 key |= every
             found = key if found is None else found & key
+        for i, bound in (bounds or {}).items():  # a key: a number inside the bound
+            at_key = SKIP_ROW.size + ROW_BLOOM_BYTES + i * ROW_BOUND.size
+            inside = _inside(_column(raw, rows, row, at_key, "d"),
+                             _column(raw, rows, row, at_key + 8, "d"), bound)
+            found = inside if found is None else found & inside
         hits = [m.start() for m in _NONZERO.finditer(found.to_bytes(rows, "little"))] if found else []
         if 4 * len(hits) > rows:  # many blocks may match (a key of few values in random
             return None, read     # order): walking the sidecar costs less than stopping
         stops = sorted({numbers[r] for r in hits})
-        return cls(raw, numbers, stops, sidecar_end), read
+        return cls(raw, row, numbers, stops, sidecar_end), read
 
     def next_stop(self, number: int) -> int:
         """The first index record at or after ``number`` that may hold a match, or the first
@@ -330,5 +398,12 @@ class Table:
         r = bisect_left(self.numbers, number)
         if r == len(self.numbers) or self.numbers[r] != number:
             return None
-        _, entry_at, chunk_id = SKIP_ROW.unpack_from(self.raw, r * ROW_BYTES)
+        _, entry_at, chunk_id = SKIP_ROW.unpack_from(self.raw, r * self.row)
         return chunk_id, entry_at
+
+
+def _inside(least: Sequence[float], greatest: Sequence[float], bound: Bound) -> int:
+    """The rows (bit ``r`` of the result) whose interval meets ``bound``."""
+    lo, hi, lo_in, hi_in = bound
+    return int.from_bytes(bytes([(most > lo or lo_in and most == lo) and (few < hi or hi_in and few == hi)
+                                 for few, most in zip(least, greatest, strict=True)]), "little")

@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Sequence
 import bloom
 
 from storage.config import FsyncPolicy, StreamConfig
-from storage.derived import Wanted
+from storage.derived import Bounds, Wanted
 from storage.errors import StorageError, StreamClosedError
 from storage.format import SEGMENT_HEADER_BYTES, SubBatchEntry
 from storage.offsets import OffsetSpec
@@ -255,11 +255,12 @@ class Stream:
 
     def reader(self, spec: OffsetSpec, filter_values: Iterable[str | bytes] = (),
                match_unfiltered: bool = False, derived: Wanted | None = None,
-               needles: Sequence[Sequence[bytes]] = ()) -> Reader:
-        """``derived`` and ``needles``: see ``Reader`` (what the caller's filter requires)."""
+               needles: Sequence[Sequence[bytes]] = (), bounds: Bounds | None = None) -> Reader:
+        """``derived``, ``needles`` and ``bounds``: see ``Reader`` (what the caller's filter
+        requires)."""
         return Reader(self, spec, filter_values, match_unfiltered,
                       filter_size_hint=self.config.filter_size or bloom.MIN_SIZE,
-                      derived=derived, needles=needles)
+                      derived=derived, needles=needles, bounds=bounds)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until everything appended so far is committed (or the stream failed)."""

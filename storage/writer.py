@@ -633,15 +633,18 @@ class Writer:
                     csize = CHUNK_HEADER_BYTES + len(data) + len(trailer)
                 if derive is not None and kind == CHUNK_USER:  # its sidecar entry and rows
                     blooms: list[bytes | None] = []
+                    bounds: list[list[tuple[float, float] | None] | None] = []
                     dents.append(encode_entry(chunk_id, info.size, recs,
                                               len(filt.bits) if filt is not None else 0, data,
                                               bodies[i:i + n], derive, dcache, blooms,
-                                              skiptable.ROW_BLOOM_BYTES))
+                                              skiptable.ROW_BLOOM_BYTES, bounds, cfg.derive_number,
+                                              len(cfg.derived_keys)))
                     trows.append(skiptable.rows_of(info.chunks, self._dsize + dpend, chunk_id,
-                                                   blooms))
+                                                   blooms, bounds, len(cfg.derived_keys)))
                     dpend += len(dents[-1])
                 elif derive is not None:  # a tracking chunk: a row nothing matches
-                    trows.append(skiptable.rows_of(info.chunks, 0, chunk_id, None))
+                    trows.append(skiptable.rows_of(info.chunks, 0, chunk_id, None, None,
+                                                   len(cfg.derived_keys)))
                 self._snapshot_only = kind == CHUNK_TRACKING_SNAPSHOT and not info.chunks
                 idx.append(_pack_index(chunk_id, ts, cfg.epoch, info.size, kind))
                 iov.extend(bufs)

@@ -100,6 +100,37 @@ def test_consumers_requiring_an_indexed_value_skip_and_deliver_as_a_full_scan(tm
         b.close()
 
 
+def test_consumers_bounding_an_indexed_number_skip_and_deliver_as_a_full_scan(tmp_path):
+    """A range over a number that grows with the log (a sequence, a creation time): the skip
+    table's least and greatest number per block rule out the rest, whichever filter asks."""
+    messages = [Message(body=f"{i}", properties={"n": i}, creation_time=1_000_000 + i)  # s: ms on the wire
+                for i in range(3000)]
+    b = BrokerProcess(tmp_path / "data").start()
+    try:
+        with Client(b.url) as c:
+            c.declare("plain")
+            c.declare("derived", {"x-queue-type": "stream", KEYS: "n,p.creation_time"})
+            for name in ("plain", "derived"):
+                _fill(c, name, messages)
+            cases = [
+                ((symbol("q"), Described(SQL, "n >= 2950")), range(2950, 3000)),
+                ((symbol("q"), Described(SQL, "p.creation_time BETWEEN 1002900000 AND 1002919000")),
+                 range(2900, 2920)),
+                ((symbol("jms-selector"), Described(ulong(SELECTOR_FILTER_CODE), "n < 2990 AND n > 2969")),
+                 range(2970, 2990)),
+            ]  # (matches near the end: a full scan reads nearly everything)
+            for entry, want in cases:
+                expected = [f"{i}" for i in want]
+                before = {n: _metric(b, "read_bytes_total", n) for n in ("plain", "derived")}
+                got = {n: _consume(c, n, entry, len(expected)) for n in ("plain", "derived")}
+                assert got["plain"] == expected and got["derived"] == expected, entry
+                read = {n: _metric(b, "read_bytes_total", n) - before[n] for n in ("plain", "derived")}
+                assert read["derived"] < read["plain"] / 4, (entry, read)
+            assert _metric(b, "derived_chunks_skipped_total", "derived") > 0
+    finally:
+        b.close()
+
+
 def test_the_deriver_finds_every_encoding_of_an_indexed_key():
     """The tokens a record gives include the token of the value stage 2 reads, whatever the
     key's and value's encodings (a superset is fine: it only costs false positives)."""

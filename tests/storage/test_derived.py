@@ -20,12 +20,12 @@ from hypothesis import strategies as st
 import storage.derived as derived
 import storage.reader as reader
 from storage import skiptable
-from amqp_stream.derived_keys import deriver, wanted
+from amqp_stream.derived_keys import bounds, deriver, numberer, wanted
 from sqlfilter import compile_sql
 from sqlfilter.required import needles_of
 from storage import OffsetSpec, Stream, StreamConfig
 from storage.derived import Cursor, derived_path, read_keys
-from tests.sqlfilter.test_required import A, P, filters, messages
+from tests.sqlfilter.test_required import A, P, _number_messages, _range_filters, filters, messages
 
 KEYS = ("k", "m", "n", "p.subject")
 
@@ -36,7 +36,8 @@ def _encode(m: dict) -> bytes:
 
 def _config(derive: bool, entries: int, keys: tuple[str, ...] = KEYS) -> StreamConfig:
     if derive:
-        return StreamConfig(max_chunk_entries=entries, derived_keys=keys, derive=deriver(keys))
+        return StreamConfig(max_chunk_entries=entries, derived_keys=keys, derive=deriver(keys),
+                            derive_number=numberer(keys))
     return StreamConfig(max_chunk_entries=entries)
 
 
@@ -64,8 +65,8 @@ def _cut_table(directory: str, how: str) -> None:
         return
     raw = open(path, "rb").read()
     head = list(skiptable.SKIP_HEADER.unpack_from(raw))
-    rows = [raw[at:at + skiptable.ROW_BYTES]
-            for at in range(skiptable.SKIP_HEADER.size, len(raw), skiptable.ROW_BYTES)][:head[3]]
+    row = skiptable.row_bytes(head[6])
+    rows = [raw[at:at + row] for at in range(skiptable.SKIP_HEADER.size, len(raw), row)][:head[3]]
     cut = len(rows) // 2
     while 0 < cut < len(rows) and rows[cut][:4] == rows[cut - 1][:4]:  # a chunk's first row
         cut += 1
@@ -81,7 +82,8 @@ def _scan(directory: str, text: str, start: int, use_index: bool, entries: int,
     with Stream.open(directory, _config(True, entries)) as s:
         _cut_table(directory, table)  # after the writer's checks at open
         w = wanted(KEYS, f) if use_index else None
-        with s.reader(OffsetSpec.offset(start), derived=w,  # its fds: not left to leak
+        b = bounds(KEYS, f) if use_index else None
+        with s.reader(OffsetSpec.offset(start), derived=w, bounds=b,  # its fds: not left to leak
                       needles=needles_of(f) if use_needles else ()) as r:
             got = [o for chunk in r for o, b in chunk.records if match(b)]
             return got, r.stats
@@ -144,6 +146,20 @@ _spread_filters = st.recursive(_spread_atoms, lambda inner: st.tuples(
        st.lists(st.integers(1, 60), max_size=5), st.integers(0, 160), _TABLES)
 def test_blocks_read_in_part_give_exactly_a_full_scan(text, stream, block, entries, batches,
                                                       start, table):
+    test_skipping_by_the_sidecar_gives_exactly_a_full_scan.hypothesis.inner_test(
+        text, stream, block, entries, batches, start, table)
+
+
+@SETTINGS
+@given(_range_filters, st.lists(_number_messages, min_size=20, max_size=200), st.booleans(),
+       st.sampled_from([3, 8]), st.sampled_from([5, 40]), st.lists(st.integers(1, 60), max_size=5),
+       st.integers(0, 160), _TABLES)
+def test_skipping_by_number_bounds_gives_exactly_a_full_scan(text, stream, ordered, block, entries,
+                                                             batches, start, table):
+    """Filters that bound numbers (``k > 2``, ``k BETWEEN ...``), over numbers in random order
+    or (``ordered``) growing with the offset, where the skip table's bounds rule out most."""
+    if ordered:
+        stream = [{A: {**m[A], "k": i // 7}, P: m[P]} if i % 5 else m for i, m in enumerate(stream)]
     test_skipping_by_the_sidecar_gives_exactly_a_full_scan.hypothesis.inner_test(
         text, stream, block, entries, batches, start, table)
 

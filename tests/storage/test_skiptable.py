@@ -14,15 +14,17 @@ import zlib
 import proton
 import pytest
 
-from amqp_stream.derived_keys import deriver, wanted
+from amqp_stream.derived_keys import bounds, deriver, numberer, wanted
 from sqlfilter import compile_sql
 from storage import OffsetSpec, Stream, StreamConfig
 from storage import skiptable
 from storage.derived import Cursor, derived_path, load
 from storage.files import index_path, read_index_records
-from storage.skiptable import ROW_BYTES, SKIP_HEADER, SKIP_ROW, Table, skip_path
+from storage.skiptable import (NO_NUMBER, ROW_BLOOM_BYTES, SKIP_HEADER, SKIP_ROW, Table, row_bytes,
+                               skip_path)
 
 KEYS = ("customer",)
+ROW_BYTES = row_bytes(len(KEYS))
 
 
 def _bodies(n: int, values: int, seed: int = 1) -> list[bytes]:
@@ -32,8 +34,9 @@ def _bodies(n: int, values: int, seed: int = 1) -> list[bytes]:
 
 
 def _config(**kw) -> StreamConfig:
-    return StreamConfig(max_chunk_entries=kw.pop("entries", 100), derived_keys=KEYS,
-                        derive=deriver(KEYS), **kw)
+    keys = kw.pop("keys", KEYS)
+    return StreamConfig(max_chunk_entries=kw.pop("entries", 100), derived_keys=keys,
+                        derive=deriver(keys), derive_number=numberer(keys), **kw)
 
 
 def _write(directory: str, bodies: list[bytes], chunk: int = 100, **kw) -> None:
@@ -61,7 +64,7 @@ def _rewrite(directory: str, rows: list[bytes], start: int = 0) -> None:
         head = SKIP_HEADER.unpack_from(fh.read(SKIP_HEADER.size))
     raw = b"".join(rows)
     with open(skip_path(directory, start), "wb") as fh:
-        fh.write(SKIP_HEADER.pack(head[0], head[1], head[2], len(rows), zlib.crc32(raw), head[5]))
+        fh.write(SKIP_HEADER.pack(head[0], head[1], head[2], len(rows), zlib.crc32(raw), head[5], head[6]))
         fh.write(raw)
 
 
@@ -71,8 +74,9 @@ def _read(where: str | Stream, text: str, start: int = 0, **kw):
     f = compile_sql(text)
     if isinstance(where, str):
         with Stream.open(where, _config(**kw)) as s:
-            return _read(s, text, start)
-    with where.reader(OffsetSpec.offset(start), derived=wanted(KEYS, f)) as r:
+            return _read(s, text, start, keys=kw.get("keys", KEYS))
+    keys = kw.get("keys", KEYS)
+    with where.reader(OffsetSpec.offset(start), derived=wanted(keys, f), bounds=bounds(keys, f)) as r:
         return [o for c in r for o, b in c.records if f.matches(b)], r.stats
 
 
@@ -106,7 +110,7 @@ def test_rows_follow_the_index_and_the_sidecar(tmp_path):
         mine = [r for r in rows if r[0] == number]
         assert {r[2] for r in mine} == {rec.chunk_id}
         if rec.type:  # tracking: one row that nothing matches
-            assert len(mine) == 1 and mine[0][1] == 0 and mine[0][3] == bytes(ROW_BYTES - SKIP_ROW.size)
+            assert len(mine) == 1 and mine[0][1] == 0 and mine[0][3] == bytes(ROW_BLOOM_BYTES) + NO_NUMBER
             continue
         e = by_chunk[rec.chunk_id]
         assert len(mine) == e.nblocks  # a row per block
@@ -137,6 +141,89 @@ def test_a_reader_passes_over_what_the_table_rules_out(tmp_path):
     _write(str(tmp_path / "again"), bodies, chunk=40)
     got, stats = _read(str(tmp_path / "again"), many, entries=40)
     assert got == _full(bodies, many) and stats.derived_entries_read >= 290
+
+
+def _sequenced(n: int) -> list[bytes]:
+    """Records whose ``seq`` grows with the offset (every 7th a string, every 11th without it)
+    and whose creation time does too: what a range over a time or a sequence number meets."""
+    out = []
+    for i in range(n):
+        props = {} if i % 11 == 0 else {"seq": f"s{i}" if i % 7 == 0 else i}
+        out.append(proton.Message(body="x" * 30, properties=props, creation_time=1_000_000 + i).encode())
+    return out
+
+
+def test_a_range_over_growing_numbers_reads_the_chunks_inside_only(tmp_path):
+    """Each row keeps its block's least and greatest number per key: ``seq >= 11_000`` over
+    12,000 records in 300 chunks reads the last ~25 chunks, and gives what a full scan gives,
+    also when combined with an equality or another key's range."""
+    d = str(tmp_path)
+    keys = ("seq", "p.creation_time")
+    bodies = _sequenced(12_000)
+    _write(d, bodies, chunk=40, keys=keys)
+    for text, most in (("seq >= 11000", 26), ("seq BETWEEN 100 AND 180 OR seq IN (120, 181)", 4),
+                       ("seq > 1000 AND p.creation_time < 1000500", 0),  # (empty: 1000-499)
+                       ("11960 < seq AND seq <> 11990", 2), ("seq > 100000", 0),
+                       ("seq = 'a' OR seq > 11000", 300), ("p.creation_time BETWEEN 1002000 AND 1002039", 2)):
+        f = compile_sql(text)
+        with Stream.open(d, _config(entries=40, keys=keys)) as s:
+            with s.reader(OffsetSpec.offset(0), derived=wanted(keys, f), bounds=bounds(keys, f)) as r:
+                got = [o for c in r for o, b in c.records if f.matches(b)]
+                stats = r.stats
+        assert got == _full(bodies, text), text
+        assert stats.chunks_read <= most + 1, (text, stats)  # (+1: a reader may read its last chunk whole)
+        if most < 300:
+            assert stats.derived_chunks_skipped >= 300 - most - 1, (text, stats)
+    # without a table, bounds alone skip nothing (the sidecar keeps no numbers): same answer
+    os.unlink(skip_path(d, 0))
+    f = compile_sql("seq >= 11000")
+    with Stream.open(d, _config(entries=40, keys=keys)) as s:
+        with s.reader(OffsetSpec.offset(0), bounds=bounds(keys, f)) as r:
+            assert [o for c in r for o, b in c.records if f.matches(b)] == _full(bodies, "seq >= 11000")
+            assert r.stats.chunks_read == 300 and r.stats.derived_entries_read == 0
+
+
+@pytest.mark.parametrize("text", ["seq > 11959", "seq >= 11960", "seq > 11960", "seq >= 11999", "seq < 40",
+                                  "seq <= 39", "seq < 1", "seq <= 0", "seq BETWEEN 39 AND 40", "seq = 11999",
+                                  "40 > seq", "11959 < seq", "seq IN (79, 80)", "seq > 11999", "seq < 0"])
+def test_bounds_at_the_edges_of_chunks(tmp_path, text):
+    """A chunk per 40 numbers: each filter's interval ends exactly at a chunk's least or
+    greatest number; the chunks read hold exactly the matches (no fewer: a wrong comparison at
+    an edge would lose them)."""
+    d = str(tmp_path)
+    bodies = [proton.Message(body="x", properties={"seq": i}).encode() for i in range(12_000)]
+    _write(d, bodies, chunk=40, keys=("seq",))
+    got, stats = _read(d, text, entries=40, keys=("seq",))
+    want = _full(bodies, text)
+    assert got == want
+    chunks = {o // 40 for o in want}
+    assert stats.chunks_read <= len(chunks | {299}), stats  # (a reader reads the last chunk)
+
+
+def test_bounds_are_rounded_outwards_and_kept_per_key(tmp_path):
+    """Numbers past 2**53 round outwards to doubles (a match is never outside its row's
+    bounds); a row without a number of a key bounds it to nothing; a key of strings only too."""
+    d = str(tmp_path)
+    keys = ("customer", "big")
+    base = 2 ** 60  # doubles here are 256 apart: +200 and +300 both round to +256
+    big = [base + 200, base + 250, base + 300]
+    bodies = [proton.Message(body="x", properties={"customer": "c1", "big": proton.ulong(v)}).encode()
+              for v in big] + [proton.Message(body="x", properties={"customer": "c2"}).encode()]
+    with Stream.open(d, _config(entries=3, keys=keys)) as s:
+        s.append_batch(bodies)
+        s.flush()
+    head, rows = _rows(d)
+    assert head[6] == 2 and len(rows) == 2
+    bloomed = SKIP_ROW.size + ROW_BLOOM_BYTES
+    raw = open(skip_path(d, 0), "rb").read()
+    row = row_bytes(2)
+    first = struct.unpack_from(">dddd", raw, SKIP_HEADER.size + bloomed)
+    assert first[:2] == (float("inf"), float("-inf"))  # customer: strings only
+    assert first[2] <= big[0] and first[3] >= big[2] and first[2] < first[3]
+    second = struct.unpack_from(">dddd", raw, SKIP_HEADER.size + row + bloomed)
+    assert second == (float("inf"), float("-inf"), float("inf"), float("-inf"))
+    for text in (f"big < {base + 201}", f"big > {base + 299}", f"big = {base + 250}", f"big > {base + 300}"):
+        assert _read(d, text, entries=3, keys=keys)[0] == _full(bodies, text), text
 
 
 @pytest.mark.parametrize("start", [0, 5_555])
