@@ -145,26 +145,28 @@ class ChunkEntry(NamedTuple):
         return tuple(self._walk(None, {})[0])
 
     def select(self, masks: Sequence[Sequence[tuple[int, int]]] | None,
-               cache: dict) -> tuple[list[Block], int]:
+               cache: dict, allowed: int | None = None) -> tuple[list[Block], int]:
         """(the blocks that may hold a match, the chunk's data length): for every wanted key,
         some token's bits are set. ``masks``: per key, its tokens' digests (``Cursor.masks``);
-        ``cache``: per (m, k), the tokens' masks per key (kept across one segment's chunks)."""
-        return self._walk(masks, cache)
+        ``cache``: per (m, k), the tokens' masks per key (kept across one segment's chunks);
+        ``allowed``: bit ``i`` set for each block ``i`` that may match by other means (the
+        skip table's rows), None: all."""
+        return self._walk(masks, cache, allowed)
 
     def _walk(self, masks: Sequence[Sequence[tuple[int, int]]] | None,
-              cache: dict) -> tuple[list[Block], int]:
+              cache: dict, allowed: int | None = None) -> tuple[list[Block], int]:
         raw = self.raw
         unpack = DERIVED_BLOCK.unpack_from
         frombytes = int.from_bytes
         new = _new_tuple
         out: list[Block] = []
         p = off = first = 0
-        for _ in range(self.nblocks):
+        for index in range(self.nblocks):
             entries, recs, length, crc, k, nbytes = unpack(raw, p)
             p += _BLOCK_SIZE
-            keep = True
+            keep = allowed is None or bool(allowed >> index & 1)
             m = 0
-            if k:
+            if k and keep:
                 m = nbytes * 8
                 if masks is not None:
                     per_key = cache.get((m, k))
@@ -424,7 +426,7 @@ class Cursor:
         self.bytes_read = 0
         self.entries_read = 0  # entries decoded (a skip table spares most of them)
         self.cache: dict = {}  # ChunkEntry.select's masks per Bloom size (this segment's keys)
-        self._last: tuple[ChunkEntry, tuple[list[Block], int]] | None = None
+        self._last: tuple[ChunkEntry, int | None, tuple[list[Block], int]] | None = None
 
     @classmethod
     def open(cls, directory: str, start: int, wanted: Wanted,
@@ -450,14 +452,14 @@ class Cursor:
             os.close(self.fd)
             self.fd = -1
 
-    def select(self, e: ChunkEntry) -> tuple[list[Block], int]:
-        """``e.select`` for this cursor's wanted tokens (the last answer is kept: a scan asks
-        twice for a chunk it stops at)."""
+    def select(self, e: ChunkEntry, allowed: int | None = None) -> tuple[list[Block], int]:
+        """``e.select`` for this cursor's wanted tokens, of the blocks ``allowed`` (the last
+        answer is kept: a scan asks twice for a chunk it stops at)."""
         last = self._last
-        if last is not None and last[0] is e:
-            return last[1]
-        got = e.select(self.masks, self.cache)
-        self._last = (e, got)
+        if last is not None and last[0] is e and last[1] == allowed:
+            return last[2]
+        got = e.select(self.masks, self.cache, allowed)
+        self._last = (e, allowed, got)
         return got
 
     def seek(self, position: int) -> None:

@@ -494,7 +494,7 @@ class Reader:
                 break
             if i + 1 < n and recs[i + 1][0] != rec[0] + e.records:
                 break  # the index says otherwise: the entry is not to be trusted
-            if cur.select(e)[0]:
+            if self._select(seg, e)[0]:
                 break
             expect = rec[0] + e.records
             skipped += 1
@@ -506,6 +506,14 @@ class Reader:
             seg.expect = self._next_id = expect
             self._derived_skipped(skipped)
         return i >= n, cost
+
+    @staticmethod
+    def _select(seg: _Open, e: ChunkEntry) -> tuple[list[Block], int]:
+        """The blocks of ``e`` that may match: by the sidecar's Bloom filters, of those the
+        skip table's rows (Bloom and number bounds) leave, where it covers the chunk."""
+        assert seg.derived is not None
+        table = seg.table
+        return seg.derived.select(e, table.blocks_of(e.chunk_id, e.nblocks) if table is not None else None)
 
     def _derived_skipped(self, chunks: int) -> None:
         self.stats.chunks_skipped += chunks
@@ -570,7 +578,7 @@ class Reader:
             return None
         if seg.ri < len(seg.recs) and seg.recs[seg.ri][0] != rec[0] + e.records:
             return None  # the index says otherwise: the entry is not to be trusted
-        sel, total = cur.select(e)
+        sel, total = self._select(seg, e)
         if 2 * sum(b.length for b in sel) > total:
             return None
         records: list[tuple[int, bytes]] = []
@@ -649,7 +657,7 @@ class Reader:
         if (e is None or e.position != rec[3] or e.records != h.records
                 or e.data_start != _HB + h.filter_size):
             return None
-        sel, total = cur.select(e)
+        sel, total = self._select(seg, e)
         if 2 * sum(b.length for b in sel) > total or total != h.data_length:
             return None
         self.stats.derived_blocks_skipped += e.nblocks - len(sel)

@@ -324,9 +324,11 @@ class Table:
     (``stops``) may hold a match; the others, from ``first`` to ``last``, hold none."""
 
     def __init__(self, raw: bytes, row: int, numbers: memoryview, stops: list[int],
-                 sidecar_end: int) -> None:
+                 sidecar_end: int, hits: list[int] | None = None) -> None:
         self.raw = raw
         self.row = row
+        self.hits = hits if hits is not None else []  # the rows that may match, ascending
+        self._chunk_ids: memoryview | None = None
         self.numbers = numbers
         self.stops = stops
         self.first = numbers[0]
@@ -385,7 +387,7 @@ class Table:
         if 4 * len(hits) > rows:  # many blocks may match (a key of few values in random
             return None, read     # order): walking the sidecar costs less than stopping
         stops = sorted({numbers[r] for r in hits})
-        return cls(raw, row, numbers, stops, sidecar_end), read
+        return cls(raw, row, numbers, stops, sidecar_end, hits), read
 
     def next_stop(self, number: int) -> int:
         """The first index record at or after ``number`` that may hold a match, or the first
@@ -400,6 +402,23 @@ class Table:
             return None
         _, entry_at, chunk_id = SKIP_ROW.unpack_from(self.raw, r * self.row)
         return chunk_id, entry_at
+
+    def blocks_of(self, chunk_id: int, blocks: int) -> int | None:
+        """Bit ``i`` set for each block ``i`` of chunk ``chunk_id`` whose row may match (the
+        sidecar's own Bloom filters then test the blocks kept); None when the table has not
+        exactly ``blocks`` rows for it (not covered, or not its entry)."""
+        ids = self._chunk_ids
+        if ids is None:
+            ids = self._chunk_ids = _column(self.raw, len(self.numbers), self.row, 8, "Q")
+        r0 = bisect_left(ids, chunk_id)
+        r1 = bisect_left(ids, chunk_id + 1, r0)
+        if r1 - r0 != blocks:
+            return None
+        hits = self.hits
+        mask = 0
+        for h in hits[bisect_left(hits, r0):bisect_left(hits, r1)]:
+            mask |= 1 << (h - r0)
+        return mask
 
 
 def _inside(least: Sequence[float], greatest: Sequence[float], bound: Bound) -> int:

@@ -1,6 +1,6 @@
 """Broker-derived filter keys over the stream protocol: Create takes the argument (a string of
 comma-separated names), and a subscription whose stage-2 filter requires a value of an indexed
-key skips chunks and reads only the blocks that may match, delivering exactly what the same
+key (or bounds an indexed number) skips chunks and reads only the blocks that may match, delivering exactly what the same
 subscription gets from a stream without the key."""
 
 from __future__ import annotations
@@ -40,21 +40,21 @@ def test_subscriptions_requiring_an_indexed_value_skip_and_deliver_as_a_full_sca
     url = broker.stream_url
     rnd = random.Random(3)
     customers = [f"c{rnd.randrange(1000)}" for _ in range(4000)]
-    bodies = [bytes(Message(body=f"{i}", properties={"customer": c}).encode())
+    bodies = [bytes(Message(body=f"{i}", properties={"customer": c, "n": i}).encode())
               for i, c in enumerate(customers)]
     names = {"plain": "derived-sp-plain", "derived": "derived-sp-derived"}
     for key, name in names.items():
         with StreamClient(url) as c:
-            assert c.create(name, {"stream-derived-filter-keys": "customer"} if key == "derived" else None)
+            assert c.create(name, {"stream-derived-filter-keys": "customer,n"} if key == "derived" else None)
             c.declare_publisher(1, name)
             for first in range(0, len(bodies), 500):
                 c.send(publish_frame(1, [(i, None, bodies[i]) for i in range(first, first + 500)]))
             while c.confirmed < len(bodies):
                 assert c.pump(10), "confirms stopped"
-    for props in ({"sql-filter": f"customer = '{customers[-1]}'"},
-                  {"application-property.customer": customers[-2]}):
-        value = next(iter(props.values())).split("'")[1] if "sql-filter" in props else customers[-2]
-        expected = [(i, b) for i, b in enumerate(bodies) if customers[i] == value]
+    for props, match in (({"sql-filter": f"customer = '{customers[-1]}'"}, lambda i: customers[i] == customers[-1]),
+                         ({"application-property.customer": customers[-2]}, lambda i: customers[i] == customers[-2]),
+                         ({"sql-filter": "n BETWEEN 3900 AND 3949"}, lambda i: 3900 <= i <= 3949)):
+        expected = [(i, b) for i, b in enumerate(bodies) if match(i)]
         before = {k: _metric(broker.metrics_url, "read_bytes_total", n) for k, n in names.items()}
         got = {k: _deliveries(url, n, props, len(expected)) for k, n in names.items()}
         assert got["plain"] == expected
