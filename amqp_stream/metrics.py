@@ -161,7 +161,7 @@ class Metrics:
             key: Counter(f"amqp_stream_{key}", help_text, ["stream"], registry=self.registry)
             for key, help_text in _COUNTERS.items()
         }
-        self.connections = Gauge("amqp_stream_connections", "open AMQP connections",
+        self.connections = Gauge("amqp_stream_connections", "open connections (both listeners)",
                                  registry=self.registry)
         self.connections_opened = Counter("amqp_stream_connections_opened",
                                           "AMQP connections opened", registry=self.registry)
