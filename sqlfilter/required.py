@@ -43,7 +43,7 @@ from typing import Any, Callable
 from sqlfilter import ast, runtime
 
 __all__ = ["Requirement", "required_values", "Bound", "Bounds", "required_bounds", "bounds_of",
-           "token_number", "requirement_of", "canonical", "index_token",
+           "token_number", "number_head", "parse_number", "requirement_of", "canonical", "index_token",
            "wanted_tokens", "Needles", "needles", "needles_of", "number_encodings", "prefiltered", "INDEXABLE_SECTIONS"]
 
 #: sections whose fields are read as stored (no default, no computation): indexable
@@ -228,9 +228,25 @@ def token_number(token: bytes) -> tuple[str, str, int | float] | None:
     parts = token.split(b"\x00")
     if len(parts) != 4 or parts[2] != b"n":
         return None
-    raw = parts[3]
-    number = int(raw) if raw.lstrip(b"-").isdigit() else float(raw)
-    return parts[0].decode(), parts[1].decode("utf-8", "surrogatepass"), number
+    return parts[0].decode(), parts[1].decode("utf-8", "surrogatepass"), parse_number(parts[3])
+
+
+def number_head(section: str, name: str) -> bytes | None:
+    """What every number's ``index_token`` of a field starts with, up to its value's digits
+    (None for a name holding NUL: ``token_number`` finds no number there either)."""
+    if "\x00" in name:
+        return None
+    head = _token(section, name, ("n", 0))[:-1]
+    assert _token(section, name, ("n", -2.5)) == head + b"-2.5"
+    return head
+
+
+def parse_number(raw: bytes) -> int | float:
+    """The number of a token's value bytes (``repr`` of an int or a float)."""
+    try:
+        return int(raw)
+    except ValueError:
+        return float(raw)
 
 
 #: groups of byte strings; a message can match only if it holds one string of every group

@@ -134,6 +134,9 @@ def test_consumers_bounding_an_indexed_number_skip_and_deliver_as_a_full_scan(tm
 def test_the_deriver_finds_every_encoding_of_an_indexed_key():
     """The tokens a record gives include the token of the value stage 2 reads, whatever the
     key's and value's encodings (a superset is fine: it only costs false positives)."""
+    import math
+    import struct
+
     from amqp_stream.derived_keys import deriver
     from amqp_stream.wire import KeyPicker, MessageView
     from sqlfilter.required import index_token
@@ -154,8 +157,16 @@ def test_the_deriver_finds_every_encoding_of_an_indexed_key():
         items = key + value
         return b"\x00St\xc1" + bytes((len(items) + 1, 2)) + items + b"\x00Sw\xa1\x01x"
 
+    # numbers in every fixed-width constructor (read straight from the bytes by the deriver)
+    numbers = [b"\x43", b"\x44", b"\x50\xff", b"\x51\xff", b"\x52\x07", b"\x53\x07", b"\x54\xfb",
+               b"\x55\x07", b"\x60\xff\xff", b"\x61\x80\x00", b"\x70\xf1\xf2\xf3\xf4",
+               b"\x71\xff\xff\xff\xfe", b"\x80" + b"\xff" * 8, b"\x81\x80" + bytes(7),
+               b"\x83" + (1_700_000_000_000).to_bytes(8, "big"), b"\x72" + struct.pack(">f", 2.5),
+               b"\x72" + struct.pack(">f", 3.0), b"\x72" + struct.pack(">f", math.nan),
+               b"\x82" + struct.pack(">d", -0.0), b"\x82" + struct.pack(">d", 1e300),
+               b"\x82" + struct.pack(">d", math.inf), b"\x82" + struct.pack(">d", 0.1)]
     for key in (b"\xa3\x08customer", b"\xb1\x00\x00\x00\x08customer", b"\xb3\x00\x00\x00\x08customer"):
-        for value in (b"\xa1\x02c5", b"\xb1\x00\x00\x00\x02c6", b"\x54\x05", b"\xa0\x02c7"):
+        for value in (b"\xa1\x02c5", b"\xb1\x00\x00\x00\x02c6", b"\x54\x05", b"\xa0\x02c7", *numbers):
             messages.append(app_section(key, value))
     for one in messages:
         data = encode_entries([one])
@@ -166,8 +177,30 @@ def test_the_deriver_finds_every_encoding_of_an_indexed_key():
         want = index_token("application_properties", "customer", ap.get("customer"))
         assert want is None or want in tokens, (one, tokens)
         if b"customer" in one and one.startswith(b"\x00St"):
-            assert want is not None  # the crafted sections all hold a value
+            value = ap.get("customer")  # the crafted sections all hold a value (NaN and the
+            assert want is not None or value != value or value in (math.inf, -math.inf)  # infinities equal nothing)
     # a key with a value that does not decode: unknown, never a silent miss
     bad = b"\x00St\xc1\x0e\x02\xa1\x08customer\xff\x00"
     data = encode_entries([bad])
     assert None in [t for _, ts in derive(data, [(4, len(data))]) for t in ts]
+
+
+def test_the_numberer_reads_the_number_of_each_key_token():
+    """``numberer`` (the skip table's bounds) agrees with ``token_number`` for every value and
+    key, and finds no number in a token of another key, of a string, or of a boolean."""
+    import proton
+
+    from amqp_stream.derived_keys import field_of, numberer
+    from sqlfilter.required import index_token, token_number
+
+    keys = ["n", "p.creation_time", "odd\x00key"]
+    number = numberer(keys)
+    values = [0, -7, 2 ** 70, 2.5, -0.0, 1e-05, 1e300, proton.timestamp(5), proton.ubyte(3),
+              "5", b"5", True, "a\x00n\x005"]
+    for i, key in enumerate(keys):
+        for v in values:
+            token = index_token(*field_of(key), v)
+            want = token_number(token) if token is not None else None
+            got = number(token) if token is not None else None
+            assert got == (None if want is None else (i, want[2])), (key, v, got, want)
+    assert number(index_token("application_properties", "other", 5)) is None
