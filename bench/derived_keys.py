@@ -4,16 +4,19 @@ an indexed key saves, and what indexing costs the publisher.
 All through a real broker over AMQP (``bench.broker``'s raw proton publisher; consumers in
 ``CLIENTS``), in one run: ``--messages`` messages of 100 bytes with no publisher filter value,
 application properties ``customer`` (10,000 values, random order), ``region`` (100 values in
-runs of 1,000: each value in ``messages / 100,000`` runs) and ``zone`` (100 values, random).
-The same messages go to four streams: ``plain`` (no derived key) and one stream per key with
+runs of 1,000: each value in ``messages / 100,000`` runs), ``zone`` (100 values, random) and
+``seq`` (the message's number: a number that grows with the log, as a time or a sequence).
+The same messages go to five streams: ``plain`` (no derived key) and one stream per key with
 ``x-stream-derived-filter-keys`` = that key. For each case the consumer reads from the start
 with ``key = value`` (``customer = 'c00042'``: ~0.01 %, ``region = 'r42'`` and
-``zone = 'z42'``: 1 %) on ``plain`` and on the key's stream, alternating, best of
+``zone = 'z42'``: 1 %) or a range (``seq >= 99 %`` of the messages: the last 1 %, answered by
+the skip table's least and greatest number per block) on ``plain`` and on the key's stream,
+alternating, best of
 ``--repeat``: time, messages, bytes the broker read from disk (``amqp_stream_read_bytes_total``)
 and the stream's bytes on disk, and the broker's CPU time during each consume; once with a
 load generator that is not the limit, once with a Python proton reactor client (~25-50 µs per
 delivery: with 10,000 matches it, not the broker, bounds how much sooner the derived read can
-finish). Then the first two cases again (load generator)
+finish). Then ``customer``, ``region`` and ``seq`` again (load generator)
 after dropping the page cache (``echo 3 > /proc/sys/vm/drop_caches``) when the machine allows
 it (it says which; the broker's memory keeps the skip tables it verified, ``storage.skiptable``).
 Rows are the best of ``--repeat``; a key's first consume, which also loads the stream's skip
@@ -45,22 +48,25 @@ from typing import Sequence
 import proton
 
 from amqp_stream.client import connect
-from amqp_stream.derived_keys import ARGUMENT, deriver
+from amqp_stream.derived_keys import ARGUMENT, bounds, deriver, numberer
 from amqp_stream.testing import BrokerProcess
 from bench.amqp_load import count
 from bench.broker import _measure_consume, _measure_publish, stream_filters
 from storage import Stream, StreamConfig
 
-KEYS = ("customer", "region", "zone")
+KEYS = ("customer", "region", "zone", "seq")
+#: (label, key, SQL; ``{last}``: the first message of the last 1 %)
 CASES = (("customer (10,000 values, random)", "customer", "customer = 'c00042'"),
          ("region (100 values, runs of 1,000)", "region", "region = 'r42'"),
-         ("zone (100 values, random)", "zone", "zone = 'z42'"))
+         ("zone (100 values, random)", "zone", "zone = 'z42'"),
+         ("seq (growing), a range: the last 1 %", "seq", "seq >= {last}"))
 #: the consumers, each over every case: the load generator (``bench.amqp_load``: proton's
 #: engine counts pre-settled deliveries, no Python per message, so the broker is the limit), then
 #: a real Python client (``bench.broker.consume``: a proton reactor, ~25-50 µs a delivery)
 CLIENTS = (("load generator (bench.amqp_load)", count),
            ("proton reactor client", None))
-_TEMPLATE_VALUES = {"customer": "cXXXXX", "region": "rYY", "zone": "zZZ"}
+_TEMPLATE_VALUES = {"customer": "cXXXXX", "region": "rYY", "zone": "zZZ",
+                    "seq": proton.uint(0xF1F2F3F4)}  # a uint (0x70 and 4 bytes) of any value
 
 
 def _template() -> bytes:
@@ -82,14 +88,21 @@ class Dataset:
         self.zone = array("B", (rng.randrange(100) for _ in range(n)))
         self.template = _template()
         t = self.template
-        self.cut = (t.index(b"cXXXXX"), t.index(b"rYY"), t.index(b"zZZ"))
+        self.cut = (t.index(b"cXXXXX"), t.index(b"rYY"), t.index(b"zZZ"),
+                    t.index(b"\x70\xf1\xf2\xf3\xf4") + 1)
+        assert sorted(self.cut) == list(self.cut)
 
     def __call__(self, i: int) -> bytes:
         t = self.template
-        c, r, z = self.cut
+        c, r, z, q = self.cut
         region = (i // 1000 * 37) % 100  # runs of 1,000; every value in n / 100,000 runs
         return b"".join((t[:c], b"c%05d" % self.customer[i], t[c + 6:r], b"r%02d" % region,
-                         t[r + 3:z], b"z%02d" % self.zone[i], t[z + 3:]))
+                         t[r + 3:z], b"z%02d" % self.zone[i], t[z + 3:q], i.to_bytes(4, "big"),
+                         t[q + 4:]))
+
+    def sql(self, text: str) -> str:
+        """A case's SQL for this many messages."""
+        return text.format(last=self.n - self.n // 100)
 
 
 def _dir_bytes(path: Path) -> tuple[int, int]:
@@ -122,7 +135,8 @@ def storage_append(records: int, data: Dataset) -> list[dict]:
     out = []
     for keys in ((), ("customer",), KEYS):
         d = tempfile.mkdtemp(prefix="bench-derived-")
-        cfg = StreamConfig(fsync="never", derived_keys=keys, derive=deriver(keys) if keys else None)
+        cfg = StreamConfig(fsync="never", derived_keys=keys, derive=deriver(keys) if keys else None,
+                           derive_number=numberer(keys) if keys else None)
         s = Stream.open(d, cfg)
         t = time.perf_counter()
         for k in range(0, records, 500):
@@ -152,13 +166,14 @@ def storage_scan(records: int, data: Dataset, repeat: int) -> list[tuple]:
     bodies = [data(i) for i in range(records)]
     out = []
     for label, key, sql in CASES:
-        f = compile_sql(sql)
+        f = compile_sql(data.sql(sql))
         match = f.bytes_matcher()
         timing = []
         for keys, needles in (((), ()), ((), needles_of(f)), ((key,), needles_of(f))):
             d = tempfile.mkdtemp(prefix="bench-derived-")
             cfg = StreamConfig(fsync="never", max_chunk_entries=3000, derived_keys=keys,
-                               derive=deriver(keys) if keys else None)
+                               derive=deriver(keys) if keys else None,
+                               derive_number=numberer(keys) if keys else None)
             with Stream.open(d, cfg) as s:
                 for k in range(0, records, 3000):
                     s.append_batch(bodies[k:k + 3000])
@@ -167,7 +182,7 @@ def storage_scan(records: int, data: Dataset, repeat: int) -> list[tuple]:
                 for _ in range(repeat):
                     t = time.perf_counter()
                     r = s.reader(OffsetSpec.first(), derived=wanted(keys, f) if keys else None,
-                                 needles=needles)
+                                 needles=needles, bounds=bounds(keys, f) if keys else None)
                     n = sum(1 for c in r for _, b in c.records if match(b))
                     best = min(best, time.perf_counter() - t)
                     read = r.stats.bytes_read
@@ -207,6 +222,7 @@ def run(args: argparse.Namespace) -> dict:
         for title, client in CLIENTS:
             rows = []
             for label, key, sql in CASES:
+                sql = data.sql(sql)
                 best: dict[str, dict] = {}
                 first: dict[str, dict] = {}
                 for i in range(args.repeat):
@@ -227,7 +243,8 @@ def run(args: argparse.Namespace) -> dict:
         results["drop_caches"] = why or "allowed"
         cold = []
         if why is None:
-            for label, key, sql in CASES[:2]:
+            for label, key, sql in (CASES[0], CASES[1], CASES[3]):
+                sql = data.sql(sql)
                 pair = []
                 for name in ("plain", f"d-{key}"):
                     drop_caches()
