@@ -203,6 +203,9 @@ def _bit_positions(dig: tuple[int, int], m: int, k: int) -> list[int]:
 
 
 def _mask(dig: tuple[int, int], m: int, k: int) -> int:
+    h1, h2 = dig
+    if k == 4:  # every filter here (_K): one expression, no list (a new token's cost)
+        return 1 << h1 % m | 1 << (h1 + h2) % m | 1 << (h1 + 2 * h2) % m | 1 << (h1 + 3 * h2) % m
     mask = 0
     for b in _bit_positions(dig, m, k):
         mask |= 1 << b
