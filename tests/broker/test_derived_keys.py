@@ -4,8 +4,10 @@ exactly what the same consumer gets from a stream without the key."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import urllib.request
+from typing import Iterator
 
 from proton import Described, Message, symbol, ulong
 from proton.reactor import AtMostOnce
@@ -43,6 +45,30 @@ def _consume(c: Client, name: str, entry: tuple, expected: int) -> list[str]:
     return got
 
 
+@contextlib.contextmanager
+def _streams(tmp_path, keys: str, messages: list[Message]) -> Iterator[tuple[BrokerProcess, Client]]:
+    """A broker with ``messages`` in ``plain`` and in ``derived`` (derived keys ``keys``)."""
+    b = BrokerProcess(tmp_path / "data").start()
+    try:
+        with Client(b.url) as c:
+            c.declare("plain")
+            c.declare("derived", {"x-queue-type": "stream", KEYS: keys})
+            for name in ("plain", "derived"):
+                _fill(c, name, messages)
+            yield b, c
+    finally:
+        b.close()
+
+
+def _both(b: BrokerProcess, c: Client, entry: tuple, expected: list) -> dict[str, float]:
+    """Consume with ``entry`` from ``plain`` and ``derived``: both deliver ``expected``; the
+    bytes each read from disk meanwhile."""
+    before = {n: _metric(b, "read_bytes_total", n) for n in ("plain", "derived")}
+    got = {n: _consume(c, n, entry, len(expected)) for n in ("plain", "derived")}
+    assert got["plain"] == expected and got["derived"] == expected, entry
+    return {n: _metric(b, "read_bytes_total", n) - before[n] for n in ("plain", "derived")}
+
+
 def test_declare_takes_and_checks_the_argument(tmp_path):
     b = BrokerProcess(tmp_path / "data").start()
     try:
@@ -65,39 +91,25 @@ def test_consumers_requiring_an_indexed_value_skip_and_deliver_as_a_full_scan(tm
         cust = f"c{rnd.randrange(1000)}"
         messages.append(Message(body=f"{i}:{cust}", properties={"customer": cust, "n": i},
                                 subject=f"s{i % 3}"))
-    b = BrokerProcess(tmp_path / "data").start()
-    try:
-        with Client(b.url) as c:
-            c.declare("plain")
-            c.declare("derived", {"x-queue-type": "stream", KEYS: "customer,p.subject"})
-            for name in ("plain", "derived"):
-                _fill(c, name, messages)
-            # values that occur, last near the end: a full scan reads nearly everything
-            v = [m.properties["customer"] for m in messages[-5:]]
-            cases = [
-                ((symbol("q"), Described(SQL, f"customer = '{v[0]}' AND n >= 0")), v[0]),
-                ((symbol("q"), Described(SQL, f"customer IN ('{v[1]}', '{v[2]}')")), (v[1], v[2])),
-                ((symbol("a"), Described(APP_PROPS, {"customer": v[3]})), v[3]),
-                ((symbol("jms-selector"), Described(ulong(SELECTOR_FILTER_CODE),
-                                                    f"customer = '{v[4]}'")), v[4]),
-            ]
-            for entry, want in cases:
-                wanted = (want,) if isinstance(want, str) else want
-                expected = [m.body for m in messages if m.properties["customer"] in wanted]
-                before = {n: _metric(b, "read_bytes_total", n) for n in ("plain", "derived")}
-                got = {n: _consume(c, n, entry, len(expected)) for n in ("plain", "derived")}
-                assert got["plain"] == expected
-                assert got["derived"] == expected
-                read = {n: _metric(b, "read_bytes_total", n) - before[n]
-                        for n in ("plain", "derived")}
-                assert read["derived"] < read["plain"] / 2, (entry, read)
-            skipped = (_metric(b, "derived_chunks_skipped_total", "derived")
-                       + _metric(b, "derived_blocks_skipped_total", "derived"))
-            assert skipped > 0
-            assert _metric(b, "derived_chunks_skipped_total", "plain") == 0
-            assert _metric(b, "derived_blocks_skipped_total", "plain") == 0
-    finally:
-        b.close()
+    with _streams(tmp_path, "customer,p.subject", messages) as (b, c):
+        # values that occur, last near the end: a full scan reads nearly everything
+        v = [m.properties["customer"] for m in messages[-5:]]
+        cases = [
+            ((symbol("q"), Described(SQL, f"customer = '{v[0]}' AND n >= 0")), v[0]),
+            ((symbol("q"), Described(SQL, f"customer IN ('{v[1]}', '{v[2]}')")), (v[1], v[2])),
+            ((symbol("a"), Described(APP_PROPS, {"customer": v[3]})), v[3]),
+            ((symbol("jms-selector"), Described(ulong(SELECTOR_FILTER_CODE),
+                                                f"customer = '{v[4]}'")), v[4]),
+        ]
+        for entry, want in cases:
+            wanted = (want,) if isinstance(want, str) else want
+            read = _both(b, c, entry, [m.body for m in messages if m.properties["customer"] in wanted])
+            assert read["derived"] < read["plain"] / 2, (entry, read)
+        skipped = (_metric(b, "derived_chunks_skipped_total", "derived")
+                   + _metric(b, "derived_blocks_skipped_total", "derived"))
+        assert skipped > 0
+        assert _metric(b, "derived_chunks_skipped_total", "plain") == 0
+        assert _metric(b, "derived_blocks_skipped_total", "plain") == 0
 
 
 def test_consumers_bounding_an_indexed_number_skip_and_deliver_as_a_full_scan(tmp_path):
@@ -105,30 +117,18 @@ def test_consumers_bounding_an_indexed_number_skip_and_deliver_as_a_full_scan(tm
     table's least and greatest number per block rule out the rest, whichever filter asks."""
     messages = [Message(body=f"{i}", properties={"n": i}, creation_time=1_000_000 + i)  # s: ms on the wire
                 for i in range(3000)]
-    b = BrokerProcess(tmp_path / "data").start()
-    try:
-        with Client(b.url) as c:
-            c.declare("plain")
-            c.declare("derived", {"x-queue-type": "stream", KEYS: "n,p.creation_time"})
-            for name in ("plain", "derived"):
-                _fill(c, name, messages)
-            cases = [
-                ((symbol("q"), Described(SQL, "n >= 2950")), range(2950, 3000)),
-                ((symbol("q"), Described(SQL, "p.creation_time BETWEEN 1002900000 AND 1002919000")),
-                 range(2900, 2920)),
-                ((symbol("jms-selector"), Described(ulong(SELECTOR_FILTER_CODE), "n < 2990 AND n > 2969")),
-                 range(2970, 2990)),
-            ]  # (matches near the end: a full scan reads nearly everything)
-            for entry, want in cases:
-                expected = [f"{i}" for i in want]
-                before = {n: _metric(b, "read_bytes_total", n) for n in ("plain", "derived")}
-                got = {n: _consume(c, n, entry, len(expected)) for n in ("plain", "derived")}
-                assert got["plain"] == expected and got["derived"] == expected, entry
-                read = {n: _metric(b, "read_bytes_total", n) - before[n] for n in ("plain", "derived")}
-                assert read["derived"] < read["plain"] / 4, (entry, read)
-            assert _metric(b, "derived_chunks_skipped_total", "derived") > 0
-    finally:
-        b.close()
+    with _streams(tmp_path, "n,p.creation_time", messages) as (b, c):
+        cases = [
+            ((symbol("q"), Described(SQL, "n >= 2950")), range(2950, 3000)),
+            ((symbol("q"), Described(SQL, "p.creation_time BETWEEN 1002900000 AND 1002919000")),
+             range(2900, 2920)),
+            ((symbol("jms-selector"), Described(ulong(SELECTOR_FILTER_CODE), "n < 2990 AND n > 2969")),
+             range(2970, 2990)),
+        ]  # (matches near the end: a full scan reads nearly everything)
+        for entry, want in cases:
+            read = _both(b, c, entry, [f"{i}" for i in want])
+            assert read["derived"] < read["plain"] / 4, (entry, read)
+        assert _metric(b, "derived_chunks_skipped_total", "derived") > 0
 
 
 def test_the_deriver_finds_every_encoding_of_an_indexed_key():
