@@ -183,10 +183,10 @@ class TableWriter:
     and CRC (the file is written at known positions, not ``O_APPEND``: the header is rewritten
     in place)."""
 
-    def __init__(self, fd: int, keys: int, nkeys: int, rows: int, crc: int,
+    def __init__(self, fd: int, keys_crc: int, nkeys: int, rows: int, crc: int,
                  sidecar_end: int) -> None:
         self.fd = fd
-        self.keys = keys  # their CRC
+        self.keys_crc = keys_crc
         self.nkeys = nkeys
         self.row = row_bytes(nkeys)
         self.rows = rows
@@ -252,7 +252,7 @@ class TableWriter:
         self._header()
 
     def _header(self) -> None:
-        os.pwrite(self.fd, SKIP_HEADER.pack(SKIP_MAGIC, SKIP_VERSION, self.keys, self.rows,
+        os.pwrite(self.fd, SKIP_HEADER.pack(SKIP_MAGIC, SKIP_VERSION, self.keys_crc, self.rows,
                                             self.crc, self.sidecar_end, self.nkeys), 0)
 
     def close(self) -> None:
@@ -323,11 +323,11 @@ class Table:
     """A reader's view of one segment's table for its wanted tokens: which index records
     (``stops``) may hold a match; the others, from ``first`` to ``last``, hold none."""
 
-    def __init__(self, raw: bytes, row: int, numbers: memoryview, stops: list[int],
-                 sidecar_end: int, hits: list[int] | None = None) -> None:
+    def __init__(self, raw: bytes, row: int, numbers: memoryview, hits: list[int],
+                 stops: list[int], sidecar_end: int) -> None:
         self.raw = raw
         self.row = row
-        self.hits = hits if hits is not None else []  # the rows that may match, ascending
+        self.hits = hits  # the rows that may match, ascending
         self._chunk_ids: memoryview | None = None
         self.numbers = numbers
         self.stops = stops
@@ -387,7 +387,7 @@ class Table:
         if 4 * len(hits) > rows:  # many blocks may match (a key of few values in random
             return None, read     # order): walking the sidecar costs less than stopping
         stops = sorted({numbers[r] for r in hits})
-        return cls(raw, row, numbers, stops, sidecar_end, hits), read
+        return cls(raw, row, numbers, hits, stops, sidecar_end), read
 
     def next_stop(self, number: int) -> int:
         """The first index record at or after ``number`` that may hold a match, or the first
