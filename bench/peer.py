@@ -44,6 +44,8 @@ class RabbitMQNode:
         return out.stdout.strip() or "?"
 
     def start(self, timeout: float = 90.0) -> "RabbitMQNode":
+        if self.proc is not None and self.proc.poll() is None:
+            return self  # running: ``with RabbitMQNode().start()`` must not start a second
         conf = self.tmp / "rabbitmq.conf"
         conf.write_text(
             f"listeners.tcp.1 = {self.host}:{self.amqp_port}\n"
