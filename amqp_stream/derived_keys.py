@@ -209,8 +209,8 @@ def numberer(keys: Sequence[str]) -> Callable[[bytes], tuple[int, float] | None]
     heads = {head: i for i, k in enumerate(keys) if (head := number_head(*field_of(k))) is not None}
 
     def number(token: bytes) -> tuple[int, float] | None:
-        # a number's token is its key's head and then the number's digits (no NUL): the
-        # head is what lies up to the last NUL (``sqlfilter.required.token_number``'s answer)
+        # a number's token is its key's head (``number_head``) and then the number's digits
+        # (no NUL): the head is what lies up to the last NUL
         cut = token.rfind(b"\x00") + 1
         i = heads.get(token[:cut])
         return None if i is None else (i, parse_number(token[cut:]))

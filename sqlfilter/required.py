@@ -43,7 +43,7 @@ from typing import Any, Callable
 from sqlfilter import ast, runtime
 
 __all__ = ["Requirement", "required_values", "Bound", "Bounds", "required_bounds", "bounds_of",
-           "token_number", "number_head", "parse_number", "requirement_of", "canonical", "index_token",
+           "number_head", "parse_number", "requirement_of", "canonical", "index_token",
            "wanted_tokens", "Needles", "needles", "needles_of", "number_encodings", "prefiltered", "INDEXABLE_SECTIONS"]
 
 #: sections whose fields are read as stored (no default, no computation): indexable
@@ -222,18 +222,10 @@ def bounds_of(f: Any) -> Bounds:
     return required_bounds(tree) if tree is not None else {}
 
 
-def token_number(token: bytes) -> tuple[str, str, int | float] | None:
-    """(section, field name, number) of an ``index_token`` that holds a number; None for a
-    token of any other value."""
-    parts = token.split(b"\x00")
-    if len(parts) != 4 or parts[2] != b"n":
-        return None
-    return parts[0].decode(), parts[1].decode("utf-8", "surrogatepass"), parse_number(parts[3])
-
-
 def number_head(section: str, name: str) -> bytes | None:
     """What every number's ``index_token`` of a field starts with, up to its value's digits
-    (None for a name holding NUL: ``token_number`` finds no number there either)."""
+    (None for a name holding NUL: then a token's last NUL need not end its head, so a reader of
+    heads finds no number there)."""
     if "\x00" in name:
         return None
     head = _token(section, name, ("n", 0))[:-1]
