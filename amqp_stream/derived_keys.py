@@ -36,8 +36,8 @@ from typing import Any, Callable, Collection, Sequence
 from amqp_stream.errors import BadRequest
 from amqp_stream.wire import KeyPicker, MessageView, decode
 from amqp_stream.wire._sections import PROPERTY_FIELDS
-from sqlfilter.required import (Bound, bounds_of, index_token, number_head, parse_number,
-                                requirement_of, wanted_tokens)
+from sqlfilter.required import (Bound, bounds_of, canonical, index_token, number_head,
+                                parse_number, requirement_of, wanted_tokens)
 
 __all__ = ["ARGUMENT", "MAX_KEYS", "parse_keys", "field_of", "deriver", "numberer", "wanted",
            "bounds"]
@@ -184,11 +184,11 @@ def _number_token(head: bytes, code: int, data: bytes, at: int) -> bytes | None:
     if at + fmt.size > len(data):
         return b""
     v = fmt.unpack_from(data, at)[0]
-    if type(v) is float:
-        if v - v != 0:
+    if type(v) is float:  # what equality makes of it: an int, or nothing (NaN, infinities)
+        c = canonical(v)
+        if c is None:
             return None
-        if v.is_integer():
-            v = int(v)
+        v = c[1]
     return head + repr(v).encode("ascii")
 
 
