@@ -202,14 +202,14 @@ def _bit_positions(dig: tuple[int, int], m: int, k: int) -> list[int]:
     return [(h1 + i * h2) % m for i in range(k)]
 
 
-def _mask(dig: tuple[int, int], m: int, k: int) -> int:
+def _mask(dig: tuple[int, int], m: int) -> int:
+    """``_bit_positions(dig, m, _K)`` as one integer, written out for k = 4 (every filter here:
+    a new token's cost, 0.4 µs against 1 µs through the list)."""
     h1, h2 = dig
-    if k == 4:  # every filter here (_K): one expression, no list (a new token's cost)
-        return 1 << h1 % m | 1 << (h1 + h2) % m | 1 << (h1 + 2 * h2) % m | 1 << (h1 + 3 * h2) % m
-    mask = 0
-    for b in _bit_positions(dig, m, k):
-        mask |= 1 << b
-    return mask
+    return 1 << h1 % m | 1 << (h1 + h2) % m | 1 << (h1 + 2 * h2) % m | 1 << (h1 + 3 * h2) % m
+
+
+assert _K == 4
 
 
 def _probes(dig: tuple[int, int], m: int, k: int) -> tuple[tuple[int, int], ...]:
@@ -239,7 +239,7 @@ def fixed_bloom(tokens: set[bytes], nbytes: int, caches: dict) -> bytes:
     for t in tokens:
         mask = cache.get(t)
         if mask is None:
-            mask = cache[t] = _mask(_digest(t), m, _K)
+            mask = cache[t] = _mask(_digest(t), m)
         bits |= mask
     return bits.to_bytes(nbytes, "little")
 
