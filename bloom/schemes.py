@@ -57,6 +57,7 @@ __all__ = [
     "choose_k",
     "digest",
     "digest_mask",
+    "mmh3_pair",
     "positions",
     "theoretical_fpr",
     "unfiltered_mask",
@@ -130,10 +131,13 @@ def choose_k(n: int, size: int) -> int:
     return min(sorted(candidates), key=lambda k: theoretical_fpr(m, n, k))
 
 
-@lru_cache(maxsize=1 << 14)
-def _mmh3_digest(value: bytes) -> tuple[int, int]:
+def mmh3_pair(value: bytes) -> tuple[int, int]:
+    """The MMH3 hash pair of ``value``, uncached (for callers that keep their own cache)."""
     h = mmh3.hash128(value, MMH3_SEED, True, False)
     return h & _M64, h >> 64
+
+
+_mmh3_digest = lru_cache(maxsize=1 << 14)(mmh3_pair)
 
 
 def digest(value: bytes, scheme: Scheme) -> tuple[int, int]:

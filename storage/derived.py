@@ -36,8 +36,8 @@ File ``NNNNNNNNNNNNNNNNNNNN.derived`` (N = the segment's first offset)::
 
 Bloom: ``m`` = 8 x its bytes bits, positions ``(h1 + i*h2) mod m`` for i < k from the MMH3
 digest ``bloom`` uses for chunk filters; at least 10 bits per distinct token, in size classes
-1.5x apart (``_SIZES``) so that the writer reuses each token's mask per class; k = 4 (false
-positives 0.3-1.2 % per block and wanted value).
+1.5x apart (``_SIZES``) so that the writer reuses a token's mask per class once it meets the
+token again (``_filters``); k = 4 (false positives 0.3-1.2 % per block and wanted value).
 
 Written by the writer after a chunk group's segment bytes and before its index records, so a
 reader that sees an index record finds the entry (a reader in another process may find it
@@ -57,10 +57,12 @@ import os
 import struct
 import zlib
 from bisect import bisect_left
+from functools import reduce
 from itertools import accumulate
+from operator import or_
 from typing import Callable, Collection, Iterable, Mapping, NamedTuple, Sequence, cast
 
-from bloom.schemes import Scheme, digest
+from bloom.schemes import mmh3_pair
 
 from storage.errors import StorageError
 from storage.files import index_path, read_index_tuples
@@ -86,6 +88,8 @@ _SIZES = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 153
 _READ = 256 * 1024
 _SEEK_READ = 1024  # after a seek: an entry or a few (a chunk of 3,000 records: ~1-6 KB)
 _LEN = struct.Struct(">I")
+#: the tokens (digests) the writer's cache keeps before it starts again (a few MB)
+_SEEN_MAX = 50_000
 
 #: (a chunk's data section, (start, end) of each simple entry's record in it) -> runs of
 #: (positions ascending, tokens); a None token: the block holding its position is unknown
@@ -192,7 +196,7 @@ class ChunkEntry(NamedTuple):
 
 
 def _digest(token: bytes) -> tuple[int, int]:
-    h1, h2 = digest(token, Scheme.MMH3)
+    h1, h2 = mmh3_pair(token)  # (bloom's MMH3 digest, without its cache: ``_filters`` keeps one)
     return h1, h2 | 1
 
 
@@ -217,31 +221,64 @@ def _probes(dig: tuple[int, int], m: int, k: int) -> tuple[tuple[int, int], ...]
     return tuple((b >> 3, 1 << (b & 7)) for b in _bit_positions(dig, m, k))
 
 
-def _bloom(tokens: set[bytes], caches: dict) -> tuple[int, bytes]:
-    """(k, bits) for a block's distinct tokens; ``caches``: per ``m``, token -> its mask."""
-    want = len(tokens) * _BITS_PER_TOKEN
-    nbytes = _SIZES[-1]
+def _size_class(tokens: int) -> int:
+    """The bytes of a block filter for ``tokens`` distinct tokens (``_SIZES``)."""
+    want = tokens * _BITS_PER_TOKEN
     for size in _SIZES:
         if size * 8 >= want:
-            nbytes = size
-            break
-    return _K, fixed_bloom(tokens, nbytes, caches)
+            return size
+    return _SIZES[-1]
+
+
+def _filters(tokens: set[bytes], sizes: Sequence[int], caches: dict) -> list[bytes]:
+    """The Bloom filter (k = 4) of ``tokens`` in each of ``sizes`` bytes, each token hashed
+    once. ``caches`` (the writer's, kept across blocks): ``"seen"``, token -> digest of the
+    tokens met before, and per ``m``, token -> mask.
+
+    Why two ways: a token's first block sets its bits one by one and makes no mask (a key of
+    unique values, a sequence or an id, never meets a token twice: a mask of ``m`` bits made
+    and cached per filter size was most of its write cost); from its second block on, its mask
+    per size is kept, and a key of few values costs one lookup and one OR per token."""
+    seen = caches.get("seen")
+    if seen is None or len(seen) > _SEEN_MAX:  # (bounded: the masks go with the digests)
+        caches.clear()
+        seen = caches["seen"] = {}
+    order = list(tokens)
+    fresh: dict[bytes, tuple[int, int]] = {}
+    out = []
+    for n in sizes:
+        m = 8 * n
+        cache = caches.get(m)
+        if cache is None:
+            cache = caches[m] = {}
+        got = list(map(cache.get, order))  # (the common case, every mask known: in C)
+        if None not in got:
+            out.append(reduce(or_, got, 0).to_bytes(n, "little"))
+            continue
+        bits = 0
+        a = bytearray(n)
+        for t, mask in zip(order, got, strict=True):
+            if mask is None:
+                dig = seen.get(t)
+                if dig is None:  # first met: its bits, no mask
+                    dig = fresh.get(t)
+                    if dig is None:
+                        dig = fresh[t] = _digest(t)
+                    h1, h2 = dig
+                    for b in (h1 % m, (h1 + h2) % m, (h1 + 2 * h2) % m, (h1 + 3 * h2) % m):
+                        a[b >> 3] |= 1 << (b & 7)
+                    continue
+                mask = cache[t] = _mask(dig, m)
+            bits |= mask
+        out.append((bits | int.from_bytes(a, "little")).to_bytes(n, "little"))
+    seen.update(fresh)
+    return out
 
 
 def fixed_bloom(tokens: set[bytes], nbytes: int, caches: dict) -> bytes:
-    """The Bloom filter of ``tokens`` in exactly ``nbytes`` bytes (k = 4, as ``_bloom``'s;
-    for ``storage.skiptable``, whose rows are all one size)."""
-    m = nbytes * 8
-    cache = caches.get(m)
-    if cache is None or len(cache) > 100_000:
-        cache = caches[m] = {}
-    bits = 0
-    for t in tokens:
-        mask = cache.get(t)
-        if mask is None:
-            mask = cache[t] = _mask(_digest(t), m)
-        bits |= mask
-    return bits.to_bytes(nbytes, "little")
+    """The Bloom filter of ``tokens`` in exactly ``nbytes`` bytes (k = 4, as a block's; for
+    ``storage.skiptable``, whose rows are all one size)."""
+    return _filters(tokens, (nbytes,), caches)[0]
 
 
 def token_probes(token: bytes, nbytes: int) -> tuple[tuple[int, int], ...]:
@@ -311,13 +348,18 @@ def encode_entry(chunk_id: int, position: int, records: int, filter_size: int, d
             if bounds is not None:
                 bounds.append(None)
         else:
-            kk, bits = _bloom(tokens[k], cache)
-            if blooms is not None:  # (the same filter when its size class is the row's)
-                blooms.append(bits if len(bits) == bloom_bytes else
-                              fixed_bloom(tokens[k], bloom_bytes, cache))
+            size = _size_class(len(tokens[k]))
+            if blooms is None:
+                (bits,) = _filters(tokens[k], (size,), cache)
+            elif size == bloom_bytes:  # (the same filter when its size class is the row's)
+                (bits,) = _filters(tokens[k], (size,), cache)
+                blooms.append(bits)
+            else:
+                bits, row = _filters(tokens[k], (size, bloom_bytes), cache)
+                blooms.append(row)
             if bounds is not None:
                 bounds.append(_bounds(tokens[k], number, keys) if number is not None else None)
-            parts.append(DERIVED_BLOCK.pack(entries, block_records[k], length, crc, kk, len(bits)))
+            parts.append(DERIVED_BLOCK.pack(entries, block_records[k], length, crc, _K, len(bits)))
             parts.append(bits)
     body = _CHUNK_REST.pack(chunk_id, position, records, CHUNK_HEADER_BYTES + filter_size,
                             len(starts)) + b"".join(parts)

@@ -385,3 +385,30 @@ def test_an_entry_that_disagrees_with_the_log_is_not_trusted(tmp_path, how):
 
 def test_entries_that_agree_with_the_log_skip_every_chunk_but_the_match(tmp_path):
     test_an_entry_that_disagrees_with_the_log_is_not_trusted(tmp_path, "")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sets(st.binary(max_size=6), max_size=40), min_size=1, max_size=12),
+       st.lists(st.sampled_from([8, 12, 96, 128, 384]), min_size=1, max_size=3, unique=True),
+       st.integers(1, 30))
+def test_block_filters_set_exactly_each_tokens_bits(blocks, sizes, seen_max):
+    """The writer's filters, whichever way a token's bits go in (first met, a cached mask,
+    every mask known, the cache started again), hold exactly the bits of ``(h1 + i*h2) mod m``
+    for their tokens; a bit misplaced would skip a chunk that holds a match."""
+    caches: dict = {}
+    old = derived._SEEN_MAX
+    derived._SEEN_MAX = seen_max
+    try:
+        for tokens in blocks + blocks[::-1]:  # (the second pass meets every token again)
+            got = derived._filters(tokens, sizes, caches)
+            for n, bits in zip(sizes, got, strict=True):
+                want = 0
+                for t in tokens:
+                    for b in derived._bit_positions(derived._digest(t), 8 * n, 4):
+                        want |= 1 << b
+                assert bits == want.to_bytes(n, "little")
+                assert derived.fixed_bloom(tokens, n, caches) == bits
+            # bounded: the cache starts again past seen_max tokens, masks and all
+            assert all(len(c) <= seen_max + len(tokens) for c in caches.values())
+    finally:
+        derived._SEEN_MAX = old
