@@ -71,7 +71,7 @@ from storage.format import CHUNK_HEADER_BYTES, SubBatchEntry
 __all__ = ["DERIVED_HEADER", "DERIVED_CHUNK", "DERIVED_BLOCK", "DERIVED_MAGIC", "BLOCK_RECORDS",
            "Derive", "Block", "ChunkEntry", "derived_name", "derived_path", "derived_header",
            "encode_entry", "decode_entries", "read_keys", "Cursor", "Wanted", "repair",
-           "create_sidecar", "load", "fixed_bloom", "token_probes", "Number", "Bound", "Bounds"]
+           "create_sidecar", "load", "token_probes", "Number", "Bound", "Bounds"]
 
 DERIVED_HEADER = struct.Struct(">4sIH")
 DERIVED_CHUNK = struct.Struct(">IIQIIIH")
@@ -264,7 +264,7 @@ def _filters(tokens: set[bytes], sizes: Sequence[int], caches: dict) -> list[byt
                     dig = fresh.get(t)
                     if dig is None:
                         dig = fresh[t] = _digest(t)
-                    h1, h2 = dig
+                    h1, h2 = dig  # (``_bit_positions`` written out, as in ``_mask``)
                     for b in (h1 % m, (h1 + h2) % m, (h1 + 2 * h2) % m, (h1 + 3 * h2) % m):
                         a[b >> 3] |= 1 << (b & 7)
                     continue
@@ -275,15 +275,9 @@ def _filters(tokens: set[bytes], sizes: Sequence[int], caches: dict) -> list[byt
     return out
 
 
-def fixed_bloom(tokens: set[bytes], nbytes: int, caches: dict) -> bytes:
-    """The Bloom filter of ``tokens`` in exactly ``nbytes`` bytes (k = 4, as a block's; for
-    ``storage.skiptable``, whose rows are all one size)."""
-    return _filters(tokens, (nbytes,), caches)[0]
-
-
 def token_probes(token: bytes, nbytes: int) -> tuple[tuple[int, int], ...]:
     """(byte index, bit) of ``token``'s bits in a Bloom filter of ``nbytes`` bytes made by
-    ``fixed_bloom``: a filter holds the token when every one is set."""
+    ``_filters``: a filter holds the token when every one is set."""
     return _probes(_digest(token), nbytes * 8, _K)
 
 
@@ -293,10 +287,11 @@ def encode_entry(chunk_id: int, position: int, records: int, filter_size: int, d
                  bounds: list[list[tuple[float, float] | None] | None] | None = None,
                  number: Number | None = None, keys: int = 0) -> bytes:
     """The sidecar entry of one user chunk (``data``: its data section, of ``bodies``).
-    For the skip table's rows: ``blooms`` gets, per block, its tokens' ``fixed_bloom`` of
-    ``bloom_bytes`` bytes, or None for a block not indexed; ``bounds``, per block, the least
-    and greatest number of each of the ``keys`` keys (None: it holds none) that ``number``
-    finds in its tokens, or None for a block not indexed or without ``number``."""
+    For the skip table's rows: ``blooms`` gets, per block, its tokens' Bloom filter
+    (``_filters``) of ``bloom_bytes`` bytes, or None for a block not indexed; ``bounds``, per
+    block, the least and greatest number of each of the ``keys`` keys (None: it holds none)
+    that ``number`` finds in its tokens, or None for a block not indexed or without
+    ``number``."""
     n = len(bodies)
     if SubBatchEntry not in set(map(type, bodies)):  # simple entries only: offsets in C
         cum = list(accumulate(map(_FOUR.__add__, map(len, bodies)), initial=0))

@@ -21,7 +21,7 @@ File ``NNNNNNNNNNNNNNNNNNNN.skip`` (N = the segment's first offset)::
     then ``rows`` rows of ``row_bytes(n)``, in index order, each:
     SKIP_ROW     >IIQ       index record number of the chunk (in the segment's index), file
                             position of its sidecar entry (0: none), chunk id; then
-                            ``ROW_BLOOM_BYTES`` of Bloom filter (``derived.fixed_bloom``: k = 4);
+                            ``ROW_BLOOM_BYTES`` of Bloom filter (``derived._filters``: k = 4);
                             then per key, in the key list's order:
     ROW_BOUND    >dd        the least and greatest number among the block's values of the key
                             (rounded outwards to doubles); none: +inf, -inf (nothing is
