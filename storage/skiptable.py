@@ -39,9 +39,10 @@ it walks the sidecar as before. ``TableWriter.open`` (the writer, at open, rollo
 write error) cuts the rows of chunks recovery removed and keeps the rest only when they reach
 the index's last record, else starts the table again (empty: covering from the next chunk).
 
-Reading: rows verified once are kept in memory (``_verified``, up to ``CACHE_BYTES``): rows are
-only appended, so the next reader of the segment reads the rows added since and carries the
-CRC on over them. When a quarter of the rows or more may match (a key of few values in random
+Reading: rows verified once are kept in memory (``_verified``, up to ``CACHE_BYTES`` with
+their record-number and chunk-id columns, made once per table change rather than per reader):
+rows are only appended, so the next reader of the segment reads the rows added since and
+carries the CRC on over them. When a quarter of the rows or more may match (a key of few values in random
 order) the table is not used: stopping that often costs more than the walk.
 """
 
@@ -277,23 +278,29 @@ def _numbers(raw: bytes, rows: int, row: int) -> memoryview:
     return _column(raw, rows, row, 0, "I")
 
 
-#: verified rows by file (device, inode): (rows, their CRC, the rows, their record numbers),
-#: least recently used first. Rows are only ever appended (a truncation rewrites the header's
+def _chunk_ids(raw: bytes, rows: int, row: int) -> memoryview:
+    """Every row's chunk id (its third field), for ``Table.blocks_of`` to bisect."""
+    return _column(raw, rows, row, 8, "Q")
+
+
+#: verified rows by file (device, inode): (rows, their CRC, the rows, their record numbers,
+#: their chunk ids), least recently used first. Rows are only ever appended (a truncation rewrites the header's
 #: CRC), so a new reader of a table read before reads only the rows added since, and checks
 #: the CRC carried on over them against the header's: the same guarantee as reading it all.
-_CACHE: OrderedDict[tuple[int, int], tuple[int, int, bytes, memoryview]] = OrderedDict()
+_CACHE: OrderedDict[tuple[int, int], tuple[int, int, bytes, memoryview, memoryview]] = OrderedDict()
 _CACHE_LOCK = threading.Lock()  # readers of one process may run on several threads
 CACHE_BYTES = 64 << 20
 
 
-def _verified(fd: int, rows: int, crc: int, row: int) -> tuple[tuple[bytes, memoryview] | None, int]:
-    """(the first ``rows`` rows (of ``row`` bytes) of table ``fd`` and their record numbers,
-    when their CRC is ``crc`` and the numbers can be whole; bytes read for it)."""
+def _verified(fd: int, rows: int, crc: int, row: int
+              ) -> tuple[tuple[bytes, memoryview, memoryview] | None, int]:
+    """(the first ``rows`` rows (of ``row`` bytes) of table ``fd``, their record numbers and
+    chunk ids, when their CRC is ``crc`` and the numbers can be whole; bytes read for it)."""
     st = os.fstat(fd)
     key = (st.st_dev, st.st_ino)
     cached = _CACHE.get(key)
     if cached is not None and cached[0] == rows and cached[1] == crc:
-        return (cached[2], cached[3]), 0
+        return (cached[2], cached[3], cached[4]), 0
     base, prior, read = b"", 0, 0
     if cached is not None and cached[0] < rows:
         base, prior = cached[2], cached[1]
@@ -309,26 +316,31 @@ def _verified(fd: int, rows: int, crc: int, row: int) -> tuple[tuple[bytes, memo
     numbers = _numbers(raw, rows, row)
     if numbers[rows - 1] - numbers[0] >= rows:  # rows for every record between (the reader
         return None, read  # checks each place it stops at against the index)
+    ids = _chunk_ids(raw, rows, row)
     if len(raw) <= CACHE_BYTES // 4:
         with _CACHE_LOCK:
             _CACHE.pop(key, None)
-            _CACHE[key] = (rows, crc, raw, numbers)
-            total = sum(len(v[2]) for v in _CACHE.values())
+            _CACHE[key] = (rows, crc, raw, numbers, ids)
+            total = sum(map(_cached_bytes, _CACHE.values()))
             while total > CACHE_BYTES:
-                total -= len(_CACHE.popitem(last=False)[1][2])
-    return (raw, numbers), read
+                total -= _cached_bytes(_CACHE.popitem(last=False)[1])
+    return (raw, numbers, ids), read
+
+
+def _cached_bytes(entry: tuple[int, int, bytes, memoryview, memoryview]) -> int:
+    return len(entry[2]) + entry[3].nbytes + entry[4].nbytes
 
 
 class Table:
     """A reader's view of one segment's table for its wanted tokens: which index records
     (``stops``) may hold a match; the others, from ``first`` to ``last``, hold none."""
 
-    def __init__(self, raw: bytes, row: int, numbers: memoryview, hits: list[int],
-                 stops: list[int], sidecar_end: int) -> None:
+    def __init__(self, raw: bytes, row: int, numbers: memoryview, ids: memoryview,
+                 hits: list[int], stops: list[int], sidecar_end: int) -> None:
         self.raw = raw
         self.row = row
         self.hits = hits  # the rows that may match, ascending
-        self._chunk_ids: memoryview | None = None
+        self.ids = ids  # every row's chunk id
         self.numbers = numbers
         self.stops = stops
         self.first = numbers[0]
@@ -367,7 +379,7 @@ class Table:
         read += len(head) + len(last)
         if got is None:
             return None, read
-        raw, numbers = got
+        raw, numbers, ids = got
         found = None
         for tokens in wanted:  # a key: any of its tokens; every key
             key = 0
@@ -387,7 +399,7 @@ class Table:
         if 4 * len(hits) > rows:  # many blocks may match (a key of few values in random
             return None, read     # order): walking the sidecar costs less than stopping
         stops = sorted({numbers[r] for r in hits})
-        return cls(raw, row, numbers, hits, stops, sidecar_end), read
+        return cls(raw, row, numbers, ids, hits, stops, sidecar_end), read
 
     def next_stop(self, number: int) -> int:
         """The first index record at or after ``number`` that may hold a match, or the first
@@ -407,9 +419,7 @@ class Table:
         """Bit ``i`` set for each block ``i`` of chunk ``chunk_id`` whose row may match (the
         sidecar's own Bloom filters then test the blocks kept); None when the table has not
         exactly ``blocks`` rows for it (not covered, or not its entry)."""
-        ids = self._chunk_ids
-        if ids is None:
-            ids = self._chunk_ids = _column(self.raw, len(self.numbers), self.row, 8, "Q")
+        ids = self.ids
         r0 = bisect_left(ids, chunk_id)
         r1 = bisect_left(ids, chunk_id + 1, r0)
         if r1 - r0 != blocks:

@@ -383,3 +383,40 @@ def test_rows_read_once_are_not_read_again(tmp_path):
         _, read_rewritten = Table.load(d, 0, cur.keys, cur.wanted)
         assert read_rewritten >= rows_after * ROW_BYTES
         cur.close()
+
+
+def test_the_rows_kept_in_memory_stay_within_their_budget(tmp_path, monkeypatch):
+    """Tables kept in memory (rows, record numbers and chunk ids) never add up to more than
+    ``CACHE_BYTES``: the least recently used goes first and is read whole again; what a
+    reader delivers does not change."""
+    bodies = _bodies(1200, 300)
+    text = "customer = 'c7'"
+    f = compile_sql(text)
+    dirs = []
+    for n in range(6):
+        d = str(tmp_path / f"s{n}")
+        _write(d, bodies, chunk=40)
+        dirs.append(d)
+    rows = _rows(dirs[0])[0][3]
+    # four tables fit, with their rows' record numbers (4 bytes) and chunk ids (8); five
+    # would if only the rows counted
+    budget = rows * (5 * ROW_BYTES + 30)
+    assert 4 * rows * (ROW_BYTES + 12) <= budget < 5 * rows * (ROW_BYTES + 12)
+    monkeypatch.setattr(skiptable, "CACHE_BYTES", budget)
+    monkeypatch.setattr(skiptable, "_CACHE", type(skiptable._CACHE)())
+    for d in dirs:
+        cur = Cursor.open(d, 0, wanted(KEYS, f))
+        assert cur is not None
+        table, read = Table.load(d, 0, cur.keys, cur.wanted)
+        assert table is not None and read >= rows * ROW_BYTES  # new: read whole
+        cur.close()
+        kept = sum(len(v[2]) + v[3].nbytes + v[4].nbytes for v in skiptable._CACHE.values())
+        assert kept <= budget
+    assert len(skiptable._CACHE) == 4
+    for d, whole in ((dirs[-1], False), (dirs[0], True)):  # kept; gone (read whole again)
+        cur = Cursor.open(d, 0, wanted(KEYS, f))
+        assert cur is not None
+        _, read = Table.load(d, 0, cur.keys, cur.wanted)
+        cur.close()
+        assert (read >= rows * ROW_BYTES) is whole
+        assert _read(d, text)[0] == _full(bodies, text)
