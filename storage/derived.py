@@ -466,7 +466,6 @@ class Cursor:
         self.bytes_read = 0
         self.entries_read = 0  # entries decoded (a skip table spares most of them)
         self.cache: dict = {}  # ChunkEntry.select's masks per Bloom size (this segment's keys)
-        self._last: tuple[ChunkEntry, int | None, tuple[list[Block], int]] | None = None
 
     @classmethod
     def open(cls, directory: str, start: int, wanted: Wanted,
@@ -493,14 +492,8 @@ class Cursor:
             self.fd = -1
 
     def select(self, e: ChunkEntry, allowed: int | None = None) -> tuple[list[Block], int]:
-        """``e.select`` for this cursor's wanted tokens, of the blocks ``allowed`` (the last
-        answer is kept: a scan asks twice for a chunk it stops at)."""
-        last = self._last
-        if last is not None and last[0] is e and last[1] == allowed:
-            return last[2]
-        got = e.select(self.masks, self.cache, allowed)
-        self._last = (e, allowed, got)
-        return got
+        """``e.select`` for this cursor's wanted tokens, of the blocks ``allowed``."""
+        return e.select(self.masks, self.cache, allowed)
 
     def seek(self, position: int) -> None:
         """Go on from the entry at file ``position`` (``storage.skiptable`` says where a

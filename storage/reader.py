@@ -180,6 +180,8 @@ class _Open:
     expect: int | None = None  # the chunk id that must come next in this segment
     derived: Cursor | None = None  # the segment's derived-key sidecar, when it helps
     table: Table | None = None  # its skip table (``storage.skiptable``), while it covers
+    #: the last ``Reader._select``: (entry, table, its answer)
+    selected: tuple[ChunkEntry, Table | None, tuple[list[Block], int]] | None = None
 
 
 class Reader:
@@ -510,10 +512,16 @@ class Reader:
     @staticmethod
     def _select(seg: _Open, e: ChunkEntry) -> tuple[list[Block], int]:
         """The blocks of ``e`` that may match: by the sidecar's Bloom filters, of those the
-        skip table's rows (Bloom and number bounds) leave, where it covers the chunk."""
+        skip table's rows (Bloom and number bounds) leave, where it covers the chunk. (The
+        last answer is kept: a scan asks twice for a chunk it stops at.)"""
         assert seg.derived is not None
         table = seg.table
-        return seg.derived.select(e, table.blocks_of(e.chunk_id, e.nblocks) if table is not None else None)
+        last = seg.selected
+        if last is not None and last[0] is e and last[1] is table:
+            return last[2]
+        got = seg.derived.select(e, table.blocks_of(e.chunk_id, e.nblocks) if table is not None else None)
+        seg.selected = (e, table, got)
+        return got
 
     def _derived_skipped(self, chunks: int) -> None:
         self.stats.chunks_skipped += chunks
@@ -555,7 +563,7 @@ class Reader:
         next stop, the first record past the table, ``hi`` or the committed end; None when
         the table's row there names another chunk than the index."""
         j = min(table.next_stop(base + i) - base, hi)
-        if lim is not None and j > i:
+        if lim is not None and j > i and recs[j - 1][0] >= lim:  # the committed end is inside
             j = bisect.bisect_left(recs, lim, i, j, key=_ID)
         if j <= i:
             return i
