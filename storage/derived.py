@@ -88,8 +88,10 @@ _SIZES = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 153
 _READ = 256 * 1024
 _SEEK_READ = 1024  # after a seek: an entry or a few (a chunk of 3,000 records: ~1-6 KB)
 _LEN = struct.Struct(">I")
-#: the tokens (digests) the writer's cache keeps before it starts again (a few MB)
-_SEEN_MAX = 50_000
+#: the tokens the writer's cache keeps before it starts again: with their masks ~600 bytes a
+#: token, so ~10 MB at most per stream writer (a key of up to ~16,000 values in rotation keeps
+#: its masks; one of more values sets bits one by one, as for a value met the first time)
+_SEEN_MAX = 16_384
 
 #: (a chunk's data section, (start, end) of each simple entry's record in it) -> runs of
 #: (positions ascending, tokens); a None token: the block holding its position is unknown
