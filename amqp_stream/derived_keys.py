@@ -207,10 +207,14 @@ def numberer(keys: Sequence[str]) -> Callable[[bytes], tuple[int, float] | None]
     """``StreamConfig.derive_number`` for ``keys``: a token -> (its key's place in ``keys``,
     the number it holds), None for a token of another value."""
     heads = {head: i for i, k in enumerate(keys) if (head := number_head(*field_of(k))) is not None}
+    starts = tuple(heads)
 
     def number(token: bytes) -> tuple[int, float] | None:
         # a number's token is its key's head (``number_head``) and then the number's digits
-        # (no NUL): the head is what lies up to the last NUL
+        # (no NUL): the head is what lies up to the last NUL (a string's token is turned
+        # away by one ``startswith`` first: most tokens of most keys)
+        if not token.startswith(starts):
+            return None
         cut = token.rfind(b"\x00") + 1
         i = heads.get(token[:cut])
         return None if i is None else (i, parse_number(token[cut:]))

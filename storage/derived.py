@@ -370,8 +370,7 @@ def _bounds(tokens: set[bytes], number: Number, keys: int) -> list[tuple[float, 
     """Per key, (least, greatest) of the numbers ``tokens`` hold for it, None without one."""
     least: list[float] = [math.inf] * keys
     most: list[float] = [-math.inf] * keys
-    for t in tokens:
-        got = number(t)
+    for got in map(number, tokens):
         if got is not None:
             i, v = got
             if v < least[i]:
