@@ -732,7 +732,14 @@ class Reader:
         seg.expect = h.next_offset
 
     def _fill(self, seg: _Open) -> bool:
-        recs = read_index_tuples(seg.ifd, seg.idx_next, _INDEX_BATCH)
+        limit = _INDEX_BATCH
+        table = seg.table
+        if table is not None and table.first <= seg.idx_next <= table.last:
+            # where a skip table covers the index, only up to the record after the next stop:
+            # ``_derived_run`` leaps from there to the stop after it (one record read) rather
+            # than decoding the records between (~60 % of a selective read's fixed cost)
+            limit = max(2, min(limit, table.next_stop(seg.idx_next) - seg.idx_next + 2))
+        recs = read_index_tuples(seg.ifd, seg.idx_next, limit)
         self.stats.bytes_read += INDEX_RECORD_BYTES * len(recs)
         seg.recs = recs
         seg.ri = 0
