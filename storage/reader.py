@@ -74,6 +74,9 @@ __all__ = ["LogSource", "DirectorySource", "Reader", "ReadChunk", "ChunkLocation
            "ScanPaused", "SCAN_PAUSED", "open_reader"]
 
 _INDEX_BATCH = 4096
+#: where a skip table covers the index, the records a fill reads up to a stop this near (one
+#: further away is leapt to: ``Reader._fill``)
+_NEAR_STOP = 32
 _HB = CHUNK_HEADER_BYTES  # short name for the hot paths below
 _MIN_FILTER = bloom.MIN_SIZE
 _unpack_header = CHUNK_HEADER.unpack_from
@@ -735,10 +738,12 @@ class Reader:
         limit = _INDEX_BATCH
         table = seg.table
         if table is not None and table.first <= seg.idx_next <= table.last:
-            # where a skip table covers the index, only up to the record after the next stop:
-            # ``_derived_run`` leaps from there to the stop after it (one record read) rather
-            # than decoding the records between (~60 % of a selective read's fixed cost)
-            limit = max(2, min(limit, table.next_stop(seg.idx_next) - seg.idx_next + 2))
+            # where a skip table covers the index: up to the record after the next stop when
+            # it is near, else two records, from which ``_derived_run`` leaps to it (one
+            # record read) rather than decoding the records between: batches of 4,096 cost
+            # a selective read most of its fixed part and ~10 µs a stop
+            ahead = table.next_stop(seg.idx_next) - seg.idx_next
+            limit = ahead + 2 if ahead <= _NEAR_STOP else 2
         recs = read_index_tuples(seg.ifd, seg.idx_next, limit)
         self.stats.bytes_read += INDEX_RECORD_BYTES * len(recs)
         seg.recs = recs
