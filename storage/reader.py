@@ -551,11 +551,11 @@ class Reader:
         row = table.row_of(target)
         if row is None or (lim is not None and row[0] >= lim):
             return None
-        rec = read_index_record(seg.ifd, target)
-        self.stats.bytes_read += INDEX_RECORD_BYTES
-        if rec is None or rec.chunk_id != row[0] or rec.position == 0:
+        recs = read_index_tuples(seg.ifd, target, self._fill_limit(seg, target))  # (as _fill)
+        self.stats.bytes_read += INDEX_RECORD_BYTES * len(recs)
+        if not recs or recs[0][0] != row[0]:
             return None
-        seg.recs, seg.ri, seg.idx_next = [], 0, target
+        seg.recs, seg.ri, seg.idx_next = recs, 0, target + len(recs)
         seg.expect = self._next_id = row[0]
         return target
 
@@ -734,17 +734,20 @@ class Reader:
                                                            f"{seg.expect} should follow")
         seg.expect = h.next_offset
 
-    def _fill(self, seg: _Open) -> bool:
-        limit = _INDEX_BATCH
+    @staticmethod
+    def _fill_limit(seg: _Open, at: int) -> int:
+        """How many index records to read from record ``at``: where a skip table covers the
+        index, up to the record after the next stop when it is near, else two records, from
+        which ``_derived_run`` leaps to it rather than decoding the records between (batches
+        of 4,096 cost a selective read most of its fixed part and ~10 µs a stop)."""
         table = seg.table
-        if table is not None and table.first <= seg.idx_next <= table.last:
-            # where a skip table covers the index: up to the record after the next stop when
-            # it is near, else two records, from which ``_derived_run`` leaps to it (one
-            # record read) rather than decoding the records between: batches of 4,096 cost
-            # a selective read most of its fixed part and ~10 µs a stop
-            ahead = table.next_stop(seg.idx_next) - seg.idx_next
-            limit = ahead + 2 if ahead <= _NEAR_STOP else 2
-        recs = read_index_tuples(seg.ifd, seg.idx_next, limit)
+        if table is None or not table.first <= at <= table.last:
+            return _INDEX_BATCH
+        ahead = table.next_stop(at) - at
+        return ahead + 2 if ahead <= _NEAR_STOP else 2
+
+    def _fill(self, seg: _Open) -> bool:
+        recs = read_index_tuples(seg.ifd, seg.idx_next, self._fill_limit(seg, seg.idx_next))
         self.stats.bytes_read += INDEX_RECORD_BYTES * len(recs)
         seg.recs = recs
         seg.ri = 0
