@@ -74,8 +74,8 @@ __all__ = ["LogSource", "DirectorySource", "Reader", "ReadChunk", "ChunkLocation
            "ScanPaused", "SCAN_PAUSED", "open_reader"]
 
 _INDEX_BATCH = 4096
-#: where a skip table covers the index, the records a fill reads up to a stop this near (one
-#: further away is leapt to: ``Reader._fill``)
+#: where a skip table covers the index, a fill reads up to a stop this near; one further away
+#: is leapt to (``Reader._fill_limit``)
 _NEAR_STOP = 32
 _HB = CHUNK_HEADER_BYTES  # short name for the hot paths below
 _MIN_FILTER = bloom.MIN_SIZE
