@@ -90,7 +90,7 @@ _SEEK_READ = 1024  # after a seek: an entry or a few (a chunk of 3,000 records: 
 _LEN = struct.Struct(">I")
 #: the tokens the writer's cache keeps before it starts again: with their masks ~600 bytes a
 #: token, so ~10 MB at most per stream writer (a key of up to ~16,000 values in rotation keeps
-#: its masks; one of more values sets bits one by one, as for a value met the first time)
+#: its masks; one of more values makes them anew, as for a value met the first time)
 _SEEN_MAX = 16_384
 
 #: (a chunk's data section, (start, end) of each simple entry's record in it) -> runs of
@@ -237,10 +237,10 @@ def _filters(tokens: set[bytes], sizes: Sequence[int], caches: dict) -> list[byt
     once. ``caches`` (the writer's, kept across blocks): ``"seen"``, token -> digest of the
     tokens met before, and per ``m``, token -> mask.
 
-    Why two ways: a token's first block sets its bits one by one and makes no mask (a key of
-    unique values, a sequence or an id, never meets a token twice: a mask of ``m`` bits made
-    and cached per filter size was most of its write cost); from its second block on, its mask
-    per size is kept, and a key of few values costs one lookup and one OR per token."""
+    Why: a key of unique values, a sequence or an id, never meets a token twice, so hashing
+    it once per filter size and caching every mask was most of its write cost; a token's masks
+    are kept from its second block on, and a key of few values then costs one lookup and one
+    OR per token."""
     seen = caches.get("seen")
     if seen is None or len(seen) > _SEEN_MAX:  # (bounded: the masks go with the digests)
         caches.clear()
@@ -258,21 +258,18 @@ def _filters(tokens: set[bytes], sizes: Sequence[int], caches: dict) -> list[byt
             out.append(reduce(or_, got, 0).to_bytes(n, "little"))
             continue
         bits = 0
-        a = bytearray(n)
         for t, mask in zip(order, got, strict=True):
             if mask is None:
                 dig = seen.get(t)
-                if dig is None:  # first met: its bits, no mask
+                if dig is None:  # first met: its bits, no mask kept
                     dig = fresh.get(t)
                     if dig is None:
                         dig = fresh[t] = _digest(t)
-                    h1, h2 = dig  # (``_bit_positions`` written out, as in ``_mask``)
-                    for b in (h1 % m, (h1 + h2) % m, (h1 + 2 * h2) % m, (h1 + 3 * h2) % m):
-                        a[b >> 3] |= 1 << (b & 7)
+                    bits |= _mask(dig, m)
                     continue
                 mask = cache[t] = _mask(dig, m)
             bits |= mask
-        out.append((bits | int.from_bytes(a, "little")).to_bytes(n, "little"))
+        out.append(bits.to_bytes(n, "little"))
     seen.update(fresh)
     return out
 
