@@ -343,14 +343,12 @@ def encode_entry(chunk_id: int, position: int, records: int, filter_size: int, d
                 bounds.append(None)
         else:
             size = _size_class(len(tokens[k]))
-            if blooms is None:
-                (bits,) = _filters(tokens[k], (size,), cache)
-            elif size == bloom_bytes:  # (the same filter when its size class is the row's)
-                (bits,) = _filters(tokens[k], (size,), cache)
-                blooms.append(bits)
-            else:
-                bits, row = _filters(tokens[k], (size, bloom_bytes), cache)
-                blooms.append(row)
+            # (one filter when there is no row, or when its size class is the row's)
+            sizes = (size,) if blooms is None or size == bloom_bytes else (size, bloom_bytes)
+            got = _filters(tokens[k], sizes, cache)
+            bits = got[0]
+            if blooms is not None:
+                blooms.append(got[-1])
             if bounds is not None:
                 bounds.append(_bounds(tokens[k], number, keys) if number is not None else None)
             parts.append(DERIVED_BLOCK.pack(entries, block_records[k], length, crc, _K, len(bits)))
