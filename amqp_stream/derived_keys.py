@@ -35,6 +35,7 @@ from typing import Any, Callable, Collection, Sequence
 
 from amqp_stream.errors import BadRequest
 from amqp_stream.wire import KeyPicker, MessageView, decode
+from amqp_stream.wire._codec import F32, F64, I8, I16, I32, I64, U8, U16, U32, U64
 from amqp_stream.wire._sections import PROPERTY_FIELDS
 from sqlfilter.required import (Bound, bounds_of, canonical, index_token, number_head,
                                 parse_number, requirement_of, wanted_tokens)
@@ -50,12 +51,9 @@ _APP = "application_properties"
 #: or a float): their value read straight from the bytes, not through the codec (a key of
 #: numbers, a sequence or a time, is otherwise ~5 µs a record to index); None: zero
 _NUMBER_CODES: dict[int, struct.Struct | None] = {
-    0x43: None, 0x44: None, 0x50: struct.Struct(">B"), 0x51: struct.Struct(">b"),
-    0x52: struct.Struct(">B"), 0x53: struct.Struct(">B"), 0x54: struct.Struct(">b"),
-    0x55: struct.Struct(">b"), 0x60: struct.Struct(">H"), 0x61: struct.Struct(">h"),
-    0x70: struct.Struct(">I"), 0x71: struct.Struct(">i"), 0x80: struct.Struct(">Q"),
-    0x81: struct.Struct(">q"), 0x83: struct.Struct(">q"), 0x72: struct.Struct(">f"),
-    0x82: struct.Struct(">d")}
+    0x43: None, 0x44: None, 0x50: U8, 0x51: I8, 0x52: U8, 0x53: U8, 0x54: I8, 0x55: I8,
+    0x60: U16, 0x61: I16, 0x70: U32, 0x71: I32, 0x80: U64, 0x81: I64, 0x83: I64, 0x72: F32,
+    0x82: F64}
 
 
 def field_of(key: str) -> tuple[str, str]:
