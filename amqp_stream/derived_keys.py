@@ -40,8 +40,8 @@ from amqp_stream.wire._sections import PROPERTY_FIELDS
 from sqlfilter.required import (Bound, bounds_of, canonical, index_token, number_head,
                                 parse_number, requirement_of, wanted_tokens)
 
-__all__ = ["ARGUMENT", "MAX_KEYS", "parse_keys", "field_of", "deriver", "numberer", "wanted",
-           "bounds"]
+__all__ = ["ARGUMENT", "MAX_KEYS", "parse_keys", "field_of", "deriver", "numberer",
+           "storage_settings", "wanted", "bounds"]
 
 ARGUMENT = "x-stream-derived-filter-keys"
 MAX_KEYS = 16
@@ -218,6 +218,14 @@ def numberer(keys: Sequence[str]) -> Callable[[bytes], tuple[int, float] | None]
         return None if i is None else (i, parse_number(token[cut:]))
 
     return number
+
+
+def storage_settings(keys: Sequence[str]) -> dict[str, Any]:
+    """The ``StreamConfig`` fields of a stream indexing ``keys`` (``derived_keys``, ``derive``,
+    ``derive_number``), none without keys: the three always go together."""
+    if not keys:
+        return {}
+    return {"derived_keys": tuple(keys), "derive": deriver(keys), "derive_number": numberer(keys)}
 
 
 def bounds(keys: Collection[str], stage2: Any) -> dict[str, Bound] | None:

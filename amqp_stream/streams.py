@@ -118,11 +118,7 @@ def stream_config(arguments: dict, config: BrokerConfig) -> "storage.StreamConfi
         fsync=config.fsync,
         fsync_interval_ms=config.fsync_interval_ms,
     )
-    keys = arguments.get(derived_keys.ARGUMENT)
-    if keys:
-        kwargs["derived_keys"] = tuple(keys)
-        kwargs["derive"] = derived_keys.deriver(keys)
-        kwargs["derive_number"] = derived_keys.numberer(keys)
+    kwargs.update(derived_keys.storage_settings(arguments.get(derived_keys.ARGUMENT) or ()))
     if "x-stream-max-segment-size-bytes" in arguments:
         kwargs["max_segment_bytes"] = int(arguments["x-stream-max-segment-size-bytes"])
     if "x-max-length-bytes" in arguments:

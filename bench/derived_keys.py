@@ -48,7 +48,7 @@ from typing import Sequence
 import proton
 
 from amqp_stream.client import connect
-from amqp_stream.derived_keys import ARGUMENT, bounds, deriver, numberer
+from amqp_stream.derived_keys import ARGUMENT, bounds, storage_settings
 from amqp_stream.testing import BrokerProcess
 from bench.amqp_load import count
 from bench.broker import _measure_consume, _measure_publish, stream_filters
@@ -135,8 +135,7 @@ def storage_append(records: int, data: Dataset) -> list[dict]:
     out = []
     for keys in ((), ("customer",), KEYS):
         d = tempfile.mkdtemp(prefix="bench-derived-")
-        cfg = StreamConfig(fsync="never", derived_keys=keys, derive=deriver(keys) if keys else None,
-                           derive_number=numberer(keys) if keys else None)
+        cfg = StreamConfig(fsync="never", **storage_settings(keys))
         s = Stream.open(d, cfg)
         t = time.perf_counter()
         for k in range(0, records, 500):
@@ -171,9 +170,7 @@ def storage_scan(records: int, data: Dataset, repeat: int) -> list[tuple]:
         timing = []
         for keys, needles in (((), ()), ((), needles_of(f)), ((key,), needles_of(f))):
             d = tempfile.mkdtemp(prefix="bench-derived-")
-            cfg = StreamConfig(fsync="never", max_chunk_entries=3000, derived_keys=keys,
-                               derive=deriver(keys) if keys else None,
-                               derive_number=numberer(keys) if keys else None)
+            cfg = StreamConfig(fsync="never", max_chunk_entries=3000, **storage_settings(keys))
             with Stream.open(d, cfg) as s:
                 for k in range(0, records, 3000):
                     s.append_batch(bodies[k:k + 3000])

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import storage.derived as derived
 import storage.reader as reader
 from storage import skiptable
-from amqp_stream.derived_keys import bounds, deriver, numberer, wanted
+from amqp_stream.derived_keys import bounds, deriver, storage_settings, wanted
 from sqlfilter import compile_sql
 from sqlfilter.required import needles_of
 from storage import OffsetSpec, Stream, StreamConfig
@@ -36,8 +36,7 @@ def _encode(m: dict) -> bytes:
 
 def _config(derive: bool, entries: int, keys: tuple[str, ...] = KEYS) -> StreamConfig:
     if derive:
-        return StreamConfig(max_chunk_entries=entries, derived_keys=keys, derive=deriver(keys),
-                            derive_number=numberer(keys))
+        return StreamConfig(max_chunk_entries=entries, **storage_settings(keys))
     return StreamConfig(max_chunk_entries=entries)
 
 

@@ -14,7 +14,7 @@ import zlib
 import proton
 import pytest
 
-from amqp_stream.derived_keys import bounds, deriver, numberer, wanted
+from amqp_stream.derived_keys import bounds, storage_settings, wanted
 from sqlfilter import compile_sql
 from storage import OffsetSpec, Stream, StreamConfig
 from storage import reader, skiptable
@@ -35,8 +35,7 @@ def _bodies(n: int, values: int, seed: int = 1) -> list[bytes]:
 
 def _config(**kw) -> StreamConfig:
     keys = kw.pop("keys", KEYS)
-    return StreamConfig(max_chunk_entries=kw.pop("entries", 100), derived_keys=keys,
-                        derive=deriver(keys), derive_number=numberer(keys), **kw)
+    return StreamConfig(max_chunk_entries=kw.pop("entries", 100), **storage_settings(keys), **kw)
 
 
 def _write(directory: str, bodies: list[bytes], chunk: int = 100, **kw) -> None:
