@@ -75,7 +75,7 @@ __all__ = ["LogSource", "DirectorySource", "Reader", "ReadChunk", "ChunkLocation
 
 _INDEX_BATCH = 4096
 #: where a skip table covers the index, a fill reads up to a stop this near; one further away
-#: is leapt to (``Reader._fill_limit``)
+#: is leapt to (``Reader._index_from``)
 _NEAR_STOP = 32
 _HB = CHUNK_HEADER_BYTES  # short name for the hot paths below
 _MIN_FILTER = bloom.MIN_SIZE
@@ -551,8 +551,7 @@ class Reader:
         row = table.row_of(target)
         if row is None or (lim is not None and row[0] >= lim):
             return None
-        recs = read_index_tuples(seg.ifd, target, self._fill_limit(seg, target))  # (as _fill)
-        self.stats.bytes_read += INDEX_RECORD_BYTES * len(recs)
+        recs = self._index_from(seg, target)
         if not recs or recs[0][0] != row[0]:
             return None
         seg.recs, seg.ri, seg.idx_next = recs, 0, target + len(recs)
@@ -734,21 +733,22 @@ class Reader:
                                                            f"{seg.expect} should follow")
         seg.expect = h.next_offset
 
-    @staticmethod
-    def _fill_limit(seg: _Open, at: int) -> int:
-        """How many index records to read from record ``at``: where a skip table covers the
+    def _index_from(self, seg: _Open, at: int) -> list[IndexTuple]:
+        """Index records from record ``at`` (counted as read): where a skip table covers the
         index, up to the record after the next stop when it is near, else two records, from
         which ``_derived_run`` leaps to it rather than decoding the records between (batches
         of 4,096 cost a selective read most of its fixed part and ~10 µs a stop)."""
+        limit = _INDEX_BATCH
         table = seg.table
-        if table is None or not table.first <= at <= table.last:
-            return _INDEX_BATCH
-        ahead = table.next_stop(at) - at
-        return ahead + 2 if ahead <= _NEAR_STOP else 2
+        if table is not None and table.first <= at <= table.last:
+            ahead = table.next_stop(at) - at
+            limit = ahead + 2 if ahead <= _NEAR_STOP else 2
+        recs = read_index_tuples(seg.ifd, at, limit)
+        self.stats.bytes_read += INDEX_RECORD_BYTES * len(recs)
+        return recs
 
     def _fill(self, seg: _Open) -> bool:
-        recs = read_index_tuples(seg.ifd, seg.idx_next, self._fill_limit(seg, seg.idx_next))
-        self.stats.bytes_read += INDEX_RECORD_BYTES * len(recs)
+        recs = self._index_from(seg, seg.idx_next)
         seg.recs = recs
         seg.ri = 0
         seg.idx_next += len(recs)
