@@ -65,7 +65,7 @@ from typing import Callable, Collection, Iterable, Mapping, NamedTuple, Sequence
 from bloom.schemes import mmh3_pair
 
 from storage.errors import StorageError
-from storage.files import index_path, read_index_tuples
+from storage.files import advise, index_path, read_index_tuples
 from storage.format import CHUNK_HEADER_BYTES, SubBatchEntry
 
 __all__ = ["DERIVED_HEADER", "DERIVED_CHUNK", "DERIVED_BLOCK", "DERIVED_MAGIC", "BLOCK_RECORDS",
@@ -284,13 +284,14 @@ def encode_entry(chunk_id: int, position: int, records: int, filter_size: int, d
                  bodies: Sequence[bytes], derive: Derive, cache: dict,
                  blooms: list[bytes | None] | None = None, bloom_bytes: int = 0,
                  bounds: list[list[tuple[float, float] | None] | None] | None = None,
-                 number: Number | None = None, keys: int = 0) -> bytes:
+                 number: Number | None = None, keys: int = 0,
+                 places: list[tuple[int, int]] | None = None) -> bytes:
     """The sidecar entry of one user chunk (``data``: its data section, of ``bodies``).
     For the skip table's rows: ``blooms`` gets, per block, its tokens' Bloom filter
     (``_filters``) of ``bloom_bytes`` bytes, or None for a block not indexed; ``bounds``, per
     block, the least and greatest number of each of the ``keys`` keys (None: it holds none)
     that ``number`` finds in its tokens, or None for a block not indexed or without
-    ``number``."""
+    ``number``; ``places``, per block, its bytes' (position in the segment, length)."""
     n = len(bodies)
     if SubBatchEntry not in set(map(type, bodies)):  # simple entries only: offsets in C
         cum = list(accumulate(map(_FOUR.__add__, map(len, bodies)), initial=0))
@@ -331,8 +332,11 @@ def encode_entry(chunk_id: int, position: int, records: int, filter_size: int, d
     parts: list[bytes] = []
     view = memoryview(data)
     ends = starts[1:] + [len(data)]
+    data_at = position + CHUNK_HEADER_BYTES + filter_size
     for k, start in enumerate(starts):
         length = ends[k] - start
+        if places is not None:
+            places.append((data_at + start, length))
         entries = min(BLOCK_RECORDS, n - k * BLOCK_RECORDS)
         crc = zlib.crc32(view[start:start + length])
         if unknown[k]:
@@ -490,6 +494,11 @@ class Cursor:
     def select(self, e: ChunkEntry, allowed: int | None = None) -> tuple[list[Block], int]:
         """``e.select`` for this cursor's wanted tokens, of the blocks ``allowed``."""
         return e.select(self.masks, self.cache, allowed)
+
+    def advise(self, positions: Iterable[int]) -> None:
+        """Ask the kernel for the entries at these file positions now (what ``seek`` will
+        read there: ``files.advise``)."""
+        advise(self.fd, ((p, _SEEK_READ) for p in positions))
 
     def seek(self, position: int) -> None:
         """Go on from the entry at file ``position`` (``storage.skiptable`` says where a

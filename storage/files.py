@@ -8,7 +8,7 @@ agree on which files make up the log (a segment counts only with its index besid
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from storage.format import (
     INDEX_HEADER_BYTES,
@@ -23,7 +23,7 @@ from storage.format import (
 __all__ = [
     "list_files", "list_segments", "segment_path", "index_path", "fsync_dir", "replace_file",
     "index_count", "read_index_records", "read_index_tuples", "read_index_record", "pread_exact",
-    "IndexTuple",
+    "IndexTuple", "in_page_cache", "advise",
 ]
 
 IndexTuple = tuple[int, int, int, int, int]  # an INDEX_RECORD as unpacked: id, ts, epoch, pos, type
@@ -99,6 +99,31 @@ def pread_exact(fd: int, size: int, position: int) -> bytes:
         parts.append(more)
         got += len(more)
     return b"".join(parts)
+
+
+def in_page_cache(fd: int, position: int) -> bool | None:
+    """Whether the byte at ``position`` of ``fd`` is in the page cache (a read of it would not
+    wait for the disk); None when the system cannot tell (no ``RWF_NOWAIT``)."""
+    nowait = getattr(os, "RWF_NOWAIT", None)
+    if nowait is None:
+        return None
+    try:
+        return os.preadv(fd, [bytearray(1)], position, nowait) >= 0
+    except BlockingIOError:
+        return False
+    except OSError:  # a file system without it (EOPNOTSUPP)
+        return None
+
+
+def advise(fd: int, places: Iterable[tuple[int, int]]) -> None:
+    """Ask the kernel for the pages of each (position, length) of ``fd`` now, without waiting
+    (``POSIX_FADV_WILLNEED``): reads known ahead then overlap on the disk rather than each
+    waiting for the last. A few µs a call; nothing where the system has no such advice."""
+    fadvise = getattr(os, "posix_fadvise", None)
+    if fadvise is None:
+        return
+    for at, length in places:
+        fadvise(fd, at, length, os.POSIX_FADV_WILLNEED)
 
 
 def index_count(fd: int) -> int:

@@ -15,12 +15,13 @@ with the log (times, sequence numbers), where a Bloom filter cannot help at all.
 
 File ``NNNNNNNNNNNNNNNNNNNN.skip`` (N = the segment's first offset)::
 
-    SKIP_HEADER  >4sIIIIII  "ASST", version 2, CRC-32 of the sidecar's key list (as its header
+    SKIP_HEADER  >4sIIIIII  "ASST", version 3, CRC-32 of the sidecar's key list (as its header
                             holds it), rows, CRC-32 of those rows, sidecar bytes they cover,
                             keys (``n``)
     then ``rows`` rows of ``row_bytes(n)``, in index order, each:
-    SKIP_ROW     >IIQ       index record number of the chunk (in the segment's index), file
-                            position of its sidecar entry (0: none), chunk id; then
+    SKIP_ROW     >IIQII     index record number of the chunk (in the segment's index), file
+                            position of its sidecar entry (0: none), chunk id, position of the
+                            block's bytes in the segment and their length (0, 0: none); then
                             ``ROW_BLOOM_BYTES`` of Bloom filter (``derived._filters``: k = 4);
                             then per key, in the key list's order:
     ROW_BOUND    >dd        the least and greatest number among the block's values of the key
@@ -38,6 +39,11 @@ CRC is the sidecar's; where the table ends, or where a row's chunk id disagrees 
 it walks the sidecar as before. ``TableWriter.open`` (the writer, at open, rollover and after a
 write error) cuts the rows of chunks recovery removed and keeps the rest only when they reach
 the index's last record, else starts the table again (empty: covering from the next chunk).
+
+The block's place (version 3) is what the reader reads at a stop, known before it gets there:
+when the first stop of a window finds the segment's pages out of the page cache, the reader
+asks the kernel for the next stops' blocks and sidecar entries at once (``Table.ahead``), so
+that their reads overlap instead of waiting one after another.
 
 Reading: rows verified once are kept in memory (``_verified``, up to ``CACHE_BYTES`` with
 their record-number and chunk-id columns, made once per table change rather than per reader):
@@ -66,9 +72,9 @@ __all__ = ["SKIP_HEADER", "SKIP_ROW", "ROW_BOUND", "ROW_BLOOM_BYTES", "row_bytes
            "TableWriter", "Table", "MAX_TOKENS", "remove_orphans", "describe"]
 
 SKIP_HEADER = struct.Struct(">4sIIIIII")
-SKIP_ROW = struct.Struct(">IIQ")
+SKIP_ROW = struct.Struct(">IIQII")
 SKIP_MAGIC = b"ASST"
-SKIP_VERSION = 2
+SKIP_VERSION = 3
 ROW_BLOOM_BYTES = 128  # m = 1,024 bits: 0.24 % false positives for a block of 64 distinct tokens
 ROW_BOUND = struct.Struct(">dd")
 NO_NUMBER = ROW_BOUND.pack(math.inf, -math.inf)
@@ -132,18 +138,20 @@ def _bounds_bytes(numbers: Sequence[tuple[float, float] | None] | None, keys: in
 
 
 def rows_of(number: int, entry_at: int, chunk_id: int, blooms: Sequence[bytes | None] | None,
-            bounds: Sequence[Sequence[tuple[float, float] | None] | None] | None, keys: int) -> bytes:
+            bounds: Sequence[Sequence[tuple[float, float] | None] | None] | None, keys: int,
+            places: Sequence[tuple[int, int]] = ()) -> bytes:
     """The rows of the chunk of index record ``number``, for a table of ``keys`` keys: a user
-    chunk's, one per block of its sidecar entry at ``entry_at`` (its Bloom and its numbers'
-    bounds per key, from ``derived.encode_entry``; a None Bloom: a block not indexed, always a
-    stop), or a tracking chunk's (``blooms`` None: one row nothing matches)."""
+    chunk's, one per block of its sidecar entry at ``entry_at`` (its Bloom, its numbers'
+    bounds per key and its bytes' place in the segment, from ``derived.encode_entry``; a None
+    Bloom: a block not indexed, always a stop), or a tracking chunk's (``blooms`` None: one
+    row nothing matches)."""
     if blooms is None:
-        return SKIP_ROW.pack(number, 0, chunk_id) + _NONE + NO_NUMBER * keys
-    head = SKIP_ROW.pack(number, entry_at, chunk_id)
+        return SKIP_ROW.pack(number, 0, chunk_id, 0, 0) + _NONE + NO_NUMBER * keys
     if not blooms:
-        return head + _ALL + ANY_NUMBER * keys
-    return b"".join(head + (b + _bounds_bytes(bounds[i] if bounds else None, keys) if b is not None
-                            else _ALL + ANY_NUMBER * keys) for i, b in enumerate(blooms))
+        return SKIP_ROW.pack(number, entry_at, chunk_id, 0, 0) + _ALL + ANY_NUMBER * keys
+    return b"".join(SKIP_ROW.pack(number, entry_at, chunk_id, *places[i])
+                    + (b + _bounds_bytes(bounds[i] if bounds else None, keys) if b is not None
+                       else _ALL + ANY_NUMBER * keys) for i, b in enumerate(blooms))
 
 
 def describe(directory: str, start: int) -> dict | None:
@@ -213,7 +221,7 @@ class TableWriter:
                     if len(raw) == rows * row and zlib.crc32(raw) == crc:
                         keep = bisect_left(_numbers(raw, rows, row), index_records)
                         if keep:
-                            number, _, chunk_id = SKIP_ROW.unpack_from(raw, (keep - 1) * row)
+                            number, _, chunk_id, _, _ = SKIP_ROW.unpack_from(raw, (keep - 1) * row)
                             if number == index_records - 1 and chunk_id == last_chunk:
                                 w = cls(fd, kcrc, len(keys), keep,
                                         zlib.crc32(memoryview(raw)[:keep * row]), sidecar_size)
@@ -412,8 +420,33 @@ class Table:
         r = bisect_left(self.numbers, number)
         if r == len(self.numbers) or self.numbers[r] != number:
             return None
-        _, entry_at, chunk_id = SKIP_ROW.unpack_from(self.raw, r * self.row)
+        _, entry_at, chunk_id, _, _ = SKIP_ROW.unpack_from(self.raw, r * self.row)
         return chunk_id, entry_at
+
+    def ahead(self, number: int, stops: int, places: bool = True
+              ) -> tuple[list[tuple[int, int, int, list[tuple[int, int]]]], int]:
+        """(per chunk of the next ``stops`` stops from index record ``number`` on: its sidecar
+        entry's position, where its data section begins and ends, and the (position, length)
+        of each of its blocks that may match (none without ``places``); the record after the
+        last of those stops): what a reader will read there, to ask for at once."""
+        i = bisect_left(self.stops, number)
+        chosen = self.stops[i:i + stops]
+        if not chosen or not places:
+            return [], chosen[-1] + 1 if chosen else self.last + 1
+        numbers, hits = self.numbers, self.hits
+        unpack, row, raw = SKIP_ROW.unpack_from, self.row, self.raw
+        out = []
+        h = bisect_left(hits, bisect_left(numbers, chosen[0]))
+        for stop in chosen:
+            r0, r1 = bisect_left(numbers, stop), bisect_left(numbers, stop + 1)
+            entry_at, _, first, _ = unpack(raw, r0 * row)[1:]
+            _, _, _, last, length = unpack(raw, (r1 - 1) * row)
+            blocks = []
+            while h < len(hits) and hits[h] < r1:
+                blocks.append(unpack(raw, hits[h] * row)[3:])
+                h += 1
+            out.append((entry_at, first, last + length, blocks))
+        return out, chosen[-1] + 1
 
     def blocks_of(self, chunk_id: int, blocks: int) -> int | None:
         """Bit ``i`` set for each block ``i`` of chunk ``chunk_id`` whose row may match (the

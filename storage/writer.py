@@ -634,13 +634,14 @@ class Writer:
                 if derive is not None and kind == CHUNK_USER:  # its sidecar entry and rows
                     blooms: list[bytes | None] = []
                     bounds: list[list[tuple[float, float] | None] | None] = []
+                    places: list[tuple[int, int]] = []
                     dents.append(encode_entry(chunk_id, info.size, recs,
                                               len(filt.bits) if filt is not None else 0, data,
                                               bodies[i:i + n], derive, dcache, blooms,
                                               skiptable.ROW_BLOOM_BYTES, bounds, cfg.derive_number,
-                                              len(cfg.derived_keys)))
+                                              len(cfg.derived_keys), places))
                     trows.append(skiptable.rows_of(info.chunks, self._dsize + dpend, chunk_id,
-                                                   blooms, bounds, len(cfg.derived_keys)))
+                                                   blooms, bounds, len(cfg.derived_keys), places))
                     dpend += len(dents[-1])
                 elif derive is not None:  # a tracking chunk: a row nothing matches
                     trows.append(skiptable.rows_of(info.chunks, 0, chunk_id, None, None,

@@ -17,9 +17,9 @@ import pytest
 from amqp_stream.derived_keys import bounds, storage_settings, wanted
 from sqlfilter import compile_sql
 from storage import OffsetSpec, Stream, StreamConfig
-from storage import reader, skiptable
+from storage import derived, reader, skiptable
 from storage.derived import Cursor, derived_path, load
-from storage.files import index_path, read_index_records
+from storage.files import in_page_cache, index_path, read_index_records, segment_path
 from storage.skiptable import (NO_NUMBER, ROW_BLOOM_BYTES, SKIP_HEADER, SKIP_ROW, Table, row_bytes,
                                skip_path)
 
@@ -45,15 +45,23 @@ def _write(directory: str, bodies: list[bytes], chunk: int = 100, **kw) -> None:
             s.flush()
 
 
-def _rows(directory: str, start: int = 0) -> tuple[tuple, list[tuple[int, int, int, bytes]]]:
+def _rows(directory: str, start: int = 0
+          ) -> tuple[tuple, list[tuple[int, int, int, bytes, tuple[int, int]]]]:
+    """The header and each row as (record number, entry position, chunk id, Bloom and bounds,
+    (block position, block length))."""
     with open(skip_path(directory, start), "rb") as fh:
         raw = fh.read()
     head = SKIP_HEADER.unpack_from(raw)
     rows = []
     for r in range(head[3]):
         at = SKIP_HEADER.size + r * ROW_BYTES
-        rows.append(SKIP_ROW.unpack_from(raw, at) + (raw[at + SKIP_ROW.size:at + ROW_BYTES],))
+        number, entry, chunk_id, block_at, length = SKIP_ROW.unpack_from(raw, at)
+        rows.append((number, entry, chunk_id, raw[at + SKIP_ROW.size:at + ROW_BYTES], (block_at, length)))
     return head, rows
+
+
+def _pack(number: int, entry: int, chunk_id: int, rest: bytes, place: tuple[int, int]) -> bytes:
+    return SKIP_ROW.pack(number, entry, chunk_id, *place) + rest
 
 
 def _rewrite(directory: str, rows: list[bytes], start: int = 0) -> None:
@@ -108,11 +116,18 @@ def test_rows_follow_the_index_and_the_sidecar(tmp_path):
     for number, rec in enumerate(index):
         mine = [r for r in rows if r[0] == number]
         assert {r[2] for r in mine} == {rec.chunk_id}
-        if rec.type:  # tracking: one row that nothing matches
+        if rec.type:  # tracking: one row that nothing matches, no block
             assert len(mine) == 1 and mine[0][1] == 0 and mine[0][3] == bytes(ROW_BLOOM_BYTES) + NO_NUMBER
+            assert mine[0][4] == (0, 0)
             continue
         e = by_chunk[rec.chunk_id]
-        assert len(mine) == e.nblocks  # a row per block
+        assert len(mine) == e.nblocks  # a row per block, with the place of its bytes
+        assert [r[4] for r in mine] == [(rec.position + e.data_start + b.offset, b.length)
+                                        for b in e.blocks]
+        with open(segment_path(d, 0), "rb") as fh:  # (the block's own CRC holds over them)
+            for (at, length), b in zip([r[4] for r in mine], e.blocks, strict=True):
+                fh.seek(at)
+                assert zlib.crc32(fh.read(length)) == b.crc
         with open(derived_path(d, 0), "rb") as fh:  # the entry lies where the row says
             fh.seek(mine[0][1])
             assert struct.unpack(">Q", fh.read(16)[8:])[0] == rec.chunk_id
@@ -147,6 +162,63 @@ def test_a_reader_passes_over_what_the_table_rules_out(tmp_path, monkeypatch):
     _write(str(tmp_path / "again"), bodies, chunk=40)
     got, stats = _read(str(tmp_path / "again"), many, entries=40)
     assert got == _full(bodies, many) and stats.derived_entries_read >= 290
+
+
+def _evict(paths: list[str]) -> None:
+    """Out of the page cache, for real: written back, then dropped (``POSIX_FADV_DONTNEED``)."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def test_a_cold_reader_asks_for_its_stops_pages_at_once(tmp_path, monkeypatch):
+    """Out of the page cache, the reader asks the kernel at its first stop for every page its
+    stops will read (blocks, whole chunks, sidecar entries), so that those reads overlap; in
+    the cache it asks for nothing. What it delivers is the same either way."""
+    d = str(tmp_path)
+    bodies = _bodies(20_000, 10_000)
+    _write(d, bodies, chunk=200)  # blocks of 64, 64, 64 and 8 records: some stops read a block
+    advised: dict[str, list[tuple[int, int]]] = {"segment": [], "derived": []}
+    read: list[tuple[int, int]] = []
+    real_advise, real_pread = reader.advise, reader.pread_exact
+
+    def advise(fd, places):
+        places = list(places)
+        advised[os.readlink(f"/proc/self/fd/{fd}").rsplit(".", 1)[1]].extend(places)
+        real_advise(fd, places)
+
+    def pread_exact(fd, size, position):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".segment"):
+            read.append((position, size))
+        return real_pread(fd, size, position)
+
+    monkeypatch.setattr(reader, "advise", advise)
+    monkeypatch.setattr(derived, "advise", advise)
+    monkeypatch.setattr(reader, "pread_exact", pread_exact)
+    text = "customer IN (" + ", ".join(f"'c{i}'" for i in range(1, 16)) + ")"
+    with Stream.open(d, _config(entries=200)) as s:
+        _evict([segment_path(d, 0), derived_path(d, 0)])
+        fd = os.open(segment_path(d, 0), os.O_RDONLY)
+        try:
+            assert in_page_cache(fd, os.fstat(fd).st_size // 2) is False  # evicted indeed
+        finally:
+            os.close(fd)
+        got, stats = _read(s, text)
+        assert got == _full(bodies, text) and len(got) >= 20
+        assert stats.derived_chunks_skipped > 40  # (a selective read: stops, not a scan)
+        within = lambda at, size, places: any(a <= at and at + size <= a + n for a, n in places)
+        assert read and all(within(at, size, advised["segment"]) for at, size in read), (read, advised)
+        assert any(size < 200 * 30 for _, size in read)  # blocks alone, some of them
+        assert len(advised["derived"]) >= stats.chunks_read  # each stop's entry
+        for kind in advised:
+            advised[kind].clear()
+        read.clear()
+        assert _read(s, text)[0] == got  # warm now: the probe finds the pages, asks nothing
+        assert read and advised == {"segment": [], "derived": []}
 
 
 def _sequenced(n: int) -> list[bytes]:
@@ -240,7 +312,7 @@ def test_a_table_that_ends_early_or_begins_late(tmp_path, start):
     _write(d, bodies, chunk=50)
     text = "customer = 'c7'"
     head, rows = _rows(d)
-    raw_rows = [SKIP_ROW.pack(*r[:3]) + r[3] for r in rows]
+    raw_rows = [_pack(*r) for r in rows]
     with Stream.open(d, _config(entries=50)) as s:  # (tables changed after the writer's checks)
         _rewrite(d, raw_rows[:len(raw_rows) // 2])  # ends halfway (the header's sidecar end
         got, stats = _read(s, text, start)          # is the whole sidecar's: a stale one)
@@ -266,14 +338,14 @@ def test_a_table_that_ends_early_or_begins_late(tmp_path, start):
 def _tampered_rows(d: str, how: str) -> list[bytes]:
     head, rows = _rows(d)
     out = []
-    for number, entry, chunk_id, bloom in rows:
+    for number, entry, chunk_id, bloom, place in rows:
         if how == "shifted":
             number += 1
         elif how == "chunk_id":
             chunk_id += 1
         elif how == "cleared" and number % 2:
             bloom = bytes(len(bloom))  # "nothing here"
-        out.append(SKIP_ROW.pack(number, entry, chunk_id) + bloom)
+        out.append(_pack(number, entry, chunk_id, bloom, place))
     return out
 
 
