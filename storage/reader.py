@@ -551,14 +551,14 @@ class Reader:
             seg.advised = table.ahead(number, _ADVISE_STOPS, places=False)[1]
             return
         chunks, seg.advised = table.ahead(number, _ADVISE_STOPS)
-        places: list[tuple[int, int]] = []
-        for _, begin, end, blocks in chunks:
+        cur = seg.derived
+        for entry, begin, end, blocks in chunks:  # in the order they will be read: the disk
+            if entry:                             # serves the first stop's first
+                cur.advise((entry,))
             if 2 * sum(length for _, length in blocks) > end - begin:  # with its header
-                places.append((max(begin - _CHUNK_HEAD_MAX, 0), end - begin + _CHUNK_HEAD_MAX))
+                advise(seg.sfd, ((max(begin - _CHUNK_HEAD_MAX, 0), end - begin + _CHUNK_HEAD_MAX),))
             else:
-                places.extend(blocks)
-        advise(seg.sfd, places)
-        seg.derived.advise(sorted({entry for entry, *_ in chunks if entry}))
+                advise(seg.sfd, blocks)
 
     def _derived_skipped(self, chunks: int) -> None:
         self.stats.chunks_skipped += chunks
