@@ -175,6 +175,10 @@ def _evict(paths: list[str]) -> None:
             os.close(fd)
 
 
+def _within(at: int, size: int, places: list[tuple[int, int]]) -> bool:
+    return any(a <= at and at + size <= a + n for a, n in places)
+
+
 def test_a_cold_reader_asks_for_its_stops_pages_at_once(tmp_path, monkeypatch):
     """Out of the page cache, the reader asks the kernel at its first stop for every page its
     stops will read (blocks, whole chunks, sidecar entries), so that those reads overlap; in
@@ -210,8 +214,7 @@ def test_a_cold_reader_asks_for_its_stops_pages_at_once(tmp_path, monkeypatch):
         got, stats = _read(s, text)
         assert got == _full(bodies, text) and len(got) >= 20
         assert stats.derived_chunks_skipped > 40  # (a selective read: stops, not a scan)
-        within = lambda at, size, places: any(a <= at and at + size <= a + n for a, n in places)
-        assert read and all(within(at, size, advised["segment"]) for at, size in read), (read, advised)
+        assert read and all(_within(at, size, advised["segment"]) for at, size in read), (read, advised)
         assert any(size < 200 * 30 for _, size in read)  # blocks alone, some of them
         assert len(advised["derived"]) >= stats.chunks_read  # each stop's entry
         for kind in advised:
