@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 # Lower layers first, so a broken foundation shows before the layers that use it.
-BENCHMARKS = ["bloom_fpr", "storage", "tracking", "message_codec", "sql_filter", "broker",
+BENCHMARKS = ["bloom_fpr", "storage", "tracking", "message_codec", "sql_filter", "proton_floor", "broker",
               "stream_protocol", "spark", "spark_crash", "derived_keys"]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from amqp_stream.testing import BrokerProcess
+from bench import proton_floor
 from bench.amqp_load import count
 from bench.broker import declare, encode, publish, stream_filters
 
@@ -29,3 +30,12 @@ def test_the_load_generator_counts_every_delivery_and_stops_at_the_end(tmp_path)
             count(b.url, "/queues/nope", stream_filters("first"), timeout=60)
     finally:
         b.stop()
+
+
+def test_the_proton_floor_bench_delivers_every_message():
+    """``bench.proton_floor`` times two engines over memory: every delivery it counts arrives
+    whole at the receiving engine (the bench raises otherwise), with the broker's splice."""
+    message = encode(body=b"x" * 100, properties={"region": "r42"})
+    got = proton_floor.measure(1_000, message)
+    assert got["deliveries"] == 1_000 and got["payload_bytes"] > len(message)
+    assert got["send_us"] > 0 and got["receive_us"] > 0

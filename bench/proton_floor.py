@@ -1,0 +1,128 @@
+"""What one AMQP 1.0 delivery costs in proton's engine alone: the floor under any consumer
+figure of this broker, whatever it reads or filters.
+
+Why: a selective consumer that gets 10,000 messages out of 1,000,000 is measured against a scan
+of all of them (issue 15's `region = 'r42'`). However little the broker reads, each of the
+10,000 still goes out as its own transfer, and the broker's engine is proton (kept by design).
+Here two proton engines talk over memory, no socket, no broker: the sending side makes each
+delivery with exactly the calls the broker's consumer makes (``pn_delivery``, ``pn_link_send``,
+``pn_link_advance``, ``pn_delivery_settle``: pre-settled, as the load generator asks) and hands
+its transport's output over every 200 deliveries, as the broker does per turn; the receiving
+side only pushes the bytes into its engine (what ``bench.amqp_load`` does). Each side is timed
+on its own.
+
+Run: ``PYTHONPATH=$PWD .venv/bin/python -m bench.proton_floor [--deliveries N] [--repeat R]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from cproton import pn_delivery, pn_delivery_settle, pn_link_advance, pn_link_send
+from proton import Connection, Link, Transport
+
+from amqp_stream.wire import with_stream_offset
+
+__all__ = ["measure"]
+
+BATCH = 200  # deliveries a consumer turn sends before the loop writes (``ConsumerTurn``)
+
+
+def _pump(a: Transport, b: Transport) -> int:
+    """Move what ``a`` has to send into ``b``; the bytes moved."""
+    moved = 0
+    while (n := a.pending()) > 0:
+        b.push(a.peek(n))
+        a.pop(n)
+        moved += n
+    return moved
+
+
+def _pair() -> tuple[Transport, Transport, Link, Link]:
+    """A server engine with an open sending link to a client engine that gave it credit (the
+    transports, the sender, the receiver)."""
+    server_t, client_t = Transport(Transport.SERVER), Transport(Transport.CLIENT)
+    server_c, client_c = Connection(), Connection()
+    server_t.bind(server_c)
+    client_t.bind(client_c)
+    client_c.open()
+    session = client_c.session()
+    session.open()
+    receiver = session.receiver("floor")
+    receiver.snd_settle_mode = Link.SND_SETTLED
+    receiver.open()
+    receiver.flow(1 << 30)
+    _pump(client_t, server_t)
+    server_c.open()
+    server_c.session_head(0).open()
+    sender = server_c.link_head(0)
+    sender.snd_settle_mode = Link.SND_SETTLED
+    sender.open()
+    for _ in range(3):
+        _pump(server_t, client_t)
+        _pump(client_t, server_t)
+    if sender.credit <= 0:
+        raise RuntimeError("no credit reached the sending engine")
+    return server_t, client_t, sender, receiver
+
+
+def measure(deliveries: int, message: bytes) -> dict:
+    """µs a delivery on each side, over ``deliveries`` pre-settled copies of ``message`` (its
+    stored bytes: the offset is spliced in as the broker does)."""
+    server_t, client_t, sender, receiver = _pair()
+    impl = sender._impl
+    payload = with_stream_offset(message, 123_456)
+    send_s = recv_s = 0.0
+    sent = 0
+    tag = 0
+    while sent < deliveries:
+        t = time.perf_counter()
+        for _ in range(min(BATCH, deliveries - sent)):
+            tag += 1
+            d = pn_delivery(impl, tag.to_bytes(8, "big"))
+            pn_link_send(impl, payload)
+            pn_link_advance(impl)
+            pn_delivery_settle(d)
+        out = []
+        while (n := server_t.pending()) > 0:  # what the loop writes to the socket
+            out.append(server_t.peek(n))
+            server_t.pop(n)
+        t2 = time.perf_counter()
+        for chunk in out:
+            view = memoryview(chunk)
+            while view:
+                n = min(client_t.capacity(), len(view))
+                client_t.push(bytes(view[:n]))
+                view = view[n:]
+        _pump(client_t, server_t)  # its flow frames back (the session window)
+        t3 = time.perf_counter()
+        send_s += t2 - t
+        recv_s += t3 - t2
+        sent += min(BATCH, deliveries - sent)
+    if receiver.queued != deliveries:  # a harness that lost some would flatter the floor
+        raise RuntimeError(f"{receiver.queued} of {deliveries} deliveries arrived")
+    return {"deliveries": deliveries, "payload_bytes": len(payload),
+            "send_us": send_s / deliveries * 1e6, "receive_us": recv_s / deliveries * 1e6}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--deliveries", type=int, default=10_000)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args(argv)
+    from bench.derived_keys import Dataset  # (it measures with this module: imported here)
+    message = Dataset(1)(0)  # one of issue 15's messages
+    runs = [measure(args.deliveries, message) for _ in range(args.repeat)]
+    best_send = min(r["send_us"] for r in runs)
+    best_recv = min(r["receive_us"] for r in runs)
+    print(f"{args.deliveries} pre-settled deliveries of {runs[0]['payload_bytes']} bytes, "
+          f"two proton engines over memory, best of {args.repeat}:")
+    print(f"  sending engine (the broker's calls + encoding)   {best_send:6.2f} µs a delivery")
+    print(f"  receiving engine (bytes pushed, as amqp_load)     {best_recv:6.2f} µs a delivery")
+    print(f"  {args.deliveries} deliveries cost the sender at least "
+          f"{best_send * args.deliveries / 1000:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
