@@ -50,6 +50,7 @@ import proton
 from amqp_stream.client import connect
 from amqp_stream.derived_keys import ARGUMENT, bounds, storage_settings
 from amqp_stream.testing import BrokerProcess
+from bench import proton_floor
 from bench.amqp_load import count
 from bench.broker import _measure_consume, _measure_publish, stream_filters
 from storage import Stream, StreamConfig
@@ -244,12 +245,16 @@ def run(args: argparse.Namespace) -> dict:
                 sql = data.sql(sql)
                 pair = []
                 for name in ("plain", f"d-{key}"):
-                    drop_caches()
-                    pair.append(_measure_consume(f"{name} (cold): {sql}", broker.url, pid,
-                                                 f"/queues/{name}", stream_filters("first", sql=sql),
-                                                 args.batch, broker.metrics_url, name, count))
+                    tries = []
+                    for _ in range(args.cold_repeat):
+                        drop_caches()
+                        tries.append(_measure_consume(f"{name} (cold): {sql}", broker.url, pid,
+                                                      f"/queues/{name}", stream_filters("first", sql=sql),
+                                                      args.batch, broker.metrics_url, name, count))
+                    pair.append(min(tries, key=lambda row: row["seconds"]))
                 cold.append((label, *pair))
         results["cold"] = cold
+        results["floor_us"] = min(proton_floor.measure(10_000, data(0))["send_us"] for _ in range(3))
     finally:
         broker.stop()
         shutil.rmtree(root / "data", ignore_errors=True)
@@ -298,6 +303,9 @@ def report(r: dict) -> None:
                 print(f"  {row['label']:<44}{row['msgs']:>8} {row['seconds']:>8.3f} {_cpu(row):>13.3f} "
                       f"{row['read_bytes']:>15.0f} {row['read_bytes'] / max(plain['read_bytes'], 1):>10.2%} "
                       f"{plain['seconds'] / row['seconds']:>6.1f}x {_cpu(plain) / max(_cpu(row), 1e-6):>8.1f}x")
+            floor = r["floor_us"] * derived["msgs"] / 1e6
+            print(f"  {'':<44}(proton's engine alone sends {derived['msgs']} deliveries in >= "
+                  f"{floor * 1000:.1f} ms: at most {plain['seconds'] / max(floor, 1e-9):.1f}x sooner)")
             if plain["msgs"] != derived["msgs"]:
                 print(f"  !! {label}: {plain['msgs']} messages without the key, {derived['msgs']} with")
     print(f"drop_caches: {r['drop_caches']}")
@@ -310,7 +318,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--storage-records", type=int, default=200_000)
     parser.add_argument("--window", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=2000)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=5, help="consumes per case and stream (best)")
+    parser.add_argument("--cold-repeat", type=int, default=3,
+                        help="consumes after dropping the page cache, per case and stream (best)")
     parser.add_argument("--fsync", default="interval", choices=("always", "interval", "never"))
     parser.add_argument("--quick", action="store_true", help="100,000 messages, 50,000 in-process")
     parser.add_argument("--no-broker", action="store_true", help="the in-process parts only")
