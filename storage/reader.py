@@ -189,7 +189,7 @@ class _Open:
     expect: int | None = None  # the chunk id that must come next in this segment
     derived: Cursor | None = None  # the segment's derived-key sidecar, when it helps
     table: Table | None = None  # its skip table (``storage.skiptable``), while it covers
-    advised: int = 0  # the index record up to which the table's stops were seen to
+    advised: int = 0  # stops below this index record were in a window ``Reader._advise`` saw
     #: the last ``Reader._select``: (entry, table, its answer)
     selected: tuple[ChunkEntry, Table | None, tuple[list[Block], int]] | None = None
 
@@ -542,7 +542,8 @@ class Reader:
         overlap on the disk (cold, they waited ~80 µs a stop one after another; warm, this
         costs one probe a window). What a stop reads is its sidecar entry and either its
         blocks that may match or, when they are most of it, the whole chunk
-        (``_read_blocks``)."""
+        (``_read_blocks``). Only a hint: a row that disagrees with the log costs a needless
+        read, never an answer (the reader checks each stop against the index as before)."""
         chunks, after = table.ahead(number, 1)
         seg.advised = after
         if not chunks or seg.derived is None or not chunks[0][2]:
