@@ -222,6 +222,26 @@ def test_a_cold_reader_asks_for_its_stops_pages_at_once(tmp_path, monkeypatch):
         read.clear()
         assert _read(s, text)[0] == got  # warm now: the probe finds the pages, asks nothing
         assert read and advised == {"segment": [], "derived": []}
+        # the sendfile path (``read_location``) stops the same way: cold, it asks for the
+        # window's pages too, and what each location names lies inside them
+        warm = _located(s, text)
+        _evict([segment_path(d, 0), derived_path(d, 0)])
+        cold = _located(s, text)
+        assert cold == warm and any(blocks is not None for _, _, blocks in cold)
+        for _, (at, size), blocks in cold:
+            places = [(at + b.offset, b.length) for b in blocks] if blocks is not None else [(at, size)]
+            assert all(_within(p, n, advised["segment"]) for p, n in places), (places, advised)
+
+
+def _located(s: Stream, text: str) -> list[tuple[int, tuple[int, int], list | None]]:
+    """(chunk id, (data position, length), blocks) of each location a derived-key reader gives."""
+    f = compile_sql(text)
+    out = []
+    with s.reader(OffsetSpec.first(), derived=wanted(KEYS, f), bounds=bounds(KEYS, f)) as r:
+        while (loc := r.read_location()) is not None:
+            if loc is not reader.SCAN_PAUSED:
+                out.append((loc.chunk_id, (loc.position, loc.length), loc.blocks))
+    return out
 
 
 def _sequenced(n: int) -> list[bytes]:
