@@ -190,6 +190,7 @@ class _Open:
     derived: Cursor | None = None  # the segment's derived-key sidecar, when it helps
     table: Table | None = None  # its skip table (``storage.skiptable``), while it covers
     advised: int = 0  # stops below this index record were in a window ``Reader._advise`` saw
+    cold: bool = False  # a window of its stops was found out of the page cache
     #: the last ``Reader._select``: (entry, table, its answer)
     selected: tuple[ChunkEntry, Table | None, tuple[list[Block], int]] | None = None
 
@@ -548,9 +549,12 @@ class Reader:
         seg.advised = after
         if not chunks or seg.derived is None or not chunks[0][2]:
             return
-        if in_page_cache(seg.sfd, chunks[0][1]) is not False:
+        if not seg.cold and in_page_cache(seg.sfd, chunks[0][1]) is not False:
             seg.advised = table.ahead(number, _ADVISE_STOPS, places=False)[1]
             return
+        # once cold, the next windows are asked for without a probe: their first stop may lie
+        # in a page read ahead for this one while the rest of them is not
+        seg.cold = True
         chunks, seg.advised = table.ahead(number, _ADVISE_STOPS)
         cur = seg.derived
         for entry, begin, end, blocks in chunks:  # in the order they will be read: the disk

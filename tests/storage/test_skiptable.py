@@ -233,6 +233,50 @@ def test_a_cold_reader_asks_for_its_stops_pages_at_once(tmp_path, monkeypatch):
             assert all(_within(p, n, advised["segment"]) for p, n in places), (places, advised)
 
 
+def test_a_reader_found_cold_asks_for_each_later_window_unprobed(tmp_path, monkeypatch):
+    """Windows of 4 stops: the page of the second window's first stop is in the cache (read
+    ahead, say) and the rest of that window is not. A reader that found the first window cold
+    still asks for the second one's pages: every read it makes lies in what it asked for."""
+    d = str(tmp_path)
+    bodies = _bodies(20_000, 10_000)
+    _write(d, bodies, chunk=200)
+    monkeypatch.setattr(reader, "_ADVISE_STOPS", 4)
+    probed: list[int] = []
+    real_probe, real_advise, real_pread = reader.in_page_cache, reader.advise, reader.pread_exact
+    monkeypatch.setattr(reader, "in_page_cache", lambda fd, at: probed.append(at) or real_probe(fd, at))
+    advised: list[tuple[int, int]] = []
+    read: list[tuple[int, int]] = []
+
+    def advise(fd, places):
+        places = list(places)
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".segment"):
+            advised.extend(places)
+        real_advise(fd, places)
+
+    def pread_exact(fd, size, position):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".segment"):
+            read.append((position, size))
+        return real_pread(fd, size, position)
+
+    monkeypatch.setattr(reader, "advise", advise)
+    monkeypatch.setattr(reader, "pread_exact", pread_exact)
+    text = "customer IN (" + ", ".join(f"'c{i}'" for i in range(1, 16)) + ")"
+    with Stream.open(d, _config(entries=200)) as s:
+        got = _read(s, text)[0]  # warm: each window probed at its first stop
+        assert got == _full(bodies, text) and len(probed) >= 3 and not advised
+        second = probed[1]
+        _evict([segment_path(d, 0), derived_path(d, 0)])
+        fd = os.open(segment_path(d, 0), os.O_RDONLY)
+        try:
+            os.pread(fd, 1, second)  # that one page back in the cache
+            assert in_page_cache(fd, second) is True
+        finally:
+            os.close(fd)
+        read.clear()
+        assert _read(s, text)[0] == got
+        assert read and all(_within(at, size, advised) for at, size in read), (read, advised)
+
+
 def _located(s: Stream, text: str) -> list[tuple[int, tuple[int, int], list | None]]:
     """(chunk id, (data position, length), blocks) of each location a derived-key reader gives."""
     f = compile_sql(text)
