@@ -175,17 +175,9 @@ def _evict(paths: list[str]) -> None:
             os.close(fd)
 
 
-def _within(at: int, size: int, places: list[tuple[int, int]]) -> bool:
-    return any(a <= at and at + size <= a + n for a, n in places)
-
-
-def test_a_cold_reader_asks_for_its_stops_pages_at_once(tmp_path, monkeypatch):
-    """Out of the page cache, the reader asks the kernel at its first stop for every page its
-    stops will read (blocks, whole chunks, sidecar entries), so that those reads overlap; in
-    the cache it asks for nothing. What it delivers is the same either way."""
-    d = str(tmp_path)
-    bodies = _bodies(20_000, 10_000)
-    _write(d, bodies, chunk=200)  # blocks of 64, 64, 64 and 8 records: some stops read a block
+def _watch_io(monkeypatch) -> tuple[dict[str, list[tuple[int, int]]], list[tuple[int, int]]]:
+    """What the reader asks the kernel for (by file kind: "segment", "derived") and the
+    (position, size) of each segment read it makes; both still done for real."""
     advised: dict[str, list[tuple[int, int]]] = {"segment": [], "derived": []}
     read: list[tuple[int, int]] = []
     real_advise, real_pread = reader.advise, reader.pread_exact
@@ -203,6 +195,21 @@ def test_a_cold_reader_asks_for_its_stops_pages_at_once(tmp_path, monkeypatch):
     monkeypatch.setattr(reader, "advise", advise)
     monkeypatch.setattr(derived, "advise", advise)
     monkeypatch.setattr(reader, "pread_exact", pread_exact)
+    return advised, read
+
+
+def _within(at: int, size: int, places: list[tuple[int, int]]) -> bool:
+    return any(a <= at and at + size <= a + n for a, n in places)
+
+
+def test_a_cold_reader_asks_for_its_stops_pages_at_once(tmp_path, monkeypatch):
+    """Out of the page cache, the reader asks the kernel at its first stop for every page its
+    stops will read (blocks, whole chunks, sidecar entries), so that those reads overlap; in
+    the cache it asks for nothing. What it delivers is the same either way."""
+    d = str(tmp_path)
+    bodies = _bodies(20_000, 10_000)
+    _write(d, bodies, chunk=200)  # blocks of 64, 64, 64 and 8 records: some stops read a block
+    advised, read = _watch_io(monkeypatch)
     text = "customer IN (" + ", ".join(f"'c{i}'" for i in range(1, 16)) + ")"
     with Stream.open(d, _config(entries=200)) as s:
         _evict([segment_path(d, 0), derived_path(d, 0)])
@@ -242,24 +249,10 @@ def test_a_reader_found_cold_asks_for_each_later_window_unprobed(tmp_path, monke
     _write(d, bodies, chunk=200)
     monkeypatch.setattr(reader, "_ADVISE_STOPS", 4)
     probed: list[int] = []
-    real_probe, real_advise, real_pread = reader.in_page_cache, reader.advise, reader.pread_exact
+    real_probe = reader.in_page_cache
     monkeypatch.setattr(reader, "in_page_cache", lambda fd, at: probed.append(at) or real_probe(fd, at))
-    advised: list[tuple[int, int]] = []
-    read: list[tuple[int, int]] = []
-
-    def advise(fd, places):
-        places = list(places)
-        if os.readlink(f"/proc/self/fd/{fd}").endswith(".segment"):
-            advised.extend(places)
-        real_advise(fd, places)
-
-    def pread_exact(fd, size, position):
-        if os.readlink(f"/proc/self/fd/{fd}").endswith(".segment"):
-            read.append((position, size))
-        return real_pread(fd, size, position)
-
-    monkeypatch.setattr(reader, "advise", advise)
-    monkeypatch.setattr(reader, "pread_exact", pread_exact)
+    advised_by_file, read = _watch_io(monkeypatch)
+    advised = advised_by_file["segment"]
     text = "customer IN (" + ", ".join(f"'c{i}'" for i in range(1, 16)) + ")"
     with Stream.open(d, _config(entries=200)) as s:
         got = _read(s, text)[0]  # warm: each window probed at its first stop
