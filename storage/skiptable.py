@@ -139,7 +139,7 @@ def _bounds_bytes(numbers: Sequence[tuple[float, float] | None] | None, keys: in
 
 def rows_of(number: int, entry_at: int, chunk_id: int, blooms: Sequence[bytes | None] | None,
             bounds: Sequence[Sequence[tuple[float, float] | None] | None] | None, keys: int,
-            places: Sequence[tuple[int, int]] = ()) -> bytes:
+            places: Sequence[tuple[int, int]]) -> bytes:
     """The rows of the chunk of index record ``number``, for a table of ``keys`` keys: a user
     chunk's, one per block of its sidecar entry at ``entry_at`` (its Bloom, its numbers'
     bounds per key and its bytes' place in the segment, from ``derived.encode_entry``; a None

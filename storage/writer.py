@@ -645,7 +645,7 @@ class Writer:
                     dpend += len(dents[-1])
                 elif derive is not None:  # a tracking chunk: a row nothing matches
                     trows.append(skiptable.rows_of(info.chunks, 0, chunk_id, None, None,
-                                                   len(cfg.derived_keys)))
+                                                   len(cfg.derived_keys), ()))
                 self._snapshot_only = kind == CHUNK_TRACKING_SNAPSHOT and not info.chunks
                 idx.append(_pack_index(chunk_id, ts, cfg.epoch, info.size, kind))
                 iov.extend(bufs)
