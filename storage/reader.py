@@ -83,6 +83,13 @@ _NEAR_STOP = 32
 #: (``Reader._advise``): ~1 MB of blocks of 64 records, ~1.5 ms of advice calls
 _ADVISE_STOPS = 128
 _CHUNK_HEAD_MAX = CHUNK_HEADER_BYTES + bloom.MAX_SIZE  # a chunk's bytes before its data section
+
+
+def _most(part: int, whole: int) -> bool:
+    """Whether a chunk's blocks that may match (``part`` bytes) are most of its data section
+    (``whole``): then the chunk is read whole rather than block by block."""
+    return 2 * part > whole
+
 _HB = CHUNK_HEADER_BYTES  # short name for the hot paths below
 _MIN_FILTER = bloom.MIN_SIZE
 _unpack_header = CHUNK_HEADER.unpack_from
@@ -545,22 +552,22 @@ class Reader:
         blocks that may match or, when they are most of it, the whole chunk
         (``_read_blocks``). Only a hint: a row that disagrees with the log costs a needless
         read, never an answer (the reader checks each stop against the index as before)."""
-        chunks, after = table.ahead(number, 1)
-        seg.advised = after
-        if not chunks or seg.derived is None or not chunks[0][2]:
+        cur = seg.derived
+        assert cur is not None
+        first = table.ahead(number, 1)
+        if not first or not first[0][2]:  # a chunk without blocks: again at the next stop
+            seg.advised = table.window_end(number, 1)
             return
-        if not seg.cold and in_page_cache(seg.sfd, chunks[0][1]) is not False:
-            seg.advised = table.ahead(number, _ADVISE_STOPS, places=False)[1]
+        seg.advised = table.window_end(number, _ADVISE_STOPS)
+        if not seg.cold and in_page_cache(seg.sfd, first[0][1]) is not False:
             return
         # once cold, the next windows are asked for without a probe: their first stop may lie
         # in a page read ahead for this one while the rest of them is not
         seg.cold = True
-        chunks, seg.advised = table.ahead(number, _ADVISE_STOPS)
-        cur = seg.derived
-        for entry, begin, end, blocks in chunks:  # in the order they will be read: the disk
-            if entry:                             # serves the first stop's first
-                cur.advise((entry,))
-            if 2 * sum(length for _, length in blocks) > end - begin:  # with its header
+        for entry, begin, end, blocks in table.ahead(number, _ADVISE_STOPS):  # in the order
+            if entry:                                # they will be read: the disk serves the
+                cur.advise((entry,))                 # first stop's first
+            if _most(sum(length for _, length in blocks), end - begin):  # with its header
                 advise(seg.sfd, ((max(begin - _CHUNK_HEAD_MAX, 0), end - begin + _CHUNK_HEAD_MAX),))
             else:
                 advise(seg.sfd, blocks)
@@ -628,7 +635,7 @@ class Reader:
         if seg.ri < len(seg.recs) and seg.recs[seg.ri][0] != rec[0] + e.records:
             return None  # the index says otherwise: the entry is not to be trusted
         sel, total = self._select(seg, e)
-        if 2 * sum(b.length for b in sel) > total:
+        if _most(sum(b.length for b in sel), total):
             return None
         records: list[tuple[int, bytes]] = []
         base = rec[3] + e.data_start
@@ -707,7 +714,7 @@ class Reader:
                 or e.data_start != _HB + h.filter_size):
             return None
         sel, total = self._select(seg, e)
-        if 2 * sum(b.length for b in sel) > total or total != h.data_length:
+        if _most(sum(b.length for b in sel), total) or total != h.data_length:
             return None
         self.stats.derived_blocks_skipped += e.nblocks - len(sel)
         return sel

@@ -423,16 +423,22 @@ class Table:
         _, entry_at, chunk_id, _, _ = SKIP_ROW.unpack_from(self.raw, r * self.row)
         return chunk_id, entry_at
 
-    def ahead(self, number: int, stops: int, places: bool = True
-              ) -> tuple[list[tuple[int, int, int, list[tuple[int, int]]]], int]:
-        """(per chunk of the next ``stops`` stops from index record ``number`` on: its sidecar
-        entry's position, where its data section begins and ends, and the (position, length)
-        of each of its blocks that may match (none without ``places``); the record after the
-        last of those stops): what a reader will read there, to ask for at once."""
+    def window_end(self, number: int, stops: int) -> int:
+        """The index record after the ``stops``-th stop from record ``number`` on (or after
+        the last stop, or after the table)."""
         i = bisect_left(self.stops, number)
         chosen = self.stops[i:i + stops]
-        if not chosen or not places:
-            return [], chosen[-1] + 1 if chosen else self.last + 1
+        return chosen[-1] + 1 if chosen else self.last + 1
+
+    def ahead(self, number: int, stops: int) -> list[tuple[int, int, int, list[tuple[int, int]]]]:
+        """Per chunk of the next ``stops`` stops from index record ``number`` on: its sidecar
+        entry's position, where its data section begins and ends, and the (position, length)
+        of each of its blocks that may match. What a reader will read there, to ask for at
+        once."""
+        i = bisect_left(self.stops, number)
+        chosen = self.stops[i:i + stops]
+        if not chosen:
+            return []
         numbers, hits = self.numbers, self.hits
         unpack, row, raw = SKIP_ROW.unpack_from, self.row, self.raw
         out = []
@@ -446,7 +452,7 @@ class Table:
                 blocks.append(unpack(raw, hits[h] * row)[3:])
                 h += 1
             out.append((entry_at, first, last + length, blocks))
-        return out, chosen[-1] + 1
+        return out
 
     def blocks_of(self, chunk_id: int, blocks: int) -> int | None:
         """Bit ``i`` set for each block ``i`` of chunk ``chunk_id`` whose row may match (the
