@@ -69,7 +69,7 @@ from storage.files import advise, index_path, read_index_tuples
 from storage.format import CHUNK_HEADER_BYTES, SubBatchEntry
 
 __all__ = ["DERIVED_HEADER", "DERIVED_CHUNK", "DERIVED_BLOCK", "DERIVED_MAGIC", "BLOCK_RECORDS",
-           "Derive", "Block", "ChunkEntry", "derived_name", "derived_path", "derived_header",
+           "Derive", "Block", "BlockRow", "ChunkEntry", "derived_name", "derived_path", "derived_header",
            "encode_entry", "decode_entries", "read_keys", "Cursor", "Wanted", "repair",
            "create_sidecar", "load", "token_probes", "Number", "Bound", "Bounds"]
 
@@ -132,6 +132,16 @@ class Block(NamedTuple):
     k: int  # 0: not indexed (also: a sub-batch in the block); else its entries are all simple
     bits: int
     m: int
+
+
+class BlockRow(NamedTuple):
+    """What the skip table keeps of one block (``storage.skiptable.rows_of``), made with its
+    sidecar entry (``encode_entry``)."""
+
+    place: tuple[int, int]  # its bytes' (position in the segment, length)
+    bloom: bytes | None  # its tokens' Bloom filter of the row's size; None: not indexed
+    #: per key, (least, greatest) of the numbers it holds there (None: none); None: not known
+    bounds: list[tuple[float, float] | None] | None
 
 
 class ChunkEntry(NamedTuple):
@@ -282,16 +292,12 @@ def token_probes(token: bytes, nbytes: int) -> tuple[tuple[int, int], ...]:
 
 def encode_entry(chunk_id: int, position: int, records: int, filter_size: int, data: bytes,
                  bodies: Sequence[bytes], derive: Derive, cache: dict,
-                 blooms: list[bytes | None] | None = None, bloom_bytes: int = 0,
-                 bounds: list[list[tuple[float, float] | None] | None] | None = None,
-                 number: Number | None = None, keys: int = 0,
-                 places: list[tuple[int, int]] | None = None) -> bytes:
+                 rows: list[BlockRow] | None = None, bloom_bytes: int = 0,
+                 number: Number | None = None, keys: int = 0) -> bytes:
     """The sidecar entry of one user chunk (``data``: its data section, of ``bodies``).
-    For the skip table's rows: ``blooms`` gets, per block, its tokens' Bloom filter
-    (``_filters``) of ``bloom_bytes`` bytes, or None for a block not indexed; ``bounds``, per
-    block, the least and greatest number of each of the ``keys`` keys (None: it holds none)
-    that ``number`` finds in its tokens, or None for a block not indexed or without
-    ``number``; ``places``, per block, its bytes' (position in the segment, length)."""
+    For the skip table: ``rows`` gets a ``BlockRow`` per block, its Bloom filter of
+    ``bloom_bytes`` bytes and the bounds of the ``keys`` keys that ``number`` finds in its
+    tokens."""
     n = len(bodies)
     if SubBatchEntry not in set(map(type, bodies)):  # simple entries only: offsets in C
         cum = list(accumulate(map(_FOUR.__add__, map(len, bodies)), initial=0))
@@ -335,26 +341,21 @@ def encode_entry(chunk_id: int, position: int, records: int, filter_size: int, d
     data_at = position + CHUNK_HEADER_BYTES + filter_size
     for k, start in enumerate(starts):
         length = ends[k] - start
-        if places is not None:
-            places.append((data_at + start, length))
         entries = min(BLOCK_RECORDS, n - k * BLOCK_RECORDS)
         crc = zlib.crc32(view[start:start + length])
         if unknown[k]:
             parts.append(DERIVED_BLOCK.pack(entries, block_records[k], length, crc, 0, 0))
-            if blooms is not None:
-                blooms.append(None)
-            if bounds is not None:
-                bounds.append(None)
+            if rows is not None:
+                rows.append(BlockRow((data_at + start, length), None, None))
         else:
             size = _size_class(len(tokens[k]))
             # (one filter when there is no row, or when its size class is the row's)
-            sizes = (size,) if blooms is None or size == bloom_bytes else (size, bloom_bytes)
+            sizes = (size,) if rows is None or size == bloom_bytes else (size, bloom_bytes)
             got = _filters(tokens[k], sizes, cache)
             bits = got[0]
-            if blooms is not None:
-                blooms.append(got[-1])
-            if bounds is not None:
-                bounds.append(_bounds(tokens[k], number, keys) if number is not None else None)
+            if rows is not None:
+                rows.append(BlockRow((data_at + start, length), got[-1],
+                                     _bounds(tokens[k], number, keys) if number is not None else None))
             parts.append(DERIVED_BLOCK.pack(entries, block_records[k], length, crc, _K, len(bits)))
             parts.append(bits)
     body = _CHUNK_REST.pack(chunk_id, position, records, CHUNK_HEADER_BYTES + filter_size,

@@ -65,7 +65,7 @@ from bisect import bisect_left
 from collections import OrderedDict
 from typing import Collection, Mapping, Sequence
 
-from storage.derived import Bound, token_probes
+from storage.derived import BlockRow, Bound, token_probes
 
 __all__ = ["SKIP_HEADER", "SKIP_ROW", "ROW_BOUND", "ROW_BLOOM_BYTES", "row_bytes", "skip_path",
            "rows_of", "NO_NUMBER", "ANY_NUMBER",
@@ -137,21 +137,19 @@ def _bounds_bytes(numbers: Sequence[tuple[float, float] | None] | None, keys: in
         return ANY_NUMBER * keys
 
 
-def rows_of(number: int, entry_at: int, chunk_id: int, blooms: Sequence[bytes | None] | None,
-            bounds: Sequence[Sequence[tuple[float, float] | None] | None] | None, keys: int,
-            places: Sequence[tuple[int, int]]) -> bytes:
+def rows_of(number: int, entry_at: int, chunk_id: int, blocks: Sequence[BlockRow] | None,
+            keys: int) -> bytes:
     """The rows of the chunk of index record ``number``, for a table of ``keys`` keys: a user
-    chunk's, one per block of its sidecar entry at ``entry_at`` (its Bloom, its numbers'
-    bounds per key and its bytes' place in the segment, from ``derived.encode_entry``; a None
-    Bloom: a block not indexed, always a stop), or a tracking chunk's (``blooms`` None: one
-    row nothing matches)."""
-    if blooms is None:
+    chunk's, one per block of its sidecar entry at ``entry_at`` (``derived.encode_entry``'s
+    ``BlockRow``s; a block not indexed is always a stop), or a tracking chunk's (``blocks``
+    None: one row nothing matches)."""
+    if blocks is None:
         return SKIP_ROW.pack(number, 0, chunk_id, 0, 0) + _NONE + NO_NUMBER * keys
-    if not blooms:
+    if not blocks:
         return SKIP_ROW.pack(number, entry_at, chunk_id, 0, 0) + _ALL + ANY_NUMBER * keys
-    return b"".join(SKIP_ROW.pack(number, entry_at, chunk_id, *places[i])
-                    + (b + _bounds_bytes(bounds[i] if bounds else None, keys) if b is not None
-                       else _ALL + ANY_NUMBER * keys) for i, b in enumerate(blooms))
+    return b"".join(SKIP_ROW.pack(number, entry_at, chunk_id, *b.place)
+                    + (b.bloom + _bounds_bytes(b.bounds, keys) if b.bloom is not None
+                       else _ALL + ANY_NUMBER * keys) for b in blocks)
 
 
 def describe(directory: str, start: int) -> dict | None:

@@ -48,7 +48,7 @@ import bloom
 
 from storage.config import FsyncPolicy, StreamConfig
 from storage import skiptable
-from storage.derived import create_sidecar, derived_path, encode_entry, repair
+from storage.derived import BlockRow, create_sidecar, derived_path, encode_entry, repair
 from storage.errors import CorruptionError, StorageError, StreamClosedError
 from storage.files import fsync_dir, index_count, index_path, read_index_record, segment_path
 from storage.format import (
@@ -632,20 +632,18 @@ class Writer:
                                         chunk_type=kind, trailer=trailer, flags=flags)
                     csize = CHUNK_HEADER_BYTES + len(data) + len(trailer)
                 if derive is not None and kind == CHUNK_USER:  # its sidecar entry and rows
-                    blooms: list[bytes | None] = []
-                    bounds: list[list[tuple[float, float] | None] | None] = []
-                    places: list[tuple[int, int]] = []
+                    blocks: list[BlockRow] = []
                     dents.append(encode_entry(chunk_id, info.size, recs,
                                               len(filt.bits) if filt is not None else 0, data,
-                                              bodies[i:i + n], derive, dcache, blooms,
-                                              skiptable.ROW_BLOOM_BYTES, bounds, cfg.derive_number,
-                                              len(cfg.derived_keys), places))
+                                              bodies[i:i + n], derive, dcache, blocks,
+                                              skiptable.ROW_BLOOM_BYTES, cfg.derive_number,
+                                              len(cfg.derived_keys)))
                     trows.append(skiptable.rows_of(info.chunks, self._dsize + dpend, chunk_id,
-                                                   blooms, bounds, len(cfg.derived_keys), places))
+                                                   blocks, len(cfg.derived_keys)))
                     dpend += len(dents[-1])
                 elif derive is not None:  # a tracking chunk: a row nothing matches
-                    trows.append(skiptable.rows_of(info.chunks, 0, chunk_id, None, None,
-                                                   len(cfg.derived_keys), ()))
+                    trows.append(skiptable.rows_of(info.chunks, 0, chunk_id, None,
+                                                   len(cfg.derived_keys)))
                 self._snapshot_only = kind == CHUNK_TRACKING_SNAPSHOT and not info.chunks
                 idx.append(_pack_index(chunk_id, ts, cfg.epoch, info.size, kind))
                 iov.extend(bufs)
