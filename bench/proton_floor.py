@@ -29,14 +29,28 @@ __all__ = ["measure"]
 BATCH = 200  # deliveries a consumer turn sends before the loop writes (``ConsumerTurn``)
 
 
-def _pump(a: Transport, b: Transport) -> int:
-    """Move what ``a`` has to send into ``b``; the bytes moved."""
-    moved = 0
+def _take(a: Transport) -> list[bytes]:
+    """What ``a`` has to send (what the broker's loop writes to the socket)."""
+    out = []
     while (n := a.pending()) > 0:
-        b.push(a.peek(n))
+        out.append(a.peek(n))
         a.pop(n)
-        moved += n
-    return moved
+    return out
+
+
+def _give(b: Transport, data: list[bytes]) -> None:
+    """Push ``data`` into ``b``, as much at a time as it takes."""
+    for chunk in data:
+        view = memoryview(chunk)
+        while view:
+            n = min(b.capacity(), len(view))
+            b.push(bytes(view[:n]))
+            view = view[n:]
+
+
+def _pump(a: Transport, b: Transport) -> None:
+    """Move what ``a`` has to send into ``b``."""
+    _give(b, _take(a))
 
 
 def _pair() -> tuple[Transport, Transport, Link, Link]:
@@ -84,17 +98,9 @@ def measure(deliveries: int, message: bytes) -> dict:
             pn_link_send(impl, payload)
             pn_link_advance(impl)
             pn_delivery_settle(d)
-        out = []
-        while (n := server_t.pending()) > 0:  # what the loop writes to the socket
-            out.append(server_t.peek(n))
-            server_t.pop(n)
+        out = _take(server_t)
         t2 = time.perf_counter()
-        for chunk in out:
-            view = memoryview(chunk)
-            while view:
-                n = min(client_t.capacity(), len(view))
-                client_t.push(bytes(view[:n]))
-                view = view[n:]
+        _give(client_t, out)
         _pump(client_t, server_t)  # its flow frames back (the session window)
         t3 = time.perf_counter()
         send_s += t2 - t
