@@ -15,6 +15,7 @@ import proton
 import pytest
 
 from amqp_stream.derived_keys import bounds, storage_settings, wanted
+from bench.storage import drop_cache
 from sqlfilter import compile_sql
 from storage import OffsetSpec, Stream, StreamConfig
 from storage import derived, reader, skiptable
@@ -164,17 +165,6 @@ def test_a_reader_passes_over_what_the_table_rules_out(tmp_path, monkeypatch):
     assert got == _full(bodies, many) and stats.derived_entries_read >= 290
 
 
-def _evict(paths: list[str]) -> None:
-    """Out of the page cache, for real: written back, then dropped (``POSIX_FADV_DONTNEED``)."""
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
 def _watch_io(monkeypatch) -> tuple[dict[str, list[tuple[int, int]]], list[tuple[int, int]]]:
     """What the reader asks the kernel for (by file kind: "segment", "derived") and the
     (position, size) of each segment read it makes; both still done for real."""
@@ -212,7 +202,7 @@ def test_a_cold_reader_asks_for_its_stops_pages_at_once(tmp_path, monkeypatch):
     advised, read = _watch_io(monkeypatch)
     text = "customer IN (" + ", ".join(f"'c{i}'" for i in range(1, 16)) + ")"
     with Stream.open(d, _config(entries=200)) as s:
-        _evict([segment_path(d, 0), derived_path(d, 0)])
+        drop_cache(d)  # (written back, then dropped: for real)
         fd = os.open(segment_path(d, 0), os.O_RDONLY)
         try:
             assert in_page_cache(fd, os.fstat(fd).st_size // 2) is False  # evicted indeed
@@ -232,7 +222,7 @@ def test_a_cold_reader_asks_for_its_stops_pages_at_once(tmp_path, monkeypatch):
         # the sendfile path (``read_location``) stops the same way: cold, it asks for the
         # window's pages too, and what each location names lies inside them
         warm = _located(s, text)
-        _evict([segment_path(d, 0), derived_path(d, 0)])
+        drop_cache(d)  # (written back, then dropped: for real)
         cold = _located(s, text)
         assert cold == warm and any(blocks is not None for _, _, blocks in cold)
         for _, (at, size), blocks in cold:
@@ -258,7 +248,7 @@ def test_a_reader_found_cold_asks_for_each_later_window_unprobed(tmp_path, monke
         got = _read(s, text)[0]  # warm: each window probed at its first stop
         assert got == _full(bodies, text) and len(probed) >= 3 and not advised
         second = probed[1]
-        _evict([segment_path(d, 0), derived_path(d, 0)])
+        drop_cache(d)  # (written back, then dropped: for real)
         fd = os.open(segment_path(d, 0), os.O_RDONLY)
         try:
             os.pread(fd, 1, second)  # that one page back in the cache
