@@ -24,6 +24,7 @@ import shutil
 import tempfile
 import time
 
+from bench.storage import drop_cache
 from storage import Stream, StreamConfig
 from storage.recovery import recover
 from storage.tracking import load
@@ -61,16 +62,6 @@ def build(directory: str, records: int, names: int, references: int,
             if b % ROUND == ROUND - 1:
                 s.flush()
     return offsets, sequences
-
-
-def drop_cache(directory: str) -> None:
-    os.sync()
-    for name in os.listdir(directory):
-        fd = os.open(os.path.join(directory, name), os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def time_open(directory: str, repeat: int, cold: bool) -> float:
