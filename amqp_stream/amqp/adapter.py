@@ -511,6 +511,10 @@ class Adapter:
             caps.put_symbol(cap)
         caps.exit()
         link.target.copy(link.remote_target)
+        # send as the receiver asked (RabbitMQ does the same): one that asked for pre-settled
+        # deliveries never settles them, and unsettled ones would stay in the engine until
+        # the link ends
+        link.snd_settle_mode = link.remote_snd_settle_mode
         consumer = Consumer(link, entry, filters, self._schedule_turn,
                             end=lambda error, s=state, p=link._impl: self._end_link(s, p, error),
                             name=name, store_policy=self.store_policy)
