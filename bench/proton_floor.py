@@ -5,8 +5,9 @@ Why: a selective consumer that gets 10,000 messages out of 1,000,000 is measured
 of all of them (issue 15's `region = 'r42'`). However little the broker reads, each of the
 10,000 still goes out as its own transfer, and the broker's engine is proton (kept by design).
 Here two proton engines talk over memory, no socket, no broker: the sending side makes each
-delivery with exactly the calls the broker's consumer makes (``pn_delivery``, ``pn_link_send``,
-``pn_link_advance``, ``pn_delivery_settle``: pre-settled, as the load generator asks) and hands
+delivery with exactly the calls the broker's consumer makes (``pn_delivery`` with the link's
+``TagCell``, ``pn_link_send``, ``pn_link_advance``, ``pn_delivery_settle``: pre-settled, as the
+load generator asks; proton's C functions called directly, as ``Consumer.pump`` does) and hands
 its transport's output over every 200 deliveries, as the broker does per turn; the receiving
 side only pushes the bytes into its engine (what ``bench.amqp_load`` does). Each side is timed
 on its own.
@@ -19,9 +20,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from cproton import pn_delivery, pn_delivery_settle, pn_link_advance, pn_link_send
+from cproton_ffi import lib
 from proton import Connection, Link, Transport
 
+from amqp_stream.amqp.tags import TagCell
 from amqp_stream.wire import with_stream_offset
 
 __all__ = ["measure"]
@@ -87,6 +89,8 @@ def measure(deliveries: int, message: bytes) -> dict:
     server_t, client_t, sender, receiver = _pair()
     impl = sender._impl
     payload = with_stream_offset(message, 123_456)
+    size = len(payload)
+    cell, tag_bytes = (c := TagCell()).cell, c.tag
     send_s = recv_s = 0.0
     sent = 0
     tag = 0
@@ -94,10 +98,11 @@ def measure(deliveries: int, message: bytes) -> dict:
         t = time.perf_counter()
         for _ in range(min(BATCH, deliveries - sent)):
             tag += 1
-            d = pn_delivery(impl, tag.to_bytes(8, "big"))
-            pn_link_send(impl, payload)
-            pn_link_advance(impl)
-            pn_delivery_settle(d)
+            cell[0] = tag
+            d = lib.pn_delivery(impl, tag_bytes)
+            lib.pn_link_send(impl, payload, size)
+            lib.pn_link_advance(impl)
+            lib.pn_delivery_settle(d)
         out = _take(server_t)
         t2 = time.perf_counter()
         _give(client_t, out)

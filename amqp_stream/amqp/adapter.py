@@ -36,6 +36,7 @@ from amqp_stream.amqp.credit import PublisherCredit
 from amqp_stream.amqp.tracking import StorePolicy, consumer_name, publisher_reference
 from amqp_stream.amqp.publishing import Publisher
 from amqp_stream.amqp.source_filters import FILTER_CAPABILITIES, echo_map, parse_source_filters
+from amqp_stream.amqp.tags import tag_number
 from amqp_stream.core import Core
 from amqp_stream.errors import BadRequest, BrokerError, DecodeError, NotImplementedByBroker, ShuttingDown
 from amqp_stream.loop import EventLoop
@@ -608,9 +609,10 @@ class Adapter:
             if lib.pn_delivery_settled(impl):
                 obj = self.links.get(link_ptr)
                 if isinstance(obj, Consumer) and obj.offsets is not None:
-                    tag = lib.pn_delivery_tag(impl)
-                    obj.offsets.settled(int.from_bytes(ffi.buffer(tag.start, tag.size), "big"),
-                                        lib.pn_delivery_remote_state(impl) == lib.PN_ACCEPTED)
+                    number = tag_number(lib.pn_delivery_tag(impl))
+                    if number is not None:
+                        obj.offsets.settled(number, lib.pn_delivery_remote_state(impl)
+                                            == lib.PN_ACCEPTED)
                 lib.pn_delivery_settle(impl)
             return
         obj = self.links.get(link_ptr)

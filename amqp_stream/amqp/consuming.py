@@ -6,9 +6,10 @@ record of a chunk is offered to the compiled stage-2 filter over its stored byte
 ``x-stream-offset`` spliced into its message annotations (``amqp_stream.wire``) and goes out as
 raw bytes (``link.send``). Dropped records use no credit and leave the delivery count alone.
 
-The loop calls proton's C functions directly (``cproton``) for the per-message steps (create the
-delivery, send, advance, settle): the ``proton`` wrappers would build a Python object per
-delivery that nothing here needs.
+The loop calls proton's C functions directly (``cproton_ffi.lib``) for the per-message steps
+(create the delivery, send, advance, settle): the ``proton`` wrappers would build a Python object
+per delivery that nothing here needs, and cproton's own wrappers convert each argument again.
+The delivery tag comes from one cell per link (``tags.TagCell``).
 
 Turns: ``pump`` runs until the credit is used up, the stream's end is reached (then the consumer
 waits for the broker to wake it when the committed end moves; a drain request is answered with
@@ -31,8 +32,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from cproton import (pn_delivery, pn_delivery_settle, pn_link_advance, pn_link_credit, pn_link_send,
-                     pn_link_session, pn_session_outgoing_bytes)
+from cproton_ffi import lib
+
+from amqp_stream.amqp.tags import TagCell
 
 from amqp_stream.amqp.credit import ConsumerTurn
 from amqp_stream.amqp.source_filters import SourceFilters
@@ -79,6 +81,7 @@ class Consumer:
         self.records: list = []
         self.pos = 0
         self.tag = 0
+        self.tag_cell = TagCell()
         self.turn = ConsumerTurn()
         # the next offset this consumer sends (a plain int: the metrics scrape reads it from
         # its own thread for the consumer lag)
@@ -119,9 +122,13 @@ class Consumer:
         presettled = self.presettled
         offsets = self.offsets
         impl = link._impl
-        session = pn_link_session(impl)
+        session = lib.pn_link_session(impl)
         max_buffered = turn.max_buffered
-        credit = pn_link_credit(impl)
+        credit = lib.pn_link_credit(impl)
+        outgoing_bytes = lib.pn_session_outgoing_bytes
+        new_delivery, send, advance, settle = (lib.pn_delivery, lib.pn_link_send,
+                                               lib.pn_link_advance, lib.pn_delivery_settle)
+        cell, tag_bytes = self.tag_cell.cell, self.tag_cell.tag
         try:
             while True:
                 if credit <= 0:
@@ -159,7 +166,7 @@ class Consumer:
                         self.scheduled = True   # match is evaluated again next turn
                         self.schedule(self, False)
                         break
-                if pn_session_outgoing_bytes(session) > max_buffered:
+                if outgoing_bytes(session) > max_buffered:
                     # the client is behind: send nothing more until its socket takes what
                     # waits (checked before sending, so a reader that never reads costs at
                     # most max_buffered bytes and this record waits in the chunk)
@@ -169,11 +176,12 @@ class Consumer:
                 pos += 1
                 out = splice(data, offset)
                 tag += 1
-                delivery = pn_delivery(impl, tag.to_bytes(8, "big"))
-                pn_link_send(impl, out)
-                pn_link_advance(impl)
+                cell[0] = tag
+                delivery = new_delivery(impl, tag_bytes)
+                send(impl, out, len(out))
+                advance(impl)
                 if presettled:
-                    pn_delivery_settle(delivery)
+                    settle(delivery)
                 if offsets is not None:
                     if presettled:
                         offsets.delivered(offset)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
+from cproton_ffi import ffi, lib
 from proton import Described, Message, symbol, timestamp, ulong
 from proton.utils import LinkDetached
 
+from amqp_stream.amqp.tags import tag_number
 from tests.broker.amqp import (APP_PROPS, OFFSET, PROPS, SQL, UNFILTERED, VALUES, Client,
                                Settled, annotations, echo_of, offset)
 
@@ -394,3 +396,23 @@ def test_delete_detaches_consumers(client, broker, stream_name):
         with pytest.raises(LinkDetached) as info:
             r.receive(timeout=15)
         assert "amqp:resource-deleted" in str(info.value)
+
+
+@pytest.mark.parametrize("presettled", [False, True])
+def test_each_delivery_has_a_tag_of_its_own(client, stream_name, presettled):
+    """The consumer rewrites one tag cell per delivery (``amqp.tags.TagCell``): a cell written
+    once, or not at all, would give every delivery the same tag."""
+    client.declare(stream_name)
+    _publish(client, stream_name, [Message(body=f"m{i}") for i in range(300)])
+    r = client.receiver(stream_name, [(OFFSET, offset("first"))], credit=300,
+                        options=[Settled()] if presettled else None)
+    r.connection.wait(lambda: r.fetcher.has_message >= 300, timeout=15)
+    deliveries = [d for _, d in r.fetcher.incoming]
+    assert all(d.settled == presettled for d in deliveries)
+    tags = [bytes(ffi.buffer(t.start, t.size))
+            for t in (lib.pn_delivery_tag(d._impl) for d in deliveries)]
+    assert all(len(t) == 8 for t in tags)
+    assert len(set(tags)) == 300
+    if not presettled:
+        assert [tag_number(lib.pn_delivery_tag(d._impl)) for d in deliveries] == list(range(1, 301))
+    r.close()
