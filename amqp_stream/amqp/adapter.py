@@ -445,9 +445,12 @@ class Adapter:
         self.links[ptr] = obj
 
     def _attach_management(self, state: ConnState, link: Any) -> None:
-        """One side of a ``/management`` link pair: attached as asked."""
+        """One side of a ``/management`` link pair: attached as asked (the reply side sends in
+        the settle mode its receiver asked for, as consumers do)."""
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
+        if not link.is_receiver:
+            link.snd_settle_mode = link.remote_snd_settle_mode
         link.open()
         self._register(state, link, ManagementLink(link, lib.pn_link_session(link._impl),
                                                    sender=not link.is_receiver))

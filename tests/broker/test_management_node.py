@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from proton import Message, symbol
+from proton import Link, Message, symbol
+from proton.reactor import AtMostOnce
 
-from tests.broker.amqp import Client, RawFilter, offset, queue_address
+from tests.broker.amqp import Client, RawFilter, Settled, offset, queue_address
 
 
 def test_declare_info_redeclare_conflict_delete(broker, stream_name):
@@ -109,3 +110,20 @@ def test_retention_arguments_reach_storage(broker, stream_name):
                                    options=[RawFilter([(symbol("o"), offset("first"))])])
         first = r.receive(timeout=15)
         assert first.annotations["x-stream-offset"] == info["first_offset"]
+
+
+def test_replies_come_settled_to_a_reply_link_that_asked_for_it(broker):
+    """RabbitMQ's management clients attach the pair with ``snd-settle-mode`` settled and never
+    settle a reply: an unsettled one would stay in the broker's engine as long as the link."""
+    with Client(broker.url) as c:
+        name = "settled-pair"
+        sender = c.conn.create_sender("/management", name=name, options=[AtMostOnce()])
+        receiver = c.conn.create_receiver("/management", name=name, credit=10,
+                                          options=[Settled()])
+        assert receiver.link.remote_snd_settle_mode == Link.SND_SETTLED
+        for k in range(3):
+            sender.send(Message(id=f"m{k}", address="/queues/x", subject="GET", reply_to="$me"))
+        receiver.connection.wait(lambda: receiver.fetcher.has_message >= 3, timeout=15)
+        replies = list(receiver.fetcher.incoming)
+        assert [m.correlation_id for m, _ in replies] == ["m0", "m1", "m2"]
+        assert all(d.settled for _, d in replies)
