@@ -137,6 +137,25 @@ def test_new_annotations_section_goes_after_header_and_delivery_annotations():
     assert with_stream_offset(bare, 1)[:3] == b"\x00\x53\x72"
 
 
+@pytest.mark.parametrize("annotations", [b"", b"\x00\x53\x72\xc1\x05\x02\xa3\x01k\x41",
+                                         b"\x00\x53\x72\xd1\x00\x00\x00\x08\x00\x00\x00\x02\xa3\x01k\x41"])
+@pytest.mark.parametrize("header", [b"", b"\x00\x53\x70\x45", b"\x00\x53\x70\xc0\x02\x01\x41",
+                                    b"\x00\x53\x70\xd0\x00\x00\x00\x05\x00\x00\x00\x01\x41"])
+def test_every_leading_shape_gets_the_same_offset(header, annotations):
+    """A header as list0 or list8 with annotations absent, map8 or map32 is placed from a few
+    bytes; a list32 header goes the general walk: the message that comes out is the same."""
+    b = header + annotations + b"\x00\x53\x75\xa0\x03abc\x00\x53\x78\xc1\x01\x00"
+    out = with_stream_offset(b, 1 << 40)
+    got = decoded(out)
+    want = {"x-stream-offset": 1 << 40} | ({"k": True} if annotations else {})
+    assert got.annotations == want and got.body == b"abc"
+    assert got.durable == (header.endswith(b"\x41") and len(header) > 4)
+    assert sections_except(out, 0x72) == sections_except(b, 0x72)
+    assert with_stream_offset(out, 7) == with_stream_offset(b, 7)  # replaced, not added
+    with pytest.raises(WireError):
+        with_stream_offset(b, 1 << 63)
+
+
 def test_null_annotations_section_becomes_a_map():
     out = with_stream_offset(b"\x00\x53\x72\x40\x00\x53\x77\x40", 3)
     assert decoded(out).annotations == {"x-stream-offset": 3}
