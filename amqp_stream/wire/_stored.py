@@ -197,7 +197,7 @@ def with_stream_offset(data: Any, offset: int) -> bytes:
         c = data[3] if len(data) > 4 else 0
         pos = 4 if c == 0x45 else 5 + data[4] if c == 0xC0 else -1  # list0, list8, other
     code = data[pos + 2] if 0 <= pos and len(data) > pos + 3 and data.startswith(b"\x00\x53", pos) else 0
-    if code > MESSAGE_ANNOTATIONS:  # none: a new section in front of the next one
+    if MESSAGE_ANNOTATIONS < code <= FOOTER:  # none: a new section in front of the next one
         return b"".join((data[:pos], _NEW_SECTION_HEAD, packed, data[pos:]))
     try:
         if code == MESSAGE_ANNOTATIONS:  # the section is its map: the map's header ends it
