@@ -34,10 +34,9 @@ from typing import Any, Callable
 
 from cproton_ffi import lib
 
-from amqp_stream.amqp.tags import TagCell
-
 from amqp_stream.amqp.credit import ConsumerTurn
 from amqp_stream.amqp.source_filters import SourceFilters
+from amqp_stream.amqp.tags import TagCell
 from amqp_stream.amqp.tracking import ConsumerOffsets, StorePolicy
 from amqp_stream.wire import with_stream_offset
 from storage.reader import SCAN_PAUSED
