@@ -326,11 +326,13 @@ class Client:
 
     # -- links --
     def consumer(self, address: str, filters: Sequence[Entry] | None = None, credit: int = 0,
-                 name: str | None = None, properties: dict | None = None) -> Consumer:
+                 name: str | None = None, properties: dict | None = None,
+                 settled: bool = False) -> Consumer:
         """Attach a receiver (raises `LinkDetached` when the broker refuses it); `properties`:
-        the attach's link properties."""
+        the attach's link properties; `settled`: ask for pre-settled deliveries."""
         inbox = _Inbox(self)
-        options: list[LinkOption] = [_LinkSettings(Link.SND_UNSETTLED, Link.RCV_FIRST, properties)]
+        mode = Link.SND_SETTLED if settled else Link.SND_UNSETTLED
+        options: list[LinkOption] = [_LinkSettings(mode, Link.RCV_FIRST, properties)]
         if filters is not None:
             options.append(_SourceFilter(filters))
         name = name or f"conformance-receiver-{next(_names)}"

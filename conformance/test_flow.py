@@ -147,3 +147,15 @@ def test_dispositions_do_not_consume(client, stream):
     assert c.link.state & c.link.REMOTE_ACTIVE
     c.close()
     assert bodies(client.read(stream)) == [0, 1, 2, 3]
+
+
+def test_a_receiver_asking_for_settled_gets_settled_deliveries(client, stream):
+    """A receiver that asks for `snd-settle-mode` settled (at most once) never settles what it
+    gets, so the broker must send every delivery settled (AMQP 1.0 §2.7.3, the receiver's
+    desired sender settle mode; RabbitMQ's `rabbit_amqp_session` then consumes with no_ack)."""
+    client.publish(stream, [Message(body=i) for i in range(5)])
+    c = client.consumer(address(stream), [offset_spec("first")], credit=5, settled=True)
+    got = c.receive(5, settle=None)
+    assert bodies(got) == [0, 1, 2, 3, 4]
+    assert all(r.delivery.settled for r in got)
+    c.close()
