@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from proton import Link
 
 from tests.polling import wait_for
 
@@ -131,6 +132,23 @@ def test_consumed_messages_carry_offset_filter_value_and_sections(conn, stream_n
     assert a.application_properties == {"n": 5, "f": 1.5, "ok": True}
     assert (b.offset, b.body, b.filter_value, b.properties) == (1, "text body", None, {})
     assert (m.offset, m.body) == (2, {"map": [1, 2]})
+
+
+def test_a_consumer_gets_pre_settled_deliveries_unless_named(conn, stream_name):
+    """Reading a stream consumes nothing: an unnamed consumer asks for pre-settled deliveries
+    and sends no disposition; a named one gets them unsettled, to accept what it is done with."""
+    conn.declare(stream_name)
+    fill(conn, stream_name, 3)
+    with conn.consumer(stream_name) as c:
+        assert c.link.remote_snd_settle_mode == Link.SND_SETTLED
+        got = list(c.read_available())
+        assert [m.offset for m in got] == [0, 1, 2] and all(m.delivery is None for m in got)
+    with conn.consumer(stream_name, consumer_name="settles") as c:
+        assert c.link.remote_snd_settle_mode == Link.SND_UNSETTLED
+        got = list(c.read_available())
+        assert all(m.delivery is not None for m in got)
+        c.accept(got[-1])
+    assert conn.stored_offset(stream_name, "settles") == 2
 
 
 def test_offset_specs_and_end_of_stream(conn, stream_name):

@@ -126,9 +126,11 @@ class Consumer:
     ``accepted_filters`` is the filter map the broker echoed (``None`` when it echoed none);
     ``missing_filters`` the keys asked for but left out, so a tool can warn or detach.
     ``receive(timeout)`` returns the next ``StreamMessage`` or ``None`` on timeout, keeping up to
-    ``credit`` messages in flight. With ``consumer_name`` the link is a named consumer (the
-    broker's tracking extension): it starts after the offset stored for that name, and each
-    message stays unsettled until ``accept(message)``. ``read_available()`` yields what is committed now and stops
+    ``credit`` messages in flight. The link asks for pre-settled deliveries: reading a stream
+    consumes nothing, so a disposition per message would only cost both sides. With
+    ``consumer_name`` the link is a named consumer (the broker's tracking extension): it starts
+    after the offset stored for that name, and each message stays unsettled until
+    ``accept(message)``. ``read_available()`` yields what is committed now and stops
     at the current end of the stream (found with drain).
     """
 
@@ -146,7 +148,8 @@ class Consumer:
         with client.lock:
             link = client.conn.container.create_receiver(
                 client.conn.conn, self.address, name=name or client._name("consumer"), handler=self._handler,
-                options=_LinkOpts(snd_settle=Link.SND_UNSETTLED, source_filter=filters or None,
+                options=_LinkOpts(snd_settle=Link.SND_SETTLED if consumer_name is None
+                                  else Link.SND_UNSETTLED, source_filter=filters or None,
                                   properties=props))
             try:
                 self._receiver = BlockingReceiver(client.conn, link, None, credit=0)
