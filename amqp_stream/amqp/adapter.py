@@ -417,6 +417,11 @@ class Adapter:
         if state is None or self.core.stopping:
             self._refuse(link, ShuttingDown("broker shutting down"))
             return
+        if not link.is_receiver:
+            # a sending link (a consumer, a management reply link) sends as its receiver asked
+            # (RabbitMQ does the same): one that asked for pre-settled deliveries never settles
+            # them, and unsettled ones would stay in the engine until the link ends
+            link.snd_settle_mode = link.remote_snd_settle_mode
         try:
             if link.is_receiver:
                 self._attach_publisher(state, link)
@@ -445,12 +450,9 @@ class Adapter:
         self.links[ptr] = obj
 
     def _attach_management(self, state: ConnState, link: Any) -> None:
-        """One side of a ``/management`` link pair: attached as asked (the reply side sends in
-        the settle mode its receiver asked for, as consumers do)."""
+        """One side of a ``/management`` link pair: attached as asked."""
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
-        if not link.is_receiver:
-            link.snd_settle_mode = link.remote_snd_settle_mode
         link.open()
         self._register(state, link, ManagementLink(link, lib.pn_link_session(link._impl),
                                                    sender=not link.is_receiver))
@@ -515,10 +517,6 @@ class Adapter:
             caps.put_symbol(cap)
         caps.exit()
         link.target.copy(link.remote_target)
-        # send as the receiver asked (RabbitMQ does the same): one that asked for pre-settled
-        # deliveries never settles them, and unsettled ones would stay in the engine until
-        # the link ends
-        link.snd_settle_mode = link.remote_snd_settle_mode
         consumer = Consumer(link, entry, filters, self._schedule_turn,
                             end=lambda error, s=state, p=link._impl: self._end_link(s, p, error),
                             name=name, store_policy=self.store_policy)
