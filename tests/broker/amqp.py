@@ -149,6 +149,13 @@ class Client:
         return out
 
 
+def arrived(receiver: Any, count: int, timeout: float = 15) -> list[tuple[Message, Any]]:
+    """The first ``count`` (message, delivery) pairs a blocking receiver holds, once they have
+    arrived, left in place (nothing settled: a test reads their settle state and tags)."""
+    receiver.connection.wait(lambda: receiver.fetcher.has_message >= count, timeout=timeout)
+    return list(receiver.fetcher.incoming)[:count]
+
+
 def echo_of(receiver: Any) -> list[tuple[Any, Any]] | None:
     """The source filter of the broker's attach reply, in wire order (None if absent)."""
     data = receiver.link.remote_source.filter

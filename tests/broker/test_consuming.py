@@ -11,7 +11,7 @@ from proton.utils import LinkDetached
 
 from amqp_stream.amqp.tags import tag_number
 from tests.broker.amqp import (APP_PROPS, OFFSET, PROPS, SQL, UNFILTERED, VALUES, Client,
-                               Settled, annotations, echo_of, offset)
+                               Settled, annotations, arrived, echo_of, offset)
 
 
 def _publish(c: Client, name: str, messages: list[Message]) -> None:
@@ -272,8 +272,7 @@ def test_presettled_consumer(client, stream_name):
     _publish(client, stream_name, [Message(body=i) for i in range(5)])
     r = client.receiver(stream_name, [(OFFSET, offset("first"))], options=[Settled()])
     assert r.link.remote_snd_settle_mode == 1  # SND_SETTLED, as asked
-    r.connection.wait(lambda: r.fetcher.has_message >= 5, timeout=15)
-    assert all(d.settled for _, d in r.fetcher.incoming)
+    assert all(d.settled for _, d in arrived(r, 5))
     assert _bodies([r.receive(timeout=15) for _ in range(5)]) == [0, 1, 2, 3, 4]
 
 
@@ -406,8 +405,7 @@ def test_each_delivery_has_a_tag_of_its_own(client, stream_name, presettled):
     _publish(client, stream_name, [Message(body=f"m{i}") for i in range(300)])
     r = client.receiver(stream_name, [(OFFSET, offset("first"))], credit=300,
                         options=[Settled()] if presettled else None)
-    r.connection.wait(lambda: r.fetcher.has_message >= 300, timeout=15)
-    deliveries = [d for _, d in r.fetcher.incoming]
+    deliveries = [d for _, d in arrived(r, 300)]
     assert all(d.settled == presettled for d in deliveries)
     tags = [bytes(ffi.buffer(t.start, t.size))
             for t in (lib.pn_delivery_tag(d._impl) for d in deliveries)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from proton import Link, Message, symbol
 from proton.reactor import AtMostOnce
 
-from tests.broker.amqp import Client, RawFilter, Settled, offset, queue_address
+from tests.broker.amqp import Client, RawFilter, Settled, arrived, offset, queue_address
 
 
 def test_declare_info_redeclare_conflict_delete(broker, stream_name):
@@ -123,7 +123,6 @@ def test_replies_come_settled_to_a_reply_link_that_asked_for_it(broker):
         assert receiver.link.remote_snd_settle_mode == Link.SND_SETTLED
         for k in range(3):
             sender.send(Message(id=f"m{k}", address="/queues/x", subject="GET", reply_to="$me"))
-        receiver.connection.wait(lambda: receiver.fetcher.has_message >= 3, timeout=15)
-        replies = list(receiver.fetcher.incoming)
+        replies = arrived(receiver, 3)
         assert [m.correlation_id for m, _ in replies] == ["m0", "m1", "m2"]
         assert all(d.settled for _, d in replies)
