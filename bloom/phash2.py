@@ -19,7 +19,7 @@ Strategy:
 - Everything runs on the write path once per distinct value per chunk, so results are cached
   per value (``lru_cache``); pure-Python cost is a few µs per uncached value.
 
-Reference values: ``../shared/testdata/osiris_bloom_vectors.json`` (produced by the original).
+Reference values: ``tests/bloom/data/osiris_bloom_vectors.json`` (produced by the original).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Tests of bloom/. ``VECTORS``: RabbitMQ's reference vectors (shared/testdata, beside the checkout)."""
+"""Tests of bloom/. ``VECTORS``: RabbitMQ's reference vectors (``data/``, with their provenance)."""
 
 import json
 from pathlib import Path
 
-#: produced by running osiris; the one copy lives in ../shared/testdata (see its README)
-VECTORS_PATH = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "osiris_bloom_vectors.json"
+#: produced by running osiris (see data/README.md)
+VECTORS_PATH = Path(__file__).resolve().parent / "data" / "osiris_bloom_vectors.json"
 VECTORS = json.loads(VECTORS_PATH.read_text())
