@@ -31,7 +31,7 @@ from amqp_stream.config import BrokerConfig
 from amqp_stream.core import Core
 from amqp_stream.loop import EventLoop, raise_fd_limit
 from amqp_stream.metrics import Metrics
-from amqp_stream.stream import StreamAdapter
+from amqp_stream.stream_listener import StreamAdapter
 import sqlfilter
 
 __all__ = ["Broker"]

@@ -12,7 +12,7 @@ import time
 import pytest
 from proton.utils import BlockingConnection
 
-from amqp_stream.stream.auth import Authenticator
+from amqp_stream.stream_listener.auth import Authenticator
 from amqp_stream.streamproto import ResponseCode
 from amqp_stream.testing import BrokerProcess
 from conformance.streamclient import OK, ServerClosed, StreamClient

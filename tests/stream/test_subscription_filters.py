@@ -7,7 +7,7 @@ import pytest
 from proton import Message, symbol
 
 from amqp_stream.errors import BadRequest
-from amqp_stream.stream.subscription_filters import parse
+from amqp_stream.stream_listener.subscription_filters import parse
 
 
 def stored(**kw) -> bytes:

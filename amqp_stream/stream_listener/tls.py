@@ -17,11 +17,11 @@ import ssl
 from typing import Any
 
 from amqp_stream.loop import READ_SIZE
-from amqp_stream.stream.connection import FileRange, StreamConnection
+from amqp_stream.stream_listener.connection import FileRange, StreamConnection
 
 __all__ = ["TlsStreamConnection", "server_context"]
 
-log = logging.getLogger("amqp_stream.stream")
+log = logging.getLogger("amqp_stream.stream_listener")
 
 MAX_CIPHER = 1 << 20  # ciphertext bytes encrypted ahead of the socket
 _SLICE = 256 * 1024  # plaintext bytes encrypted per step

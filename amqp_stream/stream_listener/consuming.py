@@ -33,16 +33,16 @@ import os
 import zlib
 from typing import TYPE_CHECKING, Any, Callable
 
-from amqp_stream.stream.connection import MAX_PENDING
+from amqp_stream.stream_listener.connection import MAX_PENDING
 from storage.format import CHUNK_HEADER, HEADER_FLAGS_AT, decode_records, encode_chunk, encode_entries
 from storage.reader import SCAN_PAUSED, ChunkLocation
 
 if TYPE_CHECKING:
-    from amqp_stream.stream.connection import StreamConnection
+    from amqp_stream.stream_listener.connection import StreamConnection
 
 __all__ = ["Subscription", "SCAN_BUDGET", "CHUNKS_PER_TURN"]
 
-log = logging.getLogger("amqp_stream.stream")
+log = logging.getLogger("amqp_stream.stream_listener")
 
 SCAN_BUDGET = 1000  # chunks a stage-1 scan may pass over per turn (see amqp.consuming)
 CHUNKS_PER_TURN = 64

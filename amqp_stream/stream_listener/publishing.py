@@ -41,11 +41,11 @@ from amqp_stream.streamproto import PublishConfirm, PublishError, ResponseCode
 from storage.format import SubBatchEntry, decode_records
 
 if TYPE_CHECKING:
-    from amqp_stream.stream.connection import StreamConnection
+    from amqp_stream.stream_listener.connection import StreamConnection
 
 __all__ = ["StreamPublisher"]
 
-log = logging.getLogger("amqp_stream.stream")
+log = logging.getLogger("amqp_stream.stream_listener")
 
 # batches waiting for the disk: key -> (publisher, publishing ids, bytes held); loop only
 _batches: dict[int, tuple["StreamPublisher", list[int], int]] = {}

@@ -2,7 +2,7 @@
 ranges out.
 
 Strategy: the codec is sans-I/O; this ``SocketConnection`` feeds it what the socket read and
-hands each event to the adapter (``amqp_stream.stream.adapter``). Output is a queue of byte
+hands each event to the adapter (``amqp_stream.stream_listener.adapter``). Output is a queue of byte
 buffers and ``FileRange``s (a chunk's data section in a segment file, sent with
 ``os.sendfile``, never read into Python). Small frames written in one turn are gathered in one
 buffer and go out in one ``send``. A file range is sent at once when the socket is free; only
@@ -38,11 +38,11 @@ from amqp_stream.streamproto import (
 from amqp_stream.streamproto.frames import Frame
 
 if TYPE_CHECKING:
-    from amqp_stream.stream.adapter import StreamAdapter
+    from amqp_stream.stream_listener.adapter import StreamAdapter
 
 __all__ = ["StreamConnection", "FileRange", "MAX_PENDING"]
 
-log = logging.getLogger("amqp_stream.stream")
+log = logging.getLogger("amqp_stream.stream_listener")
 
 MAX_PENDING = 4 << 20  # queued output bytes above which consumers wait for the socket
 _MSG_MORE = getattr(socket, "MSG_MORE", 0)

@@ -4,7 +4,7 @@ Strategy: parallel to ``amqp_stream.amqp.adapter``. ``amqp_stream.streamproto`` 
 of the conversation (handshake order, frame limits, what may be sent when); each connection is
 a ``StreamConnection`` that feeds it and passes every frame to ``handle``, which answers from
 the core: streams (Create, Delete, Metadata, StreamStats), publishers
-(``amqp_stream.stream.publishing``) and subscriptions (``amqp_stream.stream.consuming``).
+(``amqp_stream.stream_listener.publishing``) and subscriptions (``amqp_stream.stream_listener.consuming``).
 Refusals are ``BrokerError``s, answered with their ``stream_code``; a bug while handling one
 frame closes that connection only (the loop's ``failed``).
 
@@ -14,8 +14,8 @@ with the advertised host and port; Metadata names this broker as the leader of e
 that exists; a deleted stream's publishers and subscriptions are dropped and their connection
 gets a MetadataUpdate (``STREAM_NOT_AVAILABLE``). Stored offsets and publisher sequences
 (StoreOffset, QueryOffset, QueryPublisherSequence, DeclarePublisher's reference) are
-``amqp_stream.stream.tracking``'s; a named publisher's messages are deduplicated by
-``amqp_stream.stream.publishing``. Not (yet) supported: super streams, single active consumer.
+``amqp_stream.stream_listener.tracking``'s; a named publisher's messages are deduplicated by
+``amqp_stream.stream_listener.publishing``. Not (yet) supported: super streams, single active consumer.
 """
 
 from __future__ import annotations
@@ -31,19 +31,19 @@ from amqp_stream.arguments import from_stream_protocol, validate
 from amqp_stream.core import Core
 from amqp_stream.errors import BadRequest, BrokerError, NotFound, PreconditionFailed
 from amqp_stream.loop import EventLoop
-from amqp_stream.stream import subscription_filters, tracking
-from amqp_stream.stream.auth import Authenticator
-from amqp_stream.stream.connection import StreamConnection
-from amqp_stream.stream.consuming import Subscription
-from amqp_stream.stream.publishing import StreamPublisher
-from amqp_stream.stream.tls import TlsStreamConnection, server_context
+from amqp_stream.stream_listener import subscription_filters, tracking
+from amqp_stream.stream_listener.auth import Authenticator
+from amqp_stream.stream_listener.connection import StreamConnection
+from amqp_stream.stream_listener.consuming import Subscription
+from amqp_stream.stream_listener.publishing import StreamPublisher
+from amqp_stream.stream_listener.tls import TlsStreamConnection, server_context
 from amqp_stream.streamproto import COMMAND_VERSIONS, Key, OffsetType, ResponseCode, ServerConnection, State
 from amqp_stream.streamproto import frames as f
 from storage import OffsetSpec
 
 __all__ = ["StreamAdapter", "SERVER_PROPERTIES"]
 
-log = logging.getLogger("amqp_stream.stream")
+log = logging.getLogger("amqp_stream.stream_listener")
 
 SERVER_PROPERTIES = {
     "product": "RabbitMQ",

@@ -25,7 +25,7 @@ from storage.tracking import MAX_ID_BYTES
 
 __all__ = ["check_reference", "store_offset", "query_offset", "query_sequence"]
 
-log = logging.getLogger("amqp_stream.stream")
+log = logging.getLogger("amqp_stream.stream_listener")
 
 
 def check_reference(reference: str) -> None:

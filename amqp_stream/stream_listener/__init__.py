@@ -5,9 +5,9 @@
 (``amqp_stream.loop``) and serves it from the core (``amqp_stream.core``).
 """
 
-from amqp_stream.stream.adapter import SERVER_PROPERTIES, StreamAdapter
-from amqp_stream.stream.connection import StreamConnection
-from amqp_stream.stream.subscription_filters import SubscriptionFilters, parse as parse_subscription_filters
+from amqp_stream.stream_listener.adapter import SERVER_PROPERTIES, StreamAdapter
+from amqp_stream.stream_listener.connection import StreamConnection
+from amqp_stream.stream_listener.subscription_filters import SubscriptionFilters, parse as parse_subscription_filters
 
 __all__ = ["StreamAdapter", "StreamConnection", "SERVER_PROPERTIES", "SubscriptionFilters",
            "parse_subscription_filters"]
