@@ -76,6 +76,13 @@ class StreamMetrics:
     """One stream's counters (``published_messages`` ...) and its rejected-publish count."""
 
     __slots__ = (*_COUNTERS, "_metrics", "_name")
+    # those read by name (the others by getattr): set from ``_COUNTERS`` in ``__init__``
+    published_messages: Counter
+    published_bytes: Counter
+    delivered_messages: Counter
+    delivered_bytes: Counter
+    stage2_dropped_messages: Counter
+    deduplicated_messages: Counter
 
     def __init__(self, counters: dict, name: str, metrics: "Metrics | None" = None):
         for key, counter in counters.items():

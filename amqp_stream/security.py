@@ -37,11 +37,7 @@ from typing import Any
 
 from proton import SASL, SSLDomain, SSLException, Transport
 
-try:  # the package's configuration error lives with the settings
-    from amqp_stream.config import ConfigError
-except ImportError:  # pragma: no cover - only while amqp_stream.config does not define it
-    class ConfigError(ValueError):
-        """Settings that cannot work together; the broker refuses to start."""
+from amqp_stream.config import ConfigError  # the package's configuration error lives with the settings
 
 __all__ = ["ConfigError", "SecuritySetup", "prepare", "read_users", "is_loopback",
            "SASL_CONFIG_NAME"]
@@ -109,7 +105,7 @@ def is_loopback(host: str) -> bool:
         infos = socket.getaddrinfo(host, None)
     except OSError:
         return False
-    addresses = {info[4][0] for info in infos}
+    addresses = {str(info[4][0]) for info in infos}  # an int only without IPv6 support
     return bool(addresses) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
 
 

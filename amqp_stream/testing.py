@@ -145,5 +145,5 @@ class BrokerProcess:
     def __enter__(self) -> "BrokerProcess":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -38,7 +38,7 @@ import os
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Protocol, Sequence, cast
+from typing import Callable, Iterable, Iterator, Protocol, Sequence, cast, overload
 
 import bloom
 
@@ -253,6 +253,12 @@ class Reader:
     def position(self) -> int:
         """The offset this reader continues from (after the last chunk it read or skipped)."""
         return self._next_id
+
+    # without a budget the scan is never paused: callers need not test for ``SCAN_PAUSED``
+    @overload
+    def read_chunk(self, max_skips: None = None) -> ReadChunk | None: ...
+    @overload
+    def read_chunk(self, max_skips: int | None) -> ReadChunk | ScanPaused | None: ...
 
     def read_chunk(self, max_skips: int | None = None) -> ReadChunk | ScanPaused | None:
         """The next matching user chunk, or None when nothing more is committed yet.

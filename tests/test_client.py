@@ -7,8 +7,11 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from proton import Link
@@ -212,6 +215,23 @@ def test_deleted_stream_fails_the_publisher(conn, broker, stream_name):
         pub.flush()
 
 
+def test_a_closed_client_says_so(broker, stream_name):
+    """After ``close``, or ``abort`` as an interrupt does, every operation of the client raises
+    ``ClientError`` saying it is closed (it raised ``AttributeError`` on its None connection)."""
+    def check(c: amqp.Client) -> None:
+        assert c.closed
+        for op in (lambda: c.info(stream_name), lambda: c.publisher(stream_name),
+                   lambda: c.consumer(stream_name), c.pump):
+            with pytest.raises(amqp.ClientError, match="is closed"):
+                op()
+
+    for end in (amqp.Client.close, amqp.Client.abort):
+        c = amqp.connect(broker.url, timeout=30)
+        c.declare(stream_name)
+        end(c)
+        check(c)
+
+
 def test_threads_share_a_client(conn, stream_name):
     conn.declare(stream_name)
     errors = []
@@ -293,6 +313,30 @@ def test_plain_credentials_over_tls(tmp_path):
             amqp.connect(url, tls=tls, timeout=10)  # anonymous is refused
         with pytest.raises(amqp.ClientError, match="certificate verify failed"):
             amqp.connect(url, user=USER, password=PASSWORD, timeout=10)  # CA not trusted
+
+
+def test_a_client_certificate_without_a_key_file_has_its_key_beside_it(tmp_path):
+    """``TlsOptions(cert_file=...)`` without ``key_file`` (``--tls-cert`` alone) reads the key
+    from the certificate's file, as Python's ``ssl`` does: proton handed OpenSSL no key file and
+    the process died of SIGSEGV. A key file alone, or a certificate file holding no key, is a
+    ``ClientError`` naming the files."""
+    from tests.spark.secure import PASSWORD, USER, secure_broker
+
+    b, url, ca = secure_broker(tmp_path)
+    both = tmp_path / "both.pem"
+    both.write_bytes(ca.read_bytes() + (tmp_path / "key.pem").read_bytes())
+    # in a child: the crash took the interpreter with it
+    code = f"from amqp_stream.client import TlsOptions; TlsOptions(cert_file={str(both)!r}).domain()"
+    child = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[1], capture_output=True)
+    assert child.returncode == 0, child
+    with b:
+        tls = amqp.TlsOptions(ca_file=str(ca), cert_file=str(both))
+        with amqp.connect(url, user=USER, password=PASSWORD, tls=tls, timeout=15) as c:
+            assert c.declare("s")["name"] == "s"
+    with pytest.raises(amqp.ClientError, match=f"certificate {ca} with the key in {ca}"):
+        amqp.TlsOptions(cert_file=str(ca)).domain()
+    with pytest.raises(amqp.ClientError, match="needs its certificate file"):
+        amqp.TlsOptions(key_file=str(both)).domain()
 
 
 def test_tls_peer_name_is_the_name_checked_against_the_certificate(tmp_path):

@@ -336,7 +336,8 @@ class Adapter:
         except UnicodeDecodeError:
             vhost = "<not UTF-8>"
         try:
-            user = Transport.wrap(_ev_transport(event)).user
+            transport = Transport.wrap(_ev_transport(event))
+            user = transport.user if transport is not None else None
         except Exception:
             user = None
         conn.open()
@@ -381,7 +382,8 @@ class Adapter:
             session.close()
 
     def _transport_error(self, event: Any) -> None:
-        cond = Transport.wrap(_ev_transport(event)).condition
+        transport = Transport.wrap(_ev_transport(event))
+        cond = transport.condition if transport is not None else None
         io = self.by_transport.get(_ev_transport(event))
         # a connection that never sent a byte (a port probe) is not worth an INFO line
         level = logging.INFO if io is None or io.bytes_in else logging.DEBUG
@@ -475,7 +477,7 @@ class Adapter:
                                  self.config.max_unconfirmed_bytes, self.core.publish_budget)
         publisher = Publisher(link, entry, credit, self.config.max_message_size,
                               self.core.mailbox.post, self.core.mark_dirty, lookup=self.core.get,
-                              end=lambda error, s=state, p=link._impl: self._end_link(s, p, error),
+                              end=lambda error: self._end_link(state, link._impl, error),
                               throttle=state.io.throttle,
                               reference=reference)
         self._register(state, link, publisher)
@@ -518,7 +520,7 @@ class Adapter:
         caps.exit()
         link.target.copy(link.remote_target)
         consumer = Consumer(link, entry, filters, self._schedule_turn,
-                            end=lambda error, s=state, p=link._impl: self._end_link(s, p, error),
+                            end=lambda error: self._end_link(state, link._impl, error),
                             name=name, store_policy=self.store_policy)
         link.open()
         self._register(state, link, consumer)
@@ -636,6 +638,7 @@ class Adapter:
         link = mlink.link
         key = delivery._impl
         chunk = link.recv(delivery.pending) or b""
+        buffered: bytearray | None  # the request so far: bytes of earlier transfers
         if delivery.partial:
             buffered = mlink.partial.setdefault(key, bytearray())
             buffered += chunk

@@ -38,6 +38,7 @@ from amqp_stream.amqp.credit import ConsumerTurn
 from amqp_stream.amqp.source_filters import SourceFilters
 from amqp_stream.amqp.tags import TagCell
 from amqp_stream.amqp.tracking import ConsumerOffsets, StorePolicy
+from amqp_stream.errors import BrokerError
 from amqp_stream.wire import with_stream_offset
 from storage.reader import SCAN_PAUSED
 
@@ -58,7 +59,7 @@ def offset_spec(filters: SourceFilters) -> Any:
 class Consumer:
     def __init__(self, link: Any, entry: Any, filters: SourceFilters,
                  schedule: Callable[["Consumer", bool], None],
-                 end: Callable[[Exception], None] | None = None,
+                 end: Callable[[BrokerError], None] | None = None,
                  name: str | None = None, store_policy: StorePolicy | None = None):
         self.link = link
         self.end = end or (lambda error: None)  # the core ends this link (its stream is gone)

@@ -54,7 +54,7 @@ class Publisher:
     def __init__(self, link: Any, entry: Any, credit: PublisherCredit, max_message_size: int,
                  post: Callable[..., None], mark_dirty: Callable[["Publisher"], None],
                  lookup: Callable[[str], Any] | None = None,
-                 end: Callable[[Exception], None] | None = None,
+                 end: Callable[[BrokerError], None] | None = None,
                  throttle: Callable[["Publisher", bool], None] | None = None,
                  reference: str | None = None):
         self.link = link

@@ -16,9 +16,11 @@ import urllib.parse
 import uuid
 from collections import deque
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from proton import Described, Endpoint, Link, Message, ProtonException, SSLDomain, Timeout, symbol
+from proton import (Connection, Described, Endpoint, Link, Message, ProtonException, SSLDomain, SSLException,
+                    Timeout, symbol)
 from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender, LinkDetached
 
 from amqp_stream.client.consumer import Consumer, build_filters
@@ -31,7 +33,8 @@ __all__ = ["TlsOptions", "Client", "connect", "check_url", "safe_url"]
 
 @dataclass(frozen=True)
 class TlsOptions:
-    """TLS settings for ``amqps://`` URLs (proton ``SSLDomain``)."""
+    """TLS settings for ``amqps://`` URLs (proton ``SSLDomain``). Without ``key_file`` the
+    client key is read from ``cert_file`` (one PEM holding both), as Python's ``ssl`` does."""
 
     ca_file: str | None = None
     cert_file: str | None = None
@@ -44,8 +47,16 @@ class TlsOptions:
         d = SSLDomain(SSLDomain.MODE_CLIENT)
         if self.ca_file:
             d.set_trusted_ca_db(self.ca_file)
+        if self.key_file and not self.cert_file:
+            raise ClientError(f"a TLS key file ({self.key_file}) needs its certificate file")
         if self.cert_file:
-            d.set_credentials(self.cert_file, self.key_file, self.key_password)
+            # proton hands a missing key file to OpenSSL as NULL, which crashes the process
+            key_file = self.key_file or self.cert_file
+            try:
+                d.set_credentials(self.cert_file, key_file, self.key_password)
+            except SSLException as exc:
+                raise ClientError(f"cannot use the TLS certificate {self.cert_file} with the key in "
+                                  f"{key_file}: {exc}") from exc
         d.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME if self.verify else SSLDomain.ANONYMOUS_PEER,
                                   self.ca_file if self.verify else None)
         return d
@@ -88,6 +99,7 @@ class Client:
             ssl = tls.domain()
             if tls.peer_name:  # the name for SNI and for the certificate check, not the URL host
                 kwargs["sni"] = tls.peer_name
+        self.conn: BlockingConnection | None  # None once closed (``live`` says so)
         try:
             from proton.reactor import Container
             self.conn = BlockingConnection(url, timeout=timeout, ssl_domain=ssl, heartbeat=heartbeat,
@@ -95,8 +107,9 @@ class Client:
         except (ProtonException, OSError) as exc:
             raise ClientError(f"cannot connect to {safe_url(url)}: {exc}{_sasl_hint(exc, user)}",
                               getattr(exc, "condition", None)) from exc
-        if self.conn.conn.state & Endpoint.REMOTE_CLOSED:
-            cond = self.conn.conn.remote_condition
+        engine = self.engine()
+        if engine.state & Endpoint.REMOTE_CLOSED:
+            cond = engine.remote_condition
             raise ClientError(f"{safe_url(url)} closed the connection: {_condition_text(cond)}",
                               getattr(cond, "name", None))
 
@@ -104,10 +117,24 @@ class Client:
     def _name(self, kind: str) -> str:
         return f"{kind}-{next(self._names)}-{uuid.uuid4().hex[:8]}"
 
-    def wait(self, condition, timeout: float | None = None, what: str = "") -> None:
+    def live(self) -> BlockingConnection:
+        """The connection, open: ``ClientError`` once ``close`` or ``abort`` dropped it, rather
+        than an ``AttributeError`` from inside an operation."""
+        conn = self.conn
+        if conn is None or conn.conn is None:
+            raise ClientError(f"the client of {safe_url(self.url)} is closed")
+        return conn
+
+    def engine(self) -> Connection:
+        """The open connection's engine object (``live().conn``)."""
+        engine = self.live().conn
+        assert engine is not None  # live() checked it
+        return engine
+
+    def wait(self, condition: Callable[[], Any], timeout: float | None = None, what: str = "") -> None:
         """Drive the event loop until ``condition()``; ``ClientError`` on timeout or loss."""
         try:
-            self.conn.wait(condition, timeout=self.timeout if timeout is None else timeout, msg=what)
+            self.live().wait(condition, timeout=self.timeout if timeout is None else timeout, msg=what)
         except Timeout as exc:
             raise ClientError(f"timed out after {self.timeout if timeout is None else timeout}s: {what}") from exc
         except LinkDetached as exc:
@@ -123,8 +150,10 @@ class Client:
 
     @property
     def closed(self) -> bool:
-        c = self.conn.conn if self.conn is not None else None
-        return c is None or bool(c.state & (Endpoint.LOCAL_CLOSED | Endpoint.REMOTE_CLOSED)) or bool(self.conn.disconnected)
+        conn = self.conn
+        c = conn.conn if conn is not None else None
+        return conn is None or c is None or bool(c.state & (Endpoint.LOCAL_CLOSED | Endpoint.REMOTE_CLOSED)) \
+            or bool(conn.disconnected)
 
     def close(self) -> None:
         with self.lock:
@@ -134,6 +163,7 @@ class Client:
                 except Exception:  # closing a broken connection: nothing more to do
                     pass
                 self.conn = None
+                self._mgmt = None
 
     def abort(self) -> None:
         """Drop the connection at once: close its socket, with no closing handshake.
@@ -148,7 +178,7 @@ class Client:
             if conn is None:
                 return
             try:
-                transport = conn.conn.transport
+                transport = conn.conn.transport if conn.conn is not None else None
                 selectable = transport._selectable if transport is not None else None
             except Exception:  # the engine's state after an interrupt is not to be trusted
                 selectable = None
@@ -166,22 +196,24 @@ class Client:
         else:
             close()
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.leave(exc_type, self.close)
 
     # -- management ----------------------------------------------------------------------------
-    def _management(self):
+    def _management(self) -> tuple[BlockingSender, BlockingReceiver, _Collector]:
         if self._mgmt is None:
             name = self._name("management")
             props = {symbol("paired"): True}
+            conn = self.live()
             try:
-                sender = self.conn.create_sender(
+                sender = conn.create_sender(
                     "/management", name=name, options=_LinkOpts(snd_settle=Link.SND_SETTLED, properties=props))
                 collector = _Collector(self)
-                receiver_link = self.conn.container.create_receiver(
-                    self.conn.conn, "/management", name=name, handler=collector,
+                receiver_link = conn.container.create_receiver(
+                    self.engine(), "/management", name=name, handler=collector,
                     options=_LinkOpts(snd_settle=Link.SND_SETTLED, properties=props, target="/management"))
-                receiver = BlockingReceiver(self.conn, receiver_link, None, credit=0)
+                receiver = BlockingReceiver(conn, receiver_link, None, credit=0)
             except LinkDetached as exc:
                 raise ClientError(f"management node refused: {exc}", exc.condition) from exc
             except ProtonException as exc:
@@ -208,7 +240,7 @@ class Client:
             collector.items = deque((m, d) for m, d in collector.items if m.correlation_id != mid)
             receiver.link.flow(1)
         try:
-            status = int(reply.subject)
+            status = int(reply.subject or "")  # no subject: malformed like any other
         except (TypeError, ValueError):
             raise ManagementError(f"{method} {path}: malformed answer subject {reply.subject!r}", 0,
                                   reply.body) from None

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, NoReturn, Sequence
 
 from proton import Delivery, Described, Endpoint, Link, Message, ProtonException, Timeout, symbol, timestamp
 from proton.utils import BlockingReceiver, LinkDetached
@@ -146,19 +147,20 @@ class Consumer:
         self._handler = _Collector(client, settle=consumer_name is None)
         props = {symbol(CONSUMER_NAME): consumer_name} if consumer_name is not None else None
         with client.lock:
-            link = client.conn.container.create_receiver(
-                client.conn.conn, self.address, name=name or client._name("consumer"), handler=self._handler,
+            conn = client.live()
+            link = conn.container.create_receiver(
+                client.engine(), self.address, name=name or client._name("consumer"), handler=self._handler,
                 options=_LinkOpts(snd_settle=Link.SND_SETTLED if consumer_name is None
                                   else Link.SND_UNSETTLED, source_filter=filters or None,
                                   properties=props))
             try:
-                self._receiver = BlockingReceiver(client.conn, link, None, credit=0)
+                self._receiver = BlockingReceiver(conn, link, None, credit=0)
             except LinkDetached as exc:
                 self._refused(str(exc), exc.condition)
             except ProtonException as exc:
                 # the broker attached with a null source and may detach with a condition
                 try:
-                    client.conn.wait(lambda: link.state & Endpoint.REMOTE_CLOSED, timeout=2)
+                    conn.wait(lambda: link.state & Endpoint.REMOTE_CLOSED, timeout=2)
                 except ProtonException:
                     pass
                 cond = link.remote_condition
@@ -166,7 +168,7 @@ class Consumer:
             self.link = link
             self.accepted_filters = self._echoed()
 
-    def _refused(self, why: str, condition: str | None):
+    def _refused(self, why: str, condition: str | None) -> NoReturn:
         if condition == "amqp:not-found":
             raise StreamNotFound(f"stream {self.stream!r} not found: {why}", 404)
         raise ConsumerError(f"cannot consume stream {self.stream!r}: {why}", condition)
@@ -217,8 +219,8 @@ class Consumer:
                 h.raise_error()
                 self._top_up()
                 try:
-                    self.client.conn.wait(lambda: bool(h.items) or h.error is not None,
-                                          timeout=self.client.timeout if timeout is None else timeout)
+                    self.client.live().wait(lambda: bool(h.items) or h.error is not None,
+                                            timeout=self.client.timeout if timeout is None else timeout)
                 except Timeout:
                     return None
                 except ProtonException as exc:
@@ -273,5 +275,6 @@ class Consumer:
     def __enter__(self) -> "Consumer":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.client.leave(exc_type, self.close)

@@ -65,7 +65,7 @@ class _Collector(Handler):
         self.error: str | None = None
         self.condition: str | None = None
 
-    def on_delivery(self, event) -> None:
+    def on_delivery(self, event: Any) -> None:
         d = event.delivery
         link = d.link
         if not link.is_receiver or not d.readable or d.partial:
@@ -86,7 +86,7 @@ class _Collector(Handler):
             d.settle()
         self.items.append((msg, d))
 
-    def on_link_remote_close(self, event) -> None:
+    def on_link_remote_close(self, event: Any) -> None:
         link = event.link
         cond = link.remote_condition
         self.condition = getattr(cond, "name", None)

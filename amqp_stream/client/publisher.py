@@ -16,7 +16,8 @@ from __future__ import annotations
 import datetime as _dt
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Mapping, cast
 
 from proton import Delivery, Endpoint, Link, Message, ProtonException, symbol, ulong
 from proton.utils import LinkDetached
@@ -48,8 +49,8 @@ class Outcome:
         return self.state in ("accepted", "presettled")
 
 
-_STATES = {Delivery.ACCEPTED: "accepted", Delivery.REJECTED: "rejected",
-           Delivery.RELEASED: "released", Delivery.MODIFIED: "modified"}
+_STATES: dict[int, str] = {Delivery.ACCEPTED: "accepted", Delivery.REJECTED: "rejected",
+                           Delivery.RELEASED: "released", Delivery.MODIFIED: "modified"}
 
 
 def build_message(body: Any, *, properties: Mapping[str, Any] | None = None,
@@ -78,8 +79,10 @@ def build_message(body: Any, *, properties: Mapping[str, Any] | None = None,
     if message_id is not None:
         msg.id = message_id
     if application_properties:
-        msg.properties = dict(application_properties)
-    ann = {symbol(k): v for k, v in (annotations or {}).items()}
+        # proton's Message.__init__ assigns None to properties unannotated, so its stubs type
+        # the attribute as None only; the encoder takes a dict here
+        msg.properties = dict(application_properties)  # type: ignore[assignment]
+    ann: dict[str | int, Any] = {symbol(k): v for k, v in (annotations or {}).items()}
     if filter_value is not None:
         ann[symbol(FILTER_VALUE)] = str(filter_value)
     if ann:
@@ -124,7 +127,7 @@ class Publisher:
                 # Own handler: a detach of this link is noted here and raised by this
                 # publisher, not by whatever else the connection is waiting for.
                 self._watch = _Collector(client)
-                self._sender = client.conn.create_sender(
+                self._sender = client.live().create_sender(
                     self.address, name=client._name("publisher"), handler=self._watch,
                     options=_LinkOpts(snd_settle=Link.SND_SETTLED if presettled else Link.SND_UNSETTLED,
                                       properties={symbol(PUBLISHER_REFERENCE): reference} if reference else None))
@@ -170,7 +173,8 @@ class Publisher:
             seq = self._seq
             self._seq += 1
             try:
-                delivery = self.link.send(message)
+                # a Message goes as one Delivery (proton's int is for raw bytes)
+                delivery = cast(Delivery, self.link.send(message))
             except ProtonException as exc:
                 raise self._lost(str(exc)) from exc
             if self.presettled:
@@ -211,7 +215,7 @@ class Publisher:
         return PublishError(f"publishing to stream {self.stream!r} failed: {why}; {len(self._pending)} message(s) "
                             f"unconfirmed, {self.accepted} accepted", self._done, len(self._pending), condition)
 
-    def _wait(self, cond, what: str) -> None:
+    def _wait(self, cond: Callable[[], Any], what: str) -> None:
         try:
             self.client.wait(lambda: cond() or bool(self.link.state & Endpoint.REMOTE_CLOSED),
                              self.timeout, what)
@@ -228,7 +232,7 @@ class Publisher:
         with self.client.lock:
             if self.presettled:
                 # Nothing to wait for but the socket: let the loop write what is buffered.
-                transport = self.client.conn.conn.transport
+                transport = self.client.engine().transport
                 self._wait(lambda: self.link.queued == 0 and (transport is None or transport.pending() <= 0),
                            "writing pre-settled messages")
             elif self._pending:
@@ -255,7 +259,8 @@ class Publisher:
     def __enter__(self) -> "Publisher":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.client.leave(exc_type, self.close)
 
 

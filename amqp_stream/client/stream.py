@@ -140,7 +140,7 @@ class StreamClient:
         while self._tune is None:  # the server proposes after authentication (maybe read already)
             if not self.pump(self.timeout):
                 raise ClientError("the broker sent no Tune")
-        self._send(Tune(self._tune.frame_max, 0))  # type: ignore[unreachable]
+        self._send(Tune(self._tune.frame_max, 0))
         corr = self._next_corr()
         self._check(self._request(Open(corr, vhost), corr), f"open vhost {vhost!r}")
 

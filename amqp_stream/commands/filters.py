@@ -49,4 +49,6 @@ def _on_the_wire(filters: dict) -> dict:
     decoded.decode(data.encode())
     decoded.rewind()
     decoded.next()
-    return dict(decoded.get_object())
+    echoed = decoded.get_object()
+    assert isinstance(echoed, dict)  # a map was put in
+    return dict(echoed)

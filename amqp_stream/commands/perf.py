@@ -127,7 +127,7 @@ def _producer(args, index: int, stop: threading.Event, counters: Counters, start
                 if per_second and not due(t0, n, per_second, stop):
                     continue
                 value = value_of(n, args.filter_run, values)
-                props = {"ts": time.time_ns(), "producer": index}
+                props: dict[str, object] = {"ts": time.time_ns(), "producer": index}
                 if value is not None:
                     props["value"] = value
                 pub.send(build_message(body, application_properties=props, filter_value=value))

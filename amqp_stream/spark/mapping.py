@@ -194,6 +194,7 @@ class WritePlan:
             body = json.dumps(dict(zip(self.names, _plain(row), strict=False)), default=_json_default,
                               separators=(",", ":")).encode()
         else:
+            assert self.body_index is not None  # body_is_json: no body column
             body = row[self.body_index]
             if isinstance(body, bytearray):
                 body = bytes(body)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import difflib
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, overload
 
 from amqp_stream import client as amqp
 
@@ -32,6 +32,10 @@ def _bool(value: str | None, default: bool) -> bool:
     raise OptionError(f"expected true or false, got {value!r}")
 
 
+@overload
+def _int(options: Mapping[str, str], key: str, default: int) -> int: ...
+@overload
+def _int(options: Mapping[str, str], key: str, default: None) -> int | None: ...
 def _int(options: Mapping[str, str], key: str, default: int | None) -> int | None:
     raw = options.get(key)
     if raw is None:

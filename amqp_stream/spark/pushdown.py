@@ -152,9 +152,10 @@ def _predicate(f: Filter, columns: Mapping[str, DataType]) -> tuple[str, bool] |
         ops = {EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<="}
         op = ops.get(type(f))
         if op is not None:
-            if f.value is None:
+            value = getattr(f, "value", None)  # every filter in ``ops`` has one
+            if value is None:
                 return None
-            return f"{name} {op} {sql_literal(f.value)}", exact
+            return f"{name} {op} {sql_literal(value)}", exact
         if isinstance(f, (StringStartsWith, StringEndsWith, StringContains)) and isinstance(dtype, StringType):
             pattern = _like(f.value)
             pattern = {StringStartsWith: pattern + "%", StringEndsWith: "%" + pattern,

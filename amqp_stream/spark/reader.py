@@ -136,6 +136,7 @@ class BatchReader(DataSourceReader):
                      max_records=self.opts.max_records_per_partition)
 
     def read(self, partition: InputPartition):
+        assert isinstance(partition, OffsetRange)  # what ``partitions`` made
         return read_range(self.opts, partition, self.pd, self.declared)
 
 
@@ -187,6 +188,7 @@ class StreamReader(DataSourceStreamReader):
                      max_records=self.opts.max_records_per_partition)
 
     def read(self, partition: InputPartition):
+        assert isinstance(partition, OffsetRange)  # what ``partitions`` made
         return read_range(self.opts, partition, self.pd, self.declared)
 
     def commit(self, end: dict) -> None:
