@@ -32,7 +32,7 @@ import datetime
 import time
 import uuid
 from decimal import Decimal
-from typing import Any
+from typing import Any, Callable
 
 import proton
 
@@ -381,9 +381,22 @@ def jms_delivery_mode(durable: Any) -> str:
 
 
 def jms_long(value: Any) -> Any:
-    """JMSTimestamp / JMSExpiration / JMSXGroupSeq: the number, 0 when absent."""
+    """JMSTimestamp / JMSXGroupSeq: the number, 0 when absent."""
     value = norm(value)
     return 0 if value is None else value
+
+
+def jms_expiration(absolute_expiry_time: Any, ttl: Any) -> Any:
+    """JMSExpiration: the absolute-expiry-time when set; else, with a header ttl above 0, the
+    time of reading + ttl (Qpid JMS's ``syntheticExpiration``, computed as the message is
+    received; ActiveMQ's ``InboundTransformer`` does the same as it arrives); else 0."""
+    expiry = norm(absolute_expiry_time)
+    if expiry is not None:
+        return expiry
+    ttl = norm(ttl)
+    if type(ttl) is int and ttl > 0:
+        return utc() + ttl
+    return 0
 
 
 def jms_redelivered(count: Any) -> bool:
@@ -417,9 +430,9 @@ def jms_like(match_value: Any) -> Any:
 
 
 #: call name -> function; these take the raw field (not ``norm``'s view of it)
-JMS_CALLS = {
+JMS_CALLS: dict[str, Callable[..., Any]] = {
     "JMS_MESSAGE_ID": jms_message_id, "JMS_CORRELATION_ID": jms_correlation_id,
-    "JMS_DELIVERY_MODE": jms_delivery_mode, "JMS_LONG": jms_long,
+    "JMS_DELIVERY_MODE": jms_delivery_mode, "JMS_LONG": jms_long, "JMS_EXPIRATION": jms_expiration,
     "JMS_REDELIVERED": jms_redelivered, "JMS_DELIVERY_COUNT": jms_delivery_count,
     "JMS_USER_ID": jms_user_id,
 }
