@@ -16,7 +16,7 @@ string ``str``, symbol               a binary                   ``str``
 binary ``bytes``                     a binary                   ``bytes`` (equal to a ``str``
                                                                 with the same UTF-8 bytes)
 uuid ``uuid.UUID``                   its 16 bytes (binary)      ``bytes``
-char ``proton.char``                 its code point (integer)   ``int``
+char (the reader's char)             its code point (integer)   ``int``
 timestamp, every integer width       an integer                 ``int``
 float, double                        a float; NaN and ±inf are  ``float``; ``None`` for NaN
                                      kept "as is": dropped      and ±inf
@@ -34,7 +34,7 @@ import uuid
 from decimal import Decimal
 from typing import Any, Callable
 
-import proton
+from sqlfilter.view import AMQP_KINDS
 
 __all__ = [
     "norm", "cond", "eq", "ne", "lt", "gt", "le", "ge", "add", "sub", "mul", "div", "mod", "neg",
@@ -43,8 +43,10 @@ __all__ = [
 ]
 
 _SIMPLE = frozenset((str, int, float, bool, bytes))
-_DROPPED = (Decimal, proton.decimal32, proton.decimal64, proton.decimal128, list, dict, tuple,
-            proton.Described, proton.Array)
+_DROPPED = (Decimal, list, dict, tuple)
+#: the AMQP types a reader keeps in types of its own (``sqlfilter.view.Reader.amqp_types``)
+#: that are not simple values here; a char is its code point
+_NOT_SIMPLE = frozenset(("decimal32", "decimal64", "decimal128", "described", "array"))
 
 
 def norm(value: Any) -> Any:
@@ -54,12 +56,18 @@ def norm(value: Any) -> Any:
         return value if value - value == 0 else None  # NaN and ±inf are dropped
     if t in _SIMPLE:
         return value
-    if value is None or isinstance(value, _DROPPED):
+    if value is None:
+        return None
+    kind = AMQP_KINDS.get(t)
+    if kind is not None:
+        if kind in _NOT_SIMPLE:
+            return None
+        if kind == "char":
+            return ord(value) if len(value) == 1 else None
+    if isinstance(value, _DROPPED):
         return None
     if isinstance(value, bool):
         return bool(value)
-    if isinstance(value, proton.char):
-        return ord(value) if len(value) == 1 else None
     if isinstance(value, str):
         return str(value)
     if isinstance(value, int):
@@ -313,8 +321,8 @@ _MISSING = object()
 def element(container: Any, key: int | str) -> Any:
     """The raw element ``key`` of a list/array/map, or None when absent or not a container."""
     if type(key) is int:
-        if isinstance(container, proton.Array):
-            container = container.elements
+        if AMQP_KINDS.get(type(container)) == "array":
+            container = tuple(container)
         if isinstance(container, (list, tuple)) and 0 <= key < len(container):
             return container[key]
         return None
@@ -326,8 +334,8 @@ def element(container: Any, key: int | str) -> Any:
 def has_element(container: Any, key: int | str) -> bool:
     """EXISTS on an element: the index is in range / the key is in the map."""
     if type(key) is int:
-        if isinstance(container, proton.Array):
-            container = container.elements
+        if AMQP_KINDS.get(type(container)) == "array":
+            container = tuple(container)
         return isinstance(container, (list, tuple)) and 0 <= key < len(container)
     return isinstance(container, dict) and key in container
 
