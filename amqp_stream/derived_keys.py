@@ -33,12 +33,15 @@ import re
 import struct
 from typing import Any, Callable, Collection, Sequence
 
+from amqp_stream import filtering
 from amqp_stream.errors import BadRequest
 from amqp_stream.wire import KeyPicker, MessageView, decode
 from amqp_stream.wire._codec import F32, F64, I8, I16, I32, I64, U8, U16, U32, U64
 from amqp_stream.wire._sections import PROPERTY_FIELDS
 from sqlfilter.required import (Bound, bounds_of, canonical, index_token, number_head,
                                 parse_number, requirement_of, wanted_tokens)
+
+filtering.install()  # canonical values here are what the broker's filters see
 
 __all__ = ["ARGUMENT", "MAX_KEYS", "parse_keys", "field_of", "deriver", "numberer",
            "storage_settings", "wanted", "bounds"]

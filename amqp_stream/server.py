@@ -25,7 +25,7 @@ import socket
 import sys
 from typing import Any
 
-from amqp_stream import __version__, datadir
+from amqp_stream import __version__, datadir, filtering
 from amqp_stream.amqp.adapter import Adapter
 from amqp_stream.config import BrokerConfig
 from amqp_stream.core import Core
@@ -80,6 +80,7 @@ class Broker:
         if self.data_lock is None:
             return 2
         sqlfilter.prepare()  # the filter grammars, before the first consumer needs them
+        filtering.install()  # ... and the reader they read messages with
         names = self.core.open_all()
         self.metrics.watch(self.core.stream_states)
         log.info("amqp-stream %s: %d streams recovered from %s", __version__, len(names), data_dir)

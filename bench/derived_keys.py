@@ -159,7 +159,10 @@ def storage_scan(records: int, data: Dataset, repeat: int) -> list[tuple]:
     stream without derived keys) and with both; (case, s, s, s, bytes read without the key,
     bytes read with it), best of ``repeat``."""
     from amqp_stream.derived_keys import wanted
+    from amqp_stream.filtering import install
     from sqlfilter import compile_sql
+
+    install()
     from sqlfilter.required import needles_of
     from storage import OffsetSpec
 

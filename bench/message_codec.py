@@ -30,7 +30,10 @@ import proton
 
 from amqp_stream.wire import (KeyPicker, MessageView, filter_value, split_sections, stored_form,
                               with_stream_offset)
+from amqp_stream.filtering import install
 from sqlfilter import compile_property_filter
+
+install()  # filters read messages through the wire, as in the broker
 
 sym = proton.symbol
 

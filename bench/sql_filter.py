@@ -26,9 +26,12 @@ from typing import Any, Callable
 import proton
 from proton import Data, Described, symbol, ulong
 
+from amqp_stream.filtering import install
 from amqp_stream.wire import MessageView
 from sqlfilter import compile_property_filter, compile_selector, compile_sql
 from sqlfilter.sql import compile_uncached
+
+install()  # filters read messages through the wire, as in the broker
 
 CASES: list[tuple[str, str, Callable[[Any], Any]]] = [
     ("sql: region = 'EMEA' AND price > 100",

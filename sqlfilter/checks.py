@@ -74,7 +74,9 @@ def check_conditions(tree: ast.Node) -> None:
       ``'a' AND x``, ``NOT (a + 1)`` are refused;
     - NULL is compared only with IS [NOT] NULL (``a = NULL`` is refused), and ``< > <= >=``
       compare numbers only: a string, boolean or NULL literal, or a predicate, as one of their
-      operands is refused (``checkLessThanOperand``)."""
+      operands is refused (``checkLessThanOperand``), and so is it for every operand of
+      BETWEEN (``x BETWEEN a AND b`` is ``x >= a AND x <= b``: JMS's BETWEEN is arithmetic);
+    - IN takes a property on its left and string literals in its list (``_check_in``)."""
     stack = [tree]
     while stack:
         node = stack.pop()
@@ -93,7 +95,37 @@ def check_conditions(tree: ast.Node) -> None:
                 if literal is None:
                     raise FilterError("NULL cannot be compared: use IS [NOT] NULL",
                                       side.pos or None)
-                if node.op not in ("=", "<>") and (
-                        type(literal) in (str, bool) or isinstance(side, _PREDICATES)):
+                if node.op not in ("=", "<>") and not _arithmetic(side):
                     raise FilterError(f"{node.op} compares numbers only", side.pos or None)
+        elif isinstance(node, ast.Between):
+            for side in (node.subject, node.low, node.high):
+                if not _arithmetic(side) or isinstance(side, ast.Literal) and side.value is None:
+                    raise FilterError("BETWEEN compares numbers only", side.pos or node.pos or None)
+        elif isinstance(node, ast.In):
+            _check_in(node)
         stack.extend(children(node))
+
+
+def _arithmetic(node: ast.Node) -> bool:
+    """Whether an operand of ``< > <= >=`` or BETWEEN may be a number: not a string or boolean
+    literal, not a predicate (ActiveMQ's ``checkLessThanOperand``)."""
+    if isinstance(node, ast.Literal):
+        return type(node.value) not in (str, bool)
+    return not isinstance(node, _PREDICATES)
+
+
+def _check_in(node: ast.In) -> None:
+    """JMS: ``identifier [NOT] IN (string-literal, ...)``. ActiveMQ's grammar takes string
+    literals only there, and refuses anything but a property on the left ("Expected a property
+    for In expression"): so ``NOT color IN ('red')``, which is ``(NOT color) IN ('red')`` since
+    NOT binds tighter, is refused rather than read either way."""
+    subject = node.subject
+    if isinstance(subject, ast.Not):
+        raise FilterError("IN takes a property on its left, and NOT binds tighter than IN: "
+                          "write color NOT IN (...) or NOT (color IN (...))", subject.pos or None)
+    if not (isinstance(subject, (ast.Field, ast.Element))
+            or isinstance(subject, ast.Call) and subject.name in runtime.JMS_CALLS):
+        raise FilterError("IN takes a property on its left", subject.pos or None)
+    for item in node.items:
+        if not (isinstance(item, ast.Literal) and type(item.value) is str):
+            raise FilterError("IN takes string literals only", item.pos or None)

@@ -6,11 +6,12 @@ Each sub-expression becomes a statement assigning a temporary ``tN``:
 - a field is a raw ``dict.get`` on a section read once at the top of the function (only the
   sections the expression names are read, so a lazy view decodes nothing else); a message
   whose sections cannot be decoded (``MessageFormatError``) gives unknown, never an exception;
-- the properties and application properties are read with one ``view.pick(...)`` call, each
-  with an ``amqp_stream.wire.KeyPicker`` of the keys the expression names: from stored bytes
-  the sections are found in one pass and only those values are decoded (decoding whole maps
-  was most of the cost of a message). Any other view object (a duck-typed one in tests and tools) is read
-  through its plain section attributes;
+- the properties and application properties are read with one ``view.pick(...)`` call when
+  the view is the reader's own (``sqlfilter.view.Reader.view_type``), with pickers made by
+  the reader (``Reader.picker``) for the keys the expression names: from stored bytes the
+  sections are found in one pass and only those values are decoded (decoding whole maps was
+  most of the cost of a message). Any other view is read through its plain section
+  attributes;
 - operators with a literal operand get a fast path for the common value type (``str`` for a
   string literal, a finite ``int``/``float`` for a number, tested as ``x - x == 0``) and fall
   back to ``sqlfilter.runtime`` (after ``norm``) for anything else, so the fast path can never
@@ -26,9 +27,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from amqp_stream.wire import KeyPicker, MessageFormatError, MessageView
 from sqlfilter import ast, runtime
 from sqlfilter.like import LikeMatcher, compile_like
+from sqlfilter.view import Reader
 
 __all__ = ["generate", "Generated"]
 
@@ -45,7 +46,7 @@ _ARITH = {"+": "_add", "-": "_sub", "*": "_mul", "/": "_div", "%": "_mod"}
 _CALLS = {"LOWER": "_lower", "UPPER": "_upper", "LEFT": "_left", "RIGHT": "_right",
           "SUBSTRING": "_substring", "DATE": "_date"}
 
-#: sections read through ``MessageView.pick`` with a KeyPicker, in its argument order
+#: sections read through ``KeyedView.pick`` with a picker, in its argument order
 _PICKED = ("properties", "application_properties")
 
 #: names every generated function may use
@@ -58,13 +59,21 @@ BASE_GLOBALS: dict[str, Any] = {
     "_upper": runtime.upper, "_left": runtime.left, "_right": runtime.right,
     "_substring": runtime.substring, "_date": runtime.date, "_elem": runtime.element,
     "_has": runtime.has_element, "_NUM": frozenset((int, float)),
-    "_MessageFormatError": MessageFormatError, "_MV": MessageView,
     "__builtins__": {"type": type, "str": str, "len": len}, "_jcond": runtime.jms_cond,
     **{f"_{name}": function for name, function in runtime.JMS_CALLS.items()},
 }
 
 _PREDICATES = (ast.Compare, ast.And, ast.Or, ast.Not, ast.Like, ast.In, ast.Between, ast.IsNull,
                ast.Exists)
+
+
+class _NoReader:
+    """The view type and format error of a filter compiled with no reader installed: no view
+    is of this type, and nothing raises it (views are read through their attributes)."""
+
+
+class _NoFormatError(Exception):
+    pass
 
 
 class Generated:
@@ -295,21 +304,23 @@ class _Emitter:
 
 
 def generate(tree: ast.Node, matchers: dict[ast.Like, LikeMatcher] | None = None, *,
-             jms: bool = False) -> Generated:
+             jms: bool = False, reader: Reader | None = None) -> Generated:
     """The source of ``_evaluate(view) -> True | False | None`` for a folded tree; ``jms``: the
-    selector dialect's semantics (a property used as a condition is false unless boolean)."""
+    selector dialect's semantics (a property used as a condition is false unless boolean);
+    ``reader``: whose views are picked from (None: every view is read by its attributes)."""
     em = _Emitter(matchers or {}, "_jcond" if jms else "_cond")
+    picker = reader.picker if reader is not None else lambda names: None
     result = em.boolean(tree)
     body = em.lines
     head = []
     picked = [s for s in _PICKED if s in em.sections]
     if len(picked) == 1:  # one of them: one call, which returns a decoded dict at once
         s = picked[0]
-        picker = em.const(KeyPicker(em.keys.get(s, ())))
-        head += [f"        {_SECTION_VAR[s]} = view.pick_{s}({picker}) if type(view) is _MV "
+        keys = em.const(picker(em.keys.get(s, ())))
+        head += [f"        {_SECTION_VAR[s]} = view.pick_{s}({keys}) if type(view) is _MV "
                  f"else view.{s}"]
     elif picked:  # both: one pick of just the keys named
-        args = ", ".join(em.const(KeyPicker(em.keys.get(s, ()))) if s in em.sections else "None"
+        args = ", ".join(em.const(picker(em.keys.get(s, ()))) if s in em.sections else "None"
                          for s in _PICKED)
         names = ", ".join(_SECTION_VAR[s] if s in em.sections else "_" for s in _PICKED)
         plain = "; ".join(f"{_SECTION_VAR[s]} = view.{s}" for s in picked)
@@ -322,5 +333,7 @@ def generate(tree: ast.Node, matchers: dict[ast.Like, LikeMatcher] | None = None
         head = ["    try:", *head, "    except _MessageFormatError:", "        return None"]
     source = "\n".join(["def _evaluate(view):", *head, *body, f"    return {result}", ""])
     globals_ = dict(BASE_GLOBALS)
+    globals_["_MV"] = reader.view_type if reader is not None else _NoReader
+    globals_["_MessageFormatError"] = reader.format_error if reader is not None else _NoFormatError
     globals_.update(em.consts)
     return Generated(source, globals_, frozenset(em.sections))

@@ -29,9 +29,9 @@ RabbitMQ clients send. RabbitMQ 4.2 (rabbit_amqp_filter_prop.erl) is the baselin
   (compared on characters; as in RabbitMQ they also apply to binary values, on the UTF-8 bytes),
   ``&&x`` the literal ``&x``; any other leading ``&`` makes the filter invalid.
 
-Compiled once per link into a list of (field, test) pairs and an ``amqp_stream.wire.KeyPicker``
-per section; ``evaluate_view`` picks just those keys (``MessageView.pick``), so from stored bytes
-only their values are decoded.
+Compiled once per link into a list of (field, test) pairs and a picker per section (made by the
+installed reader, ``sqlfilter.view``); ``evaluate_view`` picks just those keys from the
+reader's views (``KeyedView.pick``), so from stored bytes only their values are decoded.
 """
 
 from __future__ import annotations
@@ -40,13 +40,11 @@ import decimal
 import uuid
 from typing import Any, Callable, Mapping
 
-import proton
-
-from amqp_stream.wire import KeyPicker, MessageView, as_view, from_proton
-from sqlfilter.base import Filter
+from sqlfilter.base import Filter, _from_bytes
 from sqlfilter.errors import FilterError
 from sqlfilter.required import prefiltered
 from sqlfilter.runtime import norm
+from sqlfilter.view import MessageView, as_view, kind as _kind, reader
 
 __all__ = ["compile_property_filter", "PropertyFilter", "MAX_ENTRIES", "FIELD_TYPES"]
 
@@ -87,28 +85,32 @@ _NUMBER_TYPES = (int, float)
 _Test = Callable[[Any], bool]
 
 
+#: AMQP types of the reader's own (``sqlfilter.view.Reader.amqp_types``) as the reference types
+#: here: RabbitMQ keeps a decimal "as is" (it equals no message value); the other integer
+#: types are numbers, an array or described value is compound
+_KINDS = {"symbol": _SYMBOL, "char": "char", "timestamp": _TIMESTAMP, "ulong": _ULONG,
+          "uint": _UINT, "decimal32": "as-is", "decimal64": "as-is", "decimal128": "as-is",
+          "ushort": "number", "ubyte": "number", "byte": "number", "short": "number",
+          "int": "number", "float": "number"}
+
+
 def _amqp_type(value: Any) -> str | None:
-    """The AMQP type name of a reference value as proton decodes it (None if compound)."""
+    """The AMQP type name of a reference value as the reader decodes it (None if compound)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "boolean"
-    if isinstance(value, proton.symbol):
-        return _SYMBOL
-    if isinstance(value, proton.char):
-        return "char"
+    own = _kind(value)
+    if own is not None:
+        if own == "float" and value - value != 0:
+            return "as-is"
+        return _KINDS.get(own)
     if isinstance(value, str):
         return _STRING
     if isinstance(value, (bytes, bytearray, memoryview)):
         return _BINARY
     if isinstance(value, uuid.UUID):
         return _UUID
-    if isinstance(value, proton.timestamp):
-        return _TIMESTAMP
-    if isinstance(value, proton.ulong):
-        return _ULONG
-    if isinstance(value, proton.uint):
-        return _UINT
     if isinstance(value, decimal.Decimal):
         return "as-is"  # RabbitMQ keeps a decimal "as is": it equals no message value
     if isinstance(value, float) and value - value != 0:
@@ -213,9 +215,8 @@ def _compile_properties(spec: Any) -> list[tuple[str, _Test]]:
 def _compile_application_properties(spec: Any) -> list[tuple[str, _Test]]:
     out = []
     for key, ref in _entries("amqp:application-properties-filter", spec):
-        if not isinstance(key, str) or isinstance(key, (proton.symbol, proton.char)):
+        if not isinstance(key, str) or _kind(key) in ("symbol", "char"):
             raise FilterError(f"amqp:application-properties-filter: key {key!r} is not a string")
-        ref = from_proton(ref)
         kind = _amqp_type(ref)
         if kind is None:
             raise FilterError(f"amqp:application-properties-filter: {key!r} needs a simple value, "
@@ -230,10 +231,12 @@ def _generate(f: "PropertyFilter") -> Callable[[Any], bool]:
     Same reasoning as the SQL filter's code generation: a loop over (key, test) pairs with a
     call per entry costs ~3x a hand-written test; the generated code inlines plain string
     equality (the common case) and calls the entry's test for everything else. For a
-    ``MessageView`` the sections come from a key pick (only the named keys are decoded from
-    stored bytes); other views give their dicts.
+    view of the installed reader the sections come from a key pick (only the named keys are
+    decoded from stored bytes); other views give their dicts.
     """
-    env: dict[str, Any] = {"MessageView": MessageView, "_MISSING": _MISSING, "norm": norm,
+    installed = reader()
+    env: dict[str, Any] = {"MessageView": installed.view_type if installed else _NoView,
+                           "_MISSING": _MISSING, "norm": norm,
                            "_picker": f._picker, "_app_picker": f._app_picker}
     lines = ["def evaluate_view(view):", "    if type(view) is MessageView:"]
     if f._picker is None:
@@ -269,6 +272,10 @@ def _generate(f: "PropertyFilter") -> Callable[[Any], bool]:
     return env["evaluate_view"]
 
 
+class _NoView:
+    """The view type of a filter compiled with no reader installed: no view is of it."""
+
+
 class PropertyFilter(Filter):
     """A compiled pair of property filters (either may be empty, not both)."""
 
@@ -276,8 +283,10 @@ class PropertyFilter(Filter):
                  application_properties: list[tuple[str, _Test]]):
         self._properties = tuple(properties)
         self._application_properties = tuple(application_properties)
-        self._picker = KeyPicker(k for k, _ in properties) if properties else None
-        self._app_picker = (KeyPicker(k for k, _ in application_properties)
+        installed = reader()
+        picker = installed.picker if installed else lambda names: list(names)
+        self._picker = picker(k for k, _ in properties) if properties else None
+        self._app_picker = (picker(k for k, _ in application_properties)
                             if application_properties else None)
         self.sections = frozenset(
             name for name, entries in (("properties", properties),
@@ -296,10 +305,10 @@ class PropertyFilter(Filter):
 
     def matches(self, message: Any) -> bool:
         # the generated function always answers a bool: no unknown to map to False
-        return self._evaluate(message if type(message) is MessageView else as_view(message))
+        return self._evaluate(as_view(message))
 
     def bytes_matcher(self) -> Callable[[bytes], bool]:
-        evaluate, view = self._evaluate, MessageView.from_bytes  # always a bool (see above)
+        evaluate, view = self._evaluate, _from_bytes()  # always a bool (see above)
         return prefiltered(self, lambda data: evaluate(view(data)))
 
     def __repr__(self) -> str:
@@ -311,8 +320,9 @@ def compile_property_filter(properties: Mapping | None = None,
                             application_properties: Mapping | None = None) -> PropertyFilter:
     """Compile the maps of ``amqp:properties-filter`` and ``amqp:application-properties-filter``.
 
-    Keys and reference values are as proton decodes them (``proton.symbol`` field names,
-    ``proton.ulong``, ``uuid.UUID``, ``bytes``, ``str``, ``proton.timestamp``, ``proton.uint`` ...).
+    Keys and reference values are as the installed reader decodes them (its own types for
+    symbol field names, ulong, timestamp, uint ...: ``sqlfilter.view.Reader.amqp_types``;
+    ``uuid.UUID``, ``bytes``, ``str``).
     Raises ``FilterError`` for anything RabbitMQ 4.2 would not put in place.
     """
     if properties is None and application_properties is None:

@@ -16,7 +16,7 @@ string ``str``, symbol               a binary                   ``str``
 binary ``bytes``                     a binary                   ``bytes`` (equal to a ``str``
                                                                 with the same UTF-8 bytes)
 uuid ``uuid.UUID``                   its 16 bytes (binary)      ``bytes``
-char ``proton.char``                 its code point (integer)   ``int``
+char (the reader's char)             its code point (integer)   ``int``
 timestamp, every integer width       an integer                 ``int``
 float, double                        a float; NaN and ±inf are  ``float``; ``None`` for NaN
                                      kept "as is": dropped      and ±inf
@@ -32,9 +32,9 @@ import datetime
 import time
 import uuid
 from decimal import Decimal
-from typing import Any
+from typing import Any, Callable
 
-import proton
+from sqlfilter.view import AMQP_KINDS
 
 __all__ = [
     "norm", "cond", "eq", "ne", "lt", "gt", "le", "ge", "add", "sub", "mul", "div", "mod", "neg",
@@ -43,8 +43,10 @@ __all__ = [
 ]
 
 _SIMPLE = frozenset((str, int, float, bool, bytes))
-_DROPPED = (Decimal, proton.decimal32, proton.decimal64, proton.decimal128, list, dict, tuple,
-            proton.Described, proton.Array)
+_DROPPED = (Decimal, list, dict, tuple)
+#: the AMQP types a reader keeps in types of its own (``sqlfilter.view.Reader.amqp_types``)
+#: that are not simple values here; a char is its code point
+_NOT_SIMPLE = frozenset(("decimal32", "decimal64", "decimal128", "described", "array"))
 
 
 def norm(value: Any) -> Any:
@@ -54,12 +56,18 @@ def norm(value: Any) -> Any:
         return value if value - value == 0 else None  # NaN and ±inf are dropped
     if t in _SIMPLE:
         return value
-    if value is None or isinstance(value, _DROPPED):
+    if value is None:
+        return None
+    kind = AMQP_KINDS.get(t)
+    if kind is not None:
+        if kind in _NOT_SIMPLE:
+            return None
+        if kind == "char":
+            return ord(value) if len(value) == 1 else None
+    if isinstance(value, _DROPPED):
         return None
     if isinstance(value, bool):
         return bool(value)
-    if isinstance(value, proton.char):
-        return ord(value) if len(value) == 1 else None
     if isinstance(value, str):
         return str(value)
     if isinstance(value, int):
@@ -313,8 +321,8 @@ _MISSING = object()
 def element(container: Any, key: int | str) -> Any:
     """The raw element ``key`` of a list/array/map, or None when absent or not a container."""
     if type(key) is int:
-        if isinstance(container, proton.Array):
-            container = container.elements
+        if AMQP_KINDS.get(type(container)) == "array":
+            container = tuple(container)
         if isinstance(container, (list, tuple)) and 0 <= key < len(container):
             return container[key]
         return None
@@ -326,8 +334,8 @@ def element(container: Any, key: int | str) -> Any:
 def has_element(container: Any, key: int | str) -> bool:
     """EXISTS on an element: the index is in range / the key is in the map."""
     if type(key) is int:
-        if isinstance(container, proton.Array):
-            container = container.elements
+        if AMQP_KINDS.get(type(container)) == "array":
+            container = tuple(container)
         return isinstance(container, (list, tuple)) and 0 <= key < len(container)
     return isinstance(container, dict) and key in container
 
@@ -381,9 +389,22 @@ def jms_delivery_mode(durable: Any) -> str:
 
 
 def jms_long(value: Any) -> Any:
-    """JMSTimestamp / JMSExpiration / JMSXGroupSeq: the number, 0 when absent."""
+    """JMSTimestamp / JMSXGroupSeq: the number, 0 when absent."""
     value = norm(value)
     return 0 if value is None else value
+
+
+def jms_expiration(absolute_expiry_time: Any, ttl: Any) -> Any:
+    """JMSExpiration: the absolute-expiry-time when set; else, with a header ttl above 0, the
+    time of reading + ttl (Qpid JMS's ``syntheticExpiration``, computed as the message is
+    received; ActiveMQ's ``InboundTransformer`` does the same as it arrives); else 0."""
+    expiry = norm(absolute_expiry_time)
+    if expiry is not None:
+        return expiry
+    ttl = norm(ttl)
+    if type(ttl) is int and ttl > 0:
+        return utc() + ttl
+    return 0
 
 
 def jms_redelivered(count: Any) -> bool:
@@ -417,9 +438,9 @@ def jms_like(match_value: Any) -> Any:
 
 
 #: call name -> function; these take the raw field (not ``norm``'s view of it)
-JMS_CALLS = {
+JMS_CALLS: dict[str, Callable[..., Any]] = {
     "JMS_MESSAGE_ID": jms_message_id, "JMS_CORRELATION_ID": jms_correlation_id,
-    "JMS_DELIVERY_MODE": jms_delivery_mode, "JMS_LONG": jms_long,
+    "JMS_DELIVERY_MODE": jms_delivery_mode, "JMS_LONG": jms_long, "JMS_EXPIRATION": jms_expiration,
     "JMS_REDELIVERED": jms_redelivered, "JMS_DELIVERY_COUNT": jms_delivery_count,
     "JMS_USER_ID": jms_user_id,
 }

@@ -37,7 +37,8 @@ JMS_HEADERS: dict[str, Callable[[int], ast.Node]] = {
     "JMSCorrelationID": _call("JMS_CORRELATION_ID", "properties", "correlation_id"),
     "JMSPriority": _field("header", "priority"),  # 4 when absent
     "JMSTimestamp": _call("JMS_LONG", "properties", "creation_time"),
-    "JMSExpiration": _call("JMS_LONG", "properties", "absolute_expiry_time"),
+    "JMSExpiration": lambda pos: ast.Call("JMS_EXPIRATION", (
+        ast.Field("properties", "absolute_expiry_time", pos), ast.Field("header", "ttl", pos)), pos),
     "JMSType": _field("properties", "subject"),
     "JMSDeliveryMode": _call("JMS_DELIVERY_MODE", "header", "durable"),
     "JMSRedelivered": _call("JMS_REDELIVERED", "header", "delivery_count"),

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from amqp_stream.wire import MessageView, as_view
 from sqlfilter import ast
 from sqlfilter.base import Filter
 from sqlfilter.checks import check, check_conditions
@@ -19,6 +18,7 @@ from sqlfilter.codegen import generate
 from sqlfilter.errors import FilterError
 from sqlfilter.fold import fold
 from sqlfilter.parser import DEFAULT_MAX_LENGTH, DEFAULT_MAX_TOKENS, parse
+from sqlfilter.view import MessageView, Reader, as_view, reader
 
 __all__ = ["compile_sql", "compile_selector", "compile_uncached", "SqlFilter", "SelectorFilter"]
 
@@ -40,7 +40,8 @@ class SqlFilter(Filter):
         raise NotImplementedError  # pragma: no cover
 
     def evaluate(self, message: Any) -> bool | None:
-        """True, False or None (unknown) for bytes, a ``proton.Message`` or a ``MessageView``."""
+        """True, False or None (unknown) for a message the installed reader reads (stored
+        bytes, a client's message) or a ``MessageView``."""
         return self.evaluate_view(as_view(message))
 
     def __repr__(self) -> str:
@@ -64,14 +65,17 @@ def compile_sql(text: str | bytes, *, max_length: int = DEFAULT_MAX_LENGTH,
         FilterError: the expression is invalid (``position`` set for syntax errors).
     """
     if type(text) is str:
-        return _compile_cached(text, max_length, max_tokens)
+        return _compile_cached(text, max_length, max_tokens, "sql", reader())
     return compile_uncached(text, max_length=max_length, max_tokens=max_tokens)
 
 
 def compile_uncached(text: str | bytes, *, max_length: int = DEFAULT_MAX_LENGTH,
-                     max_tokens: int = DEFAULT_MAX_TOKENS, dialect: str = "sql") -> SqlFilter:
+                     max_tokens: int = DEFAULT_MAX_TOKENS, dialect: str = "sql",
+                     with_reader: Reader | None = None) -> SqlFilter:
     """``compile_sql`` (or, with ``dialect="selector"``, ``compile_selector``) without the
-    cache (what the benchmark times)."""
+    cache (what the benchmark times); ``with_reader``: the reader to pick with (default: the
+    one installed, ``sqlfilter.view.use``)."""
+    with_reader = with_reader or reader()
     tree = parse(text, max_length=max_length, max_tokens=max_tokens, dialect=dialect)
     selector = dialect == "selector"
     try:
@@ -79,7 +83,7 @@ def compile_uncached(text: str | bytes, *, max_length: int = DEFAULT_MAX_LENGTH,
             check_conditions(tree)
         matchers = check(tree)
         folded = fold(tree)
-        generated = generate(folded, matchers, jms=selector)
+        generated = generate(folded, matchers, jms=selector, reader=with_reader)
         namespace = generated.globals
         exec(compile(generated.source, "<sql filter>", "exec"), namespace)
     except (RecursionError, MemoryError, SyntaxError):
@@ -92,8 +96,11 @@ def compile_uncached(text: str | bytes, *, max_length: int = DEFAULT_MAX_LENGTH,
 
 
 @functools.lru_cache(maxsize=256)
-def _compile_cached(text: str, max_length: int, max_tokens: int, dialect: str = "sql") -> SqlFilter:
-    return compile_uncached(text, max_length=max_length, max_tokens=max_tokens, dialect=dialect)
+def _compile_cached(text: str, max_length: int, max_tokens: int, dialect: str,
+                    with_reader: Reader | None) -> SqlFilter:
+    """(The reader is part of the key: a filter picks with the reader it was compiled for.)"""
+    return compile_uncached(text, max_length=max_length, max_tokens=max_tokens, dialect=dialect,
+                            with_reader=with_reader)
 
 
 class SelectorFilter(SqlFilter):
@@ -116,7 +123,7 @@ def compile_selector(text: str | bytes, *, max_length: int = DEFAULT_MAX_LENGTH,
         FilterError: the selector is invalid (``position`` set for syntax errors).
     """
     if type(text) is str:
-        return _compile_cached(text, max_length, max_tokens, "selector")
+        return _compile_cached(text, max_length, max_tokens, "selector", reader())
     return compile_uncached(text, max_length=max_length, max_tokens=max_tokens,
                             dialect="selector")
 

@@ -11,7 +11,10 @@ import os
 
 import pytest
 
+from amqp_stream.filtering import install as _install_reader
 from amqp_stream.testing import BrokerProcess
+
+_install_reader()  # filters in tests read messages as the broker's do (sqlfilter.view)
 
 _names = itertools.count()
 

@@ -125,6 +125,9 @@ Compiler = Callable[..., Any]
 
 def _default_compilers() -> tuple[Compiler, Compiler, Compiler]:
     import sqlfilter
+    from amqp_stream.filtering import install
+
+    install()
 
     def missing(*args: Any, **kwargs: Any) -> Any:
         raise sqlfilter.FilterError("this filter kind is not available in this build")

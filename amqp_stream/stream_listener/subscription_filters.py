@@ -63,7 +63,10 @@ def _property_value(name: str, text: str) -> object:
 
 
 def parse(properties: Mapping[str, str]) -> SubscriptionFilters:
+    from amqp_stream.filtering import install
     from sqlfilter import FilterError, compile_property_filter, compile_sql
+
+    install()
 
     out = SubscriptionFilters()
     props: dict[str, object] = {}

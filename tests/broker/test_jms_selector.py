@@ -110,3 +110,35 @@ def test_rhea_sending_the_selector_by_code_and_by_symbol(broker, stream_name):
         result = consume(broker, stream_name, [FIRST, f("jms-selector", descriptor, text)])
         assert bodies(result) == ["c"]
         assert echo(result)["jms-selector"] == (descriptor, text)
+
+
+def test_jms_expiration_comes_from_the_ttl_as_activemq_delivers_it(broker, stream_name):
+    """ActiveMQ delivers the messages with a ttl for ``JMSExpiration > 0`` (its AMQP
+    ``InboundTransformer``: absolute-expiry-time, else arrival + ttl); Qpid JMS reads them so."""
+    messages = [Message(body="none"), Message(body="ttl-a", ttl=60), Message(body="zero", ttl=0),
+                Message(body="expiry", expiry_time=NOW / 1000 + 60),
+                Message(body="ttl-b", ttl=3600)]
+    with Client(broker.url) as c:
+        c.declare(stream_name)
+        c.publish(stream_name, messages)
+        r = c.receiver(stream_name, [(OFFSET, offset("first")), qpid_jms("JMSExpiration > 0")])
+        assert [m.body for m in c.receive_all(r, 3)] == ["ttl-a", "expiry", "ttl-b"]
+        r.close()
+        selector = f"JMSExpiration > {NOW} AND JMSExpiration < {NOW + 3_600_000}"
+        r = c.receiver(stream_name, [(OFFSET, offset("first")), qpid_jms(selector)])
+        assert [m.body for m in c.receive_all(r, 1)] == ["expiry"]
+
+
+def test_selectors_jms_forbids_are_refused_and_not_echoed(broker, stream_name):
+    """``n IN (1, 2)``, ``color BETWEEN 'a' AND 'c'``, ``NOT color IN ('red')``: ActiveMQ refuses
+    them (JMS 2.0 §3.8.1.1); the link attaches without the filter, its reason logged."""
+    for text in ("n IN (1, 2)", "n IN (1, 'a')", "color BETWEEN 'a' AND 'c'",
+                 "NOT color IN ('red')"):
+        r = parse_source_filters([qpid_jms(text)], now_ms=NOW)
+        assert r.stage2 is None and r.echo == [], text
+        assert "invalid JMS selector" in r.dropped[0][1], text
+    with Client(broker.url) as c:
+        c.declare(stream_name)
+        c.publish(stream_name, [Message(body="x", properties={"n": 1, "color": "red"})])
+        r = c.receiver(stream_name, [(OFFSET, offset("first")), qpid_jms("n IN (1, 2)")])
+        assert echo_of(r) == [(OFFSET, offset("first"))]

@@ -67,6 +67,11 @@ MESSAGES: dict[str, dict[str, dict]] = {
             "application_properties": {"JMSX": "app", "a.b": "dotted", "$x": 1, "_y": 2,
                                        "color": "red", "n": 5, "s": "abc", "f": 2.5,
                                        "ok": True, "no": False}},
+    # a header ttl and no absolute-expiry-time: JMSExpiration is the time of reading + ttl
+    "jms_ttl": {"header": {"ttl": 60000}, "properties": {"creation_time": timestamp(1700000000000)}},
+    "jms_ttl0": {"header": {"ttl": 0}},
+    "jms_both": {"header": {"ttl": 60000},
+                 "properties": {"absolute_expiry_time": timestamp(1700000090000)}},
     "jms_bare": {"properties": {"message_id": "plain-id", "correlation_id": "ID:corr"}},
     "jms_uuid": {"properties": {"message_id": uuid.UUID("12345678-1234-5678-1234-567812345678"),
                                 "correlation_id": ulong(42)}},
@@ -325,6 +330,11 @@ T jms JMSTimestamp = 1700000000000
 T - JMSTimestamp = 0
 T jms JMSExpiration - JMSTimestamp = 60000
 T - JMSExpiration = 0
+T jms_ttl JMSExpiration > 0
+T jms_ttl JMSExpiration - JMSTimestamp > 60000
+F jms_ttl JMSExpiration = 0
+T jms_ttl0 JMSExpiration = 0
+T jms_both JMSExpiration = 1700000090000
 T jms JMSDestination = 'queue://orders'
 T jms JMSReplyTo = 'queue://replies'
 T jms JMSXUserID = 'alice'
@@ -347,6 +357,28 @@ E - amqp.nope = 1
 T annot m.rank = 3
 T annot m.[x-opt-region] = 'EMEA'
 E - p.[x] = 1
+# --- [jms] JMS 2.0 §3.8.1.1 and ActiveMQ's SelectorParser.jj: "identifier [NOT] IN
+# (string-literal, ...)", BETWEEN is arithmetic; NOT binds tighter, so NOT color IN (...) is
+# (NOT color) IN (...): no property on the left (ActiveMQ: "Expected a property")
+E - n IN (1, 2)
+E - n IN (1, 'a')
+E - n NOT IN ('a', 2)
+E - n IN ('a', NULL)
+E - n IN ('a', s)
+E - n + 1 IN ('a')
+E - NOT color IN ('red')
+E - color BETWEEN 'a' AND 'c'
+E - n BETWEEN 1 AND 'c'
+E - 'b' BETWEEN 1 AND 2
+E - n BETWEEN TRUE AND 2
+E - n NOT BETWEEN 1 AND NULL
+E - (n = 1) BETWEEN 1 AND 2
+F jms NOT (color IN ('red', 'blue'))
+T jms NOT (color IN ('green'))
+F jms color NOT IN ('red')
+T jms JMSType IN ('invoice', 'order') AND JMSDeliveryMode IN ('PERSISTENT')
+T jms n BETWEEN 4 AND 2 + 4
+T jms n BETWEEN f AND 5.5
 """
 
 

@@ -5,7 +5,8 @@ Without the budget these matches cost subject × pattern (seconds for one messag
 
 from __future__ import annotations
 
-from sqlfilter import MessageView, compile_sql
+from amqp_stream.wire import MessageView
+from sqlfilter import compile_sql
 from sqlfilter import like
 from sqlfilter.like import compile_like
 

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sqlfilter import FilterError, MessageView, compile_property_filter
+from amqp_stream.wire import MessageView
+from sqlfilter import FilterError, compile_property_filter
 
 sym = proton.symbol
 U1 = uuid.UUID("12345678-1234-5678-1234-567812345678")

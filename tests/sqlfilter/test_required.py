@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bloom
-from sqlfilter import (FilterError, MessageView, compile_property_filter, compile_selector,
-                       compile_sql, runtime)
+from amqp_stream.wire import MessageView
+from sqlfilter import FilterError, compile_property_filter, compile_selector, compile_sql, runtime
 from sqlfilter.required import (bounds_of, canonical, index_token, needles, required_bounds,
                                 required_values, requirement_of, wanted_tokens)
 

@@ -4,9 +4,12 @@ from ``compile_sql`` (which must not change)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from sqlfilter import FilterError, MessageView, compile_selector, compile_sql
+from amqp_stream.wire import MessageView
+from sqlfilter import FilterError, compile_selector, compile_sql, runtime
 from tests.sqlfilter.selector_cases import CASES, MESSAGES
 from tests.sqlfilter.test_sql_cases import encode
 
@@ -69,6 +72,34 @@ def test_error_positions_point_at_the_problem() -> None:
         with pytest.raises(FilterError) as info:
             compile_selector(text)
         assert info.value.position == position, (text, info.value)
+
+
+def test_in_and_between_follow_jms_in_the_dialect_only() -> None:
+    """JMS's IN takes a property and string literals, its BETWEEN numbers (ActiveMQ refuses the
+    rest); the SQL filter keeps RabbitMQ's rules, which take them all."""
+    cases = {"n IN (1, 2)": (7, "IN takes string literals only"),
+             "n IN ('a', 1)": (12, "IN takes string literals only"),
+             "color BETWEEN 'a' AND 'c'": (15, "BETWEEN compares numbers only"),
+             "n BETWEEN 1 AND 'c'": (17, "BETWEEN compares numbers only"),
+             "NOT color IN ('red')": (5, "NOT binds tighter than IN"),
+             "n + 1 IN ('a')": (1, "IN takes a property on its left")}
+    for text, (position, reason) in cases.items():
+        with pytest.raises(FilterError) as info:
+            compile_selector(text)
+        assert info.value.position == position and reason in info.value.reason, (text, info.value)
+        compile_sql(text)  # amqp:sql-filter: valid
+
+
+def test_jms_expiration_is_the_time_of_reading_plus_the_ttl() -> None:
+    """Qpid JMS (``AmqpJmsMessageFacade.getExpiration``): absolute-expiry-time, else the
+    receive time + the header ttl (0 is no ttl), else 0."""
+    view = MessageView.from_sections(header={"ttl": 60_000})
+    before = time.time_ns() // 1_000_000
+    assert compile_selector(f"JMSExpiration >= {before + 60_000}").evaluate(view) is True
+    read = runtime.jms_expiration(None, 60_000)
+    assert before + 60_000 <= read <= time.time_ns() // 1_000_000 + 60_000
+    assert compile_selector("JMSExpiration = 0").evaluate(
+        MessageView.from_sections(header={"ttl": 0})) is True
 
 
 def test_selectors_are_cached_apart_from_sql() -> None:

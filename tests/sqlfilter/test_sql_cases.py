@@ -13,7 +13,8 @@ import proton
 import pytest
 from proton import Data, Described, symbol, ubyte, uint, ulong
 
-from sqlfilter import FilterError, MessageFormatError, MessageView, compile_sql
+from amqp_stream.wire import MessageFormatError, MessageView
+from sqlfilter import FilterError, compile_sql
 from tests.sqlfilter.sql_cases import CASES, MESSAGES, NOT_ENCODABLE
 
 _EXPECTED = {"T": True, "F": False, "U": None}

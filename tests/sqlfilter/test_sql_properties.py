@@ -18,7 +18,8 @@ import uuid
 from hypothesis import HealthCheck, given, settings, strategies as st
 from proton import char, symbol, timestamp
 
-from sqlfilter import FilterError, MessageView, compile_sql
+from amqp_stream.wire import MessageView
+from sqlfilter import FilterError, compile_sql
 from sqlfilter import ast, runtime
 from sqlfilter.like import compile_like
 from sqlfilter.parser import parse
