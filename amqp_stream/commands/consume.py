@@ -35,6 +35,7 @@ from storage import TIMESTAMP_FROM_MS, OffsetSpec, StorageError
 
 _PROPERTY_PREFIXES = ("p.", "properties.")
 _TIME_PROPERTIES = ("creation_time", "absolute_expiry_time")
+FROM_SYNTAX = "first, last, next, N, @MS, ISO time or an interval like 10m"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def parse_start(text: str) -> Any:
     """The --from value as the client's offset: storage's offset spec text (first/last/next and
     RabbitMQ intervals sent as they are, for the broker to resolve; N an offset; @MS, a bare
-    integer >= ``TIMESTAMP_FROM_MS`` or another interval a datetime), or an ISO time."""
+    integer >= ``TIMESTAMP_FROM_MS`` or another interval a datetime), or an ISO time.
+    ``ValueError`` says what is wrong with the text; the caller names its option and syntax
+    (``--from`` here, a positional SPEC in ``reset-offset``)."""
     t = text.strip()
     try:
         OffsetSpec.parse(t, rabbitmq=True)
@@ -88,8 +91,7 @@ def parse_start(text: str) -> Any:
         try:
             return dt.datetime.fromisoformat(t)
         except ValueError:
-            raise ValueError(f"--from: not an offset spec: {text!r} (first, last, next, N, @MS, "
-                             "ISO time or an interval like 10m)") from None
+            raise ValueError(f"not an offset spec: {text!r}") from None
     if spec.kind == "offset":
         return spec.value
     return dt.datetime.fromtimestamp(spec.value / 1000, dt.timezone.utc)
@@ -162,7 +164,10 @@ def describe(value: Any) -> str:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        start = parse_start(args.start)
+        try:
+            start = parse_start(args.start)
+        except ValueError as exc:
+            raise ValueError(f"--from: {exc} ({FROM_SYNTAX})") from None
         amqp_props, app_props = split_properties(args.property)
         if args.sql is not None and (amqp_props or app_props):
             raise ValueError("--sql and --property are alternatives: a link has one kind of stage-2 filter")

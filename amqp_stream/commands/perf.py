@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from amqp_stream.client import ClientError, PublishError, build_message
 from amqp_stream.client.stream import DEFAULT_STREAM_URL, offset_spec, parse_stream_url
 from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
-from amqp_stream.commands.consume import parse_start
+from amqp_stream.commands.consume import FROM_SYNTAX, parse_start
 from amqp_stream.commands.filters import check_filters
 
 _GRACE_S = 30.0  # after the producers stop, at most this long for consumers to catch up
@@ -220,7 +220,10 @@ def run(args: argparse.Namespace) -> int:
     if args.window is None:
         args.window = 10_000 if over_stream else 256
     try:
-        args.offset = parse_start(args.start)
+        try:
+            args.offset = parse_start(args.start)
+        except ValueError as exc:
+            raise ValueError(f"--from: {exc}" + ("" if over_stream else f" ({FROM_SYNTAX})")) from None
         if over_stream:
             parse_stream_url(args.stream_url)
             args.start_spec = args.start

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator, TextIO
 from amqp_stream.client import ClientError, PublishError, StreamNotFound, build_message
 from amqp_stream.commands import interrupt
 from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
+from amqp_stream.words import plural
 
 _SIMPLE = (str, bool, int, float, type(None))
 _LONG = range(-2**63, 2**63)
@@ -164,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         first = bad[0]
         return fail("publish", f"{len(bad)} of {sent} message(s) not accepted; first: message #{first.seq + 1} "
                                f"{first.state} ({first.condition or 'no condition'})")
-    print(f"published {sent} messages to {args.stream}")
+    print(f"published {plural(sent, 'message')} to {args.stream}")
     return 0
 
 
