@@ -6,7 +6,12 @@ stderr. A filter the broker left out means more messages than asked for, so it i
 (exit 1) unless `--allow-missing-filters` makes it a warning; a filter that does not compile is
 refused before connecting (exit 2, with the reason and position). Stage-1 values (`--filter`) select whole
 chunks, so the command also drops, client-side, messages whose filter value was not asked for
-(RabbitMQ's advice for stream filtering; `--raw` shows what the broker sent instead).
+(RabbitMQ's advice for stream filtering). `--check` says where that value is read: the
+message's `x-stream-filter-value` annotation (the default; AMQP publishers set it), an
+application property (a stream-protocol publisher's filter value travels beside the message, not
+in it, and usually comes from a property), or nowhere (`--check none`, or `--raw`: what the
+broker sent). What the check drops is never silent: the first message without a value is
+reported at once, and the counts and reasons when the command ends.
 
 With `--name N` the link is a named consumer (the broker's tracking extension): it starts after
 the offset the broker stored for N (else at `--from`) and accepts each message once it is
@@ -31,6 +36,7 @@ from amqp_stream.commands import interrupt
 from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
 from amqp_stream.commands.filters import check_filters
 from amqp_stream.commands.publish import parse_assignments
+from amqp_stream.words import plural
 from storage import TIMESTAMP_FROM_MS, OffsetSpec, StorageError
 
 _PROPERTY_PREFIXES = ("p.", "properties.")
@@ -62,8 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="go on (with a warning) when the broker leaves out a filter that was "
                              "asked for; by default that fails (exit 1)")
     parser.add_argument("--strict", action="store_true", help=argparse.SUPPRESS)  # the default now
-    parser.add_argument("--raw", action="store_true",
-                        help="print every message the broker sends (no client-side check of --filter)")
+    parser.add_argument("--check", default="annotation", metavar="WHERE", type=_check_source,
+                        help="where the client-side check of --filter reads a message's filter "
+                             "value: annotation (x-stream-filter-value, set by AMQP publishers; the "
+                             "default), property:NAME (application property NAME: a stream-protocol "
+                             "publisher's filter value is not in the message), or none (print "
+                             "every message the broker sends)")
+    parser.add_argument("--raw", action="store_true", help="the same as --check none")
     parser.add_argument("--name", metavar="NAME",
                         help="a named consumer (the broker's tracking extension): resume after the "
                              "offset stored for NAME (else at --from), and accept each message once "
@@ -108,6 +119,61 @@ def split_properties(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
         else:
             app[key] = value
     return amqp, app
+
+
+def _check_source(text: str) -> str:
+    """``--check``: annotation, none, or property:NAME."""
+    if text in ("annotation", "none") or (text.startswith("property:") and len(text) > len("property:")):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: annotation, property:NAME or none")
+
+
+class _Check:
+    """The client-side check of ``--filter`` values, and what it dropped: stage 1 hands over
+    whole chunks, so messages with other values (or none) come too."""
+
+    def __init__(self, wanted: list[str], source: str, match_unfiltered: bool):
+        self.wanted, self.source, self.match_unfiltered = set(wanted), source, match_unfiltered
+        self.other = 0  # dropped: another value
+        self.missing = 0  # dropped: no value where the check looks
+
+    def value(self, m: StreamMessage) -> Any:
+        if self.source == "annotation":
+            return m.filter_value
+        value = m.application_properties.get(self.source.partition(":")[2])
+        return None if value is None else str(value)
+
+    def keep(self, m: StreamMessage) -> bool:
+        value = self.value(m)
+        if value in self.wanted or (value is None and self.match_unfiltered):
+            return True
+        if value is None:
+            self.missing += 1
+        else:
+            self.other += 1
+        return False
+
+    def where(self) -> str:
+        return ("no x-stream-filter-value annotation" if self.source == "annotation" else
+                f"no application property {self.source.partition(':')[2]}")
+
+    def advice(self) -> str:
+        return ("a stream-protocol publisher's filter value is not in the message: --check "
+                "property:NAME checks an application property, --check none prints everything"
+                if self.source == "annotation" else
+                "--check annotation or another property:NAME, or --check none prints everything")
+
+    def report(self, err: "_Err", seen: int) -> None:
+        dropped = self.other + self.missing
+        if not dropped:
+            return
+        reasons = []
+        if self.other:
+            reasons.append(f"{self.other} with another filter value (stage 1 selects whole chunks)")
+        if self.missing:
+            reasons.append(f"{self.missing} with {self.where()} ({self.advice()})")
+        err.info(f"the client-side check of --filter dropped {plural(dropped, 'message')} of "
+                 f"{seen} the broker sent: {'; '.join(reasons)}")
 
 
 def jsonable(value: Any) -> Any:
@@ -183,10 +249,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"amqp-stream consume: error: {exc}", file=sys.stderr)
         return 2
-    wanted = set(args.filter)
-    check_values = bool(wanted) and not args.raw
+    check = _Check(args.filter, args.check, args.match_unfiltered) \
+        if args.filter and not args.raw and args.check != "none" else None
     err = _Err()
-    printed = 0
+    printed = seen = 0
     try:
         with open_client(args) as client:
             with client.consumer(args.stream, offset=start, filter_values=args.filter or None,
@@ -204,16 +270,24 @@ def run(args: argparse.Namespace) -> int:
                 for key in missing:
                     err.warn(f"the broker left out filter {key} ({describe(consumer.requested_filters[key])}): "
                              "it is not applied")
-                for m in _messages(consumer, args.no_follow):
-                    if check_values and not (m.filter_value in wanted or
-                                             (args.match_unfiltered and m.filter_value is None)):
-                        consumer.accept(m)
-                        continue
-                    print(render(m, args.json), flush=True)
-                    consumer.accept(m)  # a named consumer: done with it (else a no-op)
-                    printed += 1
-                    if args.count is not None and printed >= args.count:
-                        break
+                try:
+                    for m in _messages(consumer, args.no_follow):
+                        seen += 1
+                        if check is not None and not check.keep(m):
+                            if check.missing == 1 and not check.other:
+                                # say why at once: a following consume may print nothing for long
+                                err.warn(f"dropping messages with {check.where()} (offset "
+                                         f"{m.offset} the first): {check.advice()}")
+                            consumer.accept(m)
+                            continue
+                        print(render(m, args.json), flush=True)
+                        consumer.accept(m)  # a named consumer: done with it (else a no-op)
+                        printed += 1
+                        if args.count is not None and printed >= args.count:
+                            break
+                finally:
+                    if check is not None:
+                        check.report(err, seen)
     except StreamNotFound:
         return fail("consume", f"stream {args.stream!r} not found")
     except ClientError as exc:
