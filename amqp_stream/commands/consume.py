@@ -23,12 +23,9 @@ stdout carries only messages: the body as text, or one JSON object per line with
 from __future__ import annotations
 
 import argparse
-import base64
 import datetime as dt
-import decimal
 import json
 import sys
-import uuid
 from typing import Any
 
 from amqp_stream.client import ClientError, StreamMessage, StreamNotFound
@@ -36,6 +33,7 @@ from amqp_stream.commands import interrupt
 from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
 from amqp_stream.commands.filters import check_filters
 from amqp_stream.commands.publish import parse_assignments
+from amqp_stream.commands.values import body_text, jsonable
 from amqp_stream.words import plural
 from storage import TIMESTAMP_FROM_MS, OffsetSpec, StorageError
 
@@ -176,31 +174,6 @@ class _Check:
                  f"{seen} the broker sent: {'; '.join(reasons)}")
 
 
-def jsonable(value: Any) -> Any:
-    """A decoded AMQP value as JSON: binary as UTF-8 text when it is, else `base64:...`."""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        data = bytes(value)
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError:
-            return "base64:" + base64.b64encode(data).decode()
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, (uuid.UUID, decimal.Decimal)):
-        return str(value)
-    if isinstance(value, str):
-        return str(value)
-    return repr(value)
-
-
 def render(m: StreamMessage, as_json: bool) -> str:
     if as_json:
         # proton gives AMQP timestamps in message properties as float seconds; print them in
@@ -215,12 +188,7 @@ def render(m: StreamMessage, as_json: bool) -> str:
                                      if k not in ("x-stream-offset", "x-stream-filter-value")}),
             "body": jsonable(m.body),
         }, ensure_ascii=False, sort_keys=False)
-    body = m.body
-    if isinstance(body, str):
-        return body
-    if isinstance(body, (bytes, bytearray, memoryview)):
-        return bytes(body).decode("utf-8", "replace")
-    return json.dumps(jsonable(body), ensure_ascii=False)
+    return body_text(m.body)
 
 
 def describe(value: Any) -> str:

@@ -28,7 +28,7 @@ def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
 
 
 def _records(out: str) -> list[tuple[int, bytes]]:
-    return [(o["offset"], base64.b64decode(o["body_b64"]))
+    return [(o["offset"], base64.b64decode(o["message_b64"]))
             for o in map(json.loads, out.splitlines())]
 
 
