@@ -96,8 +96,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"amqp-stream read: {exc}", file=sys.stderr)
         return 2
     if not os.path.isdir(args.directory):
-        print(f"amqp-stream read: {args.directory}: not a directory", file=sys.stderr)
-        return 1
+        print(f"amqp-stream read: error: {args.directory}: not a directory", file=sys.stderr)
+        return 2  # bad usage, as for a directory that is not a stream's log (find_log)
     directory = find_log(args.directory, "read")
     if directory is None:
         return 2
