@@ -49,4 +49,6 @@ def _on_the_wire(filters: dict) -> dict:
     decoded.decode(data.encode())
     decoded.rewind()
     decoded.next()
-    return dict(decoded.get_object())
+    found = decoded.get_object()
+    assert isinstance(found, dict)  # what was put in
+    return dict(found)

@@ -26,6 +26,7 @@ import json
 import os
 import sys
 from datetime import datetime, timezone
+from typing import Any
 
 from amqp_stream.commands.logdir import find_log
 from storage import derived, skiptable
@@ -128,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
             out.write(f"  {'position':>12} {'chunk_id':>14} {'type':<17} {'timestamp':<29} "
                       f"{'entries':>6} {'records':>7} {'filter':>6} {'data':>9} {'crc':>4}\n")
         elif side is not None or table is not None:
-            obj = {"segment": start}
+            obj: dict[str, Any] = {"segment": start}
             if side is not None:
                 obj.update({"derived_keys": side[0], "derived_bytes": side[3],
                             "derived_entries": len(side[1]), "derived_bad_entries": side[2]})

@@ -28,6 +28,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from amqp_stream.client import ClientError, PublishError, build_message
 from amqp_stream.client.stream import DEFAULT_STREAM_URL, offset_spec, parse_stream_url
@@ -141,7 +142,7 @@ def _producer(args, index: int, stop: threading.Event, counters: Counters, start
                 if per_second and not due(t0, n, per_second, stop):
                     continue
                 value = value_of(n, args.filter_run, values)
-                props = {"ts": time.time_ns(), "producer": index}
+                props: dict[str, Any] = {"ts": time.time_ns(), "producer": index}
                 if value is not None:
                     props["value"] = value
                 pub.send(build_message(body, application_properties=props, filter_value=value))
@@ -186,7 +187,8 @@ def _consumer(args, interrupted: threading.Event, counters: Counters, started: t
                 body = m.body
                 counters.bytes += len(body) if isinstance(body, (bytes, str)) else 0
                 counters.messages += 1
-                counters.delivered(m.offset)
+                if m.offset is not None:
+                    counters.delivered(m.offset)
                 if not wanted or m.filter_value in wanted or (args.match_unfiltered and m.filter_value is None):
                     counters.matched += 1
                 ts = m.application_properties.get("ts")

@@ -94,7 +94,8 @@ def producer(args: Any, index: int, stop: threading.Event, counters: Any,
              started: threading.Barrier) -> None:
     body = bytes(range(256)) * (args.size // 256 + 1)
     values = [f"v{i}" for i in range(args.filter_values)]
-    templates = {v: Template(body[:args.size], index, v) for v in values or [None]}
+    keys: list[str | None] = [*values] or [None]
+    templates = {v: Template(body[:args.size], index, v) for v in keys}
     per_second = args.rate / args.producers if args.rate > 0 else 0.0
     try:
         with _client(args) as c:

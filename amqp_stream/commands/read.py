@@ -29,7 +29,7 @@ from amqp_stream.commands.values import jsonable
 from amqp_stream.commands.logdir import find_log
 from storage.errors import StorageError
 from storage.offsets import TIMESTAMP_FROM_MS, OffsetSpec
-from storage.reader import open_reader
+from storage.reader import ReadChunk, open_reader
 
 __all__ = ["add_arguments", "parse_from", "run", "TIMESTAMP_FROM_MS"]
 
@@ -112,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
                         return 0
                     reader.wait(1.0)
                     continue
+                assert isinstance(chunk, ReadChunk)  # (SCAN_PAUSED comes only with max_skips)
                 for offset, data in chunk.records:
                     message = decode_message(data)
                     if args.json:
