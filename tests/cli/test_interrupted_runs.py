@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from tests.cli.test_commands import _consumer_figures, _summary, cli
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -44,8 +45,13 @@ def test_ctrl_c_during_publish_file_says_how_many_were_confirmed(broker, stream_
     unconfirmed = int(words[words.index("unconfirmed") - 1])
     assert report.startswith("amqp-stream publish: interrupted after input line ")
     assert 0 < confirmed <= sent < 2_000_000 and confirmed + unconfirmed == sent
-    stored = json.loads(cli("info", stream_name, url=broker.url).stdout)["message_count"]
-    assert confirmed <= stored <= sent  # confirmed ones are stored; unconfirmed ones may be
+
+    def stored() -> int:
+        return json.loads(cli("info", stream_name, url=broker.url).stdout)["message_count"]
+    # confirmed ones are stored (the count may trail the confirms for a moment); unconfirmed
+    # ones may be
+    wait_for(lambda: stored() >= confirmed, 30, f"{confirmed} confirmed messages in the stream")
+    assert stored() <= sent
     cli("delete", stream_name, url=broker.url)
 
 
