@@ -242,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
                     for m in _messages(consumer, args.no_follow):
                         seen += 1
                         if check is not None and not check.keep(m):
-                            if check.missing == 1 and not check.other:
+                            if check.missing == 1 and check.value(m) is None:
                                 # say why at once: a following consume may print nothing for long
                                 err.warn(f"dropping messages with {check.where()} (offset "
                                          f"{m.offset} the first): {check.advice()}")
