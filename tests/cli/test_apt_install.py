@@ -2,8 +2,11 @@
 holding the locks, as apt itself takes them (fcntl record locks on the dpkg frontend lock, the
 dpkg lock and the package lists' lock), issue 25 item 2: nothing to install means no apt at all,
 however long the locks are held; something to install waits for the lock instead of failing at
-once. Changes nothing on the machine: the package asked for in the second test does not exist,
-so apt stops at "Unable to locate package" once it has the lock."""
+once (apt-get install), or retries (apt-get update, whose lists lock apt's timeout option does
+not cover) until a deadline. Changes nothing on the machine: the package asked for does not
+exist, so apt stops at "Unable to locate package" once it has the dpkg lock, and the lists lock
+stays held while update is retried, so no update runs. (That update, once it gets the lock, goes
+on as usual is not tested here: it would fetch the package lists.)"""
 
 from __future__ import annotations
 
@@ -75,3 +78,17 @@ def test_an_install_waits_for_the_dpkg_lock():
     assert "Could not get lock" not in r.stderr, r.stderr  # it got the lock: it waited
     assert "Unable to locate package amqp-stream-no-such-package" in r.stderr
     assert elapsed >= HOLD_S - 0.5
+
+
+def test_update_is_retried_while_the_lists_lock_is_held_and_gives_up_at_the_deadline():
+    """The lock is held throughout, so apt never gets to change anything: the script retries
+    (saying so) and gives up after APT_LOCK_TIMEOUT seconds with apt's own error."""
+    with apt_locks([LISTS_LOCK]):
+        t0 = time.monotonic()
+        r = subprocess.run([str(SCRIPT), "amqp-stream-no-such-package"], capture_output=True, text=True,
+                           timeout=90, env=dict(os.environ, APT_LOCK_TIMEOUT="3"))
+        elapsed = time.monotonic() - t0
+    assert r.returncode == 1
+    assert r.stderr.count("apt-install: waiting for another apt to release the package lists") >= 1
+    assert "Could not get lock /var/lib/apt/lists/lock" in r.stderr  # the last attempt's error
+    assert elapsed >= 3
