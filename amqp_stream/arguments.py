@@ -133,6 +133,13 @@ def equivalent(existing: dict, requested: dict, name: str) -> None:
     def norm(arguments: dict) -> dict:
         return {_ALIASES.get(k, k): list(v) if k == DERIVED_KEYS else _plain(v)
                 for k, v in arguments.items()}
-    if norm(existing) != norm(requested):
+    have, asked = norm(existing), norm(requested)
+    if have != asked:
+        # which ones, as RabbitMQ's "inequivalent arg" message says
+        def shown(args: dict, key: str) -> str:
+            return repr(args[key]) if key in args else "none"
+
+        differ = "; ".join(f"{key}: received {shown(asked, key)} but current is {shown(have, key)}"
+                           for key in sorted(set(have) | set(asked)) if have.get(key) != asked.get(key))
         raise PreconditionFailed(f"PRECONDITION_FAILED: stream '{name}' exists with other "
-                                 f"arguments")
+                                 f"arguments: {differ}")

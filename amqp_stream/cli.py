@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import Sequence
 
 from amqp_stream.commands import interrupt
+from amqp_stream.words import did_you_mean
 
 # command name -> (module under amqp_stream.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -34,15 +36,25 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+class _Parser(argparse.ArgumentParser):
+    """The top-level parser, which keeps its commands' parsers: unknown options are reported
+    by the command's parser, with the nearest option it has (argparse before 3.14 suggests
+    nothing)."""
+
+    commands: dict[str, argparse.ArgumentParser]
+
+
+def build_parser(only: str | None = None) -> _Parser:
     """The full parser; with ``only``, import just that command's module."""
-    parser = argparse.ArgumentParser(prog="amqp-stream", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="amqp-stream", description=__doc__.splitlines()[0])
+    parser.commands = {}
     from amqp_stream import __version__
 
     parser.add_argument("--version", action="version", version=f"amqp-stream {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
         cmd = sub.add_parser(name, help=help_text, description=help_text)
+        parser.commands[name] = cmd
         if only is None or name == only:
             module = importlib.import_module(f"amqp_stream.commands.{module_name}")
             module.add_arguments(cmd)
@@ -54,7 +66,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     only = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(only if only in COMMANDS else None)
-    args = parser.parse_args(argv)
+    if only is not None and only not in COMMANDS and not any(a in ("-h", "--help", "--version") for a in argv):
+        parser.error(f"argument COMMAND: invalid choice: {only!r}{did_you_mean(only, COMMANDS)} "
+                     f"(choose from {', '.join(COMMANDS)})")
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        unknown_options(parser.commands[args.command], extra)
+    if args.command != "serve":  # serve refuses them (amqp_stream.config.load)
+        from amqp_stream.config import unknown_environment
+
+        for problem in unknown_environment(os.environ):
+            print(f"amqp-stream {args.command}: warning: {problem}", file=sys.stderr)
     try:
         with interrupt.handled():
             return int(args._run(args) or 0)
@@ -62,6 +84,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+
+
+def unknown_options(command: argparse.ArgumentParser, extra: list[str]) -> None:
+    """Exit 2 through ``command``'s parser, naming the nearest option to each unknown one."""
+    options = [o for action in command._actions for o in action.option_strings]
+    hints = []
+    for word in extra:
+        flag = word.split("=", 1)[0]
+        if flag.startswith("-"):
+            best = did_you_mean(flag, options)
+            if best:
+                hints.append(f"{flag}{best}")
+    command.error(f"unrecognized arguments: {' '.join(extra)}" + (f"; {'; '.join(hints)}" if hints else ""))
 
 
 if __name__ == "__main__":

@@ -20,9 +20,12 @@ from typing import Any, Mapping
 
 import bloom
 
-__all__ = ["BrokerConfig", "ConfigError", "load", "ENV_PREFIX"]
+__all__ = ["BrokerConfig", "ConfigError", "load", "ENV_PREFIX", "CLIENT_ENV", "unknown_environment"]
 
 ENV_PREFIX = "AMQP_STREAM_"
+# the client commands' variables (amqp_stream.commands.connect, perf), beside the broker's
+# AMQP_STREAM_<FIELD> and AMQP_STREAM_CONFIG: every other AMQP_STREAM_* name is a typo
+CLIENT_ENV = ("URL", "USER", "PASSWORD", "STREAM_URL")
 
 
 class ConfigError(ValueError):
@@ -133,7 +136,9 @@ def convert(name: str, value: Any, source: str) -> Any:
     """Convert a raw value (a string from env/CLI, or a file value) to the field's type."""
     kind = _field_types().get(name)
     if kind is None:
-        raise ConfigError(f"unknown setting {name!r} in {source}")
+        from amqp_stream.words import did_you_mean
+
+        raise ConfigError(f"unknown setting {name!r} in {source}{did_you_mean(name, _field_types())}")
     if value is None:
         return None
     try:
@@ -233,11 +238,25 @@ def read_file(path: Path) -> dict[str, Any]:
     return {str(k).replace("-", "_"): v for k, v in data.items() if not isinstance(v, dict)}
 
 
+def unknown_environment(env: Mapping[str, str]) -> list[str]:
+    """One message per ``AMQP_STREAM_*`` variable that no setting reads, with the nearest known
+    name: a misspelt variable would otherwise be ignored without a word (``serve`` refuses
+    them, the client commands warn)."""
+    from amqp_stream.words import did_you_mean
+
+    known = [ENV_PREFIX + n for n in ("CONFIG", *CLIENT_ENV, *(f.upper() for f in _field_types()))]
+    return [f"unknown environment variable {key}{did_you_mean(key, known)}"
+            for key in sorted(env) if key.startswith(ENV_PREFIX) and key not in known]
+
+
 def load(cli: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None,
          config_file: str | os.PathLike | None = None) -> BrokerConfig:
     """Defaults < file < environment < CLI. ``cli`` maps field names to values, ``None`` meaning
     "not given". ``env`` defaults to ``os.environ``."""
     env = os.environ if env is None else env
+    unknown = unknown_environment(env)
+    if unknown:
+        raise ConfigError("; ".join(unknown))
     cli = dict(cli or {})
     values: dict[str, Any] = {}
     path = config_file or cli.pop("config", None) or env.get(ENV_PREFIX + "CONFIG")

@@ -29,11 +29,11 @@ from typing import Any, Callable
 
 import storage
 from amqp_stream import derived_keys
-from storage.files import fsync_dir, replace_file
+from storage.files import fsync_dir, index_path, read_index_tuples, replace_file
 from amqp_stream.config import BrokerConfig
 from amqp_stream.errors import ResourceDeleted
 from sqlfilter.required import needles_of
-from storage.format import SubBatchEntry
+from storage.format import CHUNK_USER, SubBatchEntry
 
 __all__ = ["StreamEntry", "Registry", "stream_config"]
 
@@ -54,6 +54,34 @@ class StreamEntry:
     listener: Callable[[], None] | None = None
     metrics: Any = None  # metrics.StreamMetrics, set by the server
     deleted: bool = False
+    # per segment start: (index records read, how many were tracking chunks); see tracking_offsets
+    tracking_seen: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    def tracking_offsets(self) -> int:
+        """Offsets the kept segments give to tracking chunks (one each: a consumer offset or a
+        snapshot is a chunk of one record), which are no messages. Read from the index files,
+        each record once: older segments are sealed, the newest is read on from where the last
+        call stopped; segments retention removed are forgotten."""
+        starts = list(self.stream.segment_starts())
+        for gone in set(self.tracking_seen) - set(starts):
+            del self.tracking_seen[gone]
+        total = 0
+        for i, start in enumerate(starts):
+            read, count = self.tracking_seen.get(start, (0, 0))
+            if start not in self.tracking_seen or i == len(starts) - 1:
+                try:
+                    fd = os.open(index_path(str(self.stream.directory), start), os.O_RDONLY)
+                except FileNotFoundError:
+                    continue
+                try:
+                    records = read_index_tuples(fd, read)
+                finally:
+                    os.close(fd)
+                read += len(records)
+                count += sum(1 for r in records if r[4] != CHUNK_USER)
+                self.tracking_seen[start] = (read, count)
+            total += count
+        return total
 
     def append(self, reference: str | None, bodies: list, ids: list[int], values: list,
                on_durable: Callable[[int, Exception | None], None], records: int | None = None,
@@ -259,8 +287,9 @@ class Registry:
         return int(stream.first_offset), int(stream.next_offset)
 
     def message_count(self, entry: StreamEntry) -> int:
+        """Messages kept: the offsets kept, less those of tracking chunks."""
         first, nxt = self.offsets(entry)
-        return max(0, nxt - first)
+        return max(0, nxt - first - entry.tracking_offsets())
 
     def info(self, name: str) -> dict:
         entry = self.entries[name]
@@ -273,7 +302,7 @@ class Registry:
             "exclusive": False,
             "type": "stream",
             "arguments": dict(entry.arguments),
-            "message_count": max(0, nxt - first),
+            "message_count": self.message_count(entry),
             "consumer_count": len(entry.consumers),
             "leader": self.node,
             "replicas": [self.node],

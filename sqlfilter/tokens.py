@@ -79,7 +79,10 @@ class Tokenizer(Lexer):
                 if keyword is not None:
                     kind = keyword
                 elif value.lower() in RESERVED:
-                    raise FilterError(f"{value!r} is a reserved word", start + 1)
+                    hint = (f" (keywords are upper case: {value.upper()})"
+                            if value.upper() in keywords else
+                            " (reserved in any case: not a name)")
+                    raise FilterError(f"{value!r} is a reserved word{hint}", start + 1)
             yield Token(kind, value, start_pos=start, line=1, column=start + 1, end_pos=pos)
 
 

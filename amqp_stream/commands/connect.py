@@ -51,7 +51,15 @@ def open_client(args: argparse.Namespace) -> Client:
     if args.url.startswith("amqps://"):
         tls = TlsOptions(ca_file=args.tls_ca, cert_file=args.tls_cert, key_file=args.tls_key,
                          verify=not args.tls_insecure)
-    return connect(args.url, user=args.user, password=args.password, tls=tls, timeout=args.timeout)
+    try:
+        return connect(args.url, user=args.user, password=args.password, tls=tls, timeout=args.timeout)
+    except ClientError as exc:
+        from amqp_stream.commands.probe import listener_hint
+
+        hint = listener_hint(args.url)  # another protocol's port, named
+        if hint:
+            raise ClientError(f"{exc}{hint}", exc.condition) from exc
+        raise
 
 
 def fail(command: str, error: BaseException | str, stream: TextIO | None = None) -> int:

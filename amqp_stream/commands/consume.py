@@ -6,7 +6,12 @@ stderr. A filter the broker left out means more messages than asked for, so it i
 (exit 1) unless `--allow-missing-filters` makes it a warning; a filter that does not compile is
 refused before connecting (exit 2, with the reason and position). Stage-1 values (`--filter`) select whole
 chunks, so the command also drops, client-side, messages whose filter value was not asked for
-(RabbitMQ's advice for stream filtering; `--raw` shows what the broker sent instead).
+(RabbitMQ's advice for stream filtering). `--check` says where that value is read: the
+message's `x-stream-filter-value` annotation (the default; AMQP publishers set it), an
+application property (a stream-protocol publisher's filter value travels beside the message, not
+in it, and usually comes from a property), or nowhere (`--check none`, or `--raw`: what the
+broker sent). What the check drops is never silent: the first message without a value is
+reported at once, and the counts and reasons when the command ends.
 
 With `--name N` the link is a named consumer (the broker's tracking extension): it starts after
 the offset the broker stored for N (else at `--from`) and accepts each message once it is
@@ -18,12 +23,9 @@ stdout carries only messages: the body as text, or one JSON object per line with
 from __future__ import annotations
 
 import argparse
-import base64
 import datetime as dt
-import decimal
 import json
 import sys
-import uuid
 from typing import Any
 
 from amqp_stream.client import ClientError, StreamMessage, StreamNotFound
@@ -31,10 +33,13 @@ from amqp_stream.commands import interrupt
 from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
 from amqp_stream.commands.filters import check_filters
 from amqp_stream.commands.publish import parse_assignments
+from amqp_stream.commands.values import body_text, jsonable
+from amqp_stream.words import plural
 from storage import TIMESTAMP_FROM_MS, OffsetSpec, StorageError
 
 _PROPERTY_PREFIXES = ("p.", "properties.")
 _TIME_PROPERTIES = ("creation_time", "absolute_expiry_time")
+FROM_SYNTAX = "first, last, next, N, @MS, ISO time or an interval like 10m"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,8 +66,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="go on (with a warning) when the broker leaves out a filter that was "
                              "asked for; by default that fails (exit 1)")
     parser.add_argument("--strict", action="store_true", help=argparse.SUPPRESS)  # the default now
-    parser.add_argument("--raw", action="store_true",
-                        help="print every message the broker sends (no client-side check of --filter)")
+    parser.add_argument("--check", default="annotation", metavar="WHERE", type=_check_source,
+                        help="where the client-side check of --filter reads a message's filter "
+                             "value: annotation (x-stream-filter-value, set by AMQP publishers; the "
+                             "default), property:NAME (application property NAME: a stream-protocol "
+                             "publisher's filter value is not in the message), or none (print "
+                             "every message the broker sends)")
+    parser.add_argument("--raw", action="store_true", help="the same as --check none")
     parser.add_argument("--name", metavar="NAME",
                         help="a named consumer (the broker's tracking extension): resume after the "
                              "offset stored for NAME (else at --from), and accept each message once "
@@ -75,7 +85,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def parse_start(text: str) -> Any:
     """The --from value as the client's offset: storage's offset spec text (first/last/next and
     RabbitMQ intervals sent as they are, for the broker to resolve; N an offset; @MS, a bare
-    integer >= ``TIMESTAMP_FROM_MS`` or another interval a datetime), or an ISO time."""
+    integer >= ``TIMESTAMP_FROM_MS`` or another interval a datetime), or an ISO time.
+    ``ValueError`` says what is wrong with the text; the caller names its option and syntax
+    (``--from`` here, a positional SPEC in ``reset-offset``)."""
     t = text.strip()
     try:
         OffsetSpec.parse(t, rabbitmq=True)
@@ -88,8 +100,7 @@ def parse_start(text: str) -> Any:
         try:
             return dt.datetime.fromisoformat(t)
         except ValueError:
-            raise ValueError(f"--from: not an offset spec: {text!r} (first, last, next, N, @MS, "
-                             "ISO time or an interval like 10m)") from None
+            raise ValueError(f"not an offset spec: {text!r}") from None
     if spec.kind == "offset":
         return spec.value
     return dt.datetime.fromtimestamp(spec.value / 1000, dt.timezone.utc)
@@ -108,29 +119,59 @@ def split_properties(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     return amqp, app
 
 
-def jsonable(value: Any) -> Any:
-    """A decoded AMQP value as JSON: binary as UTF-8 text when it is, else `base64:...`."""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        data = bytes(value)
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError:
-            return "base64:" + base64.b64encode(data).decode()
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, (uuid.UUID, decimal.Decimal)):
-        return str(value)
-    if isinstance(value, str):
-        return str(value)
-    return repr(value)
+def _check_source(text: str) -> str:
+    """``--check``: annotation, none, or property:NAME."""
+    if text in ("annotation", "none") or (text.startswith("property:") and len(text) > len("property:")):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: annotation, property:NAME or none")
+
+
+class _Check:
+    """The client-side check of ``--filter`` values, and what it dropped: stage 1 hands over
+    whole chunks, so messages with other values (or none) come too."""
+
+    def __init__(self, wanted: list[str], source: str, match_unfiltered: bool):
+        self.wanted, self.source, self.match_unfiltered = set(wanted), source, match_unfiltered
+        self.other = 0  # dropped: another value
+        self.missing = 0  # dropped: no value where the check looks
+
+    def value(self, m: StreamMessage) -> Any:
+        if self.source == "annotation":
+            return m.filter_value
+        value = m.application_properties.get(self.source.partition(":")[2])
+        return None if value is None else str(value)
+
+    def keep(self, m: StreamMessage) -> bool:
+        value = self.value(m)
+        if value in self.wanted or (value is None and self.match_unfiltered):
+            return True
+        if value is None:
+            self.missing += 1
+        else:
+            self.other += 1
+        return False
+
+    def where(self) -> str:
+        return ("no x-stream-filter-value annotation" if self.source == "annotation" else
+                f"no application property {self.source.partition(':')[2]}")
+
+    def advice(self) -> str:
+        return ("a stream-protocol publisher's filter value is not in the message: --check "
+                "property:NAME checks an application property, --check none prints everything"
+                if self.source == "annotation" else
+                "--check annotation or another property:NAME, or --check none prints everything")
+
+    def report(self, err: "_Err", seen: int) -> None:
+        dropped = self.other + self.missing
+        if not dropped:
+            return
+        reasons = []
+        if self.other:
+            reasons.append(f"{self.other} with another filter value (stage 1 selects whole chunks)")
+        if self.missing:
+            reasons.append(f"{self.missing} with {self.where()} ({self.advice()})")
+        err.info(f"the client-side check of --filter dropped {plural(dropped, 'message')} of "
+                 f"{seen} the broker sent: {'; '.join(reasons)}")
 
 
 def render(m: StreamMessage, as_json: bool) -> str:
@@ -147,12 +188,7 @@ def render(m: StreamMessage, as_json: bool) -> str:
                                      if k not in ("x-stream-offset", "x-stream-filter-value")}),
             "body": jsonable(m.body),
         }, ensure_ascii=False, sort_keys=False)
-    body = m.body
-    if isinstance(body, str):
-        return body
-    if isinstance(body, (bytes, bytearray, memoryview)):
-        return bytes(body).decode("utf-8", "replace")
-    return json.dumps(jsonable(body), ensure_ascii=False)
+    return body_text(m.body)
 
 
 def describe(value: Any) -> str:
@@ -162,7 +198,10 @@ def describe(value: Any) -> str:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        start = parse_start(args.start)
+        try:
+            start = parse_start(args.start)
+        except ValueError as exc:
+            raise ValueError(f"--from: {exc} ({FROM_SYNTAX})") from None
         amqp_props, app_props = split_properties(args.property)
         if args.sql is not None and (amqp_props or app_props):
             raise ValueError("--sql and --property are alternatives: a link has one kind of stage-2 filter")
@@ -178,10 +217,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"amqp-stream consume: error: {exc}", file=sys.stderr)
         return 2
-    wanted = set(args.filter)
-    check_values = bool(wanted) and not args.raw
+    check = _Check(args.filter, args.check, args.match_unfiltered) \
+        if args.filter and not args.raw and args.check != "none" else None
     err = _Err()
-    printed = 0
+    printed = seen = 0
     try:
         with open_client(args) as client:
             with client.consumer(args.stream, offset=start, filter_values=args.filter or None,
@@ -199,16 +238,24 @@ def run(args: argparse.Namespace) -> int:
                 for key in missing:
                     err.warn(f"the broker left out filter {key} ({describe(consumer.requested_filters[key])}): "
                              "it is not applied")
-                for m in _messages(consumer, args.no_follow):
-                    if check_values and not (m.filter_value in wanted or
-                                             (args.match_unfiltered and m.filter_value is None)):
-                        consumer.accept(m)
-                        continue
-                    print(render(m, args.json), flush=True)
-                    consumer.accept(m)  # a named consumer: done with it (else a no-op)
-                    printed += 1
-                    if args.count is not None and printed >= args.count:
-                        break
+                try:
+                    for m in _messages(consumer, args.no_follow):
+                        seen += 1
+                        if check is not None and not check.keep(m):
+                            if check.missing == 1 and check.value(m) is None:
+                                # say why at once: a following consume may print nothing for long
+                                err.warn(f"dropping messages with {check.where()} (offset "
+                                         f"{m.offset} the first): {check.advice()}")
+                            consumer.accept(m)
+                            continue
+                        print(render(m, args.json), flush=True)
+                        consumer.accept(m)  # a named consumer: done with it (else a no-op)
+                        printed += 1
+                        if args.count is not None and printed >= args.count:
+                            break
+                finally:
+                    if check is not None:
+                        check.report(err, seen)
     except StreamNotFound:
         return fail("consume", f"stream {args.stream!r} not found")
     except ClientError as exc:

@@ -15,7 +15,8 @@ holds. Both are derived data: a chunk they do not cover, or an entry or table wh
 is read whole or walked, so neither is a problem.
 
 Exit code 0 when every chunk is whole, indexed and passes its CRC; 1 when something is not
-(a torn or corrupt chunk, an index disagreeing with its segment, an orphan or a stale file).
+(a torn or corrupt chunk, an index disagreeing with its segment, an orphan or a stale file); 2
+when the path is no stream's log (missing, not a directory, or without segment or index files).
 """
 
 from __future__ import annotations
@@ -63,8 +64,8 @@ def _iso(ms: int) -> str:
 def run(args: argparse.Namespace) -> int:
     directory = args.directory
     if not os.path.isdir(directory):
-        print(f"amqp-stream inspect: {directory}: not a directory", file=sys.stderr)
-        return 1
+        print(f"amqp-stream inspect: error: {directory}: not a directory", file=sys.stderr)
+        return 2  # bad usage, as for a directory that is not a stream's log (find_log)
     directory = find_log(directory, "inspect")
     if directory is None:
         return 2

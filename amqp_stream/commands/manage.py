@@ -15,6 +15,7 @@ from typing import Any
 
 from amqp_stream.client import ClientError, ManagementError, StreamNotFound, queue_address
 from amqp_stream.commands.connect import add_connection_arguments, fail, open_client
+from amqp_stream.words import plural
 
 # option dest -> stream argument (amqp-interface.md "Stream arguments")
 STREAM_ARGUMENTS: dict[str, str] = {
@@ -70,8 +71,11 @@ def run(args: argparse.Namespace) -> int:
                 verb = "created" if status == 201 else "exists"
                 print(f"{verb} {args.stream}")
             elif command == "delete":
+                # deleting a missing stream succeeds (RabbitMQ's semantics), but say so
+                existed = client.exists(args.stream)
                 count = client.delete(args.stream)
-                print(f"deleted {args.stream} ({count} messages)")
+                print(f"deleted {args.stream} ({plural(count, 'message')})" if existed else
+                      f"no stream {args.stream}: nothing deleted")
             else:
                 info = client.info(args.stream)
                 json.dump(info, sys.stdout, indent=2, sort_keys=True, default=str)
@@ -80,6 +84,9 @@ def run(args: argparse.Namespace) -> int:
         return fail(command, f"stream {args.stream!r} not found")
     except ManagementError as exc:
         reason = exc.body if isinstance(exc.body, str) else json.dumps(exc.body, default=str)
+        if exc.status == 409 and "exists with other arguments" in reason:
+            # the broker's reason says it all (and names the arguments that differ)
+            return fail(command, reason.removeprefix("PRECONDITION_FAILED: "))
         what = {409: "exists with other arguments", 400: "refused"}.get(exc.status, f"answered {exc.status}")
         return fail(command, f"stream {args.stream!r} {what}: {reason}")
     except ClientError as exc:

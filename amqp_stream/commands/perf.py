@@ -14,7 +14,9 @@ and consumers on this machine read from the same clock.
 Each producer and consumer runs in its own thread with its own connection (the client is
 blocking and not shared). On a terminal a live table shows the rates every second; otherwise one
 plain line per second. The summary at the end is `key: value` lines, easy to parse; Ctrl-C stops
-the run, prints the summary so far, deletes a temporary stream and exits 130.
+the run, prints the summary so far, deletes a temporary stream and exits 130; a consumer's
+saving then counts only the part of the stream it had read (``read_span``: from its first
+delivery to its last), not what it had not reached.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 from amqp_stream.client import ClientError, PublishError, build_message
 from amqp_stream.client.stream import DEFAULT_STREAM_URL, offset_spec, parse_stream_url
 from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
-from amqp_stream.commands.consume import parse_start
+from amqp_stream.commands.consume import FROM_SYNTAX, parse_start
 from amqp_stream.commands.filters import check_filters
 
 _GRACE_S = 30.0  # after the producers stop, at most this long for consumers to catch up
@@ -89,6 +91,18 @@ class Counters:
     errors: int = 0
     latencies_ms: list[float] = field(default_factory=list)
     error: str | None = None
+    first_offset: int | None = None  # a consumer's first and last delivered offsets
+    last_offset: int | None = None
+
+    def delivered(self, offset: int) -> None:
+        if self.first_offset is None:
+            self.first_offset = offset
+        self.last_offset = offset
+
+    def span(self) -> int:
+        """Offsets from the first delivered message to the last one: the part of the stream a
+        consumer has read (stage 1 may have skipped chunks inside it, never outside)."""
+        return 0 if self.last_offset is None else self.last_offset - (self.first_offset or 0) + 1
 
 
 def value_of(n: int, run: int, values: list[str]) -> str | None:
@@ -172,6 +186,8 @@ def _consumer(args, interrupted: threading.Event, counters: Counters, started: t
                 body = m.body
                 counters.bytes += len(body) if isinstance(body, (bytes, str)) else 0
                 counters.messages += 1
+                if m.offset is not None:
+                    counters.delivered(m.offset)
                 if not wanted or m.filter_value in wanted or (args.match_unfiltered and m.filter_value is None):
                     counters.matched += 1
                 ts = m.application_properties.get("ts")
@@ -220,7 +236,10 @@ def run(args: argparse.Namespace) -> int:
     if args.window is None:
         args.window = 10_000 if over_stream else 256
     try:
-        args.offset = parse_start(args.start)
+        try:
+            args.offset = parse_start(args.start)
+        except ValueError as exc:
+            raise ValueError(f"--from: {exc}" + ("" if over_stream else f" ({FROM_SYNTAX})")) from None
         if over_stream:
             parse_stream_url(args.stream_url)
             args.start_spec = args.start
@@ -356,9 +375,13 @@ def _summary(args, producers: list[Counters], consumers: list[Counters], publish
     if interrupted:
         lines.append(("interrupted", "true"))
     for i, c in enumerate(consumers):
-        saving = 100.0 * (1 - c.messages / baseline) if baseline else 0.0
+        # Interrupted, a consumer has not read the whole stream: what it has not reached is no
+        # saving of the filters. The yardstick is then the part it read (read_span).
+        read = min(baseline, c.span()) if interrupted else baseline
+        saving = 100.0 * (1 - c.messages / read) if read else 0.0
         lines.append((f"consumer_{i}", f"delivered={c.messages} matched={c.matched} "
-                                       f"bytes={c.bytes} saving={saving:.1f}%"))
+                                       f"bytes={c.bytes} saving={saving:.1f}%"
+                                       + (f" read_span={read}" if interrupted else "")))
     for key, value in lines:
         print(f"{key}: {value}")
     sys.stdout.flush()

@@ -146,6 +146,8 @@ def consumer(args: Any, interrupted: threading.Event, counters: Any, started: th
         records = decode_records(bytes(chunk[CHUNK_HEADER.size:]), header.chunk_id,
                                  entries=header.num_entries)
         counters.bytes += sum(len(body) for _, body in records)
+        for offset, _ in records[:1] + records[-1:]:
+            counters.delivered(offset)
         if wanted:
             for _, body in records:
                 value = MessageView.from_bytes(body).application_properties.get("value")

@@ -22,10 +22,12 @@ from typing import Any, Callable, Iterator, TextIO
 from amqp_stream.client import ClientError, PublishError, StreamNotFound, build_message
 from amqp_stream.commands import interrupt
 from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
+from amqp_stream.words import plural
 
 _SIMPLE = (str, bool, int, float, type(None))
 _LONG = range(-2**63, 2**63)
 PROGRESS_INTERVAL_S = 2.0
+INTERRUPT_WAIT_S = 5.0  # after Ctrl-C, at most this long for the outcomes of what was sent
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -117,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         return fail("publish", f"cannot read {args.file}: {exc.strerror}")
     total_bytes = os.fstat(source.fileno()).st_size if args.file else None
     progress = _Progress(total_bytes) if is_terminal(sys.stderr) else None
-    sent = 0
+    sent = number = 0
     ticker = None
     try:
         with open_client(args) as client, client.publisher(args.stream, window=args.window) as pub:
@@ -143,6 +145,12 @@ def run(args: argparse.Namespace) -> int:
                     pub.send(build_message(body, application_properties=props or None, filter_value=value))
                     sent += 1
                 outcomes = pub.flush(check=False)
+            except KeyboardInterrupt:
+                if progress:
+                    progress.stop(sent)
+                    progress = None
+                _report_interrupt(pub, args.stream, sent, number)
+                raise  # exit 130 (the connection is dropped: client.leave)
             finally:
                 if progress:
                     progress.stop(sent)
@@ -164,8 +172,24 @@ def run(args: argparse.Namespace) -> int:
         first = bad[0]
         return fail("publish", f"{len(bad)} of {sent} message(s) not accepted; first: message #{first.seq + 1} "
                                f"{first.state} ({first.condition or 'no condition'})")
-    print(f"published {sent} messages to {args.stream}")
+    print(f"published {plural(sent, 'message')} to {args.stream}")
     return 0
+
+
+def _report_interrupt(pub: Any, stream: str, sent: int, line: int) -> None:
+    """After Ctrl-C: how many messages the broker confirmed, so the user knows what to publish
+    again. The outcomes already sent back are collected (a short wait, at most
+    ``INTERRUPT_WAIT_S``; a second Ctrl-C ends the process at once)."""
+    pub.timeout = min(pub.timeout, INTERRUPT_WAIT_S)
+    try:
+        pub.flush(check=False)
+    except (ClientError, KeyboardInterrupt):
+        pass  # what has come is counted; the rest stays unconfirmed
+    failed = len(pub.failed)
+    unconfirmed = max(0, sent - pub.accepted - failed)
+    print(f"amqp-stream publish: interrupted after input line {line}: {plural(sent, 'message')} sent "
+          f"to {stream}, {pub.accepted} confirmed, {failed} not accepted, {unconfirmed} unconfirmed "
+          "(they may or may not be stored)", file=sys.stderr, flush=True)
 
 
 class _Ticker:

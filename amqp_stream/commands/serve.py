@@ -25,14 +25,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                 help=help_text)
         else:
             choices = config_mod._CHOICES.get(f.name) if f.name != "log_level" else None
+            if default is not None and "default" not in help_text:  # else the help says it better
+                help_text += f" (default: {default})"
             parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper() if not choices else None,
-                                choices=choices, help=f"{help_text} (default: {default})")
+                                choices=choices, help=help_text)
 
 
 def run(args: argparse.Namespace) -> int:
     cli = {f.name: getattr(args, f.name, None) for f in fields(config_mod.BrokerConfig)}
     try:
         config = config_mod.load(cli, config_file=args.config)
+        if config.data_dir.exists() and not config.data_dir.is_dir():
+            raise config_mod.ConfigError(f"data_dir {config.data_dir} is a file, not a directory "
+                                         "(--data-dir names the directory holding the streams)")
         from amqp_stream.server import Broker
         broker = Broker(config)
     except config_mod.ConfigError as exc:

@@ -35,3 +35,14 @@ def test_inspect_and_read_find_the_log_or_exit_2(tmp_path):
         r = cli(command[0], str(empty), *command[1:])
         assert r.returncode == 2 and r.stdout == ""
         assert "no segment or index files here" in r.stderr
+
+
+def test_a_missing_path_is_bad_usage_as_docs_storage_md_says(tmp_path):
+    """docs/storage.md: a path that is no stream's log is refused with exit 2."""
+    for command in (["inspect"], ["read", "--no-follow"]):
+        for path in (tmp_path / "missing", tmp_path / "a-file"):
+            if path.name == "a-file":
+                path.write_text("")
+            r = cli(command[0], str(path), *command[1:])
+            assert (r.returncode, r.stdout) == (2, "")
+            assert r.stderr == f"amqp-stream {command[0]}: error: {path}: not a directory\n"

@@ -28,7 +28,7 @@ def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
 
 
 def _records(out: str) -> list[tuple[int, bytes]]:
-    return [(o["offset"], base64.b64decode(o["body_b64"]))
+    return [(o["offset"], base64.b64decode(o["message_b64"]))
             for o in map(json.loads, out.splitlines())]
 
 
@@ -97,8 +97,8 @@ def test_read_json_all_records_and_filters():
     bad = run("read", FIXTURE, "--from", "yesterday", ok=False)
     assert bad.returncode == 2 and "offset spec" in bad.stderr
     missing = run("read", FIXTURE + "-missing", ok=False)
-    assert missing.returncode == 1 and "not a directory" in missing.stderr
-    assert run("inspect", FIXTURE + "-missing", ok=False).returncode == 1
+    assert missing.returncode == 2 and "not a directory" in missing.stderr
+    assert run("inspect", FIXTURE + "-missing", ok=False).returncode == 2
 
 
 def test_read_follows_a_stream_being_written(tmp_path):

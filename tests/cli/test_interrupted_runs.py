@@ -1,0 +1,74 @@
+"""Ctrl-C in the middle of a run (issue 25 item 22): `publish --file` says how many messages
+the broker confirmed; `perf` does not count what a consumer had not reached as a saving of the
+filters. Real subprocesses, a real SIGINT, the session broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.cli.test_commands import _consumer_figures, _summary, cli
+from tests.polling import wait_for
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _popen(*args: str) -> subprocess.Popen:
+    env = dict(os.environ)
+    env.pop("AMQP_STREAM_URL", None)
+    return subprocess.Popen([sys.executable, "-m", "amqp_stream", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def test_ctrl_c_during_publish_file_says_how_many_were_confirmed(broker, stream_name, tmp_path):
+    path = tmp_path / "many.txt"
+    path.write_text("".join(f"line {n}\n" for n in range(2_000_000)))  # far more than 2 s worth
+    assert cli("declare", stream_name, url=broker.url).returncode == 0
+    proc = _popen("publish", stream_name, "--file", str(path), "--url", broker.url)
+    try:
+        assert proc.stderr.readline().startswith("amqp-stream publish: progress: ")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and out == ""
+    report = next(line for line in err.splitlines() if "interrupted" in line)
+    words = report.split()
+    sent = int(words[words.index("sent") - 2])
+    confirmed = int(words[words.index("confirmed,") - 1])
+    unconfirmed = int(words[words.index("unconfirmed") - 1])
+    assert report.startswith("amqp-stream publish: interrupted after input line ")
+    assert 0 < confirmed <= sent < 2_000_000 and confirmed + unconfirmed == sent
+
+    def stored() -> int:
+        return json.loads(cli("info", stream_name, url=broker.url).stdout)["message_count"]
+    # confirmed ones are stored (the count may trail the confirms for a moment); unconfirmed
+    # ones may be
+    wait_for(lambda: stored() >= confirmed, 30, f"{confirmed} confirmed messages in the stream")
+    assert stored() <= sent
+    cli("delete", stream_name, url=broker.url)
+
+
+def test_perf_after_ctrl_c_reports_no_saving_for_an_unfiltered_consumer(broker):
+    proc = _popen("perf", "--duration", "600", "--url", broker.url)  # as fast as it goes
+    try:
+        assert proc.stderr.readline().startswith("progress: t=1s")
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    summary = _summary(out)
+    figures = _consumer_figures(summary["consumer_0"])
+    assert summary["interrupted"] == "true" and int(figures["delivered"]) > 0
+    # unfiltered: everything it read was delivered, whatever it had not reached yet
+    assert figures["saving"] == "0.0%"
+    assert figures["read_span"] == figures["delivered"]
+    assert int(figures["read_span"]) <= int(summary["published"])
