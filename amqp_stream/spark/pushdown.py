@@ -9,9 +9,12 @@ Spark gives ``pushFilters`` a list of simple predicates that are ANDed. We trans
 - Predicates on declared columns (the ``properties`` option) -> one ``amqp:sql-filter``
   expression over application properties (AMQP property columns use ``properties.<name>``).
   Names that are not plain identifiers or are reserved words go in ``[delimited]`` form.
-  Predicates whose meaning is the same in Spark and in the broker's SQL (strings, integers,
-  booleans) are left to the broker alone; the others (floating point, whose NaN ordering
-  differs) are pushed and also handed back to Spark, so results never depend on pushdown.
+  The broker sees the raw AMQP value, Spark the value converted to the declared type
+  (``mapping.to_spark``: a string property declared INT, an int declared STRING), so each clause
+  is exact only for raw values of the declared type's own kind and lets every other present
+  value through; every such predicate is handed back to Spark. So the broker drops only
+  messages whose rows fail the predicate, and results never depend on pushdown
+  (``tests/spark/test_pushdown_equivalence.py`` checks it on random schemas and predicates).
 - Comparisons of ``offset`` with integers narrow the offset ranges planned (Spark checks them
   too, so ``offset IN (3, 900)`` reads 3..900 and Spark keeps the two).
 - Everything else stays with Spark.
@@ -27,22 +30,20 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from pyspark.sql.datasource import (EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In, IsNotNull,
-                                    IsNull, LessThan, LessThanOrEqual, Not, StringContains,
-                                    StringEndsWith, StringStartsWith)
-from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, DoubleType, FloatType,
-                               IntegerType, LongType, ShortType, StringType)
+                                    IsNull, LessThan, LessThanOrEqual, Not, StringEndsWith, StringStartsWith)
+from pyspark.sql.types import (BooleanType, ByteType, DataType, DoubleType, IntegerType, LongType,
+                               ShortType, StringType)
 
+import sqlfilter
 from amqp_stream.client import PROPERTY_NAMES
 
-__all__ = ["Pushdown", "plan_pushdown", "sql_identifier", "sql_literal"]
+__all__ = ["Pushdown", "plan_pushdown", "sql_identifier", "sql_literal", "fits"]
 
 FILTER_VALUE_COLUMN = "filter_value"
 OFFSET_COLUMN = "offset"
 _IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _RESERVED = {"AND", "OR", "NOT", "LIKE", "IN", "IS", "NULL", "ESCAPE", "TRUE", "FALSE", "UTC",
              "BETWEEN", "EXISTS", "INF", "NAN", "LOWER", "UPPER", "LEFT", "RIGHT", "SUBSTRING", "DATE"}
-_EXACT_TYPES = (StringType, ByteType, ShortType, IntegerType, LongType, BooleanType, BinaryType)
-_PUSHABLE_TYPES = _EXACT_TYPES + (FloatType, DoubleType)
 _ESCAPE = "!"
 
 
@@ -127,42 +128,89 @@ def _like(text: str) -> str:
     return "".join(_ESCAPE + c if c in "%_" + _ESCAPE else c for c in text)
 
 
-def _predicate(f: Filter, columns: Mapping[str, DataType]) -> tuple[str, bool] | None:
-    """(SQL text, exact) for a filter on declared columns, or None if not translatable."""
+# What the broker's SQL sees of a value of each pushable declared type when the raw AMQP value
+# is of that type's own kind ("natural": string/symbol for STRING, an integer, char or timestamp
+# for the integer types, a finite float for DOUBLE, a boolean for BOOLEAN): there the broker's
+# three-valued answer is Spark's on the converted value. For any other raw value (a string
+# property declared INT, say) the conversion may give anything, so the clause lets it through
+# and Spark decides. ``_UNNATURAL`` is true, never unknown, for a value not of the natural kind.
+_UNNATURAL: list[tuple[tuple[type, ...], str]] = [
+    ((StringType,), "LOWER({x}) IS NULL"),
+    ((ByteType, ShortType, IntegerType, LongType), "({x} % 1) IS NULL"),
+    ((DoubleType,), "({x} + 0.0) IS NULL OR ({x} % 1) IS NOT NULL"),
+    ((BooleanType,), "({x} AND TRUE) IS NULL"),
+]
+_COMPARISONS = {EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<="}
+
+
+def _literal_fits(value: Any, dtype: DataType) -> bool:
+    """A literal of the column's own family (so the broker compares as Spark does)."""
+    if isinstance(dtype, StringType):
+        return isinstance(value, str)
+    if isinstance(dtype, BooleanType):
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if isinstance(dtype, DoubleType):
+        return isinstance(value, (int, float)) and math.isfinite(value)
+    return isinstance(value, int)
+
+
+def _natural(f: Filter, name: str, dtype: DataType) -> str | None:
+    """SQL whose answer equals Spark's for raw values of the column's natural kind, or None."""
     if isinstance(f, Not):
-        inner = _predicate(f.child, columns)
-        return (f"NOT ({inner[0]})", inner[1]) if inner else None
-    attr = getattr(f, "attribute", None)
+        inner = _natural(f.child, name, dtype) if not isinstance(f.child, (IsNull, IsNotNull)) else None
+        return f"NOT ({inner})" if inner else None
+    if isinstance(f, In):
+        if not f.value or not all(_literal_fits(v, dtype) for v in f.value):
+            return None
+        return f"{name} IN ({', '.join(sql_literal(v) for v in f.value)})"
+    op = _COMPARISONS.get(type(f))
+    if op is not None:
+        if not _literal_fits(f.value, dtype) or (isinstance(dtype, BooleanType) and op != "="):
+            return None  # the broker orders booleans as false, Spark as false < true
+        return f"{name} {op} {sql_literal(f.value)}"
+    if isinstance(f, (StringStartsWith, StringEndsWith)) and isinstance(dtype, StringType):
+        # one '%': a prefix/suffix compare on the broker (two '%' would not cross line feeds)
+        pattern = _like(f.value) + "%" if isinstance(f, StringStartsWith) else "%" + _like(f.value)
+        return f"{name} LIKE {sql_literal(pattern)} ESCAPE '{_ESCAPE}'"
+    return None
+
+
+def _predicate(f: Filter, columns: Mapping[str, DataType]) -> str | None:
+    """A broker SQL clause true for every message whose row passes ``f`` (more may pass: Spark
+    still evaluates ``f``), or None if there is none worth sending."""
+    attr = getattr(f, "attribute", None) if not isinstance(f, Not) else getattr(f.child, "attribute", None)
     if attr is None or len(attr) != 1 or attr[0] not in columns:
         return None
     dtype = columns[attr[0]]
-    if not isinstance(dtype, _PUSHABLE_TYPES):
-        return None
-    exact = isinstance(dtype, _EXACT_TYPES)
-    name = sql_identifier(attr[0])
     try:
-        if isinstance(f, IsNull):
-            return f"{name} IS NULL", exact
-        if isinstance(f, IsNotNull):
-            return f"{name} IS NOT NULL", exact
-        if isinstance(f, In):
-            if not f.value or any(v is None for v in f.value):
-                return None
-            return f"{name} IN ({', '.join(sql_literal(v) for v in f.value)})", exact
-        ops = {EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<="}
-        op = ops.get(type(f))
-        if op is not None:
-            if f.value is None:
-                return None
-            return f"{name} {op} {sql_literal(f.value)}", exact
-        if isinstance(f, (StringStartsWith, StringEndsWith, StringContains)) and isinstance(dtype, StringType):
-            pattern = _like(f.value)
-            pattern = {StringStartsWith: pattern + "%", StringEndsWith: "%" + pattern,
-                       StringContains: "%" + pattern + "%"}[type(f)]
-            return f"{name} LIKE {sql_literal(pattern)} ESCAPE '{_ESCAPE}'", exact
+        name = sql_identifier(attr[0])
+        if isinstance(f, IsNotNull):  # a row's value is null when the property is absent
+            return f"EXISTS({name})"
+        guard = next((g for types, g in _UNNATURAL if isinstance(dtype, types)), None)
+        natural = _natural(f, name, dtype) if guard is not None else None
     except ValueError:
         return None
-    return None
+    if natural is None:
+        return None
+    return f"({natural}) OR (EXISTS({name}) AND ({guard.format(x=name)}))"
+
+
+def _and(clauses: list[str]) -> str | None:
+    return " AND ".join(f"({c})" if len(clauses) > 1 else c for c in clauses) or None
+
+
+def fits(sql: str | None) -> bool:
+    """Within what the broker compiles (4096 characters, 200 tokens): a longer text would make
+    the broker refuse the filter, so further clauses are left to Spark."""
+    if sql is None:
+        return True
+    try:
+        sqlfilter.compile_sql(sql)
+    except sqlfilter.FilterError:
+        return False
+    return True
 
 
 def plan_pushdown(filters: Iterable[Filter], columns: Mapping[str, DataType]) -> tuple[Pushdown, list[Filter]]:
@@ -190,12 +238,9 @@ def plan_pushdown(filters: Iterable[Filter], columns: Mapping[str, DataType]) ->
             rest.append(f)
             continue
         pred = _predicate(f, columns)
-        if pred is None:
-            rest.append(f)
-            continue
-        clauses.append(pred[0])
-        pushed.append(repr(f))
-        if not pred[1]:
-            rest.append(f)
-    sql = " AND ".join(f"({c})" if len(clauses) > 1 else c for c in clauses) or None
+        if pred is not None and fits(_and(clauses + [pred])):  # else left to Spark alone
+            clauses.append(pred)
+            pushed.append(repr(f))
+        rest.append(f)  # the SQL clause may let more through (see _predicate): Spark checks
+    sql = _and(clauses)
     return Pushdown(tuple(sorted(values)) if values is not None else None, sql, pushed, start, end), rest

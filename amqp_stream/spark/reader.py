@@ -31,7 +31,7 @@ from amqp_stream import client as amqp
 from amqp_stream.spark.mapping import declared_columns, message_to_row
 from amqp_stream.spark.offsets import OffsetRange, resolve, split
 from amqp_stream.spark.options import SourceOptions
-from amqp_stream.spark.pushdown import Pushdown, plan_pushdown
+from amqp_stream.spark.pushdown import Pushdown, fits, plan_pushdown
 
 __all__ = ["BatchReader", "PushdownBatchReader", "StreamReader", "read_range", "stream_bounds",
            "start_offset", "store_progress"]
@@ -88,6 +88,8 @@ def _merge(a: Pushdown, b: Pushdown) -> Pushdown:
         values = b.filter_values if values is None else tuple(v for v in values if v in b.filter_values)
     sqls = [s for s in (a.sql, b.sql) if s]
     sql = " AND ".join(f"({s})" for s in sqls) if len(sqls) > 1 else (sqls[0] if sqls else None)
+    if not fits(sql):  # b's clauses are all checked by Spark too: the broker gets a's alone
+        sql = a.sql
     end = a.offset_end if b.offset_end is None else (b.offset_end if a.offset_end is None else min(a.offset_end, b.offset_end))
     return Pushdown(values, sql, a.pushed + b.pushed, max(a.offset_start, b.offset_start), end)
 

@@ -145,6 +145,7 @@ def test_spark_reads_the_whole_matrix(spark, broker, stream_name):
         got = [comparable(row[f"{t}__{i}"]) for i in range(len(DECLARED))]
         assert got == [comparable(e) for e in expected], (t, list(zip(DECLARED, got, expected, strict=True)))
     # the case: a declared STRING over an AMQP int matches its digits (Spark's filter)
-    unpushed = (spark.read.format("amqp-stream").option("url", broker.url).option("stream", stream_name)
-                .option("properties", "`int__0` STRING").option("pushdown", "false").load())
-    assert unpushed.where("`int__0` = '5'").count() == 1
+    for pushdown in ("false", "true"):
+        df = (spark.read.format("amqp-stream").option("url", broker.url).option("stream", stream_name)
+              .option("properties", "`int__0` STRING").option("pushdown", pushdown).load())
+        assert df.where("`int__0` = '5'").count() == 1, pushdown
