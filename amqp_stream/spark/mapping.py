@@ -364,6 +364,7 @@ def _jsonable(v: Any) -> Any:
 
 
 def _to_integer(v: Any, kind: str, dtype: DataType) -> int | None:
+    n: int | None
     if kind in ("integer", "timestamp"):
         n = int(v)
     elif kind == "boolean":
@@ -374,7 +375,7 @@ def _to_integer(v: Any, kind: str, dtype: DataType) -> int | None:
         n = int(v) if _INTEGER.match(v.strip()) else None
     else:
         return None
-    bits = _INT_RANGES[type(dtype)]
+    bits = _INT_RANGES[type(dtype)]  # type: ignore[index]  # _CONVERT sends integral types only
     return n if n is not None and -(1 << (bits - 1)) <= n < (1 << (bits - 1)) else None
 
 
@@ -389,7 +390,7 @@ def _to_float(v: Any, kind: str, dtype: DataType) -> float | None:
     else:
         return None
     if isinstance(dtype, FloatType) and math.isfinite(x):  # the nearest float32, as Spark stores it
-        x = struct.unpack("f", struct.pack("f", x))[0] if abs(x) <= _FLOAT32_MAX else None
+        return struct.unpack("f", struct.pack("f", x))[0] if abs(x) <= _FLOAT32_MAX else None
     return x
 
 
@@ -433,13 +434,15 @@ def _to_timestamp(v: Any, kind: str, dtype: DataType) -> dt.datetime | None:
 def _to_date(v: Any, kind: str, dtype: DataType) -> dt.date | None:
     if kind == "string":
         text = v.strip()
-        return dt.date.fromisoformat(text) if len(text) == 10 else _to_timestamp(v, kind, TimestampType()).date()
+        if len(text) == 10:
+            return dt.date.fromisoformat(text)
     t = _to_timestamp(v, kind, TimestampType())
     return t.date() if t is not None else None
 
 
 def _to_decimal(v: Any, kind: str, dtype: DataType) -> decimal.Decimal | None:
     assert isinstance(dtype, DecimalType)
+    d: decimal.Decimal | None
     if kind in ("integer", "timestamp"):
         d = decimal.Decimal(int(v))
     elif kind == "float":

@@ -57,6 +57,12 @@ class Pushdown:
     offset_start: int = 0          # offsets outside [offset_start, offset_end) are not read
     offset_end: int | None = None
 
+    def describe(self) -> str:
+        """What the broker is asked for, in words (``explain`` and partitions print it)."""
+        stage1 = ("no stage 1" if self.filter_values is None else
+                  f"stage 1 filter values {list(self.filter_values)} (each message's then checked exactly)")
+        return f"{stage1}; SQL filter: {self.sql if self.sql else 'none'}"
+
     def accepts(self, filter_value: str | None) -> bool:
         """The exact check behind stage 1."""
         return self.filter_values is None or filter_value in self.filter_values
@@ -167,6 +173,7 @@ def _natural(f: Filter, name: str, dtype: DataType) -> str | None:
         return f"{name} IN ({', '.join(sql_literal(v) for v in f.value)})"
     op = _COMPARISONS.get(type(f))
     if op is not None:
+        assert isinstance(f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual))
         if not _literal_fits(f.value, dtype) or (isinstance(dtype, BooleanType) and op != "="):
             return None  # the broker orders booleans as false, Spark as false < true
         return f"{name} {op} {sql_literal(f.value)}"
@@ -192,7 +199,7 @@ def _predicate(f: Filter, columns: Mapping[str, DataType]) -> str | None:
         natural = _natural(f, name, dtype) if guard is not None else None
     except ValueError:
         return None
-    if natural is None:
+    if natural is None or guard is None:
         return None
     return f"({natural}) OR (EXISTS({name}) AND ({guard.format(x=name)}))"
 
