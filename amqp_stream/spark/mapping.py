@@ -232,9 +232,12 @@ def _plain(row) -> list:
 # ``to_spark`` is the one table of conversions: an AMQP value (as proton decodes it) into a
 # value of the declared Spark type, or None when that value has no such reading (docs/spark.md,
 # "Declared columns"). Declared types it cannot fill at all fail at planning
-# (``check_readable``). The reading keeps each value's own meaning: numbers by value (an integer
-# column takes a float only when it is integral), timestamps as milliseconds since the epoch
-# (as the SQL filter sees them), text as text; never a Python repr.
+# (``check_readable``). Numbers, booleans and text keep the meaning the broker's SQL filter gives
+# them, so that pushdown can be exact: numeric columns take numbers only (an integer column a
+# float only when integral; the string '5' is no number, as '5' = 5 is false in the filter),
+# booleans booleans only, timestamps are milliseconds since the epoch; a STRING column gives
+# every scalar its text (5 -> '5'), and what the filter sees as null (NaN, infinities, lists,
+# maps, decimals) is null there too. Never a Python repr.
 
 _INT_RANGES = {ByteType: 8, ShortType: 16, IntegerType: 32, LongType: 64}
 _UNREADABLE = (DayTimeIntervalType, YearMonthIntervalType, VariantType, NullType, CalendarIntervalType)
@@ -317,25 +320,19 @@ def to_spark(value: Any, dtype: DataType) -> Any:
 def _to_string(v: Any, kind: str, dtype: DataType) -> str | None:
     if kind == "string":
         return str(v)
-    if kind in ("integer", "timestamp"):
-        return str(int(v)) if kind == "integer" else _iso(v)
+    if kind == "integer":
+        return str(int(v))
+    if kind == "timestamp":
+        return _iso(v)
     if kind == "boolean":
         return "true" if v else "false"
-    if kind == "float":
-        return _float_text(v)
+    if kind == "float":  # NaN and infinities are null to the SQL filter: null here too
+        return repr(v) if math.isfinite(v) else None
     if kind == "binary":
         return bytes(v).decode("utf-8")  # not UTF-8: no text (None)
     if kind == "uuid":
         return str(v)
-    return json.dumps(_jsonable(v), sort_keys=True, separators=(",", ":"))
-
-
-def _float_text(v: float) -> str:
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "Infinity" if v > 0 else "-Infinity"
-    return repr(v)
+    return None  # lists and maps (read them as ARRAY/MAP/STRUCT)
 
 
 def _iso(ms: int) -> str:
@@ -343,50 +340,23 @@ def _iso(ms: int) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
 
 
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, proton.Array):
-        return [_jsonable(x) for x in v.elements]
-    if isinstance(v, bool) or v is None:
-        return v
-    if isinstance(v, proton.timestamp):
-        return int(v)
-    if isinstance(v, (int, float)) and not isinstance(v, (proton.decimal32, proton.decimal64)):
-        return v if not isinstance(v, float) or math.isfinite(v) else _float_text(v)
-    if isinstance(v, (bytes, bytearray, memoryview)) and not isinstance(v, proton.decimal128):
-        return base64.b64encode(bytes(v)).decode()
-    if isinstance(v, (str, uuid.UUID)):
-        return str(v)
-    return None
-
-
 def _to_integer(v: Any, kind: str, dtype: DataType) -> int | None:
     n: int | None
     if kind in ("integer", "timestamp"):
         n = int(v)
-    elif kind == "boolean":
-        n = int(v)
     elif kind == "float":
         n = int(v) if math.isfinite(v) and v == int(v) else None
-    elif kind == "string":
-        n = int(v) if _INTEGER.match(v.strip()) else None
     else:
-        return None
+        return None  # not a number to the SQL filter either ('5' = 5 is false there)
     bits = _INT_RANGES[type(dtype)]  # type: ignore[index]  # _CONVERT sends integral types only
     return n if n is not None and -(1 << (bits - 1)) <= n < (1 << (bits - 1)) else None
 
 
 def _to_float(v: Any, kind: str, dtype: DataType) -> float | None:
-    if kind in ("integer", "timestamp", "boolean"):
+    if kind in ("integer", "timestamp"):
         x = float(int(v))
     elif kind == "float":
         x = v
-    elif kind == "string":
-        text = v.strip()
-        x = float({"Infinity": "inf", "-Infinity": "-inf"}.get(text, text))
     else:
         return None
     if isinstance(dtype, FloatType) and math.isfinite(x):  # the nearest float32, as Spark stores it
@@ -398,13 +368,7 @@ _FLOAT32_MAX = 3.4028234663852886e38
 
 
 def _to_boolean(v: Any, kind: str, dtype: DataType) -> bool | None:
-    if kind == "boolean":
-        return bool(v)
-    if kind in ("integer", "float"):
-        return None if v != v else v != 0
-    if kind == "string":
-        return {"true": True, "false": False}.get(v.strip().lower())
-    return None
+    return bool(v) if kind == "boolean" else None
 
 
 def _to_binary(v: Any, kind: str, dtype: DataType) -> bytes | None:

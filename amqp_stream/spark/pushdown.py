@@ -9,12 +9,10 @@ Spark gives ``pushFilters`` a list of simple predicates that are ANDed. We trans
 - Predicates on declared columns (the ``properties`` option) -> one ``amqp:sql-filter``
   expression over application properties (AMQP property columns use ``properties.<name>``).
   Names that are not plain identifiers or are reserved words go in ``[delimited]`` form.
-  The broker sees the raw AMQP value, Spark the value converted to the declared type
-  (``mapping.to_spark``: a string property declared INT, an int declared STRING), so each clause
-  is exact only for raw values of the declared type's own kind and lets every other present
-  value through; every such predicate is handed back to Spark. So the broker drops only
-  messages whose rows fail the predicate, and results never depend on pushdown
-  (``tests/spark/test_pushdown_equivalence.py`` checks it on random schemas and predicates).
+  Every such predicate is handed back to Spark, so the broker need only let through every
+  message whose row passes it; what each clause lets through is explained at ``_OTHER_KIND``.
+  So results never depend on pushdown (``tests/spark/test_pushdown_equivalence.py`` checks it
+  on random schemas, values and predicates).
 - Comparisons of ``offset`` with integers narrow the offset ranges planned (Spark checks them
   too, so ``offset IN (3, 900)`` reads 3..900 and Spark keeps the two).
 - Everything else stays with Spark.
@@ -24,8 +22,10 @@ Pure functions over ``pyspark.sql.datasource`` filter objects; tested without a 
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -134,19 +134,50 @@ def _like(text: str) -> str:
     return "".join(_ESCAPE + c if c in "%_" + _ESCAPE else c for c in text)
 
 
-# What the broker's SQL sees of a value of each pushable declared type when the raw AMQP value
-# is of that type's own kind ("natural": string/symbol for STRING, an integer, char or timestamp
-# for the integer types, a finite float for DOUBLE, a boolean for BOOLEAN): there the broker's
-# three-valued answer is Spark's on the converted value. For any other raw value (a string
-# property declared INT, say) the conversion may give anything, so the clause lets it through
-# and Spark decides. ``_UNNATURAL`` is true, never unknown, for a value not of the natural kind.
-_UNNATURAL: list[tuple[tuple[type, ...], str]] = [
+# The broker sees the raw AMQP value, Spark the value ``mapping.to_spark`` reads for the
+# declared type. For integer and boolean columns these agree wherever Spark's value is not null
+# (those columns take only numbers / booleans, by value), so the clause is the predicate itself.
+# A DOUBLE column also holds NaN and infinities (null to the broker) and integers beyond 2**53
+# (rounded by Spark), and a STRING column the text of any scalar ('5' for the int 5): there the
+# clause is exact only for the column's own kind (``_OTHER_KIND`` is true, never unknown, for a
+# value of any other kind, which is let through for Spark to decide), and an equality lists
+# every raw value whose text is the literal (``_string_candidates``), so that it stays a plain
+# ``=``/``IN`` for the broker's derived keys and prefilter.
+_OTHER_KIND: list[tuple[tuple[type, ...], str]] = [
     ((StringType,), "LOWER({x}) IS NULL"),
-    ((ByteType, ShortType, IntegerType, LongType), "({x} % 1) IS NULL"),
     ((DoubleType,), "({x} + 0.0) IS NULL OR ({x} % 1) IS NOT NULL"),
-    ((BooleanType,), "({x} AND TRUE) IS NULL"),
 ]
 _COMPARISONS = {EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<="}
+_ISO_MS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")
+
+
+def _string_candidates(text: str) -> list[Any]:
+    """Every value the broker may hold for a row whose STRING column reads ``text``
+    (``mapping.to_spark``): the text (string, symbol, UTF-8 binary), and the integer, boolean,
+    float, char code point, timestamp or uuid whose text it is."""
+    out: list[Any] = [text]
+    if re.fullmatch(r"-?[1-9][0-9]*|0", text):
+        out.append(int(text))
+    if text in ("true", "false"):
+        out.append(text == "true")
+    try:
+        x = float(text)
+        if math.isfinite(x) and repr(x) == text:
+            out.append(x)
+    except ValueError:
+        pass
+    if len(text) == 1:
+        out.append(ord(text))
+    if _ISO_MS.match(text):
+        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        out.append(round(t.timestamp() * 1000))
+    try:
+        u = uuid.UUID(text)
+        if str(u) == text:
+            out.append(u.bytes)
+    except ValueError:
+        pass
+    return out
 
 
 def _literal_fits(value: Any, dtype: DataType) -> bool:
@@ -191,17 +222,25 @@ def _predicate(f: Filter, columns: Mapping[str, DataType]) -> str | None:
     if attr is None or len(attr) != 1 or attr[0] not in columns:
         return None
     dtype = columns[attr[0]]
+    if not isinstance(dtype, (StringType, ByteType, ShortType, IntegerType, LongType, DoubleType, BooleanType)):
+        return None
     try:
         name = sql_identifier(attr[0])
         if isinstance(f, IsNotNull):  # a row's value is null when the property is absent
             return f"EXISTS({name})"
-        guard = next((g for types, g in _UNNATURAL if isinstance(dtype, types)), None)
-        natural = _natural(f, name, dtype) if guard is not None else None
+        if isinstance(dtype, StringType) and isinstance(f, (EqualTo, In)):
+            values = (f.value,) if isinstance(f, EqualTo) else f.value
+            if not values or not all(isinstance(v, str) for v in values):
+                return None
+            literals = list(dict.fromkeys(sql_literal(c) for v in values for c in _string_candidates(v)))
+            return f"{name} = {literals[0]}" if len(literals) == 1 else f"{name} IN ({', '.join(literals)})"
+        natural = _natural(f, name, dtype)
     except ValueError:
         return None
-    if natural is None or guard is None:
+    if natural is None:
         return None
-    return f"({natural}) OR (EXISTS({name}) AND ({guard.format(x=name)}))"
+    other = next((g for types, g in _OTHER_KIND if isinstance(dtype, types)), None)
+    return natural if other is None else f"({natural}) OR (EXISTS({name}) AND ({other.format(x=name)}))"
 
 
 def _and(clauses: list[str]) -> str | None:

@@ -49,27 +49,27 @@ def f32(x: float) -> float:
 N = None
 # AMQP type, value -> the value read as each DECLARED type (N: no reading as that type, null)
 EXPECTED = {
-    "boolean": (True, ["true", 1, 1, 1, 1, 1.0, 1.0, True, N, N, N, N, N, N, N, N]),
-    "ubyte": (proton.ubyte(200), ["200", N, 200, 200, 200, 200.0, 200.0, True, N, ts(200), ts(200), D70,
+    "boolean": (True, ["true", N, N, N, N, N, N, True, N, N, N, N, N, N, N, N]),
+    "ubyte": (proton.ubyte(200), ["200", N, 200, 200, 200, 200.0, 200.0, N, N, ts(200), ts(200), D70,
                                   Decimal("200.00"), N, N, N]),
-    "ushort": (proton.ushort(40000), ["40000", N, N, 40000, 40000, 40000.0, 40000.0, True, N, ts(40000),
+    "ushort": (proton.ushort(40000), ["40000", N, N, 40000, 40000, 40000.0, 40000.0, N, N, ts(40000),
                                       ts(40000), D70, Decimal("40000.00"), N, N, N]),
-    "uint": (proton.uint(3_000_000_000), ["3000000000", N, N, N, 3_000_000_000, 3e9, 3e9, True, N, ts(3e9),
+    "uint": (proton.uint(3_000_000_000), ["3000000000", N, N, N, 3_000_000_000, 3e9, 3e9, N, N, ts(3e9),
                                           ts(3e9), dt.date(1970, 2, 4), Decimal("3000000000.00"), N, N, N]),
-    "ulong": (proton.ulong(2**64 - 1), ["18446744073709551615", N, N, N, N, 2.0**64, 2.0**64, True, N, N, N, N,
+    "ulong": (proton.ulong(2**64 - 1), ["18446744073709551615", N, N, N, N, 2.0**64, 2.0**64, N, N, N, N, N,
                                         N, N, N, N]),
-    "byte": (proton.byte(-5), ["-5", -5, -5, -5, -5, -5.0, -5.0, True, N, ts(-5), ts(-5), dt.date(1969, 12, 31),
+    "byte": (proton.byte(-5), ["-5", -5, -5, -5, -5, -5.0, -5.0, N, N, ts(-5), ts(-5), dt.date(1969, 12, 31),
                                Decimal("-5.00"), N, N, N]),
-    "short": (proton.short(-300), ["-300", N, -300, -300, -300, -300.0, -300.0, True, N, ts(-300), ts(-300),
+    "short": (proton.short(-300), ["-300", N, -300, -300, -300, -300.0, -300.0, N, N, ts(-300), ts(-300),
                                    dt.date(1969, 12, 31), Decimal("-300.00"), N, N, N]),
-    "int": (proton.int32(5), ["5", 5, 5, 5, 5, 5.0, 5.0, True, N, ts(5), ts(5), D70, Decimal("5.00"), N, N, N]),
-    "long": (2**40, [str(2**40), N, N, N, 2**40, 2.0**40, 2.0**40, True, N, ts(2**40), ts(2**40),
+    "int": (proton.int32(5), ["5", 5, 5, 5, 5, 5.0, 5.0, N, N, ts(5), ts(5), D70, Decimal("5.00"), N, N, N]),
+    "long": (2**40, [str(2**40), N, N, N, 2**40, 2.0**40, 2.0**40, N, N, ts(2**40), ts(2**40),
                      dt.date(2004, 11, 3), N, N, N, N]),
-    "float": (proton.float32(1.5), ["1.5", N, N, N, N, 1.5, 1.5, True, N, ts(1.5), ts(1.5), D70, Decimal("1.50"),
+    "float": (proton.float32(1.5), ["1.5", N, N, N, N, 1.5, 1.5, N, N, ts(1.5), ts(1.5), D70, Decimal("1.50"),
                                     N, N, N]),
-    "double": (0.1, ["0.1", N, N, N, N, f32(0.1), 0.1, True, N, ts(0.1), ts(0.1), D70, Decimal("0.10"), N, N, N]),
+    "double": (0.1, ["0.1", N, N, N, N, f32(0.1), 0.1, N, N, ts(0.1), ts(0.1), D70, Decimal("0.10"), N, N, N]),
     "decimal32": (proton.decimal32(7), [N] * 16),
-    "char": (proton.char("A"), ["A", 65, 65, 65, 65, 65.0, 65.0, True, N, ts(65), ts(65), D70, Decimal("65.00"),
+    "char": (proton.char("A"), ["A", 65, 65, 65, 65, 65.0, 65.0, N, N, ts(65), ts(65), D70, Decimal("65.00"),
                                 N, N, N]),
     "timestamp": (proton.timestamp(1_700_000_000_123), [
         "2023-11-14T22:13:20.123Z", N, N, N, 1_700_000_000_123, f32(1.700000000123e12), 1.700000000123e12, N,
@@ -77,14 +77,15 @@ EXPECTED = {
     "uuid": (UUID, [str(UUID), N, N, N, N, N, N, N, UUID.bytes, N, N, N, N, N, N, N]),
     "binary": (b"caf\xc3\xa9", ["café", N, N, N, N, N, N, N, b"caf\xc3\xa9", N, N, N, N, N, N, N]),
     "not_utf8": (b"\xff\x00", [N, N, N, N, N, N, N, N, b"\xff\x00", N, N, N, N, N, N, N]),
-    "string": ("42", ["42", 42, 42, 42, 42, 42.0, 42.0, N, b"42", N, N, N, Decimal("42.00"), N, N, N]),
+    "string": ("42", ["42", N, N, N, N, N, N, N, b"42", N, N, N, Decimal("42.00"), N, N, N]),
     "symbol": (proton.symbol("2026-01-02T03:04:05"), [
         "2026-01-02T03:04:05", N, N, N, N, N, N, N, b"2026-01-02T03:04:05", dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
         dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), dt.date(2026, 1, 2), N, N, N, N]),
-    "true_text": ("True", ["True", N, N, N, N, N, N, True, b"True", N, N, N, N, N, N, N]),
+    "true_text": ("True", ["True", N, N, N, N, N, N, N, b"True", N, N, N, N, N, N, N]),
     "json_text": ('{"k": 1}', ['{"k": 1}', N, N, N, N, N, N, N, b'{"k": 1}', N, N, N, N, N, {"k": 1}, (1,)]),
-    "list": (["x", 3], ['["x",3]', N, N, N, N, N, N, N, N, N, N, N, N, ["x", "3"], N, N]),
-    "map": ({"k": 7}, ['{"k":7}', N, N, N, N, N, N, N, N, N, N, N, N, N, {"k": 7}, (7,)]),
+    "nan": (float("nan"), [N, N, N, N, N, "nan", "nan", N, N, N, N, N, N, N, N, N]),
+    "list": (["x", 3], [N, N, N, N, N, N, N, N, N, N, N, N, N, ["x", "3"], N, N]),
+    "map": ({"k": 7}, [N, N, N, N, N, N, N, N, N, N, N, N, N, N, {"k": 7}, (7,)]),
 }
 
 
@@ -108,6 +109,8 @@ def comparable(v):
         return bytes(v)
     if isinstance(v, tuple):
         return tuple(v)
+    if isinstance(v, float) and v != v:
+        return "nan"  # NaN equals nothing; the table writes it "nan"
     return v
 
 

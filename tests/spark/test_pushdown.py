@@ -62,7 +62,14 @@ def test_every_pushed_predicate_is_also_checked_by_spark():
     pd, rest = plan_pushdown([f, g], COLUMNS)
     assert rest == [f, g]
     assert pd.sql == ("((amount > 2.50000000000000000E0) OR (EXISTS(amount) AND ((amount + 0.0) IS NULL OR "
-                      "(amount % 1) IS NOT NULL))) AND ((n = 3) OR (EXISTS(n) AND ((n % 1) IS NULL)))")
+                      "(amount % 1) IS NOT NULL))) AND (n = 3)")
+
+
+def test_a_string_equality_lists_every_value_whose_text_it_is():
+    pd, _ = plan_pushdown([In(("region",), ("5", "eu"))], COLUMNS)
+    assert pd.sql == "region IN ('5', 5, 53, 'eu')"  # the string, the int, the char '5'
+    pd, _ = plan_pushdown([EqualTo(("region",), "eu")], COLUMNS)
+    assert pd.sql == "region = 'eu'"  # a plain equality: derived keys and the prefilter use it
 
 
 def test_a_pushed_text_stays_within_what_the_broker_compiles():
