@@ -4,6 +4,7 @@
 at-least-once and exactly-once contracts, consumer names and filter pushdown.
 """
 
+from amqp_stream.spark.explain import broker_requests, explain
 from amqp_stream.spark.source import AmqpStreamDataSource, register
 
-__all__ = ["AmqpStreamDataSource", "register"]
+__all__ = ["AmqpStreamDataSource", "register", "explain", "broker_requests"]

@@ -23,20 +23,25 @@ import datetime as dt
 import decimal
 import difflib
 import json
+import math
 import re
+import struct
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import proton
-from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, ByteType, DataType, DateType,
-                               DecimalType, DoubleType, FloatType, IntegerType, LongType, MapType,
+from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, ByteType, CalendarIntervalType,
+                               CharType, DataType, DateType, DayTimeIntervalType, DecimalType,
+                               DoubleType, FloatType, IntegerType, LongType, MapType, NullType,
                                ShortType, StringType, StructField, StructType, TimestampNTZType,
-                               TimestampType)
+                               TimestampType, VarcharType, VariantType, YearMonthIntervalType)
 
 from amqp_stream.client import PROPERTY_NAMES, StreamMessage, build_message
 
-__all__ = ["BASE_COLUMNS", "read_schema", "declared_columns", "WritePlan", "message_to_row", "to_spark"]
+__all__ = ["BASE_COLUMNS", "read_schema", "declared_columns", "check_readable", "WritePlan", "message_to_row",
+           "to_spark"]
 
 BASE_COLUMNS = StructType([
     StructField("offset", LongType(), False),
@@ -46,6 +51,7 @@ BASE_COLUMNS = StructType([
     StructField("application_properties", MapType(StringType(), StringType()), True),
 ])
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_STRING = StringType()
 
 
 _BASE_DDL = ("`offset` BIGINT NOT NULL, `timestamp` TIMESTAMP, `filter_value` STRING, `body` BINARY, "
@@ -112,7 +118,9 @@ def declared_columns(schema: StructType) -> StructType:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ValueError(f"properties option redefines column(s) {dup}")
-    return StructType(fields)
+    declared = StructType(fields)
+    check_readable(declared)
+    return declared
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -221,43 +229,238 @@ def _plain(row) -> list:
 
 
 # -- reading ---------------------------------------------------------------------------------
+#
+# ``to_spark`` is the one table of conversions: an AMQP value (as proton decodes it) into a
+# value of the declared Spark type, or None when that value has no such reading (docs/spark.md,
+# "Declared columns"). Declared types it cannot fill at all fail at planning
+# (``check_readable``). Numbers, booleans and text keep the meaning the broker's SQL filter gives
+# them, so that pushdown can be exact: numeric columns take numbers only (an integer column a
+# float only when integral; the string '5' is no number, as '5' = 5 is false in the filter),
+# booleans booleans only, timestamps are milliseconds since the epoch; a STRING column gives
+# every scalar its text (5 -> '5'), and what the filter sees as null (NaN, infinities, lists,
+# maps, decimals) is null there too. Never a Python repr.
+
+_INT_RANGES = {ByteType: 8, ShortType: 16, IntegerType: 32, LongType: 64}
+_UNREADABLE = (DayTimeIntervalType, YearMonthIntervalType, VariantType, NullType, CalendarIntervalType)
+_INTEGER = re.compile(r"[+-]?[0-9]+\Z")
+
+
+def check_readable(schema: StructType) -> None:
+    """``ValueError`` naming a declared column whose type no AMQP value converts to."""
+    for f in schema.fields:
+        bad = _unreadable(f.dataType)
+        if bad is not None:
+            raise ValueError(f"properties option: column {f.name}: type {bad.simpleString()} cannot be "
+                             f"read from an AMQP value (see docs/spark.md, 'Declared columns')")
+
+
+def _unreadable(dtype: DataType) -> DataType | None:
+    if isinstance(dtype, _UNREADABLE):
+        return dtype
+    if isinstance(dtype, ArrayType):
+        return _unreadable(dtype.elementType)
+    if isinstance(dtype, MapType):
+        return _unreadable(dtype.keyType) or _unreadable(dtype.valueType)
+    if isinstance(dtype, StructType):
+        return next((b for b in (_unreadable(f.dataType) for f in dtype.fields) if b is not None), None)
+    return None
+
+
+def _kind(value: Any) -> str:
+    """The AMQP type of a decoded value, as the conversion table names it."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (proton.decimal32, proton.decimal64, proton.decimal128)):
+        return "decimal"  # proton gives only the raw IEEE 754 bits
+    if isinstance(value, proton.timestamp):
+        return "timestamp"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, proton.char):
+        return "char"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "binary"
+    if isinstance(value, uuid.UUID):
+        return "uuid"
+    if isinstance(value, (list, tuple, proton.Array)):
+        return "list"
+    if isinstance(value, dict):
+        return "map"
+    return "other"  # described values
 
 
 def to_spark(value: Any, dtype: DataType) -> Any:
-    """An AMQP value as a value of ``dtype``; None when it does not convert."""
+    """An AMQP value as a value of ``dtype``; None when it has no reading as one."""
     if value is None:
         return None
-    try:
-        if isinstance(dtype, StringType):
-            if isinstance(value, (bytes, memoryview)):
-                return bytes(value).decode("utf-8", "replace")
+    kind = _kind(value)
+    if kind == "timestamp":
+        value = int(value)
+    elif kind == "char":  # text as text, a number as its code point (as the SQL filter sees it)
+        if isinstance(dtype, (StringType, CharType, VarcharType)):
             return str(value)
-        if isinstance(dtype, (LongType, IntegerType, ShortType, ByteType)):
-            if isinstance(value, bool):
-                return int(value)
-            return int(value) if isinstance(value, (int, float, decimal.Decimal)) else int(str(value))
-        if isinstance(dtype, (DoubleType, FloatType)):
-            return float(value)
-        if isinstance(dtype, BooleanType):
-            if isinstance(value, str):
-                return {"true": True, "false": False}.get(value.lower())
-            return bool(value)
-        if isinstance(dtype, BinaryType):
-            return bytes(value) if isinstance(value, (bytes, memoryview, bytearray)) else str(value).encode()
-        if isinstance(dtype, (TimestampType, TimestampNTZType)):
-            if isinstance(value, (int, float)):  # proton.timestamp is an int of ms
-                ts = _EPOCH + dt.timedelta(milliseconds=int(value))
-                return ts if isinstance(dtype, TimestampType) else ts.replace(tzinfo=None)
-            return dt.datetime.fromisoformat(str(value))
-        if isinstance(dtype, DateType):
-            return dt.date.fromisoformat(str(value)[:10])
-        if isinstance(dtype, DecimalType):
-            return decimal.Decimal(str(value))
-        if isinstance(dtype, (ArrayType, MapType, StructType)):
-            return json.loads(value) if isinstance(value, str) else value
-    except (ValueError, TypeError, ArithmeticError):
+        value, kind = ord(value), "integer"
+    elif kind == "float":
+        value = float(value)
+    elif isinstance(value, proton.Array):
+        value = list(value.elements)
+    if value is None or kind in ("decimal", "other"):
         return None
-    return value
+    try:
+        return _CONVERT[type(dtype)](value, kind, dtype)
+    except KeyError:  # types check_readable refuses never get here
+        raise ValueError(f"no AMQP value converts to {dtype.simpleString()}") from None
+    except (ValueError, TypeError, ArithmeticError, OverflowError):
+        return None
+
+
+def _to_string(v: Any, kind: str, dtype: DataType) -> str | None:
+    if kind == "string":
+        return str(v)
+    if kind == "integer":
+        return str(int(v))
+    if kind == "timestamp":
+        return _iso(v)
+    if kind == "boolean":
+        return "true" if v else "false"
+    if kind == "float":  # NaN and infinities are null to the SQL filter: null here too
+        return repr(v) if math.isfinite(v) else None
+    if kind == "binary":
+        return bytes(v).decode("utf-8")  # not UTF-8: no text (None)
+    if kind == "uuid":
+        return str(v)
+    return None  # lists and maps (read them as ARRAY/MAP/STRUCT)
+
+
+def _iso(ms: int) -> str:
+    t = _EPOCH + dt.timedelta(milliseconds=ms)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def _to_integer(v: Any, kind: str, dtype: DataType) -> int | None:
+    n: int | None
+    if kind in ("integer", "timestamp"):
+        n = int(v)
+    elif kind == "float":
+        n = int(v) if math.isfinite(v) and v == int(v) else None
+    else:
+        return None  # not a number to the SQL filter either ('5' = 5 is false there)
+    bits = _INT_RANGES[type(dtype)]  # type: ignore[index]  # _CONVERT sends integral types only
+    return n if n is not None and -(1 << (bits - 1)) <= n < (1 << (bits - 1)) else None
+
+
+def _to_float(v: Any, kind: str, dtype: DataType) -> float | None:
+    if kind in ("integer", "timestamp"):
+        x = float(int(v))
+    elif kind == "float":
+        x = v
+    else:
+        return None
+    if isinstance(dtype, FloatType) and math.isfinite(x):  # the nearest float32, as Spark stores it
+        return struct.unpack("f", struct.pack("f", x))[0] if abs(x) <= _FLOAT32_MAX else None
+    return x
+
+
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _to_boolean(v: Any, kind: str, dtype: DataType) -> bool | None:
+    return bool(v) if kind == "boolean" else None
+
+
+def _to_binary(v: Any, kind: str, dtype: DataType) -> bytes | None:
+    if kind == "binary":
+        return bytes(v)
+    if kind == "string":
+        return v.encode("utf-8")
+    if kind == "uuid":
+        return v.bytes
+    return None
+
+
+def _to_timestamp(v: Any, kind: str, dtype: DataType) -> dt.datetime | None:
+    if kind in ("integer", "timestamp"):
+        t = _EPOCH + dt.timedelta(milliseconds=int(v))
+    elif kind == "float":
+        t = _EPOCH + dt.timedelta(milliseconds=v)
+    elif kind == "string":
+        t = dt.datetime.fromisoformat(v.strip())
+        if t.tzinfo is None:
+            t = t.replace(tzinfo=dt.timezone.utc)
+    else:
+        return None
+    return t if isinstance(dtype, TimestampType) else t.astimezone(dt.timezone.utc).replace(tzinfo=None)
+
+
+def _to_date(v: Any, kind: str, dtype: DataType) -> dt.date | None:
+    if kind == "string":
+        text = v.strip()
+        if len(text) == 10:
+            return dt.date.fromisoformat(text)
+    t = _to_timestamp(v, kind, TimestampType())
+    return t.date() if t is not None else None
+
+
+def _to_decimal(v: Any, kind: str, dtype: DataType) -> decimal.Decimal | None:
+    assert isinstance(dtype, DecimalType)
+    d: decimal.Decimal | None
+    if kind in ("integer", "timestamp"):
+        d = decimal.Decimal(int(v))
+    elif kind == "float":
+        d = decimal.Decimal(repr(v)) if math.isfinite(v) else None
+    elif kind == "string":
+        d = decimal.Decimal(v.strip())
+    else:
+        return None
+    if d is None or not d.is_finite():
+        return None
+    q = d.quantize(decimal.Decimal(1).scaleb(-dtype.scale), rounding=decimal.ROUND_HALF_UP)
+    return q if len(q.as_tuple().digits) <= dtype.precision else None
+
+
+def _to_array(v: Any, kind: str, dtype: DataType) -> list | None:
+    assert isinstance(dtype, ArrayType)
+    if kind == "string":
+        v, kind = json.loads(v), "list"
+    if not isinstance(v, list):
+        return None
+    return [to_spark(x, dtype.elementType) for x in v]
+
+
+def _to_map(v: Any, kind: str, dtype: DataType) -> dict | None:
+    assert isinstance(dtype, MapType)
+    if kind == "string":
+        v = json.loads(v)
+    if not isinstance(v, dict):
+        return None
+    out = {}
+    for k, x in v.items():
+        key = to_spark(k, dtype.keyType)
+        if key is None:
+            return None  # Spark maps have no null keys
+        out[key] = to_spark(x, dtype.valueType)
+    return out
+
+
+def _to_struct(v: Any, kind: str, dtype: DataType) -> tuple | None:
+    assert isinstance(dtype, StructType)
+    if kind == "string":
+        v = json.loads(v)
+    if not isinstance(v, dict):
+        return None
+    fields = {str(k): x for k, x in v.items()}
+    return tuple(to_spark(fields.get(f.name), f.dataType) for f in dtype.fields)
+
+
+_CONVERT = {StringType: _to_string, CharType: _to_string, VarcharType: _to_string,
+            ByteType: _to_integer, ShortType: _to_integer, IntegerType: _to_integer, LongType: _to_integer,
+            FloatType: _to_float, DoubleType: _to_float, BooleanType: _to_boolean, BinaryType: _to_binary,
+            TimestampType: _to_timestamp, TimestampNTZType: _to_timestamp, DateType: _to_date,
+            DecimalType: _to_decimal, ArrayType: _to_array, MapType: _to_map, StructType: _to_struct}
 
 
 def _body_bytes(body: Any) -> bytes | None:
@@ -279,22 +482,9 @@ def message_to_row(m: StreamMessage, declared: StructType) -> tuple:
     ts = _EPOCH + dt.timedelta(milliseconds=ts_ms) if ts_ms is not None else None
     app = m.application_properties
     row = [m.offset, ts, m.filter_value, _body_bytes(m.body),
-           {str(k): _string(v) for k, v in app.items()}]
+           {str(k): to_spark(v, _STRING) for k, v in app.items()}]
     for f in declared.fields:
         source = m.properties if f.name in PROPERTY_NAMES else app
         row.append(to_spark(source.get(f.name), f.dataType))
     return tuple(row)
 
-
-def _string(v: Any) -> str | None:
-    if v is None:
-        return None
-    if isinstance(v, (bytes, memoryview)):
-        return bytes(v).hex()
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):  # proton.int32, proton.timestamp, ... print their class otherwise
-        return str(int(v))
-    if isinstance(v, float):
-        return str(float(v))
-    return str(v)

@@ -54,7 +54,7 @@ OPTION_NAMES = (
     "tlsVerify", "tlsPeerName", "timeout", "declare", "filterValueColumn", "window", "properties",
     "startingOffset", "startingTimestamp", "endingOffset", "numPartitions", "maxRecordsPerPartition",
     "maxRecordsPerTrigger", "credit", "pushdown", "filterValues", "matchUnfiltered", "sqlFilter",
-    "writeName", "exactlyOnce", "consumerName",
+    "writeName", "exactlyOnce", "consumerName", "failOnDataLoss",
 )
 # options Spark itself may pass along (``load(path)``, a streaming query's checkpoint)
 _SPARK_OPTIONS = ("path", "checkpointlocation")
@@ -125,6 +125,7 @@ class SourceOptions:
     match_unfiltered: bool = False
     sql_filter: str | None = None                  # explicit stage 2
     max_records_per_trigger: int | None = None     # streaming: offsets per micro-batch
+    fail_on_data_loss: bool = True                 # streaming: offsets removed before being read
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
@@ -173,6 +174,7 @@ class SourceOptions:
             match_unfiltered=_bool(opts.get("matchunfiltered"), False),
             sql_filter=opts.get("sqlfilter"),
             max_records_per_trigger=_int(opts, "maxrecordspertrigger", None),
+            fail_on_data_loss=_bool(opts.get("failondataloss"), True),
         )
 
     def connect(self) -> amqp.Client:

@@ -23,18 +23,47 @@ decides on the broker (``pushdown`` explains which predicates also go back to Sp
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 from typing import Iterator
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+try:  # PySpark >= 4.2: read limits and Trigger.AvailableNow for Python stream readers
+    from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
+                                                  SupportsTriggerAvailableNow)
+except ImportError:  # older: every micro-batch reads all there is; batch reads need none of it
+    ReadAllAvailable = ReadLimit = ReadMaxRows = None  # type: ignore[assignment,misc]
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        """Stands in for the mixin older PySpark lacks."""
+
+import sqlfilter
 
 from amqp_stream import client as amqp
 from amqp_stream.spark.mapping import declared_columns, message_to_row
 from amqp_stream.spark.offsets import OffsetRange, resolve, split
-from amqp_stream.spark.options import SourceOptions
-from amqp_stream.spark.pushdown import Pushdown, plan_pushdown
+from amqp_stream.spark.options import OptionError, SourceOptions
+from amqp_stream.spark.pushdown import Pushdown, fits, plan_pushdown
 
-__all__ = ["BatchReader", "PushdownBatchReader", "StreamReader", "read_range", "stream_bounds",
-           "start_offset", "store_progress"]
+__all__ = ["BatchReader", "PushdownBatchReader", "StreamReader", "ReadPartition", "read_range",
+           "stream_bounds", "start_offset", "store_progress"]
+
+_log = logging.getLogger("amqp_stream.spark")
+
+
+class ReadPartition(OffsetRange):
+    """A task's offset range and the filters it asks the broker for: carried by the partition so
+    that what ``amqp_stream.spark.explain`` shows is what the task sends."""
+
+    def __init__(self, start: int, end: int, pushdown: Pushdown):
+        super().__init__(start, end)
+        self.pushdown = pushdown
+
+    def __repr__(self) -> str:
+        return f"ReadPartition([{self.start}, {self.end}), {self.pushdown.describe()})"
+
+
+def _partitions(ranges: list[OffsetRange], pd: Pushdown) -> list[ReadPartition]:
+    return [ReadPartition(r.start, r.end, pd) for r in ranges]
 
 
 def stream_bounds(opts: SourceOptions) -> tuple[int, int]:
@@ -78,7 +107,15 @@ def offset_at(opts: SourceOptions, ms: int, first: int, next_: int) -> int:
 
 
 def explicit_pushdown(opts: SourceOptions) -> Pushdown:
-    """Filters given as options (``filterValues``, ``sqlFilter``): what streaming reads use."""
+    """Filters given as options (``filterValues``, ``sqlFilter``): what streaming reads use. A
+    ``sqlFilter`` the broker would refuse fails here, when the query is planned (readers are made
+    on the driver), with the parser's message and a caret under the position."""
+    if opts.sql_filter is not None:
+        try:
+            sqlfilter.compile_sql(opts.sql_filter)
+        except sqlfilter.FilterError as exc:
+            caret = f"\n  {opts.sql_filter}\n  {' ' * max(exc.position - 1, 0)}^" if exc.position else ""
+            raise OptionError(f"option sqlFilter: {exc}{caret}") from None
     return Pushdown(opts.filter_values, opts.sql_filter, [])
 
 
@@ -88,6 +125,8 @@ def _merge(a: Pushdown, b: Pushdown) -> Pushdown:
         values = b.filter_values if values is None else tuple(v for v in values if v in b.filter_values)
     sqls = [s for s in (a.sql, b.sql) if s]
     sql = " AND ".join(f"({s})" for s in sqls) if len(sqls) > 1 else (sqls[0] if sqls else None)
+    if not fits(sql):  # b's clauses are all checked by Spark too: the broker gets a's alone
+        sql = a.sql
     end = a.offset_end if b.offset_end is None else (b.offset_end if a.offset_end is None else min(a.offset_end, b.offset_end))
     return Pushdown(values, sql, a.pushed + b.pushed, max(a.offset_start, b.offset_start), end)
 
@@ -132,12 +171,12 @@ class BatchReader(DataSourceReader):
         start = start_offset(self.opts, first, next_)
         end = resolve(self.opts.ending_offset, first, next_, what="endingOffset")
         start, end = self.pd.clamp(start, max(start, end))
-        return split(start, end, num_partitions=self.opts.num_partitions,
-                     max_records=self.opts.max_records_per_partition)
+        return _partitions(split(start, end, num_partitions=self.opts.num_partitions,
+                                 max_records=self.opts.max_records_per_partition), self.pd)
 
     def read(self, partition: InputPartition):
-        assert isinstance(partition, OffsetRange)  # what ``partitions`` made
-        return read_range(self.opts, partition, self.pd, self.declared)
+        assert isinstance(partition, ReadPartition)
+        return read_range(self.opts, partition, partition.pushdown, self.declared)
 
 
 class PushdownBatchReader(BatchReader):
@@ -151,32 +190,44 @@ class PushdownBatchReader(BatchReader):
         return rest
 
 
-class StreamReader(DataSourceStreamReader):
-    """Micro-batches over offset ranges; progress is ``{"offset": next offset to read}``."""
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over offset ranges; progress is ``{"offset": next offset to read}``.
+
+    ``maxRecordsPerTrigger`` is the default read limit, so Spark cuts micro-batches to it under
+    every trigger: with ``Trigger.AvailableNow`` too, since the reader fixes the end once
+    (``prepareForTriggerAvailableNow``) and Spark asks for batches up to it, as Kafka's source
+    does with ``maxOffsetsPerTrigger``. Offsets that retention removed before the query read them
+    fail the micro-batch (``failOnDataLoss``, default true) or are skipped with a warning."""
 
     def __init__(self, opts: SourceOptions, schema):
         self.opts = opts
         self.declared = declared_columns(schema)
         self.pd = explicit_pushdown(opts)
         self.progress = -1  # with consumerName: the end whose progress is stored
+        self.target: int | None = None  # Trigger.AvailableNow: the end fixed when the query started
 
     def initialOffset(self) -> dict:
         first, next_ = stream_bounds(self.opts)
         return {"offset": start_offset(self.opts, first, next_)}
 
-    def latestOffset(self, start: dict | None = None, limit=None) -> dict:
-        from pyspark.sql.streaming.datasource import ReadMaxRows
-        if start is not None:  # the previous batches are done: [.., start) is processed
-            self._progress(int(start["offset"]))
-        _, next_ = stream_bounds(self.opts)
-        if start is not None:
-            next_ = max(next_, int(start["offset"]))
-            if isinstance(limit, ReadMaxRows):
-                next_ = min(next_, int(start["offset"]) + limit.max_rows)
-        return {"offset": next_}
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = stream_bounds(self.opts)[1]
 
-    def getDefaultReadLimit(self):
-        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        if start is None:  # PySpark without read limits asks without a start
+            return {"offset": stream_bounds(self.opts)[1]}
+        begin = int(start["offset"])
+        self._progress(begin)  # the previous batches are done: [.., begin) is processed
+        first, next_ = stream_bounds(self.opts)
+        if self.target is not None:
+            next_ = min(next_, self.target)
+        begin = max(begin, first)  # what retention removed is not counted against the limit
+        end = max(next_, begin)
+        if limit is not None and isinstance(limit, ReadMaxRows):
+            end = min(end, begin + limit.max_rows)
+        return {"offset": end}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_records_per_trigger
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
@@ -184,12 +235,27 @@ class StreamReader(DataSourceStreamReader):
         s, e = int(start["offset"]), int(end["offset"])
         if e <= s:
             return []
-        return split(s, e, num_partitions=self.opts.num_partitions,
-                     max_records=self.opts.max_records_per_partition)
+        s = self._lost(s)
+        return _partitions(split(s, max(s, e), num_partitions=self.opts.num_partitions,
+                                 max_records=self.opts.max_records_per_partition), self.pd)
+
+    def _lost(self, start: int) -> int:
+        """Where a micro-batch that should start at ``start`` can start: the stream's first
+        offset when retention removed the ones before it (failOnDataLoss=false), else ``start``."""
+        first, _ = stream_bounds(self.opts)
+        if start >= first:
+            return start
+        what = (f"stream {self.opts.stream!r}: offsets {start}..{first - 1} were removed by retention "
+                f"before this query read them")
+        if self.opts.fail_on_data_loss:
+            raise amqp.ConsumerError(f"{what}; the query stops (failOnDataLoss=true). Set "
+                                     f"failOnDataLoss=false to go on from the first offset there is.")
+        _log.warning("%s; going on from offset %d (failOnDataLoss=false)", what, first)
+        return first
 
     def read(self, partition: InputPartition):
-        assert isinstance(partition, OffsetRange)  # what ``partitions`` made
-        return read_range(self.opts, partition, self.pd, self.declared)
+        assert isinstance(partition, ReadPartition)
+        return read_range(self.opts, partition, partition.pushdown, self.declared)
 
     def commit(self, end: dict) -> None:
         """With ``consumerName``: store the last offset of the committed micro-batch."""
