@@ -254,6 +254,7 @@ class SocketConnection:
         self.writing = False
         self.closed = False
         self.eof = False  # the peer shut its side
+        self.lost = False  # the socket failed: nothing more is written to it
         self.bytes_in = 0  # bytes read so far (0: a port probe, or a client gone at once)
         self.throttled: set[Any] = set()  # publishers over their byte bound: input paused
         self.handshake_timer: asyncio.TimerHandle | None = None
@@ -365,6 +366,13 @@ class SocketConnection:
             self.failed(exc)
 
     def _lost(self, exc: OSError) -> None:
+        """The socket failed (reading or writing): let the engine see the end of both sides,
+        then close. ``lost`` first, so that whatever the engine does on hearing of it writes
+        nothing: a write would fail again and come back here (once a recursion down to
+        Python's limit, a traceback at every level)."""
+        if self.lost:
+            return
+        self.lost = True
         if exc.errno not in _GONE:
             log.info("connection %s: socket error: %s", self.peer, exc)
         self.eof = True
@@ -382,7 +390,7 @@ class SocketConnection:
         the rest. While waiting, the engine is not asked for output at all: what it has not
         produced stays where its protocol sees the backlog (and proton's output buffer, which
         grows when asked while full, stays as it is)."""
-        if self.closed or (self.writing and not writable):
+        if self.closed or self.lost or (self.writing and not writable):
             return
         sock = self.sock
         while True:

@@ -166,7 +166,7 @@ class StreamConnection(SocketConnection):
             self.linger()
 
     def write(self, writable: bool = False) -> None:
-        if self.closed or (self.writing and not writable):
+        if self.closed or self.lost or (self.writing and not writable):
             return
         out = self._take_buf()
         sock = self.sock
