@@ -156,9 +156,11 @@ class StreamAdapter:
     def dump_state(self) -> None:
         for conn in self.connections:
             log.warning("stream connection %s: state %s, %d pending bytes, publishers %s, "
-                        "subscriptions %s", conn.peer, conn.proto.state.value, conn.pending,
+                        "subscriptions %s, reading %s (throttled by %d), eof %s, finishing %s",
+                        conn.peer, conn.proto.state.value, conn.pending,
                         sorted(conn.publishers), {i: (s.credit, s.waiting, s.next_offset)
-                                                  for i, s in conn.subscriptions.items()})
+                                                  for i, s in conn.subscriptions.items()},
+                        conn.reading, len(conn.throttled), conn.eof, conn.finishing)
 
     def count(self, name: str, n: int = 1) -> None:
         """Add ``n`` to this listener's counter ``name`` (``Metrics.stream_protocol``)."""
