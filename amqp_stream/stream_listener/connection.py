@@ -14,6 +14,13 @@ the segment's descriptor (the reader may move on and close its own).
 that much memory, and nothing of the file's bytes). Publishers over their byte budget pause
 reading (``throttled``).
 
+Frames above the negotiated frame max (taken up to ``streamproto``'s hard max, as RabbitMQ up
+to 4.2.6 takes them): before such a frame is read whole, its size is reserved in the
+listener's ``LargeFrames`` (``LARGE_FRAME_BUDGET`` bytes broker-wide; an empty budget takes any
+one frame); a connection that does not fit is not read until others' reservations go, in turn.
+A decoded Publish costs about 290 bytes per message beside its frame, so this, not the frame
+size alone, is what bounds the memory of clients that ignore frame_max.
+
 Heartbeats (once open, when negotiated): a Heartbeat goes out when nothing was written for the
 heartbeat period; a client silent for two periods is disconnected.
 
@@ -35,17 +42,44 @@ from amqp_stream.loop import READ_SIZE, EventLoop, SocketConnection
 from amqp_stream.streamproto import (
     NEED_DATA, PAUSED, ConnectionClosed, Heartbeat, RemoteProtocolError, ServerConnection, State,
 )
+from amqp_stream.streamproto.constants import DEFAULT_FRAME_MAX
 from amqp_stream.streamproto.frames import Frame
 
 if TYPE_CHECKING:
     from amqp_stream.stream_listener.adapter import StreamAdapter
 
-__all__ = ["StreamConnection", "FileRange", "MAX_PENDING"]
+__all__ = ["StreamConnection", "FileRange", "LargeFrames", "MAX_PENDING", "LARGE_FRAME_BUDGET"]
 
 log = logging.getLogger("amqp_stream.stream_listener")
 
 MAX_PENDING = 4 << 20  # queued output bytes above which consumers wait for the socket
 _MSG_MORE = getattr(socket, "MSG_MORE", 0)
+LARGE_FRAME_BUDGET = 16 << 20  # bytes of frames above frame_max read at once, broker-wide
+
+
+class LargeFrames:
+    """Reservations for frames above the frame max, broker-wide; connections that wait for
+    room, in order (see the module's docstring)."""
+
+    def __init__(self, limit: int = LARGE_FRAME_BUDGET):
+        self.limit = limit
+        self.used = 0
+        self.waiting: dict[StreamConnection, int] = {}  # insertion order is the queue
+
+    def reserve(self, size: int) -> bool:
+        if self.used and self.used + size > self.limit:
+            return False
+        self.used += size
+        return True
+
+    def release(self, size: int) -> None:
+        self.used -= size
+        while self.waiting:
+            conn, size = next(iter(self.waiting.items()))
+            if not self.reserve(size):
+                return
+            del self.waiting[conn]
+            conn.granted(size)
 
 
 class FileRange:
@@ -73,6 +107,7 @@ class StreamConnection(SocketConnection):
         self.publishers: dict[int, Any] = {}
         self.subscriptions: dict[int, Any] = {}
         self.blocked: set[Any] = set()  # subscriptions waiting for the socket
+        self.large = 0  # bytes reserved in adapter.large_frames for the frame being read
         self.last_read = self.last_write = self.loop.time()
 
     # -- input -----------------------------------------------------------------------------
@@ -116,7 +151,32 @@ class StreamConnection(SocketConnection):
                     self.finish()
                 break
             handle(self, event)
+        if not self.closed:
+            self._make_room()
         self.write()
+
+    def _make_room(self) -> None:
+        """Reserve the size of a frame above the frame max before it is read whole (or wait
+        for room, unread); give the reservation back once that frame is taken."""
+        size = self.proto.incoming
+        want = size if size > (self.proto.frame_max or DEFAULT_FRAME_MAX) else 0
+        if want == self.large or self in self.adapter.large_frames.waiting:
+            return
+        budget = self.adapter.large_frames
+        if self.large:
+            held, self.large = self.large, 0
+            budget.release(held)
+        if want:
+            if budget.reserve(want):
+                self.large = want
+            else:
+                budget.waiting[self] = want
+                self.throttle(budget, True)
+
+    def granted(self, size: int) -> None:
+        """Room was made for the large frame this connection waits to read."""
+        self.large = size
+        self.throttle(self.adapter.large_frames, False)
 
     # -- output ----------------------------------------------------------------------------
     @property
@@ -247,6 +307,11 @@ class StreamConnection(SocketConnection):
         self.finishing = True
 
     def finished(self) -> None:
+        budget = self.adapter.large_frames
+        budget.waiting.pop(self, None)
+        if self.large:
+            held, self.large = self.large, 0
+            budget.release(held)
         for item in self.out:
             if type(item) is FileRange and item.owned:
                 os.close(item.fd)
