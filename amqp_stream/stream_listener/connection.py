@@ -192,7 +192,7 @@ class StreamConnection(SocketConnection):
         if self.proto.state is State.CLOSED:
             self.finish()
 
-    def queue(self, data: bytes) -> None:
+    def queue(self, data: bytes | bytearray | memoryview) -> None:
         self.buf += data
         self.pending += len(data)
 
