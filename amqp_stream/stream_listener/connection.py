@@ -18,6 +18,7 @@ Frames above the negotiated frame max (taken up to ``streamproto``'s hard max, a
 to 4.2.6 takes them): before such a frame is read whole, its size is reserved in the
 listener's ``LargeFrames`` (``LARGE_FRAME_BUDGET`` bytes broker-wide; an empty budget takes any
 one frame); a connection that does not fit is not read until others' reservations go, in turn.
+A reservation lasts ``idle_timeout`` at most: a client stalled inside its large frame is closed.
 A decoded Publish costs about 290 bytes per message beside its frame, so this, not the frame
 size alone, is what bounds the memory of clients that ignore frame_max.
 
@@ -108,6 +109,7 @@ class StreamConnection(SocketConnection):
         self.subscriptions: dict[int, Any] = {}
         self.blocked: set[Any] = set()  # subscriptions waiting for the socket
         self.large = 0  # bytes reserved in adapter.large_frames for the frame being read
+        self.large_until = 0.0  # loop time by which that frame must be in (``_hold``)
         self.last_read = self.last_write = self.loop.time()
 
     # -- input -----------------------------------------------------------------------------
@@ -168,15 +170,24 @@ class StreamConnection(SocketConnection):
             budget.release(held)
         if want:
             if budget.reserve(want):
-                self.large = want
+                self._hold(want)
             else:
                 budget.waiting[self] = want
                 self.throttle(budget, True)
 
     def granted(self, size: int) -> None:
         """Room was made for the large frame this connection waits to read."""
-        self.large = size
+        self._hold(size)
         self.throttle(self.adapter.large_frames, False)
+
+    def _hold(self, size: int) -> None:
+        """A reservation is held while the frame comes in, for ``idle_timeout`` at most: a
+        client that stalls in a large frame would hold up everyone else's."""
+        self.large = size
+        timeout = self.adapter.config.idle_timeout
+        self.large_until = self.loop.time() + timeout if timeout > 0 else float("inf")
+        if timeout > 0:
+            self.set_deadline(self.large_until)
 
     # -- output ----------------------------------------------------------------------------
     @property
@@ -288,10 +299,18 @@ class StreamConnection(SocketConnection):
             self.set_deadline(self.loop.time() + period)
 
     def on_deadline(self) -> None:
+        now = self.loop.time()
+        if self.large and now >= self.large_until:
+            log.info("stream connection %s closed: its frame of %d bytes (above the frame max) "
+                     "not received whole within %.0f s", self.peer, self.large,
+                     self.adapter.config.idle_timeout)
+            self.close()
+            return
+        if self.large:
+            self.set_deadline(self.large_until)
         period = self.proto.heartbeat
         if period <= 0 or self.finishing:
             return
-        now = self.loop.time()
         if now - self.last_read > 2 * period:
             log.info("stream connection %s closed: no heartbeat for %.0f s", self.peer,
                      now - self.last_read)

@@ -91,3 +91,24 @@ def test_a_frame_above_the_hard_max_gets_close_frame_too_large(broker):
     closed = c.wait_closed()
     assert (closed.code, closed.reason) == (14, "frame too large")
     c.sock.close()
+
+
+def test_a_client_stalled_inside_a_large_frame_is_closed_and_others_go_on(tmp_path):
+    """The read budget is held while a large frame comes in, for idle_timeout at most: a
+    client that stops halfway is closed, and the one waiting behind it gets its turn."""
+    with BrokerProcess(tmp_path / "data", extra_args=["--fsync", "never",
+                                                      "--idle-timeout", "1"]) as b:
+        stalled, waiting = (StreamClient("127.0.0.1", b.stream_port, frame_max=FRAME_MAX)
+                            for _ in range(2))
+        assert stalled.create_stream("s") == OK
+        for c in (stalled, waiting):
+            assert c.declare_publisher(1, "s") == OK
+        frame = _publish_frame(1, 0, 12 * 1024, 1000)
+        stalled.send_raw(frame[:len(frame) // 2])  # and nothing more
+        sender = threading.Thread(target=waiting.send_raw, args=(frame,))
+        sender.start()
+        assert waiting.wait_confirms(1, [12 * 1024 - 1])[12 * 1024 - 1] == OK
+        sender.join(10)
+        assert stalled.wait_closed().code is None  # closed without a word
+        assert "not received whole within 1 s" in b.log_text()
+        waiting.close()
