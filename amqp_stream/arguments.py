@@ -23,10 +23,12 @@ from storage import StorageError, parse_interval_ms
 from storage.config import MAX_SEGMENT_BYTES_LIMIT as MAX_SEGMENT_SIZE
 
 __all__ = ["validate", "equivalent", "from_stream_protocol", "STREAM_ARGUMENTS",
-           "MAX_SEGMENT_SIZE"]
+           "MAX_SEGMENT_SIZE", "LEADER_LOCATORS"]
 
 _ALIASES = {"x-leader-locator": "x-queue-leader-locator"}
-_LOCATORS = ("client-local", "balanced")
+# rabbit_queue_location:queue_leader_locators() of RabbitMQ 4.2: the last three are deprecated
+# there (placed as "balanced"); on one node every value places the stream here.
+LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders", "min-masters")
 
 # arguments a stream understands (others that RabbitMQ defines for other queue types are refused)
 STREAM_ARGUMENTS = ("x-queue-type", "x-max-length-bytes", "x-max-age",
@@ -70,9 +72,9 @@ def _check(key: str, value: Any) -> None:
         if not _is_int(value) or value < 1:
             raise BadRequest(f"x-initial-cluster-size must be an integer >= 1, not {value!r}")
     elif key == "x-queue-leader-locator":
-        if value not in _LOCATORS:
-            raise BadRequest(f"x-queue-leader-locator must be client-local or balanced, "
-                             f"not {value!r}")
+        if value not in LEADER_LOCATORS:
+            raise BadRequest(f"x-queue-leader-locator must be one of "
+                             f"{', '.join(LEADER_LOCATORS)}, not {value!r}")
     elif not isinstance(value, (str, int, float, bool)):
         raise BadRequest(f"argument {key} has an unsupported type {type(value).__name__}")
 

@@ -96,7 +96,8 @@ HELP: dict[str, str] = {
     "handshake_timeout": "seconds a new connection has to finish its handshake (SASL, TLS, open)",
     "event_loop": "uvloop (default; asyncio's loop when uvloop is not installed) or asyncio",
     "idle_timeout": "seconds of silence after which an AMQP client is disconnected (the open "
-                    "frame announces half, as proton does, so clients heartbeat in time; 0 = off)",
+                    "frame announces half, as proton does, so clients heartbeat in time), and "
+                    "that a stream client has to send a frame above the frame max; 0 = off",
     "container_id": "container id sent in the open frame (default: amqp-stream@<hostname>)",
     "stream_port": "RabbitMQ stream protocol port (0 = off)",
     "stream_tls_port": "RabbitMQ stream protocol port with TLS, when --tls-cert/--tls-key are "

@@ -16,6 +16,14 @@ half-closed (its engine closed one side and the peer never finishes) is closed a
 Other threads (storage writers) reach the loop through ``Mailbox.post``: calls queue in a deque
 and one ``call_soon_threadsafe`` wakes the loop per batch, not per call.
 
+A socket's error can go unreported: uvloop's poll handle (libuv's ``uv_poll``) stops watching a
+socket that reports an error (a peer's RST on a socket with nothing left to read) without
+calling back, so such a connection would hold its fd until a heartbeat or forever. Every
+``SWEEP`` seconds the loop pokes each connection that had no readiness callback since the last
+sweep: one ``recv`` (or ``send``) that says EAGAIN on a live socket and the reset or EOF on a
+dead one (asyncio's own loop reports these; there the sweep only costs that syscall per idle
+connection every ``SWEEP`` seconds).
+
 Limits: at start the soft fd limit is raised to the hard one; beyond ``max_connections`` a new
 connection is accepted and closed at once (logged, counted); when ``accept`` fails for want of
 fds the listener pauses for ``ACCEPT_PAUSE`` seconds instead of spinning.
@@ -41,6 +49,7 @@ READ_SIZE = 256 * 1024  # bytes read per readiness callback (one shared buffer)
 ACCEPTS_PER_WAKEUP = 128
 ACCEPT_PAUSE = 0.1  # seconds without accepting after EMFILE/ENFILE
 LINGER = 2.0  # seconds a half-closed connection may take to finish
+SWEEP = 5.0  # seconds between pokes of connections that heard nothing from their socket
 _FD_SHORTAGE = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _GONE = (errno.ECONNRESET, errno.EPIPE, errno.ETIMEDOUT, errno.ECONNABORTED, errno.ENOTCONN)
 
@@ -121,11 +130,20 @@ class EventLoop:
         self.refused = 0  # connections refused over max_connections, since start
         self._refused_logged = 0.0
         self.on_count: Callable[[int], None] | None = None  # told the live count on each change
+        self.sweeper: asyncio.TimerHandle | None = None
+
+    def _sweep(self) -> None:
+        """Poke the connections whose socket was silent since the last sweep (see above)."""
+        for conn in list(self.connections):
+            conn.poke()
+        self.sweeper = self.loop.call_later(SWEEP, self._sweep)
 
     def listen(self, host: str, port: int, factory: Callable[[socket.socket, str], "SocketConnection"],
                name: str) -> "Listener":
         listener = Listener(self, host, port, factory, name)
         self.listeners.append(listener)
+        if self.sweeper is None:
+            self.sweeper = self.loop.call_later(SWEEP, self._sweep)
         return listener
 
     def stop_listening(self) -> None:
@@ -254,6 +272,9 @@ class SocketConnection:
         self.writing = False
         self.closed = False
         self.eof = False  # the peer shut its side
+        self.lost = False  # the socket failed: nothing more is written to it
+        self.events = 0  # readiness callbacks so far; the sweep compares
+        self.swept = 0  # ``events`` at the last sweep
         self.bytes_in = 0  # bytes read so far (0: a port probe, or a client gone at once)
         self.throttled: set[Any] = set()  # publishers over their byte bound: input paused
         self.handshake_timer: asyncio.TimerHandle | None = None
@@ -339,7 +360,22 @@ class SocketConnection:
             self.loop.remove_reader(self.fd)
             self.reading = False
 
+    def poke(self) -> None:
+        """The sweep: if the socket said nothing since the last sweep, ask it (a silent error
+        shows as the reset or EOF and ends the connection; a live socket says EAGAIN)."""
+        if self.events != self.swept or self.closed:
+            self.swept = self.events
+            return
+        try:
+            if self.reading:
+                self._on_readable()
+            elif self.writing:
+                self._on_writable()
+        finally:
+            self.swept = self.events
+
     def _on_readable(self) -> None:
+        self.events += 1
         buf = self.eloop.read_buffer
         limit = self.capacity()
         if limit <= 0:
@@ -365,6 +401,13 @@ class SocketConnection:
             self.failed(exc)
 
     def _lost(self, exc: OSError) -> None:
+        """The socket failed (reading or writing): let the engine see the end of both sides,
+        then close. ``lost`` first, so that whatever the engine does on hearing of it writes
+        nothing: a write would fail again and come back here (once a recursion down to
+        Python's limit, a traceback at every level)."""
+        if self.lost:
+            return
+        self.lost = True
         if exc.errno not in _GONE:
             log.info("connection %s: socket error: %s", self.peer, exc)
         self.eof = True
@@ -382,7 +425,7 @@ class SocketConnection:
         the rest. While waiting, the engine is not asked for output at all: what it has not
         produced stays where its protocol sees the backlog (and proton's output buffer, which
         grows when asked while full, stays as it is)."""
-        if self.closed or (self.writing and not writable):
+        if self.closed or self.lost or (self.writing and not writable):
             return
         sock = self.sock
         while True:
@@ -407,6 +450,7 @@ class SocketConnection:
         self.wait_writable(False)
 
     def _on_writable(self) -> None:
+        self.events += 1
         try:
             self.write(writable=True)
             if not self.writing:

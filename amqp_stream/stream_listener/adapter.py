@@ -33,7 +33,7 @@ from amqp_stream.errors import BadRequest, BrokerError, NotFound, PreconditionFa
 from amqp_stream.loop import EventLoop
 from amqp_stream.stream_listener import subscription_filters, tracking
 from amqp_stream.stream_listener.auth import Authenticator
-from amqp_stream.stream_listener.connection import StreamConnection
+from amqp_stream.stream_listener.connection import LargeFrames, StreamConnection
 from amqp_stream.stream_listener.consuming import Subscription
 from amqp_stream.stream_listener.publishing import StreamPublisher
 from amqp_stream.stream_listener.tls import TlsStreamConnection, server_context
@@ -69,6 +69,7 @@ class StreamAdapter:
         self.advertised_tls_port = config.stream_tls_port
         self.connections: set[StreamConnection] = set()
         self.to_write: set[StreamConnection] = set()
+        self.large_frames = LargeFrames()  # frames above frame_max being read, broker-wide
         self.counters = core.metrics.stream_protocol  # Prometheus series of this listener
         self._handlers: dict[type, Callable[[StreamConnection, Any], None]] = {
             f.PeerProperties: self._peer_properties,
@@ -156,9 +157,11 @@ class StreamAdapter:
     def dump_state(self) -> None:
         for conn in self.connections:
             log.warning("stream connection %s: state %s, %d pending bytes, publishers %s, "
-                        "subscriptions %s", conn.peer, conn.proto.state.value, conn.pending,
+                        "subscriptions %s, reading %s (throttled by %d), eof %s, finishing %s",
+                        conn.peer, conn.proto.state.value, conn.pending,
                         sorted(conn.publishers), {i: (s.credit, s.waiting, s.next_offset)
-                                                  for i, s in conn.subscriptions.items()})
+                                                  for i, s in conn.subscriptions.items()},
+                        conn.reading, len(conn.throttled), conn.eof, conn.finishing)
 
     def count(self, name: str, n: int = 1) -> None:
         """Add ``n`` to this listener's counter ``name`` (``Metrics.stream_protocol``)."""

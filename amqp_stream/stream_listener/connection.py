@@ -14,6 +14,14 @@ the segment's descriptor (the reader may move on and close its own).
 that much memory, and nothing of the file's bytes). Publishers over their byte budget pause
 reading (``throttled``).
 
+Frames above the negotiated frame max (taken up to ``streamproto``'s hard max, as RabbitMQ up
+to 4.2.6 takes them): before such a frame is read whole, its size is reserved in the
+listener's ``LargeFrames`` (``LARGE_FRAME_BUDGET`` bytes broker-wide; an empty budget takes any
+one frame); a connection that does not fit is not read until others' reservations go, in turn.
+A reservation lasts ``idle_timeout`` at most: a client stalled inside its large frame is closed.
+A decoded Publish costs about 290 bytes per message beside its frame, so this, not the frame
+size alone, is what bounds the memory of clients that ignore frame_max.
+
 Heartbeats (once open, when negotiated): a Heartbeat goes out when nothing was written for the
 heartbeat period; a client silent for two periods is disconnected.
 
@@ -35,17 +43,44 @@ from amqp_stream.loop import READ_SIZE, EventLoop, SocketConnection
 from amqp_stream.streamproto import (
     NEED_DATA, PAUSED, ConnectionClosed, Heartbeat, RemoteProtocolError, ServerConnection, State,
 )
+from amqp_stream.streamproto.constants import DEFAULT_FRAME_MAX
 from amqp_stream.streamproto.frames import Frame
 
 if TYPE_CHECKING:
     from amqp_stream.stream_listener.adapter import StreamAdapter
 
-__all__ = ["StreamConnection", "FileRange", "MAX_PENDING"]
+__all__ = ["StreamConnection", "FileRange", "LargeFrames", "MAX_PENDING", "LARGE_FRAME_BUDGET"]
 
 log = logging.getLogger("amqp_stream.stream_listener")
 
 MAX_PENDING = 4 << 20  # queued output bytes above which consumers wait for the socket
 _MSG_MORE = getattr(socket, "MSG_MORE", 0)
+LARGE_FRAME_BUDGET = 16 << 20  # bytes of frames above frame_max read at once, broker-wide
+
+
+class LargeFrames:
+    """Reservations for frames above the frame max, broker-wide; connections that wait for
+    room, in order (see the module's docstring)."""
+
+    def __init__(self, limit: int = LARGE_FRAME_BUDGET):
+        self.limit = limit
+        self.used = 0
+        self.waiting: dict[StreamConnection, int] = {}  # insertion order is the queue
+
+    def reserve(self, size: int) -> bool:
+        if self.used and self.used + size > self.limit:
+            return False
+        self.used += size
+        return True
+
+    def release(self, size: int) -> None:
+        self.used -= size
+        while self.waiting:
+            conn, size = next(iter(self.waiting.items()))
+            if not self.reserve(size):
+                return
+            del self.waiting[conn]
+            conn.granted(size)
 
 
 class FileRange:
@@ -73,6 +108,8 @@ class StreamConnection(SocketConnection):
         self.publishers: dict[int, Any] = {}
         self.subscriptions: dict[int, Any] = {}
         self.blocked: set[Any] = set()  # subscriptions waiting for the socket
+        self.large = 0  # bytes reserved in adapter.large_frames for the frame being read
+        self.large_until = 0.0  # loop time by which that frame must be in (``_hold``)
         self.last_read = self.last_write = self.loop.time()
 
     # -- input -----------------------------------------------------------------------------
@@ -116,7 +153,41 @@ class StreamConnection(SocketConnection):
                     self.finish()
                 break
             handle(self, event)
+        if not self.closed:
+            self._make_room()
         self.write()
+
+    def _make_room(self) -> None:
+        """Reserve the size of a frame above the frame max before it is read whole (or wait
+        for room, unread); give the reservation back once that frame is taken."""
+        size = self.proto.incoming
+        want = size if size > (self.proto.frame_max or DEFAULT_FRAME_MAX) else 0
+        if want == self.large or self in self.adapter.large_frames.waiting:
+            return
+        budget = self.adapter.large_frames
+        if self.large:
+            held, self.large = self.large, 0
+            budget.release(held)
+        if want:
+            if budget.reserve(want):
+                self._hold(want)
+            else:
+                budget.waiting[self] = want
+                self.throttle(budget, True)
+
+    def granted(self, size: int) -> None:
+        """Room was made for the large frame this connection waits to read."""
+        self._hold(size)
+        self.throttle(self.adapter.large_frames, False)
+
+    def _hold(self, size: int) -> None:
+        """A reservation is held while the frame comes in, for ``idle_timeout`` at most: a
+        client that stalls in a large frame would hold up everyone else's."""
+        self.large = size
+        timeout = self.adapter.config.idle_timeout
+        self.large_until = self.loop.time() + timeout if timeout > 0 else float("inf")
+        if timeout > 0:
+            self.set_deadline(self.large_until)
 
     # -- output ----------------------------------------------------------------------------
     @property
@@ -132,7 +203,7 @@ class StreamConnection(SocketConnection):
         if self.proto.state is State.CLOSED:
             self.finish()
 
-    def queue(self, data: bytes) -> None:
+    def queue(self, data: bytes | bytearray | memoryview) -> None:
         self.buf += data
         self.pending += len(data)
 
@@ -166,7 +237,7 @@ class StreamConnection(SocketConnection):
             self.linger()
 
     def write(self, writable: bool = False) -> None:
-        if self.closed or (self.writing and not writable):
+        if self.closed or self.lost or (self.writing and not writable):
             return
         out = self._take_buf()
         sock = self.sock
@@ -228,10 +299,18 @@ class StreamConnection(SocketConnection):
             self.set_deadline(self.loop.time() + period)
 
     def on_deadline(self) -> None:
+        now = self.loop.time()
+        if self.large and now >= self.large_until:
+            log.info("stream connection %s closed: its frame of %d bytes (above the frame max) "
+                     "not received whole within %.0f s", self.peer, self.large,
+                     self.adapter.config.idle_timeout)
+            self.close()
+            return
+        if self.large:
+            self.set_deadline(self.large_until)
         period = self.proto.heartbeat
         if period <= 0 or self.finishing:
             return
-        now = self.loop.time()
         if now - self.last_read > 2 * period:
             log.info("stream connection %s closed: no heartbeat for %.0f s", self.peer,
                      now - self.last_read)
@@ -247,6 +326,11 @@ class StreamConnection(SocketConnection):
         self.finishing = True
 
     def finished(self) -> None:
+        budget = self.adapter.large_frames
+        budget.waiting.pop(self, None)
+        if self.large:
+            held, self.large = self.large, 0
+            budget.release(held)
         for item in self.out:
             if type(item) is FileRange and item.owned:
                 os.close(item.fd)

@@ -2,7 +2,8 @@
 
 Strategy: RabbitMQ's way. The reader (``storage.Reader.read_location``) decides stage 1 from
 the chunk's header and Bloom bytes and says where the chunk lies; the subscription writes the
-Deliver frame's head and the chunk's 48-byte header (as on disk) and hands the data section to
+Deliver frame's head and the chunk's 48-byte header (as on disk, but for the bytes osiris
+reserves, which go out as zeros: ``_RESERVED``) and hands the data section to
 ``os.sendfile`` (``StreamConnection.queue_file``). No message is parsed; the Bloom bytes and
 the trailer are not sent (the header still gives their sizes, as RabbitMQ's does). Records
 below the requested offset in the first chunk are the client's to drop, as with RabbitMQ.
@@ -34,7 +35,8 @@ import zlib
 from typing import TYPE_CHECKING, Any, Callable
 
 from amqp_stream.stream_listener.connection import MAX_PENDING
-from storage.format import CHUNK_HEADER, HEADER_FLAGS_AT, decode_records, encode_chunk, encode_entries
+from storage.format import (CHUNK_HEADER, HEADER_FILTER_SCHEME_AT, HEADER_FLAGS_AT, decode_records,
+                            encode_chunk, encode_entries)
 from storage.reader import SCAN_PAUSED, ChunkLocation
 
 if TYPE_CHECKING:
@@ -46,6 +48,10 @@ log = logging.getLogger("amqp_stream.stream_listener")
 
 SCAN_BUDGET = 1000  # chunks a stage-1 scan may pass over per turn (see amqp.consuming)
 CHUNKS_PER_TURN = 64
+# Header bytes 45-47 are osiris's Reserved:24 (zero from RabbitMQ; rstream's test_deliver
+# checks it); this log keeps its filter scheme and flags there. They stay off the wire.
+_OURS_AT = HEADER_FILTER_SCHEME_AT
+_RESERVED = bytes(CHUNK_HEADER.size - _OURS_AT)
 
 
 class Subscription:
@@ -153,7 +159,8 @@ class Subscription:
                     continue
                 committed = max(stream.committed_chunk_id, loc.chunk_id) if v2 else None
                 conn.queue(proto.deliver_head(self.id, len(loc.header) + loc.length, committed))
-                conn.queue(loc.header)
+                conn.queue(memoryview(loc.header)[:_OURS_AT])
+                conn.queue(_RESERVED)
                 conn.queue_file(loc.fd, loc.position, loc.length)
                 self.credit -= 1
                 sent += 1

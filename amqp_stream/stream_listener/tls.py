@@ -101,7 +101,7 @@ class TlsStreamConnection(StreamConnection):
             self.pending += len(produced) - len(data)
 
     def write(self, writable: bool = False) -> None:
-        if self.closed or (self.writing and not writable):
+        if self.closed or self.lost or (self.writing and not writable):
             return
         try:
             if self.handshaken:

@@ -15,8 +15,10 @@ are RabbitMQ's (``rabbit_stream_reader.erl``):
   ``initial_frame_max`` close the connection without a word (``RemoteProtocolError`` with an
   empty ``reply``). Heartbeats are accepted at any time.
 - Once open: a frame that does not decode, an unknown key or version, or a command the client
-  may not send gets Close(UNKNOWN_FRAME, "unknown frame"); a frame above the negotiated frame
-  max gets Close(FRAME_TOO_LARGE, "frame too large"). After a Close of ours only the client's
+  may not send gets Close(UNKNOWN_FRAME, "unknown frame"). A frame above the negotiated frame
+  max is taken up to ``frame_hard_max`` (RabbitMQ up to 4.2.6 takes any size); above that
+  (and above the frame max when it is larger) it gets Close(FRAME_TOO_LARGE, "frame too
+  large"), as RabbitMQ 4.2.7 answers a frame above frame_max. After a Close of ours only the client's
   CloseResponse is read; everything else is dropped.
 - A client's Close pauses the event stream; answering it ends the connection.
 - ExchangeCommandVersions from the client decides the Deliver version (2 if the client lists
@@ -33,6 +35,7 @@ from typing import NoReturn
 
 from amqp_stream.streamproto import frames as f
 from amqp_stream.streamproto.constants import (
+    DEFAULT_FRAME_HARD_MAX,
     DEFAULT_FRAME_MAX,
     DEFAULT_HEARTBEAT,
     DEFAULT_INITIAL_FRAME_MAX,
@@ -124,6 +127,8 @@ class ServerConnection:
         heartbeat: the heartbeat (seconds) the server proposes in Tune (0: none).
         initial_frame_max: the frame size ceiling until Open succeeds (bounds what an
             unauthenticated peer can make us buffer).
+        frame_hard_max: once open, frames up to this size are taken even above the
+            negotiated frame max (0: the frame max is the limit).
 
     After the handshake, ``frame_max`` and ``heartbeat`` hold the negotiated values,
     ``deliver_version`` the Deliver version the client accepts, ``client_properties`` what
@@ -131,10 +136,12 @@ class ServerConnection:
     """
 
     def __init__(self, frame_max: int = DEFAULT_FRAME_MAX, heartbeat: int = DEFAULT_HEARTBEAT,
-                 initial_frame_max: int = DEFAULT_INITIAL_FRAME_MAX):
+                 initial_frame_max: int = DEFAULT_INITIAL_FRAME_MAX,
+                 frame_hard_max: int = DEFAULT_FRAME_HARD_MAX):
         self.state = State.AWAIT_PEER_PROPERTIES
         self.server_frame_max, self.server_heartbeat = frame_max, heartbeat
         self.initial_frame_max = initial_frame_max
+        self.frame_hard_max = frame_hard_max
         self.frame_max, self.heartbeat = frame_max, heartbeat
         self.deliver_version = 1
         self.client_properties: dict[str, str] = {}
@@ -152,6 +159,14 @@ class ServerConnection:
             self._eof = True
         elif self.state is not State.CLOSED:
             self._buf += data
+
+    @property
+    def incoming(self) -> int:
+        """The declared size of the frame at the head of the input (0: not even its size yet),
+        so the adapter can make room before a large one is read whole."""
+        if len(self._buf) - self._start < 4:
+            return 0
+        return int(f.FRAME_SIZE.unpack_from(self._buf, self._start)[0])
 
     @property
     def buffered(self) -> int:
@@ -315,7 +330,9 @@ class ServerConnection:
         elif kind is f.OpenResponse:
             if code == ResponseCode.OK:
                 self.state = State.OPEN
-                self._limit = self.frame_max
+                # 0 is "no limit" for frame_max and "none" for the hard max: either way the
+                # larger one rules (both 0: no limit)
+                self._limit = max(self.frame_max, self.frame_hard_max)
             else:
                 self.state = State.CLOSED
         elif code != ResponseCode.OK:

@@ -108,13 +108,14 @@ def test_valid_declare_is_normalised():
 
 @pytest.mark.parametrize("key", ["x-queue-leader-locator", "x-leader-locator"])
 def test_leader_locator_is_checked_under_its_real_name_and_the_alias(key, core):
-    """RabbitMQ's argument is x-queue-leader-locator (client-local | balanced); the name this
+    """RabbitMQ's argument is x-queue-leader-locator (client-local | balanced | the deprecated
+    random, least-leaders, min-masters); the name this
     broker once took is an alias, stored under the real one, and a second declare with either
     name is the same declare."""
     assert management.validate_declare({"arguments": {key: "balanced"}}) == {
         "x-queue-leader-locator": "balanced", "x-queue-type": "stream"}
     with pytest.raises(BrokerError) as info:
-        management.validate_declare({"arguments": {key: "random"}})
+        management.validate_declare({"arguments": {key: "nearest"}})
     assert info.value.status == 400 and "x-queue-leader-locator" in info.value.description
     h = management.handle
     assert h("PUT", "/queues/ll", {"arguments": {key: "client-local"}}, core).status == 201

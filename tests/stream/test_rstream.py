@@ -5,6 +5,9 @@ spec and with filter values (stage 1 plus rstream's post-filter), delete, reconn
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 import uuid
 
@@ -181,3 +184,52 @@ def test_delete_then_reconnect_and_create_again(broker):
             await publish(p, stream, [b"new"])
         return await consume(broker, stream, 1)
     assert run(go()) == [(0, b"new")]
+
+
+def _stored_chunks(broker: BrokerProcess, stream: str) -> list[dict]:
+    """The user chunks of ``stream`` as ``amqp-stream inspect --json`` reads them on disk."""
+    out = subprocess.run([sys.executable, "-m", "amqp_stream", "inspect",
+                          str(broker.data_dir / "streams" / stream / "log"), "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    return [c for c in map(json.loads, out.splitlines()) if c.get("type") == "user"]
+
+
+def test_deliver_carries_zero_in_the_bytes_osiris_reserves(broker):
+    """rstream's test_deliver reads header bytes 44-47 as one u32 (``_reserved``): RabbitMQ
+    sends the filter size in byte 44 and zeros after it. The log keeps its filter scheme and
+    flags in bytes 45-47; they stay on disk and off the wire."""
+    from rstream import schema
+    from rstream.client import Client
+    plain, filtered = name(), name()
+
+    async def go():
+        async with producer(broker) as p:
+            await p.create_stream(plain)
+            await publish(p, plain, [b"test message"])
+        async with producer(broker, filter_value_extractor=_region) as p:
+            await p.create_stream(filtered)
+            await publish(p, filtered, [AMQPMessage(body=b"m", application_properties={
+                "region": "eu"})])
+        client = Client("127.0.0.1", broker.stream_port, frame_max=1 << 20, heartbeat=60)
+        await client.start()
+        await client.authenticate(vhost="/", username="guest", password="guest")
+        try:
+            got = []
+            for sub, stream in enumerate((plain, filtered), 1):
+                waiter = client.wait_frame(schema.Deliver)
+                await client.subscribe(stream, sub)
+                got.append(await waiter)
+            return got
+        finally:
+            await client.close()
+    delivered = run(go())
+    stored = [_stored_chunks(broker, s)[0] for s in (plain, filtered)]
+    assert stored[0]["simple_entries"] and stored[1]["simple_entries"]  # byte 47 on disk
+    assert stored[0]["filter_size"] == 0 and stored[1]["filter_size"] > 0
+    assert stored[1]["filter_scheme"] or stored[1]["filter_param"]  # bytes 45-46 on disk
+    assert [d._reserved for d in delivered] == [0, stored[1]["filter_size"] << 24]
+    assert [d.num_records for d in delivered] == [1, 1]
+
+
+async def _region(msg: AMQPMessage) -> str:
+    return msg.application_properties["region"]

@@ -96,10 +96,10 @@ def test_full_handshake():
     (1_048_576, 0, 1_048_576), (0, 5000, 5000), (1_048_576, 4096, 4096),
     (4096, 1_048_576, 4096), (0, 0, 0)])
 def test_frame_max_negotiation(ours, theirs, agreed):
-    conn = ServerConnection(frame_max=ours)
+    conn = ServerConnection(frame_max=ours, frame_hard_max=0)
     handshake(conn, client_tune=f.Tune(theirs, 0))
     assert conn.frame_max == agreed
-    if agreed:      # enforced once open
+    if agreed:      # enforced once open when there is no hard max beyond it
         conn.receive_data(f.FRAME_SIZE.pack(agreed + 1))
         with pytest.raises(RemoteProtocolError) as info:
             conn.next_event()
@@ -268,7 +268,7 @@ def test_initial_ceiling_holds_until_open():
     ("too large", b"\0" * 5000, ResponseCode.FRAME_TOO_LARGE, "frame too large"),
 ])
 def test_bad_frame_when_open_gets_a_close(name, data, code, reason):
-    conn = ServerConnection(frame_max=4096)
+    conn = ServerConnection(frame_max=4096, frame_hard_max=0)
     handshake(conn)
     conn.receive_data(f.FRAME_SIZE.pack(len(data)) + data)
     with pytest.raises(RemoteProtocolError) as info:
@@ -282,6 +282,39 @@ def test_bad_frame_when_open_gets_a_close(name, data, code, reason):
         feed(conn, f.Response(Key.CLOSE, 1, OK))
         assert conn.next_event() == f.Response(Key.CLOSE, 1, OK)
         assert conn.state is State.CLOSED
+
+
+@pytest.mark.parametrize("frame_max", [4096, 0])
+def test_frames_above_frame_max_are_taken_up_to_the_hard_max(frame_max):
+    """RabbitMQ up to 4.2.6 takes a frame of any size once open (rstream's send_batch makes
+    one above frame_max); we take it up to ``frame_hard_max``, also when frame_max is 0 (no
+    limit), and answer a larger one as RabbitMQ 4.2.7 answers one above frame_max."""
+    conn = ServerConnection(frame_max=frame_max, frame_hard_max=20_000)
+    handshake(conn, client_tune=f.Tune(frame_max, 0))
+    messages = tuple((i, None, memoryview(b"m" * 100), None) for i in range(100))
+    big = f.encode(f.Publish(1, messages, 1))
+    assert 4096 < len(big) - 4 <= 20_000
+    conn.receive_data(big[:10])
+    assert conn.incoming == len(big) - 4 and conn.next_event() is NEED_DATA
+    conn.receive_data(big[10:])
+    event = conn.next_event()
+    assert isinstance(event, f.Publish) and len(event.messages) == 100
+    assert conn.incoming == 0
+    conn.receive_data(f.FRAME_SIZE.pack(20_001))
+    with pytest.raises(RemoteProtocolError) as info:
+        conn.next_event()
+    assert info.value.code == ResponseCode.FRAME_TOO_LARGE
+    assert decode_all(info.value.reply) == [f.Close(1, ResponseCode.FRAME_TOO_LARGE,
+                                                    "frame too large")]
+    assert conn.state is State.CLOSE_SENT
+
+
+def test_the_hard_max_does_not_lift_the_ceiling_before_open():
+    conn = ServerConnection(initial_frame_max=8192, frame_hard_max=1 << 20)
+    conn.receive_data(f.FRAME_SIZE.pack(8193) + b"\0\x11\0\1")
+    with pytest.raises(RemoteProtocolError) as info:
+        conn.next_event()
+    assert info.value.reply == b"" and conn.state is State.CLOSED
 
 
 def test_client_close():
