@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 from typing import Any, Callable, Protocol
 
 from amqp_stream.config import BrokerConfig
+from amqp_stream.definitions import FILE as DEFINITIONS_FILE
+from amqp_stream.definitions import Definitions, FileStore
 from amqp_stream.errors import Forbidden, NotFound, ResourceDeleted
 from amqp_stream.loop import Mailbox
 from amqp_stream.metrics import Metrics, StreamState
@@ -89,6 +92,9 @@ class Core:
         self.mailbox = mailbox
         self.metrics = metrics or Metrics()
         self.registry = Registry(config, self._on_moved)
+        # exchanges and bindings (super streams); loaded by open_all, after the streams
+        self.definitions = Definitions(
+            FileStore(os.path.join(config.data_dir, DEFINITIONS_FILE)), self.registry.exists)
         self.moved: collections.deque[str] = collections.deque()
         self.dirty: list[Publishing] = []
         self.flush_scheduled = False
@@ -106,7 +112,22 @@ class Core:
         for name in names:
             self.registry.entries[name].metrics = self.metrics.for_stream(name)
         self.metrics.streams.set(len(names))
-        return names
+        self._load_definitions()
+        return sorted(self.registry.entries)
+
+    def _load_definitions(self) -> None:
+        """Exchanges and bindings; then an operation over several streams that a crash
+        interrupted (``definitions.pending``) is completed: its streams are deleted."""
+        definitions = self.definitions
+        definitions.load()
+        for operation in list(definitions.pending):
+            gone = [s for s in operation.get("delete_streams", []) if self.exists(s)]
+            log.warning("%s %r was interrupted: deleting %s", operation.get("op"),
+                        operation.get("name"), gone)
+            for stream in gone:
+                self.delete(stream)
+            with definitions.edit():
+                definitions.pending.remove(operation)
 
     def close_all(self) -> None:
         """Writers finish and fsync what is queued; their callbacks wait in the mailbox."""
@@ -167,6 +188,7 @@ class Core:
         entry.consumers.clear()
         entry.publishers.clear()
         count = self.registry.delete(name)
+        self.definitions.forget_stream(name)  # after: a crash between leaves a binding load drops
         self.mailbox.drain()  # settle (reject) what the closed writer failed
         self.metrics.forget(name)
         self.metrics.streams.set(len(self.registry.entries))
