@@ -338,13 +338,15 @@ def test_sigkill_mid_operation_leaves_all_or_nothing(tmp_path, op):
         if op == "delete":
             run(send("create"))
 
-        before = len(list(streams_dir.iterdir())) if streams_dir.exists() else 0
+        def made() -> int:  # partitions whose declare is complete
+            return len(list(streams_dir.glob(f"{ss}-*/stream.json")))
+        before = made()
 
         async def kill_mid_way():
-            """SIGKILL as soon as the first partition directory appears (or goes)."""
+            """SIGKILL once 5 partitions are made (or deleted)."""
             task = asyncio.ensure_future(send(op))
             deadline = asyncio.get_running_loop().time() + TIMEOUT
-            while len(list(streams_dir.iterdir())) == before:
+            while abs(made() - before) < 5:
                 if asyncio.get_running_loop().time() > deadline:
                     raise AssertionError("the operation never started")
                 await asyncio.sleep(0.001)
@@ -355,6 +357,9 @@ def test_sigkill_mid_operation_leaves_all_or_nothing(tmp_path, op):
                 pass
         run(kill_mid_way())
         b.proc.wait()
+        at_kill = made()
+        # the kill came mid-way: some partitions made (or deleted), not all
+        assert 5 <= abs(at_kill - before) < n, (before, at_kill)
         b.start()
 
         async def state():
