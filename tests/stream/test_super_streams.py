@@ -18,7 +18,8 @@ import pytest
 rstream = pytest.importorskip("rstream")
 import mmh3  # noqa: E402  (rstream's own dependency: its hash routing)
 from rstream import (AMQPMessage, ConfirmationStatus, ConsumerOffsetSpecification,  # noqa: E402
-                     OffsetType, RouteType, SuperStreamConsumer, SuperStreamProducer,
+                     OffsetType, RouteType, SuperStreamConsumer, SuperStreamCreationOption,
+                     SuperStreamProducer,
                      amqp_decoder, exceptions)
 from rstream.client import Client  # noqa: E402
 
@@ -60,12 +61,12 @@ class client:
 
 
 def producer(broker: BrokerProcess, super_stream: str, routing: RouteType = RouteType.Hash,
-             key=lambda m: m.application_properties["id"]) -> SuperStreamProducer:
+             key=lambda m: m.application_properties["id"], **kw) -> SuperStreamProducer:
     async def extractor(message: AMQPMessage) -> str:
         return key(message)
     return SuperStreamProducer("127.0.0.1", broker.stream_port, username="guest",
                                password="guest", super_stream=super_stream, routing=routing,
-                               routing_extractor=extractor)
+                               routing_extractor=extractor, **kw)
 
 
 async def publish(p: SuperStreamProducer, messages: list[AMQPMessage]) -> None:
@@ -252,10 +253,11 @@ def test_hash_routing_and_consumer(broker):
     messages = [AMQPMessage(body=k.encode(), application_properties={"id": k}) for k in keys]
 
     async def go():
-        p = producer(broker, ss)
+        # created by start() (rstream's metadata breaks if create_super_stream is called
+        # on a started producer: it closes the locator connection the metadata uses)
+        p = producer(broker, ss, super_stream_creation_option=SuperStreamCreationOption(3))
         await p.start()
         try:
-            await p.create_super_stream(ss, 3)
             await publish(p, messages)
         finally:
             await p.close()
