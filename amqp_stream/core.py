@@ -36,9 +36,13 @@ from amqp_stream.metrics import Metrics, StreamState
 from amqp_stream.streams import Registry, StreamEntry
 from amqp_stream import arguments as stream_arguments
 
-__all__ = ["Core", "Attachment", "ByteBudget", "Publishing"]
+__all__ = ["Core", "Attachment", "ByteBudget", "Publishing", "DefinitionsUnreadable"]
 
 log = logging.getLogger(__name__)
+
+
+class DefinitionsUnreadable(RuntimeError):
+    """The definitions file exists but cannot be read: the broker must not start."""
 
 
 class Attachment(Protocol):
@@ -119,7 +123,13 @@ class Core:
         """Exchanges and bindings; then an operation over several streams that a crash
         interrupted (``definitions.pending``) is completed: its streams are deleted."""
         definitions = self.definitions
-        definitions.load()
+        try:
+            definitions.load()
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # damaged from outside
+            raise DefinitionsUnreadable(
+                f"{definitions.store} cannot be read ({type(exc).__name__}: {exc}); the broker "
+                f"does not start without its exchanges and bindings (a start would overwrite "
+                f"them): repair or move the file away") from exc
         for operation in list(definitions.pending):
             gone = [s for s in operation.get("delete_streams", []) if self.exists(s)]
             log.warning("%s %r was interrupted: deleting %s", operation.get("op"),

@@ -117,6 +117,9 @@ class FileStore:
     def __init__(self, path: str):
         self.path = path
 
+    def __str__(self) -> str:
+        return self.path
+
     def load(self) -> dict | None:
         try:
             with open(self.path, "rb") as fh:

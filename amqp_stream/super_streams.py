@@ -22,7 +22,7 @@ import logging
 from typing import Any, Sequence
 
 from amqp_stream.arguments import from_stream_protocol, validate
-from amqp_stream.definitions import Binding, Exchange, PREDECLARED
+from amqp_stream.definitions import PREDECLARED, Binding, Exchange, check_name
 from amqp_stream.errors import AlreadyExists, BadRequest, Forbidden, NotFound
 
 __all__ = ["create", "delete", "partitions", "route", "MAX_PARTITIONS", "PARTITION_ORDER",
@@ -37,10 +37,11 @@ SUPER_STREAM = "x-super-stream"
 
 def correct_name(name: str) -> str:
     """``rabbit_stream_utils:enforce_correct_name``: CR and LF dropped; empty and ``amq.``
-    names refused."""
+    names refused; so are names over 255 bytes (an exchange name's limit)."""
     stripped = name.replace("\r", "").replace("\n", "")
     if not stripped or stripped.startswith("amq."):
         raise BadRequest(f"'{name}' is not a correct name for a super stream")
+    check_name(stripped, "super stream")
     return stripped
 
 

@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import uuid
 from collections import Counter
 
@@ -197,6 +198,8 @@ def test_errors(broker):
                 await c.create_super_stream(name(), ["dup", "dup"], ["0", "1"])
             with pytest.raises(exceptions.PreconditionFailed):  # reserved name
                 await c.create_super_stream("amq.mine", ["amq-0"], ["0"])
+            with pytest.raises(exceptions.PreconditionFailed):  # an exchange name's limit
+                await c.create_super_stream("x" * 256, ["long-0"], ["0"])
             with pytest.raises(exceptions.PreconditionFailed):  # bad argument
                 bad = name()
                 await c.create_super_stream(bad, [f"{bad}-0"], ["0"], {"max-age": "soon"})
@@ -398,3 +401,18 @@ def test_definitions_file_layout(broker):
         (f"{ss}-1", "1", {"x-stream-partition-order": 1})]
     assert doc["pending"] == []
     assert Counter(b["destination_type"] for b in mine) == {"queue": 2}
+
+
+def test_damaged_definitions_stop_the_start(tmp_path):
+    """A definitions file that cannot be read (damaged from outside: the broker only replaces
+    it atomically) stops the start with a message naming it, rather than a start that would
+    overwrite every exchange and binding; the file is left as it was."""
+    b = BrokerProcess(tmp_path / "data")
+    b.data_dir.mkdir(parents=True)
+    damaged = b.data_dir / "definitions.json"
+    damaged.write_bytes(b'{"format": 1, "exchanges": [{"name": "x"')
+    done = subprocess.run(b.command(), capture_output=True, timeout=60, cwd=os.getcwd())
+    assert done.returncode == 1, done.stderr
+    assert b"definitions.json cannot be read" in done.stderr + done.stdout
+    assert b"Traceback" not in done.stderr + done.stdout  # a clear error, not a crash
+    assert damaged.read_bytes() == b'{"format": 1, "exchanges": [{"name": "x"'
