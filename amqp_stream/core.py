@@ -124,7 +124,7 @@ class Core:
         interrupted (``definitions.pending``) is completed: its streams are deleted."""
         definitions = self.definitions
         try:
-            definitions.load()
+            definitions.load(prune=not self.registry.broken)
         except (OSError, ValueError, KeyError, TypeError) as exc:  # damaged from outside
             raise DefinitionsUnreadable(
                 f"{definitions.store} cannot be read ({type(exc).__name__}: {exc}); the broker "

@@ -26,7 +26,8 @@ are not stored: they always exist and cannot be declared or deleted. ``pending``
 operation over several streams in flight (``amqp_stream.super_streams``): what its recovery
 must do is delete ``delete_streams`` (a creation rolled back, a deletion finished); the
 broker does that at start (``Core.open_all``) before any client connects. Bindings whose
-destination stream is gone are dropped at load (a stream deleted just before a crash).
+destination stream is gone are dropped at load (a stream deleted just before a crash), unless
+some stream directory could not be opened (its bindings are kept for when it is repaired).
 """
 
 from __future__ import annotations
@@ -158,9 +159,11 @@ class Definitions:
         self._depth = 0
 
     # -- persistence -----------------------------------------------------------------------
-    def load(self) -> None:
-        """Read the store; drop bindings whose destination is gone (saved back if any).
-        Raises ``ValueError`` for a document this version cannot read."""
+    def load(self, prune: bool = True) -> None:
+        """Read the store; with ``prune``, drop bindings whose destination is gone (saved back
+        if any): the caller says False when a stream may exist that could not be opened, whose
+        bindings must outlive its repair. Raises ``ValueError`` for a document this version
+        cannot read."""
         document = self.store.load()
         if document is None:
             return
@@ -180,7 +183,11 @@ class Definitions:
         self.exchanges, self.bindings = exchanges, bindings
         self.pending = [dict(p) for p in document.get("pending", [])]
         dangling = [b for b in bindings if not self._destination_exists(b)]
-        if dangling:
+        if dangling and not prune:
+            log.warning("keeping %d binding(s) to streams that are not open (some stream "
+                        "directories could not be opened): %s", len(dangling),
+                        [(b.source, b.destination) for b in dangling])
+        elif dangling:
             log.warning("dropping %d binding(s) to streams or exchanges that no longer exist: %s",
                         len(dangling), [(b.source, b.destination) for b in dangling])
             with self.edit():

@@ -416,3 +416,33 @@ def test_damaged_definitions_stop_the_start(tmp_path):
     assert b"definitions.json cannot be read" in done.stderr + done.stdout
     assert b"Traceback" not in done.stderr + done.stdout  # a clear error, not a crash
     assert damaged.read_bytes() == b'{"format": 1, "exchanges": [{"name": "x"'
+
+
+def test_a_partition_that_cannot_be_opened_keeps_its_binding(tmp_path):
+    """A partition whose directory cannot be opened at start (here its stream.json damaged)
+    keeps its binding, so that once repaired the super stream is whole again; the bindings of
+    streams that are really gone are still dropped then."""
+    ss = name()
+    b = BrokerProcess(tmp_path / "data")
+    b.start()
+    try:
+        async def create():
+            async with client(b) as c:
+                await c.create_super_stream(ss, [f"{ss}-0", f"{ss}-1"], ["0", "1"])
+
+        async def partitions():
+            async with client(b) as c:
+                return await c.partitions(ss)
+        run(create())
+        b.stop()
+        meta = b.data_dir / "streams" / f"{ss}-1" / "stream.json"
+        good = meta.read_bytes()
+        meta.write_bytes(b'{"name": 1}')
+        b.start()
+        assert run(partitions()) == [f"{ss}-0", f"{ss}-1"]
+        b.stop()
+        meta.write_bytes(good)
+        b.start()
+        assert run(partitions()) == [f"{ss}-0", f"{ss}-1"]
+    finally:
+        b.close()
