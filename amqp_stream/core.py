@@ -6,6 +6,9 @@ next) on the event loop thread:
 
 - streams: ``declare`` (validated arguments; all or nothing), ``delete`` (ends every attached
   consumer and publisher of every protocol with ``ResourceDeleted``), ``info``, ``stream``;
+- definitions: exchanges and bindings (``amqp_stream.definitions``, super streams are
+  ``amqp_stream.super_streams``), loaded after the streams; a super stream operation a crash
+  interrupted is completed at start; deleting a stream drops its bindings;
 - attachments: a consumer or publisher of any protocol registers with ``attach`` and leaves
   with ``detach``; it only has to offer ``end(error)`` (the core ends it) and, for consumers,
   ``wake()`` (the stream grew);

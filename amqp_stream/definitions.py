@@ -44,7 +44,7 @@ from amqp_stream.errors import BadRequest, Forbidden, NotFound, PreconditionFail
 from storage.files import replace_file
 
 __all__ = ["Exchange", "Binding", "Definitions", "Store", "FileStore", "FILE", "TYPES",
-           "PREDECLARED", "QUEUE", "EXCHANGE", "topic_matches", "headers_match"]
+           "PREDECLARED", "QUEUE", "EXCHANGE", "topic_matches", "headers_match", "check_name"]
 
 log = logging.getLogger(__name__)
 
