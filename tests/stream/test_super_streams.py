@@ -446,3 +446,22 @@ def test_a_partition_that_cannot_be_opened_keeps_its_binding(tmp_path):
         assert run(partitions()) == [f"{ss}-0", f"{ss}-1"]
     finally:
         b.close()
+
+
+def test_command_versions_advertise_super_streams(broker):
+    """ExchangeCommandVersions names Route (0x18), Partitions (0x19), CreateSuperStream (0x1d)
+    and DeleteSuperStream (0x1e), version 1, as rabbit_stream_utils:command_versions/0: the
+    Java and .NET clients look for them before they use super streams."""
+    from rstream import schema
+
+    async def go():
+        async with client(broker) as c:
+            answer = await c.sync_request(
+                schema.ExchangeCommandVersionRequest(
+                    c._corr_id_seq.next(), [schema.FrameHandlerInfo(0x08, 1, 2)]),
+                resp_schema=schema.ExchangeCommandVersionResponse, raise_exception=False)
+            return answer.response_code, {(v.key_command, v.min_version, v.max_version)
+                                          for v in answer.command_versions}
+    code, versions = run(go())
+    assert code == 1
+    assert {(0x18, 1, 1), (0x19, 1, 1), (0x1D, 1, 1), (0x1E, 1, 1)} <= versions
