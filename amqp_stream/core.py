@@ -6,6 +6,9 @@ next) on the event loop thread:
 
 - streams: ``declare`` (validated arguments; all or nothing), ``delete`` (ends every attached
   consumer and publisher of every protocol with ``ResourceDeleted``), ``info``, ``stream``;
+- definitions: exchanges and bindings (``amqp_stream.definitions``, super streams are
+  ``amqp_stream.super_streams``), loaded after the streams; a super stream operation a crash
+  interrupted is completed at start; deleting a stream drops its bindings;
 - attachments: a consumer or publisher of any protocol registers with ``attach`` and leaves
   with ``detach``; it only has to offer ``end(error)`` (the core ends it) and, for consumers,
   ``wake()`` (the stream grew);
@@ -24,18 +27,25 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 from typing import Any, Callable, Protocol
 
 from amqp_stream.config import BrokerConfig
+from amqp_stream.definitions import FILE as DEFINITIONS_FILE
+from amqp_stream.definitions import Definitions, FileStore
 from amqp_stream.errors import Forbidden, NotFound, ResourceDeleted
 from amqp_stream.loop import Mailbox
 from amqp_stream.metrics import Metrics, StreamState
 from amqp_stream.streams import Registry, StreamEntry
 from amqp_stream import arguments as stream_arguments
 
-__all__ = ["Core", "Attachment", "ByteBudget", "Publishing"]
+__all__ = ["Core", "Attachment", "ByteBudget", "Publishing", "DefinitionsUnreadable"]
 
 log = logging.getLogger(__name__)
+
+
+class DefinitionsUnreadable(RuntimeError):
+    """The definitions file exists but cannot be read: the broker must not start."""
 
 
 class Attachment(Protocol):
@@ -89,6 +99,9 @@ class Core:
         self.mailbox = mailbox
         self.metrics = metrics or Metrics()
         self.registry = Registry(config, self._on_moved)
+        # exchanges and bindings (super streams); loaded by open_all, after the streams
+        self.definitions = Definitions(
+            FileStore(os.path.join(config.data_dir, DEFINITIONS_FILE)), self.registry.exists)
         self.moved: collections.deque[str] = collections.deque()
         self.dirty: list[Publishing] = []
         self.flush_scheduled = False
@@ -106,7 +119,28 @@ class Core:
         for name in names:
             self.registry.entries[name].metrics = self.metrics.for_stream(name)
         self.metrics.streams.set(len(names))
-        return names
+        self._load_definitions()
+        return sorted(self.registry.entries)
+
+    def _load_definitions(self) -> None:
+        """Exchanges and bindings; then an operation over several streams that a crash
+        interrupted (``definitions.pending``) is completed: its streams are deleted."""
+        definitions = self.definitions
+        try:
+            definitions.load(prune=not self.registry.broken)
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # damaged from outside
+            raise DefinitionsUnreadable(
+                f"{definitions.store} cannot be read ({type(exc).__name__}: {exc}); the broker "
+                f"does not start without its exchanges and bindings (a start would overwrite "
+                f"them): repair or move the file away") from exc
+        for operation in list(definitions.pending):
+            gone = [s for s in operation.get("delete_streams", []) if self.exists(s)]
+            log.warning("%s %r was interrupted: deleting %s", operation.get("op"),
+                        operation.get("name"), gone)
+            for stream in gone:
+                self.delete(stream)
+            with definitions.edit():
+                definitions.pending.remove(operation)
 
     def close_all(self) -> None:
         """Writers finish and fsync what is queued; their callbacks wait in the mailbox."""
@@ -167,6 +201,7 @@ class Core:
         entry.consumers.clear()
         entry.publishers.clear()
         count = self.registry.delete(name)
+        self.definitions.forget_stream(name)  # after: a crash between leaves a binding load drops
         self.mailbox.drain()  # settle (reject) what the closed writer failed
         self.metrics.forget(name)
         self.metrics.streams.set(len(self.registry.entries))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import errno
 
 __all__ = ["from_storage", "BrokerError", "BadRequest", "NotFound", "Forbidden", "PreconditionFailed",
-           "NotAllowed", "NotImplementedByBroker", "ResourceDeleted", "ResourceLimit",
+           "AlreadyExists", "NotAllowed", "NotImplementedByBroker", "ResourceDeleted", "ResourceLimit",
            "DecodeError", "SizeExceeded", "InternalError", "ShuttingDown"]
 
 
@@ -46,6 +46,12 @@ class Forbidden(BrokerError):
 class PreconditionFailed(BrokerError):
     """It exists with other arguments (a second declare that differs)."""
     condition, status, stream_code = "amqp:precondition-failed", 409, 0x11
+
+
+class AlreadyExists(PreconditionFailed):
+    """A name that is taken where a new one is needed (a super stream's exchange or partition);
+    RabbitMQ's stream protocol says stream_already_exists."""
+    stream_code = 0x05
 
 
 class NotAllowed(BrokerError):

@@ -28,7 +28,7 @@ from typing import Any
 from amqp_stream import __version__, datadir, filtering
 from amqp_stream.amqp.adapter import Adapter
 from amqp_stream.config import BrokerConfig
-from amqp_stream.core import Core
+from amqp_stream.core import Core, DefinitionsUnreadable
 from amqp_stream.loop import EventLoop, raise_fd_limit
 from amqp_stream.metrics import Metrics
 from amqp_stream.stream_listener import StreamAdapter
@@ -81,7 +81,12 @@ class Broker:
             return 2
         sqlfilter.prepare()  # the filter grammars, before the first consumer needs them
         filtering.install()  # ... and the reader they read messages with
-        names = self.core.open_all()
+        try:
+            names = self.core.open_all()
+        except DefinitionsUnreadable as exc:
+            log.error("%s", exc)
+            self._close_storage()
+            return 1
         self.metrics.watch(self.core.stream_states)
         log.info("amqp-stream %s: %d streams recovered from %s", __version__, len(names), data_dir)
         if self.security is not None:

@@ -15,7 +15,9 @@ that exists; a deleted stream's publishers and subscriptions are dropped and the
 gets a MetadataUpdate (``STREAM_NOT_AVAILABLE``). Stored offsets and publisher sequences
 (StoreOffset, QueryOffset, QueryPublisherSequence, DeclarePublisher's reference) are
 ``amqp_stream.stream_listener.tracking``'s; a named publisher's messages are deduplicated by
-``amqp_stream.stream_listener.publishing``. Not (yet) supported: super streams, single active consumer.
+``amqp_stream.stream_listener.publishing``. Super streams (CreateSuperStream, DeleteSuperStream,
+Route, Partitions) are ``amqp_stream.stream_listener.super_streams``'. Not (yet) supported:
+single active consumer.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from amqp_stream.arguments import from_stream_protocol, validate
 from amqp_stream.core import Core
 from amqp_stream.errors import BadRequest, BrokerError, NotFound, PreconditionFailed
 from amqp_stream.loop import EventLoop
-from amqp_stream.stream_listener import subscription_filters, tracking
+from amqp_stream.stream_listener import subscription_filters, super_streams, tracking
 from amqp_stream.stream_listener.auth import Authenticator
 from amqp_stream.stream_listener.connection import LargeFrames, StreamConnection
 from amqp_stream.stream_listener.consuming import Subscription
@@ -94,12 +96,9 @@ class StreamAdapter:
             f.Credit: self._credit,
             f.StoreOffset: self._store_offset,
             f.QueryOffset: self._query_offset,
-            f.Route: self._no_super_stream,
-            f.Partitions: self._no_super_stream,
-            f.DeleteSuperStream: self._no_super_stream,
-            f.CreateSuperStream: self._create_super_stream,
             f.ConsumerUpdateResponse: self._nothing,
         }
+        self._handlers.update(super_streams.handlers(core))  # CreateSuperStream, Route, ...
 
     # -- connections -----------------------------------------------------------------------
     def accept(self, sock: socket.socket, peer: str) -> StreamConnection:
@@ -301,13 +300,6 @@ class StreamAdapter:
         stats = {"first_chunk_id": -1 if empty else stream.first_offset,
                  "committed_chunk_id": -1 if empty else stream.committed_chunk_id}
         conn.send(f.StreamStatsResponse(frame.correlation_id, ResponseCode.OK, stats))
-
-    def _no_super_stream(self, conn: StreamConnection, frame: Any) -> None:
-        conn.send(f.error_response(frame, ResponseCode.STREAM_DOES_NOT_EXIST))
-
-    def _create_super_stream(self, conn: StreamConnection, frame: f.CreateSuperStream) -> None:
-        log.info("stream connection %s: super streams are not supported", conn.peer)
-        conn.send(f.error_response(frame, ResponseCode.PRECONDITION_FAILED))
 
     # -- tracking --------------------------------------------------------------------------
     def _store_offset(self, conn: StreamConnection, frame: f.StoreOffset) -> None:

@@ -1,0 +1,373 @@
+"""Exchanges and bindings: the broker's routing definitions, and the one file that keeps them.
+
+Strategy: RabbitMQ routes through exchanges and bindings; a super stream is a direct exchange
+marked ``x-super-stream`` with one binding per partition stream. This module owns the model
+(``Exchange``, ``Binding``), its rules (RabbitMQ's names, types and equivalence, routing for
+``direct``, ``fanout``, ``topic`` and ``headers``) and its persistence. Every change is
+written before it is visible: the whole document goes through a ``Store`` (today
+``FileStore``: ``storage.files.replace_file``, i.e. temp file, fsync, rename, fsync of the
+directory), so a restart or a SIGKILL finds the last change complete or not at all. A
+cluster can put the same document in ZooKeeper behind the same two-method ``Store``.
+
+Layout of ``<data-dir>/definitions.json`` (field names as RabbitMQ's definitions export)::
+
+    {"format": 1,
+     "exchanges": [{"name": "orders", "type": "direct", "durable": true,
+                    "auto_delete": false, "internal": false,
+                    "arguments": {"x-super-stream": true}}],
+     "bindings":  [{"source": "orders", "destination": "orders-0",
+                    "destination_type": "queue", "routing_key": "0",
+                    "arguments": {"x-stream-partition-order": 0}}],
+     "pending":   [{"op": "create-super-stream", "name": "orders",
+                    "delete_streams": ["orders-0", "orders-1"]}]}
+
+The default exchange (``""``) and the ``amq.*`` ones RabbitMQ declares in every virtual host
+are not stored: they always exist and cannot be declared or deleted. ``pending`` records an
+operation over several streams in flight (``amqp_stream.super_streams``): what its recovery
+must do is delete ``delete_streams`` (a creation rolled back, a deletion finished); the
+broker does that at start (``Core.open_all``) before any client connects. Bindings whose
+destination stream is gone are dropped at load (a stream deleted just before a crash), unless
+some stream directory could not be opened (its bindings are kept for when it is repaired).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Protocol
+
+from amqp_stream.errors import BadRequest, Forbidden, NotFound, PreconditionFailed
+from storage.files import replace_file
+
+__all__ = ["Exchange", "Binding", "Definitions", "Store", "FileStore", "FILE", "TYPES",
+           "PREDECLARED", "QUEUE", "EXCHANGE", "topic_matches", "headers_match", "check_name"]
+
+log = logging.getLogger(__name__)
+
+FILE = "definitions.json"
+FORMAT = 1
+TYPES = ("direct", "fanout", "topic", "headers")
+QUEUE, EXCHANGE = "queue", "exchange"  # a binding's destination_type (a stream is a queue)
+MAX_NAME_BYTES = 255  # AMQP 0-9-1's shortstr, which RabbitMQ keeps for every name
+
+
+@dataclass(frozen=True)
+class Exchange:
+    name: str
+    type: str
+    durable: bool = True
+    auto_delete: bool = False
+    internal: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "type": self.type, "durable": self.durable,
+                "auto_delete": self.auto_delete, "internal": self.internal,
+                "arguments": dict(self.arguments)}
+
+    @property
+    def super_stream(self) -> bool:
+        return self.arguments.get("x-super-stream") is True
+
+
+@dataclass(frozen=True)
+class Binding:
+    source: str
+    destination: str
+    routing_key: str = ""
+    arguments: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    destination_type: str = QUEUE
+
+    def key(self) -> tuple:
+        """Identity as RabbitMQ's: the same source, destination, key and arguments."""
+        return (self.source, self.destination_type, self.destination, self.routing_key,
+                json.dumps(self.arguments, sort_keys=True))
+
+    def to_json(self) -> dict:
+        return {"source": self.source, "destination": self.destination,
+                "destination_type": self.destination_type, "routing_key": self.routing_key,
+                "arguments": dict(self.arguments)}
+
+
+PREDECLARED: dict[str, Exchange] = {x.name: x for x in (
+    Exchange("", "direct"),
+    Exchange("amq.direct", "direct"),
+    Exchange("amq.topic", "topic"),
+    Exchange("amq.match", "headers"),
+    Exchange("amq.headers", "headers"),
+    Exchange("amq.fanout", "fanout"),
+    Exchange("amq.rabbitmq.trace", "topic", internal=True),
+)}
+"""What ``rabbit_vhost:declare_default_exchanges`` makes in every virtual host."""
+
+
+class Store(Protocol):
+    """Where the document lives: ``load`` None when there is none yet; ``save`` durable when
+    it returns (all of it or, after a crash, the previous one)."""
+
+    def load(self) -> dict | None: ...
+
+    def save(self, document: dict) -> None: ...
+
+
+class FileStore:
+    def __init__(self, path: str):
+        self.path = path
+
+    def __str__(self) -> str:
+        return self.path
+
+    def load(self) -> dict | None:
+        try:
+            with open(self.path, "rb") as fh:
+                data = fh.read()
+        except FileNotFoundError:
+            return None
+        document = json.loads(data.decode("utf-8"))
+        if not isinstance(document, dict):
+            raise ValueError(f"{self.path}: not a JSON object")
+        return document
+
+    def save(self, document: dict) -> None:
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        replace_file(self.path, json.dumps(document, sort_keys=True, indent=1).encode("utf-8"))
+
+
+def check_name(name: str, what: str = "exchange") -> None:
+    if len(name.encode("utf-8")) > MAX_NAME_BYTES:
+        raise BadRequest(f"{what} name is longer than {MAX_NAME_BYTES} bytes")
+
+
+class Definitions:
+    """The exchanges and bindings of the broker (one virtual host, ``/``).
+
+    ``stream_exists(name)`` answers whether a binding's destination stream exists.
+    Every change goes to the store before it is kept here; changes made inside ``edit()``
+    are written once, together, when the outermost ``edit`` ends (or all dropped on error).
+    """
+
+    def __init__(self, store: Store, stream_exists: Callable[[str], bool]):
+        self.store = store
+        self.stream_exists = stream_exists
+        self.exchanges: dict[str, Exchange] = {}
+        self.bindings: list[Binding] = []
+        self.pending: list[dict] = []
+        self._depth = 0
+
+    # -- persistence -----------------------------------------------------------------------
+    def load(self, prune: bool = True) -> None:
+        """Read the store; with ``prune``, drop bindings whose destination is gone (saved back
+        if any): the caller says False when a stream may exist that could not be opened, whose
+        bindings must outlive its repair. Raises ``ValueError`` for a document this version
+        cannot read."""
+        document = self.store.load()
+        if document is None:
+            return
+        if document.get("format") != FORMAT:
+            raise ValueError(f"definitions format {document.get('format')!r} is not {FORMAT}")
+        exchanges = {}
+        for x in document.get("exchanges", []):
+            exchange = Exchange(x["name"], x["type"], bool(x.get("durable", True)),
+                                bool(x.get("auto_delete", False)), bool(x.get("internal", False)),
+                                dict(x.get("arguments") or {}))
+            if exchange.type not in TYPES or exchange.name in PREDECLARED:
+                raise ValueError(f"exchange {exchange.name!r} of type {exchange.type!r}")
+            exchanges[exchange.name] = exchange
+        bindings = [Binding(b["source"], b["destination"], b.get("routing_key", ""),
+                            dict(b.get("arguments") or {}), b.get("destination_type", QUEUE))
+                    for b in document.get("bindings", [])]
+        self.exchanges, self.bindings = exchanges, bindings
+        self.pending = [dict(p) for p in document.get("pending", [])]
+        dangling = [b for b in bindings if not self._destination_exists(b)]
+        if dangling and not prune:
+            log.warning("keeping %d binding(s) to streams that are not open (some stream "
+                        "directories could not be opened): %s", len(dangling),
+                        [(b.source, b.destination) for b in dangling])
+        elif dangling:
+            log.warning("dropping %d binding(s) to streams or exchanges that no longer exist: %s",
+                        len(dangling), [(b.source, b.destination) for b in dangling])
+            with self.edit():
+                self.bindings = [b for b in self.bindings if self._destination_exists(b)]
+
+    def document(self) -> dict:
+        return {"format": FORMAT,
+                "exchanges": [x.to_json() for x in self.exchanges.values()],
+                "bindings": [b.to_json() for b in self.bindings],
+                "pending": copy.deepcopy(self.pending)}
+
+    @contextlib.contextmanager
+    def edit(self) -> Iterator[None]:
+        """Changes inside are saved as one write at the end, or all undone on an error."""
+        saved = (dict(self.exchanges), list(self.bindings), copy.deepcopy(self.pending))
+        self._depth += 1
+        try:
+            yield
+            if self._depth == 1:
+                self.store.save(self.document())
+        except BaseException:
+            self.exchanges, self.bindings, self.pending = saved
+            raise
+        finally:
+            self._depth -= 1
+
+    # -- exchanges -------------------------------------------------------------------------
+    def exchange(self, name: str) -> Exchange | None:
+        return PREDECLARED.get(name) or self.exchanges.get(name)
+
+    def all_exchanges(self) -> list[Exchange]:
+        return [*PREDECLARED.values(), *self.exchanges.values()]
+
+    def declare_exchange(self, exchange: Exchange) -> bool:
+        """True when made, False when it exists as asked; ``PreconditionFailed`` when it
+        exists otherwise; ``Forbidden`` for the reserved ``amq.`` prefix and the default
+        exchange (RabbitMQ's ACCESS_REFUSED)."""
+        check_name(exchange.name)
+        existing = self.exchange(exchange.name)
+        if existing is None and (exchange.name.startswith("amq.") or exchange.name == ""):
+            raise Forbidden(f"ACCESS_REFUSED: exchange name '{exchange.name}' contains reserved "
+                            f"prefix 'amq.*'")
+        if exchange.type not in TYPES:
+            raise BadRequest(f"invalid exchange type '{exchange.type}'")
+        if existing is not None:
+            if (existing.type, existing.durable, existing.auto_delete, existing.internal,
+                    existing.arguments) != (exchange.type, exchange.durable,
+                                            exchange.auto_delete, exchange.internal,
+                                            exchange.arguments):
+                raise PreconditionFailed(f"PRECONDITION_FAILED: inequivalent arg for exchange "
+                                         f"'{exchange.name}' in vhost '/'")
+            return False
+        with self.edit():
+            self.exchanges[exchange.name] = exchange
+        return True
+
+    def delete_exchange(self, name: str) -> bool:
+        """False when there was none; its bindings (both ways) go with it."""
+        if name in PREDECLARED:
+            raise Forbidden(f"ACCESS_REFUSED: operation not permitted on exchange '{name}'")
+        if name not in self.exchanges:
+            return False
+        with self.edit():
+            del self.exchanges[name]
+            self.bindings = [b for b in self.bindings if b.source != name and not (
+                b.destination_type == EXCHANGE and b.destination == name)]
+        return True
+
+    # -- bindings --------------------------------------------------------------------------
+    def _destination_exists(self, binding: Binding) -> bool:
+        if binding.destination_type == EXCHANGE:
+            return self.exchange(binding.destination) is not None
+        return self.stream_exists(binding.destination)
+
+    def bind(self, binding: Binding) -> bool:
+        """False when the same binding exists; ``NotFound`` for a missing source or
+        destination; ``Forbidden`` on the default exchange (it binds every stream itself)."""
+        if binding.source == "" or (binding.destination_type == EXCHANGE
+                                    and binding.destination == ""):
+            raise Forbidden("ACCESS_REFUSED: operation not permitted on the default exchange")
+        if self.exchange(binding.source) is None:
+            raise NotFound(f"NOT_FOUND - no exchange '{binding.source}' in vhost '/'")
+        if not self._destination_exists(binding):
+            kind = "exchange" if binding.destination_type == EXCHANGE else "queue"
+            raise NotFound(f"NOT_FOUND - no {kind} '{binding.destination}' in vhost '/'")
+        if any(b.key() == binding.key() for b in self.bindings):
+            return False
+        with self.edit():
+            self.bindings.append(binding)
+        return True
+
+    def unbind(self, binding: Binding) -> bool:
+        kept = [b for b in self.bindings if b.key() != binding.key()]
+        if len(kept) == len(self.bindings):
+            return False
+        with self.edit():
+            self.bindings = kept
+        return True
+
+    def bindings_from(self, source: str) -> list[Binding]:
+        return [b for b in self.bindings if b.source == source]
+
+    def forget_stream(self, name: str) -> None:
+        """Stream ``name`` was deleted: its bindings go (as RabbitMQ's do with the queue)."""
+        kept = [b for b in self.bindings if b.destination_type == EXCHANGE or b.destination != name]
+        if len(kept) != len(self.bindings):
+            with self.edit():
+                self.bindings = kept
+
+    # -- routing ---------------------------------------------------------------------------
+    def route(self, exchange: str, routing_key: str,
+              headers: dict[str, Any] | None = None) -> list[str]:
+        """The streams a message published to ``exchange`` with ``routing_key`` (and
+        ``headers``, for headers exchanges) goes to, each once, in binding order; following
+        exchange-to-exchange bindings. ``NotFound`` when ``exchange`` does not exist."""
+        if self.exchange(exchange) is None:
+            raise NotFound(f"NOT_FOUND - no exchange '{exchange}' in vhost '/'")
+        out: dict[str, None] = {}
+        seen: set[str] = set()
+        todo = [exchange]
+        while todo:
+            name = todo.pop(0)
+            if name in seen:
+                continue
+            seen.add(name)
+            x = self.exchange(name)
+            if x is None:
+                continue
+            if name == "":
+                if self.stream_exists(routing_key):
+                    out[routing_key] = None
+                continue
+            for b in self.bindings:
+                if b.source == name and _matches(x.type, b, routing_key, headers or {}):
+                    if b.destination_type == EXCHANGE:
+                        todo.append(b.destination)
+                    else:
+                        out[b.destination] = None
+        return list(out)
+
+
+def _matches(kind: str, binding: Binding, routing_key: str, headers: dict[str, Any]) -> bool:
+    if kind == "direct":
+        return binding.routing_key == routing_key
+    if kind == "fanout":
+        return True
+    if kind == "topic":
+        return topic_matches(binding.routing_key, routing_key)
+    return headers_match(binding.arguments, headers)
+
+
+def topic_matches(pattern: str, routing_key: str) -> bool:
+    """AMQP topic matching: words split at ``.``; ``*`` is one word, ``#`` zero or more."""
+    words, keys = pattern.split("."), routing_key.split(".")
+    memo: dict[tuple[int, int], bool] = {}
+
+    def match(i: int, j: int) -> bool:
+        if (i, j) in memo:
+            return memo[(i, j)]
+        if i == len(words):
+            result = j == len(keys)
+        elif words[i] == "#":
+            result = match(i + 1, j) or (j < len(keys) and match(i, j + 1))
+        else:
+            result = j < len(keys) and words[i] in ("*", keys[j]) and match(i + 1, j + 1)
+        memo[(i, j)] = result
+        return result
+
+    return match(0, 0)
+
+
+def headers_match(arguments: dict[str, Any], headers: dict[str, Any]) -> bool:
+    """``rabbit_exchange_type_headers``: ``x-match`` ``all`` (default) or ``any``; arguments
+    starting with ``x-`` are not matched unless ``x-match`` is ``all-with-x``/``any-with-x``;
+    an argument whose value is None asks only that the header be present."""
+    mode = arguments.get("x-match", "all")
+    with_x = mode in ("all-with-x", "any-with-x")
+    wanted = {k: v for k, v in arguments.items()
+              if k != "x-match" and (with_x or not k.startswith("x-"))}
+    hits = (k in headers and (v is None or headers[k] == v) for k, v in wanted.items())
+    if mode in ("any", "any-with-x"):
+        return any(hits)
+    return all(hits)

@@ -1,0 +1,54 @@
+"""Run rstream's own test suite (a checkout of github.com/qweeze/rstream) against this broker.
+
+The suite is rstream's, not ours: it is not copied here. Give the checkout's ``tests``
+directory; the broker of this tree runs on free ports with its own data directory and the
+suite is pointed at it with its own ``--rmq-host``/``--rmq-port`` options (tests that hardcode
+``localhost:5552`` or call the management HTTP API on 15672 cannot pass here). rstream's
+tests need ``pytest-asyncio``, which the project does not install: put it on ``--extra-path``
+(e.g. ``pip install --target /tmp/extra pytest-asyncio==0.23.8 requests``).
+
+    python scripts/rstream_suite.py --tests /tmp/rstream/tests --extra-path /tmp/extra \\
+        -- -k "super or partitions or routes" -rA
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from amqp_stream.testing import BrokerProcess  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tests", required=True, help="rstream's tests directory")
+    parser.add_argument("--extra-path", default="", help="where pytest-asyncio is installed")
+    parser.add_argument("pytest_args", nargs="*", help="after --: passed to pytest")
+    args = parser.parse_args()
+    tests = Path(args.tests).resolve()
+    os.chdir(ROOT)  # the broker subprocess runs this tree's code
+    with tempfile.TemporaryDirectory(prefix="rstream-suite-") as d:
+        broker = BrokerProcess(Path(d) / "data")
+        broker.start()
+        try:
+            paths = [p for p in (args.extra_path, str(tests.parent)) if p]
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+            return subprocess.call(
+                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                 "-o", "asyncio_mode=auto", "--rootdir", str(tests.parent),
+                 "--rmq-host", broker.host, "--rmq-port", str(broker.stream_port),
+                 *args.pytest_args, str(tests)],
+                cwd=tests.parent, env=env)
+        finally:
+            broker.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
