@@ -54,34 +54,57 @@ class StreamEntry:
     listener: Callable[[], None] | None = None
     metrics: Any = None  # metrics.StreamMetrics, set by the server
     deleted: bool = False
-    # per segment start: (index records read, how many were tracking chunks); see tracking_offsets
-    tracking_seen: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # per segment start: (index records counted, how many were tracking chunks, whether the
+    # segment is done); see ``counts``
+    tracking_seen: dict[int, tuple[int, int, bool]] = field(default_factory=dict)
 
-    def tracking_offsets(self) -> int:
-        """Offsets the kept segments give to tracking chunks (one each: a consumer offset or a
-        snapshot is a chunk of one record), which are no messages. Read from the index files,
-        each record once: older segments are sealed, the newest is read on from where the last
-        call stopped; segments retention removed are forgotten."""
-        starts = list(self.stream.segment_starts())
+    def counts(self) -> tuple[int, int, int]:
+        """``(first offset kept, next offset, messages kept)``, one consistent view: the
+        messages are the committed offsets less those of tracking chunks (one each: a consumer
+        offset or a snapshot is a chunk of one record), which are no messages.
+
+        The tracking chunks are read from the index files, each record once, and only those
+        below the committed end read first: the writer writes a group's index records before
+        it moves the committed end (and confirms), so a record beyond it is not counted yet
+        (``next - first`` does not hold it either), nor taken as read. A segment is done once a
+        newer one exists (the writer rolls over after writing the old one's last record) and
+        all its records are committed; until then it is read on from where the last call
+        stopped. Segments retention removed are forgotten."""
+        stream = self.stream
+        nxt = int(stream.next_offset)  # first: everything counted below is committed
+        starts = tuple(stream.segment_starts())
         for gone in set(self.tracking_seen) - set(starts):
             del self.tracking_seen[gone]
-        total = 0
+        first = starts[0] if starts else nxt
+        tracking = 0
         for i, start in enumerate(starts):
-            read, count = self.tracking_seen.get(start, (0, 0))
-            if start not in self.tracking_seen or i == len(starts) - 1:
+            if start >= nxt:
+                break
+            read, count, done = self.tracking_seen.get(start, (0, 0, False))
+            if not done:
                 try:
-                    fd = os.open(index_path(str(self.stream.directory), start), os.O_RDONLY)
-                except FileNotFoundError:
+                    fd = os.open(index_path(str(stream.directory), start), os.O_RDONLY)
+                except FileNotFoundError:  # retention removed it (and all before it) just now
+                    self.tracking_seen.pop(start, None)
+                    first = starts[i + 1] if i + 1 < len(starts) else nxt
+                    tracking = 0
                     continue
                 try:
                     records = read_index_tuples(fd, read)
                 finally:
                     os.close(fd)
-                read += len(records)
-                count += sum(1 for r in records if r[4] != CHUNK_USER)
-                self.tracking_seen[start] = (read, count)
-            total += count
-        return total
+                k = 0
+                for r in records:
+                    if r[0] >= nxt:
+                        break
+                    k += 1
+                    if r[4] != CHUNK_USER:
+                        count += 1
+                read += k
+                done = i < len(starts) - 1 and k == len(records)
+                self.tracking_seen[start] = (read, count, done)
+            tracking += count
+        return first, nxt, max(0, nxt - first - tracking)
 
     def append(self, reference: str | None, bodies: list, ids: list[int], values: list,
                on_durable: Callable[[int, Exception | None], None], records: int | None = None,
@@ -280,20 +303,13 @@ class Registry:
         log.info("deleted stream %r (%d messages)", name, count)
         return count
 
-    @staticmethod
-    def offsets(entry: StreamEntry) -> tuple[int, int]:
-        """(first offset still kept, next offset)."""
-        stream = entry.stream
-        return int(stream.first_offset), int(stream.next_offset)
-
     def message_count(self, entry: StreamEntry) -> int:
-        """Messages kept: the offsets kept, less those of tracking chunks."""
-        first, nxt = self.offsets(entry)
-        return max(0, nxt - first - entry.tracking_offsets())
+        """Messages kept: the committed offsets kept, less those of tracking chunks."""
+        return entry.counts()[2]
 
     def info(self, name: str) -> dict:
         entry = self.entries[name]
-        first, nxt = self.offsets(entry)
+        first, nxt, messages = entry.counts()
         return {
             "name": name,
             "vhost": "/",
@@ -302,7 +318,7 @@ class Registry:
             "exclusive": False,
             "type": "stream",
             "arguments": dict(entry.arguments),
-            "message_count": self.message_count(entry),
+            "message_count": messages,
             "consumer_count": len(entry.consumers),
             "leader": self.node,
             "replicas": [self.node],
