@@ -139,10 +139,11 @@ def _negative_id(name: str, v: int) -> bytes:
                      "binary or UUIDs)")
 
 
-def _joined(columns: list[list[bytes] | bytes], n: int) -> list[bytes]:
-    """Row by row, the join of the columns' encodings (a ``bytes`` column: the same every row)."""
-    lists = [c if isinstance(c, list) else [c] * n for c in columns]
-    return [b"".join(row) for row in zip(*lists, strict=True)] if lists else [b""] * n
+def _or(field: list[bytes] | bytes, default: bytes) -> list[bytes] | bytes:
+    """A property field with ``default`` where it is null."""
+    if isinstance(field, list):
+        return [default if v == _NULL else v for v in field]
+    return default if field == _NULL else field
 
 
 def _section(code: bytes, kind: str, count: int, body: bytes) -> bytes:
@@ -257,14 +258,16 @@ class ArrowEncoder:
         fields: list[list[bytes] | bytes] = [_NULL] * len(PROPERTY_ORDER)
         for i, pos, enc in self._props:
             fields[pos] = [_NULL if v is None else enc(v) for v in cols[i]]
-        if plan.body_is_json and not isinstance(fields[6], list):
-            fields[6] = _sym8(b"application/json")
-        now = b"\x83" + _I64.pack(int(time.time() * 1000))  # the publish time, as the row path
-        ct = fields[9]
-        fields[9] = [now if v == _NULL else v for v in ct] if isinstance(ct, list) else now
+        if plan.body_is_json:  # when no content_type is given
+            fields[6] = _or(fields[6], _sym8(b"application/json"))
+        fields[9] = _or(fields[9], b"\x83" + _I64.pack(int(time.time() * 1000)))  # the publish time
         last = max(p for p, f in enumerate(fields) if f is not _NULL)
-        properties = [_section(b"\x73", "list", last + 1, body)
-                      for body in _joined(fields[:last + 1], n)]
+        properties = []
+        for row in zip(*[f if isinstance(f, list) else [f] * n for f in fields[:last + 1]], strict=True):
+            count = len(row)
+            while row[count - 1] == _NULL:  # trailing nulls left out (creation_time is never null)
+                count -= 1
+            properties.append(_section(b"\x73", "list", count, b"".join(row[:count])))
         # application properties
         app_parts = []
         for i, key, enc in self._app:
@@ -275,7 +278,8 @@ class ArrowEncoder:
             bodies = [b"\x00\x53\x75" + _vbin(text.encode()) for text in self._json(row_cols, n)]
         else:
             assert plan.body_index is not None
-            bodies = [b"\x00\x53\x77" + (_NULL if v is None else _string(v)) if not isinstance(v, (bytes, bytearray))
+            bodies = [b"" if v is None  # no body section, as proton leaves a None body out
+                      else b"\x00\x53\x77" + _string(v) if isinstance(v, str)
                       else b"\x00\x53\x75" + _vbin(bytes(v)) for v in cols[plan.body_index]]
         return [a + p + ap + body for a, p, ap, body in zip(annotations, properties, application, bodies, strict=True)]
 
