@@ -16,7 +16,8 @@ broker's ``amqp_stream_read_bytes_total`` says how much it read. The baseline is
 Against Parquet (``--parquet``, issue 25 item 18): ``--rows`` rows of five columns
 (``n INT, region STRING, amount DOUBLE, message_id STRING, k BIGINT``, made by ``spark.range``
 and cached) with 1 and with 2 partitions: Spark's own Parquet write of the DataFrame, then the
-same DataFrame written to a stream (each on a fresh broker); Spark's Parquet read of those files,
+same DataFrame written to a stream over AMQP 1.0 (the default) and to another over the stream
+protocol (``streamUrl``), on a fresh broker; Spark's Parquet read of those files,
 then the stream read with its five columns declared (``numPartitions`` 1 and 2). Reads end in
 Spark's ``noop`` sink, so every column of every row is produced and nothing is collected.
 
@@ -204,6 +205,15 @@ def parquet_phase(args, spark, tmp: str) -> None:
                     note("amqp-stream write", timed(write)[1])
                     with amqp.connect(broker.url) as client:
                         assert client.info("w")["next_offset"] == args.rows
+                        client.declare("s")
+
+                    def write_stream() -> None:
+                        (df.write.format("amqp-stream").option("url", broker.url).option("stream", "s")
+                         .option("streamUrl", broker.stream_url).option("filterValueColumn", "region")
+                         .option("window", args.window).mode("append").save())
+                    note("streamUrl write", timed(write_stream)[1])
+                    with amqp.connect(broker.url) as client:
+                        assert client.info("s")["next_offset"] == args.rows
                     note("parquet read", timed(lambda: spark.read.parquet(path).write.format("noop")
                                                .mode("overwrite").save())[1])
 
@@ -216,10 +226,11 @@ def parquet_phase(args, spark, tmp: str) -> None:
                     print("broker log (tail):\n" + broker.log_text()[-3000:], file=sys.stderr)
                     raise
         df.unpersist()
-        for what in ("write", "read"):
-            pq, ours = best[f"parquet {what}"], best[f"amqp-stream {what}"]
-            lines.append(f"  {what:<5} {parts} partition{'s' if parts > 1 else ' '}  parquet {args.rows / pq:>10,.0f} rows/s"
-                         f"   amqp-stream {args.rows / ours:>10,.0f} rows/s   x{pq / ours:.3f} of parquet")
+        for what, ours_label in (("write", "amqp-stream write"), ("write", "streamUrl write"),
+                                 ("read", "amqp-stream read")):
+            pq, ours = best[f"parquet {what}"], best[ours_label]
+            lines.append(f"  {parts} partition{'s' if parts > 1 else ' '}  parquet {what:<5} {args.rows / pq:>10,.0f} rows/s"
+                         f"   {ours_label:<18} {args.rows / ours:>10,.0f} rows/s   x{pq / ours:.3f} of parquet")
     print(f"\nagainst Parquet ({args.rows} rows of {PARQUET_SCHEMA}; best of {args.repeat})")
     print("\n".join(lines))
 

@@ -210,7 +210,7 @@ class ArrowEncoder:
     def _columns(self, batch: Any) -> tuple[list[list], list[list] | None]:
         """The batch's columns as the encoders take them, and (for a JSON body) as a ``Row``
         holds them."""
-        import pyarrow as pa
+        import pyarrow as pa  # type: ignore[import-untyped]
         raw_cols: list[list] = []
         row_cols: list[list] = []
         json_body = self.plan.body_is_json
@@ -242,14 +242,10 @@ class ArrowEncoder:
         plan = self.plan
         # message annotations: the filter value, the publishing id
         parts: list[list[bytes]] = []
-        if plan.filter_index is not None:  # str() of the Row's value, as the row path
-            fv = cols[plan.filter_index]
-            if not isinstance(self.schema.fields[plan.filter_index].dataType, StringType):
-                conv = self._spark[plan.filter_index]
-                fv = batch.column(plan.filter_index).to_pylist()
-                fv = fv if conv is None else [conv(v) for v in fv]
+        fv = self.filter_values(batch, cols)
+        if fv is not None:
             key = self._fv_key
-            parts.append([b"" if v is None else key + _string(v if isinstance(v, str) else str(v)) for v in fv])
+            parts.append([b"" if v is None else key + _string(v) for v in fv])
         if first_id is not None:
             key = self._pid_key
             parts.append([key + _ulong(pid) for pid in range(first_id, first_id + n)])
@@ -282,6 +278,18 @@ class ArrowEncoder:
                       else b"\x00\x53\x77" + _string(v) if isinstance(v, str)
                       else b"\x00\x53\x75" + _vbin(bytes(v)) for v in cols[plan.body_index]]
         return [a + p + ap + body for a, p, ap, body in zip(annotations, properties, application, bodies, strict=True)]
+
+    def filter_values(self, batch: Any, cols: list[list] | None = None) -> list[str | None] | None:
+        """Each row's filter value (``str()`` of the Row's value, as the row path), None
+        without a ``filterValueColumn``."""
+        index = self.plan.filter_index
+        if index is None:
+            return None
+        if isinstance(self.schema.fields[index].dataType, StringType):
+            return cols[index] if cols is not None else batch.column(index).to_pylist()
+        conv = self._spark[index]
+        values = batch.column(index).to_pylist()
+        return [None if v is None else str(v if conv is None else conv(v)) for v in values]
 
     def _json(self, row_cols: list[list], n: int) -> list[str]:
         """Each row as the JSON object the row path writes (``json.dumps`` of the row as a dict,

@@ -35,6 +35,7 @@ from amqp_stream.spark.encoding import ArrowEncoder
 from amqp_stream.spark.mapping import WritePlan
 from amqp_stream.spark.numbering import Numbering, task_numbering
 from amqp_stream.spark.options import OptionError, SourceOptions
+from amqp_stream.spark.stream_sink import Numbered, publish_over_stream
 
 __all__ = ["StreamWriter", "BatchWriter", "PublishCommit", "ensure_stream", "check_exactly_once",
            "publish_rows", "publish_batches"]
@@ -90,39 +91,49 @@ def publish_batches(opts: SourceOptions, encoder: ArrowEncoder, batches: Iterabl
                     ) -> tuple[int, int]:
     """``publish_rows`` for Arrow record batches: each batch's rows are encoded column by column
     (``ArrowEncoder``) and sent as bytes, with the same numbering, so an exactly-once write may
-    switch between the two paths."""
+    switch between the two paths. With ``streamUrl``, over the stream protocol (``stream_sink``)."""
+    if opts.stream_url is not None:
+        return _over_stream(opts, encoder, batches, numbering)
+
     def send(pub: amqp.Publisher, stored: int) -> tuple[int, int]:
-        n = skipped = 0
-        for batch in batches:
-            rows = batch.num_rows
-            first = None
-            if numbering is not None:
-                first = numbering.publishing_id(n + skipped)
-                numbering.publishing_id(n + skipped + rows - 1) if rows else None  # the limit, checked once
-                drop = max(0, min(rows, stored - first + 1))
-                if drop:
-                    skipped += drop
-                    batch, rows, first = batch.slice(drop), rows - drop, first + drop
-            if not rows:
-                continue
-            if first is None:
+        numbered = Numbered(batches, numbering, stored)
+        for batch, first in numbered:
+            if numbering is None:
                 for data in encoder.encode(batch):
                     pub.send_encoded(data)
             else:
                 for pid, data in enumerate(encoder.encode(batch, first), first):
                     pub.send_encoded(data, pid)
-            n += rows
-        return n, skipped
+        return numbered.published, numbered.skipped
     return _publishing(opts, numbering, send)
+
+
+def _over_stream(opts: SourceOptions, encoder: ArrowEncoder, batches: Iterable, numbering: Numbering | None
+                 ) -> tuple[int, int]:
+    where = _where()
+    stored = 0
+    if numbering is not None:  # asked over AMQP's management node, as the AMQP path does
+        try:
+            with opts.connect() as client:
+                stored = client.publisher_sequence(opts.stream, numbering.reference)
+        except amqp.ClientError as exc:
+            raise amqp.PublishError(f"{where}: cannot publish to stream {opts.stream!r}: {exc}") from exc
+    numbered = Numbered(batches, numbering, stored)
+    publish_over_stream(opts, encoder, numbered, where)
+    return numbered.published, numbered.skipped
+
+
+def _where() -> str:
+    from pyspark import TaskContext
+    ctx = TaskContext.get()
+    return f"partition {ctx.partitionId()} attempt {ctx.attemptNumber()}" if ctx else "driver"
 
 
 def _publishing(opts: SourceOptions, numbering: Numbering | None,
                 send: Callable[[amqp.Publisher, int], tuple[int, int]]) -> tuple[int, int]:
     """Open the task's connection and publisher (named by ``numbering``), ``send`` with the last
     id the broker stored for it, wait until every message is accepted. Raises PublishError."""
-    from pyspark import TaskContext
-    ctx = TaskContext.get()
-    where = f"partition {ctx.partitionId()} attempt {ctx.attemptNumber()}" if ctx else "driver"
+    where = _where()
     try:
         client = opts.connect()
     except amqp.ClientError as exc:

@@ -105,13 +105,18 @@ def test_property_columns_proton_coerces_go_the_row_path():
         ArrowEncoder(plan, schema).encode(arrow_batch(schema, [(5, 1)]))
 
 
-def test_publish_batches_skips_what_an_earlier_attempt_stored(broker, stream_name):
+@pytest.mark.parametrize("protocol", ["amqp", "stream"])
+def test_publish_batches_skips_what_an_earlier_attempt_stored(broker, stream_name, protocol):
     """A retried task: the broker has ids 1..150 of the reference; batches of 100 rows resume at
-    row 151, in the middle of the second batch, and the broker stores each row once."""
+    row 151, in the middle of the second batch, and the broker stores each row once; over AMQP
+    1.0 and over the stream protocol (``streamUrl``), the filter values in both."""
     schema = StructType([StructField("n", IntegerType()), StructField("region", StringType())])
     plan = WritePlan.for_schema(schema, "region")
     batches = [arrow_batch(schema, [(i, "eu") for i in range(s, s + 100)]) for s in range(0, 300, 100)]
-    opts = SourceOptions.parse({"url": broker.url, "stream": stream_name, "window": "64"})
+    options = {"url": broker.url, "stream": stream_name, "window": "64"}
+    if protocol == "stream":
+        options["streamUrl"] = broker.stream_url
+    opts = SourceOptions.parse(options)
     numbering = batch_numbering("retry", 0)
     with amqp.connect(broker.url) as c:
         c.declare(stream_name)
