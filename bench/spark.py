@@ -184,6 +184,15 @@ def parquet_phase(args, spark, tmp: str) -> None:
     DataFrame, interleaved in one run, for 1 and 2 partitions (best of ``--repeat``)."""
     base = spark.range(args.rows).selectExpr(*PARQUET_COLUMNS)
     runs = iter(range(10**6))
+    # warm-up: the JVM's Parquet and Python data source paths, the Python workers
+    small = spark.range(2000).selectExpr(*PARQUET_COLUMNS)
+    small.write.mode("overwrite").parquet(os.path.join(tmp, "warm"))
+    spark.read.parquet(os.path.join(tmp, "warm")).write.format("noop").mode("overwrite").save()
+    with BrokerProcess(os.path.join(tmp, "warm-broker")) as broker:
+        small.write.format("amqp-stream").option("url", broker.url).option("stream", "w").option("declare", "true") \
+            .mode("append").save()
+        (spark.read.format("amqp-stream").option("url", broker.url).option("stream", "w")
+         .option("properties", PARQUET_SCHEMA).load().write.format("noop").mode("overwrite").save())
     lines = []
     for parts in (1, 2):
         df = base.repartition(parts).cache() if parts > 1 else base.coalesce(1).cache()

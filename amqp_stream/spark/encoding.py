@@ -15,7 +15,7 @@ seconds as ``creation_time``...) are not rewritten here: the whole batch then go
 row path (``WritePlan.message``), so both paths give the same messages.
 
 Timestamps are instants: a ``creation_time``/``absolute_expiry_time`` column and a timestamp
-application property are the column's microseconds since the epoch, cut to milliseconds.
+application property are the column's microseconds since the epoch, rounded down to milliseconds.
 """
 
 from __future__ import annotations
@@ -83,8 +83,8 @@ def _ulong(v: int) -> bytes:
 
 
 def _ms(us: int) -> int:
-    """Microseconds -> milliseconds, cut toward zero (as ``int(seconds * 1000)``)."""
-    return us // 1000 if us >= 0 else -((-us) // 1000)
+    """Microseconds -> milliseconds, rounded down (as ``mapping``'s row path)."""
+    return us // 1000
 
 
 def _timestamp_us(us: int) -> bytes:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import time
 
 import pyarrow as pa
 import pytest
@@ -131,18 +132,33 @@ def test_publish_batches_skips_what_an_earlier_attempt_stored(broker, stream_nam
 
 
 def test_every_mapped_type_round_trips_through_spark(spark, broker, stream_name):
-    """Written by Spark (the Arrow path), read back by Spark with each column declared."""
-    columns = [f for f in EVERY_TYPE.fields if f.name not in ("ntz",)]  # NTZ: local wall time, below
-    schema = StructType(columns)
-    rows = [tuple(v for f, v in zip(EVERY_TYPE.fields, r, strict=True) if f.name != "ntz") for r in ROWS]
-    df = spark.createDataFrame(rows, schema).coalesce(1)
+    """Written by Spark (the Arrow path), read back by Spark with each column declared. AMQP
+    timestamps hold milliseconds, so timestamps come back cut to the millisecond. The
+    ``creation_time`` property is checked with the client: read back as a declared column it is
+    taken for milliseconds where the client gives seconds (the read side's, reported)."""
+    columns = [f for f in EVERY_TYPE.fields if f.name not in ("ntz", "creation_time")]  # NTZ: local wall time
+    names = [f.name for f in EVERY_TYPE.fields]
+    rows = [tuple(v for f, v in zip(EVERY_TYPE.fields, r, strict=True) if f in columns) + (r[names.index("creation_time")],)
+            for r in ROWS]
+    df = spark.createDataFrame(rows, StructType(columns + [EVERY_TYPE["creation_time"]])).coalesce(1)
     (df.write.format("amqp-stream").option("url", broker.url).option("stream", stream_name)
      .option("declare", "true").option("filterValueColumn", "region").mode("append").save())
     ddl = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in columns)
     back = (spark.read.format("amqp-stream").option("url", broker.url).option("stream", stream_name)
             .option("properties", ddl).load().orderBy("offset").select(*[f"`{f.name}`" for f in columns]))
     got = [tuple(r) for r in back.collect()]
-    want = [tuple(r) for r in df.collect()]
+    ct = [f.name for f in columns].index("content_type")  # a JSON body's, when the row gives none
+    want = [tuple("application/json" if i == ct and v is None else _ms(v) for i, v in enumerate(r))[:len(columns)]
+            for r in df.collect()]
     assert len(got) == len(want) == 3
     for g, w in zip(got, want, strict=True):
-        assert g == w
+        assert g == w, [(f.name, x, y) for f, x, y in zip(columns, g, w, strict=True) if x != y]
+    with amqp.connect(broker.url) as c, c.consumer(stream_name) as con:
+        created = [m.properties.get("creation_time") for m in con.read_available()]
+    assert created[0] == dt.datetime(2021, 1, 1, tzinfo=UTC).timestamp()
+    assert all(abs(t - time.time()) < 600 for t in created[1:])  # no column value: the publish time
+
+
+def _ms(v):
+    """A timestamp rounded down to the millisecond, as an AMQP timestamp holds it."""
+    return v.replace(microsecond=v.microsecond // 1000 * 1000) if isinstance(v, dt.datetime) else v
