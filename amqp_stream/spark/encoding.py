@@ -168,10 +168,23 @@ def _sections(code: bytes, kind: str, parts: list[list[bytes]], n: int) -> list[
     return out
 
 
+#: what ``json.dumps(v, default=_json_default, separators=(",", ":"))`` uses, made once
+_JSON = json.JSONEncoder(default=_json_default, separators=(",", ":"))
+
+
 def _json_value(v: Any) -> str:
     if hasattr(v, "asDict"):  # a struct's Row: an object, as ``mapping._plain`` makes it
         v = v.asDict(recursive=True)
-    return json.dumps(v, default=_json_default, separators=(",", ":"))
+    return _JSON.encode(v)
+
+
+def _json_float(v: float) -> str:
+    """A float as ``json`` writes it (``repr``; NaN and the infinities as JavaScript names)."""
+    if v != v:
+        return "NaN"
+    if v in (float("inf"), float("-inf")):
+        return "Infinity" if v > 0 else "-Infinity"
+    return float.__repr__(v)
 
 
 class ArrowEncoder:
@@ -301,6 +314,8 @@ class ArrowEncoder:
                 frags.append([head + ("null" if v is None else _json_string(v)) for v in values])
             elif isinstance(f.dataType, (IntegerType, LongType, ShortType, ByteType)):
                 frags.append([head + ("null" if v is None else int.__repr__(v)) for v in values])
+            elif isinstance(f.dataType, (DoubleType, FloatType)):
+                frags.append([head + ("null" if v is None else _json_float(v)) for v in values])
             else:
                 frags.append([head + _json_value(v) for v in values])
         return ["{" + ",".join(row) + "}" for row in zip(*frags, strict=True)] if frags else ["{}"] * n

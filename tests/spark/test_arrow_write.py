@@ -162,3 +162,15 @@ def test_every_mapped_type_round_trips_through_spark(spark, broker, stream_name)
 def _ms(v):
     """A timestamp rounded down to the millisecond, as an AMQP timestamp holds it."""
     return v.replace(microsecond=v.microsecond // 1000 * 1000) if isinstance(v, dt.datetime) else v
+
+
+def test_json_bodies_write_numbers_as_json_does():
+    """The JSON body is built column by column: floats as ``json.dumps`` writes them."""
+    schema = StructType([StructField("x", DoubleType()), StructField("y", FloatType()), StructField("n", LongType())])
+    values = [0.1, -0.0, float("nan"), float("inf"), float("-inf"), 1e300, 1e-7, None]
+    rows = [(v, 0.1 if v is None else v, i) for i, v in enumerate(values)]
+    plan = WritePlan.for_schema(schema)
+    batch = arrow_batch(schema, rows)
+    new = [sections(data)[0x75] for data in ArrowEncoder(plan, schema).encode(batch)]
+    old = [sections(plan.message(row).encode())[0x75] for row in as_rows(batch, schema)]
+    assert new == old and b'"x":NaN' in new[2] and b'"y":0.10000000149011612' in new[7]
