@@ -174,3 +174,14 @@ def test_json_bodies_write_numbers_as_json_does():
     new = [sections(data)[0x75] for data in ArrowEncoder(plan, schema).encode(batch)]
     old = [sections(plan.message(row).encode())[0x75] for row in as_rows(batch, schema)]
     assert new == old and b'"x":NaN' in new[2] and b'"y":0.10000000149011612' in new[7]
+
+
+def test_stream_url_option_is_checked():
+    from amqp_stream.spark.options import OptionError
+    base = {"url": "amqp://h", "stream": "s"}
+    assert SourceOptions.parse(dict(base, streamUrl="rabbitmq-stream://h:5552")).stream_url == "rabbitmq-stream://h:5552"
+    assert SourceOptions.parse(base).stream_url is None
+    with pytest.raises(OptionError, match="streamUrl: not a stream-protocol URL"):
+        SourceOptions.parse(dict(base, streamUrl="amqp://h:5672"))
+    with pytest.raises(OptionError, match="no TLS"):
+        SourceOptions.parse(dict(base, streamUrl="rabbitmq-stream://h", tlsCaFile="/ca.pem"))
