@@ -13,8 +13,16 @@ full with Spark, and filtered to one region (1 % of the rows) without and with p
 broker's ``amqp_stream_read_bytes_total`` says how much it read. The baseline is a plain
 ``amqp_stream.client`` consumer reading the whole stream.
 
-Run: ``.venv/bin/python -m bench.spark`` (``--rows N``, ``--repeat K``). The machine is shared:
-run it 2-3 times and note ``uptime``.
+Against Parquet (``--parquet``, issue 25 item 18): ``--rows`` rows of five columns
+(``n INT, region STRING, amount DOUBLE, message_id STRING, k BIGINT``, made by ``spark.range``
+and cached) with 1 and with 2 partitions: Spark's own Parquet write of the DataFrame, then the
+same DataFrame written to a stream over AMQP 1.0 (the default) and to another over the stream
+protocol (``streamUrl``), on a fresh broker; Spark's Parquet read of those files,
+then the stream read with its five columns declared (``numPartitions`` 1 and 2). Reads end in
+Spark's ``noop`` sink, so every column of every row is produced and nothing is collected.
+
+Run: ``.venv/bin/python -m bench.spark`` (``--rows N``, ``--repeat K``; ``--parquet`` for the
+Parquet comparison only). The machine is shared: run it 2-3 times and note ``uptime``.
 """
 
 from __future__ import annotations
@@ -91,6 +99,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=20000)
     ap.add_argument("--repeat", type=int, default=2, help="runs of each measurement; the best is shown")
     ap.add_argument("--window", type=int, default=512)
+    ap.add_argument("--parquet", action="store_true", help="only the comparison with Spark's Parquet write and read")
     args = ap.parse_args(argv)
 
     from pyspark.sql import SparkSession
@@ -103,6 +112,11 @@ def main(argv=None) -> int:
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
+    if args.parquet:
+        with tempfile.TemporaryDirectory() as tmp:
+            parquet_phase(args, spark, tmp)
+        spark.stop()
+        return 0
     rows = make_rows(args.rows)
     df = spark.createDataFrame(rows, SCHEMA)
     df1, df2 = df.coalesce(1).cache(), df.repartition(2).cache()
@@ -158,6 +172,76 @@ def write_phase(args, spark, tmp: str, rows, df1, df2) -> None:
     print("\nwrite (rows/s, ratio to plain proton)")
     for label, secs in results.items():
         print(f"  {label:<28} {args.rows / secs:>10,.0f} rows/s  x{base / secs:.2f}")
+
+
+PARQUET_COLUMNS = ("cast(id as int) as n", "format_string('r%02d', (id * 7919) % 100) as region",
+                   "id * 0.25 as amount", "concat('m-', id) as message_id", "id * 3 as k")
+PARQUET_SCHEMA = "n INT, region STRING, amount DOUBLE, message_id STRING, k BIGINT"
+
+
+def parquet_phase(args, spark, tmp: str) -> None:
+    """Write and read through the data source against Spark's Parquet write and read of the same
+    DataFrame, interleaved in one run, for 1 and 2 partitions (best of ``--repeat``)."""
+    base = spark.range(args.rows).selectExpr(*PARQUET_COLUMNS)
+    runs = iter(range(10**6))
+    # warm-up: the JVM's Parquet and Python data source paths, the Python workers
+    small = spark.range(2000).selectExpr(*PARQUET_COLUMNS)
+    small.write.mode("overwrite").parquet(os.path.join(tmp, "warm"))
+    spark.read.parquet(os.path.join(tmp, "warm")).write.format("noop").mode("overwrite").save()
+    with BrokerProcess(os.path.join(tmp, "warm-broker")) as broker:
+        small.write.format("amqp-stream").option("url", broker.url).option("stream", "w").option("declare", "true") \
+            .mode("append").save()
+        (spark.read.format("amqp-stream").option("url", broker.url).option("stream", "w")
+         .option("properties", PARQUET_SCHEMA).load().write.format("noop").mode("overwrite").save())
+    lines = []
+    for parts in (1, 2):
+        df = base.repartition(parts).cache() if parts > 1 else base.coalesce(1).cache()
+        assert df.count() == args.rows
+        best: dict[str, float] = {}
+
+        def note(label: str, secs: float) -> None:
+            best[label] = min(best.get(label, secs), secs)
+
+        for rep in range(args.repeat):
+            path = os.path.join(tmp, f"p{parts}-{rep}")
+            note("parquet write", timed(lambda: df.write.mode("overwrite").parquet(path))[1])
+            with BrokerProcess(os.path.join(tmp, f"b{next(runs)}")) as broker:
+                try:
+                    def write() -> None:
+                        (df.write.format("amqp-stream").option("url", broker.url).option("stream", "w")
+                         .option("declare", "true").option("filterValueColumn", "region")
+                         .option("window", args.window).mode("append").save())
+                    note("amqp-stream write", timed(write)[1])
+                    with amqp.connect(broker.url) as client:
+                        assert client.info("w")["next_offset"] == args.rows
+                        client.declare("s")
+
+                    def write_stream() -> None:
+                        (df.write.format("amqp-stream").option("url", broker.url).option("stream", "s")
+                         .option("streamUrl", broker.stream_url).option("filterValueColumn", "region")
+                         .option("window", args.window).mode("append").save())
+                    note("streamUrl write", timed(write_stream)[1])
+                    with amqp.connect(broker.url) as client:
+                        assert client.info("s")["next_offset"] == args.rows
+                    note("parquet read", timed(lambda: spark.read.parquet(path).write.format("noop")
+                                               .mode("overwrite").save())[1])
+
+                    def read() -> None:
+                        (spark.read.format("amqp-stream").option("url", broker.url).option("stream", "w")
+                         .option("properties", PARQUET_SCHEMA).option("numPartitions", parts).load()
+                         .write.format("noop").mode("overwrite").save())
+                    note("amqp-stream read", timed(read)[1])
+                except Exception:
+                    print("broker log (tail):\n" + broker.log_text()[-3000:], file=sys.stderr)
+                    raise
+        df.unpersist()
+        for what, ours_label in (("write", "amqp-stream write"), ("write", "streamUrl write"),
+                                 ("read", "amqp-stream read")):
+            pq, ours = best[f"parquet {what}"], best[ours_label]
+            lines.append(f"  {parts} partition{'s' if parts > 1 else ' '}  parquet {what:<5} {args.rows / pq:>10,.0f} rows/s"
+                         f"   {ours_label:<18} {args.rows / ours:>10,.0f} rows/s   x{pq / ours:.3f} of parquet")
+    print(f"\nagainst Parquet ({args.rows} rows of {PARQUET_SCHEMA}; best of {args.repeat})")
+    print("\n".join(lines))
 
 
 def read_phase(args, spark, broker: BrokerProcess, rows) -> None:

@@ -156,16 +156,11 @@ class Publisher:
         """Send a prepared ``proton.Message``; returns its sequence number. A named publisher
         gives each message a ``publishing_id`` above the previous one (set as the message's
         ``x-publishing-id`` annotation)."""
-        if self.reference is not None:
-            if publishing_id is None or not self._last_id < publishing_id < 1 << 64:
-                raise ValueError(f"publisher {self.reference!r}: publishing ids must strictly increase "
-                                 f"within 0..2**64-1 (last {self._last_id}, got {publishing_id})")
+        self._next_id(publishing_id)
+        if publishing_id is not None:
             annotations = dict(message.annotations or {})
             annotations[symbol(PUBLISHING_ID)] = ulong(publishing_id)
             message.annotations = annotations
-            self._last_id = publishing_id
-        elif publishing_id is not None:
-            raise ValueError("a publishing id needs a publisher with a reference")
         with self.client.lock:
             if len(self._pending) >= self.window:
                 self._wait(lambda: self._collect() < self.window, "publish window")
@@ -183,6 +178,42 @@ class Publisher:
             else:
                 self._pending.append((seq, delivery, message.id))
             return seq
+
+    def send_encoded(self, data: bytes, publishing_id: int | None = None) -> int:
+        """Send a message already encoded as AMQP sections (no ``proton.Message`` is built:
+        ~75 µs a message saved). A named publisher's message must carry its ``publishing_id``
+        as the ``x-publishing-id`` annotation already (the broker reads it from there); here the
+        id is only checked to be above the previous one. Returns the sequence number."""
+        self._next_id(publishing_id)
+        with self.client.lock:
+            if len(self._pending) >= self.window:
+                self._wait(lambda: self._collect() < self.window, "publish window")
+            self._check_link()
+            seq = self._seq
+            self._seq += 1
+            link = self.link
+            try:
+                delivery = link.delivery(link.delivery_tag())
+                link.stream(data)
+                link.advance()
+            except ProtonException as exc:
+                raise self._lost(str(exc)) from exc
+            if self.presettled:
+                delivery.settle()
+                self._done.append(Outcome(seq, "presettled"))
+                self.accepted += 1
+            else:
+                self._pending.append((seq, delivery, None))
+            return seq
+
+    def _next_id(self, publishing_id: int | None) -> None:
+        if self.reference is not None:
+            if publishing_id is None or not self._last_id < publishing_id < 1 << 64:
+                raise ValueError(f"publisher {self.reference!r}: publishing ids must strictly increase "
+                                 f"within 0..2**64-1 (last {self._last_id}, got {publishing_id})")
+            self._last_id = publishing_id
+        elif publishing_id is not None:
+            raise ValueError("a publishing id needs a publisher with a reference")
 
     def _collect(self) -> int:
         """Move deliveries that have an outcome (in publish order) from pending to done."""

@@ -26,7 +26,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from amqp_stream.client.errors import ClientError
 from amqp_stream.streamproto import (
     RESPONSE_FLAG, Close, Create, Credit, DeclarePublisher, Delete, Key, OffsetSpec, OffsetType,
-    Open, PeerProperties, Response,
+    Open, PeerProperties, QueryPublisherSequence, Response,
     ResponseCode, SaslAuthenticate, SaslHandshake, StreamStats, Subscribe, Tune,
 )
 from amqp_stream.streamproto import Publish as PublishFrame
@@ -176,6 +176,18 @@ class StreamClient:
         corr = self._next_corr()
         self._check(self._request(DeclarePublisher(corr, publisher_id, reference, stream), corr),
                     f"declare a publisher on {stream!r}")
+
+    def publisher_sequence(self, stream: str, reference: str) -> int:
+        """The last publishing id the broker stored for ``reference`` on ``stream`` (0: none)."""
+        corr = self._next_corr()
+        answer = self._request(QueryPublisherSequence(corr, reference, stream), corr)
+        self._check(answer, f"publisher sequence of {reference!r} on {stream!r}")
+        return int(getattr(answer, "sequence", 0))
+
+    @property
+    def frame_max(self) -> int:
+        """The largest frame the broker takes (from Tune; 0: no limit)."""
+        return self._tune.frame_max if self._tune is not None else 0
 
     def subscribe(self, subscription_id: int, stream: str, offset: OffsetSpec, credit: int = 10,
                   properties: Mapping[str, str] | None = None) -> None:

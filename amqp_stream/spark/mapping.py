@@ -137,9 +137,11 @@ def _json_default(v: Any) -> Any:
 
 
 def _ms(value: dt.datetime) -> int:
+    """Milliseconds since the epoch, rounded down (as Spark's own conversions: an instant before
+    1970 with a fraction of a millisecond is not moved later)."""
     if value.tzinfo is None:  # Spark hands TimestampType values as naive local time
         value = value.astimezone(dt.timezone.utc)
-    return int(value.timestamp() * 1000)
+    return (value - _EPOCH) // dt.timedelta(milliseconds=1)
 
 
 def _converter(dtype: DataType):
@@ -160,7 +162,18 @@ def _converter(dtype: DataType):
         return lambda v: proton.timestamp(_ms(v))
     if isinstance(dtype, (DateType, DecimalType)):
         return lambda v: v.isoformat() if isinstance(v, dt.date) else str(v)
-    return lambda v: json.dumps(v, default=_json_default, sort_keys=True)
+    return lambda v: json.dumps(_jsonable(v), default=_json_default, sort_keys=True)
+
+
+def _jsonable(v: Any) -> Any:
+    """Structs (``Row``s, at any depth) as JSON objects, so a struct column reads back by name."""
+    if hasattr(v, "asDict"):
+        return {k: _jsonable(x) for k, x in v.asDict().items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    return v
 
 
 @dataclass

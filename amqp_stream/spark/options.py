@@ -54,7 +54,7 @@ OPTION_NAMES = (
     "tlsVerify", "tlsPeerName", "timeout", "declare", "filterValueColumn", "window", "properties",
     "startingOffset", "startingTimestamp", "endingOffset", "numPartitions", "maxRecordsPerPartition",
     "maxRecordsPerTrigger", "credit", "pushdown", "filterValues", "matchUnfiltered", "sqlFilter",
-    "writeName", "exactlyOnce", "consumerName", "failOnDataLoss",
+    "writeName", "exactlyOnce", "consumerName", "failOnDataLoss", "streamUrl",
 )
 # options Spark itself may pass along (``load(path)``, a streaming query's checkpoint)
 _SPARK_OPTIONS = ("path", "checkpointlocation")
@@ -90,6 +90,21 @@ def _timestamp_ms(value: str | None) -> int | None:
     return int(t.timestamp() * 1000)
 
 
+def _stream_url(url: str | None, tls: amqp.TlsOptions | None) -> str | None:
+    """``streamUrl``: a ``rabbitmq-stream://`` URL (plain TCP only: the stream client has no TLS)."""
+    if url is None:
+        return None
+    from amqp_stream.client.stream import parse_stream_url
+    try:
+        parse_stream_url(url)
+    except amqp.ClientError as exc:
+        raise OptionError(f"option streamUrl: {exc}") from None
+    if tls is not None:
+        raise OptionError("option streamUrl: the stream-protocol writer has no TLS; leave streamUrl out to "
+                          "write over AMQP 1.0 with TLS")
+    return url
+
+
 def _argument(value: str) -> Any:
     """Stream arguments arrive as strings; the integer ones go to the broker as integers."""
     return int(value) if value.strip().lstrip("-").isdigit() else value
@@ -110,6 +125,7 @@ class SourceOptions:
     arguments: dict = field(default_factory=dict)
     write_name: str | None = None                  # batch: the write's name, for exactly once
     exactly_once: bool = False                     # publish under deduplicating references
+    stream_url: str | None = None                  # write over the stream protocol at this URL
     # reading: start at this consumer's stored offset (streaming: store progress there)
     consumer_name: str | None = None
     # reading
@@ -162,7 +178,7 @@ class SourceOptions:
             window=_int(opts, "window", 512), declare=_bool(opts.get("declare"), False),
             arguments={k: _argument(v) for k, v in opts.items() if k.startswith("x-")},
             write_name=write_name, exactly_once=_bool(opts.get("exactlyonce"), write_name is not None),
-            consumer_name=consumer_name,
+            consumer_name=consumer_name, stream_url=_stream_url(opts.get("streamurl"), tls),
             properties_ddl=opts.get("properties"),
             starting_offset=opts.get("startingoffset", "first"),
             starting_timestamp_ms=_timestamp_ms(opts.get("startingtimestamp")),

@@ -3,9 +3,14 @@ once for deterministic input.
 
 A task opens its own connection, publishes every row with a bounded window of unsettled
 messages (``window`` option) and succeeds only when the broker accepted every message
-(``Publisher.flush``). A rejection, a lost connection or a timeout fails the task with a
-``PublishError`` naming the stream, the cause and how many messages were accepted. Spark then
-retries the task, which publishes the whole partition again.
+(``Publisher.flush``). Spark hands the rows over as Arrow record batches (the writers are
+Arrow writers): ``ArrowEncoder`` encodes each batch's messages column by column and they are
+sent as bytes (``Publisher.send_encoded``); no ``Row`` or ``proton.Message`` per row. Rows
+(PySpark 4.0's streaming writes) go through ``WritePlan.message``, under the same numbering.
+
+A rejection, a lost connection or a timeout fails the task with a ``PublishError`` naming the
+stream, the cause and how many messages were accepted. Spark then retries the task, which
+publishes the whole partition again.
 
 Without ``writeName``/``exactlyOnce`` messages accepted by a failed attempt are stored twice:
 duplicates are detected downstream by a ``message_id`` column. With them, each task is a named
@@ -19,19 +24,28 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Iterator, List, Optional
+import itertools
+from typing import Callable, Iterable, Iterator, List, Optional
 
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from amqp_stream import client as amqp
+from amqp_stream.spark.encoding import ArrowEncoder
 from amqp_stream.spark.mapping import WritePlan
 from amqp_stream.spark.numbering import Numbering, task_numbering
 from amqp_stream.spark.options import OptionError, SourceOptions
+from amqp_stream.spark.stream_sink import Numbered, publish_over_stream
 
-__all__ = ["StreamWriter", "BatchWriter", "PublishCommit", "ensure_stream", "check_exactly_once"]
+__all__ = ["StreamWriter", "BatchWriter", "PublishCommit", "ensure_stream", "check_exactly_once",
+           "publish_rows", "publish_batches"]
 
 log = logging.getLogger(__name__)
+
+try:  # PySpark >= 4.1: streaming writes take Arrow batches too
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+except ImportError:  # 4.0: rows
+    from pyspark.sql.datasource import DataSourceStreamWriter as _StreamWriterBase  # type: ignore[assignment]
 
 
 @dataclass
@@ -54,12 +68,72 @@ def ensure_stream(opts: SourceOptions) -> None:
 
 
 def publish_rows(opts: SourceOptions, plan: WritePlan, rows, numbering: Numbering | None = None) -> tuple[int, int]:
-    """Publish ``rows`` and wait until all are accepted; returns (published, skipped): with a
-    ``numbering``, rows whose id the broker already stored under its reference are skipped.
-    Raises PublishError."""
+    """Publish ``rows`` (tuples in schema order) and wait until all are accepted; returns
+    (published, skipped): with a ``numbering``, rows whose id the broker already stored under its
+    reference are skipped. Raises PublishError."""
+    def send(pub: amqp.Publisher, stored: int) -> tuple[int, int]:
+        n = skipped = 0
+        for i, row in enumerate(rows):
+            if numbering is None:
+                pub.send(plan.message(row))
+            else:
+                pid = numbering.publishing_id(i)
+                if pid <= stored:
+                    skipped += 1
+                    continue
+                pub.send(plan.message(row), pid)
+            n += 1
+        return n, skipped
+    return _publishing(opts, numbering, send)
+
+
+def publish_batches(opts: SourceOptions, encoder: ArrowEncoder, batches: Iterable, numbering: Numbering | None = None
+                    ) -> tuple[int, int]:
+    """``publish_rows`` for Arrow record batches: each batch's rows are encoded column by column
+    (``ArrowEncoder``) and sent as bytes, with the same numbering, so an exactly-once write may
+    switch between the two paths. With ``streamUrl``, over the stream protocol (``stream_sink``)."""
+    if opts.stream_url is not None:
+        return _over_stream(opts, encoder, batches, numbering)
+
+    def send(pub: amqp.Publisher, stored: int) -> tuple[int, int]:
+        numbered = Numbered(batches, numbering, stored)
+        for batch, first in numbered:
+            if numbering is None:
+                for data in encoder.encode(batch):
+                    pub.send_encoded(data)
+            else:
+                for pid, data in enumerate(encoder.encode(batch, first), first):
+                    pub.send_encoded(data, pid)
+        return numbered.published, numbered.skipped
+    return _publishing(opts, numbering, send)
+
+
+def _over_stream(opts: SourceOptions, encoder: ArrowEncoder, batches: Iterable, numbering: Numbering | None
+                 ) -> tuple[int, int]:
+    where = _where()
+    stored = 0
+    if numbering is not None:  # asked over AMQP's management node, as the AMQP path does
+        try:
+            with opts.connect() as client:
+                stored = client.publisher_sequence(opts.stream, numbering.reference)
+        except amqp.ClientError as exc:
+            raise amqp.PublishError(f"{where}: cannot publish to stream {opts.stream!r}: {exc}") from exc
+    numbered = Numbered(batches, numbering, stored)
+    publish_over_stream(opts, encoder, numbered, where)
+    return numbered.published, numbered.skipped
+
+
+def _where() -> str:
     from pyspark import TaskContext
     ctx = TaskContext.get()
-    where = f"partition {ctx.partitionId()} attempt {ctx.attemptNumber()}" if ctx else "driver"
+    return f"partition {ctx.partitionId()} attempt {ctx.attemptNumber()}" if ctx else "driver"
+
+
+def _publishing(opts: SourceOptions, numbering: Numbering | None,
+                send: Callable[[amqp.Publisher, int], tuple[int, int]]) -> tuple[int, int]:
+    """Open the task's connection and publisher (named by ``numbering``), ``send`` with the last
+    id the broker stored for it, wait until every message is accepted. Raises PublishError."""
+    where = _where()
     try:
         client = opts.connect()
     except amqp.ClientError as exc:
@@ -71,17 +145,7 @@ def publish_rows(opts: SourceOptions, plan: WritePlan, rows, numbering: Numberin
                 reference = numbering.reference
                 stored = client.publisher_sequence(opts.stream, reference)
             pub = client.publisher(opts.stream, window=opts.window, timeout=opts.timeout, reference=reference)
-            n = skipped = 0
-            for i, row in enumerate(rows):
-                if numbering is None:
-                    pub.send(plan.message(row))
-                else:
-                    pid = numbering.publishing_id(i)
-                    if pid <= stored:
-                        skipped += 1
-                        continue
-                    pub.send(plan.message(row), pid)
-                n += 1
+            n, skipped = send(pub, stored)
             pub.flush()
             pub.close()
             return n, skipped
@@ -101,14 +165,23 @@ class _PartitionPublisher:
     def __init__(self, opts: SourceOptions, schema: StructType):
         self.opts = opts
         self.plan = WritePlan.for_schema(schema, opts.filter_value_column)
+        self.schema = schema
         check_exactly_once(opts, self.streaming)
         ensure_stream(opts)
 
     def write(self, iterator: Iterator) -> PublishCommit:
+        """Arrow record batches (an Arrow writer, what Spark gives when it can) or ``Row``s."""
         from pyspark import TaskContext
         ctx = TaskContext.get()
         numbering = task_numbering(ctx, self.opts.write_name, self.streaming) if self.opts.exactly_once else None
-        published, skipped = publish_rows(self.opts, self.plan, iterator, numbering)
+        first = next(iterator, None)
+        if first is None:
+            published, skipped = publish_rows(self.opts, self.plan, iter(()), numbering)
+        elif hasattr(first, "num_rows"):
+            encoder = ArrowEncoder(self.plan, self.schema)  # built in the task: its encoders do not pickle
+            published, skipped = publish_batches(self.opts, encoder, itertools.chain([first], iterator), numbering)
+        else:
+            published, skipped = publish_rows(self.opts, self.plan, itertools.chain([first], iterator), numbering)
         return PublishCommit(ctx.partitionId() if ctx else 0, published, skipped)
 
 
@@ -128,7 +201,7 @@ def _done(messages) -> tuple[int, int]:
     return sum(m.published for m in commits), sum(m.skipped for m in commits)
 
 
-class BatchWriter(_PartitionPublisher, DataSourceWriter):
+class BatchWriter(_PartitionPublisher, DataSourceArrowWriter):
     def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
         published, skipped = _done(messages)
         log.info("published %d rows to stream %s (%d already there)", published, self.opts.stream, skipped)
@@ -140,7 +213,7 @@ class BatchWriter(_PartitionPublisher, DataSourceWriter):
                     " (a re-run with the same writeName publishes only the rest)" if self.opts.exactly_once else "")
 
 
-class StreamWriter(_PartitionPublisher, DataSourceStreamWriter):
+class StreamWriter(_PartitionPublisher, _StreamWriterBase):
     streaming = True
 
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:

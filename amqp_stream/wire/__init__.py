@@ -16,7 +16,8 @@ reader of stored bytes (the filter value, ``MessageView`` and its key picks,
 
 Public face:
 
-- values: ``decode``, ``decode_all``, ``skip``, ``encode``, ``encode_into`` and ``from_proton``
+- values: ``decode``, ``decode_all``, ``skip``, ``encode``, ``encode_into``, ``encode_compound``
+  (a list or map of items the caller encoded) and ``from_proton``
   (proton's decimal wrappers in the codec's representation); ``split_sections``;
 - reading: ``MessageView`` (``as_view`` of bytes, a ``proton.Message`` or a view) and
   ``KeyPicker`` (the keys a filter reads, for ``MessageView.pick``); ``READER`` puts them
@@ -34,7 +35,7 @@ byte edits), ``_reader`` (``READER``), ``_errors``.
 """
 
 from amqp_stream.wire._errors import BadFilterValue, MessageFormatError, WireError
-from amqp_stream.wire._codec import decode, decode_all, encode, encode_into, from_proton, skip
+from amqp_stream.wire._codec import decode, decode_all, encode, encode_compound, encode_into, from_proton, skip
 from amqp_stream.wire._sections import split_sections
 from amqp_stream.wire._pick import KeyPicker
 from amqp_stream.wire._view import MessageView, as_view
@@ -44,8 +45,8 @@ from amqp_stream.wire._stored import (FILTER_VALUE_NAME, MAX_FILTER_VALUES, Filt
 
 __all__ = [
     "WireError", "MessageFormatError", "BadFilterValue",
-    "decode", "decode_all", "skip", "encode", "encode_into", "from_proton", "split_sections",
-    "MessageView", "as_view", "KeyPicker", "READER", "AMQP_TYPES",
+    "decode", "decode_all", "skip", "encode", "encode_into", "encode_compound", "from_proton",
+    "split_sections", "MessageView", "as_view", "KeyPicker", "READER", "AMQP_TYPES",
     "stored_form", "filter_value", "with_stream_offset", "FILTER_VALUE_NAME", "FilterValues",
     "MAX_FILTER_VALUES",
 ]

@@ -43,7 +43,7 @@ import proton
 
 from amqp_stream.wire._errors import MessageFormatError, WireError
 
-__all__ = ["decode", "decode_all", "skip", "encode", "encode_into", "from_proton"]
+__all__ = ["decode", "decode_all", "skip", "encode", "encode_into", "encode_compound", "from_proton"]
 # (shared inside amqp_stream.wire, not re-exported: the layouts, WIDTH, Bad, FAILURES,
 # format_error, raw_decode, raw_skip, map_entries: the unchecked fast forms the walks build on)
 
@@ -652,6 +652,17 @@ def _compound(out: bytearray, small: int, large: int, count: int, body: bytes | 
         out.append(large)
         out += SIZE_COUNT32.pack(len(body) + 4, count)
     out += body
+
+
+def encode_compound(out: bytearray, kind: str, count: int, body: bytes | bytearray) -> None:
+    """Append a list or map (``kind``) of ``count`` items whose encodings are ``body`` (a map
+    counts keys and values): for callers that encode the items themselves."""
+    if kind == "list":
+        _compound(out, LIST8, LIST32, count, body)
+    elif kind == "map":
+        _compound(out, MAP8, MAP32, count, body)
+    else:
+        raise ValueError(f"kind is 'list' or 'map', not {kind!r}")
 
 
 def _w_list(out, v):
