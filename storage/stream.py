@@ -249,6 +249,10 @@ class Stream:
     def committed_end(self) -> int | None:
         return self._writer.end
 
+    def appended_end(self) -> int | None:
+        """The offset after everything appended so far, committed or still queued."""
+        return self._writer.next
+
     def add_listener(self, fn: Callable[[], None]) -> None:
         """``fn()`` is called from the writer thread whenever the committed end moves."""
         self._writer.add_listener(fn)

@@ -261,6 +261,33 @@ def test_reader_never_sees_uncommitted_chunks(tmp_path, monkeypatch):
     assert all(len(on_disk) > end for end, _, on_disk in windows[:20])
 
 
+def test_last_made_while_appends_are_queued_is_their_last_chunk(tmp_path, monkeypatch):
+    """A reader for ``last`` made while appends are queued (here written, held before their
+    fdatasync) starts at the last chunk of those appends once they are committed, not at the
+    chunk that was last before them (rstream's test_offset_type_last subscribes right after
+    its send_batch, and RabbitMQ has written it by then)."""
+    import storage.writer as mod
+    real_sync = os.fdatasync
+    in_sync, go = threading.Event(), threading.Event()
+
+    def held(fd):
+        in_sync.set()
+        go.wait(10)
+        real_sync(fd)
+    with Stream.open(tmp_path / "s", StreamConfig(fsync="always")) as s:
+        s.append_batch([b"a"] * 10)
+        s.flush()
+        monkeypatch.setattr(mod.os, "fdatasync", held)
+        s.append_batch([b"b%d" % i for i in range(100)])  # chunks of 32, 64 and 4
+        assert in_sync.wait(10)
+        with s.reader(OffsetSpec.last()) as r:
+            assert r.read_chunk() is None  # nothing of them committed yet
+            go.set()
+            s.flush()
+            chunk = r.read_chunk()
+            assert chunk is not None and [o for o, _ in chunk.records] == list(range(106, 110))
+
+
 def test_a_confirmed_record_is_readable(tmp_path, thread_switches):
     """The committed end moves before the callbacks run (docs/storage.md): once
     ``on_durable(o)`` runs, ``o`` is committed, so whoever is told a record is durable can read
