@@ -639,11 +639,11 @@ class Writer:
                         while wb_i < len(wbs) and wbs[wb_i].last < off + recs:
                             seqs[wbs[wb_i].ref] = wbs[wb_i].seq
                             wb_i += 1
-                        if wb_i < len(wbs) and wbs[wb_i].first < off + recs:
+                        wb = wbs[wb_i] if wb_i < len(wbs) else None
+                        if wb is not None and wb.ids is not None and wb.first < off + recs:
                             # a batch going on in the next chunk: the id of its last body here,
                             # as osiris's trailer has it (what a crash after this chunk keeps)
-                            wb = wbs[wb_i]
-                            seqs[wb.ref] = wb.ids[i + n - 1 - wb.body]  # type: ignore[index]
+                            seqs[wb.ref] = wb.ids[i + n - 1 - wb.body]
                         records = [TrackingRecord(TRACKING_SEQUENCE, k, v) for k, v in seqs.items()]
                         written.apply(chunk_id, records)
                         trailer = encode_tracking(records)
@@ -889,8 +889,8 @@ def _run_cut(values: list[FilterValue], i: int, n: int,
     Why: values that come in bursts then get chunks of their own (a burst's chunk holds at
     most a short tail of the burst before it), so stage 1 sends little beyond the matches,
     where a chunk cut by size alone holds parts of several bursts. Interleaved or random values
-    (runs shorter than ``RUN_CUT_MIN``) keep chunks of full size, and a chunk is never cut
-    below ``RUN_CUT_MIN`` entries."""
+    (runs shorter than ``RUN_CUT_MIN``) keep chunks of full size; only the tail of a run begun
+    before ``i`` makes a chunk shorter than ``RUN_CUT_MIN``."""
     end = i + n
     v = values[i]
     if values[i:end].count(v) == n:  # one value (or none) throughout: nothing to cut
