@@ -250,8 +250,9 @@ class Stream:
         return self._writer.end
 
     def appended_end(self) -> int | None:
-        """The offset after everything appended so far, committed or still queued."""
-        return self._writer.next
+        """The offset after the last record appended so far, committed or still queued
+        (tracking chunks queued after it do not count)."""
+        return self._writer.user_next
 
     def add_listener(self, fn: Callable[[], None]) -> None:
         """``fn()`` is called from the writer thread whenever the committed end moves."""

@@ -124,6 +124,7 @@ class Writer:
         self._values: list[FilterValue] = []
         self._callbacks: list[tuple[int, DurableCallback]] = []
         self.next = last.end  # next offset to hand out
+        self.user_next = last.end  # the offset after the last record appended (not tracking)
         self._extra = 0  # records queued beyond one per body (sub-batch entries)
         self._batched = False  # the queue holds SubBatchEntry items
         self._closing = False
@@ -185,7 +186,7 @@ class Writer:
             lock.release()
             raise self._refusal()
         offset = self.next
-        self.next = offset + 1
+        self.next = self.user_next = offset + 1
         self._bodies.append(body)
         self._values.append(filter_value)
         if on_durable is not None:
@@ -219,7 +220,7 @@ class Writer:
                 self.sequences[ref] = seq
                 self._writer_batches.append(_Batch(first, first + n - 1, ref, seq,
                                                    len(self._bodies), len(bodies), sequences))
-            self.next = first + n
+            self.next = self.user_next = first + n
             if records is not None:
                 self._extra += records - len(bodies)
                 self._batched = True
@@ -505,7 +506,7 @@ class Writer:
             self.sequences = {k: v for k, (_, v) in written.sequences.items()}
             self._infos = segments
             self.starts = tuple(s.start for s in segments)
-            self.next = last.end  # nothing is queued: appends were refused meanwhile
+            self.next = self.user_next = last.end  # nothing is queued: appends were refused
             self._reopen_pending = False
         if last.end > self.end:
             self._commit(last.end, last_chunk_id(self.directory, segments))
