@@ -36,6 +36,11 @@ class StreamConfig:
     max_segment_bytes: int = 500_000_000
     max_segment_chunks: int = 256_000
     max_chunk_entries: int = 8192
+    # the entries a chunk may take after the writer went idle; the limit doubles after each
+    # full chunk up to ``max_chunk_entries`` and halves when a chunk empties the queue, as
+    # osiris's batches (gen_batch_server: 32 to 8192); ``max_chunk_entries`` or above: chunks
+    # cut by size alone
+    min_chunk_entries: int = 32
     max_chunk_bytes: int = 8 * 1024 * 1024
     filter_size: int = bloom.DEFAULT_SIZE
     filter_scheme: int = int(bloom.Scheme.MMH3)
@@ -67,6 +72,8 @@ class StreamConfig:
             raise StorageError("max_segment_chunks must be >= 1")
         if not 1 <= self.max_chunk_entries <= 0xFFFF:
             raise StorageError("max_chunk_entries must be 1..65535 (u16 entry count)")
+        if self.min_chunk_entries < 1:
+            raise StorageError("min_chunk_entries must be >= 1")
         if self.max_chunk_bytes < 1:
             raise StorageError("max_chunk_bytes must be >= 1")
         if self.filter_size and not bloom.MIN_SIZE <= self.filter_size <= bloom.MAX_SIZE:

@@ -106,6 +106,8 @@ class LogSource(Protocol):
 
     def committed_end(self) -> int | None: ...
 
+    def appended_end(self) -> int | None: ...
+
     def wait_beyond(self, offset: int, timeout: float | None) -> bool: ...
 
 
@@ -119,6 +121,9 @@ class DirectorySource:
         return list_segments(self.directory)
 
     def committed_end(self) -> int | None:
+        return None
+
+    def appended_end(self) -> int | None:
         return None
 
     def wait_beyond(self, offset: int, timeout: float | None) -> bool:  # polled by the reader
@@ -239,6 +244,17 @@ class Reader:
         self._next_id = 0
         self._min = 0
         self._closed = False
+        # ``last`` while appends are queued: resolved once they are committed (see ``_next``)
+        self._last_at: int | None = None
+        if spec.kind == "last":
+            appended, committed = source.appended_end(), source.committed_end()
+            if appended is not None and committed is not None and committed < appended:
+                self._last_at = appended
+                self._next_id = committed
+                return
+        self._seek_retrying(spec)
+
+    def _seek_retrying(self, spec: OffsetSpec) -> None:
         for attempt in range(3):
             try:
                 self._seek(spec)
@@ -281,6 +297,12 @@ class Reader:
         left = max_skips
         stats = self.stats
         source = self.source
+        if self._last_at is not None:
+            lim, appended = source.committed_end(), source.appended_end()
+            if lim is not None and lim < min(self._last_at, appended or 0):
+                return None  # (a write error drops the queue: then it resolves at once)
+            self._last_at = None
+            self._seek_retrying(OffsetSpec.last())
         while True:
             lim = source.committed_end()
             if lim is not None and self._next_id >= lim:

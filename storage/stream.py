@@ -11,6 +11,8 @@ confirmed.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import os
 from typing import Callable, Iterable, Sequence
 
@@ -91,7 +93,8 @@ class Stream:
                      filter_values: Sequence[FilterValue] | None = None,
                      on_durable: DurableCallback | None = None,
                      records: int | None = None, *,
-                     writer: tuple[str | bytes, int] | None = None) -> int:
+                     writer: tuple[str | bytes, int] | None = None,
+                     sequences: Sequence[int] | None = None) -> int:
         """Queue many records at once; returns the first offset (they get consecutive offsets).
         ``on_durable(last_offset, error)`` is called once, when all of them are durable.
 
@@ -103,7 +106,10 @@ class Stream:
         publishing id in it. The batch is written in one chunk (so it must fit one:
         ``max_chunk_entries`` entries, ``max_chunk_bytes`` bytes with 4 per entry) whose trailer
         records the sequence; ``sequence`` must be above ``query_sequence(reference)``
-        (drop what is not above it before calling: that is deduplication)."""
+        (drop what is not above it before calling: that is deduplication). With
+        ``sequences``, the publishing id of each body (ascending, the last one ``sequence``),
+        the batch may span chunks of any size, as osiris writes them: the trailer of each
+        records the id of the batch's last body in it."""
         n = len(bodies)
         if filter_values is not None and len(filter_values) != n:
             raise StorageError("filter_values must have one entry per body")
@@ -122,12 +128,19 @@ class Stream:
         ref = tracking_id(reference, "publisher reference")
         _check_u64(sequence, "publishing id")
         cfg = self.config
-        if not n or n > cfg.max_chunk_entries or (
+        if sequences is not None:
+            if len(sequences) != n or not n or sequences[-1] != sequence:
+                raise StorageError("sequences: one publishing id per body, the last one the "
+                                   "writer's sequence")
+            if n > 1 and not all(map(operator.lt, sequences, itertools.islice(sequences, 1, None))):
+                raise StorageError("sequences must be ascending")
+            _check_u64(sequences[0], "publishing id")  # ascending up to ``sequence``: all are
+        elif not n or n > cfg.max_chunk_entries or (
                 n > 1 and sum(map(len, bodies)) + 4 * n > cfg.max_chunk_bytes):
             raise StorageError(f"a publisher's batch is 1..{cfg.max_chunk_entries} records and "
                                f"at most {cfg.max_chunk_bytes} bytes (one chunk)")
         return self._writer.append_batch(bodies, filter_values, on_durable, (ref, sequence),
-                                         records=records)
+                                         records=records, sequences=sequences)
 
     def notify_durable(self, on_durable: DurableCallback) -> None:
         """``on_durable(last offset, error)`` once everything appended so far is durable (from
@@ -142,8 +155,9 @@ class Stream:
                             on_durable: DurableCallback | None = None) -> list[int]:
         """A named publisher's messages, deduplicated as RabbitMQ does: those whose publishing
         id is above the last one stored for ``reference`` (any id, 0 too, when none is: as in
-        osiris) and above every id before them here are appended, in batches that fit one
-        chunk each (``append_batch(..., writer=)``); the others are dropped.
+        osiris) and above every id before them here are appended, in one batch with their ids
+        (``append_batch(..., writer=, sequences=)``: chunks cut as for any append, each
+        trailer holding the last id in it, as osiris's); the others are dropped.
         ``on_durable(offset, error)`` runs once what was kept, and everything appended before
         it, is durable (also when nothing was kept: then confirm the duplicates). Returns the
         indices of the messages kept.
@@ -166,24 +180,16 @@ class Stream:
             if on_durable is not None:
                 self.notify_durable(on_durable)
             return keep
-        cfg = self.config
-        cuts = []
-        start, size = 0, 0
-        for k, i in enumerate(keep):  # one chunk each: entries and bytes bounded
-            size += len(bodies[i]) + 4
-            if k > start and (k - start >= cfg.max_chunk_entries or size > cfg.max_chunk_bytes):
-                cuts.append((start, k))
-                start, size = k, len(bodies[i]) + 4
-        cuts.append((start, len(keep)))
-        for c, (a, b) in enumerate(cuts):
-            part = keep[a:b]
-            chosen = [bodies[i] for i in part]
-            records = sum(x.records if type(x) is SubBatchEntry else 1 for x in chosen)
-            self.append_batch(chosen,
-                              None if filter_values is None else [filter_values[i] for i in part],
-                              on_durable if c == len(cuts) - 1 else None,
-                              records if records != len(chosen) else None,
-                              writer=(reference, publishing_ids[part[-1]]))
+        if len(keep) < n:
+            bodies = [bodies[i] for i in keep]
+            if filter_values is not None:
+                filter_values = [filter_values[i] for i in keep]
+        ids = [publishing_ids[i] for i in keep] if len(keep) < n else list(publishing_ids)
+        records = sum(x.records if type(x) is SubBatchEntry else 1 for x in bodies)
+        # one batch: the writer cuts it into chunks, each trailer holding its last id here
+        self.append_batch(bodies, filter_values, on_durable,
+                          records if records != len(bodies) else None,
+                          writer=(reference, ids[-1]), sequences=ids)
         return keep
 
     # -- tracking ------------------------------------------------------------------------------
@@ -242,6 +248,11 @@ class Stream:
 
     def committed_end(self) -> int | None:
         return self._writer.end
+
+    def appended_end(self) -> int | None:
+        """The offset after the last record appended so far, committed or still queued
+        (tracking chunks queued after it do not count)."""
+        return self._writer.user_next
 
     def add_listener(self, fn: Callable[[], None]) -> None:
         """``fn()`` is called from the writer thread whenever the committed end moves."""

@@ -2,10 +2,14 @@
 
 Strategy:
 - ``append`` only takes a lock, hands out the next offset and queues the body; it never does
-  I/O. One writer thread per stream takes everything waiting, cuts it into chunks (at most
-  ``max_chunk_entries`` entries and about ``max_chunk_bytes`` bytes each), builds each chunk's
-  filter with ``bloom.build``, and writes a group of chunks with one ``os.writev`` on the segment
-  and one ``os.write`` on the index (segment first). Then it makes the group as durable as the
+  I/O. One writer thread per stream takes everything waiting, cuts it into chunks (as osiris's
+  gen_batch_server sizes its batches: ``min_chunk_entries`` after idle, doubling after each
+  full chunk up to ``max_chunk_entries``, halving when a chunk empties the queue; about
+  ``max_chunk_bytes`` bytes each; the end of a long run of one filter value ends a chunk),
+  builds each chunk's filter with ``bloom.build``, and writes a group of chunks with one
+  ``os.writev`` on the segment and one ``os.write`` on the index (segment first). Chunk size
+  never changes durability: a group is one write and one fsync however many chunks it holds.
+  Then it makes the group as durable as the
   policy says (``always``: ``fdatasync`` the segment; ``interval``: an fsync if the last one is
   older than the interval; ``never``: nothing), moves the committed end, then calls the
   listeners and the ``on_durable`` callbacks, all from the writer thread. So a record is
@@ -19,7 +23,8 @@ Strategy:
 - Tracking (``storage.tracking``) goes through the same queue. ``store_offset`` puts the
   consumer offset into a tracking delta chunk reserved in the queue (it takes the next offset;
   the offsets stored until the writer takes it join the same chunk). A named publisher's batch
-  is written in one chunk whose trailer holds its reference and last publishing id. When a
+  goes in chunks whose trailers hold its reference and the last publishing id in each (with
+  the id of every body, ``sequences``; without, in one chunk). When a
   segment is full and there is state, a tracking snapshot takes the next offset and becomes the
   new segment's first chunk; retention runs only once it is written. The state as appended
   (``offsets``, ``sequences``) answers queries at once; ``written`` is the state as written,
@@ -119,6 +124,7 @@ class Writer:
         self._values: list[FilterValue] = []
         self._callbacks: list[tuple[int, DurableCallback]] = []
         self.next = last.end  # next offset to hand out
+        self.user_next = last.end  # the offset after the last record appended (not tracking)
         self._extra = 0  # records queued beyond one per body (sub-batch entries)
         self._batched = False  # the queue holds SubBatchEntry items
         self._closing = False
@@ -150,15 +156,20 @@ class Writer:
         self._reopen_requested = False
         # tracking (see the module docstring): the queue's reserved tracking chunks by offset
         # (their ``_bodies`` slots hold b""), the offsets stored since the queued delta chunk
-        # was reserved, publisher batches ``(first, last, reference, sequence)``; the state as
+        # was reserved, named publishers' batches; the state as
         # appended (what queries answer) and, on the writer thread, the state as written
         self._marks: dict[int, int] = {}
         self._delta_at: int | None = None
         self._delta: dict[bytes, int] = {}
-        self._writer_batches: list[tuple[int, int, bytes, int]] = []
+        self._writer_batches: list[_Batch] = []
         self._snapshot_at: int | None = None
         self._retention_due = False
         self._snapshot_only = False
+        # chunking (the writer thread's): the entries the next chunk may take, as osiris's
+        # gen_batch_server sizes its batches (see ``_write_all``), and the filter value of the
+        # last entries written with the length of their run (up to ``RUN_CUT_MIN``)
+        self._chunk_entries = min(config.min_chunk_entries, config.max_chunk_entries)
+        self._tail: tuple[FilterValue, int] = (None, 0)
         self.written = load(directory, last.start, last.tracking)
         self.offsets: dict[bytes, int] = dict(self.written.offsets)
         self.sequences: dict[bytes, int] = {k: v for k, (_, v) in self.written.sequences.items()}
@@ -175,7 +186,7 @@ class Writer:
             lock.release()
             raise self._refusal()
         offset = self.next
-        self.next = offset + 1
+        self.next = self.user_next = offset + 1
         self._bodies.append(body)
         self._values.append(filter_value)
         if on_durable is not None:
@@ -189,9 +200,12 @@ class Writer:
     def append_batch(self, bodies: Sequence[bytes],
                      filter_values: Sequence[FilterValue] | None,
                      on_durable: DurableCallback | None,
-                     writer: tuple[bytes, int] | None = None, records: int | None = None) -> int:
+                     writer: tuple[bytes, int] | None = None, records: int | None = None,
+                     sequences: Sequence[int] | None = None) -> int:
         """``writer``: a named publisher's (reference, last publishing id) for the chunk's
-        trailer; ``records``: the offsets ``bodies`` take when some are ``SubBatchEntry``s."""
+        trailer; ``records``: the offsets ``bodies`` take when some are ``SubBatchEntry``s;
+        ``sequences``: the publishing id of each body (then the batch may span chunks, each
+        trailer holding the id of its last body there; without them it stays in one chunk)."""
         n = len(bodies) if records is None else records
         with self.lock:
             if self._refused and not self._may_retry():
@@ -204,8 +218,9 @@ class Writer:
                     raise StorageError(f"publishing id {seq} of {ref!r} is not above the last "
                                        f"one stored ({last})")
                 self.sequences[ref] = seq
-                self._writer_batches.append((first, first + n - 1, ref, seq))
-            self.next = first + n
+                self._writer_batches.append(_Batch(first, first + n - 1, ref, seq,
+                                                   len(self._bodies), len(bodies), sequences))
+            self.next = self.user_next = first + n
             if records is not None:
                 self._extra += records - len(bodies)
                 self._batched = True
@@ -491,7 +506,7 @@ class Writer:
             self.sequences = {k: v for k, (_, v) in written.sequences.items()}
             self._infos = segments
             self.starts = tuple(s.start for s in segments)
-            self.next = last.end  # nothing is queued: appends were refused meanwhile
+            self.next = self.user_next = last.end  # nothing is queued: appends were refused
             self._reopen_pending = False
         if last.end > self.end:
             self._commit(last.end, last_chunk_id(self.directory, segments))
@@ -505,8 +520,9 @@ class Writer:
         """Write ``bodies`` (offsets ``first ..``) as chunks, committing group by group.
 
         Tracking: a reserved offset becomes its delta or snapshot chunk; a publisher's batch
-        is never split across chunks (``Stream.append_batch`` checks it fits one) and its
-        reference and sequence go in the trailer of its chunk. When the segment is full and
+        given with the id of each body may span chunks, the trailer of each holding the id of
+        its last body there; one without is never split (``Stream.append_batch`` checks it
+        fits one) and its sequence goes in the trailer of its chunk. When the segment is full and
         there is tracking state, the rollover waits for a snapshot offset (reserved at the end
         of the queue) so that the snapshot is the new segment's first chunk; meanwhile the
         full segment takes what is queued before it (up to ``_HARD_SEGMENT_BYTES``).
@@ -514,7 +530,7 @@ class Writer:
         ``SubBatchEntry``s, written as they are, taking ``records`` offsets each (offsets and
         bodies then differ: ``off`` is the offset of body ``i``)."""
         cfg = self.config
-        max_entries, max_bytes = cfg.max_chunk_entries, cfg.max_chunk_bytes
+        max_bytes = cfg.max_chunk_bytes
         fsize, scheme = cfg.filter_size, cfg.filter_scheme
         derive, dcache = cfg.derive, self._dcache
         total = len(bodies)
@@ -522,6 +538,9 @@ class Writer:
         mark_i = 0
         wbs = batch.writers
         wb_i = 0
+        # the batches that stay in one chunk (no publishing id per body), in offset order
+        fixed = [b for b in wbs if b.ids is None]
+        fx_i = 0
         written = self.written
         i = 0
         off = first  # the offset of body i
@@ -575,10 +594,15 @@ class Writer:
                     data = encode_entries([encode_tracking(self._snapshot_records())])
                     n = recs = 1
                 else:
-                    n = min(total - i, max_entries)
-                    if (fsize and not batched and n > RUN_CUT_MIN
-                            and (wb_i >= len(wbs) or wbs[wb_i][0] >= off + n)):
-                        n = _run_cut(values, i, n)  # bursts of a filter value: own chunks
+                    limit = self._chunk_entries
+                    n = min(total - i, limit)
+                    while fx_i < len(fixed) and fixed[fx_i].last < off:
+                        fx_i += 1
+                    fb = fixed[fx_i] if fx_i < len(fixed) else None
+                    if fb is not None and fb.first == off:  # it fits one (Stream checks)
+                        n = max(n, fb.count)
+                    if fsize and not batched and n > 1 and (fb is None or fb.first >= off + n):
+                        n = _run_cut(values, i, n, self._tail)  # bursts of a value: own chunks
                     chunk_bodies = bodies[i:i + n]
                     # the offset of each candidate entry and the one after (sub-batch entries
                     # take several); ``ends[k]``: the offset after the first k entries
@@ -597,12 +621,12 @@ class Writer:
                     if len(data) > max_bytes and n > 1:  # rare: fewer entries fit the byte bound
                         acc = list(itertools.accumulate(len(b) + 4 for b in chunk_bodies))
                         cut = max(1, bisect_right(acc, max_bytes))
-                    if wb_i < len(wbs):  # a publisher's batch stays in one chunk
-                        j = wb_i
-                        while j < len(wbs) and wbs[j][1] < ends[cut]:
+                    if fb is not None:  # a batch without ids stays in one chunk
+                        j = fx_i
+                        while j < len(fixed) and fixed[j].last < ends[cut]:
                             j += 1
-                        if j < len(wbs) and off < wbs[j][0] < ends[cut]:
-                            cut = bisect_right(ends, wbs[j][0]) - 1
+                        if j < len(fixed) and off < fixed[j].first < ends[cut]:
+                            cut = bisect_right(ends, fixed[j].first) - 1
                     if cut != n:
                         n = cut
                         data = encode(bodies[i:i + n])
@@ -611,14 +635,22 @@ class Writer:
                         chunk_values = values[i:i + n]
                         if any(chunk_values):
                             filt = bloom.build(_distinct(chunk_values), fsize, scheme)
-                    if wb_i < len(wbs) and wbs[wb_i][1] < off + recs:
+                    if wb_i < len(wbs) and wbs[wb_i].first < off + recs:
                         seqs: dict[bytes, int] = {}
-                        while wb_i < len(wbs) and wbs[wb_i][1] < off + recs:
-                            seqs[wbs[wb_i][2]] = wbs[wb_i][3]
+                        while wb_i < len(wbs) and wbs[wb_i].last < off + recs:
+                            seqs[wbs[wb_i].ref] = wbs[wb_i].seq
                             wb_i += 1
+                        wb = wbs[wb_i] if wb_i < len(wbs) else None
+                        if wb is not None and wb.ids is not None and wb.first < off + recs:
+                            # a batch going on in the next chunk: the id of its last body here,
+                            # as osiris's trailer has it (what a crash after this chunk keeps)
+                            seqs[wb.ref] = wb.ids[i + n - 1 - wb.body]
                         records = [TrackingRecord(TRACKING_SEQUENCE, k, v) for k, v in seqs.items()]
                         written.apply(chunk_id, records)
                         trailer = encode_tracking(records)
+                    self._size_next(n, limit, total - i - n == len(marks) - mark_i)
+                    self._tail = (_trailing_run(values, i, i + n, self._tail)
+                                 if fsize and not batched else (None, 0))
                 # what lets a reader drop a chunk by its bytes without walking its entries
                 flags = FLAG_SIMPLE_ENTRIES if kind == CHUNK_USER and (not batched or not any(
                     type(b) is SubBatchEntry for b in bodies[i:i + n])) else 0
@@ -699,6 +731,19 @@ class Writer:
             # comes before whatever is appended next (osiris writes it before the next write)
             with self.lock:
                 self._snapshot_at = self._reserve(CHUNK_TRACKING_SNAPSHOT)
+
+    def _size_next(self, n: int, limit: int, dry: bool) -> None:
+        """After a user chunk of ``n`` entries that could take ``limit``: the next one may take
+        twice as many when this one was full, half as many (not below ``min_chunk_entries``)
+        when it took the last of the queue (``dry``), as gen_batch_server sizes osiris's
+        batches (min 32, max 8192 casts): a burst from idle becomes chunks of 32, 64, 128 ...
+        entries, a steady load as large ones as ``max_chunk_entries`` allows."""
+        cfg = self.config
+        if n >= limit:
+            self._chunk_entries = min(limit * 2, cfg.max_chunk_entries)
+        elif dry:
+            self._chunk_entries = max(limit // 2, min(cfg.min_chunk_entries,
+                                                      cfg.max_chunk_entries))
 
     def _full(self, info: SegmentInfo) -> bool:
         """The next chunk goes to a new segment (a segment holding only its snapshot takes one
@@ -804,13 +849,26 @@ class Writer:
         self.starts = tuple(s.start for s in infos)
 
 
+class _Batch:
+    """A named publisher's batch in the queue: its offsets ``first``..``last``, ``reference``
+    and last publishing id ``seq``; ``body``, ``count``: where its bodies sit in the queue and
+    how many; ``ids``: the publishing id of each body (None: the batch stays in one chunk)."""
+
+    __slots__ = ("first", "last", "ref", "seq", "body", "count", "ids")
+
+    def __init__(self, first: int, last: int, ref: bytes, seq: int, body: int, count: int,
+                 ids: Sequence[int] | None) -> None:
+        self.first, self.last, self.ref, self.seq = first, last, ref, seq
+        self.body, self.count, self.ids = body, count, ids
+
+
 class _Tracking:
     """The tracking part of one batch taken from the queue (see ``Writer.__init__``)."""
 
     __slots__ = ("delta", "marks", "writers")
 
     def __init__(self, marks: dict[int, int], delta: dict[bytes, int],
-                 writers: list[tuple[int, int, bytes, int]]) -> None:
+                 writers: list[_Batch]) -> None:
         self.marks = marks
         self.delta = delta
         self.writers = writers
@@ -820,19 +878,32 @@ class _Tracking:
 RUN_CUT_MIN = 256
 
 
-def _run_cut(values: list[FilterValue], i: int, n: int) -> int:
+def _run_cut(values: list[FilterValue], i: int, n: int,
+             before: tuple[FilterValue, int] = (None, 0)) -> int:
     """How many of the ``n`` entries from ``i`` one chunk takes: all, unless a run of at least
-    ``RUN_CUT_MIN`` entries with one filter value ends before the last; then up to the end of
-    the first such run.
+    ``RUN_CUT_MIN`` entries with one filter value (None counts as one) ends before the last;
+    then up to the end of the first such run. ``before``: the value of the entries written
+    just before ``i`` and their run's length, so that a run going on from earlier chunks
+    counts whole: the first entry after a long run (a burst's end) always starts a chunk, if
+    the run ends in this chunk, however few of it the chunk holds.
 
     Why: values that come in bursts then get chunks of their own (a burst's chunk holds at
     most a short tail of the burst before it), so stage 1 sends little beyond the matches,
     where a chunk cut by size alone holds parts of several bursts. Interleaved or random values
-    (runs shorter than ``RUN_CUT_MIN``) keep chunks of full size, and a chunk is never cut
-    below ``RUN_CUT_MIN`` entries."""
+    (runs shorter than ``RUN_CUT_MIN``) keep chunks of full size; only the tail of a run begun
+    before ``i`` makes a chunk shorter than ``RUN_CUT_MIN``."""
     end = i + n
-    if values[i:end].count(values[i]) == n:  # one value (or none) throughout: nothing to cut
+    v = values[i]
+    if values[i:end].count(v) == n:  # one value (or none) throughout: nothing to cut
         return n
+    if before[1] and before[0] == v:  # the run before goes on here: where it stops
+        stop = i + 1
+        while stop + 64 <= end and values[stop:stop + 64].count(v) == 64:
+            stop += 64
+        while values[stop] == v:  # it stops before ``end`` (not one value throughout)
+            stop += 1
+        if before[1] + stop - i >= RUN_CUT_MIN:
+            return stop - i
     # a run of RUN_CUT_MIN entries holds a whole window of half as many aligned from ``i``, so
     # only windows are tested (their ends, then a count in C), and a uniform one is widened
     half = RUN_CUT_MIN // 2
@@ -853,6 +924,25 @@ def _run_cut(values: list[FilterValue], i: int, n: int) -> int:
             return stop - i
         a = stop + (i - stop) % half  # the first window at or after the run (aligned from i)
     return n
+
+
+def _trailing_run(values: list[FilterValue], i: int, end: int,
+                  before: tuple[FilterValue, int]) -> tuple[FilterValue, int]:
+    """The value of ``values[end - 1]`` and the length of its run up to ``end`` (counting the
+    run ``before`` ``i`` when it goes on), up to ``RUN_CUT_MIN``: what ``_run_cut`` needs of the
+    entries before the next chunk."""
+    v = values[end - 1]
+    low = max(i, end - RUN_CUT_MIN)
+    if values[low:end].count(v) == end - low:  # the common case, in C
+        k = low
+    else:
+        k = end - 1
+        while k > low and values[k - 1] == v:
+            k -= 1
+    run = end - k
+    if k == i and before[0] == v:
+        run += before[1]
+    return v, min(run, RUN_CUT_MIN)
 
 
 def _distinct(values: list[FilterValue]

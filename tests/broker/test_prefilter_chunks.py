@@ -13,7 +13,7 @@ from amqp_stream.testing import BrokerProcess
 from tests.broker.amqp import OFFSET, SQL, Client, offset
 from tests.stream.test_derived_keys import _deliveries, _metric
 
-GROUPS, PER_GROUP = 12, 40
+GROUPS, PER_GROUP = 12, 30  # a group fits the first chunk after idle (min_chunk_entries 32)
 NEEDLE_GROUP = GROUPS - 1  # the last: a consumer reads every chunk before its last match
 
 

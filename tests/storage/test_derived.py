@@ -36,8 +36,8 @@ def _encode(m: dict) -> bytes:
 
 def _config(derive: bool, entries: int, keys: tuple[str, ...] = KEYS) -> StreamConfig:
     if derive:
-        return StreamConfig(max_chunk_entries=entries, **storage_settings(keys))
-    return StreamConfig(max_chunk_entries=entries)
+        return StreamConfig(max_chunk_entries=entries, min_chunk_entries=entries, **storage_settings(keys))
+    return StreamConfig(max_chunk_entries=entries, min_chunk_entries=entries)
 
 
 def _write(directory: str, bodies: list[bytes], derive: bool, entries: int,
@@ -176,7 +176,7 @@ def test_a_selective_filter_reads_a_small_part_of_the_stream(tmp_path):
     f = compile_sql("customer = 'c42'")
     match = f.bytes_matcher()
     expected = [i for i, b in enumerate(bodies) if match(b)]
-    with Stream.open(str(tmp_path), StreamConfig(max_chunk_entries=4000, derived_keys=keys,
+    with Stream.open(str(tmp_path), StreamConfig(max_chunk_entries=4000, min_chunk_entries=4000, derived_keys=keys,
                                                  derive=deriver(keys))) as s:
         plain = s.reader(OffsetSpec.first())
         assert [o for c in plain for o, b in c.records if match(b)] == expected
@@ -201,7 +201,7 @@ def _keep_reading(directory: str, text: str, bodies: list[bytes]) -> None:
     f = compile_sql(text)
     match = f.bytes_matcher()
     expected = [i for i, b in enumerate(bodies) if match(b)]
-    with Stream.open(directory, StreamConfig(max_chunk_entries=500, derived_keys=keys,
+    with Stream.open(directory, StreamConfig(max_chunk_entries=500, min_chunk_entries=500, derived_keys=keys,
                                              derive=deriver(keys))) as s:
         r = s.reader(OffsetSpec.first(), derived=wanted(keys, f))
         assert [o for c in r for o, b in c.records if match(b)] == expected
@@ -245,7 +245,7 @@ def test_recovery_cuts_entries_whose_chunk_is_gone_and_retention_deletes_sidecar
     os.truncate(seg, last_pos)
     os.truncate(idx, len(records) - 29)
     keys = ("customer",)
-    cfg = StreamConfig(max_chunk_entries=500, max_segment_bytes=40_000, retention_bytes=80_000,
+    cfg = StreamConfig(max_chunk_entries=500, min_chunk_entries=500, max_segment_bytes=40_000, retention_bytes=80_000,
                        derived_keys=keys, derive=deriver(keys))
     with Stream.open(d, cfg) as s:
         assert os.path.getsize(derived_path(d, 0)) < size_before
@@ -368,7 +368,7 @@ def test_an_entry_that_disagrees_with_the_log_is_not_trusted(tmp_path, how):
               for i in range(1200)]
     bodies[40 * 20 + 19] = proton.Message(body="x", properties={"customer": "c99999"}).encode()
     f = compile_sql("customer = 'c99999'")
-    config = StreamConfig(max_chunk_entries=20, derived_keys=keys, derive=deriver(keys))
+    config = StreamConfig(max_chunk_entries=20, min_chunk_entries=20, derived_keys=keys, derive=deriver(keys))
     with Stream.open(str(tmp_path), config) as s:
         for first in range(0, 1200, 20):
             s.append_batch(bodies[first:first + 20])

@@ -32,7 +32,7 @@ def _sub_batch(bodies: list[bytes], compression: int) -> SubBatchEntry:
 
 
 def _write(directory: str, batches: list[list], entries: int) -> None:
-    with Stream.open(directory, StreamConfig(max_chunk_entries=entries)) as s:
+    with Stream.open(directory, StreamConfig(max_chunk_entries=entries, min_chunk_entries=entries)) as s:
         for batch in batches:
             records = sum(b.records if isinstance(b, SubBatchEntry) else 1 for b in batch)
             s.append_batch(batch, records=records)

@@ -36,7 +36,9 @@ def _bodies(n: int, values: int, seed: int = 1) -> list[bytes]:
 
 def _config(**kw) -> StreamConfig:
     keys = kw.pop("keys", KEYS)
-    return StreamConfig(max_chunk_entries=kw.pop("entries", 100), **storage_settings(keys), **kw)
+    entries = kw.pop("entries", 100)
+    return StreamConfig(max_chunk_entries=entries, min_chunk_entries=entries,
+                        **storage_settings(keys), **kw)
 
 
 def _write(directory: str, bodies: list[bytes], chunk: int = 100, **kw) -> None:

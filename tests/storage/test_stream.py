@@ -65,7 +65,7 @@ def test_appends_get_consecutive_offsets_and_durable_callbacks_in_order(tmp_path
 
 
 def test_group_commit_forms_chunks_from_what_is_waiting_within_limits(tmp_path):
-    cfg = StreamConfig(fsync="never", max_chunk_entries=50, max_chunk_bytes=1000)
+    cfg = StreamConfig(fsync="never", max_chunk_entries=50, min_chunk_entries=50, max_chunk_bytes=1000)
     with Stream.open(tmp_path / "s", cfg) as s:
         s.append_batch([b"x" * 10] * 120)  # 14 bytes per entry: 50-entry chunks fit 700 B
         s.flush()
@@ -76,6 +76,28 @@ def test_group_commit_forms_chunks_from_what_is_waiting_within_limits(tmp_path):
     sizes = [h.records for _, _, h in chunks_on_disk(tmp_path / "s")]
     assert sizes == [50, 50, 20, 10, 10, 5, 1]
     assert all(h.entries == h.records for _, _, h in chunks_on_disk(tmp_path / "s"))
+
+
+def test_a_burst_from_idle_is_cut_as_osiris_batches_it(tmp_path):
+    """As gen_batch_server sizes osiris's writer batches (RabbitMQ 3.10 cuts a 4,999-message
+    send_batch into 32, 64 ... 2,048 and 935): after idle a chunk takes at most
+    min_chunk_entries (32); the limit doubles after each full chunk, up to max_chunk_entries,
+    and halves when a chunk takes the last of the queue."""
+    def sizes(s):
+        s.flush()
+        return [h.records for _, _, h in chunks_on_disk(tmp_path / "s")]
+    with Stream.open(tmp_path / "s", StreamConfig(fsync="never")) as s:
+        s.append_batch([b"m"] * 4999)
+        assert sizes(s) == [32, 64, 128, 256, 512, 1024, 2048, 935]
+        s.append_batch([b"n"] * 5000)  # 935 emptied the queue: 4096 halved
+        assert sizes(s)[8:] == [2048, 2952]
+        s.append_batch([b"o"] * 20000)  # up to max_chunk_entries
+        assert sizes(s)[10:] == [2048, 4096, 8192, 5664]
+    cfg = StreamConfig(fsync="never", max_chunk_entries=100)
+    with Stream.open(tmp_path / "t", cfg) as s:
+        s.append_batch([b"m"] * 300)
+        s.flush()
+    assert [h.records for _, _, h in chunks_on_disk(tmp_path / "t")] == [32, 64, 100, 100, 4]
 
 
 def test_many_concurrent_appenders_share_chunks(tmp_path):
@@ -237,6 +259,33 @@ def test_reader_never_sees_uncommitted_chunks(tmp_path, monkeypatch):
     for end, in_stream, _ in windows:
         assert in_stream == list(range(end))
     assert all(len(on_disk) > end for end, _, on_disk in windows[:20])
+
+
+def test_last_made_while_appends_are_queued_is_their_last_chunk(tmp_path, monkeypatch):
+    """A reader for ``last`` made while appends are queued (here written, held before their
+    fdatasync) starts at the last chunk of those appends once they are committed, not at the
+    chunk that was last before them (rstream's test_offset_type_last subscribes right after
+    its send_batch, and RabbitMQ has written it by then)."""
+    import storage.writer as mod
+    real_sync = os.fdatasync
+    in_sync, go = threading.Event(), threading.Event()
+
+    def held(fd):
+        in_sync.set()
+        go.wait(10)
+        real_sync(fd)
+    with Stream.open(tmp_path / "s", StreamConfig(fsync="always")) as s:
+        s.append_batch([b"a"] * 10)
+        s.flush()
+        monkeypatch.setattr(mod.os, "fdatasync", held)
+        s.append_batch([b"b%d" % i for i in range(100)])  # chunks of 32, 64 and 4
+        assert in_sync.wait(10)
+        with s.reader(OffsetSpec.last()) as r:
+            assert r.read_chunk() is None  # nothing of them committed yet
+            go.set()
+            s.flush()
+            chunk = r.read_chunk()
+            assert chunk is not None and [o for o, _ in chunk.records] == list(range(106, 110))
 
 
 def test_a_confirmed_record_is_readable(tmp_path, thread_switches):
@@ -529,7 +578,8 @@ def test_a_long_run_of_one_filter_value_ends_its_chunk(tmp_path):
     run = RUN_CUT_MIN
 
     def sizes(values, name, writer=None):
-        with Stream.open(tmp_path / name, StreamConfig(fsync="never", max_chunk_entries=8 * run)) as s:
+        cfg = StreamConfig(fsync="never", max_chunk_entries=8 * run, min_chunk_entries=8 * run)
+        with Stream.open(tmp_path / name, cfg) as s:
             s.append_batch([b"m%d" % i for i in range(len(values))], values, writer=writer)
             s.flush()
             with s.reader(OffsetSpec.first()) as r:
@@ -548,6 +598,25 @@ def test_a_long_run_of_one_filter_value_ends_its_chunk(tmp_path):
                          ("none", [None] * (8 * run))):
         assert sizes(values, name)[0] == [8 * run], name
     assert sizes(bursts, "named", writer=(b"pub", 8 * run))[0] == [8 * run]
+
+
+def test_the_end_of_a_long_run_starts_a_chunk_across_appends(tmp_path):
+    """A run counts whole across chunks and appends: 300 entries of B, then 20 more of B and
+    700 without a value, make the 20 a chunk of their own, so a stage-1 reader of B is not
+    sent the 700 (rabbitmq-stream-js-client's filtering test counts them); short runs after
+    it stay together."""
+    cfg = StreamConfig(fsync="never", min_chunk_entries=8192)  # sizes out of the way
+    with Stream.open(tmp_path / "s", cfg) as s:
+        s.append_batch([b"b"] * 300, ["B"] * 300)
+        s.flush()
+        s.append_batch([b"b"] * 20 + [b"u"] * 700, ["B"] * 20 + [None] * 700)
+        s.flush()
+        s.append_batch([b"a"] * 10 + [b"u"] * 5, ["A"] * 10 + [None] * 5)
+        s.flush()
+        with s.reader(OffsetSpec.first(), ["B"]) as r:
+            to_b = sum(len(c.records) for c in r)
+    assert [h.records for _, _, h in chunks_on_disk(tmp_path / "s")] == [300, 20, 700, 15]
+    assert to_b == 320
 
 
 def test_run_cut_ends_a_chunk_after_the_first_long_run_that_ends_inside_it():

@@ -387,6 +387,37 @@ def test_append_deduplicated_keeps_what_is_above_and_cuts_chunks(tmp_path):
     assert trailers[1:] == [b"\x00\x01p" + v.to_bytes(8, "big") for v in (6, 9, 10)]
 
 
+def test_a_named_batch_spans_chunks_and_a_crash_keeps_the_ids_written(tmp_path):
+    """append_deduplicated's batch is cut like any other (32, 64 ... after idle); the trailer
+    of each chunk holds the publishing id of the last message in it, as osiris's does, so a
+    crash after any chunk keeps exactly the ids written: a retry stores the rest only."""
+    cfg = StreamConfig(fsync="never")
+    ids = list(range(1, 201))
+    bodies = [b"%d" % i for i in ids]
+    with Stream.open(tmp_path, cfg) as s:
+        assert s.append_deduplicated("p", bodies, ids) == list(range(200))
+        s.flush()
+    got = chunks(tmp_path)
+    assert [f[3] for _, _, f, _, _ in got] == [32, 64, 104]
+    assert [t for *_, t in got] == [b"\x00\x01p" + v.to_bytes(8, "big") for v in (32, 96, 200)]
+    with open(segment_path(str(tmp_path), 0), "r+b") as f:  # the last chunk never made it
+        f.truncate(got[2][1])
+    with Stream.open(tmp_path, cfg) as s:
+        assert s.query_sequence("p") == 96
+        assert s.append_deduplicated("p", bodies, ids) == list(range(96, 200))
+        s.flush()
+    with open_reader(str(tmp_path), OffsetSpec.first()) as r:
+        assert [bytes(b) for c in r for _, b in c.records] == bodies
+
+
+def test_sequences_must_be_one_ascending_id_per_body(tmp_path):
+    with Stream.open(tmp_path, StreamConfig(fsync="never")) as s:
+        for seqs, seq in (([1], 2), ([1, 2, 3], 3), ([2, 1], 1), ([1, 1], 1)):
+            with pytest.raises(StorageError, match="sequences"):
+                s.append_batch([b"a", b"b"], writer=("p", seq), sequences=seqs)
+        assert s.query_sequence("p") == 0
+
+
 def test_append_deduplicated_takes_id_0_from_an_unknown_reference(tmp_path):
     """As osiris: a reference with nothing stored takes any publishing id, 0 too (though
     query_sequence answers 0 for both "unknown" and "0 stored"); then 0 is a duplicate."""

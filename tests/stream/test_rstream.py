@@ -130,6 +130,20 @@ def test_offset_specs(broker):
     assert nxt == [(20 + i, b"c%d" % i) for i in range(3)]
 
 
+def test_a_send_batch_of_4999_is_cut_as_rabbitmq_cuts_it_and_last_gives_its_last_chunk(broker):
+    """rstream's own test_offset_type_last expects RabbitMQ's chunks: a send_batch of 4,999
+    (one Publish frame) is stored as 32, 64 ... 2,048 and 935, as osiris's writer batches it,
+    so OffsetType.LAST delivers the last 935, not the 4,999."""
+    stream = name()
+
+    async def go():
+        async with producer(broker) as p:
+            await p.create_stream(stream)
+            await publish(p, stream, [b"%d" % i for i in range(1, 5000)])
+        return await consume(broker, stream, 935, ConsumerOffsetSpecification(OffsetType.LAST))
+    assert run(go()) == [(4064 + i, b"%d" % (4065 + i)) for i in range(935)]
+
+
 def test_filter_values_select_chunks_and_the_post_filter_messages(broker):
     stream = name()
 
