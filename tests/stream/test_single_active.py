@@ -16,7 +16,8 @@ import pytest
 
 rstream = pytest.importorskip("rstream")
 from rstream import (AMQPMessage, Consumer, ConsumerOffsetSpecification,  # noqa: E402
-                     OffsetSpecification, OffsetType, Producer, amqp_decoder, exceptions)
+                     OffsetSpecification, OffsetType, Producer, SuperStreamConsumer,
+                     amqp_decoder, exceptions)
 from rstream.client import Client  # noqa: E402
 
 from amqp_stream.testing import BrokerProcess  # noqa: E402
@@ -170,5 +171,59 @@ def test_single_active_consumer_needs_a_name(broker):
                 await c.subscribe(stream, 1, properties={"single-active-consumer": "true"})
             await c.subscribe(stream, 2, properties={"single-active-consumer": "true",
                                                      "name": "g"})
+
+    run(go())
+
+
+def test_super_stream_group_one_active_per_partition(broker):
+    """3 members over 3 partitions: partition i's active one is member i mod 3 (RabbitMQ's
+    choice, reached through step-downs as they join); when the third leaves, its partition
+    moves to member 2 mod 2 = the first."""
+    ss = f"sac-ss-{uuid.uuid4().hex[:8]}"
+    parts = [f"{ss}-{i}" for i in range(3)]
+
+    async def go():
+        async with admin(broker) as a:
+            await a.create_super_stream(ss, parts, ["0", "1", "2"])
+        state: dict[str, dict[str, bool]] = {w: {} for w in "ABC"}
+        got: dict[str, dict[str, list[int]]] = {w: {p: [] for p in parts} for w in "ABC"}
+        members = {}
+        for who in "ABC":
+            c = SuperStreamConsumer("127.0.0.1", broker.stream_port, username="guest",
+                                    password="guest", super_stream=ss)
+            await c.start()
+
+            async def on_message(msg, ctx, who=who):
+                got[who][ctx.stream].append(ctx.offset)
+
+            async def on_update(active, ctx, who=who):
+                state[who][ctx.stream] = active
+                return OffsetSpecification(OffsetType.FIRST, 0)
+
+            await c.subscribe(on_message, decoder=amqp_decoder,
+                              properties={"single-active-consumer": "true", "name": "group",
+                                          "super-stream": ss},
+                              consumer_update_listener=on_update)
+            members[who] = c
+
+        def actives() -> dict[str, list[str]]:
+            return {p: [w for w in "ABC" if state[w].get(p)] for p in parts}
+
+        expected = {parts[0]: ["A"], parts[1]: ["B"], parts[2]: ["C"]}
+        await until(lambda: actives() == expected, f"one active per partition, {expected}")
+        for p in parts:
+            await publish(broker, p, [b"x"] * 5)
+        await until(lambda: all(len(got[w][p]) == 5 for p, (w,) in expected.items()),
+                    "each partition's messages at its active member")
+        for p, (w,) in expected.items():
+            assert [x for x in "ABC" if got[x][p]] == [w]
+
+        await members.pop("C").close()
+        await until(lambda: state["A"].get(parts[2]) is True, "the third partition moving to A")
+        await publish(broker, parts[2], [b"y"] * 5)
+        await until(lambda: len(got["A"][parts[2]]) == 10, "the third partition's messages at A")
+        assert got["B"][parts[2]] == [] and got["B"][parts[0]] == [] and got["A"][parts[1]] == []
+        for c in members.values():
+            await c.close()
 
     run(go())
