@@ -16,8 +16,8 @@ gets a MetadataUpdate (``STREAM_NOT_AVAILABLE``). Stored offsets and publisher s
 (StoreOffset, QueryOffset, QueryPublisherSequence, DeclarePublisher's reference) are
 ``amqp_stream.stream_listener.tracking``'s; a named publisher's messages are deduplicated by
 ``amqp_stream.stream_listener.publishing``. Super streams (CreateSuperStream, DeleteSuperStream,
-Route, Partitions) are ``amqp_stream.stream_listener.super_streams``'. Not (yet) supported:
-single active consumer.
+Route, Partitions) are ``amqp_stream.stream_listener.super_streams``'; single active
+consumer (Subscribe properties, ConsumerUpdate) is ``amqp_stream.stream_listener.single_active``'.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from amqp_stream.arguments import from_stream_protocol, validate
 from amqp_stream.core import Core
 from amqp_stream.errors import BadRequest, BrokerError, NotFound, PreconditionFailed
 from amqp_stream.loop import EventLoop
-from amqp_stream.stream_listener import subscription_filters, super_streams, tracking
+from amqp_stream.stream_listener import single_active, subscription_filters, super_streams, tracking
 from amqp_stream.stream_listener.auth import Authenticator
 from amqp_stream.stream_listener.connection import LargeFrames, StreamConnection
 from amqp_stream.stream_listener.consuming import Subscription
@@ -73,6 +73,7 @@ class StreamAdapter:
         self.to_write: set[StreamConnection] = set()
         self.large_frames = LargeFrames()  # frames above frame_max being read, broker-wide
         self.counters = core.metrics.stream_protocol  # Prometheus series of this listener
+        self.groups = single_active.Groups(core, self._restart)
         self._handlers: dict[type, Callable[[StreamConnection, Any], None]] = {
             f.PeerProperties: self._peer_properties,
             f.SaslHandshake: self._sasl_handshake,
@@ -96,7 +97,7 @@ class StreamAdapter:
             f.Credit: self._credit,
             f.StoreOffset: self._store_offset,
             f.QueryOffset: self._query_offset,
-            f.ConsumerUpdateResponse: self._nothing,
+            f.ConsumerUpdateResponse: lambda conn, frame: self.groups.answer(conn, frame),
         }
         self._handlers.update(super_streams.handlers(core))  # CreateSuperStream, Route, ...
 
@@ -129,6 +130,7 @@ class StreamAdapter:
             self._forget_publisher(conn, pub)
         for sub in list(conn.subscriptions.values()):
             self.drop_subscription(conn, sub)
+        self.groups.forget(conn)
         if conn.opened:
             conn.opened = False
             self.core.metrics.connection_closed()
@@ -375,15 +377,25 @@ class StreamAdapter:
         if frame.subscription_id in conn.subscriptions:
             conn.send(f.Response(Key.SUBSCRIBE, corr, ResponseCode.SUBSCRIPTION_ID_ALREADY_EXISTS))
             return
+        sac = single_active.wanted(frame.properties)
         entry = self.core.stream(frame.stream)
         filters = subscription_filters.parse(frame.properties)
         spec, start = _offset_spec(frame.offset_spec)
         reader = entry.reader(spec, filters.values, filters.match_unfiltered, filters.compiled)
         sub = Subscription(conn, frame.subscription_id, entry, reader, frame.credit, start,
                            filters.match, self._end_attachment)
+        sub.filters = filters
+        notices = []
+        if sac is not None:
+            try:
+                notices = self.groups.join(sub, *sac, frame.offset_spec)
+            except BrokerError:
+                sub.close()
+                raise
         conn.subscriptions[frame.subscription_id] = sub
         self.core.attach_consumer(entry, sub)
         conn.send(f.Response(Key.SUBSCRIBE, corr, ResponseCode.OK))
+        self.groups.send(notices)
         log.info("stream subscription %d of %s <- %r from %s%s%s", frame.subscription_id,
                  conn.peer, entry.name, frame.offset_spec,
                  f" filter {filters.values}" if filters.values else "",
@@ -405,6 +417,14 @@ class StreamAdapter:
         if not sub.closed:
             sub.close()
             self.core.detach_consumer(sub.entry, sub)
+            self.groups.leave(sub)
+
+    def _restart(self, sub: Subscription, offset_spec: Any) -> None:
+        """A single active consumer answered its ConsumerUpdate: deliver from its offset."""
+        spec, start = _offset_spec(offset_spec)
+        filters = sub.filters
+        sub.restart(sub.entry.reader(spec, filters.values, filters.match_unfiltered,
+                                     filters.compiled), start)
 
     def _credit(self, conn: StreamConnection, frame: f.Credit) -> None:
         sub = conn.subscriptions.get(frame.subscription_id)

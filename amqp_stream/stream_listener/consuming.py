@@ -71,6 +71,9 @@ class Subscription:
         self.waiting = False
         self.scheduled = False
         self.closed = False
+        self.active = True  # off for a single active consumer until it is told and answers
+        self.filters: Any = None  # the parsed Subscribe filters (a reader is opened again)
+        self.single_active: Any = None  # its group membership (stream_listener.single_active)
         self._stats = (0, 0, 0)
 
     def end(self, error: Exception) -> None:
@@ -85,6 +88,20 @@ class Subscription:
             self.reader.close()
         except Exception:
             log.debug("closing a reader", exc_info=True)
+
+    def restart(self, reader: Any, start: int) -> None:
+        """Deliver from ``reader`` now (a single active consumer became active: RabbitMQ
+        opens its reader at the offset the ConsumerUpdate answer gives)."""
+        old, self.reader = self.reader, reader
+        try:
+            old.close()
+        except Exception:
+            log.debug("closing a reader", exc_info=True)
+        self.start = start
+        self.runs = []
+        self.next_offset = int(reader.position)
+        self.active = True
+        self.pump()
 
     def add_credit(self, credit: int) -> None:
         self.credit = min(self.credit + credit, 0xFFFF_FFFF)
@@ -111,7 +128,7 @@ class Subscription:
             self.conn.failed(exc)
 
     def pump(self) -> None:
-        if self.closed or not self.conn.serving:
+        if self.closed or not self.active or not self.conn.serving:
             return
         conn = self.conn
         self.waiting = False

@@ -210,7 +210,9 @@ class OffsetSpec:
 
 
 class _Offset:
-    """offset spec; ``allow_none``: type 0 (ConsumerUpdate's answer) is valid."""
+    """offset spec; ``allow_none``: type 0 (ConsumerUpdate's answer) is valid, and there a
+    type without a value may still be followed by 8 bytes, which are ignored (RabbitMQ reads
+    the answer's value as the rest of the frame; rstream always writes a 64-bit one)."""
 
     __slots__ = ("allow_none",)
 
@@ -225,6 +227,8 @@ class _Offset:
         if kind == OffsetType.TIMESTAMP:
             return OffsetSpec(OffsetType.TIMESTAMP, I64.unpack_from(buf, pos)[0]), pos + 8
         if OffsetType.FIRST <= kind <= OffsetType.NEXT or (kind == 0 and self.allow_none):
+            if self.allow_none and len(buf) - pos == 8:
+                pos += 8
             return OffsetSpec(OffsetType(kind)), pos
         raise _bad(f"offset type {kind}")
 

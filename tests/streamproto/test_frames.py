@@ -256,6 +256,13 @@ def test_consumer_update_response_like_rstream():
     assert f.decode(theirs[4:]) == f.ConsumerUpdateResponse(5, 1, f.OffsetSpec.offset(12))
 
 
+@pytest.mark.parametrize("kind", [0, OffsetType.FIRST, OffsetType.LAST, OffsetType.NEXT])
+def test_consumer_update_response_without_value_like_rstream(kind):
+    """rstream writes a 64-bit value for every type; RabbitMQ ignores it where none belongs."""
+    theirs = rs_encode(rs.ConsumerUpdateServerResponse(5, 1, rs.OffsetSpecification(kind, 0)))
+    assert f.decode(theirs[4:]) == f.ConsumerUpdateResponse(5, 1, f.OffsetSpec(kind))
+
+
 def test_subscribe_without_properties_and_rstreams_empty_list():
     """RabbitMQ leaves the property array out when empty; rstream writes a count of 0."""
     ours = f.Subscribe(1, 2, "s", f.OffsetSpec.first(), 3)
