@@ -339,15 +339,14 @@ class Adapter:
             user = Transport.wrap(_ev_transport(event)).user
         except Exception:
             user = None
+        if vhost != "/":
+            log.info("connection %s refused: vhost %s does not exist (this broker has only '/')",
+                     state.name, _text(lambda: vhost))
+            self._refuse_connection(state.io)
+            return
         conn.open()
         if self.core.stopping:
             conn.condition = Condition(ShuttingDown.condition, "broker shutting down")
-            conn.close()
-            return
-        if vhost != "/":
-            log.info("connection %s refused: vhost %s does not exist", state.name, _text(lambda: vhost))
-            conn.condition = Condition("amqp:not-found", f"virtual host '{vhost}' does not exist "
-                                                         f"(this broker has only '/')")
             conn.close()
             return
         state.opened = True
@@ -355,6 +354,16 @@ class Adapter:
         log.info("connection %s opened: container %s, user %s, hostname %s", state.name,
                  _text(lambda: conn.remote_container), _text(lambda: user),
                  _text(lambda: conn.remote_hostname))
+
+    def _refuse_connection(self, io: AmqpConnection) -> None:
+        """Refuse a connection at its open as RabbitMQ 4.x does for a vhost it does not have
+        (``rabbit_amqp_reader``: an error before the connection is running is only logged):
+        no open and no close frame, the socket closed after ``auth_failure_delay`` seconds
+        (RabbitMQ's silent close delay), unread meanwhile. An open followed by a close is what
+        the official clients take for a dropped connection and reconnect to, again and again;
+        a socket closed during the handshake is an error they raise at once."""
+        io.pause_reading()
+        self.eloop.loop.call_later(max(0.0, self.config.auth_failure_delay), io.close)
 
     def _connection_remote_close(self, event: Any) -> None:
         state = self._state(event)
