@@ -7,6 +7,8 @@ loopback; the broker's memory is read from /proc (VmHWM is its peak resident set
 from __future__ import annotations
 
 import re
+import threading
+import time
 import urllib.request
 
 import pytest
@@ -248,6 +250,59 @@ def test_a_costly_filter_does_not_hold_other_clients(tmp_path):
         wait_for(lambda: _metric(b, "amqp_stream_delivered_messages_total", "costly") == 1, 60,
                  "the scan to reach END")
         assert _metric(b, "amqp_stream_stage2_dropped_messages_total", "costly") == 40
+        e.close()
+    finally:
+        b.close()
+    assert "Traceback" not in b.log_text()
+
+
+def test_a_long_property_filter_key_does_not_hold_other_clients(tmp_path):
+    """A property filter whose application-property key is 30,000 characters: re's parser took
+    the key's number encodings' shared prefix out of the alternation a byte at a time
+    (quadratic: 4-12 s at attach, every other connection waiting). A canary publisher on another
+    connection, publishing one message at a time before, during and after the attach, gets
+    every outcome at once."""
+    key = "k" * 30_000
+    b = BrokerProcess(tmp_path / "data").start()
+    try:
+        with Client(b.url) as c:
+            c.declare("long-key")
+            assert c.publish("long-key", [Message(body="hit", properties={key: 7}),
+                                          Message(body="miss", properties={"k": 7})]) == \
+                [Delivery.ACCEPTED] * 2
+        e = EngineClient(b.host, b.port)
+        assert pump([e], lambda c: c.opened, timeout=15) == []
+        session = e.connection.session()
+        session.open()
+        latencies: list[float] = []
+        stop = threading.Event()
+
+        def canary() -> None:
+            with Client(b.url) as c:
+                sender = c.sender("long-key")
+                while not stop.is_set():
+                    started = time.monotonic()
+                    assert c.send_bytes(sender, Message(body="canary").encode()) == Delivery.ACCEPTED
+                    latencies.append(time.monotonic() - started)
+
+        worker = threading.Thread(target=canary, daemon=True)
+        worker.start()
+        wait_for(lambda: len(latencies) >= 5, 15, "the canary publishing")
+        r = session.receiver("long")
+        r.source.address = "/queues/long-key"
+        r.source.filter.put_object({
+            symbol("o"): offset("first"),
+            symbol("ap"): Described(symbol("amqp:application-properties-filter"), {key: 7})})
+        r.open()
+        r.flow(10)
+        during = len(latencies)
+        assert pump([e], lambda c: r.current is not None, timeout=60) == []
+        wait_for(lambda: len(latencies) >= during + 5, 15, "the canary publishing after the attach")
+        stop.set()
+        worker.join(timeout=15)
+        assert not worker.is_alive()
+        assert r.current.readable  # the one match arrives
+        assert max(latencies) < 1.0, f"the canary waited up to {max(latencies):.2f} s"
         e.close()
     finally:
         b.close()
