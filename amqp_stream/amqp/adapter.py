@@ -40,6 +40,7 @@ from amqp_stream.amqp.tags import tag_number
 from amqp_stream.core import Core
 from amqp_stream.errors import BadRequest, BrokerError, DecodeError, NotImplementedByBroker, ShuttingDown
 from amqp_stream.loop import EventLoop
+from amqp_stream.memory import TrimLater
 
 __all__ = ["Adapter", "SERVER_PROPERTIES", "read_filter_entries", "vhost_of"]
 
@@ -171,6 +172,7 @@ class Adapter:
         self.links: dict[Any, Any] = {}  # link pointer -> link object, every connection's
         self.to_write: set[AmqpConnection] = set()
         self.processing = False
+        self.trim = TrimLater(lambda delay, fn: eloop.loop.call_later(delay, fn))
         self.ssl_domain = getattr(security, "ssl_domain", None)
         self.store_policy = StorePolicy(self.config.offset_store_every,
                                         self.config.offset_store_interval_ms,
@@ -214,6 +216,7 @@ class Adapter:
         self.to_write.discard(io)
         state = self.states.pop(io.cimp, None)
         if state is not None:
+            self.trim.request()  # what its engine held goes back to the system, not only to malloc
             self._forget_connection(state)
 
     def wants_write(self, io: AmqpConnection) -> None:
