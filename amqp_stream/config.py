@@ -106,7 +106,8 @@ HELP: dict[str, str] = {
                               "default: --host, or this machine's name when --host is a wildcard",
     "stream_advertised_port": "port stream clients are told to connect to (0 = --stream-port)",
     "auth_failure_delay": "seconds a stream client waits for the answer to a failed login or an "
-                          "unknown vhost before its connection is closed (RabbitMQ: 3; slows "
+                          "unknown vhost before its connection is closed, and an AMQP client "
+                          "for its unknown vhost's socket to close (RabbitMQ: 3; slows "
                           "password guessing; 0 = at once; the handshake timeout still applies)",
     "offset_store_every": "a named AMQP consumer's offset is stored every N accepted settlements "
                           "(also every --offset-store-interval-ms and at detach; 0 = not by count)",

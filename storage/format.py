@@ -427,6 +427,18 @@ def _uniform(data: bytes, entries: int) -> list[bytes] | None:
     return [data[i:i + stride - 4] for i in range(4, 4 + entries * stride, stride)]
 
 
+def _any_of(strings: list[bytes]) -> bytes:
+    """A pattern for "any of ``strings``", the longest first at a position, with their common
+    prefix written once: ``re``'s parser takes a shared prefix out of an alternation a byte at a
+    time, deleting it from every branch each time, which is quadratic in its length (the 32
+    number encodings behind one 25,000-character application-property key took 4-12 s to
+    compile, holding the event loop)."""
+    low, high = min(strings), max(strings)  # the shared prefix of all is theirs
+    prefix = low[:next((i for i, (a, b) in enumerate(zip(low, high, strict=False)) if a != b), len(low))]
+    rest = sorted((s[len(prefix):] for s in strings), key=len, reverse=True)
+    return re.escape(prefix) + b"(?:" + b"|".join(re.escape(r) for r in rest) + b")"
+
+
 @functools.lru_cache(maxsize=256)
 def _finder(group: tuple[bytes, ...]) -> Callable[[bytes, int], list[int] | None]:
     """``positions(data, limit)``: where ``group``'s strings start in ``data``, in order,
@@ -438,8 +450,7 @@ def _finder(group: tuple[bytes, ...]) -> Callable[[bytes, int], list[int] | None
     clusters: dict[bytes, list[bytes]] = {}
     for needle in group:
         clusters.setdefault(needle[:1], []).append(needle)
-    searches = [re.compile(b"|".join(re.escape(n) for n in sorted(c, key=len, reverse=True))).search
-                for c in clusters.values()]
+    searches = [re.compile(_any_of(c)).search for c in clusters.values()]
 
     def positions(data: bytes, limit: int) -> list[int] | None:
         hits: list[int] = []

@@ -40,6 +40,7 @@ from amqp_stream.amqp.tags import tag_number
 from amqp_stream.core import Core
 from amqp_stream.errors import BadRequest, BrokerError, DecodeError, NotImplementedByBroker, ShuttingDown
 from amqp_stream.loop import EventLoop
+from amqp_stream.memory import TrimLater
 
 __all__ = ["Adapter", "SERVER_PROPERTIES", "read_filter_entries", "vhost_of"]
 
@@ -171,6 +172,7 @@ class Adapter:
         self.links: dict[Any, Any] = {}  # link pointer -> link object, every connection's
         self.to_write: set[AmqpConnection] = set()
         self.processing = False
+        self.trim = TrimLater(lambda delay, fn: eloop.loop.call_later(delay, fn))
         self.ssl_domain = getattr(security, "ssl_domain", None)
         self.store_policy = StorePolicy(self.config.offset_store_every,
                                         self.config.offset_store_interval_ms,
@@ -214,6 +216,7 @@ class Adapter:
         self.to_write.discard(io)
         state = self.states.pop(io.cimp, None)
         if state is not None:
+            self.trim.request()  # what its engine held goes back to the system, not only to malloc
             self._forget_connection(state)
 
     def wants_write(self, io: AmqpConnection) -> None:
@@ -340,15 +343,14 @@ class Adapter:
             user = transport.user if transport is not None else None
         except Exception:
             user = None
+        if vhost != "/":
+            log.info("connection %s refused: vhost %s does not exist (this broker has only '/')",
+                     state.name, _text(lambda: vhost))
+            self._refuse_connection(state.io)
+            return
         conn.open()
         if self.core.stopping:
             conn.condition = Condition(ShuttingDown.condition, "broker shutting down")
-            conn.close()
-            return
-        if vhost != "/":
-            log.info("connection %s refused: vhost %s does not exist", state.name, _text(lambda: vhost))
-            conn.condition = Condition("amqp:not-found", f"virtual host '{vhost}' does not exist "
-                                                         f"(this broker has only '/')")
             conn.close()
             return
         state.opened = True
@@ -356,6 +358,16 @@ class Adapter:
         log.info("connection %s opened: container %s, user %s, hostname %s", state.name,
                  _text(lambda: conn.remote_container), _text(lambda: user),
                  _text(lambda: conn.remote_hostname))
+
+    def _refuse_connection(self, io: AmqpConnection) -> None:
+        """Refuse a connection at its open as RabbitMQ 4.x does for a vhost it does not have
+        (``rabbit_amqp_reader``: an error before the connection is running is only logged):
+        no open and no close frame, the socket closed after ``auth_failure_delay`` seconds
+        (RabbitMQ's silent close delay), unread meanwhile. An open followed by a close is what
+        the official clients take for a dropped connection and reconnect to, again and again;
+        a socket closed during the handshake is an error they raise at once."""
+        io.pause_reading()
+        self.eloop.loop.call_later(max(0.0, self.config.auth_failure_delay), io.close)
 
     def _connection_remote_close(self, event: Any) -> None:
         state = self._state(event)

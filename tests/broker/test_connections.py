@@ -4,12 +4,15 @@ never touching another's."""
 from __future__ import annotations
 
 import socket
+import threading
+import time
 
 import pytest
 from proton import Message, symbol
 from proton import ConnectionException
 from proton.utils import BlockingConnection
 
+from amqp_stream.testing import BrokerProcess
 from tests.broker.amqp import Client
 
 
@@ -51,7 +54,44 @@ def test_vhost_from_hostname(broker, hostname, ok):
         with pytest.raises(ConnectionException) as info:
             conn = BlockingConnection(broker.url, timeout=15, virtual_host=hostname)
             conn.create_sender("/management")
-        assert "amqp:not-found" in str(info.value)
+        assert "disconnected" in str(info.value)
+
+
+def test_official_client_raises_at_once_for_a_missing_vhost(tmp_path):
+    """RabbitMQ 4.x refuses an unknown vhost with neither open nor close: the socket is closed
+    after its silent close delay. The official client raises that at once; an open followed by
+    a close (amqp:not-found, as here before) it took for a dropped connection and reconnected
+    to every 5 s and more, for minutes."""
+    from rabbitmq_amqp_python_client import Environment
+    from rabbitmq_amqp_python_client.qpid.proton import ConnectionException as ClientConnectionException
+    delay = 0.5
+    b = BrokerProcess(tmp_path / "data", extra_args=["--auth-failure-delay", str(delay)]).start()
+    outcome: list[BaseException | None] = []
+
+    def dial() -> None:
+        conn = Environment(b.url + "/nosuch").connection()
+        try:
+            conn.dial()
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome.append(exc)
+
+    try:
+        started = time.monotonic()
+        # a thread: without the fix the client sleeps in its reconnect loop, not to be waited for
+        worker = threading.Thread(target=dial, daemon=True)
+        worker.start()
+        worker.join(timeout=4.0)  # the client's first reconnect waits 5 s
+        elapsed = time.monotonic() - started
+        assert outcome, f"the client had not raised after {elapsed:.1f} s (reconnecting?)"
+        assert isinstance(outcome[0], ClientConnectionException), outcome[0]
+        assert "disconnected" in str(outcome[0])
+        assert elapsed >= delay  # RabbitMQ's silent close delay, kept
+        assert "vhost 'nosuch' does not exist" in b.log_text()
+        with Client(b.url) as c:  # the vhost that exists is served
+            assert c.declare("after") in (200, 201)
+    finally:
+        b.close()
 
 
 def _raw(broker, data: bytes) -> bytes:
