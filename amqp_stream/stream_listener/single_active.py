@@ -17,13 +17,16 @@ wait out).
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, cast
 
 from amqp_stream import super_streams
 from amqp_stream.errors import PreconditionFailed
 from amqp_stream.single_active import Coordinator, Notice, PartitionConflict
 from amqp_stream.streamproto import OffsetType
 from amqp_stream.streamproto import frames as f
+
+if TYPE_CHECKING:
+    from amqp_stream.stream_listener.consuming import Subscription
 
 __all__ = ["Groups", "Member"]
 
@@ -40,7 +43,7 @@ class Member:
         self.active = False  # what the coordinator last said
 
 
-def wanted(properties: dict[str, str]) -> tuple[str, str | None] | None:
+def wanted(properties: Mapping[str, str]) -> tuple[str, str | None] | None:
     """(name, super stream) when the Subscribe asks for single active consumer."""
     if properties.get("single-active-consumer", "").lower() != "true":
         return None
@@ -97,7 +100,7 @@ class Groups:
             log.info("stream connection %s: ConsumerUpdate answer %d to no request", conn.peer,
                      frame.correlation_id)
             return
-        sub = notice.owner
+        sub = cast("Subscription", notice.owner)  # the listener's owners are its subscriptions
         member = getattr(sub, "single_active", None)
         if member is None or sub.closed:
             return
@@ -111,7 +114,7 @@ class Groups:
 
     def send(self, notices: list[Notice]) -> None:
         for notice in notices:
-            sub = notice.owner
+            sub = cast("Subscription", notice.owner)
             member = sub.single_active
             conn = sub.conn
             if member is None or not conn.serving:
