@@ -151,6 +151,12 @@ def wait_for_rows(url: str, stream: str, count: int, alive=lambda: True, timeout
             time.sleep(0.01)  # a poll interval, not a wait for an event
 
 
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the child's whole process group (driver, JVM, Python workers)."""
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 def stored(url: str, stream: str) -> int:
     with amqp.connect(url) as c:
         return int(c.info(stream)["message_count"])
