@@ -30,8 +30,10 @@ import uuid
 from dataclasses import dataclass, field
 
 from amqp_stream.client import ClientError, PublishError, build_message
-from amqp_stream.client.stream import DEFAULT_STREAM_URL, offset_spec, parse_stream_url
-from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
+from amqp_stream.client.stream import offset_spec, parse_stream_url
+from amqp_stream.commands.connect import (
+    add_connection_arguments, add_stream_url_argument, fail, is_terminal, open_client,
+)
 from amqp_stream.commands.consume import FROM_SYNTAX, parse_start
 from amqp_stream.commands.filters import check_filters
 
@@ -72,9 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "over the stream protocol)")
     parser.add_argument("--protocol", choices=("amqp", "stream"), default="amqp",
                         help="AMQP 1.0 (--url, default) or RabbitMQ's stream protocol (--stream-url)")
-    parser.add_argument("--stream-url", default=os.environ.get("AMQP_STREAM_STREAM_URL", DEFAULT_STREAM_URL),
-                        metavar="URL", help="stream-protocol URL, rabbitmq-stream://host:port "
-                                            "(default: $AMQP_STREAM_STREAM_URL or %(default)s)")
+    add_stream_url_argument(parser, "the stream-protocol URL (--protocol stream)")
     parser.add_argument("--batch", type=int, default=100, metavar="N",
                         help="messages per Publish frame over the stream protocol (default: 100)")
     add_connection_arguments(parser)
