@@ -50,8 +50,8 @@ def create(core: Any, name: str, partitions: Sequence[str], binding_keys: Sequen
     """Make super stream ``name`` (``core``: an ``amqp_stream.core.Core``). ``arguments``
     are a stream-protocol Create's, given to every partition. Refusals: ``BadRequest``
     (RabbitMQ's validation_failed: counts differ, duplicate or bad partition names, too many
-    partitions), ``InternalError`` (bad arguments, as RabbitMQ answers them), ``AlreadyExists`` (an exchange of that name, a partition that
-    exists)."""
+    partitions), ``InternalError`` (bad arguments, as RabbitMQ answers them), ``AlreadyExists``
+    (an exchange of that name, a partition that exists)."""
     name = correct_name(name)
     if len(partitions) != len(binding_keys):
         raise BadRequest("There must be the same number of partitions and binding keys")

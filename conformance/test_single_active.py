@@ -140,17 +140,20 @@ def test_on_a_partition_the_member_at_index_mod_members_is_active(sconnect, requ
     """Partition 1 of a super stream with two members: the first is active alone, then the
     second one's arrival moves it (1 mod 2 = 1): the first gets ConsumerUpdate(active=false),
     answers, and only then the second gets ConsumerUpdate(active=true). Partition 0 stays with
-    the first (0 mod 2 = 0)."""
+    the first (0 mod 2 = 0). When the second leaves, the first is active on partition 1 again
+    (told, and delivering from the offset it answers)."""
     admin, a, b = sconnect(), sconnect(), sconnect()
     name = unique_name(request)
     parts = [f"{name}-0", f"{name}-1"]
     assert admin.create_super_stream(name, parts, ["0", "1"]) == OK
     try:
+        _publish(admin, parts[1], 4)
         for sub, part in enumerate(parts):
             assert a.subscribe(sub, part, offset_first(), credit=5, properties=_sac("g", name)) == OK
             update = a.next_consumer_update()
             assert (update.subscription_id, update.active) == (sub, True)
             a.answer_consumer_update(update, offset_first())
+        assert [a.next_chunk().chunk_id for _ in range(4)] == [0, 1, 2, 3]
         for sub, part in enumerate(parts):
             assert b.subscribe(sub, part, offset_first(), credit=5, properties=_sac("g", name)) == OK
         step_down = a.next_consumer_update()
@@ -159,9 +162,16 @@ def test_on_a_partition_the_member_at_index_mod_members_is_active(sconnect, requ
         a.answer_consumer_update(step_down)
         update = b.next_consumer_update()
         assert (update.subscription_id, update.active) == (1, True)
-        b.answer_consumer_update(update, offset_first())
-        _publish(admin, parts[1], 1)
-        assert b.next_chunk().subscription_id == 1
+        b.answer_consumer_update(update, offset_at(2))
+        assert b.next_chunk().chunk_id == 2
         assert not a.pushed.consumer_updates  # partition 0 stayed
+        # b leaves partition 1: a is its only member again
+        assert b.unsubscribe(1) == OK
+        update = a.next_consumer_update()
+        assert (update.subscription_id, update.active) == (1, True)
+        a.answer_consumer_update(update, offset_at(3))
+        chunk = a.next_chunk()
+        assert (chunk.subscription_id, chunk.chunk_id) == (1, 3)
+        assert a.stream_stats(parts[1])[0] == OK  # and the connection goes on
     finally:
         admin.delete_super_stream(name)
