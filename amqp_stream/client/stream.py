@@ -130,8 +130,8 @@ class StreamClient:
     def _check(self, answer: object, what: str, ok: Iterable[int] = (ResponseCode.OK,)) -> int:
         code = getattr(answer, "code", ResponseCode.OK)
         if code not in ok:
-            name = ResponseCode(code).name if code in ResponseCode._value2member_map_ else code
-            raise ClientError(f"{what}: the broker answered {name}")
+            name = ResponseCode(code).name if code in ResponseCode._value2member_map_ else str(code)
+            raise ClientError(f"{what}: the broker answered {name}", name)  # condition: the code's name
         return code
 
     def _handshake(self, user: str, password: str, vhost: str) -> None:

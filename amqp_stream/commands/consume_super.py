@@ -169,7 +169,7 @@ def run(args: argparse.Namespace, err: Any, show: Callable[[str, StreamMessage],
             try:
                 streams = client.partitions(args.stream)
             except ClientError as exc:
-                if ResponseCode.STREAM_DOES_NOT_EXIST.name in str(exc):
+                if exc.condition == ResponseCode.STREAM_DOES_NOT_EXIST.name:
                     raise ClientError(f"super stream {args.stream!r} not found") from None
                 raise
             if not streams:
@@ -182,7 +182,7 @@ def run(args: argparse.Namespace, err: Any, show: Callable[[str, StreamMessage],
         try:
             reader.subscribe(streams, args.stream if args.super_stream else None)
         except ClientError as exc:
-            if ResponseCode.STREAM_DOES_NOT_EXIST.name in str(exc):
+            if exc.condition == ResponseCode.STREAM_DOES_NOT_EXIST.name:
                 raise ClientError(f"stream {args.stream!r} not found") from None
             raise
         try:

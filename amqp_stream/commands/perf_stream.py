@@ -101,7 +101,7 @@ def declare(args: Any) -> None:
         try:
             args.partitions = c.partitions(args.stream)
         except ClientError as exc:
-            if ResponseCode.STREAM_DOES_NOT_EXIST.name not in str(exc):
+            if exc.condition != ResponseCode.STREAM_DOES_NOT_EXIST.name:
                 raise
             n = args.super_stream_partitions
             c.create_super_stream(args.stream, [f"{args.stream}-{i}" for i in range(n)],

@@ -93,3 +93,20 @@ def test_perf_super_stream_group_gives_each_member_a_partition_and_counts_each_m
 def test_perf_refuses_super_stream_options_it_cannot_honour(broker, args, message):
     r = cli("perf", "--duration", "1", *args, url=broker.url)
     assert r.returncode == 2 and message in r.stderr, (r.returncode, r.stderr)
+
+
+def test_perf_group_member_stepping_down_stores_where_it_is(broker, stream_name):
+    """Reading a filled super stream from first, the first member is active everywhere until
+    the second joins and takes partition 1: the first stores the offset it counted there before
+    it answers the step-down, so the second starts after it (each message once in the sum;
+    without the store the second read partition 1 from the start again: 3019 of 2983)."""
+    try:
+        fill = perf(broker, "--stream", stream_name, "--super-streams", "--consumers", "0",
+                    "--rate", "2000", "--duration", "1")
+        summary = perf(broker, "--stream", stream_name, "--super-streams", "--producers", "0",
+                       "--consumers", "2", "--single-active-consumer", "--consumer-names", "grp",
+                       "--from", "first")
+        assert summary["consumed"] == fill["published"]
+    finally:
+        with StreamClient(broker.stream_url) as c:
+            c.delete_super_stream(stream_name)
