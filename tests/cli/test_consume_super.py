@@ -154,3 +154,37 @@ def test_consume_missing_super_stream_fails_clearly(broker, stream_name):
     r = cli("consume", stream_name, "--super-stream", "--stream-url", broker.stream_url,
             "--count", "1", url=broker.url)
     assert r.returncode == 1 and f"super stream {stream_name!r} not found" in r.stderr, r.stderr
+
+
+def test_single_active_consumer_on_a_plain_stream_hands_over_after_the_stored_offset(broker, stream_name):
+    """Two members of group `g` on one stream: the first is active and prints; the second
+    prints nothing until the first is killed, then goes on after the first's stored offset."""
+    with StreamClient(broker.stream_url) as c:
+        c.create(stream_name)
+    try:
+        first = Member(broker, stream_name, "--single-active-consumer", "--name", "g")
+        wait_for(lambda: first.said(f": active on {stream_name} "), 30, "first active")
+        second = Member(broker, stream_name, "--single-active-consumer", "--name", "g")
+        try:
+            publish(broker, {stream_name: 3})
+            wait_for(lambda: len(first.out) == 3, 30, "first printing")
+            assert first.bodies(stream_name) == [f"{stream_name}:{i}" for i in range(3)]
+            with StreamClient(broker.stream_url) as c:
+                wait_for(lambda: c.query_offset("g", stream_name) == 2, 30, "first's offset stored")
+            assert second.out == [] and not second.said(": active on")
+            first.proc.send_signal(signal.SIGKILL)
+            first.stop()
+            wait_for(lambda: second.said(f": active on {stream_name} (group g) from offset 3"), 30,
+                     "second taking over")
+            publish(broker, {stream_name: 2}, start=3)
+            wait_for(lambda: len(second.out) == 2, 30, "second printing")
+            assert second.bodies(stream_name) == [f"{stream_name}:{i}" for i in (3, 4)]
+            offsets = [int(line.split("\t")[1]) for line in second.out]
+            assert 2 < offsets[0] < offsets[1]  # after what the first printed (a stored offset
+            # is a tracking chunk in the log, which takes an offset of its own)
+        finally:
+            first.stop()
+            second.stop()
+    finally:
+        with StreamClient(broker.stream_url) as c:
+            c.delete(stream_name)
