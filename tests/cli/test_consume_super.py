@@ -188,3 +188,18 @@ def test_single_active_consumer_on_a_plain_stream_hands_over_after_the_stored_of
     finally:
         with StreamClient(broker.stream_url) as c:
             c.delete(stream_name)
+
+
+def test_ctrl_c_stores_the_last_printed_offset_and_exits_130(broker, super_stream):
+    parts = [f"{super_stream}-{i}" for i in range(3)]
+    publish(broker, {parts[0]: 2})
+    member = Member(broker, super_stream, "--super-stream", "--name", "cc")
+    try:
+        wait_for(lambda: len(member.out) == 2, 30, "two messages printed")
+        member.proc.send_signal(signal.SIGINT)
+        assert member.proc.wait(20) == 130
+        with StreamClient(broker.stream_url) as c:
+            assert c.query_offset("cc", parts[0]) == 1
+            assert c.query_offset("cc", parts[1]) is None  # nothing printed there, nothing stored
+    finally:
+        member.stop()
