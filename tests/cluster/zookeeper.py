@@ -59,15 +59,15 @@ class ZooKeeperServer:
             client = KazooClient(hosts=self.hosts, timeout=4.0)
             try:
                 client.start(timeout=min(2.0, max(0.1, deadline - time.monotonic())))
-            except KazooTimeoutError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise TimeoutError(f"ZooKeeper not serving on {self.hosts} after {timeout} s")
-            else:
                 client.stop()
                 return
+            except KazooTimeoutError:
+                pass
             finally:
                 client.close()
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(f"ZooKeeper not serving on {self.hosts} after {timeout} s")
 
     def stop(self, timeout: float = 20.0) -> None:
         if self.proc is None or self.proc.poll() is not None:
