@@ -33,17 +33,17 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
-from urllib.parse import urlsplit
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (BadVersionError, KazooException, NodeExistsError,
                               NoNodeError, NotEmptyError)
 from kazoo.handlers.threading import KazooTimeoutError
 
+from amqp_stream.cluster.address import parse_url
 from amqp_stream.cluster.layout import Node, StreamLayout
 from amqp_stream.errors import ClusterUnavailable
 
-__all__ = ["Coordinator", "ClusterView", "CoordinationError", "ZkStore", "parse_url",
+__all__ = ["Coordinator", "ClusterView", "CoordinationError", "ZkStore", "read_view",
            "choose_leader_by_tail"]
 
 log = logging.getLogger(__name__)
@@ -53,21 +53,6 @@ TailFn = Callable[[str], "tuple[int, int] | None"]
 
 class CoordinationError(ClusterUnavailable):
     """ZooKeeper cannot be reached (or refused an operation): the message says which."""
-
-
-def parse_url(url: str) -> tuple[str, str]:
-    """``zk://HOST:PORT[,HOST:PORT...]/PATH`` -> (kazoo's hosts string, the path)."""
-    parts = urlsplit(url)
-    if parts.scheme != "zk" or not parts.netloc:
-        raise ValueError(f"a cluster is zk://HOST:PORT[,HOST:PORT...]/PATH, not {url!r}")
-    for host in parts.netloc.split(","):
-        name, _, port = host.rpartition(":")
-        if not name or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"{url!r}: {host!r} is not HOST:PORT")
-    path = parts.path.rstrip("/")
-    if not path:
-        raise ValueError(f"{url!r}: the cluster needs a path (zk://HOSTS/PATH) of its own")
-    return parts.netloc, path
 
 
 @dataclass(frozen=True)
@@ -91,6 +76,21 @@ class ClusterView:
             if layout.leader in held:
                 held[layout.leader] += 1
         return held
+
+    def status(self) -> dict:
+        """``cluster status``: every node known (live, or a member of a stream while down),
+        whether it is alive and the leaderships it holds; each stream's layout."""
+        held = self.leaders_held()
+        known = set(self.nodes).union(*(x.members for x in self.layouts.values()))
+        nodes = []
+        for name in sorted(known):
+            node = self.nodes.get(name)
+            nodes.append({"name": name, "alive": node is not None,
+                          "leaders": held.get(name, 0),
+                          "address": f"{node.host}:{node.stream_port}" if node else None})
+        return {"nodes": nodes,
+                "streams": [dict(x.to_json(), leader_alive=x.leader in self.nodes)
+                            for _, x in sorted(self.layouts.items())]}
 
 
 def choose_leader_by_tail(layout: StreamLayout, tails: dict[str, tuple[int, int]]) -> str | None:
@@ -185,6 +185,8 @@ class Coordinator:
     def stop(self) -> None:
         """Close the session: our ephemeral node and tails go at once (a clean stop lets
         the others elect without waiting for the session timeout)."""
+        if self._stopped:
+            return
         self._stopped = True
         self._wake.set()
         try:
@@ -420,6 +422,42 @@ class Coordinator:
 
     def store(self) -> ZkStore:
         return ZkStore(self, self._path("definitions"))
+
+
+def read_view(url: str, timeout: float) -> ClusterView:
+    """The cluster as ZooKeeper holds it now, read by an observer that does not join it (the
+    CLI's ``cluster status``)."""
+    hosts, root = parse_url(url)
+    client = KazooClient(hosts=hosts, timeout=max(timeout, 1.0))
+    try:
+        client.start(timeout=timeout)
+    except KazooTimeoutError:
+        client.close()
+        raise CoordinationError(f"cannot reach ZooKeeper at {hosts} within {timeout:g} s") from None
+    try:
+        nodes: dict[str, Node] = {}
+        layouts: dict[str, StreamLayout] = {}
+        for kind in ("nodes", "streams"):
+            try:
+                names = client.get_children(f"{root}/{kind}")
+            except NoNodeError:
+                continue
+            for name in names:
+                try:
+                    data, _ = client.get(f"{root}/{kind}/{name}")
+                except NoNodeError:
+                    continue
+                doc = json.loads(data)
+                if kind == "nodes":
+                    nodes[name] = Node.from_json(doc)
+                else:
+                    layouts[name] = StreamLayout.from_json(doc)
+        return ClusterView(nodes, layouts)
+    except KazooException as exc:
+        raise CoordinationError(f"reading the cluster at {url}: {type(exc).__name__} {exc}") from None
+    finally:
+        client.stop()
+        client.close()
 
 
 class ZkStore:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from amqp_stream.cluster.coordination import (ClusterView, CoordinationError, Coordinator,
-                                              parse_url)
+from amqp_stream.cluster.address import parse_url
+from amqp_stream.cluster.coordination import ClusterView, CoordinationError, Coordinator
 from amqp_stream.cluster.layout import Node, StreamLayout
 from amqp_stream.cluster.placement import place
 from amqp_stream.definitions import Definitions, Exchange

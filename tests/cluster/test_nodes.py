@@ -1,0 +1,212 @@
+"""Three real broker processes on loopback coordinated by a real ZooKeeper server: streams
+placed cluster-wide, Metadata from every node, failover after SIGKILL, ZooKeeper lost."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from rstream import AMQPMessage, schema
+from rstream.client import Client
+from rstream.exceptions import ServerError
+
+from amqp_stream.testing import BrokerProcess, free_port
+from tests.cluster.nodes import SESSION_TIMEOUT, cluster_status, holds_log, node
+from tests.cluster.zookeeper import ZooKeeperServer
+from tests.polling import wait_for
+from tests.stream.rstream_low import admin, run, until
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def nodes(zookeeper, zk_path, tmp_path):
+    url = f"zk://{zookeeper.hosts}{zk_path}"
+    brokers = [node(tmp_path, url, name) for name in ("n1", "n2", "n3")]
+    for b in brokers:
+        b.start()
+    yield url, brokers
+    for b in brokers:
+        b.close()
+
+
+def messages(n: int) -> list[schema.Message]:
+    return [schema.Message(publishing_id=i, filter_value=None,
+                           data=bytes(AMQPMessage(body=b"m%d" % i))) for i in range(n)]
+
+
+async def publish_confirmed(c: Client, stream: str, n: int) -> None:
+    """Publish ``n`` messages through ``c`` and wait for their confirms."""
+    confirmed: list[int] = []
+
+    async def on_confirm(frame: schema.PublishConfirm) -> None:
+        confirmed.extend(frame.publishing_ids)
+
+    c.add_handler(schema.PublishConfirm, on_confirm)
+    await c.declare_publisher(stream, None, 1)
+    await c.publish(messages(n), 1)
+    await until(lambda: len(confirmed) == n, f"{n} confirms")
+
+
+async def metadata(broker: BrokerProcess, stream: str) -> tuple[tuple[str, int], list]:
+    async with admin(broker) as c:
+        leader, replicas = await c.query_leader_and_replicas(stream)
+    return (leader.host, leader.port), sorted((r.host, r.port) for r in replicas)
+
+
+def test_a_stream_declared_on_one_node_has_three_members_and_one_leader(nodes, stream_name):
+    url, (n1, n2, n3) = nodes
+
+    async def declare() -> None:
+        async with admin(n2) as c:
+            await c.create_stream(stream_name)
+
+    run(declare(), 30)
+    for b in (n1, n2, n3):
+        wait_for(lambda b=b: holds_log(b, stream_name), 20, f"{b.stream_port} holds the log")
+    answers = [run(metadata(b, stream_name), 30) for b in (n1, n2, n3)]
+    assert answers[0] == answers[1] == answers[2]
+    (leader, replicas) = answers[0]
+    # client-local (the default locator): the declaring node leads
+    assert leader == ("127.0.0.1", n2.stream_port)
+    assert replicas == sorted(("127.0.0.1", b.stream_port) for b in (n1, n3))
+    status = cluster_status(url)
+    assert [(n["name"], n["alive"]) for n in status["nodes"]] == [
+        ("n1", True), ("n2", True), ("n3", True)]
+    assert {n["name"]: n["leaders"] for n in status["nodes"]}["n2"] == 1
+    (layout,) = [s for s in status["streams"] if s["stream"] == stream_name]
+    assert (layout["leader"], layout["epoch"], layout["members"]) == ("n2", 1, ["n1", "n2", "n3"])
+
+
+def test_balanced_leaders_and_a_smaller_cluster_size(nodes, stream_name):
+    url, brokers = nodes
+
+    async def declare() -> None:
+        async with admin(brokers[0]) as c:
+            for i in range(3):
+                await c.create_stream(f"{stream_name}-{i}",
+                                      {"queue-leader-locator": "balanced"})
+            await c.create_stream(f"{stream_name}-two", {"initial-cluster-size": "2"})
+
+    run(declare(), 30)
+    status = cluster_status(url)
+    assert sorted(n["leaders"] for n in status["nodes"]) == [1, 1, 2]
+    (two,) = [s for s in status["streams"] if s["stream"] == f"{stream_name}-two"]
+    assert len(two["members"]) == 2 and "n1" in two["members"]
+
+
+def test_delete_on_another_node_removes_every_member_log(nodes, stream_name):
+    url, (n1, n2, n3) = nodes
+
+    async def declare_then_delete() -> None:
+        async with admin(n1) as c:
+            await c.create_stream(stream_name)
+        for b in (n1, n2, n3):
+            await until(lambda b=b: holds_log(b, stream_name), "every member's log")
+        async with admin(n3) as c:
+            await c.delete_stream(stream_name)
+            assert not await c.stream_exists(stream_name)
+        async with admin(n2) as c:
+            assert not await c.stream_exists(stream_name)
+
+    run(declare_then_delete(), 60)
+    for b in (n1, n2, n3):
+        wait_for(lambda b=b: not holds_log(b, stream_name), 20, "member logs deleted")
+
+
+def test_killed_leader_is_replaced_by_the_most_complete_log(nodes, stream_name):
+    """n1 leads; n3's log is ahead of n2's (written to it directly: no replication yet), so
+    after n1's SIGKILL and its session's timeout n3 leads under epoch 2, though n2 sorts
+    first; a publisher on n2 gets a MetadataUpdate."""
+    url, (n1, n2, n3) = nodes
+    updates: list[schema.MetadataUpdate] = []
+
+    async def scenario() -> None:
+        async with admin(n1) as c:
+            await c.create_stream(stream_name)
+        for b in (n2, n3):
+            await until(lambda b=b: holds_log(b, stream_name), "members' logs")
+        async with admin(n3) as c:
+            await publish_confirmed(c, stream_name, 5)
+        on_n2 = Client("127.0.0.1", n2.stream_port, frame_max=1024 * 1024, heartbeat=60)
+        await on_n2.start()
+        await on_n2.authenticate("/", "guest", "guest")
+
+        async def on_update(frame: schema.MetadataUpdate) -> None:
+            updates.append(frame)
+
+        on_n2.add_handler(schema.MetadataUpdate, on_update)
+        await on_n2.declare_publisher(stream_name, None, 7)
+        n1.kill()
+        await until(lambda: bool(updates), "a MetadataUpdate on n2", SESSION_TIMEOUT + 20)
+        assert updates[0].metadata_info.stream == stream_name
+        leader, replicas = await on_n2.query_leader_and_replicas(stream_name)
+        assert leader.port == n3.stream_port
+        # n1 is down: the live replica only
+        assert [r.port for r in replicas] == [n2.stream_port]
+        await on_n2.close()
+
+    run(scenario(), 90)
+    assert "n3 elected leader for epoch 2 (tail epoch 1 offset 5" in n2.log_text() + n3.log_text()
+    (layout,) = [s for s in cluster_status(url)["streams"] if s["stream"] == stream_name]
+    assert (layout["leader"], layout["epoch"]) == ("n3", 2)
+    assert [(n["name"], n["alive"]) for n in cluster_status(url)["nodes"]] == [
+        ("n1", False), ("n2", True), ("n3", True)]
+
+
+def test_zookeeper_lost_leaders_serve_declares_fail(tmp_path, stream_name):
+    zk = ZooKeeperServer().start()
+    url = f"zk://{zk.hosts}/lost"
+    brokers = [node(tmp_path, url, name) for name in ("n1", "n2", "n3")]
+    try:
+        for b in brokers:
+            b.start()
+        n1 = brokers[0]
+
+        async def declare() -> None:
+            async with admin(n1) as c:
+                await c.create_stream(stream_name)
+
+        run(declare(), 30)
+        zk.stop()
+
+        async def publish_while_lost() -> None:
+            async with admin(n1) as c:
+                await publish_confirmed(c, stream_name, 10)  # the leader serves
+                with pytest.raises(ServerError):
+                    await c.create_stream(stream_name + "-new")
+
+        run(publish_while_lost(), 60)
+        out = subprocess.run([sys.executable, "-m", "amqp_stream", "declare", stream_name + "-b",
+                              "--url", n1.url], capture_output=True, text=True, timeout=60)
+        assert out.returncode != 0
+        assert "ZooKeeper" in out.stderr and "unreachable" in out.stderr, out.stderr
+    finally:
+        for b in brokers:
+            b.close()
+        zk.close()
+
+
+def test_unreachable_zookeeper_at_start_exits_2(tmp_path):
+    port = free_port()
+    broker = node(tmp_path, f"zk://127.0.0.1:{port}/x", "n1")
+    out = subprocess.run(broker.command(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert f"cannot reach ZooKeeper at 127.0.0.1:{port}" in out.stderr
+
+
+def test_cluster_settings_are_checked(tmp_path):
+    base = [sys.executable, "-m", "amqp_stream", "serve", "--data-dir", str(tmp_path)]
+    out = subprocess.run(base + ["--cluster", "zk://127.0.0.1:1/x"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 2 and "--node-name" in out.stderr
+    out = subprocess.run(base + ["--cluster", "zk://127.0.0.1/x", "--node-name", "a"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "is not HOST:PORT" in out.stderr
+
+
+def test_one_node_does_not_import_kazoo():
+    code = ("import sys; from amqp_stream.config import load; from amqp_stream.server import "
+            "Broker; Broker(load({}, env={})); assert 'kazoo' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
