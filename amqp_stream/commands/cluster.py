@@ -43,10 +43,14 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         parse_url(url)
-        status = read_view(url, args.timeout).status()
-    except (ValueError, CoordinationError) as exc:
+    except ValueError as exc:
         print(f"amqp-stream cluster: error: {exc}", file=sys.stderr)
         return 2
+    try:
+        status = read_view(url, args.timeout).status()
+    except CoordinationError as exc:  # unreachable: a failure at run time, as the others'
+        print(f"amqp-stream cluster: error: {exc}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(status, indent=1))
         return 0

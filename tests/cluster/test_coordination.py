@@ -135,3 +135,12 @@ def test_unreachable_zookeeper_is_a_clear_error():
                     lambda v: None, lambda s: None)
     with pytest.raises(CoordinationError, match=f"cannot reach ZooKeeper at 127.0.0.1:{port}"):
         c.start(1)
+
+
+def test_only_coordination_talks_to_zookeeper():
+    """One module imports kazoo, so another store could take its place (issue 27)."""
+    from tests.test_layering import ROOT, imports_of, modules
+
+    users = {str(p.relative_to(ROOT)) for p in modules("amqp_stream")
+             if any(n.split(".")[0] == "kazoo" for n in imports_of(p))}
+    assert users == {"amqp_stream/cluster/coordination.py"}

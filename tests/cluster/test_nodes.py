@@ -210,3 +210,15 @@ def test_one_node_does_not_import_kazoo():
     code = ("import sys; from amqp_stream.config import load; from amqp_stream.server import "
             "Broker; Broker(load({}, env={})); assert 'kazoo' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_cluster_status_without_zookeeper_is_a_clear_failure():
+    port = free_port()
+    out = subprocess.run([sys.executable, "-m", "amqp_stream", "cluster", "status", "--cluster",
+                          f"zk://127.0.0.1:{port}/x", "--timeout", "1"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 1
+    assert f"cannot reach ZooKeeper at 127.0.0.1:{port}" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "amqp_stream", "cluster", "status", "--cluster",
+                          "zk://nowhere"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "is not HOST:PORT" in out.stderr
