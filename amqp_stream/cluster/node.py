@@ -90,7 +90,9 @@ class ClusterNode:
             return self.declare(name, arguments)
         log.info("stream %r placed: leader %s, members %s", name, layout.leader,
                  ", ".join(layout.members))
-        self._apply(self.view)
+        # our log now, so a publisher here can start at once; the rest of the view (and the
+        # definitions, which a super stream's declare may be editing) waits for the mailbox
+        self._open_member_log(name, layout, arguments)
         return True
 
     def delete(self, name: str) -> bool:
@@ -110,10 +112,7 @@ class ClusterNode:
         old, self.applied = self.applied, view
         core = self.core
         for name, layout in view.layouts.items():
-            if self.name in layout.members and core.get(name) is None:
-                log.info("stream %r: this node is a member (leader %s, epoch %d): opening its "
-                         "log", name, layout.leader, layout.epoch)
-                core.open_local(name, view.arguments.get(name, {}))
+            self._open_member_log(name, layout, view.arguments.get(name, {}))
             before = old.layouts.get(name)
             if before is not None and (before.leader, before.epoch) != (layout.leader,
                                                                         layout.epoch):
@@ -133,6 +132,12 @@ class ClusterNode:
                 core.definitions.load(prune=False)
             except Exception:
                 log.exception("reading the definitions another node changed")
+
+    def _open_member_log(self, name: str, layout: StreamLayout, arguments: dict) -> None:
+        if self.name in layout.members and self.core.get(name) is None:
+            log.info("stream %r: this node is a member (leader %s, epoch %d): opening its log",
+                     name, layout.leader, layout.epoch)
+            self.core.open_local(name, arguments)
 
     def _run_hooks(self, name: str, before: StreamLayout | None,
                    after: StreamLayout | None) -> None:
