@@ -23,7 +23,9 @@ no leader is better than one missing confirmed data.
 Threads: kazoo calls watches on its own thread. Watches here only wake ``Coordinator``'s
 worker thread, which re-reads the nodes and layouts, runs elections and hands each new
 ``ClusterView`` to ``on_view`` (the broker posts it to its loop through its Mailbox). The
-broker's own calls (declare, delete, status) block their caller for at most ``op_timeout``.
+broker's own calls (declare, delete, definitions) run on its event loop: they fail at once
+while the session is disconnected (so the loop never waits for ZooKeeper to come back: the
+streams it serves keep going) and wait at most ``op_timeout`` for an answer otherwise.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -127,6 +130,7 @@ class Coordinator:
         self._wake = threading.Event()
         self._stopped = False
         self._lost = False  # the session expired: register again once connected
+        self._disconnected_at = time.monotonic()
         self._worker: threading.Thread | None = None
         self._reported: dict[str, int] = {}  # stream -> layout epoch our tail was reported for
 
@@ -202,6 +206,8 @@ class Coordinator:
             self._wake.set()
         else:
             self._lost = self._lost or state == KazooState.LOST
+            if self.connected.is_set():
+                self._disconnected_at = time.monotonic()
             self.connected.clear()
             if not self._stopped:
                     log.warning("ZooKeeper session %s", "lost" if state == KazooState.LOST
@@ -344,11 +350,13 @@ class Coordinator:
                     layout.leader)
         self._wake.set()
 
-    # -- the broker's calls (block at most op_timeout) -------------------------------------
+    # -- the broker's calls (fail at once while disconnected, else wait op_timeout) ------
     def _ready(self, what: str) -> None:
-        if not self.connected.wait(self.op_timeout):
-            raise CoordinationError(f"cannot {what}: ZooKeeper at {self.hosts} has been "
-                                    f"unreachable for {self.op_timeout:g} s")
+        if not self.connected.is_set():
+            since = time.monotonic() - self._disconnected_at
+            raise CoordinationError(f"cannot {what}: ZooKeeper at {self.hosts} is unreachable "
+                                    f"(connection lost {since:.0f} s ago); the streams keep "
+                                    f"being served as they are")
 
     def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn`` (a kazoo ``*_async``) once connected, waited for at most ``op_timeout``."""

@@ -144,3 +144,24 @@ def test_only_coordination_talks_to_zookeeper():
     users = {str(p.relative_to(ROOT)) for p in modules("amqp_stream")
              if any(n.split(".")[0] == "kazoo" for n in imports_of(p))}
     assert users == {"amqp_stream/cluster/coordination.py"}
+
+
+def test_zookeeper_lost_calls_fail_at_once_and_the_session_resumes(tmp_path):
+    """While disconnected a declare fails at once (it runs on the broker's loop, which must
+    keep serving); ZooKeeper back within the session timeout: the same session goes on."""
+    from tests.cluster.zookeeper import ZooKeeperServer
+
+    zk = ZooKeeperServer().start()
+    try:
+        with Member(f"zk://{zk.hosts}/lost", "a") as a:
+            session = a.client.client_id
+            zk.stop()
+            wait_for(lambda: not a.connected.is_set(), 10, "the connection seen lost")
+            with pytest.raises(CoordinationError, match="is unreachable .connection lost"):
+                a.create_stream(StreamLayout("s", 1, "a", ("a",)), {})
+            zk.start()
+            wait_for(a.connected.is_set, 20, "connected again")
+            assert a.client.client_id == session
+            assert a.create_stream(StreamLayout("s", 1, "a", ("a",)), {})
+    finally:
+        zk.close()
