@@ -48,8 +48,12 @@ class ClusterNode:
         self.name = config.node_name
         self.node = Node(self.name, advertised_host, config.port, advertised_stream_port,
                          config.replication_port)
+        # this node's log tail of a stream, (epoch, next offset) or None, asked on the
+        # coordinator's thread when the stream's leader is gone; replication may replace it
+        # with one that knows the epoch of the last chunk it holds
+        self.tail_of: Callable[[str], tuple[int, int] | None] = self.local_tail
         self.coordinator = Coordinator(config.cluster, self.node, config.cluster_session_timeout,
-                                       self._post_view, self._tail_of)
+                                       self._post_view, lambda name: self.tail_of(name))
         self.applied: ClusterView = ClusterView()
         # (stream, old layout, new layout) on the loop after a change of leader or epoch,
         # (stream, old, None) after a delete
@@ -147,7 +151,7 @@ class ClusterNode:
             except Exception:
                 log.exception("layout hook %r for %r", hook, name)
 
-    def _tail_of(self, name: str) -> tuple[int, int] | None:
+    def local_tail(self, name: str) -> tuple[int, int] | None:
         """From the coordinator's thread: this node's log tail of ``name`` (the epoch its
         writer stamps and its next offset), None when it holds none."""
         entry = self.core.registry.entries.get(name)

@@ -157,6 +157,17 @@ def test_killed_leader_is_replaced_by_the_most_complete_log(nodes, stream_name):
     assert (layout["leader"], layout["epoch"]) == ("n3", 2)
     assert [(n["name"], n["alive"]) for n in cluster_status(url)["nodes"]] == [
         ("n1", False), ("n2", True), ("n3", True)]
+    # n1 comes back under its name: a replica now, named again by Metadata
+    n1.start()
+
+    async def replicas() -> list[int]:
+        async with admin(n2) as c:
+            leader, replicas = await c.query_leader_and_replicas(stream_name)
+        assert leader.port == n3.stream_port
+        return sorted(r.port for r in replicas)
+
+    wanted = sorted([n1.stream_port, n2.stream_port])
+    wait_for(lambda: run(replicas(), 30) == wanted, 20, "n1 a replica again")
 
 
 def test_zookeeper_lost_leaders_serve_declares_fail(tmp_path, stream_name):
