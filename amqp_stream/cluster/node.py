@@ -8,8 +8,9 @@ coordinator reads arrives on the event loop through the Mailbox and is applied t
 - a stream whose layout names this node as a member gets its local log (opened, or created
   empty: replication fills it);
 - a stream whose layout is gone is deleted locally (its attachments ended as on a delete);
-- a stream whose leader or epoch changed is announced to ``layout_hooks`` (the stream
-  listener sends MetadataUpdate to the publishers and subscriptions that must move);
+- a stream first seen, whose leader or epoch changed, or deleted is announced to
+  ``layout_hooks`` (the stream listener sends MetadataUpdate to the publishers and
+  subscriptions that must move; replication follows its leaders);
 - definitions changed by another node are read again.
 
 Local stream directories that no layout names are left as they are (logged): the cluster's
@@ -55,8 +56,9 @@ class ClusterNode:
         self.coordinator = Coordinator(config.cluster, self.node, config.cluster_session_timeout,
                                        self._post_view, lambda name: self.tail_of(name))
         self.applied: ClusterView = ClusterView()
-        # (stream, old layout, new layout) on the loop after a change of leader or epoch,
-        # (stream, old, None) after a delete
+        # on the loop: (stream, None, layout) when this node first sees a stream (at start,
+        # or declared), (stream, old, new) after a change of leader or epoch, (stream, old,
+        # None) after a delete
         self.layout_hooks: list[LayoutHook] = []
 
     # -- life ------------------------------------------------------------------------------
@@ -118,8 +120,9 @@ class ClusterNode:
         for name, layout in view.layouts.items():
             self._open_member_log(name, layout, view.arguments.get(name, {}))
             before = old.layouts.get(name)
-            if before is not None and (before.leader, before.epoch) != (layout.leader,
-                                                                        layout.epoch):
+            if before is None:
+                self._run_hooks(name, None, layout)
+            elif (before.leader, before.epoch) != (layout.leader, layout.epoch):
                 log.info("stream %r: leader %s (epoch %d), was %s (epoch %d)", name,
                          layout.leader, layout.epoch, before.leader, before.epoch)
                 self._run_hooks(name, before, layout)

@@ -330,6 +330,8 @@ class StreamAdapter:
         reconnects. Publishers go to the leader, so all of them move; a subscription moves
         only off a node that was the leader and no longer is (elsewhere it reads the local
         replica, which stays)."""
+        if before is None:  # a stream seen for the first time: nothing attached moves
+            return
         moved = RuntimeError(f"the leader of stream '{name}' moved")
         me = self.core.cluster.name
         subscriptions_move = after is None or (before is not None and before.leader == me
