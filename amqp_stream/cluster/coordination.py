@@ -133,6 +133,10 @@ class Coordinator:
         self._disconnected_at = time.monotonic()
         self._worker: threading.Thread | None = None
         self._reported: dict[str, int] = {}  # stream -> layout epoch our tail was reported for
+        # our own declares and deletes not yet in a read: stream -> (seq, layout or None, args)
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._own: dict[str, tuple[int, StreamLayout | None, dict]] = {}
 
     # -- paths -----------------------------------------------------------------------------
     def _path(self, *parts: str) -> str:
@@ -252,6 +256,8 @@ class Coordinator:
     def _refresh(self) -> None:
         """Read nodes and layouts (re-arming the watches), publish the view, run elections."""
         client = self.client
+        with self._lock:
+            start = self._seq
         nodes = {}
         for name in client.get_children(self._path("nodes"), watch=self._poke):
             try:
@@ -269,10 +275,31 @@ class Coordinator:
             layouts[name] = StreamLayout.from_json(doc)
             arguments[name] = doc.get("arguments", {})
         stat = client.exists(self._path("definitions"), watch=self._poke)
-        view = ClusterView(nodes, layouts, arguments, stat.version if stat else -1)
-        self._publish(view)
+        with self._lock:
+            for name, (seq, layout, args) in list(self._own.items()):
+                if seq <= start:  # written before this read began: the read has it
+                    del self._own[name]
+                elif layout is None:
+                    layouts.pop(name, None)
+                    arguments.pop(name, None)
+                else:
+                    layouts[name], arguments[name] = layout, args
+            view = ClusterView(nodes, layouts, arguments, stat.version if stat else -1)
+            self._publish(view)
+        for name in [n for n in self._reported
+                     if n not in view.layouts or view.layouts[n].leader in view.nodes]:
+            self._withdraw_tail(name)
         for layout in view.leaderless():
             self._failover(layout)
+
+    def _withdraw_tail(self, name: str) -> None:
+        """The stream has a live leader again (or is gone): our report is stale (the log may
+        grow before the leader goes again), so it goes; a new loss brings a new report."""
+        del self._reported[name]
+        try:
+            self.client.delete(self._path("streams", name, "tails", self.node.name))
+        except NoNodeError:
+            pass
 
     def _publish(self, view: ClusterView) -> None:
         if view != self.view:
@@ -380,15 +407,22 @@ class Coordinator:
                        self._path("streams", layout.stream), json.dumps(doc).encode())
         except NodeExistsError:
             return False
-        self._adopt(layout, arguments)
+        self._adopt(layout.stream, layout, arguments)
         return True
 
-    def _adopt(self, layout: StreamLayout, arguments: dict) -> None:
-        """Our own write, in the view at once (the watch confirms it later)."""
-        view = self.view
-        self._publish(ClusterView(view.nodes, {**view.layouts, layout.stream: layout},
-                                  {**view.arguments, layout.stream: arguments},
-                                  view.definitions_version))
+    def _adopt(self, name: str, layout: StreamLayout | None, arguments: dict) -> None:
+        """Our own write (a declare: ``layout``; a delete: None), in the view at once. A
+        refresh that began reading before the write completed must not undo it: ``_own``
+        keeps it until a read that began after it."""
+        with self._lock:
+            self._seq += 1
+            self._own[name] = (self._seq, layout, arguments)
+            view = self.view
+            layouts = {k: v for k, v in view.layouts.items() if k != name}
+            args = {k: v for k, v in view.arguments.items() if k != name}
+            if layout is not None:
+                layouts[name], args[name] = layout, arguments
+            self._publish(ClusterView(view.nodes, layouts, args, view.definitions_version))
 
     def delete_stream(self, name: str) -> bool:
         """Remove a stream's layout (and its members' tails); False when there was none."""
@@ -412,11 +446,7 @@ class Coordinator:
             return False
         except NotEmptyError:  # a member reported a tail meanwhile: once more
             return self.delete_stream(name)
-        view = self.view
-        self._publish(ClusterView(view.nodes,
-                                  {k: v for k, v in view.layouts.items() if k != name},
-                                  {k: v for k, v in view.arguments.items() if k != name},
-                                  view.definitions_version))
+        self._adopt(name, None, {})
         return True
 
     def refresh_now(self) -> ClusterView:

@@ -170,3 +170,21 @@ def test_zookeeper_lost_calls_fail_at_once_and_the_node_comes_back(tmp_path):
             assert a.create_stream(StreamLayout("s", 1, "a", ("a",)), {})
     finally:
         zk.close()
+
+
+def test_a_tail_reported_while_the_leader_was_away_is_withdrawn_when_it_returns(url):
+    """b reports offset 10 while a is away; a comes back and b's log grows to 50; a goes
+    again: the election must rank b by 50, not by its stale report."""
+    layout = StreamLayout("s", 1, "a", ("a", "b", "c"))
+    tails_b = {"s": (1, 10)}
+    with Member(url, "b", tails_b) as b:
+        with Member(url, "a") as a:
+            a.create_stream(layout, {})
+        tails = f"{b.root}/streams/s/tails"
+        wait_for(lambda: b.client.exists(f"{tails}/b"), 10, "b's report")
+        with Member(url, "a"):
+            wait_for(lambda: not b.client.exists(f"{tails}/b"), 10, "b's report withdrawn")
+            tails_b["s"] = (1, 50)
+        with Member(url, "c", {"s": (1, 40)}):
+            wait_for(lambda: getattr(b.view.layouts.get("s"), "epoch", 0) == 2, 10, "elected")
+        assert b.view.layouts["s"].leader == "b"
