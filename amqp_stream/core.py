@@ -137,6 +137,12 @@ class Core:
                 f"{definitions.store} cannot be read ({type(exc).__name__}: {exc}); the broker "
                 f"does not start without its exchanges and bindings (a start would overwrite "
                 f"them): repair or move the file away") from exc
+        if self.cluster is not None and definitions.pending:
+            # the document is shared: another node may be in the middle of that operation
+            log.warning("definitions hold %d operation(s) over several streams not completed "
+                        "(another node's, under way or interrupted): left as they are: %s",
+                        len(definitions.pending), definitions.pending)
+            return
         for operation in list(definitions.pending):
             gone = [s for s in operation.get("delete_streams", []) if self.exists(s)]
             log.warning("%s %r was interrupted: deleting %s", operation.get("op"),
