@@ -4,13 +4,14 @@ placed cluster-wide, Metadata from every node, failover after SIGKILL, ZooKeeper
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 
 import pytest
 from rstream import AMQPMessage, schema
 from rstream.client import Client
-from rstream.exceptions import ServerError
+from rstream.exceptions import LeaderNotAvailable, ServerError
 
 from amqp_stream.testing import BrokerProcess, free_port
 from tests.cluster.nodes import SESSION_TIMEOUT, cluster_status, holds_log, node
@@ -262,15 +263,57 @@ def test_super_stream_partitions_spread_and_its_definitions_are_cluster_wide(nod
 
 
 async def until_ok(ask, what: str, want: object = True, timeout: float = 20) -> None:
-    """Ask until the answer is ``want`` (True: any answer that does not raise)."""
+    """Ask until the answer is ``want`` (True: any answer that does not raise; a function:
+    an answer it holds true)."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         try:
             answer = await ask()
-            if want is True or answer == want:
+            if want is True or (want(answer) if callable(want) else answer == want):
                 return
-        except ServerError:
+        except (ServerError, LeaderNotAvailable):
             pass
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.05)
+
+
+def test_a_paused_leader_is_deposed_and_told_when_it_resumes(nodes, stream_name):
+    """SIGSTOP the leader past the session timeout: another member leads under epoch 2. On
+    SIGCONT its ZooKeeper session has expired: it registers again, reads the new layout and
+    its own publisher gets a MetadataUpdate (it is no longer the leader)."""
+    url, (n1, n2, n3) = nodes
+    updates: list[schema.MetadataUpdate] = []
+
+    async def scenario() -> None:
+        on_n1 = await admin(n1).__aenter__()
+
+        async def on_update(frame: schema.MetadataUpdate) -> None:
+            updates.append(frame)
+
+        on_n1.add_handler(schema.MetadataUpdate, on_update)
+        await on_n1.create_stream(stream_name)
+        await on_n1.declare_publisher(stream_name, None, 1)
+        assert n1.proc is not None
+        n1.proc.send_signal(signal.SIGSTOP)
+        try:
+            async with admin(n2) as c:
+                async def leader_port() -> int:
+                    leader, _ = await c.query_leader_and_replicas(stream_name)
+                    return leader.port
+
+                await until_ok(leader_port, "a new leader",
+                               lambda port: port in (n2.stream_port, n3.stream_port),
+                               SESSION_TIMEOUT + 20)
+        finally:
+            n1.proc.send_signal(signal.SIGCONT)
+        await until(lambda: bool(updates), "the deposed leader's MetadataUpdate", 30)
+        assert updates[0].metadata_info.stream == stream_name
+        await on_n1.close()
+
+    run(scenario(), 90)
+    status = cluster_status(url)
+    (layout,) = [s for s in status["streams"] if s["stream"] == stream_name]
+    assert layout["epoch"] == 2 and layout["leader"] != "n1"
+    wait_for(lambda: all(n["alive"] for n in cluster_status(url)["nodes"]), 20, "n1 back")
+    assert "registered again" in n1.log_text()
