@@ -133,6 +133,7 @@ class Coordinator:
         self._disconnected_at = time.monotonic()
         self._worker: threading.Thread | None = None
         self._reported: dict[str, int] = {}  # stream -> layout epoch our tail was reported for
+        self._waiting: dict[str, tuple[int, int]] = {}  # stream -> (epoch, reports) logged
         # our own declares and deletes not yet in a read: stream -> (seq, layout or None, args)
         self._lock = threading.Lock()
         self._seq = 0
@@ -214,7 +215,7 @@ class Coordinator:
                 self._disconnected_at = time.monotonic()
             self.connected.clear()
             if not self._stopped:
-                    log.warning("ZooKeeper session %s", "lost" if state == KazooState.LOST
+                log.warning("ZooKeeper session %s", "lost" if state == KazooState.LOST
                             else "suspended (connection lost; retrying)")
 
     # -- the worker ------------------------------------------------------------------------
@@ -223,8 +224,9 @@ class Coordinator:
 
     def _run(self) -> None:
         while not self._stopped:
-            # while a stream has no leader, look again often (tails arrive without a watch)
-            self._wake.wait(0.2 if self.view.leaderless() else 5.0)
+            # tails and layouts wake us by their watches; the timeout is a safety net, shorter
+            # while a stream has no leader (a tail's data changes without a children event)
+            self._wake.wait(1.0 if self.view.leaderless() else 5.0)
             self._wake.clear()
             if self._stopped:
                 return
@@ -316,10 +318,14 @@ class Coordinator:
         tails = self._tails(layout)
         leader = choose_leader_by_tail(layout, tails)
         if leader is None:
-            log.info("stream %r has no leader (epoch %d): %d of %d members reported, waiting "
-                     "for %d", layout.stream, layout.epoch, len(tails), len(layout.members),
-                     layout.quorum)
+            waiting = (layout.epoch, len(tails))
+            if self._waiting.get(layout.stream) != waiting:  # once per change, not per look
+                self._waiting[layout.stream] = waiting
+                log.info("stream %r has no leader (epoch %d): %d of %d members reported, "
+                         "waiting for %d", layout.stream, layout.epoch, len(tails),
+                         len(layout.members), layout.quorum)
             return
+        self._waiting.pop(layout.stream, None)
         self._elect(layout, leader, tails[leader])
 
     def _report_tail(self, layout: StreamLayout, tail: tuple[int, int]) -> None:
@@ -341,8 +347,8 @@ class Coordinator:
         """The tails live members reported for ``layout``'s epoch."""
         base = self._path("streams", layout.stream, "tails")
         out = {}
-        try:
-            names = self.client.get_children(base)
+        try:  # a member's report (a new ephemeral child) wakes us
+            names = self.client.get_children(base, watch=self._poke)
         except NoNodeError:
             return {}
         for name in names:
@@ -448,15 +454,6 @@ class Coordinator:
             return self.delete_stream(name)
         self._adopt(name, None, {})
         return True
-
-    def refresh_now(self) -> ClusterView:
-        """Read the cluster now (the CLI's status, tests); the view."""
-        self._ready("read the cluster")
-        try:
-            self._refresh()
-        except KazooException as exc:
-            raise CoordinationError(f"cannot read the cluster: {type(exc).__name__} {exc}") from None
-        return self.view
 
     def store(self) -> ZkStore:
         return ZkStore(self, self._path("definitions"))
