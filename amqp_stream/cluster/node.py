@@ -144,7 +144,12 @@ class ClusterNode:
         if self.name in layout.members and self.core.get(name) is None:
             log.info("stream %r: this node is a member (leader %s, epoch %d): opening its log",
                      name, layout.leader, layout.epoch)
-            self.core.open_local(name, arguments)
+            # one stream's disk trouble must not keep the others' logs from opening; the
+            # next view tries again
+            try:
+                self.core.open_local(name, arguments)
+            except Exception:
+                log.exception("stream %r: cannot open this member's log", name)
 
     def _run_hooks(self, name: str, before: StreamLayout | None,
                    after: StreamLayout | None) -> None:
