@@ -285,6 +285,9 @@ class StreamAdapter:
         conn.send(f.Response(Key.DELETE_STREAM, frame.correlation_id, ResponseCode.OK))
 
     def _metadata(self, conn: StreamConnection, frame: f.Metadata) -> None:
+        if self.core.cluster is not None:
+            conn.send(self._cluster_metadata(frame))
+            return
         streams = []
         for name in frame.streams:
             if self.core.exists(name):
@@ -295,6 +298,50 @@ class StreamAdapter:
         brokers = ((f.Broker(0, self.advertised_host, self._port_for(conn)),)
                    if any(s.code == ResponseCode.OK for s in streams) else ())
         conn.send(f.MetadataResponse(frame.correlation_id, brokers, tuple(streams)))
+
+    def _cluster_metadata(self, frame: f.Metadata) -> f.MetadataResponse:
+        """As RabbitMQ's: each stream's leader and replicas among the endpoints of the live
+        nodes that hold them (a leader that is down is 0xFFFF, its stream still OK)."""
+        view = self.core.cluster.view
+        brokers: dict[str, f.Broker] = {}
+
+        def ref(node: str) -> int:
+            if node not in brokers:
+                n = view.nodes[node]
+                brokers[node] = f.Broker(len(brokers), n.host, n.stream_port)
+            return brokers[node].reference
+
+        streams = []
+        for name in frame.streams:
+            layout = view.layouts.get(name)
+            if layout is None:
+                streams.append(f.StreamMetadata(name, ResponseCode.STREAM_DOES_NOT_EXIST,
+                                                0xFFFF, ()))
+                continue
+            leader = ref(layout.leader) if layout.leader in view.nodes else 0xFFFF
+            streams.append(f.StreamMetadata(name, ResponseCode.OK, leader, tuple(
+                ref(m) for m in view.live_replicas(layout))))
+        return f.MetadataResponse(frame.correlation_id, tuple(brokers.values()), tuple(streams))
+
+    def layout_changed(self, name: str, before: Any, after: Any) -> None:
+        """A cluster stream's leader moved (``after``) or it was deleted (None): as RabbitMQ
+        when the member a publisher or subscription is attached to goes, they are dropped
+        and their connection gets a MetadataUpdate, so the client asks Metadata again and
+        reconnects. Publishers go to the leader, so all of them move; a subscription moves
+        only off a node that was the leader and no longer is (elsewhere it reads the local
+        replica, which stays)."""
+        if before is None:  # a stream seen for the first time: nothing attached moves
+            return
+        moved = RuntimeError(f"the leader of stream '{name}' moved")
+        me = self.core.cluster.name
+        subscriptions_move = after is None or (before is not None and before.leader == me
+                                               and after.leader != me)
+        for conn in list(self.connections):
+            attachments: list[Any] = [p for p in conn.publishers.values() if p.entry.name == name]
+            if subscriptions_move:
+                attachments += [s for s in conn.subscriptions.values() if s.entry.name == name]
+            for attachment in attachments:
+                self._end_attachment(attachment, moved)
 
     def _stream_stats(self, conn: StreamConnection, frame: f.StreamStats) -> None:
         stream = self.core.stream(frame.stream).stream
