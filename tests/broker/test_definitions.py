@@ -48,8 +48,14 @@ def test_declare_equivalence_and_delete(path):
     d = make(path)
     assert d.declare_exchange(Exchange("x", "topic", arguments={"a": 1}))
     assert not d.declare_exchange(Exchange("x", "topic", arguments={"a": 1}))
-    with pytest.raises(PreconditionFailed):
-        d.declare_exchange(Exchange("x", "topic", arguments={"a": 2}))
+    # RabbitMQ compares type, durable, auto_delete, internal and alternate-exchange only
+    assert not d.declare_exchange(Exchange("x", "topic", arguments={"a": 2}))
+    with pytest.raises(PreconditionFailed, match="inequivalent arg 'alternate-exchange' for "
+                       "exchange 'x' in vhost '/': received 'ae' but current is none"):
+        d.declare_exchange(Exchange("x", "topic", arguments={"alternate-exchange": "ae"}))
+    with pytest.raises(PreconditionFailed, match="inequivalent arg 'type' for exchange 'x' in "
+                       "vhost '/': received 'fanout' but current is 'topic'"):
+        d.declare_exchange(Exchange("x", "fanout"))
     d.bind(Binding("x", "s1", "a.#"))
     assert d.delete_exchange("x") and not d.delete_exchange("x")
     assert d.bindings == []
