@@ -242,3 +242,26 @@ def test_definitions_survive_sigkill(tmp_path):
             sender = c.conn.create_sender("/exchanges/orders/eu.paris")
             assert c.send_bytes(sender, Message(body=1).encode()) == Delivery.ACCEPTED
             assert c.info("s")["message_count"] == 1
+
+
+def test_super_stream_over_amqp_and_a_partition_deleted_on_its_own(broker, stream_name):
+    """A super stream made over the stream protocol is a direct exchange to AMQP 1.0:
+    /exchanges/<ss>/<key> publishes to the partition bound with that key. Deleting one
+    partition stream on its own (AMQP DELETE /queues/<p>, as RabbitMQ allows) drops its binding
+    only: the exchange and the other partitions stay, and its key routes nowhere (released)."""
+    from amqp_stream.client.stream import StreamClient
+
+    ss = stream_name + "-ss"
+    with StreamClient(broker.stream_url) as sc:
+        sc.create_super_stream(ss, [f"{ss}-0", f"{ss}-1"], ["0", "1"])
+    with Client(broker.url) as c:
+        assert c.request("GET", f"/exchanges/{ss}")[1]["arguments"] == {"x-super-stream": True}
+        sender = c.conn.create_sender(f"/exchanges/{ss}/1")
+        assert c.send_bytes(sender, Message(body="p1").encode()) == Delivery.ACCEPTED
+        assert c.info(f"{ss}-1")["message_count"] == 1 and c.info(f"{ss}-0")["message_count"] == 0
+        assert c.delete(f"{ss}-1") == 1
+        assert [b["destination_queue"] for b in c.request("GET", f"/bindings?src={ss}")[1]] == [
+            f"{ss}-0"]
+        assert c.send_bytes(sender, Message(body="gone").encode()) == Delivery.RELEASED
+    with StreamClient(broker.stream_url) as sc:
+        sc.delete_super_stream(ss)
