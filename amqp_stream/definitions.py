@@ -294,8 +294,11 @@ class Definitions:
             return False
         with self.edit():
             del self.exchanges[name]
+            sources = {b.source for b in self.bindings
+                       if b.destination_type == EXCHANGE and b.destination == name}
             self.bindings = [b for b in self.bindings if b.source != name and not (
                 b.destination_type == EXCHANGE and b.destination == name)]
+            self._auto_delete(sources)
         return True
 
     # -- bindings --------------------------------------------------------------------------
@@ -335,7 +338,24 @@ class Definitions:
             return False
         with self.edit():
             self.bindings = kept
+            self._auto_delete({binding.source})
         return True
+
+    def _auto_delete(self, sources: set[str]) -> None:
+        """``rabbit_db_exchange:maybe_auto_delete``: an ``auto_delete`` exchange goes when the
+        last binding from it goes (and with it its bindings to other exchanges' ..., in turn).
+        Inside an ``edit``."""
+        while sources:
+            name = sources.pop()
+            x = self.exchanges.get(name)
+            if x is None or not x.auto_delete or any(b.source == name for b in self.bindings):
+                continue
+            del self.exchanges[name]
+            gone = [b for b in self.bindings if b.destination_type == EXCHANGE
+                    and b.destination == name]
+            self.bindings = [b for b in self.bindings if b not in gone]
+            sources.update(b.source for b in gone)
+            log.info("auto-delete exchange %r deleted: its last binding went", name)
 
     def bindings_from(self, source: str) -> list[Binding]:
         return [b for b in self.bindings if b.source == source]
@@ -354,8 +374,10 @@ class Definitions:
         """Stream ``name`` was deleted: its bindings go (as RabbitMQ's do with the queue)."""
         kept = [b for b in self.bindings if b.destination_type == EXCHANGE or b.destination != name]
         if len(kept) != len(self.bindings):
+            sources = {b.source for b in self.bindings if b not in kept}
             with self.edit():
                 self.bindings = kept
+                self._auto_delete(sources)
 
     # -- routing ---------------------------------------------------------------------------
     def route(self, exchange: str, routing_key: str,

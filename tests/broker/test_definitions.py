@@ -160,3 +160,27 @@ def test_edit_is_all_or_nothing_when_the_store_fails(path):
         d.bind(Binding("x", "s1"))
     assert d.bindings == []
     assert make(path).exchange("x") is not None and make(path).exchange("y") is None
+
+
+def test_auto_delete_exchange_goes_with_its_last_binding(path):
+    """rabbit_db_exchange:maybe_auto_delete: not at declare, but when the last binding from it
+    is removed (unbind, its stream deleted, or an exchange it was bound to deleted)."""
+    d = make(path)
+    d.declare_exchange(Exchange("ad", "fanout", auto_delete=True))
+    assert d.exchange("ad") is not None  # no binding yet: it stays
+    d.bind(Binding("ad", "s1"))
+    d.bind(Binding("ad", "s2"))
+    d.unbind(Binding("ad", "s1"))
+    assert d.exchange("ad") is not None
+    d.unbind(Binding("ad", "s2"))
+    assert d.exchange("ad") is None
+    d.declare_exchange(Exchange("ad", "fanout", auto_delete=True))
+    d.bind(Binding("ad", "s3"))
+    d.forget_stream("s3")
+    assert d.exchange("ad") is None
+    d.declare_exchange(Exchange("up", "fanout", auto_delete=True))
+    d.declare_exchange(Exchange("down", "fanout"))
+    d.bind(Binding("up", "down", destination_type="exchange"))
+    d.delete_exchange("down")
+    assert d.exchange("up") is None and d.bindings == []
+    assert make(path).exchange("up") is None  # saved
