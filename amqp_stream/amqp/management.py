@@ -3,7 +3,7 @@
 Strategy: a request is (method, path, body) taken from the message's ``subject``, ``to`` and
 amqp-value body; the answer is a ``Response`` (status code and body) that the server adapter puts
 in a message with ``correlation-id`` = the request's ``message-id``. Everything the node decides
-(paths, the declare body's form, 201/200/400/404/405/501) lives here and is tested without a
+(paths, the declare body's form, statuses) lives here and is tested without a
 socket; the stream arguments' rules are ``amqp_stream.arguments``'s, and the streams are reached
 through the small ``Streams`` protocol (the broker's core), whose ``BrokerError``s become
 statuses.

@@ -66,6 +66,16 @@ def check_exchange_target(definitions: Any, name: str) -> None:
         raise Forbidden(f"forbidden to publish to internal exchange '{name}' in vhost '/'")
 
 
+def cc_keys(value: Any) -> list[str]:
+    """The ``x-cc`` message annotation: more routing keys (``rabbit_amqp_session:
+    lookup_routing_key``); ``BadRequest`` (``amqp:invalid-field``) unless a list of strings."""
+    if value is None:
+        return []
+    if isinstance(value, list) and all(isinstance(k, str) for k in value):
+        return [str(k) for k in value]
+    raise BadRequest(f"bad value for 'x-cc' message-annotation: {value!r}")
+
+
 ACCEPTED = Delivery.ACCEPTED
 REJECTED = Delivery.REJECTED
 RELEASED = Delivery.RELEASED
@@ -308,11 +318,23 @@ class Publisher:
                     self._refuse(delivery, exc)
                 return []
             try:
-                names = definitions.route(target.exchange, target.routing_key,
-                                          lambda: view.application_properties)
+                keys = [target.routing_key]
+                if b"x-cc" in body:  # a cheap look before decoding the annotations
+                    keys += cc_keys(view.message_annotations.get("x-cc"))
+                names = []
+                for key in keys:
+                    names += definitions.route(target.exchange, key,
+                                               lambda: view.application_properties)
+                names = list(dict.fromkeys(names))
+            except BadRequest as exc:  # x-cc not a list of strings
+                if anonymous:
+                    self._refuse(delivery, exc)
+                else:  # as rabbit_amqp_session: released, and the link detached
+                    self._release(delivery)
+                    self.end(exc)
+                return []
             except (MessageFormatError, ValueError) as exc:
-                self._refuse(delivery, DecodeError(f"cannot read the application properties: "
-                                                   f"{exc}"))
+                self._refuse(delivery, DecodeError(f"cannot read the message: {exc}"))
                 return []
         entries = [e for e in map(lookup, names) if e is not None]
         if not entries:

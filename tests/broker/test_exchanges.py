@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from proton import Message
+from proton import Message, symbol
 from proton.utils import LinkDetached
 
 from amqp_stream.testing import BrokerProcess
@@ -265,3 +265,33 @@ def test_super_stream_over_amqp_and_a_partition_deleted_on_its_own(broker, strea
         assert c.send_bytes(sender, Message(body="gone").encode()) == Delivery.RELEASED
     with StreamClient(broker.stream_url) as sc:
         sc.delete_super_stream(ss)
+
+
+def test_x_cc_adds_routing_keys(broker, stream_name):
+    """The x-cc message annotation (a list of strings) routes with more keys, as
+    rabbit_amqp_session's lookup_routing_key; another value is amqp:invalid-field: the message
+    rejected on the anonymous terminus, released and the link detached on an exchange link."""
+    a, b, x = (_name(stream_name, s) for s in ("a", "b", "x"))
+    with Client(broker.url) as c:
+        c.declare(a)
+        c.declare(b)
+        c.request("PUT", f"/exchanges/{x}", {"type": "direct"})
+        _bind(c, x, a, "k1")
+        _bind(c, x, b, "k2")
+        sender = c.conn.create_sender(f"/exchanges/{x}/k1")
+        cc = Message(body="both", annotations={symbol("x-cc"): ["k2", "k1"]})
+        assert c.send_bytes(sender, cc.encode()) == Delivery.ACCEPTED
+        assert (c.info(a)["message_count"], c.info(b)["message_count"]) == (1, 1)
+        anon = c.conn.create_sender(None, name="anon-" + stream_name)
+        bad = Message(address=f"/exchanges/{x}/k1", body="bad", annotations={symbol("x-cc"): "k2"})
+        assert c.send_bytes(anon, bad.encode()) == Delivery.REJECTED
+        assert c.last_delivery.remote.condition.name == "amqp:invalid-field"
+        link = sender.link
+        dlv = link.delivery(uuid.uuid4().bytes)
+        link.send(Message(body="bad", annotations={symbol("x-cc"): 7}).encode())
+        link.advance()
+        with pytest.raises(LinkDetached, match="amqp:invalid-field.*x-cc"):
+            c.conn.wait(lambda: False, timeout=15, msg="the detach")
+        assert dlv.settled and dlv.remote_state == Delivery.RELEASED
+        assert (c.info(a)["message_count"], c.info(b)["message_count"]) == (1, 1)
+        c.request("DELETE", f"/exchanges/{x}")
