@@ -56,6 +56,7 @@ TYPES = ("direct", "fanout", "topic", "headers", "x-local-random")
 be declared here, but no stream can be bound to it, as RabbitMQ refuses a stream)."""
 QUEUE, EXCHANGE = "queue", "exchange"  # a binding's destination_type (a stream is a queue)
 MAX_NAME_BYTES = 255  # AMQP 0-9-1's shortstr, which RabbitMQ keeps for every name
+ROUTE_CACHE = 10_000  # routes kept between two changes (then the cache starts again)
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,10 @@ class Definitions:
         self.bindings: list[Binding] = []
         self.pending: list[dict] = []
         self._depth = 0
+        # (exchange, routing key) -> streams, for routes that depend on nothing else (no
+        # headers exchange, no x-local-random, no default exchange on the way); emptied by
+        # every change (``edit``, ``load``)
+        self._routes: dict[tuple[str, str], tuple[str, ...]] = {}
 
     # -- persistence -----------------------------------------------------------------------
     def load(self, prune: bool = True) -> None:
@@ -209,6 +214,7 @@ class Definitions:
                             dict(b.get("arguments") or {}), b.get("destination_type", QUEUE))
                     for b in document.get("bindings", [])]
         self.exchanges, self.bindings = exchanges, bindings
+        self._routes = {}
         self.pending = [dict(p) for p in document.get("pending", [])]
         dangling = [b for b in bindings if not self._destination_exists(b)]
         if dangling and not prune:
@@ -241,6 +247,7 @@ class Definitions:
             raise
         finally:
             self._depth -= 1
+            self._routes = {}
 
     # -- exchanges -------------------------------------------------------------------------
     def exchange(self, name: str) -> Exchange | None:
@@ -385,9 +392,15 @@ class Definitions:
         """The streams a message published to ``exchange`` with ``routing_key`` (and
         ``headers``, for headers exchanges: a dict, or a function that gives it, called only
         when a headers exchange is reached) goes to, each once, in binding order; following
-        exchange-to-exchange bindings. ``NotFound`` when ``exchange`` does not exist."""
+        exchange-to-exchange bindings. ``NotFound`` when ``exchange`` does not exist.
+        Routes that depend on the exchange and key only are kept until the next change (at
+        most ``ROUTE_CACHE``): a publisher's path is one dict lookup."""
+        cached = self._routes.get((exchange, routing_key))
+        if cached is not None:
+            return list(cached)
         if self.exchange(exchange) is None:
             raise NotFound(f"no {resource('exchange', exchange)}")
+        keep = True
         out: dict[str, None] = {}
         seen: set[str] = set()
         todo = [exchange]
@@ -400,9 +413,12 @@ class Definitions:
             if x is None:
                 continue
             if name == "":
+                keep = False  # depends on the streams that exist
                 if self.stream_exists(routing_key):
                     out[routing_key] = None
                 continue
+            if x.type in ("headers", "x-local-random"):
+                keep = False  # depends on the message, or on chance
             if x.type == "headers" and callable(headers):
                 headers = headers()
             matched = [b for b in self.bindings if b.source == name
@@ -414,6 +430,10 @@ class Definitions:
                     todo.append(b.destination)
                 else:
                     out[b.destination] = None
+        if keep:
+            if len(self._routes) >= ROUTE_CACHE:
+                self._routes.clear()
+            self._routes[(exchange, routing_key)] = tuple(out)
         return list(out)
 
 

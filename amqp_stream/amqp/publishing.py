@@ -282,64 +282,66 @@ class Publisher:
         """The streams a message of an exchange link or the anonymous terminus goes to, as
         ``rabbit_amqp_session:lookup_target`` and ``rabbit_exchange:route``; empty when the
         message has been answered here (refused, released) instead."""
-        view = MessageView.from_bytes(body)
         target = self.target
         anonymous = target is None
         if target is None:
-            try:
-                to = view.properties.get("to")
-            except (MessageFormatError, ValueError) as exc:
-                self._refuse(delivery, DecodeError(f"cannot read the properties: {exc}"))
+            target = self._anonymous_target(delivery, body)
+            if target is None:
                 return []
-            try:
-                target = addresses.anonymous_target(to)
-            except BrokerError as exc:
-                self._refuse(delivery, exc)
-                return []
+        names: list[str] | None = [target.stream] if target.stream is not None else (
+            self._exchange_route(delivery, body, target, anonymous))  # /queues/<s>: to s
+        if names is None:
+            return []
         lookup = self.lookup or (lambda name: None)
-        if target.stream is not None:  # /queues/<s>: the default exchange routes to s
-            entry = lookup(target.stream)
-            names = [target.stream] if entry is not None else []
-        else:
-            definitions = self.definitions
-            exchange = definitions.exchange(target.exchange) if definitions else None
-            if exchange is None:
-                missing = NotFound(f"no exchange '{target.exchange}' in vhost '/'")
-                if anonymous:
-                    self._refuse(delivery, missing)
-                else:  # deleted under the link: released, and the link detached
-                    self._release(delivery)
-                    self.end(missing)
-                return []
-            if anonymous and exchange.internal:
-                try:
-                    check_exchange_target(definitions, exchange.name)
-                except BrokerError as exc:
-                    self._refuse(delivery, exc)
-                return []
-            try:
-                keys = [target.routing_key]
-                if b"x-cc" in body:  # a cheap look before decoding the annotations
-                    keys += cc_keys(view.message_annotations.get("x-cc"))
-                names = []
-                for key in keys:
-                    names += definitions.route(target.exchange, key,
-                                               lambda: view.application_properties)
-                names = list(dict.fromkeys(names))
-            except BadRequest as exc:  # x-cc not a list of strings
-                if anonymous:
-                    self._refuse(delivery, exc)
-                else:  # as rabbit_amqp_session: released, and the link detached
-                    self._release(delivery)
-                    self.end(exc)
-                return []
-            except (MessageFormatError, ValueError) as exc:
-                self._refuse(delivery, DecodeError(f"cannot read the message: {exc}"))
-                return []
         entries = [e for e in map(lookup, names) if e is not None]
         if not entries:
             self._release(delivery)
         return entries
+
+    def _anonymous_target(self, delivery: Any | None, body: bytes) -> addresses.Target | None:
+        """The message's ``to`` (None: refused here)."""
+        try:
+            to = MessageView.from_bytes(body).properties.get("to")
+        except (MessageFormatError, ValueError) as exc:
+            self._refuse(delivery, DecodeError(f"cannot read the properties: {exc}"))
+            return None
+        try:
+            return addresses.anonymous_target(to)
+        except BrokerError as exc:
+            self._refuse(delivery, exc)
+            return None
+
+    def _exchange_route(self, delivery: Any | None, body: bytes, target: addresses.Target,
+                        anonymous: bool) -> list[str] | None:
+        """The streams exchange ``target.exchange`` routes the message to (None: answered
+        here). A refusal rejects the message on the anonymous terminus; on an exchange link
+        (the exchange deleted, a bad ``x-cc``) it releases the message and detaches the link,
+        as ``rabbit_amqp_session`` does."""
+        definitions = self.definitions
+        try:
+            if anonymous:
+                check_exchange_target(definitions, target.exchange)
+            if b"x-cc" not in body:  # the common case: no section is decoded unless a
+                # headers exchange asks for the application properties
+                return definitions.route(
+                    target.exchange, target.routing_key,
+                    lambda: MessageView.from_bytes(body).application_properties)
+            view = MessageView.from_bytes(body)
+            names: list[str] = []
+            for key in [target.routing_key, *cc_keys(view.message_annotations.get("x-cc"))]:
+                names += definitions.route(target.exchange, key,
+                                           lambda: view.application_properties)
+            return list(dict.fromkeys(names))
+        except BrokerError as exc:
+            if anonymous:
+                self._refuse(delivery, exc)
+            else:
+                self._release(delivery)
+                self.end(exc)
+            return None
+        except (MessageFormatError, ValueError) as exc:
+            self._refuse(delivery, DecodeError(f"cannot read the message: {exc}"))
+            return None
 
     def _release(self, delivery: Any | None) -> None:
         """An unroutable message: ``released`` (RabbitMQ's answer; pre-settled: dropped)."""

@@ -184,3 +184,24 @@ def test_auto_delete_exchange_goes_with_its_last_binding(path):
     d.delete_exchange("down")
     assert d.exchange("up") is None and d.bindings == []
     assert make(path).exchange("up") is None  # saved
+
+
+def test_routes_kept_between_changes_follow_every_change(path):
+    """The route cache answers as a fresh routing would after each change (bind, unbind,
+    exchange deleted and redeclared, stream forgotten); headers routes are never kept."""
+    d = make(path)
+    d.declare_exchange(Exchange("x", "topic"))
+    d.bind(Binding("x", "s1", "a.*"))
+    assert d.route("x", "a.b") == ["s1"] and d.route("x", "a.b") == ["s1"]
+    d.bind(Binding("x", "s2", "#"))
+    assert d.route("x", "a.b") == ["s1", "s2"]
+    d.unbind(Binding("x", "s1", "a.*"))
+    assert d.route("x", "a.b") == ["s2"]
+    d.forget_stream("s2")
+    assert d.route("x", "a.b") == []
+    d.delete_exchange("x")
+    with pytest.raises(NotFound):
+        d.route("x", "a.b")
+    d.declare_exchange(Exchange("h", "headers"))
+    d.bind(Binding("h", "s3", arguments={"k": 1}))
+    assert d.route("h", "", {"k": 1}) == ["s3"] and d.route("h", "", {"k": 2}) == []
