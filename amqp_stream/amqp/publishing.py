@@ -242,34 +242,29 @@ class Publisher:
                 self._refuse(delivery, exc)
                 return
         entry = self.entry
-        if entry is not None:
-            self._add(entry, body, value, pid, delivery, held)
-            return
-        entries = self._route(delivery, body)
-        if not entries:  # refused, released or dropped already
-            self.credit.release(held)
-            return
-        if delivery is not None and len(entries) > 1:
-            self.fan[delivery] = [len(entries), None]
+        entries: Any = (entry,)  # a /queues/<stream> link: its stream, no routing
+        if entry is None:
+            entries = self._route(delivery, body)
+            if not entries:  # refused, released or dropped already
+                self.credit.release(held)
+                return
+            if delivery is not None and len(entries) > 1:
+                self.fan[delivery] = [len(entries), None]
         for entry in entries:
-            self._add(entry, body, value, pid, delivery, held)
+            batch = self.batches.get(entry.name)
+            if batch is None:
+                if not self.batches:
+                    self.mark_dirty(self)
+                batch = self.batches[entry.name] = [entry, [], [], [], 0, []]
+            batch[1].append(body)
+            batch[2].append(value)
+            batch[4] += held
             held = 0  # the bytes are held once, by the first batch
-
-    def _add(self, entry: Any, body: bytes, value: Any, pid: int | None, delivery: Any | None,
-             held: int) -> None:
-        batch = self.batches.get(entry.name)
-        if batch is None:
-            if not self.batches:
-                self.mark_dirty(self)
-            batch = self.batches[entry.name] = [entry, [], [], [], 0, []]
-        batch[1].append(body)
-        batch[2].append(value)
-        batch[4] += held
-        if pid is not None:
-            batch[5].append(pid)
-        if delivery is not None:
-            pn_incref(delivery)  # released in _settle_all
-            batch[3].append(delivery)
+            if pid is not None:
+                batch[5].append(pid)
+            if delivery is not None:
+                pn_incref(delivery)  # released in _settle_all
+                batch[3].append(delivery)
 
     def _refuse(self, delivery: Any | None, refusal: BrokerError) -> None:
         if delivery is not None:
