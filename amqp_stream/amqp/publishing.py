@@ -66,6 +66,14 @@ def check_exchange_target(definitions: Any, name: str) -> None:
         raise Forbidden(f"forbidden to publish to internal exchange '{name}' in vhost '/'")
 
 
+def routing_headers(view: MessageView) -> dict:
+    """What a headers exchange matches (``mc_amqp:routing_headers`` with ``x_headers``): the
+    message annotations, then the application properties (which win on a shared key)."""
+    headers = {str(k): v for k, v in view.message_annotations.items() if isinstance(k, str)}
+    headers.update(view.application_properties)
+    return headers
+
+
 def cc_keys(value: Any) -> list[str]:
     """The ``x-cc`` message annotation: more routing keys (``rabbit_amqp_session:
     lookup_routing_key``); ``BadRequest`` (``amqp:invalid-field``) unless a list of strings."""
@@ -318,14 +326,12 @@ class Publisher:
                 check_exchange_target(definitions, target.exchange)
             if b"x-cc" not in body:  # the common case: no section is decoded unless a
                 # headers exchange asks for the application properties
-                return definitions.route(
-                    target.exchange, target.routing_key,
-                    lambda: MessageView.from_bytes(body).application_properties)
+                return definitions.route(target.exchange, target.routing_key,
+                                         lambda: routing_headers(MessageView.from_bytes(body)))
             view = MessageView.from_bytes(body)
             names: list[str] = []
             for key in [target.routing_key, *cc_keys(view.message_annotations.get("x-cc"))]:
-                names += definitions.route(target.exchange, key,
-                                           lambda: view.application_properties)
+                names += definitions.route(target.exchange, key, lambda: routing_headers(view))
             return list(dict.fromkeys(names))
         except BrokerError as exc:
             if anonymous:

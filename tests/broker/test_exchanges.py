@@ -170,7 +170,10 @@ def test_publish_to_exchanges_routes_to_every_bound_stream(broker, stream_name):
         # /exchanges/<x> routes with the empty key (v2 addresses): the subject is not read
         keyless = c.conn.create_sender(f"/exchanges/{t}")
         assert c.send_bytes(keyless, Message(subject="eu.x", body="no").encode()) == Delivery.RELEASED
+        _bind(c, h, a, arguments={"x-match": "all-with-x", "x-opt-tier": "gold"})
         hdr = c.conn.create_sender(f"/exchanges/{h}")
+        gold = Message(annotations={symbol("x-opt-tier"): "gold"}, body="gold")
+        assert c.send_bytes(hdr, gold.encode()) == Delivery.ACCEPTED  # annotations match too
         assert c.send_bytes(hdr, Message(properties={"region": "eu"}, body="hdr").encode()) == Delivery.ACCEPTED
         assert c.send_bytes(hdr, Message(properties={"region": "us"}, body="no").encode()) == Delivery.RELEASED
         anon = c.conn.create_sender(None, name="anon-" + stream_name)
@@ -178,8 +181,8 @@ def test_publish_to_exchanges_routes_to_every_bound_stream(broker, stream_name):
         assert c.send_bytes(anon, Message(address=to, body="anon").encode()) == Delivery.ACCEPTED
         default = c.conn.create_sender("/exchanges/amq.fanout")
         assert c.send_bytes(default, Message(body="unbound").encode()) == Delivery.RELEASED
-        assert c.info(a)["message_count"] == 2 and c.info(b)["message_count"] == 4
-        assert _bodies(c, a, 2) == ["both", "eu.orders"]
+        assert c.info(a)["message_count"] == 3 and c.info(b)["message_count"] == 4
+        assert _bodies(c, a, 3) == ["both", "eu.orders", "gold"]
         assert _bodies(c, b, 4) == ["both", "eu.orders", "hdr", "anon"]
         for e in (x, t, h):
             c.request("DELETE", f"/exchanges/{e}")
