@@ -34,7 +34,7 @@ from amqp_stream.amqp.connection import AmqpConnection
 from amqp_stream.amqp.consuming import Consumer
 from amqp_stream.amqp.credit import PublisherCredit
 from amqp_stream.amqp.tracking import StorePolicy, consumer_name, publisher_reference
-from amqp_stream.amqp.publishing import Publisher
+from amqp_stream.amqp.publishing import Publisher, check_exchange_target
 from amqp_stream.amqp.source_filters import FILTER_CAPABILITIES, echo_map, parse_source_filters
 from amqp_stream.amqp.tags import tag_number
 from amqp_stream.core import Core
@@ -478,9 +478,14 @@ class Adapter:
             link.flow(MANAGEMENT_CREDIT)
             return
         reference, stream_address = publisher_reference(link.remote_properties, address)
-        entry = None
+        entry = target = None
         if address is not None:  # None: the anonymous terminus, each message's ``to`` decides
-            entry = self.core.stream(addresses.publish_stream(stream_address))
+            target = addresses.publish_target(stream_address)
+            if target.stream is not None:
+                entry = self.core.stream(target.stream)
+                target = None
+            else:
+                check_exchange_target(self.core.definitions, target.exchange)
         link.target.copy(link.remote_target)
         link.source.copy(link.remote_source)
         link.max_message_size = self.config.max_message_size
@@ -491,12 +496,14 @@ class Adapter:
                               self.core.mailbox.post, self.core.mark_dirty, lookup=self.core.get,
                               end=lambda error: self._end_link(state, link._impl, error),
                               throttle=state.io.throttle,
-                              reference=reference)
+                              reference=reference, target=target,
+                              definitions=self.core.definitions)
         self._register(state, link, publisher)
         self.core.attach_publisher(entry, publisher)
         publisher.start()
         log.info("publisher attached: %s link %s -> %s%s", state.name, _name_of(link),
-                 f"stream {entry.name!r}" if entry else "the anonymous terminus",
+                 f"stream {entry.name!r}" if entry else (
+                     f"exchange {target.exchange!r}" if target else "the anonymous terminus"),
                  f", publisher reference {reference!r}" if reference else "")
 
     def _attach_consumer(self, state: ConnState, link: Any) -> None:

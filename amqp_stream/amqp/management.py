@@ -3,15 +3,15 @@
 Strategy: a request is (method, path, body) taken from the message's ``subject``, ``to`` and
 amqp-value body; the answer is a ``Response`` (status code and body) that the server adapter puts
 in a message with ``correlation-id`` = the request's ``message-id``. Everything the node decides
-(paths, the declare body's form, 201/200/400/404/405/501) lives here and is tested without a
+(paths, the declare body's form, statuses) lives here and is tested without a
 socket; the stream arguments' rules are ``amqp_stream.arguments``'s, and the streams are reached
 through the small ``Streams`` protocol (the broker's core), whose ``BrokerError``s become
 statuses.
 
-Behaviour follows RabbitMQ 4.2's rabbit_amqp_management for stream queues (see
-../shared/design/amqp-interface.md); exchanges and bindings are not supported by this broker and
-answer 501 with a message that says so. Our extension: consumer offsets and publisher
-sequences of a stream, one at a time or all (``_tracking``).
+Behaviour follows RabbitMQ 4.2's rabbit_amqp_management for stream queues; exchanges and
+bindings are ``exchange_management``'s (over ``amqp_stream.definitions``). Our extensions:
+consumer offsets and publisher sequences of a stream, one at a time or all (``_tracking``);
+``GET /exchanges[/<x>]`` and ``GET /bindings`` by any of source, destination and key.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from amqp_stream import arguments as stream_arguments
-from amqp_stream.amqp import addresses, tracking
+from amqp_stream.amqp import addresses, exchange_management, tracking
 from amqp_stream.amqp.source_filters import parse_start
-from amqp_stream.errors import (BadRequest, BrokerError, InternalError, NotAllowed, NotFound,
-                                NotImplementedByBroker)
+from amqp_stream.definitions import Definitions
+from amqp_stream.errors import BadRequest, BrokerError, InternalError, NotAllowed, NotFound
 from storage import StorageError, StreamClosedError
 
 __all__ = ["Response", "Streams", "handle", "validate_declare"]
@@ -43,6 +43,7 @@ class Streams(Protocol):
     def delete(self, name: str) -> int | None: ...
     def info(self, name: str) -> dict: ...
     def stream(self, name: str) -> Any: ...  # a StreamEntry (``.stream``: storage's Stream)
+    definitions: Definitions
 
 
 def validate_declare(body: Any) -> dict:
@@ -80,13 +81,18 @@ def _handle(method: Any, path: Any, body: Any, streams: Streams) -> Response:
     if not isinstance(method, str) or not isinstance(path, str):
         raise BadRequest("a request needs subject (the HTTP method) and to (the path)")
     method = method.upper()
+    if path == "/exchanges":  # our extension: all of them
+        return Response(*exchange_management.list_exchanges(method, streams.definitions))
     try:
         address = addresses.parse(path)
     except addresses.AddressError as exc:
         raise BadRequest(str(exc)) from None
-    if address.kind in ("exchange", "bindings"):
-        raise NotImplementedByBroker(f"{method} {path}: exchanges and bindings are not supported by "
-                                   f"this broker (streams only; publish to /queues/<name>)")
+    if address.kind == "exchange":
+        return Response(*exchange_management.exchanges(method, address, body,
+                                                       streams.definitions))
+    if address.kind == "bindings":
+        return Response(*exchange_management.bindings(method, address, body,
+                                                      streams.definitions))
     if address.kind == "queue_messages":
         if method == "DELETE":
             if not streams.exists(address.name):

@@ -37,7 +37,8 @@ from amqp_stream.streamproto import (
     SaslAuthenticate, SaslHandshake, StoreOffset, StreamStats, Subscribe, Tune, Unsubscribe,
 )
 from amqp_stream.streamproto import Publish as PublishFrame
-from amqp_stream.streamproto.frames import FRAME_HEAD, decode, encode
+from amqp_stream.streamproto.frames import (FRAME_HEAD, CreateSuperStream, DeleteSuperStream,
+                                            decode, encode)
 from amqp_stream.streamproto.traffic import CHUNK_HEADER, PUBLISH_HEAD
 
 __all__ = ["StreamClient", "parse_stream_url", "publish_frame", "offset_spec", "DEFAULT_STREAM_URL"]
@@ -174,6 +175,20 @@ class StreamClient:
         corr = self._next_corr()
         self._check(self._request(Delete(corr, stream), corr), f"delete {stream!r}")
 
+    def create_super_stream(self, name: str, partitions: Sequence[str],
+                            binding_keys: Sequence[str],
+                            arguments: Mapping[str, str] | None = None) -> None:
+        """CreateSuperStream (RabbitMQ 3.13 and later; this broker)."""
+        corr = self._next_corr()
+        self._check(self._request(CreateSuperStream(corr, name, tuple(partitions),
+                                                    tuple(binding_keys), dict(arguments or {})),
+                                  corr), f"create super stream {name!r}")
+
+    def delete_super_stream(self, name: str) -> None:
+        corr = self._next_corr()
+        self._check(self._request(DeleteSuperStream(corr, name), corr),
+                    f"delete super stream {name!r}")
+
     def stats(self, stream: str) -> dict[str, int]:
         """StreamStats (RabbitMQ 3.11 and later; this broker)."""
         corr = self._next_corr()
@@ -192,17 +207,6 @@ class StreamClient:
         answer = self._request(QueryPublisherSequence(corr, reference, stream), corr)
         self._check(answer, f"publisher sequence of {reference!r} on {stream!r}")
         return int(getattr(answer, "sequence", 0))
-
-    def create_super_stream(self, name: str, partitions: Sequence[str], binding_keys: Sequence[str],
-                            arguments: Mapping[str, str] | None = None) -> None:
-        corr = self._next_corr()
-        self._check(self._request(CreateSuperStream(corr, name, tuple(partitions), tuple(binding_keys),
-                                                    dict(arguments or {})), corr),
-                    f"create super stream {name!r}")
-
-    def delete_super_stream(self, name: str) -> None:
-        corr = self._next_corr()
-        self._check(self._request(DeleteSuperStream(corr, name), corr), f"delete super stream {name!r}")
 
     def partitions(self, super_stream: str) -> list[str]:
         """The partition streams of ``super_stream``, in partition order."""
