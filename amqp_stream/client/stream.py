@@ -37,8 +37,7 @@ from amqp_stream.streamproto import (
     SaslAuthenticate, SaslHandshake, StoreOffset, StreamStats, Subscribe, Tune, Unsubscribe,
 )
 from amqp_stream.streamproto import Publish as PublishFrame
-from amqp_stream.streamproto.frames import (FRAME_HEAD, CreateSuperStream, DeleteSuperStream,
-                                            decode, encode)
+from amqp_stream.streamproto.frames import FRAME_HEAD, decode, encode
 from amqp_stream.streamproto.traffic import CHUNK_HEADER, PUBLISH_HEAD
 
 __all__ = ["StreamClient", "parse_stream_url", "publish_frame", "offset_spec", "DEFAULT_STREAM_URL"]
