@@ -39,12 +39,12 @@ except ImportError:  # older: every micro-batch reads all there is; batch reads 
 import sqlfilter
 
 from amqp_stream import client as amqp
-from amqp_stream.spark.mapping import declared_columns, message_to_row
+from amqp_stream.spark.mapping import BASE_COLUMNS, STREAM_COLUMN, declared_columns, message_to_row
 from amqp_stream.spark.offsets import OffsetRange, resolve, split
 from amqp_stream.spark.options import OptionError, SourceOptions
-from amqp_stream.spark.pushdown import Pushdown, fits, plan_pushdown
+from amqp_stream.spark.pushdown import Pushdown, fits, plan_pushdown, streams_named
 
-__all__ = ["BatchReader", "PushdownBatchReader", "StreamReader", "ReadPartition", "read_range",
+__all__ = ["BatchReader", "PushdownBatchReader", "StreamReader", "ReadPartition", "read_range", "read_partition",
            "stream_bounds", "start_offset", "store_progress"]
 
 _log = logging.getLogger("amqp_stream.spark")
@@ -52,18 +52,30 @@ _log = logging.getLogger("amqp_stream.spark")
 
 class ReadPartition(OffsetRange):
     """A task's offset range and the filters it asks the broker for: carried by the partition so
-    that what ``amqp_stream.spark.explain`` shows is what the task sends."""
+    that what ``amqp_stream.spark.explain`` shows is what the task sends. Reading a super
+    stream, ``stream`` is the partition stream the range is in."""
 
-    def __init__(self, start: int, end: int, pushdown: Pushdown):
+    def __init__(self, start: int, end: int, pushdown: Pushdown, stream: str | None = None):
         super().__init__(start, end)
         self.pushdown = pushdown
+        self.stream = stream
 
     def __repr__(self) -> str:
-        return f"ReadPartition([{self.start}, {self.end}), {self.pushdown.describe()})"
+        where = f"{self.stream} " if self.stream is not None else ""
+        return f"ReadPartition({where}[{self.start}, {self.end}), {self.pushdown.describe()})"
 
 
-def _partitions(ranges: list[OffsetRange], pd: Pushdown) -> list[ReadPartition]:
-    return [ReadPartition(r.start, r.end, pd) for r in ranges]
+def _partitions(ranges: list[OffsetRange], pd: Pushdown, stream: str | None = None) -> list[ReadPartition]:
+    return [ReadPartition(r.start, r.end, pd, stream) for r in ranges]
+
+
+def read_partition(opts: SourceOptions, part: ReadPartition, declared) -> Iterator[tuple]:
+    """A task's rows; a super stream's with the partition stream's name after the fixed columns."""
+    if part.stream is None:
+        return read_range(opts, part, part.pushdown, declared)
+    name, fixed = part.stream, len(BASE_COLUMNS.fields)
+    return (row[:fixed] + (name,) + row[fixed:]
+            for row in read_range(opts.for_partition(name), part, part.pushdown, declared))
 
 
 def stream_bounds(opts: SourceOptions) -> tuple[int, int]:
@@ -159,24 +171,34 @@ def read_range(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, declared) ->
 
 
 class BatchReader(DataSourceReader):
-    """Reads ``startingOffset``..``endingOffset`` (default: all there is at planning)."""
+    """Reads ``startingOffset``..``endingOffset`` (default: all there is at planning). A super
+    stream is read partition stream by partition stream, each planned as a stream is (its own
+    bounds, offsets, stored consumer offset, ``numPartitions``): at least one task each."""
 
     def __init__(self, opts: SourceOptions, schema):
         self.opts = opts
-        self.declared = declared_columns(schema)
+        self.declared = declared_columns(schema, opts.super_stream is not None)
         self.pd = explicit_pushdown(opts)
+        self.only: set[str] | None = None  # a super stream's partitions the query's predicates allow
 
     def partitions(self):
-        first, next_ = stream_bounds(self.opts)
-        start = start_offset(self.opts, first, next_)
-        end = resolve(self.opts.ending_offset, first, next_, what="endingOffset")
+        if self.opts.super_stream is None:
+            return self._plan(self.opts, None)
+        streams = [s for s in self.opts.partition_streams() if self.only is None or s in self.only]
+        planned = [p for s in streams for p in self._plan(self.opts.for_partition(s), s)]
+        return planned or [ReadPartition(0, 0, self.pd)]  # every partition ruled out: no rows
+
+    def _plan(self, opts: SourceOptions, stream: str | None) -> list[ReadPartition]:
+        first, next_ = stream_bounds(opts)
+        start = start_offset(opts, first, next_)
+        end = resolve(opts.ending_offset, first, next_, what="endingOffset")
         start, end = self.pd.clamp(start, max(start, end))
-        return _partitions(split(start, end, num_partitions=self.opts.num_partitions,
-                                 max_records=self.opts.max_records_per_partition), self.pd)
+        return _partitions(split(start, end, num_partitions=opts.num_partitions,
+                                 max_records=opts.max_records_per_partition), self.pd, stream)
 
     def read(self, partition: InputPartition):
         assert isinstance(partition, ReadPartition)
-        return read_range(self.opts, partition, partition.pushdown, self.declared)
+        return read_partition(self.opts, partition, self.declared)
 
 
 class PushdownBatchReader(BatchReader):
@@ -184,6 +206,9 @@ class PushdownBatchReader(BatchReader):
     ``spark.sql.python.filterPushdown.enabled=true``, which ``register`` sets)."""
 
     def pushFilters(self, filters):
+        filters = list(filters)
+        if self.opts.super_stream is not None:
+            self.only = streams_named(filters, STREAM_COLUMN)
         columns = {f.name: f.dataType for f in self.declared.fields}
         pd, rest = plan_pushdown(filters, columns)
         self.pd = _merge(self.pd, pd)
