@@ -159,3 +159,48 @@ def test_bad_input_is_refused_clearly(spark, broker):
     empty = make_super_stream(broker, 0)
     with pytest.raises(Exception, match=rf"super stream '{empty}' has no partition stream"):
         write(orders(spark, KEYS[:3]), broker, empty, routingKeyColumn="customer")
+
+
+def fill_partitions(broker, super_stream: str, counts: list[int]) -> None:
+    with amqp.connect(broker.url) as c:
+        for i, n in enumerate(counts):
+            with c.publisher(f"{super_stream}-{i}") as pub:
+                for k in range(n):
+                    pub.publish(f"p{i}-{k}".encode(), application_properties={"customer": f"p{i}-{k}"})
+                pub.flush()
+
+
+def test_streaming_read_of_a_super_stream_limits_batches_and_stores_progress_per_partition(
+        spark, broker, tmp_path):
+    """Progress per partition stream: micro-batches of at most maxRecordsPerTrigger over the
+    three backlogs together, every message once with its partition; consumerName stores each
+    partition's last offset; a restart from the checkpoint reads only what came since."""
+    ss = make_super_stream(broker, 3)
+    fill_partitions(broker, ss, [20, 60, 100])
+
+    def run_query() -> tuple[list, list[int]]:
+        got: list = []
+        sizes: list[int] = []
+
+        def collect(batch, _batch_id) -> None:
+            rows = batch.collect()
+            got.extend(rows)
+            sizes.append(len(rows))
+        df = (spark.readStream.format("amqp-stream").option("url", broker.url)
+              .option("streamUrl", broker.stream_url).option("superStream", ss).option("consumerName", "q")
+              .option("maxRecordsPerTrigger", 50).option("properties", "customer STRING").load())
+        q = (df.select("stream", "offset", "customer").writeStream.foreachBatch(collect)
+             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+        q.awaitTermination(180)
+        assert q.exception() is None
+        return got, [n for n in sizes if n]
+
+    rows, sizes = run_query()
+    assert sizes == [50, 50, 50, 30]
+    assert sorted((r.stream, r.offset, r.customer) for r in rows) == sorted(
+        (f"{ss}-{i}", k, f"p{i}-{k}") for i, n in enumerate([20, 60, 100]) for k in range(n))
+    with amqp.connect(broker.url) as c:
+        assert [c.stored_offset(f"{ss}-{i}", "q") for i in range(3)] == [19, 59, 99]
+    fill_partitions(broker, ss, [0, 5])  # five more in partition 1 (keys p1-0.. again)
+    rows, sizes = run_query()
+    assert sizes == [5] and {r.stream for r in rows} == {f"{ss}-1"} and min(r.offset for r in rows) >= 60
