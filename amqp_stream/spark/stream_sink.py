@@ -62,9 +62,10 @@ def publish_routed(opts, encoder: ArrowEncoder, batches: Iterable, partitions: l
             if not batch.num_rows:
                 continue
             keys = batch.column(batch.schema.get_field_index(column)).to_pylist()
-            routes = route_indices(keys, len(partitions), opts.routing_hash, column)
-            for index in sorted(set(routes)):
-                rows = [n for n, r in enumerate(routes) if r == index]
+            buckets: dict[int, list[int]] = {}
+            for n, index in enumerate(route_indices(keys, len(partitions), opts.routing_hash, column)):
+                buckets.setdefault(index, []).append(n)
+            for index, rows in sorted(buckets.items()):
                 part = batch if len(rows) == batch.num_rows else batch.take(rows)
                 taken = targets[index].take(part)
                 if taken is not None:

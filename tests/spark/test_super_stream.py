@@ -9,17 +9,25 @@ least one task per partition stream and say in the ``stream`` column where a row
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
+import subprocess
 import uuid
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from rstream import AMQPMessage, SuperStreamProducer
 
 from amqp_stream import client as amqp
+from amqp_stream.spark import broker_requests
 from amqp_stream.spark.options import OptionError, SourceOptions
+from amqp_stream.spark.pushdown import streams_named
 from amqp_stream.spark.super_stream import hash_index
 from tests.stream import rstream_low
 
+TESTS = Path(__file__).resolve().parent.parent
+NODE = shutil.which("node")
 REGIONS = ["eu", "us", "ap"]
 KEYS = [f"customer-{i}" for i in range(240)]
 
@@ -46,13 +54,15 @@ def write(df, broker, super_stream: str, **options) -> None:
      .option("superStream", super_stream).options(**options).mode("append").save())
 
 
-def customers_by_partition(broker, super_stream: str, count: int) -> list[Counter]:
-    """For each partition stream, how often each ``customer`` is in it (AMQP reads)."""
+def customers_by_partition(broker, super_stream: str, count: int, key=None) -> list[Counter]:
+    """For each partition stream, how often each ``customer`` is in it (AMQP reads; ``key``
+    takes it from a message, by default its application property)."""
+    key = key or (lambda m: m.application_properties["customer"])
     out = []
     with amqp.connect(broker.url) as c:
         for i in range(count):
             with c.consumer(f"{super_stream}-{i}", offset="first") as con:
-                out.append(Counter(m.application_properties["customer"] for m in con.read_available()))
+                out.append(Counter(key(m) for m in con.read_available()))
     return out
 
 
@@ -92,6 +102,23 @@ def test_writer_routes_keys_to_the_partitions_rstreams_producer_picks(spark, bro
     assert all(c and max(c.values()) == 1 for c in mine) and sum(map(len, mine)) == len(KEYS)
 
 
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+def test_default_hash_sends_keys_where_the_node_clients_publisher_does(spark, broker):
+    """The default routingHash (murmur3) against rabbitmq-stream-js-client's
+    SuperStreamPublisher (hash routing, as the Java client's): the same keys, the same
+    partitions."""
+    ours, theirs = make_super_stream(broker, 3), make_super_stream(broker, 3)
+    write(orders(spark).repartition(2), broker, ours, routingKeyColumn="customer")
+    js = TESTS / "stream" / "js"
+    spec = {"port": broker.stream_port, "superStream": theirs, "publish": [{"content": k, "key": k} for k in KEYS]}
+    done = subprocess.run([NODE, str(js / "super_stream.js"), json.dumps(spec)], capture_output=True, text=True,
+                          timeout=60, cwd=js)
+    assert done.returncode == 0, done.stderr + done.stdout
+    node = customers_by_partition(broker, theirs, 3, key=lambda m: bytes(m.body).decode())
+    mine = customers_by_partition(broker, ours, 3)
+    assert [set(c) for c in mine] == [set(c) for c in node] and all(mine)
+
+
 def test_named_write_twice_stores_each_row_once_per_partition_and_reads_back(spark, broker):
     """Exactly once per partition: a named write run twice stores every row once, each
     partition's publisher at the count routed there; the default hash (murmur3, the Java and
@@ -121,9 +148,19 @@ def test_named_write_twice_stores_each_row_once_per_partition_and_reads_back(spa
     # a predicate on stream plans that partition alone; filters go to each partition's broker read
     one = reader.where(f"stream = '{ss}-1'")
     assert one.rdd.getNumPartitions() == 2
+    assert [line.split(";")[0] for line in broker_requests(one)] == [
+        f"amqp-stream: {ss}-1 offsets [0, {len(placed[1])}) in 2 partition(s)"]
     assert {r.customer for r in one.collect()} == set(placed[1])
     eu = reader.where("filter_value = 'eu'").select("customer").collect()
     assert sorted(r.customer for r in eu) == sorted(KEYS[i] for i in range(0, len(KEYS), 3))
+
+
+def test_stream_predicates_name_the_partitions_to_plan():
+    from pyspark.sql.datasource import EqualTo, GreaterThan, In
+    assert streams_named([GreaterThan(("offset",), 3)], "stream") is None
+    assert streams_named([EqualTo(("stream",), "o-1")], "stream") == {"o-1"}
+    assert streams_named([In(("stream",), ("o-1", "o-2")), EqualTo(("stream",), "o-2")], "stream") == {"o-2"}
+    assert streams_named([In(("stream",), ("o-1",)), EqualTo(("stream",), "o-2")], "stream") == set()
 
 
 def test_bad_input_is_refused_clearly(spark, broker):
