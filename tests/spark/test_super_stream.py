@@ -241,3 +241,24 @@ def test_streaming_read_of_a_super_stream_limits_batches_and_stores_progress_per
     fill_partitions(broker, ss, [0, 5])  # five more in partition 1 (keys p1-0.. again)
     rows, sizes = run_query()
     assert sizes == [5] and {r.stream for r in rows} == {f"{ss}-1"} and min(r.offset for r in rows) >= 60
+
+
+def test_streaming_write_routes_every_micro_batch(spark, broker, tmp_path):
+    """A streaming write (exactlyOnce: publishers named by the query id) over two
+    micro-batches: every key once, in the partition the default hash picks."""
+    ss = make_super_stream(broker, 3)
+    src = tmp_path / "in"
+    src.mkdir()
+    for k in range(2):
+        (src / f"part-{k}.json").write_text("".join(json.dumps({"customer": c, "n": i}) + "\n"
+                                                    for i, c in enumerate(KEYS[k::2])))
+    query = (spark.readStream.schema("customer STRING, n INT").option("maxFilesPerTrigger", 1).json(str(src))
+             .writeStream.format("amqp-stream").option("url", broker.url).option("streamUrl", broker.stream_url)
+             .option("superStream", ss).option("routingKeyColumn", "customer").option("exactlyOnce", "true")
+             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    query.awaitTermination(180)
+    assert query.exception() is None
+    assert len([p for p in query.recentProgress if p["numInputRows"]]) == 2
+    placed = customers_by_partition(broker, ss, 3)
+    assert [set(c) for c in placed] == [{k for k in KEYS if hash_index(k, 3) == i} for i in range(3)]
+    assert all(max(c.values()) == 1 for c in placed)
