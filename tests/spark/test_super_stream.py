@@ -29,7 +29,8 @@ from tests.stream import rstream_low
 TESTS = Path(__file__).resolve().parent.parent
 NODE = shutil.which("node")
 REGIONS = ["eu", "us", "ap"]
-KEYS = [f"customer-{i}" for i in range(240)]
+# keys beyond ASCII too: UTF-16 surrogate pairs (rstream hashes UTF-16) and multi-byte UTF-8
+KEYS = [f"customer-{i}" for i in range(234)] + ["Zoë", "клиент-7", "顧客-42", "ключ 😀", "ü", "𝔘𝔫𝔦"]
 
 
 def make_super_stream(broker, partitions: int, name: str | None = None) -> str:
