@@ -125,9 +125,9 @@ def test_anonymous_allowed_beside_plain_only_when_asked(tmp_path, users_file):
         _plain(proc.url, "alice", "wonderland").close()
         with pytest.raises(ConnectionException):
             _plain(proc.url, "alice", "nope")
-        # the password database lives in <data>/.sasl, private, rebuilt at start
+        # the Cyrus configuration and the saslauthd socket live in <data>/.sasl, private, rebuilt at start
         assert sasl_dir.stat().st_mode & 0o777 == 0o700
-        assert sorted(p.name for p in sasl_dir.iterdir()) == ["amqp-stream.conf", "users.sasldb"]
+        assert sorted(p.name for p in sasl_dir.iterdir()) == ["amqp-stream.conf", "saslauthd"]
         proc.stop()
         assert not sasl_dir.exists()  # removed at a clean exit
 
@@ -251,8 +251,9 @@ def test_prepare_mechanisms(users_file):
               security.prepare(_config(host="0.0.0.0", users_file=users_file)),
               security.prepare(_config(host="0.0.0.0", allow_anonymous=True))]
     try:
+        # PLAIN is always offered: users can be added to the store while the broker runs
         assert [s.mechanisms for s in setups] == ["PLAIN ANONYMOUS", "PLAIN", "PLAIN ANONYMOUS", "PLAIN",
-                                                  "ANONYMOUS"]
+                                                  "PLAIN ANONYMOUS"]
         assert [s.require_auth for s in setups] == [False, True, False, True, False]
         assert setups[0].users == ("guest",)  # no users file on loopback: RabbitMQ's default
         assert setups[1].users == ("alice", "bob")
