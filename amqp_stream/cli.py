@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tracking": ("tracking", "list a stream's stored consumer offsets and publisher sequences"),
     "reset-offset": ("tracking", "move a consumer name's stored offset (where it resumes)"),
     "perf": ("perf", "a load generator for publishers and filtered consumers"),
+    "users": ("users", "users, tags and permissions (add, delete, list, change-password, set-tags, "
+                       "set-permissions, clear-permissions, list-permissions)"),
 }
 
 
