@@ -9,7 +9,7 @@ from pathlib import Path
 
 __all__ = ["users_cli", "make_users", "PASSWORD", "PERMISSIONS"]
 
-PASSWORD = "s3cret pw"
+PASSWORD = "s3cret-pw"
 #: user -> (configure, write, read) on vhost "/"; streams of the tests start with "p-", and
 #: AMQP 1.0 publishing checks write on the default exchange (amq.default), as RabbitMQ does
 PERMISSIONS = {
