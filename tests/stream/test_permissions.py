@@ -199,3 +199,32 @@ def test_a_permission_changed_by_the_command_applies_without_restart(broker):
         else:
             raise AssertionError("the deleted user still logs in")
     run(go(), TIMEOUT)
+
+
+def test_super_streams_need_what_rabbitmq_checks(broker):
+    """Creating or deleting a super stream: configure and read on its exchange, configure and
+    write on each partition (``check_super_stream_management_permitted``); Route: write,
+    Partitions: read or write on the exchange (refused: rstream reads no streams)."""
+    users_cli(broker.data_dir, "add", "manager", PASSWORD)
+    users_cli(broker.data_dir, "set-permissions", "manager", "^p-", "^p-", "^p-")
+
+    async def go():
+        await _until_logged_in(broker, "manager")
+        partitions, keys = ["p-ss-0", "p-ss-1"], ["0", "1"]
+        async with login(broker, "maker") as c:  # configure only: no read, no write
+            with pytest.raises(exceptions.AccessRefused):
+                await c.create_super_stream("p-ss", partitions, keys)
+        async with login(broker, "manager") as c:
+            with pytest.raises(exceptions.AccessRefused):
+                await c.create_super_stream("p-ss", ["p-ss-0", "q-ss-1"], keys)
+            await c.create_super_stream("p-ss", partitions, keys)
+        async with login(broker, "reader") as c:
+            assert await c.partitions("p-ss") == partitions
+            assert await c.route("1", "p-ss") == []  # refused: write is needed
+        async with login(broker, "writer") as c:
+            assert await c.route("1", "p-ss") == ["p-ss-1"]
+            with pytest.raises(exceptions.AccessRefused):
+                await c.delete_super_stream("p-ss")
+        async with login(broker, "manager") as c:
+            await c.delete_super_stream("p-ss")
+    run(go(), TIMEOUT)
