@@ -32,7 +32,8 @@ TIMEOUT = 5.0  # seconds a caller has to send its request
 
 
 class Responder:
-    """Listens on ``path`` and answers with ``check(login, password) -> bool``."""
+    """Listens on ``path`` and answers with ``check(name, password) -> bool``. Cyrus splits a
+    name at its ``@`` (login, realm); the name is put back together."""
 
     def __init__(self, path: str, check: Callable[[str, str], bool]):
         self.path = path
@@ -66,8 +67,8 @@ class Responder:
             with conn:
                 try:
                     conn.settimeout(TIMEOUT)
-                    login, password, _service, _realm = (_read_string(conn) for _ in range(4))
-                    ok = self._verdict(login, password)
+                    login, password, _service, realm = (_read_string(conn) for _ in range(4))
+                    ok = self._verdict(login + b"@" + realm if realm else login, password)
                     answer = b"OK" if ok else b"NO authentication failed"
                     conn.sendall(_LENGTH.pack(len(answer)) + answer)
                 except (OSError, ValueError) as exc:
@@ -75,8 +76,7 @@ class Responder:
 
     def _verdict(self, login: bytes, password: bytes) -> bool:
         try:
-            name = login.decode("utf-8").split("@", 1)[0]  # Cyrus may append @realm
-            return bool(self.check(name, password.decode("utf-8")))
+            return bool(self.check(login.decode("utf-8"), password.decode("utf-8")))
         except UnicodeDecodeError:
             return False
         except Exception:

@@ -51,8 +51,7 @@ SASL_CONFIG_NAME = "amqp-stream"
 """Cyrus looks for ``<name>.conf`` in the configuration directory."""
 
 SOCKET_NAME = "saslauthd"
-"""The saslauthd socket in the Cyrus configuration directory."""
-MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes
+"""The saslauthd socket's name (in a private temporary directory)."""
 
 
 @dataclass
@@ -92,6 +91,7 @@ class SecuritySetup:
     def close(self) -> None:
         if self._responder is not None:
             self._responder.close()
+            shutil.rmtree(os.path.dirname(self._responder.path), ignore_errors=True)
             self._responder = None
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
@@ -158,18 +158,16 @@ def read_users(path: str | os.PathLike) -> dict[str, str]:
 def _sasl_dir(data_dir: Any) -> str:
     """``<data dir>/.sasl`` (mode 0700, emptied), so a crash leaves at most one copy, replaced at
     the next start; a private temporary directory when there is no usable data directory
-    (Cyrus takes a colon-separated path list, so a data directory with a colon cannot be used),
-    or when the saslauthd socket's path would not fit a Unix socket address."""
+    (Cyrus takes a colon-separated path list, so a data directory with a colon cannot be used)."""
     if data_dir and ":" not in os.path.abspath(str(data_dir)):
         directory = os.path.join(os.path.abspath(str(data_dir)), ".sasl")
-        if len(os.path.join(directory, SOCKET_NAME).encode()) < MAX_SOCKET_PATH:
-            try:
-                shutil.rmtree(directory, ignore_errors=True)
-                os.makedirs(os.path.dirname(directory), exist_ok=True)
-                os.mkdir(directory, 0o700)
-                return directory
-            except OSError as exc:
-                raise ConfigError(f"cannot create {directory}: {exc.strerror or exc}") from None
+        try:
+            shutil.rmtree(directory, ignore_errors=True)
+            os.makedirs(os.path.dirname(directory), exist_ok=True)
+            os.mkdir(directory, 0o700)
+            return directory
+        except OSError as exc:
+            raise ConfigError(f"cannot create {directory}: {exc.strerror or exc}") from None
     return tempfile.mkdtemp(prefix="amqp-stream-sasl-")  # mode 0700
 
 
@@ -177,11 +175,11 @@ def _build_sasl_dir(data_dir: Any = None) -> str:
     return _sasl_dir(data_dir)
 
 
-def _write_sasl_conf(directory: str, mechanisms: str) -> None:
-    """``amqp-stream.conf``: PLAIN checks go to the saslauthd socket ``SOCKET_NAME`` in the
-    same directory (``amqp_stream.saslauthd`` answers there)."""
+def _write_sasl_conf(directory: str, mechanisms: str, socket_path: str) -> None:
+    """``amqp-stream.conf``: PLAIN checks go to the saslauthd socket at ``socket_path``
+    (``amqp_stream.saslauthd`` answers there)."""
     conf = [f"mech_list: {mechanisms}", "pwcheck_method: saslauthd",
-            f"saslauthd_path: {os.path.join(directory, SOCKET_NAME)}"]
+            f"saslauthd_path: {socket_path}"]
     Path(directory, f"{SASL_CONFIG_NAME}.conf").write_text("\n".join(conf) + "\n")
 
 
@@ -242,12 +240,14 @@ def prepare(config: Any, store: UserStore | None = None) -> SecuritySetup:
     try:
         responder = None
         if conf_dir is not None:
-            _write_sasl_conf(conf_dir, mechanisms)
-            guest_ok = is_loopback(host)
-            responder = Responder(os.path.join(conf_dir, SOCKET_NAME),
-                                  lambda name, password: (guest_ok or name != GUEST
-                                                          or name in file_users)
-                                  and store.authenticate(name, password) is not None)
+            # the socket in a short private directory of its own: it fits a Unix socket's
+            # address, and a second broker started on the same data directory (refused at its
+            # lock, after this) cannot remove it from under the first
+            socket_dir = tempfile.mkdtemp(prefix="amqp-stream-saslauthd-")
+            atexit.register(shutil.rmtree, socket_dir, True)
+            socket_path = os.path.join(socket_dir, SOCKET_NAME)
+            _write_sasl_conf(conf_dir, mechanisms, socket_path)
+            responder = Responder(socket_path, _password_check(store, file_users, is_loopback(host)))
             atexit.register(shutil.rmtree, conf_dir, True)
     except BaseException:
         if conf_dir is not None:
@@ -258,6 +258,17 @@ def prepare(config: Any, store: UserStore | None = None) -> SecuritySetup:
                          require_auth="ANONYMOUS" not in mechs,
                          users=tuple(u.name for u in store.users()), store=store,
                          _tmp=conf_dir, _responder=responder)
+
+
+def _password_check(store: UserStore, file_users: dict[str, str], guest_ok: bool):
+    """What the saslauthd responder asks: ``check(name, password)``; the stored ``guest`` only
+    on a loopback listener (the loopback rule)."""
+
+    def check(name: str, password: str) -> bool:
+        if name == GUEST and not guest_ok and name not in file_users:
+            return False
+        return store.authenticate(name, password) is not None
+    return check
 
 
 def _open_store(directory: Any, file_users: dict[str, str]) -> UserStore:

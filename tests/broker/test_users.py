@@ -88,12 +88,15 @@ def test_hashes_from_rabbitmq_definitions_log_in_on_both_protocols(tmp_path):
         {"name": "old", "password_hash": _rabbit_hash(hashlib.md5, "md5 pw"),
          "hashing_algorithm": "rabbit_password_hashing_md5", "tags": "management,monitoring"},
         {"name": "strong", "password_hash": _rabbit_hash(hashlib.sha512, "sha512 pw"),
-         "hashing_algorithm": "rabbit_password_hashing_sha512", "tags": ["administrator"]}],
+         "hashing_algorithm": "rabbit_password_hashing_sha512", "tags": ["administrator"]},
+        {"name": "ops@example.com", "password_hash": _rabbit_hash(hashlib.sha256, "mail pw"),
+         "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": []}],
         "permissions": [{"user": u, "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"}
-                        for u in (name, "old", "strong")]}
+                        for u in (name, "old", "strong", "ops@example.com")]}
     (data / users.FILE).write_text(json.dumps(document))
     with BrokerProcess(data, extra_args=["--auth-failure-delay", "0"]) as broker:
-        for user, pw in ((name, password), ("old", "md5 pw"), ("strong", "sha512 pw")):
+        for user, pw in ((name, password), ("old", "md5 pw"), ("strong", "sha512 pw"),
+                         ("ops@example.com", "mail pw")):
             assert _amqp_login(broker, user, pw), user
             assert _stream_login(broker, user, pw), user
             assert not _amqp_login(broker, user, pw + "x")
@@ -101,7 +104,8 @@ def test_hashes_from_rabbitmq_definitions_log_in_on_both_protocols(tmp_path):
         assert not _amqp_login(broker, "guest", "guest")  # a store of one's own: no guest made
     listed = users_cli(data, "list", "--format", "json").stdout
     assert {u["name"]: u["tags"] for u in json.loads(listed)} == {
-        name: [], "old": ["management", "monitoring"], "strong": ["administrator"]}
+        name: [], "old": ["management", "monitoring"], "strong": ["administrator"],
+        "ops@example.com": []}
 
 
 # -- the rules, without a process ------------------------------------------------------------
@@ -134,7 +138,7 @@ def test_store_api_for_the_http_layer(tmp_path):
         with pytest.raises(NotFound):
             bad()
     for bad in (lambda: store.set_permissions("app", "/", "(", "", ""),
-                lambda: store.put_user("a@b", password="x"),
+                lambda: store.put_user("a\nb", password="x"),
                 lambda: store.put_user("x", password="p", password_hash="aGk="),
                 lambda: store.add_user("y", "")):
         with pytest.raises(BadRequest):
