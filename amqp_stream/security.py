@@ -33,7 +33,7 @@ import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from proton import SASL, SSLDomain, SSLException, Transport
 
@@ -260,7 +260,8 @@ def prepare(config: Any, store: UserStore | None = None) -> SecuritySetup:
                          _tmp=conf_dir, _responder=responder)
 
 
-def _password_check(store: UserStore, file_users: dict[str, str], guest_ok: bool):
+def _password_check(store: UserStore, file_users: dict[str, str],
+                    guest_ok: bool) -> Callable[[str, str], bool]:
     """What the saslauthd responder asks: ``check(name, password)``; the stored ``guest`` only
     on a loopback listener (the loopback rule)."""
 
