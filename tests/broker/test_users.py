@@ -217,3 +217,19 @@ def test_only_who_may_write_the_data_directory_changes_users(tmp_path):
         data.chmod(0o700)
     assert refused.returncode == 1 and "Permission denied" in refused.stderr, refused.stderr
     assert (data / users.FILE).read_bytes() == before
+
+
+def test_guest_over_amqp_only_on_a_loopback_listener(tmp_path):
+    """Cyrus does not pass the peer's address to the password check, so the AMQP side of the
+    loopback rule is the listener's address (``security._password_check``); a users file's
+    ``guest`` is no stored guest and logs in from anywhere, as before."""
+    from amqp_stream.security import _password_check
+
+    store = users.UserStore(str(tmp_path / users.FILE), {"alice": "a", "guest": "file guest"})
+    store.load()
+    assert _password_check(store, {"alice": "a"}, guest_ok=True)("alice", "a")
+    seeded = users.UserStore(str(tmp_path / "seeded.json"))
+    seeded.seed_guest()
+    assert _password_check(seeded, {}, guest_ok=True)("guest", "guest")
+    assert not _password_check(seeded, {}, guest_ok=False)("guest", "guest")
+    assert _password_check(store, {"guest": "file guest"}, guest_ok=False)("guest", "file guest")
