@@ -223,7 +223,9 @@ def prepare(config: Any, store: UserStore | None = None) -> SecuritySetup:
     if store is None:
         store = _open_store(data_dir or tempfile.mkdtemp(prefix="amqp-stream-users-"), file_users)
     own_users = bool(file_users) or any(name != GUEST for name in store.stored)
-    mechs = ["PLAIN"] if SASL.extended() else []
+    # PLAIN where someone can use it: a loopback listener (guest, and users added later), or
+    # users other than guest (which is refused beyond loopback); Cyrus fixes the list at start
+    mechs = ["PLAIN"] if SASL.extended() and (own_users or is_loopback(host)) else []
     if allow_anonymous or not (own_users or is_loopback(host)) or (
             not file_users and is_loopback(host)):
         mechs.append("ANONYMOUS")
