@@ -171,10 +171,6 @@ def _sasl_dir(data_dir: Any) -> str:
     return tempfile.mkdtemp(prefix="amqp-stream-sasl-")  # mode 0700
 
 
-def _build_sasl_dir(data_dir: Any = None) -> str:
-    return _sasl_dir(data_dir)
-
-
 def _write_sasl_conf(directory: str, mechanisms: str, socket_path: str) -> None:
     """``amqp-stream.conf``: PLAIN checks go to the saslauthd socket at ``socket_path``
     (``amqp_stream.saslauthd`` answers there)."""
@@ -238,7 +234,7 @@ def prepare(config: Any, store: UserStore | None = None) -> SecuritySetup:
     mechanisms = " ".join(mechs)
     if not file_users:
         store.seed_guest()  # RabbitMQ's first start
-    conf_dir = _build_sasl_dir(data_dir) if SASL.extended() else None
+    conf_dir = _sasl_dir(data_dir) if SASL.extended() else None
     try:
         responder = None
         if conf_dir is not None:
