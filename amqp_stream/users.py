@@ -304,9 +304,12 @@ class UserStore:
         return self.stored_permissions.get((user, vhost))
 
     def authenticate(self, name: str, password: str) -> User | None:
-        """The user when ``password`` is theirs, else None."""
+        """The user when ``password`` is theirs, else None. Beside a users file the default
+        ``guest``/``guest`` is refused (a users file always turned it off; a stored guest made
+        at an earlier start without one must not come back with it)."""
         user = self.user(name)
-        if user is None:
+        if user is None or (self.file_users and name == GUEST and password == "guest"
+                            and not user.from_users_file):
             check_password(password, hash_password("x"))  # the same work for unknown names
             return None
         return user if check_password(password, user.password_hash, user.hashing_algorithm) else None

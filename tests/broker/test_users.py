@@ -178,9 +178,13 @@ def test_the_users_file_keeps_working_beside_the_store(tmp_path):
     users_file.write_text("alice:wonderland\n")
     users_file.chmod(0o600)
     data = tmp_path / "data"
+    with BrokerProcess(data) as broker:  # a first start without one makes guest/guest
+        assert _amqp_login(broker, "guest", "guest")
     with BrokerProcess(data, extra_args=["--users", str(users_file), "--auth-failure-delay", "0"]) as broker:
         assert _amqp_login(broker, "alice", "wonderland")
-        assert not _amqp_login(broker, "guest", "guest")  # a users file: no guest, as before
+        # a users file: no guest/guest, as before, not even the one made earlier
+        assert not _amqp_login(broker, "guest", "guest")
+        assert not _stream_login(broker, "guest", "guest")
         with Client(broker.url, user="alice", password="wonderland", allowed_mechs="PLAIN",
                     allow_insecure_mechs=True) as client:  # every permission on /
             assert client.request("PUT", "/queues/anything", {})[0] == 201
