@@ -40,6 +40,7 @@ log = logging.getLogger("amqp_stream.server")
 
 GC_PERIOD = 0.2
 GC_FULL_EVERY = 50  # periods
+USERS_EVERY = 5  # periods between looks at the user store's file (amqp_stream.users)
 SHUTDOWN_GRACE = 0.5  # seconds for close frames to go out
 
 
@@ -174,8 +175,23 @@ class Broker:
     def _tick(self) -> None:
         self.ticks += 1
         gc.collect(2 if self.ticks % GC_FULL_EVERY == 0 else 0)
+        if self.ticks % USERS_EVERY == 0:
+            self._reload_users()
         if not self.stopping:
             self.eloop.loop.call_later(GC_PERIOD, self._tick)
+
+    def _reload_users(self) -> None:
+        """Take up what ``amqp-stream users`` (another process) wrote to the user store."""
+        store = getattr(self.security, "store", None)
+        if store is None:
+            return
+        try:
+            if store.reload_if_changed():
+                log.info("users reloaded from %s: %d user(s), %d permission entries",
+                         store.path, len(store.users()), len(store.permissions()))
+        except (OSError, ValueError) as exc:
+            log.error("cannot reload the users from %s (keeping the previous ones): %s",
+                      store.path, exc)
 
     def dump_state(self) -> None:
         """SIGUSR1: log every link's flow-control state (for operators chasing a stall)."""

@@ -96,7 +96,7 @@ class Publisher:
                  end: Callable[[BrokerError], None] | None = None,
                  throttle: Callable[["Publisher", bool], None] | None = None,
                  reference: str | None = None, target: addresses.Target | None = None,
-                 definitions: Any = None):
+                 definitions: Any = None, may_write: Callable[[str], None] | None = None):
         self.link = link
         self.link_impl = link._impl
         # streams.StreamEntry; None for the anonymous terminus (a null target address), where
@@ -108,6 +108,9 @@ class Publisher:
         # terminus's are
         self.target = target
         self.definitions = definitions
+        # may_write(exchange): ``Forbidden`` unless the link's user may write to it (checked
+        # per message for an exchange named by ``to`` on the anonymous terminus)
+        self.may_write = may_write or (lambda exchange: None)
         # a delivery routed to several streams: pointer -> [batches not yet durable, refusal]
         self.fan: dict[Any, list] = {}
         self.credit = credit
@@ -324,6 +327,7 @@ class Publisher:
         try:
             if anonymous:
                 check_exchange_target(definitions, target.exchange)
+                self.may_write(target.exchange)
             if b"x-cc" not in body:  # the common case: no section is decoded unless a
                 # headers exchange asks for the application properties
                 return definitions.route(target.exchange, target.routing_key,
