@@ -21,7 +21,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from typing import Any
+from typing import Any, Callable
 
 from proton import Described
 
@@ -151,14 +151,18 @@ def _as_binding_action(exc: BrokerError) -> BrokerError:
     return BadRequest(exc.description)
 
 
-def bindings(method: str, address: addresses.Address, body: Any,
-             definitions: Definitions) -> tuple[int, Any]:
-    """``/bindings`` requests: (status, body)."""
+def bindings(method: str, address: addresses.Address, body: Any, definitions: Definitions,
+             may_bind: Callable[[str, str], None] = lambda source, destination: None,
+             ) -> tuple[int, Any]:
+    """``/bindings`` requests: (status, body). ``may_bind(source, destination)`` raises
+    ``Forbidden`` unless the user may add or remove that binding (RabbitMQ: read on the source,
+    write on the destination)."""
     if method == "POST" and not address.name and not address.query:
-        return _bind(body, definitions)
+        return _bind(body, definitions, may_bind)
     if method == "DELETE" and address.name:
         source, kind, destination, key, digest = addresses.binding_segment(address.name)
         _checks(source, destination, kind)
+        may_bind(source, destination)
         for b in definitions.find_bindings(source, destination, kind, key):
             if args_hash(b.arguments) == digest:
                 definitions.unbind(b)
@@ -170,7 +174,8 @@ def bindings(method: str, address: addresses.Address, body: Any,
                      f"{address.name}")
 
 
-def _bind(body: Any, definitions: Definitions) -> tuple[int, Any]:
+def _bind(body: Any, definitions: Definitions,
+          may_bind: Callable[[str, str], None]) -> tuple[int, Any]:
     """``decode_binding`` and ``binding_action(add, ...)``."""
     if not isinstance(body, dict):
         raise BadRequest("a binding body must be a map with source, destination_queue or "
@@ -193,6 +198,7 @@ def _bind(body: Any, definitions: Definitions) -> tuple[int, Any]:
     else:
         raise BadRequest("a binding needs destination_queue or destination_exchange")
     _checks(fields["source"], destination, kind)
+    may_bind(fields["source"], destination)
     binding = Binding(fields["source"], destination, fields.get("binding_key", ""),
                       fields.get("arguments", {}), kind)
     try:

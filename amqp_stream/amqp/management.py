@@ -111,11 +111,18 @@ def _handle(method: Any, path: Any, body: Any, streams: Streams, allow: Allow) -
     except addresses.AddressError as exc:
         raise BadRequest(str(exc)) from None
     if address.kind == "exchange":
+        if method in ("PUT", "DELETE"):
+            allow(CONFIGURE, address.name)
+        else:
+            _any_access(allow, address.name)
         return Response(*exchange_management.exchanges(method, address, body,
                                                        streams.definitions))
     if address.kind == "bindings":
+        def may_bind(source: str, destination: str) -> None:
+            allow(WRITE, destination)  # rabbit_amqp_management:binding_action's checks
+            allow(READ, source)
         return Response(*exchange_management.bindings(method, address, body,
-                                                      streams.definitions))
+                                                      streams.definitions, may_bind))
     if address.kind == "queue_messages":
         if method == "DELETE":
             allow(READ, address.name)

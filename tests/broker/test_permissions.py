@@ -127,3 +127,44 @@ def test_offsets_on_the_management_node_need_read(broker):
         assert reader.request("PUT", "/queues/p-tracked/offsets/app", {"offset": 3})[0] == 200
         wait_for(lambda: reader.request("GET", "/queues/p-tracked/offsets/app")[:2] == (200, {"offset": 3}),
                  20, "the stored offset")
+
+
+def test_exchanges_and_bindings_need_rabbitmqs_permissions(broker):
+    """Declare and delete an exchange: configure on it; a binding: write on its destination and
+    read on its source; publishing through ``/exchanges/<x>`` (and ``to`` on the anonymous
+    terminus): write on the exchange (``rabbit_amqp_management``, ``rabbit_amqp_session``)."""
+    binding = {"source": "p-ex", "destination_queue": "p-routed", "binding_key": "k",
+               "arguments": {}}
+    with _admin(broker) as admin:
+        admin.declare("p-routed")
+        assert admin.request("PUT", "/exchanges/q-ex", {"type": "direct", "durable": True,
+                                                       "auto_delete": False, "internal": False,
+                                                       "arguments": {}})[0] == 204
+    for user in ("reader", "writer"):
+        with _client(broker, user) as c:
+            assert c.request("PUT", "/exchanges/p-ex", {"type": "direct"})[0] == 403
+    with _client(broker, "maker") as maker:
+        assert maker.request("PUT", "/exchanges/q-other", {"type": "direct"})[0] == 403
+        assert maker.request("PUT", "/exchanges/p-ex", {"type": "direct"})[0] == 204
+        assert maker.request("POST", "/bindings", binding)[0] == 403  # no write, no read
+    for user in ("reader", "writer"):  # each holds one of the two permissions a binding needs
+        with _client(broker, user) as c:
+            assert c.request("POST", "/bindings", binding)[0] == 403
+    with _admin(broker) as admin:
+        assert admin.request("POST", "/bindings", binding)[0] == 204
+    with _client(broker, "reader") as reader:
+        with pytest.raises(LinkDetached, match="unauthorized-access"):
+            reader.conn.create_sender("/exchanges/p-ex/k")
+    with _client(broker, "writer") as writer:
+        sender = writer.conn.create_sender("/exchanges/p-ex/k")
+        assert writer.send_bytes(sender, Message(body="routed").encode()) == writer.last_delivery.ACCEPTED
+        anonymous = writer.conn.create_sender(None)
+        outcome = writer.send_bytes(anonymous, Message(address="/exchanges/q-ex/k",
+                                                       body="not mine").encode())
+        assert outcome == writer.last_delivery.REJECTED
+        assert "unauthorized-access" in str(writer.last_delivery.remote.condition)
+    with _client(broker, "maker") as maker:
+        assert maker.request("DELETE", "/exchanges/p-ex")[0] == 204
+    with _client(broker, "reader") as reader:
+        receiver = reader.receiver("p-routed", entries=[(OFFSET, offset("first"))])
+        assert [m.body for m in reader.receive_all(receiver, 1)] == ["routed"]
