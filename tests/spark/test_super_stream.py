@@ -194,9 +194,12 @@ def test_bad_input_is_refused_clearly(spark, broker):
     with pytest.raises(Exception, match=r"routingKeyColumn 'customer' is null in row 1"):
         write(orders(spark, ["a", None, "b"]).coalesce(1), broker, ss, routingKeyColumn="customer")
 
-    empty = make_super_stream(broker, 0)
+    empty = make_super_stream(broker, 0)  # the broker takes a CreateSuperStream without partitions
     with pytest.raises(Exception, match=rf"super stream '{empty}' has no partition stream"):
         write(orders(spark, KEYS[:3]), broker, empty, routingKeyColumn="customer")
+    with pytest.raises(Exception, match=rf"super stream '{empty}' has no partition stream"):
+        (spark.read.format("amqp-stream").option("url", broker.url).option("streamUrl", broker.stream_url)
+         .option("superStream", empty).load().collect())
 
 
 def fill_partitions(broker, super_stream: str, counts: list[int]) -> None:
