@@ -126,10 +126,12 @@ class BrokerState:
         return next((c for c in self.connections() if c.name == name), None)
 
     def close(self, conn: Conn) -> None:
-        """Close ``conn`` as RabbitMQ's DELETE does: AMQP with ``amqp:connection:forced``, the
-        stream protocol with a Close frame, both with RabbitMQ's reason."""
+        """Close ``conn`` as RabbitMQ's DELETE does: AMQP with ``amqp:connection:forced`` and
+        RabbitMQ's reason; a stream connection's socket at once, without a Close frame
+        (``rabbit_stream_reader`` stops on the management's shutdown; the Node client takes a
+        Close from the server for an unknown response)."""
         if conn.protocol == "stream":
-            self.streams.close_one(conn.obj, CLOSED_BY_MANAGEMENT)
+            conn.obj.close()
         else:
             self.amqp.close_one(conn.obj, "amqp:connection:forced", CLOSED_BY_MANAGEMENT)
 

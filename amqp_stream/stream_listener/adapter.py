@@ -146,19 +146,14 @@ class StreamAdapter:
     def close_all(self, reason: str) -> None:
         """Shutdown: a Close to every open connection, the others are just closed."""
         for conn in list(self.connections):
-            self.close_one(conn, reason)
-
-    def close_one(self, conn: StreamConnection, reason: str) -> None:
-        """A Close to ``conn`` if it is open (closed after a linger), else just closed (the
-        HTTP API's DELETE, shutdown)."""
-        if conn.closed:
-            return
-        if conn.proto.state is State.OPEN:
-            conn.send(f.Close(conn.proto.next_correlation_id(), ResponseCode.OK, reason))
-            conn.linger()
-            conn.write()
-        else:
-            conn.close()
+            if conn.closed:
+                continue
+            if conn.proto.state is State.OPEN:
+                conn.send(f.Close(conn.proto.next_correlation_id(), ResponseCode.OK, reason))
+                conn.linger()
+                conn.write()
+            else:
+                conn.close()
 
     def dump_state(self) -> None:
         for conn in self.connections:
