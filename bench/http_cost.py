@@ -27,7 +27,7 @@ from typing import Sequence
 
 from amqp_stream.client.stream import StreamClient
 from amqp_stream.testing import BrokerProcess
-from bench.stream_protocol import Result, consume, publish, publish_frames
+from bench.stream_protocol import Result, consume, cpu_seconds, publish, publish_frames
 
 __all__ = ["main"]
 
@@ -78,12 +78,27 @@ def one_round(broker: BrokerProcess, name: str, args: argparse.Namespace,
     return pub, con, poller.requests if poller is not None else 0
 
 
+def request_cpu(broker: BrokerProcess, n: int) -> float:
+    """Broker CPU µs per API request: ``n`` requests over ``PATHS`` in turn, one at a time, on
+    the broker with the API on and no load (its streams are the rounds')."""
+    assert broker.proc is not None
+    cpu0 = cpu_seconds(broker.proc.pid)
+    for i in range(n):
+        request = urllib.request.Request(broker.management_url + PATHS[i % len(PATHS)],
+                                         headers={"Authorization": AUTH})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            response.read()
+    return (cpu_seconds(broker.proc.pid) - cpu0) / n * 1e6
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--messages", type=int, default=300_000)
     parser.add_argument("--frame", type=int, default=100, help="messages per publish frame")
     parser.add_argument("--poll-hz", type=float, default=10.0)
+    parser.add_argument("--requests", type=int, default=3000,
+                        help="API requests timed for the broker's CPU per request")
     args = parser.parse_args(argv)
     results: dict[str, dict[str, list[Result]]] = {v: {"publish": [], "consume": []} for v in VARIANTS}
     asked = 0
@@ -101,21 +116,30 @@ def main(argv: Sequence[str] | None = None) -> int:
                     results[v]["consume"].append(con)
                     asked += n
                 print(f"round {r + 1}/{args.rounds} done (order {', '.join(order)})", flush=True)
+            per_request = request_cpu(brokers["on"], args.requests)
         finally:
             for b in brokers.values():
                 b.close()
     print(f"\n{args.rounds} rounds x {args.messages:,} messages of 100 bytes per broker; "
           f"the polled broker answered {asked:,} API requests during its load")
-    print(f"  {'':18} {'msg/s (median)':>15} {'CPU µs/msg':>11} {'rate/off':>9} {'CPU/off':>8}")
+    print(f"broker CPU per API request ({', '.join(PATHS)} in turn, the rounds' streams "
+          f"listed): {per_request:.0f} µs; at --poll-hz {args.poll_hz:g} "
+          f"({args.poll_hz * len(PATHS):g} requests/s) that is "
+          f"{per_request * args.poll_hz * len(PATHS) / 1e4:.2f} % of one core")
+    print("ratios: median over the rounds of each round's value against off's in the same round;"
+          " spread: the lowest and highest of those")
+    print(f"  {'':18} {'msg/s (median)':>15} {'CPU µs/msg':>11} {'rate/off':>9} {'spread':>13} "
+          f"{'CPU/off':>8} {'spread':>13}")
     for phase in ("publish", "consume"):
         base = results["off"][phase]
-        base_rate = statistics.median(x.rate for x in base)
-        base_cpu = statistics.median(x.cpu_us for x in base)
         for v in VARIANTS:
-            rate = statistics.median(x.rate for x in results[v][phase])
-            cpu = statistics.median(x.cpu_us for x in results[v][phase])
-            print(f"  {phase + ' ' + v:18} {rate:>15,.0f} {cpu:>11.3f} {rate / base_rate:>9.3f} "
-                  f"{cpu / base_cpu:>8.3f}")
+            runs = results[v][phase]
+            rates = [x.rate / b.rate for x, b in zip(runs, base, strict=True)]
+            cpus = [x.cpu_us / b.cpu_us for x, b in zip(runs, base, strict=True) if b.cpu_us] or [0.0]
+            print(f"  {phase + ' ' + v:18} {statistics.median(x.rate for x in runs):>15,.0f} "
+                  f"{statistics.median(x.cpu_us for x in runs):>11.3f} "
+                  f"{statistics.median(rates):>9.3f} {min(rates):>6.2f}..{max(rates):<5.2f} "
+                  f"{statistics.median(cpus):>8.3f} {min(cpus):>6.2f}..{max(cpus):<5.2f}")
     return 0
 
 
