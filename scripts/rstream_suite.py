@@ -10,6 +10,11 @@ tests need ``pytest-asyncio``, which the project does not install: put it on ``-
 
     python scripts/rstream_suite.py --tests /tmp/rstream/tests --extra-path /tmp/extra \\
         -- -k "super or partitions or routes" -rA
+
+The suite's HEAD may use rstream functions newer than the installed release (its
+``Consumer.get_stream``): put the checkout's own ``rstream`` package first on ``--extra-path``
+(``--extra-path /tmp/rstream-src:/tmp/extra``, paths joined with ``:``). The management-dependent
+tests (``-k connection_broke``) need ``--stream-port 5552``.
 """
 
 from __future__ import annotations
