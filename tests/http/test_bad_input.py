@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from amqp_stream.client.stream import StreamClient
 from amqp_stream.http.users import Users
 from amqp_stream.testing import BrokerProcess
 from tests.http.api import call
@@ -74,6 +75,9 @@ def test_a_body_that_does_not_arrive_is_408_and_others_are_served_meanwhile(brok
                      b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
         started = time.monotonic()
         assert call(broker, "GET", "/api/overview", timeout=TIMEOUT / 2).status == 200
+        with StreamClient(broker.stream_url, timeout=TIMEOUT / 2) as client:  # the broker serves on
+            assert client.create("while-a-body-is-slow")
+            client.delete("while-a-body-is-slow")
         reply = slow.recv(65536)
         assert reply.startswith(b"HTTP/1.1 408"), reply[:100]
         assert time.monotonic() - started < TIMEOUT + 5
