@@ -207,3 +207,14 @@ def test_users_of_the_users_file(tmp_path):
         assert [u["name"] for u in answer.json] == ["alice", "bob"]
     finally:
         b.close()
+
+
+def test_served_on_asyncio_s_own_loop_too(tmp_path):
+    """``--event-loop asyncio``: the API runs on whichever loop the broker runs."""
+    b = BrokerProcess(tmp_path / "data", extra_args=["--event-loop", "asyncio"])
+    b.start()
+    try:
+        assert call(b, "PUT", "/api/queues/%2F/on-asyncio", {"durable": True}).status == 201
+        assert [q["name"] for q in get(b, "/api/queues")] == ["on-asyncio"]
+    finally:
+        b.close()
