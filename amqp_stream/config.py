@@ -42,6 +42,7 @@ class BrokerConfig:
     filter_size: int = 16
     filter_scheme: str = "mmh3"
     metrics_port: int = 15692
+    management_port: int = 15672
     log_level: str = "INFO"
     allow_anonymous: bool = False
     users_file: Path | None = None
@@ -83,6 +84,7 @@ HELP: dict[str, str] = {
     "filter_size": f"default chunk filter size in bytes ({bloom.MIN_SIZE}..{bloom.MAX_SIZE})",
     "filter_scheme": "chunk filter hash scheme: mmh3 (default) or osiris (RabbitMQ-compatible)",
     "metrics_port": "Prometheus metrics port (0 = off)",
+    "management_port": "management HTTP API port, compatible with RabbitMQ's (0 = off)",
     "log_level": "DEBUG, INFO, WARNING or ERROR",
     "allow_anonymous": "allow SASL ANONYMOUS beyond loopback / alongside a users file",
     "users_file": "file of user:password lines for SASL PLAIN",
@@ -202,6 +204,8 @@ def check(config: BrokerConfig) -> None:
                           f"{config.stream_advertised_port}")
     if not 0 <= config.metrics_port < 65536:
         raise ConfigError(f"metrics_port must be 0..65535, not {config.metrics_port}")
+    if not 0 <= config.management_port < 65536:
+        raise ConfigError(f"management_port must be 0..65535, not {config.management_port}")
     if not bloom.MIN_SIZE <= config.filter_size <= bloom.MAX_SIZE:
         raise ConfigError(f"filter_size must be {bloom.MIN_SIZE}..{bloom.MAX_SIZE}, "
                           f"not {config.filter_size}")

@@ -68,6 +68,7 @@ class Broker:
             self.core.cluster.layout_hooks.append(self.stream_adapter.layout_changed)
         self.ticks = 0
         self.stopping = False
+        self.management: Any = None  # amqp_stream.http.ManagementServer when serving
 
     def _prepare_security(self) -> Any:
         try:
@@ -120,6 +121,8 @@ class Broker:
                       self.config.metrics_port, exc.strerror or exc)
             self._close_storage()
             return 1
+        if self._serve_management() != 0:
+            return 1
         host, port = self.config.host, self.config.port
         # the stream listeners first: whoever sees the AMQP port open (a test, a supervisor)
         # finds every port open
@@ -162,6 +165,34 @@ class Broker:
                 conn.close()
             loop.close()
         log.info("stopped")
+        return 0
+
+    def _serve_management(self) -> int:
+        """The management HTTP API on the loop (before the AMQP port opens: who sees that open
+        finds every port open)."""
+        port = self.config.management_port
+        if not port:
+            return 0
+        from amqp_stream.http import ManagementServer
+        from amqp_stream.http.state import BrokerState
+
+        host = self.config.host
+        listeners = [{"node": self.core.registry.node, "protocol": protocol, "ip_address": host,
+                      "port": p} for protocol, p in (
+            ("amqp", self.config.port), ("stream", self.config.stream_port),
+            ("http", port), ("http/prometheus", self.config.metrics_port)) if p]
+        state = BrokerState(self.config, self.core, self.adapter, self.stream_adapter,
+                            self.core.registry.node, listeners)
+        self.management = ManagementServer(state, host, port)
+        try:
+            self.management.start(self.eloop.loop)
+        except OSError as exc:
+            log.error("cannot serve the management API on %s:%d: %s", host, port,
+                      exc.strerror or exc)
+            self.management = None
+            self._close_storage()
+            return 1
+        log.info("management API on http://%s:%d/api/", host, port)
         return 0
 
     def _close_storage(self) -> None:
@@ -209,6 +240,8 @@ class Broker:
         self.core.stopping = True
         log.info("shutting down: no new connections, settling what is durable")
         self.eloop.stop_listening()
+        if self.management is not None:
+            self.management.stop(self.eloop.loop)
         self.core.close_all()  # writers finish and fsync what is queued
         self.eloop.mailbox.drain()  # settle what became durable
         self.adapter.close_all("amqp:connection:forced", "broker shutting down")

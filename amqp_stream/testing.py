@@ -58,8 +58,9 @@ class BrokerProcess:
     """A broker subprocess on free ports with its own data directory.
 
     ``url`` is the AMQP URL, ``stream_url`` the stream protocol's, ``metrics_url`` the Prometheus
-    endpoint. ``stop()`` sends SIGTERM (a clean shutdown), ``kill()`` SIGKILL (a crash);
-    ``start()`` again reuses the data directory, so a test can check what survives a restart.
+    endpoint, ``management_url`` the management HTTP API's root. ``stop()`` sends SIGTERM (a
+    clean shutdown), ``kill()`` SIGKILL (a crash); ``start()`` again reuses the data directory,
+    so a test can check what survives a restart.
     """
 
     def __init__(self, data_dir: str | os.PathLike | None = None, extra_args: Sequence[str] = (),
@@ -73,7 +74,8 @@ class BrokerProcess:
         self.env = env
         self.host = "127.0.0.1"
         # (the TLS stream port is used when TLS is configured)
-        self.port, self.metrics_port, self.stream_port, self.stream_tls_port = free_ports(4)
+        (self.port, self.metrics_port, self.stream_port, self.stream_tls_port,
+         self.management_port) = free_ports(5)
         self.log_path = Path(log_path) if log_path else self.data_dir.parent / f"broker-{self.port}.log"
         self.proc: subprocess.Popen | None = None
 
@@ -89,11 +91,17 @@ class BrokerProcess:
     def metrics_url(self) -> str:
         return f"http://{self.host}:{self.metrics_port}/metrics"
 
+    @property
+    def management_url(self) -> str:
+        """The management HTTP API's root (``.../api/overview`` and so on)."""
+        return f"http://{self.host}:{self.management_port}"
+
     def command(self) -> list[str]:
         return [sys.executable, "-m", "amqp_stream", "serve", "--host", self.host,
                 "--port", str(self.port), "--data-dir", str(self.data_dir),
                 "--metrics-port", str(self.metrics_port), "--stream-port", str(self.stream_port),
-                "--stream-tls-port", str(self.stream_tls_port), *self.extra_args]
+                "--stream-tls-port", str(self.stream_tls_port),
+                "--management-port", str(self.management_port), *self.extra_args]
 
     def start(self, timeout: float = 30.0) -> "BrokerProcess":
         env = dict(os.environ, **(self.env or {}))

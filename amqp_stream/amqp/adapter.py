@@ -240,15 +240,23 @@ class Adapter:
 
     def close_all(self, condition: str, description: str) -> None:
         for state in list(self.states.values()):
-            conn = state.io.connection
-            if conn is not None and not conn.state & LOCAL_CLOSED:
-                try:
-                    conn.condition = Condition(condition, description)
-                    conn.close()
-                except Exception:
-                    log.exception("closing connection %s", state.name)
-            self.to_write.add(state.io)
+            self._close(state.io, condition, description)
         self.process()
+
+    def close_one(self, io: AmqpConnection, condition: str, description: str) -> None:
+        """Close ``io`` with an error condition (the HTTP API's DELETE)."""
+        self._close(io, condition, description)
+        self.process()
+
+    def _close(self, io: AmqpConnection, condition: str, description: str) -> None:
+        conn = io.connection
+        if conn is not None and not conn.state & LOCAL_CLOSED:
+            try:
+                conn.condition = Condition(condition, description)
+                conn.close()
+            except Exception:
+                log.exception("closing connection %s", io.peer)
+        self.to_write.add(io)
 
     def dump_state(self) -> None:
         """Every link's flow-control state, for operators chasing a stall (SIGUSR1)."""

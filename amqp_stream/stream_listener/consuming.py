@@ -74,6 +74,7 @@ class Subscription:
         self.active = True  # off for a single active consumer until it is told and answers
         self.filters: Any = None  # the parsed Subscribe filters (a reader is opened again)
         self.single_active: Any = None  # its group membership (stream_listener.single_active)
+        self.properties: dict[str, str] = {}  # the Subscribe properties (the HTTP API lists them)
         self._stats = (0, 0, 0)
 
     def end(self, error: Exception) -> None:

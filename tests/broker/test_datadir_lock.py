@@ -15,7 +15,7 @@ def _second_serve(data_dir) -> subprocess.CompletedProcess:
     port, metrics_port = free_ports(2)
     return subprocess.run(
         [sys.executable, "-m", "amqp_stream", "serve", "--host", "127.0.0.1",
-         "--port", str(port), "--metrics-port", str(metrics_port),
+         "--port", str(port), "--metrics-port", str(metrics_port), "--management-port", "0",
          "--data-dir", str(data_dir)],
         capture_output=True, text=True, timeout=30)
 

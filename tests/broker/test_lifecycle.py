@@ -95,7 +95,7 @@ def test_metrics_endpoint_counts_per_stream(tmp_path):
 
 def _serve(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     import os
-    return subprocess.run([sys.executable, "-m", "amqp_stream", "serve", *args],
+    return subprocess.run([sys.executable, "-m", "amqp_stream", "serve", "--management-port", "0", *args],
                           capture_output=True, text=True, timeout=60,
                           env=dict(os.environ, **(env or {})))
 

@@ -75,7 +75,7 @@ def test_a_right_listener_gets_no_listener_hint(broker):
 def _serve(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("AMQP_STREAM_")}
     return subprocess.run([sys.executable, "-m", "amqp_stream", "serve", "--port", str(free_port()),
-                           "--stream-port", "0", "--metrics-port", "0", *args],
+                           "--stream-port", "0", "--metrics-port", "0", "--management-port", "0", *args],
                           capture_output=True, text=True, timeout=60, env={**environ, **(env or {})})
 
 

@@ -1,0 +1,97 @@
+"""``/api/connections`` (AMQP 1.0 and stream connections side by side, as RabbitMQ lists them;
+DELETE closes one) and ``/api/consumers`` (AMQP 1.0 consumer links and stream subscriptions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from amqp_stream.http.errors import not_found, reply
+from amqp_stream.http.state import VHOST, BrokerState, Conn
+
+__all__ = ["connection_json", "consumer_json", "channel_details", "routes"]
+
+CTAG_PREFIX = "stream.subid-"  # rabbit_stream_metrics' consumer tag of a subscription
+
+
+def connection_json(conn: Conn, node: str) -> dict[str, Any]:
+    """RabbitMQ's connection object (``rabbit_mgmt_format``'s fields that apply)."""
+    props = conn.client_properties
+    return {"name": conn.name, "node": node, "vhost": VHOST, "user": conn.user,
+            "protocol": conn.protocol, "type": "network", "state": "running",
+            "host": conn.host, "port": conn.port, "peer_host": conn.peer_host,
+            "peer_port": conn.peer_port, "ssl": conn.ssl, "client_properties": props,
+            "user_provided_name": props.get("connection_name"),
+            "frame_max": conn.frame_max, "timeout": conn.timeout, "recv_oct": conn.recv_oct,
+            "auth_mechanism": "PLAIN" if conn.user != "anonymous" else "ANONYMOUS"}
+
+
+def channel_details(conn: Conn, node: str) -> dict[str, Any]:
+    """What RabbitMQ shows of a consumer's channel: a stream connection is its own channel."""
+    return {"connection_name": conn.name, "name": conn.name, "node": node, "number": 0,
+            "peer_host": conn.peer_host, "peer_port": conn.peer_port, "user": conn.user}
+
+
+def consumer_json(conn: Conn, node: str, stream: str, tag: str, ack_required: bool,
+                  active: bool, status: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"queue": {"name": stream, "vhost": VHOST}, "consumer_tag": tag,
+            "channel_details": channel_details(conn, node), "ack_required": ack_required,
+            "active": active, "activity_status": status, "exclusive": False,
+            "prefetch_count": 0, "arguments": arguments}
+
+
+def activity_status(active: bool, properties: dict[str, str]) -> str:
+    """``rabbit_stream_utils:consumer_activity_status``."""
+    if properties.get("single-active-consumer") != "true":
+        return "up"
+    return "single_active" if active else "waiting"
+
+
+def all_consumers(state: BrokerState) -> list[dict[str, Any]]:
+    node = state.node
+    out = [consumer_json(conn, node, link.entry.name, str(link.link.name), not link.presettled,
+                         True, "up", {})
+           for conn, link in state.amqp_consumers()]
+    out += [consumer_json(conn, node, sub.entry.name, f"{CTAG_PREFIX}{sub.id}", False,
+                          sub.active, activity_status(sub.active, sub.properties),
+                          dict(sub.properties))
+            for conn, sub in state.stream_subscriptions()]
+    return out
+
+
+def routes(state: BrokerState, add: Any) -> None:
+    def conn_of(request: web.Request) -> Conn:
+        conn = state.connection(request.match_info["name"])
+        if conn is None:
+            raise not_found()
+        return conn
+
+    async def list_connections(request: web.Request) -> web.Response:
+        if "vhost" in request.match_info:
+            state.check_vhost(request.match_info["vhost"])
+        return reply([connection_json(c, state.node) for c in state.connections()])
+
+    async def get_connection(request: web.Request) -> web.Response:
+        return reply(connection_json(conn_of(request), state.node))
+
+    async def delete_connection(request: web.Request) -> web.Response:
+        state.close(conn_of(request))
+        return web.Response(status=204)
+
+    async def channels(request: web.Request) -> web.Response:
+        conn_of(request)
+        return reply([])
+
+    async def consumers(request: web.Request) -> web.Response:
+        if "vhost" in request.match_info:
+            state.check_vhost(request.match_info["vhost"])
+        return reply(all_consumers(state))
+
+    add("GET", "/api/connections", list_connections)
+    add("GET", "/api/vhosts/{vhost}/connections", list_connections)
+    add("GET", "/api/connections/{name}", get_connection)
+    add("DELETE", "/api/connections/{name}", delete_connection)
+    add("GET", "/api/connections/{name}/channels", channels)
+    add("GET", "/api/consumers", consumers)
+    add("GET", "/api/consumers/{vhost}", consumers)

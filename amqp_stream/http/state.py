@@ -1,0 +1,174 @@
+"""What the HTTP handlers see of the broker: the core and both protocol adapters, and each open
+connection of either protocol as one plain record (``Conn``).
+
+Why a record: RabbitMQ lists AMQP and stream connections side by side under one name scheme
+(``"peer_host:peer_port -> host:port"``); the shapes (``connections``, ``streams``) are then
+pure functions of records, and closing one (``close``) is the only place that knows which
+adapter owns it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from aiohttp import web
+
+from amqp_stream.config import BrokerConfig
+from amqp_stream.http.errors import not_found
+from amqp_stream.http.users import Users
+from amqp_stream.loop import peer_name
+
+__all__ = ["BrokerState", "Conn", "STATE", "VHOST", "CLOSED_BY_MANAGEMENT"]
+
+VHOST = "/"  # the broker's only virtual host
+CLOSED_BY_MANAGEMENT = "Closed via management plugin"  # RabbitMQ's reason, word for word
+
+
+@dataclass
+class Conn:
+    """One open connection, either protocol, as plain values (``obj`` is the adapter's)."""
+
+    name: str
+    protocol: str  # "AMQP 1-0" or "stream", as RabbitMQ names them
+    user: str
+    host: str
+    port: int
+    peer_host: str
+    peer_port: int
+    ssl: bool
+    client_properties: dict[str, Any]
+    frame_max: int
+    timeout: int  # heartbeat (stream) or idle timeout (AMQP), seconds
+    recv_oct: int
+    obj: Any = field(repr=False, default=None)
+
+
+def _address(addr: Any) -> tuple[str, int]:
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        return str(addr[0]), int(addr[1])
+    return str(addr), 0
+
+
+def _ends(sock: Any) -> tuple[tuple[str, int], tuple[str, int], str] | None:
+    """(local, peer, RabbitMQ's connection name) of an open socket; None once it is closed."""
+    try:
+        local, peer = sock.getsockname(), sock.getpeername()
+    except OSError:
+        return None
+    return _address(local), _address(peer), f"{peer_name(peer)} -> {peer_name(local)}"
+
+
+class BrokerState:
+    """The broker as the handlers read it. ``amqp`` and ``streams`` are the two adapters."""
+
+    def __init__(self, config: BrokerConfig, core: Any, amqp: Any, streams: Any,
+                 node: str, listeners: list[dict[str, Any]]):
+        self.config = config
+        self.core = core
+        self.amqp = amqp
+        self.streams = streams
+        self.node = node
+        self.listeners = listeners  # RabbitMQ's overview "listeners", filled by the server
+        self.users = Users.from_config(config)
+        self.started = time.time()
+
+    def check_vhost(self, vhost: str) -> None:
+        """404 for any vhost but ``/`` (this broker has no other)."""
+        if vhost != VHOST:
+            raise not_found(f"vhost '{vhost}' does not exist (this broker has only '/')")
+
+    # -- connections -----------------------------------------------------------------------
+    def connections(self) -> Iterator[Conn]:
+        yield from self._amqp_connections()
+        yield from self.stream_connections()
+
+    def _amqp_connections(self) -> Iterator[Conn]:
+        ssl = self.amqp.ssl_domain is not None
+        for state in list(self.amqp.states.values()):
+            io = state.io
+            if not state.opened or io.closed or io.connection is None:
+                continue
+            ends = _ends(io.sock)
+            if ends is None:
+                continue
+            (host, port), (peer_host, peer_port), name = ends
+            conn, transport = io.connection, io.transport
+            try:
+                user = transport.user if transport is not None else None
+                props = {str(k): _plain(v) for k, v in (conn.remote_properties or {}).items()}
+                container = conn.remote_container
+                frame_max = int(transport.remote_max_frame_size or 0) if transport else 0
+                timeout = int(transport.idle_timeout or 0) if transport else 0
+            except Exception:  # proton objects of a connection going away
+                continue
+            if container:
+                props.setdefault("container_id", str(container))
+            yield Conn(name, "AMQP 1-0", user or "anonymous", host, port, peer_host,
+                       peer_port, ssl, props, frame_max, timeout, io.bytes_in, io)
+
+    def stream_connections(self) -> Iterator[Conn]:
+        for conn in list(self.streams.connections):
+            if not conn.opened or conn.closed:
+                continue
+            ends = _ends(conn.sock)
+            if ends is None:
+                continue
+            (host, port), (peer_host, peer_port), name = ends
+            proto = conn.proto
+            yield Conn(name, "stream", conn.user or "anonymous", host, port, peer_host,
+                       peer_port, type(conn).__name__.startswith("Tls"),
+                       dict(proto.client_properties), int(proto.frame_max),
+                       int(proto.heartbeat), conn.bytes_in, conn)
+
+    def connection(self, name: str) -> Conn | None:
+        return next((c for c in self.connections() if c.name == name), None)
+
+    def close(self, conn: Conn) -> None:
+        """Close ``conn`` as RabbitMQ's DELETE does: AMQP with ``amqp:connection:forced`` and
+        RabbitMQ's reason; a stream connection's socket at once, without a Close frame
+        (``rabbit_stream_reader`` stops on the management's shutdown; the Node client takes a
+        Close from the server for an unknown response)."""
+        if conn.protocol == "stream":
+            conn.obj.close()
+        else:
+            self.amqp.close_one(conn.obj, "amqp:connection:forced", CLOSED_BY_MANAGEMENT)
+
+    # -- attachments -----------------------------------------------------------------------
+    def amqp_consumers(self) -> Iterator[tuple[Conn, Any]]:
+        from amqp_stream.amqp.consuming import Consumer
+
+        for conn in self._amqp_connections():
+            state = self.amqp.states.get(conn.obj.cimp)
+            for link in list(state.links.values()) if state is not None else ():
+                if isinstance(link, Consumer) and not link.closed:
+                    yield conn, link
+
+    def stream_subscriptions(self) -> Iterator[tuple[Conn, Any]]:
+        for conn in self.stream_connections():
+            for sub in list(conn.obj.subscriptions.values()):
+                if not sub.closed:
+                    yield conn, sub
+
+    def stream_publishers(self) -> Iterator[tuple[Conn, Any]]:
+        for conn in self.stream_connections():
+            for pub in list(conn.obj.publishers.values()):
+                if not pub.closed:
+                    yield conn, pub
+
+
+STATE = web.AppKey("state", BrokerState)
+
+
+def _plain(value: Any) -> Any:
+    """An AMQP property value as JSON can hold it (proton's symbols, binaries, maps)."""
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)

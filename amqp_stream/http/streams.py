@@ -1,0 +1,107 @@
+"""``/api/stream/...``: the stream plugin's management extension (``rabbitmq_stream_management``):
+stream connections, their publishers and consumers (subscriptions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from amqp_stream.http.connections import activity_status, connection_json
+from amqp_stream.http.errors import not_found, reply
+from amqp_stream.http.state import VHOST, BrokerState, Conn
+
+__all__ = ["stream_connection_json", "publisher_json", "subscription_json", "routes"]
+
+
+def connection_details(conn: Conn, node: str) -> dict[str, Any]:
+    """``rabbit_stream_mgmt_db:augment_connection_pid``."""
+    return {"name": conn.name, "user": conn.user, "node": node, "peer_port": conn.peer_port,
+            "peer_host": conn.peer_host}
+
+
+def stream_connection_json(conn: Conn, node: str) -> dict[str, Any]:
+    out = connection_json(conn, node)
+    out["heartbeat"] = conn.timeout
+    out["publishers"] = len(conn.obj.publishers)
+    out["consumers"] = len(conn.obj.subscriptions)
+    return out
+
+
+def publisher_json(conn: Conn, node: str, pub: Any) -> dict[str, Any]:
+    """A stream publisher; RabbitMQ's published/confirmed/errored counters are not kept per
+    publisher here (the Prometheus series count per stream)."""
+    return {"connection_details": connection_details(conn, node),
+            "queue": {"name": pub.entry.name, "vhost": VHOST}, "publisher_id": pub.id,
+            "reference": pub.reference or ""}
+
+
+def subscription_json(conn: Conn, node: str, sub: Any) -> dict[str, Any]:
+    """A subscription as ``rabbit_stream_metrics:consumer_created`` records it: its credits,
+    the next offset it is sent, how far that is behind the committed end."""
+    end = int(sub.entry.stream.next_offset)
+    return {"connection_details": connection_details(conn, node),
+            "queue": {"name": sub.entry.name, "vhost": VHOST}, "subscription_id": sub.id,
+            "credits": sub.credit, "offset": sub.next_offset,
+            "offset_lag": max(0, end - sub.next_offset), "active": sub.active,
+            "activity_status": activity_status(sub.active, sub.properties),
+            "properties": dict(sub.properties)}
+
+
+def routes(state: BrokerState, add: Any) -> None:
+    node = state.node
+
+    def vhost(request: web.Request) -> None:
+        if "vhost" in request.match_info:
+            state.check_vhost(request.match_info["vhost"])
+
+    def conn_of(request: web.Request) -> Conn:
+        vhost(request)
+        name = request.match_info["name"]
+        conn = next((c for c in state.stream_connections() if c.name == name), None)
+        if conn is None:
+            raise not_found()
+        return conn
+
+    async def connections(request: web.Request) -> web.Response:
+        vhost(request)
+        return reply([stream_connection_json(c, node) for c in state.stream_connections()])
+
+    async def connection(request: web.Request) -> web.Response:
+        return reply(stream_connection_json(conn_of(request), node))
+
+    async def delete_connection(request: web.Request) -> web.Response:
+        state.close(conn_of(request))
+        return web.Response(status=204)
+
+    async def connection_publishers(request: web.Request) -> web.Response:
+        conn = conn_of(request)
+        return reply([publisher_json(conn, node, p) for p in list(conn.obj.publishers.values())
+                      if not p.closed])
+
+    async def connection_consumers(request: web.Request) -> web.Response:
+        conn = conn_of(request)
+        return reply([subscription_json(conn, node, s)
+                      for s in list(conn.obj.subscriptions.values()) if not s.closed])
+
+    async def publishers(request: web.Request) -> web.Response:
+        vhost(request)
+        stream = request.match_info.get("stream")
+        return reply([publisher_json(c, node, p) for c, p in state.stream_publishers()
+                      if stream is None or p.entry.name == stream])
+
+    async def consumers(request: web.Request) -> web.Response:
+        vhost(request)
+        return reply([subscription_json(c, node, s) for c, s in state.stream_subscriptions()])
+
+    add("GET", "/api/stream/connections", connections)
+    add("GET", "/api/stream/connections/{vhost}", connections)
+    add("GET", "/api/stream/connections/{vhost}/{name}", connection)
+    add("DELETE", "/api/stream/connections/{vhost}/{name}", delete_connection)
+    add("GET", "/api/stream/connections/{vhost}/{name}/publishers", connection_publishers)
+    add("GET", "/api/stream/connections/{vhost}/{name}/consumers", connection_consumers)
+    add("GET", "/api/stream/publishers", publishers)
+    add("GET", "/api/stream/publishers/{vhost}", publishers)
+    add("GET", "/api/stream/publishers/{vhost}/{stream}", publishers)
+    add("GET", "/api/stream/consumers", consumers)
+    add("GET", "/api/stream/consumers/{vhost}", consumers)
