@@ -182,7 +182,7 @@ class Broker:
             ("amqp", self.config.port), ("stream", self.config.stream_port),
             ("http", port), ("http/prometheus", self.config.metrics_port)) if p]
         state = BrokerState(self.config, self.core, self.adapter, self.stream_adapter,
-                            self.core.registry.node, listeners)
+                            self.core.registry.node, listeners, self.security.store)
         self.management = ManagementServer(state, host, port)
         try:
             self.management.start(self.eloop.loop)

@@ -64,14 +64,14 @@ class BrokerState:
     """The broker as the handlers read it. ``amqp`` and ``streams`` are the two adapters."""
 
     def __init__(self, config: BrokerConfig, core: Any, amqp: Any, streams: Any,
-                 node: str, listeners: list[dict[str, Any]]):
+                 node: str, listeners: list[dict[str, Any]], store: Any):
         self.config = config
         self.core = core
         self.amqp = amqp
         self.streams = streams
         self.node = node
         self.listeners = listeners  # RabbitMQ's overview "listeners", filled by the server
-        self.users = Users.from_config(config)
+        self.users = Users(store)
         self.started = time.time()
 
     def check_vhost(self, vhost: str) -> None:

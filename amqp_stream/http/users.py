@@ -1,61 +1,56 @@
 """Who may use the HTTP API, and ``/api/users``, ``/api/permissions``, ``/api/whoami``: a
 minimal read-only version over the users the broker has today.
 
-Today a user is a ``user:password`` line of ``--users`` (``security.read_users``), or, with no
-users file, RabbitMQ's default ``guest``/``guest``; every user may do everything, so each is
-shown with the ``administrator`` tag and ``.*`` permissions on ``/``. ``guest`` is accepted
-from loopback peers only (RabbitMQ's ``loopback_users``). This module is the one place to
-change when users with tags and permissions arrive (``amqp_stream.users``): ``Users`` answers
-``authenticate``, ``tags`` and ``permissions``; the routes only shape what it gives.
+The users are the broker's user store (``amqp_stream.users``: ``users.json`` and a users
+file's users); ``Users`` answers ``authenticate`` (a management tag needed, ``guest`` from
+loopback peers only), ``tags`` and ``permissions``; the routes only shape what it gives.
+Changing users over HTTP is not here yet: ``amqp-stream users`` does it.
 """
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from amqp_stream.http.errors import not_found
-from amqp_stream.security import DEFAULT_USERS, read_users
+from amqp_stream.users import GUEST, UserStore
 
 __all__ = ["Users", "user_json", "permission_json", "routes"]
 
-LOOPBACK_USERS = ("guest",)
-ALL = ".*"
+#: tags that let a user into the management API (RabbitMQ: any of the management ones)
+MANAGEMENT_TAGS = ("administrator", "monitoring", "policymaker", "management")
 
 
-@dataclass(frozen=True)
 class Users:
-    passwords: dict[str, str]
+    """The broker's user store (``amqp_stream.users``) as the HTTP API reads it."""
 
-    @classmethod
-    def from_config(cls, config: Any) -> "Users":
-        users_file = getattr(config, "users_file", None)
-        return cls(read_users(users_file) if users_file else dict(DEFAULT_USERS))
+    def __init__(self, store: UserStore):
+        self.store = store
 
     def authenticate(self, user: str, password: str, peer_host: str | None) -> str | None:
-        """The user name when ``password`` is right (and a loopback user comes from this
-        machine), else None. Compared in constant time, as the stream listener does."""
-        expected = self.passwords.get(user)
-        ok = hmac.compare_digest((expected or "\0").encode(), password.encode())
-        if not ok or expected is None:
+        """The user name when ``password`` is right, the user has a management tag (as
+        RabbitMQ's API requires), and ``guest`` comes from this machine (RabbitMQ's
+        ``loopback_users``); else None."""
+        found = self.store.authenticate(user, password)
+        if found is None or not set(found.tags) & set(MANAGEMENT_TAGS):
             return None
-        if user in LOOPBACK_USERS and not _is_loopback(peer_host):
+        if user == GUEST and not found.from_users_file and not _is_loopback(peer_host):
             return None
         return user
 
     def names(self) -> list[str]:
-        return sorted(self.passwords)
+        return sorted(u.name for u in self.store.users())
 
     def tags(self, user: str) -> list[str]:
-        return ["administrator"] if user in self.passwords else []
+        found = self.store.user(user)
+        return list(found.tags) if found is not None else []
 
     def permissions(self, user: str) -> dict[str, dict[str, str]]:
         """vhost -> configure/write/read regular expressions."""
-        return {"/": {"configure": ALL, "write": ALL, "read": ALL}} if user in self.passwords else {}
+        return {p.vhost: {"configure": p.configure, "write": p.write, "read": p.read}
+                for p in self.store.permissions(user=user)}
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -66,10 +61,10 @@ def _is_loopback(host: str | None) -> bool:
 
 
 def user_json(users: Users, name: str) -> dict[str, Any]:
-    """RabbitMQ's user object (no password hash: this broker keeps the users file's passwords,
-    which are not shown)."""
-    return {"name": name, "tags": users.tags(name), "limits": {}, "password_hash": "",
-            "hashing_algorithm": "rabbit_password_hashing_sha256"}
+    """RabbitMQ's user object (``password_hash`` empty for a users file's user: that file
+    keeps passwords, not hashes)."""
+    found = users.store.user(name)
+    return found.to_json() if found is not None else {}
 
 
 def permission_json(user: str, vhost: str, perms: dict[str, str]) -> dict[str, Any]:
@@ -92,13 +87,13 @@ def routes(state: Any, add: Any) -> None:
 
     async def one_user(request: web.Request) -> web.Response:
         name = request.match_info["user"]
-        if name not in users.passwords:
+        if name not in users.names():
             raise not_found()
         return web.json_response(user_json(users, name))
 
     async def user_permissions(request: web.Request) -> web.Response:
         name = request.match_info["user"]
-        if name not in users.passwords:
+        if name not in users.names():
             raise not_found()
         return web.json_response([permission_json(name, v, p)
                                   for v, p in users.permissions(name).items()])

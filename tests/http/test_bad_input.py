@@ -13,6 +13,7 @@ import pytest
 
 from amqp_stream.client.stream import StreamClient
 from amqp_stream.http.users import Users
+from amqp_stream.users import UserStore
 from amqp_stream.testing import BrokerProcess
 from tests.http.api import call
 from tests.polling import wait_for
@@ -95,13 +96,18 @@ def test_a_connection_that_sends_nothing_is_closed(broker):
     assert "Traceback" not in log
 
 
-def test_guest_only_from_loopback():
-    users = Users({"guest": "guest", "alice": "pw"})
+def test_guest_only_from_loopback_and_a_management_tag_needed(tmp_path):
+    store = UserStore(str(tmp_path / "users.json"))
+    store.seed_guest()
+    store.add_user("alice", "pw", tags=["monitoring"])
+    store.add_user("bob", "pw")  # no tag: RabbitMQ keeps such a user out of the API
+    users = Users(store)
     assert users.authenticate("guest", "guest", "127.0.0.1") == "guest"
     assert users.authenticate("guest", "guest", "::1") == "guest"
     assert users.authenticate("guest", "guest", "192.0.2.7") is None
     assert users.authenticate("alice", "pw", "192.0.2.7") == "alice"
     assert users.authenticate("alice", "nope", "127.0.0.1") is None
+    assert users.authenticate("bob", "pw", "127.0.0.1") is None
 
 
 def test_port_zero_turns_the_api_off(tmp_path):
