@@ -2,10 +2,13 @@
 
 The suite is rstream's, not ours: it is not copied here. Give the checkout's ``tests``
 directory; the broker of this tree runs on free ports with its own data directory and the
-suite is pointed at it with its own ``--rmq-host``/``--rmq-port`` options (tests that hardcode
-``localhost:5552`` or call the management HTTP API on 15672 cannot pass here). rstream's
-tests need ``pytest-asyncio``, which the project does not install: put it on ``--extra-path``
-(e.g. ``pip install --target /tmp/extra pytest-asyncio==0.23.8 requests``).
+suite is pointed at it with its own ``--rmq-host``/``--rmq-port`` options, the port made an
+``int`` by ``scripts/rstream_suite_port.py`` (why: its docstring). ``--stream-port 5552`` (when
+that port is free) also lets the one test that hardcodes ``localhost:5552`` without the
+management API (``test_consumer_metadata_update``) connect; those that call the management
+HTTP API on 15672 cannot pass here. rstream's tests need ``pytest-asyncio``, which the project
+does not install: put it on ``--extra-path`` (e.g. ``pip install --target /tmp/extra
+pytest-asyncio==0.23.8 requests``).
 
     python scripts/rstream_suite.py --tests /tmp/rstream/tests --extra-path /tmp/extra \\
         -- -k "super or partitions or routes" -rA
@@ -30,18 +33,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tests", required=True, help="rstream's tests directory")
     parser.add_argument("--extra-path", default="", help="where pytest-asyncio is installed")
+    parser.add_argument("--stream-port", type=int, default=0,
+                        help="the broker's stream port (default: a free one)")
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to pytest")
     args = parser.parse_args()
     tests = Path(args.tests).resolve()
     os.chdir(ROOT)  # the broker subprocess runs this tree's code
     with tempfile.TemporaryDirectory(prefix="rstream-suite-") as d:
         broker = BrokerProcess(Path(d) / "data")
+        if args.stream_port:
+            broker.stream_port = args.stream_port
         broker.start()
         try:
-            paths = [p for p in (args.extra_path, str(tests.parent)) if p]
+            paths = [p for p in (args.extra_path, str(tests.parent), str(ROOT / "scripts")) if p]
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
             return subprocess.call(
                 [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                 "-p", "rstream_suite_port",
                  "-o", "asyncio_mode=auto", "--rootdir", str(tests.parent),
                  "--rmq-host", broker.host, "--rmq-port", str(broker.stream_port),
                  *args.pytest_args, str(tests)],
