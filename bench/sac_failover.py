@@ -111,6 +111,7 @@ class Member:
             [sys.executable, "-c", MEMBER, str(port), ss, GROUP, str(store_every)],
             stdout=subprocess.PIPE, text=True)
         self.lines: list[str] = []
+        self.killed_at = float("inf")
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
@@ -123,6 +124,7 @@ class Member:
             self.lines.append(line)
 
     def kill(self) -> None:
+        self.killed_at = time.monotonic()
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
         self.thread.join(5)
@@ -172,7 +174,10 @@ def analyse(members: list[Member], confirmed: dict[str, set[int]]) -> list[str]:
             parts = line.split()
             if len(parts) == 5 and parts[0] == "m":
                 got[parts[1]].append((float(parts[3]), int(parts[4]), m.name))
+    killed_at = {m.name: m.killed_at for m in members}
     out = []
+    kills: list[float] = []  # the new member's first message minus the kill
+    moves: list[float] = []  # a member joined: the old one stepped down
     all_gaps: list[float] = []
     for stream in sorted(confirmed):
         events = sorted(got[stream])
@@ -183,11 +188,15 @@ def analyse(members: list[Member], confirmed: dict[str, set[int]]) -> list[str]:
         for (t0, _, a), (t1, _, b) in pairwise(events):
             if a != b:
                 gaps.append(t1 - t0)
+                if killed_at[a] <= t1:
+                    kills.append(t1 - killed_at[a])
+                else:
+                    moves.append(t1 - t0)
         all_gaps += gaps
         med = f"{statistics.median(gaps) * 1000:.0f}" if gaps else "-"
         mx = f"{max(gaps) * 1000:.0f}" if gaps else "-"
-        out.append(f"  {stream}: {len(confirmed[stream])} confirmed, {len(set(numbers))} distinct got "
-                   f"(lost {len(missing)}), {redelivered} redelivered; {len(gaps)} handovers, "
+        out.append(f"  {stream}: {len(confirmed[stream])} confirmed, {len(set(numbers))} distinct "
+                   f"got (lost {len(missing)}), {redelivered} redelivered; {len(gaps)} handovers, "
                    f"gap median {med} ms, max {mx} ms")
     if all_gaps:
         same = sorted(same_member_gaps(got))
@@ -196,6 +205,12 @@ def analyse(members: list[Member], confirmed: dict[str, set[int]]) -> list[str]:
                    f"ms; without a handover (consecutive messages at one member, the baseline): "
                    f"median {statistics.median(same) * 1000:.1f} ms, p99 "
                    f"{same[int(len(same) * 0.99)] * 1000:.1f} ms, max {same[-1] * 1000:.0f} ms")
+        for label, xs in (("after a kill (the kill to the new member's first message)", kills),
+                          ("after a join (step-down, old member's last to new one's first)",
+                           moves)):
+            if xs:
+                out.append(f"  {label}: {len(xs)}, median {statistics.median(xs) * 1000:.0f} "
+                           f"ms, max {max(xs) * 1000:.0f} ms")
     return out
 
 
