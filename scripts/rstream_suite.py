@@ -2,11 +2,12 @@
 
 The suite is rstream's, not ours: it is not copied here. Give the checkout's ``tests``
 directory; the broker of this tree runs on free ports with its own data directory and the
-suite is pointed at it with its own ``--rmq-host``/``--rmq-port`` options; the broker's
-management HTTP API listens on 15672 (``--management-port``), where the suite's HTTP helpers
-look for it; the tests that hardcode ``localhost:5552`` pass with ``--stream-port 5552``. rstream's
-tests need ``pytest-asyncio``, which the project does not install: put it on ``--extra-path``
-(e.g. ``pip install --target /tmp/extra pytest-asyncio==0.23.8 requests``).
+suite is pointed at it with its own ``--rmq-host``/``--rmq-port`` options, the port made an
+``int`` by ``scripts/rstream_suite_port.py`` (why: its docstring); the broker's management HTTP
+API listens on 15672 (``--management-port``), where the suite's HTTP helpers look for it; the
+tests that hardcode ``localhost:5552`` pass with ``--stream-port 5552`` (when that port is
+free). rstream's tests need ``pytest-asyncio``, which the project does not install: put it on
+``--extra-path`` (e.g. ``pip install --target /tmp/extra pytest-asyncio==0.23.8 requests``).
 
     python scripts/rstream_suite.py --tests /tmp/rstream/tests --extra-path /tmp/extra \\
         -- -k "super or partitions or routes" -rA
@@ -51,10 +52,11 @@ def main() -> int:
         broker.stream_port = args.stream_port or broker.stream_port
         broker.start()
         try:
-            paths = [p for p in (args.extra_path, str(tests.parent)) if p]
+            paths = [p for p in (args.extra_path, str(tests.parent), str(ROOT / "scripts")) if p]
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
             return subprocess.call(
                 [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                 "-p", "rstream_suite_port",
                  "-o", "asyncio_mode=auto", "--rootdir", str(tests.parent),
                  "--rmq-host", broker.host, "--rmq-port", str(broker.stream_port),
                  *args.pytest_args, str(tests)],

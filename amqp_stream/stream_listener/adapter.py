@@ -529,7 +529,10 @@ class StreamAdapter:
     # -- the core ends attachments ---------------------------------------------------------
     def _end_attachment(self, attachment: Any, error: Exception) -> None:
         """A publisher's or subscription's stream was deleted: drop it; once its connection
-        has nothing left on that stream, tell the client (MetadataUpdate)."""
+        has nothing left on that stream, tell the client (MetadataUpdate), after the frame
+        being handled is answered: when that connection deleted the stream itself, RabbitMQ
+        sends the Delete's answer first (rstream handles MetadataUpdate in its reading loop
+        after a random sleep of up to 2 s, which held a later answer past its timeout)."""
         conn = attachment.conn
         if isinstance(attachment, Subscription):
             self.drop_subscription(conn, attachment)
@@ -541,8 +544,12 @@ class StreamAdapter:
         if any(a.entry.name == name for a in (*conn.publishers.values(),
                                               *conn.subscriptions.values())):
             return
-        conn.send(f.MetadataUpdate(ResponseCode.STREAM_NOT_AVAILABLE, name))
-        self.to_write.add(conn)
+        conn.loop.call_soon(self._metadata_update, conn, name)
+
+    def _metadata_update(self, conn: StreamConnection, name: str) -> None:
+        if conn.serving:
+            conn.send(f.MetadataUpdate(ResponseCode.STREAM_NOT_AVAILABLE, name))
+            conn.write()
 
 
 def _offset_spec(spec: Any) -> tuple[OffsetSpec, int]:

@@ -44,11 +44,13 @@ class Member:
 
 
 def wanted(properties: Mapping[str, str]) -> tuple[str, str | None] | None:
-    """(name, super stream) when the Subscribe asks for single active consumer."""
-    if properties.get("single-active-consumer", "").lower() != "true":
+    """(name, super stream) when the Subscribe asks for single active consumer. As
+    ``rabbit_stream_reader`` reads them: only the exact value ``true`` asks for it (any other
+    is a plain subscription), and a ``name`` must be present (the empty one is a name)."""
+    if properties.get("single-active-consumer") != "true":
         return None
     name = properties.get("name")
-    if not name:
+    if name is None:
         raise PreconditionFailed("a single active consumer must have a name")
     return name, properties.get("super-stream") or None
 

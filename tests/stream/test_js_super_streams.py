@@ -1,10 +1,9 @@
 """Super streams with rabbitmq-stream-js-client (npm, through Node): createSuperStream with a
 partition count and with binding keys, a SuperStreamPublisher routing by hash (the Java and
 Node clients' murmur3 32-bit of the key's UTF-8, seed 104729, computed here too) and by key
-(Route), every partition read back, queryPartitions, routeQuery, deleteSuperStream, and the
-refusals. (The client's SuperStreamConsumer always subscribes as a single active consumer,
-which is not served yet: it is not used here.) ``tests/stream/js/super_stream.js`` runs one scenario per
-call."""
+(Route), every partition read back, queryPartitions, routeQuery, deleteSuperStream, the
+refusals, and a group of the client's SuperStreamConsumers (single active consumers, as that
+class always subscribes). ``tests/stream/js/super_stream.js`` runs one scenario per call."""
 
 from __future__ import annotations
 
@@ -90,3 +89,32 @@ def test_create_refused_when_a_partition_exists(broker):
     assert "Stream does not exist" in out["partitionsError"], out
     assert not list((broker.data_dir / "streams").glob(f"{ss}-y"))
     run(broker, {"superStream": f"{ss}-x", "delete": True})
+
+
+def test_super_stream_consumer_group(broker):
+    """3 SuperStreamConsumers of one consumerRef (each on a client of its own) over 3
+    partitions: partition i's messages all go to member i (RabbitMQ's choice, index mod group
+    size), each once; when the third's client closes, its partition moves to member 2 mod 2 =
+    the first, which reads it from the offset it answers (the client's: first), so the
+    partition's earlier messages come again there."""
+    ss = f"js-{uuid.uuid4().hex[:8]}"
+    keys = [f"k{i}" for i in range(30)]
+    later = [f"later-{i}" for i in range(30)]
+    out = run(broker, {"superStream": ss, "create": {"partitions": 3},
+                       "group": {"members": 3,
+                                 "publish": [{"content": k, "key": k} for k in keys],
+                                 "publishAfter": [{"content": k, "key": k} for k in later]},
+                       "delete": True})
+    seen = out["group"]
+    first = [g for g in seen if g[2] in keys]
+    assert sorted(c for _, _, c in first[:len(keys)]) == sorted(keys)  # each once, before
+    for member, partition, content in first[:len(keys)]:
+        p = node_partition(content, 3)
+        assert partition == f"{ss}-{p}" and member == p, (member, partition, content)
+    after = seen[seen.index(first[len(keys) - 1]) + 1:]
+    assert sorted(c for _, _, c in after if c in later) == sorted(later)  # each once
+    for member, partition, content in after:
+        p = node_partition(content, 3)
+        assert partition == f"{ss}-{p}" and member == p % 2, (member, partition, content)
+    again = sorted(c for _, _, c in after if c in keys)
+    assert again == sorted(k for k in keys if node_partition(k, 3) == 2)

@@ -1,7 +1,8 @@
 """Single active consumer with the real ``rstream`` client against a real broker process: a
 group of 3 on a plain stream (only the first gets deliveries; when its process is killed the
 next gets ConsumerUpdate and resumes from the offset it answers), a Subscribe without a name
-(PRECONDITION_FAILED, as RabbitMQ), and a group of 3 ``SuperStreamConsumer``s over 3
+(PRECONDITION_FAILED, as RabbitMQ; the empty name and a value other than ``true``), groups
+after a restart (none kept, as RabbitMQ), and a group of 3 ``SuperStreamConsumer``s over 3
 partitions (one active per partition, RabbitMQ's choice; one leaves, its partition moves)."""
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from rstream import (AMQPMessage, Consumer, ConsumerOffsetSpecification,  # noqa
                      OffsetSpecification, OffsetType, Producer, SuperStreamConsumer,
                      amqp_decoder, exceptions)
 
-from amqp_stream.testing import BrokerProcess  # noqa: E402
+from rstream import schema  # noqa: E402
+from rstream.client import Client  # noqa: E402
+
+from amqp_stream.testing import BrokerProcess, wait_for_port  # noqa: E402
 from tests.stream import rstream_low  # noqa: E402
 from tests.stream.rstream_low import admin, until  # noqa: E402
 
@@ -138,18 +142,89 @@ def test_plain_stream_group_takeover_on_kill(broker):
     run(go())
 
 
+async def listen(c: Client) -> tuple[list[tuple[int, int, int]], list[int]]:
+    """The ConsumerUpdate requests (correlation id, subscription, active) and the subscription
+    ids of the Deliver frames ``c`` receives from now on (rstream's client queues Deliver
+    frames by the handler's name, an int, and hands them on in a task of its own)."""
+    updates: list[tuple[int, int, int]] = []
+    delivered: list[int] = []
+
+    def on_deliver(fr: schema.Deliver) -> None:
+        delivered.append(fr.subscription_id)
+
+    c.add_handler(schema.ConsumerUpdateResponse,
+                  lambda fr: updates.append((fr.correlation_id, fr.subscription_id, fr.active)))
+    c.add_handler(schema.Deliver, on_deliver, name="0")
+    await c.run_queue_listener_task(0, on_deliver)
+    return updates, delivered
+
+
 def test_single_active_consumer_needs_a_name(broker):
+    """As ``rabbit_stream_reader``: no ``name`` is PRECONDITION_FAILED, the empty name is a
+    name, and only the exact value ``true`` asks for single active consumer."""
     stream = f"sac-{uuid.uuid4().hex[:8]}"
 
     async def go():
         async with admin(broker) as c:
             await c.create_stream(stream)
+            await publish(broker, stream, [b"x"])
+            updates, delivered = await listen(c)
             with pytest.raises(exceptions.PreconditionFailed):
                 await c.subscribe(stream, 1, properties={"single-active-consumer": "true"})
             await c.subscribe(stream, 2, properties={"single-active-consumer": "true",
+                                                     "name": ""})
+            await until(lambda: [u[1:] for u in updates] == [(2, 1)],
+                        "the ConsumerUpdate of the member named ''")
+            await c.subscribe(stream, 3, properties={"single-active-consumer": "TRUE",
                                                      "name": "g"})
+            await until(lambda: 3 in delivered, "a delivery to the plain subscription")
+            assert [u[1:] for u in updates] == [(2, 1)] and 2 not in delivered
 
     run(go())
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_groups_do_not_survive_a_restart(tmp_path, how):
+    """RabbitMQ keeps its groups in the stream coordinator's Ra state, but their members are
+    connections: after a restart they are down (the monitors the new leader sets fire at
+    once) and leave, so no group outlives a single node's restart. Here: a group of 2 before a
+    restart (clean or SIGKILL), and after it a new member of that name is active at once and
+    reads the stream, which survived."""
+    b = BrokerProcess(tmp_path / "data")
+    b.start()
+    stream = "sac-restart"
+
+    async def before() -> None:
+        first, second = admin(b), admin(b)
+        c1, c2 = await first.__aenter__(), await second.__aenter__()
+        await c1.create_stream(stream)
+        await publish(b, stream, [b"m%d" % i for i in range(3)])
+        u1, _ = await listen(c1)
+        u2, _ = await listen(c2)
+        await c1.subscribe(stream, 1, properties={"single-active-consumer": "true", "name": "g"})
+        await c2.subscribe(stream, 1, properties={"single-active-consumer": "true", "name": "g"})
+        await until(lambda: [u[1:] for u in u1] == [(1, 1)], "the first member's ConsumerUpdate")
+        assert u2 == []
+        # the connections are left open: the restart ends them
+
+    async def after() -> None:
+        async with admin(b) as c:
+            updates, delivered = await listen(c)
+            await c.subscribe(stream, 7, properties={"single-active-consumer": "true",
+                                                     "name": "g"})
+            await until(lambda: [u[1:] for u in updates] == [(7, 1)],
+                        "the new member's ConsumerUpdate")
+            await c.consumer_update(updates[0][0], OffsetSpecification(OffsetType.FIRST, 0))
+            await until(lambda: delivered.count(7) >= 1, "the stream's messages")
+
+    try:
+        run(before())
+        b.stop() if how == "stop" else b.kill()
+        b.start()
+        wait_for_port(b.host, b.stream_port, 30)
+        run(after())
+    finally:
+        b.close()
 
 
 def test_super_stream_group_one_active_per_partition(broker):

@@ -21,11 +21,12 @@ import mmh3  # noqa: E402  (rstream's own dependency: its hash routing)
 from rstream import (AMQPMessage, ConfirmationStatus, ConsumerOffsetSpecification,  # noqa: E402
                      OffsetType, RouteType, SuperStreamConsumer, SuperStreamCreationOption,
                      SuperStreamProducer,
-                     amqp_decoder, exceptions)
+                     amqp_decoder, exceptions, schema)
 
 from amqp_stream.testing import BrokerProcess  # noqa: E402
 from tests.stream import rstream_low  # noqa: E402
 from tests.stream.rstream_low import admin as client  # noqa: E402
+from tests.stream.rstream_low import until  # noqa: E402
 
 TIMEOUT = 30
 
@@ -452,3 +453,35 @@ def test_command_versions_advertise_super_streams(broker):
     code, versions = run(go())
     assert code == 1
     assert {(0x18, 1, 1), (0x19, 1, 1), (0x1D, 1, 1), (0x1E, 1, 1)} <= versions
+
+
+@pytest.mark.parametrize("what", ["stream", "super stream"])
+def test_delete_answers_before_metadata_update(broker, what):
+    """Deleting a stream (or a super stream) the same connection consumes: the answer first,
+    then MetadataUpdate, as ``rabbit_stream_reader`` sends them. rstream handles
+    MetadataUpdate in its reading loop with a random sleep of up to 2 s first: sent before the
+    answer, it held the answer back past the request's timeout (rstream's own suite, with the
+    pool reusing the locator connection for its subscriptions: test_consume_multiple_streams)."""
+    target = f"del-order-{uuid.uuid4().hex[:8]}"
+
+    async def go() -> list[str]:
+        seen: list[str] = []
+        async with client(broker) as c:
+            if what == "stream":
+                await c.create_stream(target)
+                stream = target
+            else:
+                await c.create_super_stream(target, [f"{target}-0"], ["0"])
+                stream = f"{target}-0"
+            c.add_handler(schema.MetadataUpdate, lambda fr: seen.append("metadata update"))
+            c.add_handler(schema.DeleteResponse, lambda fr: seen.append("answer"))
+            c.add_handler(schema.DeleteSuperStreamResponse, lambda fr: seen.append("answer"))
+            await c.subscribe(stream, 1)
+            if what == "stream":
+                await c.delete_stream(target)
+            else:
+                await c.delete_super_stream(target)
+            await until(lambda: len(seen) == 2, "the answer and the MetadataUpdate")
+        return seen
+
+    assert run(go()) == ["answer", "metadata update"]

@@ -2,11 +2,16 @@
 // driven by a JSON spec (argv[2]); prints one JSON line with what the client saw.
 // spec: {port, superStream, create?: {partitions?: n, bindingKeys?: [...], arguments?},
 //        routing?: "hash"|"key", publish?: [{content, key}], route?: [key, ...],
-//        consume?: {expect}, delete?}
+//        consume?: {expect}, group?: {members, publish, publishAfter?}, delete?}
 // publish: through a SuperStreamPublisher (the key is the message's messageId; closing the
 // publisher flushes it); consume: every partition from the first offset, each message as
-// [partition, content]. A failed create or delete is reported, not thrown (the client itself
-// takes STREAM_ALREADY_EXISTS from CreateSuperStream for a success).
+// [partition, content]. group: `members` SuperStreamConsumers of one consumerRef (single active
+// consumers, as the client's always are), each on a client of its own, join in turn, then
+// `publish` goes out and each message is seen as [member, partition, content] until all of them
+// came; with `publishAfter`, the last member's client closes (its partition moves) and those go
+// out too, until all of them came.
+// A failed create or delete is reported, not thrown (the client itself takes
+// STREAM_ALREADY_EXISTS from CreateSuperStream for a success).
 const rabbit = require("rabbitmq-stream-js-client")
 
 async function main() {
@@ -27,15 +32,49 @@ async function main() {
         out.createError = String(e && e.message || e)
       }
     }
-    if (spec.publish) {
+    const send = async (messages) => {
       const publisher = await client.declareSuperStreamPublisher(
         { superStream: name, routingStrategy: spec.routing || "hash" },
         (content, opts) => opts.messageProperties.messageId)
-      for (const m of spec.publish) {
+      for (const m of messages) {
         await publisher.send(Buffer.from(m.content), { messageProperties: { messageId: m.key } })
       }
       await publisher.close()
     }
+    if (spec.group) {
+      const g = spec.group
+      out.group = []
+      const members = []
+      let recording = true  // not while the rest close (their partitions move again)
+      const until = (messages) => new Promise((resolve, reject) => {  // each of them seen
+        const timer = setTimeout(() => reject(new Error("timed out: " + JSON.stringify(out))), 20000)
+        const seen = () => messages.every((m) => out.group.some((g) => g[2] === m.content))
+        const poll = () => seen() ? (clearTimeout(timer), resolve()) : setTimeout(poll, 10)
+        poll()
+      })
+      for (let i = 0; i < g.members; i++) {  // each with a client of its own, as processes
+        const own = await rabbit.connect({
+          hostname: "127.0.0.1", port: spec.port, username: "guest", password: "guest", vhost: "/",
+        })
+        await own.declareSuperStreamConsumer(
+          { superStream: name, consumerRef: "group", offset: rabbit.Offset.first() },
+          (msg, consumer) => recording &&
+            out.group.push([i, consumer.streamName, msg.content.toString("utf-8")]))
+        members.push(own)
+      }
+      await send(g.publish)
+      await until(g.publish)
+      if (g.publishAfter) {
+        // its connections close (a SuperStreamConsumer's close only gives its connections back
+        // to the client's pool, without Unsubscribe: the group would not change)
+        await members.pop().close()
+        await send(g.publishAfter)
+        await until(g.publishAfter)
+      }
+      recording = false
+      for (const m of members) await m.close()
+    }
+    if (spec.publish) await send(spec.publish)
     try {
       out.partitions = await client.queryPartitions({ superStream: name })
     } catch (e) {
