@@ -64,6 +64,7 @@ class BrokerConfig:
     auth_failure_delay: float = 3.0
     offset_store_every: int = 10_000
     offset_store_interval_ms: int = 5000
+    cluster_static: Path | None = None
 
     def __post_init__(self) -> None:
         check(self)
@@ -113,6 +114,9 @@ HELP: dict[str, str] = {
                           "(also every --offset-store-interval-ms and at detach; 0 = not by count)",
     "offset_store_interval_ms": "a named AMQP consumer's offset is stored this many ms after a "
                                 "settlement moved it, if not stored since (0 = no timer)",
+    "cluster_static": "internal (tests, hand-made clusters): a JSON file of nodes and stream "
+                      "layouts standing in for coordination, with this node's name "
+                      "(amqp_stream.cluster.layouts.StaticLayouts; docs/cluster.md)",
 }
 
 # CLI flag names that differ from the field name

@@ -61,6 +61,7 @@ class Broker:
         self.eloop.on_count = self.metrics.connections.set
         self.ticks = 0
         self.stopping = False
+        self.replication: Any = None  # amqp_stream.cluster.replication, in a cluster
 
     def _prepare_security(self) -> Any:
         try:
@@ -88,6 +89,12 @@ class Broker:
             self._close_storage()
             return 1
         self.metrics.watch(self.core.stream_states)
+        if self.config.cluster_static is not None:
+            from amqp_stream.cluster.layouts import StaticLayouts
+            from amqp_stream.cluster.replication import Replication
+            self.replication = Replication(self.core, StaticLayouts(self.config.cluster_static),
+                                           self.config.host)
+            self.replication.start()
         log.info("amqp-stream %s: %d streams recovered from %s", __version__, len(names), data_dir)
         if self.security is not None:
             describe = getattr(self.security, "describe", None)
@@ -134,6 +141,8 @@ class Broker:
         loop.add_signal_handler(signal.SIGINT, self.shutdown)
         loop.add_signal_handler(signal.SIGUSR1, self.dump_state)
         loop.call_later(GC_PERIOD, self._tick)
+        if self.replication is not None:
+            loop.call_later(0.2, self.replication.poll)
         try:
             loop.run_forever()
         finally:
@@ -145,6 +154,9 @@ class Broker:
         return 0
 
     def _close_storage(self) -> None:
+        if self.replication is not None:
+            self.replication.close()
+            self.replication = None
         self.core.close_all()
         if self.security is not None and hasattr(self.security, "close"):
             self.security.close()
@@ -172,6 +184,9 @@ class Broker:
         self.core.stopping = True
         log.info("shutting down: no new connections, settling what is durable")
         self.eloop.stop_listening()
+        if self.replication is not None:
+            self.replication.close()
+            self.replication = None
         self.core.close_all()  # writers finish and fsync what is queued
         self.eloop.mailbox.drain()  # settle what became durable
         self.adapter.close_all("amqp:connection:forced", "broker shutting down")

@@ -452,6 +452,15 @@ class Stream:
                         return out
         return out
 
+    def wait_change(self, position: int, commit: int, timeout: float | None) -> bool:
+        """Block until the local end passes ``position`` or the cluster's commit is no longer
+        ``commit`` (what a leader's replica feed waits for), or ``timeout`` seconds."""
+        w = self._writer
+        with w._commit_cond:
+            return w._commit_cond.wait_for(
+                lambda: w.end > position or (self._gate or 0) != commit
+                or not w.thread.is_alive(), timeout)
+
     def local_view(self) -> LocalView:
         """This log as a reader source bounded by what is durable here, not by the cluster's
         commit: what the leader serves its replicas from."""
