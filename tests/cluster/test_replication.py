@@ -6,6 +6,7 @@ nothing confirmed, and its chunks of the old epoch are cut when it comes back as
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 
@@ -13,7 +14,9 @@ rstream = pytest.importorskip("rstream")
 from rstream import AMQPMessage, ConfirmationStatus, Consumer, Producer, amqp_decoder  # noqa: E402
 from rstream import ConsumerOffsetSpecification, OffsetType  # noqa: E402
 
-from amqp_stream.cluster.layout import StreamLayout  # noqa: E402
+from amqp_stream.cluster import replication_wire as wire  # noqa: E402
+from amqp_stream.cluster.layout import Node, StreamLayout  # noqa: E402
+from storage.format import HEADER_CHUNK_ID_AT  # noqa: E402
 from tests.cluster.checker import check, log_dir, raw_chunks  # noqa: E402
 from tests.cluster.nodes import Cluster  # noqa: E402
 from tests.polling import wait_for  # noqa: E402
@@ -54,6 +57,15 @@ async def publish(p: Producer, bodies: list[bytes], confirmed: list[bytes],
                                  on_publish_confirm=on_confirm)
         pending.update(zip(ids, batch, strict=True))
     await asyncio.wait_for(done.wait(), timeout)
+
+
+async def until(condition, timeout: float, what: str) -> None:
+    """``wait_for`` for a coroutine: polls without blocking the client's loop."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
 
 
 def bodies(tag: str, n: int) -> list[bytes]:
@@ -166,3 +178,135 @@ def test_a_deposed_leader_gets_nothing_confirmed_and_its_chunks_are_cut(cluster)
     stored = b"".join(c[3] for c in raw_chunks(log_dir(dirs["n1"], STREAM)))
     assert b"<stale-" not in stored
     assert {c[1] for c in raw_chunks(log_dir(dirs["n1"], STREAM))} == {1, 2}
+
+
+def _serve_once(listener, handle):
+    conn, _ = listener.accept()
+    conn.settimeout(10)
+    buf = bytearray()
+    while not (got := wire.frames(buf)[0]):
+        data = conn.recv(65536)
+        assert data, "closed before HELLO"
+        buf += data
+    handle(conn, wire.decode_hello(got[0][1]))
+
+
+def _recv_frames(conn, timeout: float) -> list[tuple[int, bytes]]:
+    """Frames until the peer closes or ``timeout`` passes without a byte."""
+    conn.settimeout(timeout)
+    buf = bytearray()
+    try:
+        while data := conn.recv(65536):
+            buf += data
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return wire.frames(buf)[0]
+
+
+def test_a_chunk_of_an_older_epoch_is_refused_and_a_leader_of_another_epoch_too(cluster):
+    """n3 follows a leader of epoch 3 (the test, speaking the replication protocol) after
+    holding chunks of epoch 2: a chunk of epoch 1 at its next offset is refused (not acked,
+    not written, the connection dropped); the same chunk under epoch 3 is taken and acked.
+    And a real leader refuses a replica that knows another epoch than its own."""
+    confirmed: list[bytes] = []
+
+    async def publish_to(node, tag):
+        async with producer(cluster, node) as p:
+            await publish(p, bodies(tag, 200), confirmed)
+    asyncio.run(publish_to("n1", "e1"))
+    epoch2 = StreamLayout(STREAM, 2, "n2", MEMBERS)
+    cluster.set_layouts([(epoch2, {})])
+    wait_for(lambda: "following n2 (epoch 2)" in cluster.log("n3"), 20, "epoch 2 taken up")
+    asyncio.run(publish_to("n2", "e2"))
+    dirs = cluster.data_dirs()
+    n3 = log_dir(dirs["n3"], STREAM)
+    wait_for(lambda: raw_chunks(n3)[-1][1] == 2, 20, "n3 holding chunks of epoch 2")
+
+    # a real leader (n2, epoch 2) refuses a replica that says epoch 1 or 3
+    for epoch in (1, 3):
+        with socket.create_connection(("127.0.0.1", cluster.nodes["n2"].replication_port)) as s:
+            s.sendall(wire.encode_hello(wire.Hello(STREAM, "n3", epoch, 0, ())))
+            got = _recv_frames(s, 5)
+        assert [k for k, _ in got] == [wire.REFUSE], got
+        code, _ = wire.decode_refuse(got[0][1])
+        assert code == (wire.REFUSE_STALE_EPOCH if epoch == 1 else wire.REFUSE_NOT_LEADER)
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    fake = Node("fake", "127.0.0.1", 0, 0, listener.getsockname()[1])
+    cluster.nodes["fake"] = fake
+    cluster.set_layouts([(StreamLayout(STREAM, 3, "fake", MEMBERS), {})], only=["n3"])
+    template = raw_chunks(log_dir(dirs["n1"], STREAM))[0][3]  # an epoch-1 chunk
+    outcome = {}
+
+    def as_leader(conn, hello):
+        assert hello.epoch == 3 and hello.epochs[0][0] == 2
+        conn.sendall(wire.encode_start(wire.Start(3, hello.end, 0, -1)))
+        first = _recv_frames(conn, 1)  # the replica's ACK of where it starts
+        chunk = bytearray(template)
+        chunk[HEADER_CHUNK_ID_AT:HEADER_CHUNK_ID_AT + 8] = hello.end.to_bytes(8, "big")
+        conn.sendall(wire.chunk_head(len(chunk), False) + bytes(chunk))  # epoch 1: refused
+        outcome["stale"] = first + _recv_frames(conn, 3)
+        conn.close()
+        conn2, _ = listener.accept()  # it comes back; now a chunk of epoch 3
+        conn2.settimeout(10)
+        buf = bytearray()
+        while not wire.frames(buf)[0]:
+            buf += conn2.recv(65536)
+        chunk[16:24] = (3).to_bytes(8, "big")  # the header's epoch field
+        conn2.sendall(wire.encode_start(wire.Start(3, hello.end, 0, -1))
+                      + wire.chunk_head(len(chunk), False) + bytes(chunk))
+        outcome["fresh"] = _recv_frames(conn2, 2)
+        outcome["end"] = hello.end
+        conn2.close()
+    try:
+        _serve_once(listener, as_leader)
+    finally:
+        listener.close()
+    acks = [wire.decode_position(p)[0] for k, p in outcome["stale"] if k == wire.ACK]
+    assert acks == [outcome["end"]]  # where it started; nothing for the stale chunk
+    assert "StaleEpochError" in cluster.log("n3") or "older than" in cluster.log("n3")
+    fresh = [wire.decode_position(p) for k, p in outcome["fresh"] if k == wire.ACK]
+    assert fresh[-1][0] > outcome["end"]  # the epoch-3 chunk was written and acked
+    chunks = raw_chunks(n3)
+    assert [c[1] for c in chunks if c[0] >= outcome["end"]] == [3]
+
+
+def test_confirms_on_both_protocols_wait_for_a_quorum(cluster):
+    """With both replicas down the leader writes and fsyncs, but confirms nothing (AMQP
+    disposition, stream PublishConfirm); once one replica is back (a quorum of 2), both
+    come."""
+    import threading
+
+    from amqp_stream import client as amqp
+    confirmed: list[bytes] = []
+
+    async def warm():
+        async with producer(cluster, "n1") as p:
+            await publish(p, bodies("w", 10), confirmed)
+    asyncio.run(warm())
+    cluster.brokers["n2"].kill()
+    cluster.brokers["n3"].kill()
+    outcomes: list = []
+
+    def amqp_publish():
+        with amqp.connect(cluster.brokers["n1"].url, timeout=60) as c:
+            with c.publisher(STREAM) as pub:
+                for body in bodies("amqp", 20):
+                    pub.publish(body)
+                outcomes.extend(pub.flush())
+    t = threading.Thread(target=amqp_publish)
+    t.start()
+    stream_confirmed: list[bytes] = []
+
+    async def stream_publish():
+        async with producer(cluster, "n1") as p:
+            with pytest.raises(asyncio.TimeoutError):
+                await publish(p, bodies("held", 20), stream_confirmed, timeout=3)
+            assert stream_confirmed == [] and outcomes == []  # 3 s and nothing settled
+            n1 = log_dir(cluster.data_dirs()["n1"], STREAM)
+            assert raw_chunks(n1)[-1][2] >= 50  # all of it written on the leader
+            cluster.start("n2")
+            await until(lambda: len(stream_confirmed) == 20, 30, "the stream confirms")
+    asyncio.run(stream_publish())
+    t.join(60)
+    assert len(outcomes) == 20 and all(o.accepted for o in outcomes)
