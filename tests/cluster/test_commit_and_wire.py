@@ -59,7 +59,7 @@ def test_common_end_cuts_a_replica_back_to_the_last_chunk_both_logs_hold(tmp_pat
     leader = Stream.open(tmp_path / "l", cfg)
     replica = Stream.open(tmp_path / "r", cfg)
     try:
-        for i in range(3):
+        for _ in range(3):
             leader.append_batch([b"x"] * 5, None)
             leader.flush()
         with leader.replication_reader(0) as r:

@@ -18,7 +18,7 @@ from amqp_stream.cluster import replication_wire as wire  # noqa: E402
 from amqp_stream.cluster.layout import Node, StreamLayout  # noqa: E402
 from storage.format import HEADER_CHUNK_ID_AT  # noqa: E402
 from tests.cluster.checker import check, log_dir, raw_chunks  # noqa: E402
-from tests.cluster.nodes import Cluster  # noqa: E402
+from amqp_stream.cluster.testing import Cluster  # noqa: E402
 from tests.polling import wait_for  # noqa: E402
 
 STREAM = "replicated"

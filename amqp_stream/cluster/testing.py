@@ -1,4 +1,5 @@
-"""Three (or more) broker processes on loopback replicating through static layouts.
+"""Three (or more) broker processes on loopback replicating through static layouts, for the
+tests (``tests/cluster``) and the benchmarks (``bench.replication``).
 
 Each node runs ``amqp-stream serve --cluster-static FILE``; the file (one per node: the same
 layouts, the node's own name) stands in for coordination. ``set_layouts`` rewrites the files
@@ -21,7 +22,7 @@ __all__ = ["Cluster"]
 
 class Cluster:
     def __init__(self, root: Path, names: Iterable[str] = ("n1", "n2", "n3"),
-                 fsync: str = "always"):
+                 fsync: str = "always", extra_args: Iterable[str] = ()):
         self.root = root
         self.brokers: dict[str, BrokerProcess] = {}
         self.nodes: dict[str, Node] = {}
@@ -30,7 +31,7 @@ class Cluster:
             (root / name).mkdir(parents=True, exist_ok=True)
             path = root / name / "layouts.json"
             b = BrokerProcess(root / name / "data", ["--cluster-static", str(path),
-                                                     "--fsync", fsync],
+                                                     "--fsync", fsync, *extra_args],
                               log_path=root / name / "broker.log")
             (repl_port,) = free_ports(1)
             self.brokers[name] = b
