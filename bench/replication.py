@@ -27,7 +27,8 @@ from amqp_stream.client.stream import StreamClient
 from amqp_stream.cluster.layout import StreamLayout
 from amqp_stream.cluster.testing import Cluster
 from amqp_stream.testing import BrokerProcess
-from bench.stream_protocol import HEADER, Result, _row, consume, publish, publish_frames
+from bench.stream_protocol import (HEADER, Result, _row, consume, cpu_seconds, publish,
+                                   publish_frames)
 
 __all__ = ["main"]
 
@@ -54,7 +55,7 @@ def _consume(port: int, stream: str, pid: int, args: argparse.Namespace) -> Resu
 def _wait_members(cluster: Cluster, stream: str, timeout: float = 30) -> None:
     """Until both replicas follow ``stream``'s leader (polled from their logs)."""
     deadline = time.monotonic() + timeout
-    while not all(f"following n1 (epoch 1) from" in cluster.log(n) and stream in cluster.log(n)
+    while not all(f"replica of {stream!r}: following n1 (epoch 1) from" in cluster.log(n)
                   for n in ("n2", "n3")):
         if time.monotonic() > deadline:
             raise RuntimeError(f"replicas of {stream} not following after {timeout}s")
@@ -88,13 +89,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         spid = single.proc.pid  # type: ignore[union-attr]
         lpid = cluster.brokers["n1"].proc.pid  # type: ignore[union-attr]
         rpid = cluster.brokers["n2"].proc.pid  # type: ignore[union-attr]
+        r3pid = cluster.brokers["n3"].proc.pid  # type: ignore[union-attr]
         for k, stream in enumerate(streams):
             _wait_members(cluster, stream)
             one = _publish(single.stream_port, f"single-{k}", spid, args, create=True)
+            r0 = cpu_seconds(rpid) + cpu_seconds(r3pid)
             rep = _publish(cluster.brokers["n1"].stream_port, stream, lpid, args, create=False)
+            replicas_us = (cpu_seconds(rpid) + cpu_seconds(r3pid) - r0) / args.messages * 1e6
             out.append(_row(f"round {k}: single node publish", one))
-            out.append(_row(f"round {k}: 3 members publish", rep))
-            out.append(f"    replicated / single: {rep.rate / one.rate:.2f}x")
+            out.append(_row(f"round {k}: 3 members publish (leader)", rep))
+            out.append(f"    replicated / single: {rep.rate / one.rate:.2f}x; the two replicas: "
+                       f"{replicas_us:.3f} CPU µs/msg together")
             # the replicas hold the stream once the commit covers it (confirms came)
             lead = _consume(cluster.brokers["n1"].stream_port, stream, lpid, args)
             repl = _consume(cluster.brokers["n2"].stream_port, stream, rpid, args)

@@ -91,8 +91,7 @@ class ReplicaLink:
         sock.sendall(wire.encode_hello(wire.Hello(self.name, self.node, self.epoch,
                                                   stream.local_end,
                                                   tuple(stream.epoch_ends()))))
-        buf = bytearray()
-        at = 0
+        rest = b""  # a partial frame carried to the next read
         started = False
         sock.settimeout(None)
         last_sync = time.monotonic()
@@ -100,9 +99,12 @@ class ReplicaLink:
             data = sock.recv(RECV_BYTES)
             if not data:
                 raise EOFError("the leader closed the connection")
-            buf += data
-            got, at = wire.frames(buf, at)
-            chunks: list[tuple[bytes, bool]] = []
+            if rest:
+                data = rest + data
+            # the chunks are views into ``data`` (immutable: no copy, nothing to release)
+            got, at = wire.frame_views(data)
+            rest = data[at:]
+            chunks: list[tuple[memoryview, bool]] = []
             commit: tuple[int, int] | None = None
             for kind, payload in got:
                 if kind == wire.CHUNK:
@@ -133,9 +135,6 @@ class ReplicaLink:
                 if commit[0] > stream.local_end:  # not here yet: up to what is
                     commit = (stream.local_end, stream.last_chunk_id)
                 stream.set_commit(*commit)
-            if at:
-                del buf[:at]
-                at = 0
             now = time.monotonic()
             if now - last_sync >= self.sync_interval_s:
                 stream.sync()

@@ -37,7 +37,7 @@ __all__ = [
     "REFUSE_NOT_LEADER", "REFUSE_UNKNOWN_STREAM", "REFUSE_STALE_EPOCH", "REFUSE_BAD_FRAME",
     "Hello", "Start", "WireError", "encode_hello", "decode_hello", "encode_start",
     "decode_start", "encode_refuse", "decode_refuse", "chunk_head", "encode_commit",
-    "decode_position", "encode_ack", "frames",
+    "decode_position", "encode_ack", "frames", "frame_views",
 ]
 
 VERSION = 1
@@ -180,4 +180,22 @@ def frames(buf: bytearray | bytes, at: int = 0) -> tuple[list[tuple[int, bytes]]
                 break
             out.append((kind, bytes(view[at + HEAD.size:end])))
             at = end
+    return out, at
+
+
+def frame_views(data: bytes) -> tuple[list[tuple[int, memoryview]], int]:
+    """``frames`` without copies, for immutable ``data``: each payload is a view into it."""
+    out = []
+    n = len(data)
+    view = memoryview(data)
+    at = 0
+    while at + HEAD.size <= n:
+        length, kind = HEAD.unpack_from(data, at)
+        if not 1 <= length <= MAX_FRAME:
+            raise WireError(f"frame length {length}")
+        end = at + 4 + length
+        if end > n:
+            break
+        out.append((kind, view[at + HEAD.size:end]))
+        at = end
     return out, at
