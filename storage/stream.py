@@ -346,6 +346,19 @@ class Stream:
         """The cluster's commit end (None: not replicated, the local durable end commits)."""
         return self._gate
 
+    def fail_held(self, error: Exception) -> int:
+        """Give ``error`` to every callback held for the commit (this member stops leading:
+        what it holds may never be committed, and a new leader confirms nothing it did not
+        take itself); returns how many there were."""
+        with self._gate_lock:
+            held, self._held = self._held, []
+        for offset, _, cb in sorted(held):
+            try:
+                cb(offset, error)
+            except Exception:
+                log.exception("on_durable callback failed")
+        return len(held)
+
     def _hold(self, cb: DurableCallback | None) -> DurableCallback | None:
         """``cb`` held until the cluster's commit passes its offset (as it is when the stream
         is not replicated)."""

@@ -22,6 +22,7 @@ from amqp_stream.cluster.layout import StreamLayout
 from amqp_stream.cluster.layouts import Layouts
 from amqp_stream.cluster.leader import LeaderRole, ReplicationServer
 from amqp_stream.cluster.replica import ReplicaLink
+from storage.errors import StreamClosedError
 
 __all__ = ["Replication", "POLL_S"]
 
@@ -101,6 +102,11 @@ class Replication:
         role = self.leaders.pop(name, None)
         if role is not None:
             role.close()
+            n = role.stream.fail_held(StreamClosedError(
+                f"stream '{name}': this node no longer leads it; not confirmed"))
+            if n:
+                log.warning("replication: %r: %d publishes left unconfirmed by the leader "
+                            "change (answered with an error)", name, n)
         link = self.replicas.pop(name, None)
         if link is not None:
             link.close()

@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from amqp_stream.wire import decode, split_sections
 from storage import OffsetSpec
 from storage.reader import DirectorySource, Reader
 
-__all__ = ["log_dir", "raw_chunks", "records", "Report", "check"]
+DATA_SECTION = 0x75
+
+__all__ = ["log_dir", "raw_chunks", "records", "body_of", "Report", "check"]
 
 
 def log_dir(data_dir: str | os.PathLike[str], stream: str) -> Path:
@@ -48,6 +51,15 @@ def records(directory: str | os.PathLike[str], end: int | None = None) -> list[t
     return out
 
 
+def body_of(stored: bytes) -> bytes:
+    """The body of a stored AMQP message: its data sections' bytes, joined."""
+    parts = []
+    for code, _, value, end in split_sections(stored):
+        if code == DATA_SECTION:
+            parts.append(bytes(decode(stored[value:end])[0]))
+    return b"".join(parts)
+
+
 @dataclass
 class Report:
     ends: dict[str, int]  # each member's log end
@@ -60,7 +72,8 @@ def check(members: Mapping[str, str | os.PathLike[str]], stream: str,
           confirmed: Iterable[bytes], at_least: int = 0) -> Report:
     """Every member's log is byte-identical, chunk for chunk, up to the shortest one's end,
     which must reach ``at_least`` (the commit offset the test knows of); every ``confirmed``
-    body (unique bytes each) is in exactly one record below it: none lost, none duplicated."""
+    body (unique bytes each; ``body_of`` a stored AMQP message) is in exactly one record below
+    it: none lost, none duplicated."""
     logs = {name: raw_chunks(log_dir(d, stream)) for name, d in members.items()}
     ends = {name: (chunks[-1][2] if chunks else 0) for name, chunks in logs.items()}
     common = min(ends.values())
@@ -73,10 +86,13 @@ def check(members: Mapping[str, str | os.PathLike[str]], stream: str,
             assert a == b, (f"{name} differs from {reference_name} at chunk {b[0]} (epoch "
                             f"{b[1]} vs {a[1]})")
         assert len(mine) == len(reference), f"{name}: {len(mine)} chunks, {len(reference)}"
-    stored = [body for _, body in records(log_dir(members[reference_name], stream), common)]
+    counts: dict[bytes, int] = {}
+    for _, stored in records(log_dir(members[reference_name], stream), common):
+        body = body_of(stored)
+        counts[body] = counts.get(body, 0) + 1
     found = 0
     for body in confirmed:
-        holding = sum(1 for s in stored if body in s)
+        holding = counts.get(body, 0)
         assert holding == 1, f"confirmed message {body!r} is in {holding} records"
         found += 1
     extra = {name: sum(1 for c in chunks if c[2] > common) for name, chunks in logs.items()}

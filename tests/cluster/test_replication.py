@@ -121,11 +121,15 @@ def test_a_replica_killed_mid_publish_catches_up(cluster):
 
     async def go():
         async with producer(cluster, "n1") as p:
-            await publish(p, bodies("b", 1000), confirmed)
-            cluster.brokers["n3"].kill()
-            await publish(p, bodies("k", 2000), confirmed)  # quorum 2: n1 and n2
+            for k in range(30):  # one producer throughout; n3 dies after the fifth round
+                if k == 5:
+                    # in a thread: the publishes' confirms keep coming meanwhile
+                    kill = asyncio.get_running_loop().run_in_executor(
+                        None, cluster.brokers["n3"].kill)
+                await publish(p, bodies(f"k{k}", 1000), confirmed)  # quorum 2: n1, n2
+            await kill
     asyncio.run(go())
-    assert len(confirmed) == 3000
+    assert len(confirmed) == 30000
     dirs = cluster.data_dirs()
     leader_end = raw_chunks(log_dir(dirs["n1"], STREAM))[-1][2]
     assert raw_chunks(log_dir(dirs["n3"], STREAM))[-1][2] < leader_end
