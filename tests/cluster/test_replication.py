@@ -314,3 +314,44 @@ def test_confirms_on_both_protocols_wait_for_a_quorum(cluster):
     asyncio.run(stream_publish())
     t.join(60)
     assert len(outcomes) == 20 and all(o.accepted for o in outcomes)
+
+
+def test_the_leader_killed_mid_publish_a_new_leader_takes_over_and_it_converges(cluster):
+    """SIGKILL the leader while one producer publishes; the layouts move to epoch 2 under n2
+    (what coordination would do); a new producer goes on there; the old leader comes back
+    as a replica of epoch 2, is cut back to what the new leader holds, and every member ends
+    the same; no confirmed message lost or doubled."""
+    confirmed: list[bytes] = []
+
+    async def before():
+        async with producer(cluster, "n1") as p:
+            kill = None
+            try:
+                for k in range(40):
+                    if k == 4:
+                        kill = asyncio.get_running_loop().run_in_executor(
+                            None, cluster.brokers["n1"].kill)
+                    await publish(p, bodies(f"a{k}", 1000), confirmed, timeout=5)
+            except Exception:  # the connection dies with the leader, or confirms stop
+                pass
+            if kill is not None:
+                await kill
+    asyncio.run(before())
+    assert 4000 <= len(confirmed) < 40000
+    epoch2 = StreamLayout(STREAM, 2, "n2", MEMBERS)
+    cluster.set_layouts([(epoch2, {})])
+    wait_for(lambda: "leading 'replicated' (epoch 2" in cluster.log("n2")
+             and "following n2 (epoch 2)" in cluster.log("n3"), 20, "epoch 2 taken up")
+
+    async def after():
+        async with producer(cluster, "n2") as p:
+            for k in range(5):
+                await publish(p, bodies(f"b{k}", 1000), confirmed)
+    asyncio.run(after())
+    cluster.start("n1")
+    dirs = cluster.data_dirs()
+    leader_end = raw_chunks(log_dir(dirs["n2"], STREAM))[-1][2]
+    wait_for(lambda: all(raw_chunks(log_dir(d, STREAM))[-1][2] == leader_end
+                         for d in dirs.values()), 30, "every member at the new leader's end")
+    report = check(dirs, STREAM, confirmed, at_least=leader_end)
+    assert report.found == len(confirmed)
