@@ -355,3 +355,42 @@ def test_the_leader_killed_mid_publish_a_new_leader_takes_over_and_it_converges(
                          for d in dirs.values()), 30, "every member at the new leader's end")
     report = check(dirs, STREAM, confirmed, at_least=leader_end)
     assert report.found == len(confirmed)
+
+
+def test_a_named_producer_is_deduplicated_by_the_new_leader(cluster):
+    """The publisher sequence travels with the chunks: after a failover the new leader
+    answers the named producer's last id and drops what it sends again."""
+    from amqp_stream.client.stream import StreamClient, publish_frame
+
+    def message(i: int) -> tuple[int, None, bytes]:
+        body = f"<p1-{i:06d}>".encode()
+        return i, None, b"\x00\x53\x75\xa0" + bytes([len(body)]) + body
+
+    def send(node: str, ids: range) -> None:
+        with StreamClient(f"rabbitmq-stream://127.0.0.1:{cluster.brokers[node].stream_port}",
+                          timeout=30) as c:
+            c.declare_publisher(1, STREAM, "p1")
+            for k in range(ids.start, ids.stop, 500):
+                c.send(publish_frame(1, [message(i) for i in range(k, min(k + 500, ids.stop))]))
+            while c.confirmed < len(ids):
+                assert c.pump(30), "confirms stopped"
+            assert c.errors == 0
+    send("n1", range(1, 2001))
+    dirs = cluster.data_dirs()
+    end = raw_chunks(log_dir(dirs["n1"], STREAM))[-1][2]
+    wait_for(lambda: all(raw_chunks(log_dir(d, STREAM))[-1][2] == end for d in dirs.values()),
+             20, "every member at the leader's end")
+    cluster.brokers["n1"].kill()
+    cluster.set_layouts([(StreamLayout(STREAM, 2, "n2", MEMBERS), {})], only=["n2", "n3"])
+    wait_for(lambda: "leading 'replicated' (epoch 2" in cluster.log("n2"), 20, "n2 leading")
+    with StreamClient(f"rabbitmq-stream://127.0.0.1:{cluster.brokers['n2'].stream_port}",
+                      timeout=30) as c:
+        assert c.publisher_sequence(STREAM, "p1") == 2000
+    send("n2", range(1501, 2501))  # 500 again, 500 new: all confirmed
+    dirs.pop("n1")
+    leader_end = raw_chunks(log_dir(dirs["n2"], STREAM))[-1][2]
+    wait_for(lambda: raw_chunks(log_dir(dirs["n3"], STREAM))[-1][2] == leader_end, 20,
+             "n3 at the leader's end")
+    report = check(dirs, STREAM, [f"<p1-{i:06d}>".encode() for i in range(1, 2501)],
+                   at_least=leader_end)
+    assert report.found == 2500
