@@ -18,6 +18,7 @@ import itertools
 import operator
 import os
 import threading
+import time
 from typing import Callable, Iterable, Sequence
 
 import bloom
@@ -392,6 +393,12 @@ class Stream:
     def set_epoch(self, epoch: int) -> None:
         """Chunks written from now on carry ``epoch`` (a leader's; never below the last one)."""
         self._writer.set_epoch(epoch)
+
+    def mark_epoch(self, name: bytes = b"leader-epoch") -> None:
+        """Queue a tracking chunk holding one timestamp record (osiris's type 2: no consumer
+        offset, no publisher sequence): the first chunk of a new leader's epoch, so that what
+        older epochs left can be committed with it (Raft's no-op entry)."""
+        self._writer.store_timestamp(name, time.time_ns() // 1_000_000)
 
     def set_follower(self, follower: bool) -> None:
         """A replica's log takes chunks only through ``append_chunks``: appends are refused."""

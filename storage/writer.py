@@ -69,6 +69,7 @@ from storage.format import (
     SEGMENT_HEADER_BYTES,
     TRACKING_OFFSET,
     TRACKING_SEQUENCE,
+    TRACKING_TYPE_TIMESTAMP,
     SubBatchEntry,
     ChunkHeader,
     IndexRecord,
@@ -173,6 +174,7 @@ class Writer:
         self._marks: dict[int, int] = {}
         self._delta_at: int | None = None
         self._delta: dict[bytes, int] = {}
+        self._delta_ts: dict[bytes, int] = {}  # timestamp records for the same delta chunk
         self._writer_batches: list[_Batch] = []
         self._snapshot_at: int | None = None
         self._retention_due = False
@@ -261,6 +263,19 @@ class Writer:
             self.offsets[name] = offset
             if on_durable is not None:  # called once everything queued so far is durable
                 self._callbacks.append((self.next - 1, on_durable))
+            if self._idle:
+                self._idle = False
+                self._wake.notify()
+
+    def store_timestamp(self, name: bytes, timestamp: int) -> None:
+        """Queue a timestamp record (tracking type 2) into the delta chunk reserved in the
+        queue, as ``store_offset`` does for an offset (a leader's first chunk of its epoch)."""
+        with self.lock:
+            if self._refused and not self._may_retry():
+                raise self._refusal()
+            if self._delta_at is None:
+                self._delta_at = self._reserve(CHUNK_TRACKING_DELTA)
+            self._delta_ts[name] = timestamp
             if self._idle:
                 self._idle = False
                 self._wake.notify()
@@ -536,8 +551,10 @@ class Writer:
                 self._bodies, self._values, self._callbacks = [], [], []
                 first = self.next - len(bodies) - self._extra
                 batched, self._extra, self._batched = self._batched, 0, False
-                batch = _Tracking(self._marks, self._delta, self._writer_batches)
+                batch = _Tracking(self._marks, self._delta, self._writer_batches,
+                                  self._delta_ts)
                 self._marks, self._delta, self._writer_batches = {}, {}, []
+                self._delta_ts = {}
                 self._delta_at = None
                 closing = self._closing
                 reopen, self._reopen_requested = self._reopen_requested, False
@@ -586,6 +603,7 @@ class Writer:
             pending = list(self._pending_failed) + self._callbacks
             self._callbacks, self._bodies, self._values = [], [], []
             self._marks, self._delta, self._writer_batches = {}, {}, []
+            self._delta_ts = {}
             self._delta_at = self._snapshot_at = None
         self._pending_failed = []
         for offset, cb in pending:
@@ -732,6 +750,8 @@ class Writer:
                 if kind == CHUNK_TRACKING_DELTA:
                     records = [TrackingRecord(TRACKING_OFFSET, k, v)
                                for k, v in batch.delta.items()]
+                    records += [TrackingRecord(TRACKING_TYPE_TIMESTAMP, k, v)
+                                for k, v in batch.timestamps.items()]
                     written.apply(chunk_id, records)
                     data = encode_entries([encode_tracking(records)])
                     n = recs = 1
@@ -1011,13 +1031,14 @@ class _Batch:
 class _Tracking:
     """The tracking part of one batch taken from the queue (see ``Writer.__init__``)."""
 
-    __slots__ = ("delta", "marks", "writers")
+    __slots__ = ("delta", "marks", "writers", "timestamps")
 
     def __init__(self, marks: dict[int, int], delta: dict[bytes, int],
-                 writers: list[_Batch]) -> None:
+                 writers: list[_Batch], timestamps: dict[bytes, int]) -> None:
         self.marks = marks
         self.delta = delta
         self.writers = writers
+        self.timestamps = timestamps
 
 
 #: a run of at least this many entries with one filter value ends its chunk (``_run_cut``)

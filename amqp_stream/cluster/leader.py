@@ -68,6 +68,10 @@ class LeaderRole:
         self.tracker = CommitTracker(members, quorum, floor, commit, stream.set_commit)
         self._listener = self._local_tail
         stream.add_listener(self._listener)
+        if floor:
+            # the epoch's first chunk, at once: what older epochs left is committed with it
+            # once a quorum holds it, not only with the next publish
+            stream.mark_epoch()
         self._local_tail()
 
     def _local_tail(self) -> None:

@@ -342,7 +342,6 @@ def test_the_leader_killed_mid_publish_a_new_leader_takes_over_and_it_converges(
     cluster.set_layouts([(epoch2, {})])
     wait_for(lambda: "leading 'replicated' (epoch 2" in cluster.log("n2")
              and "following n2 (epoch 2)" in cluster.log("n3"), 20, "epoch 2 taken up")
-
     async def after():
         async with producer(cluster, "n2") as p:
             for k in range(5):
@@ -394,3 +393,38 @@ def test_a_named_producer_is_deduplicated_by_the_new_leader(cluster):
     report = check(dirs, STREAM, [f"<p1-{i:06d}>".encode() for i in range(1, 2501)],
                    at_least=leader_end)
     assert report.found == 2500
+
+
+def consume_count(cluster: Cluster, node: str, n: int) -> None:
+    """A stream consumer on ``node`` from the first offset gets ``n`` records."""
+    from amqp_stream.client.stream import StreamClient
+    from amqp_stream.streamproto import OffsetSpec
+    with StreamClient(f"rabbitmq-stream://127.0.0.1:{cluster.brokers[node].stream_port}",
+                      timeout=30) as c:
+        c.subscribe(1, STREAM, OffsetSpec.first(), credit=1000)
+        while c.records < n:
+            assert c.pump(5), f"deliveries on {node} stopped at {c.records} of {n}"
+
+
+def test_all_nodes_restarted_at_once_serve_what_was_confirmed_before_any_publish(cluster):
+    """The commit end is not stored: after a restart of every node under a new epoch, the
+    leader's first chunk of its epoch (written at takeover, a tracking chunk) commits what the
+    old epoch left, so consumers on every member see the confirmed messages at once."""
+    confirmed: list[bytes] = []
+
+    async def go(tag):
+        async with producer(cluster, "n1") as p:
+            await publish(p, bodies(tag, 1000), confirmed)
+    asyncio.run(go("before"))
+    for b in cluster.brokers.values():
+        b.stop()
+    cluster.set_layouts([(StreamLayout(STREAM, 2, "n1", MEMBERS), {})])
+    cluster.start()
+    for node in MEMBERS:
+        consume_count(cluster, node, 1000)
+    asyncio.run(go("after"))
+    dirs = cluster.data_dirs()
+    end = raw_chunks(log_dir(dirs["n1"], STREAM))[-1][2]
+    wait_for(lambda: all(raw_chunks(log_dir(d, STREAM))[-1][2] == end for d in dirs.values()),
+             20, "every member at the leader's end")
+    check(dirs, STREAM, confirmed, at_least=end)
