@@ -93,10 +93,17 @@ class ReplicaLink:
                                                   tuple(stream.epoch_ends()))))
         rest = b""  # a partial frame carried to the next read
         started = False
-        sock.settimeout(None)
+        # wake at least every sync interval: chunks left unsynced (``interval``) get their
+        # fsync even when nothing more comes
+        sock.settimeout(self.sync_interval_s if self.sync_interval_s > 0 else None)
         last_sync = time.monotonic()
         while not self.closed:
-            data = sock.recv(RECV_BYTES)
+            try:
+                data = sock.recv(RECV_BYTES)
+            except TimeoutError:
+                stream.sync()
+                last_sync = time.monotonic()
+                continue
             if not data:
                 raise EOFError("the leader closed the connection")
             if rest:
