@@ -4,8 +4,9 @@ chunks the new leader never had (only unconfirmed data can be there).
 Why a module of its own: it is the one place where the committed log shrinks, so it runs
 only on a closed directory (``Stream.truncate`` stops the writer around it) and leaves what
 recovery expects: index first, then segment, for whole segments removed (as retention
-removes them); a cut segment is cut at a chunk boundary with its index cut at the matching
-record, both fsynced, then the directory.
+removes them); a cut segment is cut at a chunk boundary, then its index at the matching
+record, each fsynced, then the directory. A crash in the middle leaves a log recovery opens;
+the member's next handshake cuts it again.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def truncate_log(directory: str, end: int, sync: bool = True) -> int:
                 keep -= 1
             if keep < len(records):
                 new_end = records[keep].chunk_id
-                os.ftruncate(ifd, INDEX_HEADER_BYTES + keep * INDEX_RECORD_BYTES)
+                # the segment first: an index ahead of its segment loses the records without
+                # a chunk at recovery, where a segment ahead of its index would get them back
                 sfd = os.open(segment_path(directory, last), os.O_RDWR)
                 try:
                     os.ftruncate(sfd, records[keep].position)
@@ -59,6 +61,7 @@ def truncate_log(directory: str, end: int, sync: bool = True) -> int:
                         os.fsync(sfd)
                 finally:
                     os.close(sfd)
+                os.ftruncate(ifd, INDEX_HEADER_BYTES + keep * INDEX_RECORD_BYTES)
                 if sync:
                     os.fsync(ifd)
             else:
