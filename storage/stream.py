@@ -419,12 +419,27 @@ class Stream:
         returns the new end. The writer is stopped around it and started again (listeners,
         epoch and follower state kept). Nothing may be appending meanwhile."""
         from storage.truncate import truncate_log
+        if end >= self._writer.end:
+            return self._writer.end
+        cut: list[int] = []
+        self._restart_writer(lambda: cut.append(truncate_log(
+            self.directory, end, self.config.fsync != FsyncPolicy.NEVER)))
+        return cut[0]
+
+    def reset(self, start: int) -> None:
+        """Drop the whole log and go on empty from ``start`` (beyond its end: a member behind
+        what its leader's retention kept; see ``storage.truncate.reset_log``). The writer is
+        restarted as for ``truncate``; tracking state comes back with the leader's chunks (the
+        first of its segment is a snapshot)."""
+        from storage.truncate import reset_log
+        self._restart_writer(lambda: reset_log(self.directory, start,
+                                               self.config.fsync != FsyncPolicy.NEVER))
+
+    def _restart_writer(self, change: Callable[[], object]) -> None:
         old = self._writer
-        if end >= old.end:
-            return old.end
         listeners, epoch, follower = old._listeners, old.epoch, old.follower
         old.close()
-        new_end = truncate_log(self.directory, end, self.config.fsync != FsyncPolicy.NEVER)
+        change()
         segments = recover(self.directory)
         self._writer = Writer(self.directory, self.config, segments)
         self._writer._listeners = listeners
@@ -432,7 +447,6 @@ class Stream:
         self._writer.set_follower(follower)
         with old._commit_cond:
             old._commit_cond.notify_all()
-        return new_end
 
     def epoch_at(self, chunk_id: int) -> tuple[int, int] | None:
         """``(epoch, next offset)`` of the chunk whose id is ``chunk_id``, None when this log

@@ -17,7 +17,7 @@ from storage.files import fsync_dir, index_path, list_segments, read_index_recor
 from storage.format import CHUNK_HEADER_BYTES, INDEX_HEADER_BYTES, INDEX_RECORD_BYTES, decode_header
 from storage.writer import create_segment
 
-__all__ = ["truncate_log"]
+__all__ = ["truncate_log", "reset_log"]
 
 
 def _unlink(path: str) -> None:
@@ -86,3 +86,14 @@ def _end_of(directory: str, start: int, position: int) -> int:
         return decode_header(os.pread(fd, CHUNK_HEADER_BYTES, position)).next_offset
     finally:
         os.close(fd)
+
+
+def reset_log(directory: str, start: int, sync: bool = True) -> None:
+    """Drop the whole log and start it again empty at ``start``: a member whose log ends
+    before the first offset its leader still keeps (retention removed what lies between)."""
+    for first in reversed(list_segments(directory)):
+        _unlink(index_path(directory, first))
+        _unlink(segment_path(directory, first))
+    create_segment(directory, start, sync)
+    if sync:
+        fsync_dir(directory)

@@ -159,8 +159,11 @@ class ReplicaLink:
             self.on_event(f"truncated {stream.local_end} -> {start.offset}")
             stream.truncate(start.offset)
         elif start.offset > stream.local_end:
-            raise StorageError(f"the leader starts at {start.offset}, beyond this log's end "
-                               f"{stream.local_end} (its retention removed what lies between)")
+            log.warning("replica of %r: the leader keeps nothing before %d, beyond this log's "
+                        "end %d: starting the log again there", self.name, start.offset,
+                        stream.local_end)
+            self.on_event(f"reset {stream.local_end} -> {start.offset}")
+            stream.reset(start.offset)
         self.connected.set()
         self.sock.sendall(wire.encode_ack(stream.local_end, stream.last_chunk_id))  # type: ignore[union-attr]
         log.info("replica of %r: following %s (epoch %d) from %d", self.name,

@@ -70,7 +70,8 @@ class Report:
 
 def check(members: Mapping[str, str | os.PathLike[str]], stream: str,
           confirmed: Iterable[bytes], at_least: int = 0) -> Report:
-    """Every member's log is byte-identical, chunk for chunk, up to the shortest one's end,
+    """Every member's log is byte-identical, chunk for chunk, up to the shortest one's end
+    (from the latest first offset retention left on any of them),
     which must reach ``at_least`` (the commit offset the test knows of); every ``confirmed``
     body (unique bytes each; ``body_of`` a stored AMQP message) is in exactly one record below
     it: none lost, none duplicated."""
@@ -78,10 +79,12 @@ def check(members: Mapping[str, str | os.PathLike[str]], stream: str,
     ends = {name: (chunks[-1][2] if chunks else 0) for name, chunks in logs.items()}
     common = min(ends.values())
     assert common >= at_least, f"a member's log ends at {common}, before {at_least}: {ends}"
+    # retention runs on each member: compare from the latest first offset any of them keeps
+    first = max((chunks[0][0] for chunks in logs.values() if chunks), default=0)
     reference_name = next(iter(logs))
-    reference = [c for c in logs[reference_name] if c[2] <= common]
+    reference = [c for c in logs[reference_name] if first <= c[0] and c[2] <= common]
     for name, chunks in logs.items():
-        mine = [c for c in chunks if c[2] <= common]
+        mine = [c for c in chunks if first <= c[0] and c[2] <= common]
         for a, b in zip(reference, mine, strict=False):
             assert a == b, (f"{name} differs from {reference_name} at chunk {b[0]} (epoch "
                             f"{b[1]} vs {a[1]})")

@@ -17,7 +17,7 @@ from rstream import ConsumerOffsetSpecification, OffsetType  # noqa: E402
 from amqp_stream.cluster import replication_wire as wire  # noqa: E402
 from amqp_stream.cluster.layout import Node, StreamLayout  # noqa: E402
 from storage.format import HEADER_CHUNK_ID_AT  # noqa: E402
-from tests.cluster.checker import check, log_dir, raw_chunks  # noqa: E402
+from tests.cluster.checker import check, log_dir, raw_chunks, records  # noqa: E402
 from amqp_stream.cluster.testing import Cluster  # noqa: E402
 from tests.polling import wait_for  # noqa: E402
 
@@ -428,3 +428,35 @@ def test_all_nodes_restarted_at_once_serve_what_was_confirmed_before_any_publish
     wait_for(lambda: all(raw_chunks(log_dir(d, STREAM))[-1][2] == end for d in dirs.values()),
              20, "every member at the leader's end")
     check(dirs, STREAM, confirmed, at_least=end)
+
+
+def test_a_new_member_behind_the_leaders_retention_starts_at_its_first_offset(tmp_path):
+    """Two members publish until retention has removed the first segments; a third member
+    joins with an empty log: it starts at the leader's first kept offset and holds the same
+    files from there (tracking snapshot first), then follows."""
+    c = Cluster(tmp_path)
+    args = {"x-stream-max-segment-size-bytes": 20000, "x-max-length-bytes": 60000}
+    c.set_layouts([(StreamLayout(STREAM, 1, "n1", ("n1", "n2")), args)])
+    try:
+        c.start()
+        confirmed: list[bytes] = []
+
+        async def go(tag, n):
+            async with producer(c, "n1") as p:
+                for k in range(n):
+                    await publish(p, bodies(f"{tag}{k}", 500), confirmed)
+        asyncio.run(go("a", 8))
+        dirs = c.data_dirs()
+        first = raw_chunks(log_dir(dirs["n1"], STREAM))[0][0]
+        assert first > 0  # retention removed the oldest segments
+        c.set_layouts([(StreamLayout(STREAM, 1, "n1", MEMBERS), args)])
+        asyncio.run(go("b", 2))
+        end = raw_chunks(log_dir(dirs["n1"], STREAM))[-1][2]
+        wait_for(lambda: raw_chunks(log_dir(dirs["n3"], STREAM))[-1][2] == end, 30,
+                 "the new member at the leader's end")
+        assert "starting the log again there" in c.log("n3")
+        check(dirs, STREAM, [], at_least=end)
+        n1, n3 = (records(log_dir(dirs[n], STREAM)) for n in ("n1", "n3"))
+        assert n3 and n3 == [r for r in n1 if r[0] >= n3[0][0]]
+    finally:
+        c.close()
