@@ -95,6 +95,8 @@ class Broker:
             self.replication = Replication(self.core, StaticLayouts(self.config.cluster_static),
                                            self.config.host)
             self.replication.start()
+            from amqp_stream.cluster.metrics import ReplicationCollector
+            self.metrics.registry.register(ReplicationCollector(self.replication))
         log.info("amqp-stream %s: %d streams recovered from %s", __version__, len(names), data_dir)
         if self.security is not None:
             describe = getattr(self.security, "describe", None)

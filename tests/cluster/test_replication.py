@@ -87,6 +87,19 @@ def test_confirmed_publishes_are_on_a_quorum_and_every_log_is_identical(cluster)
                          for d in dirs.values()), 20, "every member at the leader's end")
     report = check(dirs, STREAM, confirmed, at_least=leader_end)
     assert report.found == 3000 and report.common == leader_end
+    # each node's role and the members' lag, in its metrics
+    import urllib.request
+
+    def metric(node: str, name: str) -> float:
+        text = urllib.request.urlopen(cluster.brokers[node].metrics_url, timeout=10).read()
+        line = next(x for x in text.decode().splitlines() if x.startswith(name))
+        return float(line.rsplit(" ", 1)[1])
+    wait_for(lambda: all(metric("n1", f'amqp_stream_replication_lag_offsets{{member="{m}",'
+                                      f'stream="{STREAM}"}}') == 0 for m in MEMBERS),
+             10, "no lag on the leader's metrics")
+    assert metric("n1", "amqp_stream_replication_leader") == 1
+    assert metric("n2", "amqp_stream_replication_leader") == 0
+    assert metric("n3", "amqp_stream_replication_commit_offset") == leader_end
 
 
 def test_consumers_on_a_replica_see_the_committed_messages(cluster):
