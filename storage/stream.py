@@ -347,6 +347,28 @@ class Stream:
         """The cluster's commit end (None: not replicated, the local durable end commits)."""
         return self._gate
 
+    def ungate(self) -> None:
+        """The stream stops being replicated: the local durable end commits again. Held
+        callbacks run (what they wait for is durable here: they were held after that)."""
+        with self._gate_lock:
+            if self._gate is None:
+                return
+            self._gate = None
+            held, self._held = self._held, []
+        for offset, _, cb in sorted(held):
+            try:
+                cb(offset, None)
+            except Exception:
+                log.exception("on_durable callback failed")
+        w = self._writer
+        for fn in w._listeners:
+            try:
+                fn()
+            except Exception:
+                log.exception("stream listener failed")
+        with w._commit_cond:
+            w._commit_cond.notify_all()
+
     def fail_held(self, error: Exception) -> int:
         """Give ``error`` to every callback held for the commit (this member stops leading:
         what it holds may never be committed, and a new leader confirms nothing it did not

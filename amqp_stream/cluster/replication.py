@@ -64,7 +64,12 @@ class Replication:
     def reconcile(self, force: bool = False) -> None:
         if not self.layouts.refresh() and not force:
             return
-        for name, layout in self.layouts.layouts().items():
+        current = self.layouts.layouts()
+        for name in list(self.applied):
+            layout = current.get(name)
+            if layout is None or self.node not in layout.members or len(layout.members) < 2:
+                self._leave(name, layout)
+        for name, layout in current.items():
             if self.node not in layout.members or len(layout.members) < 2:
                 continue
             if self.applied.get(name) == layout:
@@ -97,6 +102,22 @@ class Replication:
             log.info("replication: following %r from %s (epoch %d)", name, layout.leader,
                      layout.epoch)
         self.applied[name] = layout
+
+    def _leave(self, name: str, layout: StreamLayout | None) -> None:
+        """``name`` is no longer replicated on this node: its role ends; the local log stays
+        (deleting a stream is coordination's decision, made through the core). As the only
+        member left, the local durable end commits again; otherwise appends stop here."""
+        entry = self.core.get(name)
+        alone = layout is not None and layout.members == (self.node,)
+        if entry is not None and alone:
+            entry.stream.ungate()  # first: what waited is durable here, so confirmed
+        self._end_role(name)
+        del self.applied[name]
+        if entry is not None:
+            entry.stream.set_follower(not alone)
+            if alone and layout is not None and layout.epoch > entry.stream.last_epoch:
+                entry.stream.set_epoch(layout.epoch)
+        log.info("replication: %r no longer replicated on this node", name)
 
     def _end_role(self, name: str) -> None:
         role = self.leaders.pop(name, None)

@@ -473,3 +473,22 @@ def test_a_new_member_behind_the_leaders_retention_starts_at_its_first_offset(tm
         assert n3 and n3 == [r for r in n1 if r[0] >= n3[0][0]]
     finally:
         c.close()
+
+
+def test_a_stream_shrunk_to_one_member_confirms_on_local_durability_again(cluster):
+    """Both replicas gone: publishes wait; the layout leaves n1 the only member: what waited
+    is confirmed (it is durable there) and new publishes are confirmed as on one node."""
+    confirmed: list[bytes] = []
+    cluster.brokers["n2"].kill()
+    cluster.brokers["n3"].kill()
+
+    async def go():
+        async with producer(cluster, "n1") as p:
+            with pytest.raises(asyncio.TimeoutError):
+                await publish(p, bodies("held", 100), confirmed, timeout=2)
+            assert confirmed == []
+            cluster.set_layouts([(StreamLayout(STREAM, 2, "n1", ("n1",)), {})], only=["n1"])
+            await until(lambda: len(confirmed) == 100, 20, "the held confirms")
+            await publish(p, bodies("alone", 100), confirmed)
+    asyncio.run(go())
+    assert len(confirmed) == 200

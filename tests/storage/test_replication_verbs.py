@@ -208,3 +208,25 @@ def test_commit_gate_holds_confirms_and_readers(tmp_path):
         assert confirmed == [(1, None), (2, None)] and s.committed_chunk_id == 2
     finally:
         s.close()
+
+
+def test_ungate_gives_the_commit_back_to_the_local_log(tmp_path):
+    s = Stream.open(tmp_path / "s", StreamConfig(fsync="never"))
+    try:
+        s.gate_commit(0)
+        confirmed = []
+        s.append_batch([b"a"], None, on_durable=lambda o, e: confirmed.append((o, e)))
+        s.flush()
+        assert confirmed == [] and s.next_offset == 0
+        s.ungate()
+        assert confirmed == [(0, None)] and s.next_offset == 1 and s.commit_gate is None
+        s.append_batch([b"b"], None, on_durable=lambda o, e: confirmed.append((o, e)))
+        s.flush()
+        assert confirmed[-1] == (1, None)
+        s.gate_commit(2)
+        s.append_batch([b"c"], None, on_durable=lambda o, e: confirmed.append((o, e)))
+        s.flush()
+        assert s.fail_held(StreamClosedError("gone")) == 1
+        assert confirmed[-1][0] == 2 and isinstance(confirmed[-1][1], StreamClosedError)
+    finally:
+        s.close()
