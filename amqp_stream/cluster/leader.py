@@ -243,13 +243,14 @@ class ReplicationServer:
         start = min(common_end(stream, hello.epochs), hello.end) if hello.epochs else \
             min(hello.end, stream.local_end)
         first = stream.first_offset
-        if start < first:  # the replica is behind what retention kept: it starts over there
-            start = first
-        log.info("replica %s of %r (epoch %d): from offset %d (its end %d)", hello.node,
-                 hello.stream, role.epoch, start, hello.end)
+        reset = False
+        if start < first:  # what the logs share is gone here (retention): it starts over
+            start, reset = first, True
+        log.info("replica %s of %r (epoch %d): from offset %d (its end %d%s)", hello.node,
+                 hello.stream, role.epoch, start, hello.end, ", reset" if reset else "")
         try:
             sock.sendall(wire.encode_start(wire.Start(role.epoch, start, stream.commit_gate or 0,
-                                                      stream.committed_chunk_id)))
+                                                      stream.committed_chunk_id, reset)))
         except OSError:
             sock.close()
             return

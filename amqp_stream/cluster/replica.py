@@ -152,7 +152,13 @@ class ReplicaLink:
         if start.epoch < self.epoch:
             raise StaleEpochError(f"leader {self.leader.name} is at epoch {start.epoch}, "
                                   f"older than {self.epoch}")
-        if start.offset < stream.local_end:
+        if start.reset:
+            log.warning("replica of %r: the leader keeps nothing this log shares with it "
+                        "before %d (this log ends at %d): starting the log again there",
+                        self.name, start.offset, stream.local_end)
+            self.on_event(f"reset {stream.local_end} -> {start.offset}")
+            stream.reset(start.offset)
+        elif start.offset < stream.local_end:
             log.warning("replica of %r: truncating from %d to %d (chunks the leader of epoch "
                         "%d does not hold)", self.name, stream.local_end, start.offset,
                         start.epoch)

@@ -17,7 +17,9 @@ commit end as it moves (it bounds the replica's own consumers). Every frame::
                                   epoch), newest first (osiris's epoch offsets)
     START  2  leader -> replica   u64 leader's epoch | u64 offset the replica's log must end
                                   at (truncate there, chunks follow from it) |
-                                  u64 commit end | i64 commit chunk id
+                                  u64 commit end | i64 commit chunk id | u8 flags (bit 0:
+                                  reset: drop the whole log and start it at that offset, the
+                                  leader keeping nothing of what the two logs share)
     REFUSE 3  leader -> replica   u16 code | u16 n, reason (UTF-8); the connection closes
     CHUNK  4  leader -> replica   u8 flags (bit 0: first chunk of a segment) | the chunk,
                                   whole, as on disk (header, filter, data, trailer)
@@ -44,7 +46,7 @@ VERSION = 1
 HELLO, START, REFUSE, CHUNK, COMMIT, ACK = 1, 2, 3, 4, 5, 6
 HEAD = struct.Struct(">IB")  # length (type + payload), type
 _POSITION = struct.Struct(">Qq")  # an end and a chunk id (COMMIT, ACK)
-_START = struct.Struct(">QQQq")
+_START = struct.Struct(">QQQqB")
 _EPOCH_END = struct.Struct(">QQ")
 MAX_FRAME = 64 << 20  # a chunk is at most 8 MiB of data plus filter and trailer: far above
 
@@ -73,6 +75,7 @@ class Start:
     offset: int
     commit: int
     commit_chunk: int
+    reset: bool = False
 
 
 def _frame(kind: int, payload: bytes) -> bytes:
@@ -121,13 +124,14 @@ def decode_hello(payload: bytes | memoryview) -> Hello:
 
 
 def encode_start(s: Start) -> bytes:
-    return _frame(START, _START.pack(s.epoch, s.offset, s.commit, s.commit_chunk))
+    return _frame(START, _START.pack(s.epoch, s.offset, s.commit, s.commit_chunk, int(s.reset)))
 
 
 def decode_start(payload: bytes | memoryview) -> Start:
     if len(payload) != _START.size:
         raise WireError("bad START")
-    return Start(*_START.unpack(payload))
+    epoch, offset, commit, chunk, flags = _START.unpack(payload)
+    return Start(epoch, offset, commit, chunk, bool(flags & 1))
 
 
 def encode_refuse(code: int, reason: str) -> bytes:

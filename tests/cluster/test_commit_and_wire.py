@@ -15,7 +15,7 @@ from storage import Stream, StreamConfig
 
 def test_frames_round_trip_and_partial_frames_wait():
     hello = wire.Hello("s", "n2", 7, 1234, ((7, 1200), (5, 800)))
-    start = wire.Start(7, 1000, 900, 880)
+    start = wire.Start(7, 1000, 900, 880, True)
     data = (wire.encode_hello(hello) + wire.encode_start(start) + wire.chunk_head(3, True)
             + b"abc" + wire.encode_commit(5, 4) + wire.encode_ack(6, 5)
             + wire.encode_refuse(wire.REFUSE_STALE_EPOCH, "old"))

@@ -465,8 +465,8 @@ def test_a_new_member_behind_the_leaders_retention_starts_at_its_first_offset(tm
         c.set_layouts([(StreamLayout(STREAM, 1, "n1", MEMBERS), args)])
         asyncio.run(go("b", 2))
         end = raw_chunks(log_dir(dirs["n1"], STREAM))[-1][2]
-        wait_for(lambda: raw_chunks(log_dir(dirs["n3"], STREAM))[-1][2] == end, 30,
-                 "the new member at the leader's end")
+        wait_for(lambda: all(raw_chunks(log_dir(d, STREAM))[-1][2] == end
+                             for d in dirs.values()), 30, "every member at the leader's end")
         assert "starting the log again there" in c.log("n3")
         check(dirs, STREAM, [], at_least=end)
         n1, n3 = (records(log_dir(dirs[n], STREAM)) for n in ("n1", "n3"))
