@@ -69,6 +69,7 @@ class BrokerConfig:
     node_name: str | None = None
     replication_port: int = 5553
     cluster_session_timeout: float = 6.0
+    cluster_static: Path | None = None
 
     def __post_init__(self) -> None:
         check(self)
@@ -127,6 +128,9 @@ HELP: dict[str, str] = {
     "cluster_session_timeout": "seconds of silence after which ZooKeeper ends a node's session "
                                "(its streams then elect new leaders); also how long a start, "
                                "a declare or a delete waits for an unreachable ZooKeeper",
+    "cluster_static": "internal (tests, hand-made clusters): a JSON file of nodes and stream "
+                      "layouts standing in for coordination, with this node's name "
+                      "(amqp_stream.cluster.layouts.StaticLayouts; docs/cluster.md)",
 }
 
 # CLI flag names that differ from the field name

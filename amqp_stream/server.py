@@ -69,6 +69,7 @@ class Broker:
         self.ticks = 0
         self.stopping = False
         self.management: Any = None  # amqp_stream.http.ManagementServer when serving
+        self.replication: Any = None  # amqp_stream.cluster.replication, in a cluster
 
     def _prepare_security(self) -> Any:
         try:
@@ -109,6 +110,14 @@ class Broker:
             self._close_storage()
             return 1
         self.metrics.watch(self.core.stream_states)
+        if self.config.cluster_static is not None:
+            from amqp_stream.cluster.layouts import StaticLayouts
+            from amqp_stream.cluster.replication import Replication
+            self.replication = Replication(self.core, StaticLayouts(self.config.cluster_static),
+                                           self.config.host)
+            self.replication.start()
+            from amqp_stream.cluster.metrics import ReplicationCollector
+            self.metrics.registry.register(ReplicationCollector(self.replication))
         log.info("amqp-stream %s: %d streams recovered from %s", __version__, len(names), data_dir)
         if self.security is not None:
             describe = getattr(self.security, "describe", None)
@@ -157,6 +166,8 @@ class Broker:
         loop.add_signal_handler(signal.SIGINT, self.shutdown)
         loop.add_signal_handler(signal.SIGUSR1, self.dump_state)
         loop.call_later(GC_PERIOD, self._tick)
+        if self.replication is not None:
+            loop.call_later(0.2, self.replication.poll)
         try:
             loop.run_forever()
         finally:
@@ -196,6 +207,9 @@ class Broker:
         return 0
 
     def _close_storage(self) -> None:
+        if self.replication is not None:
+            self.replication.close()
+            self.replication = None
         self.core.close_all()
         if self.core.cluster is not None:  # our session ends: the others elect at once
             self.core.cluster.stop()
@@ -242,6 +256,9 @@ class Broker:
         self.eloop.stop_listening()
         if self.management is not None:
             self.management.stop(self.eloop.loop)
+        if self.replication is not None:
+            self.replication.close()
+            self.replication = None
         self.core.close_all()  # writers finish and fsync what is queued
         self.eloop.mailbox.drain()  # settle what became durable
         self.adapter.close_all("amqp:connection:forced", "broker shutting down")

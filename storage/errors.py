@@ -4,7 +4,7 @@ that failed a check (bad magic, CRC mismatch, impossible length) so an operator 
 
 from __future__ import annotations
 
-__all__ = ["StorageError", "CorruptionError", "StreamClosedError"]
+__all__ = ["StorageError", "CorruptionError", "StreamClosedError", "StaleEpochError"]
 
 
 class StorageError(Exception):
@@ -23,3 +23,8 @@ class CorruptionError(StorageError):
 
 class StreamClosedError(StorageError):
     """The stream was closed, or its writer failed, and takes no more appends."""
+
+
+class StaleEpochError(StorageError):
+    """A replicated chunk of an epoch older than the log's last one: a deposed leader's,
+    refused so that it can get nothing committed (cluster fencing)."""

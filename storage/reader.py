@@ -177,6 +177,23 @@ class ChunkLocation:
     blocks: list[Block] | None = None
 
 
+@dataclass(slots=True)
+class RawChunk:
+    """A chunk of any type as it lies in its segment, whole (header, filter, data, trailer):
+    ``size`` bytes at ``position`` of ``fd`` (the reader's: valid until its next call), for
+    a caller that copies logs (cluster replication sends it with ``os.sendfile``).
+    ``first``: the chunk opens its segment (the copy splits its segments there too)."""
+
+    chunk_id: int
+    epoch: int
+    type: int
+    fd: int
+    position: int
+    size: int
+    next_offset: int
+    first: bool
+
+
 class ScanPaused:
     """The type of ``SCAN_PAUSED``: "the scan budget is used, nothing found yet, call again"."""
 
@@ -290,6 +307,12 @@ class Reader:
         lies (see ``ChunkLocation``), ``SCAN_PAUSED`` or None. The chunk is whole even when the
         start offset lies inside it."""
         return cast("ChunkLocation | ScanPaused | None", self._next(max_skips, self._locate))
+
+    def read_raw(self) -> RawChunk | None:
+        """The next chunk of any type (tracking ones too), whole and unfiltered, as it lies on
+        disk (see ``RawChunk``), or None at the end. Its data is not CRC-checked here: whoever
+        receives it checks the CRC its header carries."""
+        return cast("RawChunk | None", self._next(None, self._raw))
 
     def _next(self, max_skips: int | None, read: Callable) -> object:
         if max_skips is not None and max_skips < 1:
@@ -729,6 +752,17 @@ class Reader:
         return ChunkLocation(h.chunk_id, h.timestamp, h.entries, h.records, h.crc,
                              bytes(head[:_HB]), fd, pos + _HB + fs, h.data_length,
                              h.next_offset, blocks)
+
+    def _raw(self, seg: _Open, rec: IndexTuple, nxt: int) -> RawChunk:
+        """``_read`` for ``read_raw``: the header only."""
+        pos = rec[3]
+        h = decode_header(os.pread(seg.sfd, _HB, pos), path=seg.spath, position=pos)
+        self._check_id(h, rec, seg)
+        self._next_id = h.next_offset
+        self.stats.chunks_read += 1
+        self.stats.bytes_read += h.size
+        first = seg.idx_next - len(seg.recs) + seg.ri - 1 == 0
+        return RawChunk(h.chunk_id, h.epoch, h.type, seg.sfd, pos, h.size, h.next_offset, first)
 
     def _blocks_of(self, seg: _Open, rec: IndexTuple, h: ChunkHeader) -> list[Block] | None:
         """For ``read_location``: the blocks of the chunk whose index may hold a match when

@@ -11,9 +11,14 @@ confirmed.
 
 from __future__ import annotations
 
+import bisect
+import heapq
+import logging
 import itertools
 import operator
 import os
+import threading
+import time
 from typing import Callable, Iterable, Sequence
 
 import bloom
@@ -28,7 +33,9 @@ from storage.recovery import SegmentInfo, recover
 from storage.tracking import U64_MAX, tracking_id
 from storage.writer import DurableCallback, FilterValue, Writer, create_segment, lock_directory
 
-__all__ = ["Stream", "DurableCallback"]
+__all__ = ["Stream", "DurableCallback", "LocalView"]
+
+log = logging.getLogger(__name__)
 
 _VALUE_TYPES = frozenset({str, bytes, bytearray, type(None)})
 _ONE_VALUE = frozenset({str, bytes, bytearray})
@@ -56,6 +63,13 @@ class Stream:
         self.config = config
         self._writer = Writer(directory, config, segments)
         self._lock_fd = lock_fd
+        # a replicated stream's commit (``gate_commit``): None, the local durable end is the
+        # commit; else the cluster's commit end, which bounds readers and holds confirms
+        self._gate: int | None = None
+        self._gate_chunk = -1
+        self._gate_lock = threading.Lock()
+        self._held: list[tuple[int, int, DurableCallback]] = []  # a heap by offset
+        self._held_n = itertools.count()
 
     @classmethod
     def open(cls, directory: str | os.PathLike[str], config: StreamConfig | None = None) -> Stream:
@@ -87,7 +101,7 @@ class Stream:
         if filter_value is not None and _bad_value(filter_value):
             raise StorageError(f"a filter value is str or bytes (or a tuple of them), "
                                f"not {type(filter_value).__name__}")
-        return self._writer.append(body, filter_value, on_durable)
+        return self._writer.append(body, filter_value, self._hold(on_durable))
 
     def append_batch(self, bodies: Sequence[bytes],
                      filter_values: Sequence[FilterValue] | None = None,
@@ -122,6 +136,7 @@ class Stream:
             expected = sum(b.records if type(b) is SubBatchEntry else 1 for b in bodies)
             if records != expected:
                 raise StorageError(f"records = {records}, the bodies hold {expected}")
+        on_durable = self._hold(on_durable)
         if writer is None:
             return self._writer.append_batch(bodies, filter_values, on_durable, records=records)
         reference, sequence = writer
@@ -147,7 +162,9 @@ class Stream:
         the writer thread; at once, from this one, when nothing is waiting for the disk). For a
         caller that confirms something it did not append (a deduplicated message) no sooner
         than what it appended before."""
-        self._writer.notify_durable(on_durable)
+        held = self._hold(on_durable)
+        assert held is not None
+        self._writer.notify_durable(held)
 
     def append_deduplicated(self, reference: str | bytes, bodies: Sequence[bytes],
                             publishing_ids: Sequence[int],
@@ -199,7 +216,8 @@ class Stream:
         it takes an offset of its own). ``query_offset`` answers it at once; ``on_durable(
         offset, error)`` is called once it is durable per the fsync policy."""
         _check_u64(offset, "offset")
-        self._writer.store_offset(tracking_id(name, "consumer name"), offset, on_durable)
+        self._writer.store_offset(tracking_id(name, "consumer name"), offset,
+                                  self._hold(on_durable))
 
     def query_offset(self, name: str | bytes) -> int | None:
         """The offset last stored for consumer ``name``; None when none is."""
@@ -225,18 +243,22 @@ class Stream:
     @property
     def committed_offset(self) -> int:
         """The last committed offset, -1 when nothing is committed."""
-        return self._writer.end - 1
+        return self.committed_end() - 1
 
     @property
     def next_offset(self) -> int:
         """The committed end: the offset a reader at ``next`` starts from."""
-        return self._writer.end
+        return self.committed_end()
 
     @property
     def committed_chunk_id(self) -> int:
         """The id (first offset) of the last committed chunk, -1 when there is none (RabbitMQ's
         committed chunk id: Deliver v2, StreamStats)."""
-        return self._writer.committed_chunk_id
+        w = self._writer
+        gate = self._gate
+        if gate is not None and gate < w.end:
+            return self._gate_chunk
+        return w.committed_chunk_id
 
     @property
     def first_offset(self) -> int:
@@ -246,8 +268,10 @@ class Stream:
     def segment_starts(self) -> Sequence[int]:
         return self._writer.starts
 
-    def committed_end(self) -> int | None:
-        return self._writer.end
+    def committed_end(self) -> int:
+        end = self._writer.end
+        gate = self._gate
+        return end if gate is None or gate > end else gate
 
     def appended_end(self) -> int | None:
         """The offset after the last record appended so far, committed or still queued
@@ -262,7 +286,18 @@ class Stream:
         self._writer.remove_listener(fn)
 
     def wait_beyond(self, offset: int, timeout: float | None) -> bool:
-        return self._writer.wait_beyond(offset, timeout)
+        if self._gate is None:
+            return self._writer.wait_beyond(offset, timeout)
+        w = self._writer
+        with w._commit_cond:
+            return w._commit_cond.wait_for(
+                lambda: self.committed_end() > offset or not w.thread.is_alive(), timeout) \
+                and self.committed_end() > offset
+
+    def replication_reader(self, offset: int) -> Reader:
+        """A reader of whole chunks (``Reader.read_raw``) from ``offset`` (a chunk boundary) up
+        to the local end."""
+        return Reader(self.local_view(), OffsetSpec.offset(offset))
 
     def reader(self, spec: OffsetSpec, filter_values: Iterable[str | bytes] = (),
                match_unfiltered: bool = False, derived: Wanted | None = None,
@@ -272,6 +307,220 @@ class Stream:
         return Reader(self, spec, filter_values, match_unfiltered,
                       filter_size_hint=self.config.filter_size or bloom.MIN_SIZE,
                       derived=derived, needles=needles, bounds=bounds)
+
+    # -- replication (a cluster member: ``amqp_stream.cluster``) --------------------------------
+    def gate_commit(self, end: int, chunk_id: int = -1) -> None:
+        """From now on the commit is the cluster's: readers see, and ``on_durable`` callbacks
+        hear of, only what lies below ``end`` (moved by ``set_commit``), whatever is durable
+        here. Where the core asks "committed?", it gets the quorum's answer."""
+        with self._gate_lock:
+            self._gate = end
+            self._gate_chunk = chunk_id
+
+    def set_commit(self, end: int, chunk_id: int) -> None:
+        """The cluster's commit end moved to ``end`` (``chunk_id``: the last chunk below it):
+        held callbacks below it run, readers are told (the stream's listeners)."""
+        w = self._writer
+        with self._gate_lock:
+            if self._gate is None or end <= self._gate:
+                return
+            self._gate, self._gate_chunk = end, chunk_id
+            due = []
+            held = self._held
+            while held and held[0][0] < end:
+                due.append(heapq.heappop(held))
+        for offset, _, cb in due:
+            try:
+                cb(offset, None)
+            except Exception:
+                log.exception("on_durable callback failed")
+        for fn in w._listeners:
+            try:
+                fn()
+            except Exception:
+                log.exception("stream listener failed")
+        with w._commit_cond:
+            w._commit_cond.notify_all()
+
+    @property
+    def commit_gate(self) -> int | None:
+        """The cluster's commit end (None: not replicated, the local durable end commits)."""
+        return self._gate
+
+    def ungate(self) -> None:
+        """The stream stops being replicated: the local durable end commits again. Held
+        callbacks run (what they wait for is durable here: they were held after that)."""
+        with self._gate_lock:
+            if self._gate is None:
+                return
+            self._gate = None
+            held, self._held = self._held, []
+        for offset, _, cb in sorted(held):
+            try:
+                cb(offset, None)
+            except Exception:
+                log.exception("on_durable callback failed")
+        w = self._writer
+        for fn in w._listeners:
+            try:
+                fn()
+            except Exception:
+                log.exception("stream listener failed")
+        with w._commit_cond:
+            w._commit_cond.notify_all()
+
+    def fail_held(self, error: Exception) -> int:
+        """Give ``error`` to every callback held for the commit (this member stops leading:
+        what it holds may never be committed, and a new leader confirms nothing it did not
+        take itself); returns how many there were."""
+        with self._gate_lock:
+            held, self._held = self._held, []
+        for offset, _, cb in sorted(held):
+            try:
+                cb(offset, error)
+            except Exception:
+                log.exception("on_durable callback failed")
+        return len(held)
+
+    def _hold(self, cb: DurableCallback | None) -> DurableCallback | None:
+        """``cb`` held until the cluster's commit passes its offset (as it is when the stream
+        is not replicated)."""
+        if cb is None or self._gate is None:
+            return cb
+
+        def held(offset: int, error: Exception | None) -> None:
+            if error is None:
+                with self._gate_lock:
+                    if self._gate is not None and self._gate <= offset:
+                        heapq.heappush(self._held, (offset, next(self._held_n), cb))
+                        return
+            cb(offset, error)
+        return held
+
+    @property
+    def local_end(self) -> int:
+        """The end of what is durable here (the leader's own tail; beyond the commit)."""
+        return self._writer.end
+
+    @property
+    def last_chunk_id(self) -> int:
+        """The id of the last chunk durable here (-1: none)."""
+        return self._writer.committed_chunk_id
+
+    @property
+    def last_epoch(self) -> int:
+        """The epoch of the last chunk in the log (0: none)."""
+        return self._writer.last_epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Chunks written from now on carry ``epoch`` (a leader's; never below the last one)."""
+        self._writer.set_epoch(epoch)
+
+    def mark_epoch(self, name: bytes = b"leader-epoch") -> None:
+        """Queue a tracking chunk holding one timestamp record (osiris's type 2: no consumer
+        offset, no publisher sequence): the first chunk of a new leader's epoch, so that what
+        older epochs left can be committed with it (Raft's no-op entry)."""
+        self._writer.store_timestamp(name, time.time_ns() // 1_000_000)
+
+    def set_follower(self, follower: bool) -> None:
+        """A replica's log takes chunks only through ``append_chunks``: appends are refused."""
+        self._writer.set_follower(follower)
+
+    def append_chunks(self, chunks: Sequence[tuple[bytes | memoryview, bool]]) -> int:
+        """Append whole chunks as another log holds them (see ``Writer.append_chunks``);
+        returns the new local end. ``StaleEpochError`` for a chunk of an older epoch."""
+        return self._writer.append_chunks(chunks)
+
+    def sync(self) -> None:
+        """fsync what ``append_chunks`` left unsynced (``interval``), on its thread."""
+        self._writer.sync_raw()
+
+    def truncate(self, end: int) -> int:
+        """Cut the log back to ``end`` (at a chunk boundary at or below it; see
+        ``storage.truncate``), for a member holding chunks the new leader does not have;
+        returns the new end. The writer is stopped around it and started again (listeners,
+        epoch and follower state kept). Nothing may be appending meanwhile."""
+        from storage.truncate import truncate_log
+        if end >= self._writer.end:
+            return self._writer.end
+        cut: list[int] = []
+        self._restart_writer(lambda: cut.append(truncate_log(
+            self.directory, end, self.config.fsync != FsyncPolicy.NEVER)))
+        return cut[0]
+
+    def reset(self, start: int) -> None:
+        """Drop the whole log and go on empty from ``start`` (beyond its end: a member behind
+        what its leader's retention kept; see ``storage.truncate.reset_log``). The writer is
+        restarted as for ``truncate``; tracking state comes back with the leader's chunks (the
+        first of its segment is a snapshot)."""
+        from storage.truncate import reset_log
+        self._restart_writer(lambda: reset_log(self.directory, start,
+                                               self.config.fsync != FsyncPolicy.NEVER))
+
+    def _restart_writer(self, change: Callable[[], object]) -> None:
+        old = self._writer
+        listeners, epoch, follower = old._listeners, old.epoch, old.follower
+        old.close()
+        change()
+        segments = recover(self.directory)
+        self._writer = Writer(self.directory, self.config, segments)
+        self._writer._listeners = listeners
+        self._writer.epoch = max(epoch, self._writer.last_epoch)
+        self._writer.set_follower(follower)
+        with old._commit_cond:
+            old._commit_cond.notify_all()
+
+    def epoch_at(self, chunk_id: int) -> tuple[int, int] | None:
+        """``(epoch, next offset)`` of the chunk whose id is ``chunk_id``, None when this log
+        holds no chunk with that id (the leader's side of the handshake)."""
+        from storage.files import index_path, read_index_records
+        starts = self._writer.starts
+        k = bisect.bisect_right(starts, chunk_id) - 1
+        if k < 0:
+            return None
+        fd = os.open(index_path(self.directory, starts[k]), os.O_RDONLY)
+        try:
+            records = read_index_records(fd)
+        finally:
+            os.close(fd)
+        i = bisect.bisect_left([r.chunk_id for r in records], chunk_id)
+        if i == len(records) or records[i].chunk_id != chunk_id:
+            return None
+        end = records[i + 1].chunk_id if i + 1 < len(records) else (
+            starts[k + 1] if k + 1 < len(starts) else self._writer.end)
+        return records[i].epoch, end
+
+    def epoch_ends(self, limit: int = 64) -> list[tuple[int, int]]:
+        """``(epoch, id of its last chunk here)`` for the newest ``limit`` epochs in the log,
+        newest first (a replica's side of the handshake, as osiris's epoch offsets)."""
+        from storage.files import index_path, read_index_records
+        out: list[tuple[int, int]] = []
+        for start in reversed(self._writer.starts):
+            fd = os.open(index_path(self.directory, start), os.O_RDONLY)
+            try:
+                records = read_index_records(fd)
+            finally:
+                os.close(fd)
+            for r in reversed(records):
+                if not out or r.epoch < out[-1][0]:
+                    out.append((r.epoch, r.chunk_id))
+                    if len(out) >= limit:
+                        return out
+        return out
+
+    def wait_change(self, position: int, commit: int, timeout: float | None) -> bool:
+        """Block until the local end passes ``position`` or the cluster's commit is no longer
+        ``commit`` (what a leader's replica feed waits for), or ``timeout`` seconds."""
+        w = self._writer
+        with w._commit_cond:
+            return w._commit_cond.wait_for(
+                lambda: w.end > position or (self._gate or 0) != commit
+                or not w.thread.is_alive(), timeout)
+
+    def local_view(self) -> LocalView:
+        """This log as a reader source bounded by what is durable here, not by the cluster's
+        commit: what the leader serves its replicas from."""
+        return LocalView(self)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until everything appended so far is committed (or the stream failed)."""
@@ -295,3 +544,23 @@ class Stream:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class LocalView:
+    """A ``Stream`` as a reader's ``LogSource`` bounded by its local durable end."""
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+        self.directory = stream.directory
+
+    def segment_starts(self) -> Sequence[int]:
+        return self.stream.segment_starts()
+
+    def committed_end(self) -> int:
+        return self.stream.local_end
+
+    def appended_end(self) -> int | None:
+        return self.stream.appended_end()
+
+    def wait_beyond(self, offset: int, timeout: float | None) -> bool:
+        return self.stream._writer.wait_beyond(offset, timeout)

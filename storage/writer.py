@@ -46,6 +46,7 @@ import logging
 import os
 import threading
 import time
+import zlib
 from bisect import bisect_right
 from typing import Callable, Iterable, Sequence, Union
 
@@ -54,7 +55,7 @@ import bloom
 from storage.config import FsyncPolicy, StreamConfig
 from storage import skiptable
 from storage.derived import BlockRow, create_sidecar, derived_path, encode_entry, repair
-from storage.errors import CorruptionError, StorageError, StreamClosedError
+from storage.errors import CorruptionError, StaleEpochError, StorageError, StreamClosedError
 from storage.files import fsync_dir, index_count, index_path, read_index_record, segment_path
 from storage.format import (
     CHUNK_HEADER_BYTES,
@@ -68,8 +69,13 @@ from storage.format import (
     SEGMENT_HEADER_BYTES,
     TRACKING_OFFSET,
     TRACKING_SEQUENCE,
+    TRACKING_TYPE_TIMESTAMP,
     SubBatchEntry,
+    ChunkHeader,
+    IndexRecord,
     TrackingRecord,
+    decode_header,
+    decode_tracking,
     encode_chunk,
     encode_entries,
     encode_mixed_entries,
@@ -116,7 +122,14 @@ class Writer:
         self.end = last.end
         # the id of the last committed chunk (-1: none); set after ``end``, so a reader on
         # another thread may see it lag ``end`` but never lead it
-        self.committed_chunk_id = last_chunk_id(directory, segments)
+        last_rec = last_record(directory, segments)
+        self.committed_chunk_id = last_rec.chunk_id if last_rec is not None else -1
+        # the epoch the next chunks are written under (a cluster leader's, ``set_epoch``), and
+        # the epoch of the last chunk in the log: a replicated chunk may not go below it
+        self.last_epoch = last_rec.epoch if last_rec is not None else 0
+        self.epoch = max(config.epoch, self.last_epoch)
+        self._raw_unsynced = False  # replicated chunks written but not fsynced (``interval``)
+        self.follower = False  # a cluster replica's log: appends refused (``set_follower``)
         self.lock = threading.Lock()
         self._wake = threading.Condition(self.lock)
         self._commit_cond = threading.Condition(threading.Lock())
@@ -161,6 +174,7 @@ class Writer:
         self._marks: dict[int, int] = {}
         self._delta_at: int | None = None
         self._delta: dict[bytes, int] = {}
+        self._delta_ts: dict[bytes, int] = {}  # timestamp records for the same delta chunk
         self._writer_batches: list[_Batch] = []
         self._snapshot_at: int | None = None
         self._retention_due = False
@@ -253,6 +267,19 @@ class Writer:
                 self._idle = False
                 self._wake.notify()
 
+    def store_timestamp(self, name: bytes, timestamp: int) -> None:
+        """Queue a timestamp record (tracking type 2) into the delta chunk reserved in the
+        queue, as ``store_offset`` does for an offset (a leader's first chunk of its epoch)."""
+        with self.lock:
+            if self._refused and not self._may_retry():
+                raise self._refusal()
+            if self._delta_at is None:
+                self._delta_at = self._reserve(CHUNK_TRACKING_DELTA)
+            self._delta_ts[name] = timestamp
+            if self._idle:
+                self._idle = False
+                self._wake.notify()
+
     def notify_durable(self, on_durable: DurableCallback) -> None:
         """``on_durable(last offset, error)`` once everything queued so far is durable (at once,
         on this thread, when nothing is waiting for the disk)."""
@@ -266,6 +293,131 @@ class Writer:
                     self._wake.notify()
                 return
         _call(on_durable, self.end - 1, None)
+
+    # -- replicated chunks (a cluster replica; see ``Stream.append_chunks``) --------------------
+    def set_follower(self, follower: bool) -> None:
+        with self.lock:
+            self.follower = follower
+            self._refused = follower or self._closing or self.error is not None
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch of the chunks written from now on (never below the last one written)."""
+        with self.lock:
+            if epoch < self.last_epoch:
+                raise StorageError(f"epoch {epoch} is older than the log's last chunk's "
+                                   f"({self.last_epoch})")
+            self.epoch = epoch
+
+    def append_chunks(self, chunks: Sequence[tuple[bytes | memoryview, bool]]) -> int:
+        """Write whole chunks exactly as given; returns the new committed end. Each chunk must
+        start at the next offset, carry an epoch no older than the last one written, and pass
+        the header and data CRC checks (all are checked before any is written). ``True``
+        beside a chunk: it is the first of a segment where it comes from, so the segments
+        here split where they split there and both logs are the same files. One ``writev``
+        per segment, durable per the policy, then committed. Runs on the caller's thread,
+        which must be the log's only appender (nothing may be queued)."""
+        if not chunks:
+            return self.end
+        if self.config.derived_keys:
+            raise StorageError("replicated chunks on a stream with derived keys: not supported "
+                               "(the sidecar would miss them)")
+        with self.lock:
+            if self._closing or (self.error is not None and not self._may_retry()
+                                 and self.error is not None):
+                raise self._refusal()
+            if self.next != self.end or self._bodies:
+                raise StorageError("chunks are appended as given only while nothing else is "
+                                   "queued")
+        expect, epoch = self.end, self.last_epoch
+        checked = []
+        for chunk, first in chunks:
+            h = decode_header(chunk, path=self.directory, position=0)
+            if len(chunk) != h.size:
+                raise StorageError(f"chunk {h.chunk_id}: {len(chunk)} bytes given, its header "
+                                   f"says {h.size}")
+            if h.chunk_id != expect:
+                raise StorageError(f"chunk {h.chunk_id} does not start at the next offset "
+                                   f"{expect}")
+            if h.epoch < epoch:
+                raise StaleEpochError(f"chunk {h.chunk_id} of epoch {h.epoch} is older than "
+                                      f"the log's last epoch {epoch}")
+            at = CHUNK_HEADER_BYTES + h.filter_size
+            data = chunk[at:at + h.data_length]
+            if zlib.crc32(data) != h.crc:
+                raise StorageError(f"chunk {h.chunk_id}: CRC mismatch in the data section")
+            records: list[TrackingRecord] | None = None
+            if h.type != CHUNK_USER:
+                if len(data) < 4 or 4 + int.from_bytes(data[:4], "big") != len(data):
+                    raise StorageError(f"tracking chunk {h.chunk_id} holds one simple entry")
+                records = decode_tracking(data[4:], snapshot=h.type == CHUNK_TRACKING_SNAPSHOT)
+            elif h.trailer_length:
+                records = decode_tracking(chunk[at + h.data_length:])
+            checked.append((chunk, first, h, records))
+            expect, epoch = h.next_offset, h.epoch
+        info = self._infos[-1]
+        iov: list[bytes | memoryview] = []
+        idx: list[bytes] = []
+        last_id = self.committed_chunk_id
+        try:
+            for chunk, first, h, records in checked:
+                if first and info.chunks:
+                    self._write_raw(iov, idx)
+                    iov, idx = [], []
+                    info = self._rollover(h.chunk_id)
+                idx.append(_pack_index(h.chunk_id, h.timestamp, h.epoch, info.size, h.type))
+                iov.append(chunk)
+                info.size += h.size
+                info.chunks += 1
+                info.end = h.next_offset
+                info.last_timestamp = h.timestamp
+                last_id = h.chunk_id
+                if records is not None:
+                    self._apply_tracking(h, records)
+            self._write_raw(iov, idx)
+        except Exception as exc:
+            self._fail(exc)
+            self._reopen()
+            raise
+        with self.lock:
+            self.next = self.user_next = expect
+            self.last_epoch = epoch
+            self.epoch = max(self.epoch, epoch)
+            self._last_ts = max(self._last_ts, checked[-1][2].timestamp)
+        self._commit(expect, last_id)
+        return expect
+
+    def _write_raw(self, iov: list[bytes | memoryview], idx: list[bytes]) -> None:
+        """Segment, then index, then durable per policy (replicated chunks)."""
+        if not iov:
+            return
+        _writev_all(self._sfd, iov)  # type: ignore[arg-type]
+        _writev_all(self._ifd, [b"".join(idx)])
+        policy = self.config.fsync
+        if policy == FsyncPolicy.ALWAYS or (
+                policy == FsyncPolicy.INTERVAL and
+                time.monotonic() - self._last_sync >= self.config.fsync_interval_ms / 1000.0):
+            self._sync()
+            self._raw_unsynced = False
+        elif policy == FsyncPolicy.INTERVAL:
+            self._raw_unsynced = True
+
+    def sync_raw(self) -> None:
+        """fsync replicated chunks left unsynced (``interval``: the replica calls it when idle;
+        on the appending thread)."""
+        if self._raw_unsynced:
+            self._sync()
+            self._raw_unsynced = False
+
+    def _apply_tracking(self, h: ChunkHeader, records: list[TrackingRecord]) -> None:
+        """A replicated chunk's tracking: into the state as written and as appended."""
+        written = self.written
+        if h.type == CHUNK_TRACKING_SNAPSHOT:
+            written.reset(records)
+        else:
+            written.apply(h.chunk_id, records)
+        with self.lock:
+            self.offsets = dict(written.offsets)
+            self.sequences = {k: v for k, (_, v) in written.sequences.items()}
 
     def _reserve(self, kind: int) -> int:
         """Holding ``lock``: the next offset, for a tracking chunk of type ``kind``."""
@@ -283,6 +435,9 @@ class Writer:
             raise self._refusal()
 
     def _refusal(self) -> StreamClosedError:
+        if self.follower and not self._closing and self.error is None:
+            return StreamClosedError(f"stream {self.directory} is a replica: it takes chunks "
+                                     f"from its leader only")
         err = StreamClosedError(f"stream {self.directory} is closed"
                                 + (f": {self.error}" if self.error else ""))
         err.__cause__ = self.error
@@ -303,8 +458,8 @@ class Writer:
             return False
         log.info("stream %s: taking appends again after a write error", self.directory)
         self.error = None
-        self._refused = False
-        return True
+        self._refused = self.follower
+        return not self.follower
 
     def _next_backoff(self) -> float:
         backoff = self._backoff
@@ -339,6 +494,11 @@ class Writer:
             self._refused = True
             self._wake.notify()
         self.thread.join()
+        if self._raw_unsynced and self._sfd >= 0:
+            try:
+                self.sync_raw()
+            except OSError:
+                log.exception("stream %s: fsync at close", self.directory)
         for fd in (self._sfd, self._ifd, self._dfd):
             try:
                 os.close(fd)
@@ -391,8 +551,10 @@ class Writer:
                 self._bodies, self._values, self._callbacks = [], [], []
                 first = self.next - len(bodies) - self._extra
                 batched, self._extra, self._batched = self._batched, 0, False
-                batch = _Tracking(self._marks, self._delta, self._writer_batches)
+                batch = _Tracking(self._marks, self._delta, self._writer_batches,
+                                  self._delta_ts)
                 self._marks, self._delta, self._writer_batches = {}, {}, []
+                self._delta_ts = {}
                 self._delta_at = None
                 closing = self._closing
                 reopen, self._reopen_requested = self._reopen_requested, False
@@ -441,6 +603,7 @@ class Writer:
             pending = list(self._pending_failed) + self._callbacks
             self._callbacks, self._bodies, self._values = [], [], []
             self._marks, self._delta, self._writer_batches = {}, {}, []
+            self._delta_ts = {}
             self._delta_at = self._snapshot_at = None
         self._pending_failed = []
         for offset, cb in pending:
@@ -587,6 +750,8 @@ class Writer:
                 if kind == CHUNK_TRACKING_DELTA:
                     records = [TrackingRecord(TRACKING_OFFSET, k, v)
                                for k, v in batch.delta.items()]
+                    records += [TrackingRecord(TRACKING_TYPE_TIMESTAMP, k, v)
+                                for k, v in batch.timestamps.items()]
                     written.apply(chunk_id, records)
                     data = encode_entries([encode_tracking(records)])
                     n = recs = 1
@@ -655,12 +820,12 @@ class Writer:
                 flags = FLAG_SIMPLE_ENTRIES if kind == CHUNK_USER and (not batched or not any(
                     type(b) is SubBatchEntry for b in bodies[i:i + n])) else 0
                 if filt is not None:
-                    bufs = encode_chunk(chunk_id, ts, data, n, recs, epoch=cfg.epoch,
+                    bufs = encode_chunk(chunk_id, ts, data, n, recs, epoch=self.epoch,
                                         filter_bits=filt.bits, filter_scheme=filt.scheme,
                                         filter_param=filt.param, trailer=trailer, flags=flags)
                     csize = CHUNK_HEADER_BYTES + len(filt.bits) + len(data) + len(trailer)
                 else:
-                    bufs = encode_chunk(chunk_id, ts, data, n, recs, epoch=cfg.epoch,
+                    bufs = encode_chunk(chunk_id, ts, data, n, recs, epoch=self.epoch,
                                         chunk_type=kind, trailer=trailer, flags=flags)
                     csize = CHUNK_HEADER_BYTES + len(data) + len(trailer)
                 if derive is not None and kind == CHUNK_USER:  # its sidecar entry and rows
@@ -677,7 +842,7 @@ class Writer:
                     trows.append(skiptable.rows_of(info.chunks, 0, chunk_id, None,
                                                    len(cfg.derived_keys)))
                 self._snapshot_only = kind == CHUNK_TRACKING_SNAPSHOT and not info.chunks
-                idx.append(_pack_index(chunk_id, ts, cfg.epoch, info.size, kind))
+                idx.append(_pack_index(chunk_id, ts, self.epoch, info.size, kind))
                 iov.extend(bufs)
                 info.size += csize
                 info.chunks += 1
@@ -717,6 +882,7 @@ class Writer:
                 with self.lock:
                     self.apply_retention()
             end = off
+            self.last_epoch = self.epoch
             self._commit(end, last_id)
             j = cb_i
             while j < len(callbacks) and callbacks[j][0] < end:
@@ -865,13 +1031,14 @@ class _Batch:
 class _Tracking:
     """The tracking part of one batch taken from the queue (see ``Writer.__init__``)."""
 
-    __slots__ = ("delta", "marks", "writers")
+    __slots__ = ("delta", "marks", "writers", "timestamps")
 
     def __init__(self, marks: dict[int, int], delta: dict[bytes, int],
-                 writers: list[_Batch]) -> None:
+                 writers: list[_Batch], timestamps: dict[bytes, int]) -> None:
         self.marks = marks
         self.delta = delta
         self.writers = writers
+        self.timestamps = timestamps
 
 
 #: a run of at least this many entries with one filter value ends its chunk (``_run_cut``)
@@ -1009,6 +1176,12 @@ def _call(cb: DurableCallback, offset: int, error: Exception | None) -> None:
 
 def last_chunk_id(directory: str, segments: Sequence[SegmentInfo]) -> int:
     """The id of the log's last chunk (from the last non-empty segment's index), -1 if none."""
+    rec = last_record(directory, segments)
+    return rec.chunk_id if rec is not None else -1
+
+
+def last_record(directory: str, segments: Sequence[SegmentInfo]) -> IndexRecord | None:
+    """The index record of the log's last chunk (from the last non-empty segment's index)."""
     for info in reversed(segments):
         if info.chunks:
             fd = os.open(index_path(directory, info.start), os.O_RDONLY)
@@ -1017,5 +1190,5 @@ def last_chunk_id(directory: str, segments: Sequence[SegmentInfo]) -> int:
             finally:
                 os.close(fd)
             if rec is not None:
-                return rec.chunk_id
-    return -1
+                return rec
+    return None

@@ -1,0 +1,62 @@
+"""The leader's commit offset: the end that a quorum of the stream's members, the leader
+included, holds durably (under each member's fsync policy).
+
+Why apart: it is the one rule that makes a confirm safe, and it is pure bookkeeping (tails
+in, a commit end out), so it is tested without sockets. As osiris's writer: each replica
+reports its durable tail; the commit is the quorum-th highest tail. As Raft (and unlike a
+bare count), a leader counts only tails that reach into its own epoch (``floor``: its log's
+end when it took over): chunks of older epochs become committed with the first chunk of its
+epoch that a quorum holds, never by counting members alone, so a later leader (chosen by
+highest epoch, then offset) always holds what was committed.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+__all__ = ["CommitTracker"]
+
+
+class CommitTracker:
+    """Tails by member; ``on_commit(end, chunk_id)`` when the commit end moves (called on
+    the thread that reported the tail, outside the lock)."""
+
+    def __init__(self, members: tuple[str, ...], quorum: int, floor: int, commit: int,
+                 on_commit: Callable[[int, int], None]):
+        self.members = members
+        self.quorum = quorum
+        self.floor = floor
+        self.commit = commit
+        self.tails: dict[str, tuple[int, int]] = {}
+        self.on_commit = on_commit
+        self._lock = threading.Lock()
+
+    def report(self, member: str, end: int, chunk_id: int) -> None:
+        """``member`` holds the log up to ``end`` (its last chunk ``chunk_id``) durably."""
+        if member not in self.members:
+            return
+        with self._lock:
+            old = self.tails.get(member)
+            if old is not None and old[0] >= end:
+                return
+            self.tails[member] = (end, chunk_id)
+            ranked = sorted(self.tails.values(), reverse=True)
+            if len(ranked) < self.quorum:
+                return
+            end, chunk_id = ranked[self.quorum - 1]
+            if end <= self.commit or end <= self.floor:
+                return
+            self.commit = end
+        self.on_commit(end, chunk_id)
+
+    def forget(self, member: str) -> None:
+        """``member`` went (its connection closed): its tail no longer counts."""
+        with self._lock:
+            self.tails.pop(member, None)
+
+    def lag(self) -> dict[str, int]:
+        """Offsets each member's tail trails the highest one."""
+        with self._lock:
+            top = max((t[0] for t in self.tails.values()), default=0)
+            return {m: top - t[0] for m, t in self.tails.items()}

@@ -1,0 +1,140 @@
+"""A node's replication: which role it plays for each replicated stream, from the layouts.
+
+Why here: the core knows nothing of the cluster but ``storage.Stream``'s commit gate (a
+replicated stream confirms and shows what the cluster committed); this module turns each
+layout (``Layouts``: coordination's answer) into that gate and a role, on the broker's loop
+thread, a few times a second:
+
+- a member's stream is created here from the layout's arguments when this node lacks it;
+- the leader: appends taken, its epoch written into each chunk, a ``LeaderRole`` (commit
+  tracker; feeds to the replicas through the node's ``ReplicationServer``);
+- a replica: appends refused, a ``ReplicaLink`` to the leader;
+- a layout change (new epoch or leader) ends the old role before the new one starts.
+A stream without a layout, or with one member, stays as on a single node.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from amqp_stream.cluster.layout import StreamLayout
+from amqp_stream.cluster.layouts import Layouts
+from amqp_stream.cluster.leader import LeaderRole, ReplicationServer
+from amqp_stream.cluster.replica import ReplicaLink
+from storage.errors import StreamClosedError
+
+__all__ = ["Replication", "POLL_S"]
+
+log = logging.getLogger("amqp_stream.cluster.replication")
+
+POLL_S = 0.2
+
+
+class Replication:
+    def __init__(self, core: Any, layouts: Layouts, bind_host: str):
+        self.core = core
+        self.layouts = layouts
+        self.node = layouts.node_name
+        self.bind_host = bind_host
+        self.leaders: dict[str, LeaderRole] = {}
+        self.replicas: dict[str, ReplicaLink] = {}
+        self.applied: dict[str, StreamLayout] = {}
+        self.server: ReplicationServer | None = None
+        self.closed = False
+
+    def start(self) -> None:
+        me = self.layouts.nodes()[self.node]
+        self.server = ReplicationServer(self.bind_host, me.replication_port, self.leaders.get)
+        self.server.start()
+        log.info("replication: node %s listening on %s:%d", self.node, self.bind_host,
+                 me.replication_port)
+        self.reconcile(force=True)
+
+    def poll(self) -> None:
+        """On the loop: take in layout changes (scheduled every ``POLL_S``)."""
+        if self.closed:
+            return
+        try:
+            self.reconcile()
+        except Exception:
+            log.exception("replication: applying the layouts")
+        self.core.mailbox.loop.call_later(POLL_S, self.poll)
+
+    def reconcile(self, force: bool = False) -> None:
+        if not self.layouts.refresh() and not force:
+            return
+        current = self.layouts.layouts()
+        for name in list(self.applied):
+            layout = current.get(name)
+            if layout is None or self.node not in layout.members or len(layout.members) < 2:
+                self._leave(name, layout)
+        for name, layout in current.items():
+            if self.node not in layout.members or len(layout.members) < 2:
+                continue
+            if self.applied.get(name) == layout:
+                continue
+            self._apply(layout)
+
+    def _apply(self, layout: StreamLayout) -> None:
+        name = layout.stream
+        core = self.core
+        if not core.exists(name):
+            core.declare(name, self.layouts.arguments(name))
+        stream = core.stream(name).stream
+        self._end_role(name)
+        if stream.commit_gate is None:
+            stream.gate_commit(0)
+        if layout.leader == self.node:
+            stream.set_follower(False)
+            stream.set_epoch(layout.epoch)
+            self.leaders[name] = LeaderRole(name, stream, layout.epoch, layout.members,
+                                            layout.quorum, self.node)
+            log.info("replication: leading %r (epoch %d, members %s)", name, layout.epoch,
+                     ",".join(layout.members))
+        else:
+            stream.set_follower(True)
+            leader = self.layouts.nodes()[layout.leader]
+            sync_s = core.config.fsync_interval_ms / 1000.0
+            link = ReplicaLink(name, stream, layout.epoch, leader, self.node, sync_s)
+            self.replicas[name] = link
+            link.start()
+            log.info("replication: following %r from %s (epoch %d)", name, layout.leader,
+                     layout.epoch)
+        self.applied[name] = layout
+
+    def _leave(self, name: str, layout: StreamLayout | None) -> None:
+        """``name`` is no longer replicated on this node: its role ends; the local log stays
+        (deleting a stream is coordination's decision, made through the core). As the only
+        member left, the local durable end commits again; otherwise appends stop here."""
+        entry = self.core.get(name)
+        alone = layout is not None and layout.members == (self.node,)
+        if entry is not None and alone:
+            entry.stream.ungate()  # first: what waited is durable here, so confirmed
+        self._end_role(name)
+        del self.applied[name]
+        if entry is not None:
+            entry.stream.set_follower(not alone)
+            if alone and layout is not None and layout.epoch > entry.stream.last_epoch:
+                entry.stream.set_epoch(layout.epoch)
+        log.info("replication: %r no longer replicated on this node", name)
+
+    def _end_role(self, name: str) -> None:
+        role = self.leaders.pop(name, None)
+        if role is not None:
+            role.close()
+            n = role.stream.fail_held(StreamClosedError(
+                f"stream '{name}': this node no longer leads it; not confirmed"))
+            if n:
+                log.warning("replication: %r: %d publishes left unconfirmed by the leader "
+                            "change (answered with an error)", name, n)
+        link = self.replicas.pop(name, None)
+        if link is not None:
+            link.close()
+
+    def close(self) -> None:
+        self.closed = True
+        if self.server is not None:
+            self.server.close()
+        for name in list(self.leaders) + list(self.replicas):
+            self._end_role(name)
