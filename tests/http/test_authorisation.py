@@ -20,6 +20,7 @@ from proton.utils import BlockingConnection
 
 from amqp_stream.testing import BrokerProcess
 from tests.http.api import call, quote
+from tests.polling import wait_for
 
 rstream = pytest.importorskip("rstream")
 from rstream import Consumer, Producer  # noqa: E402
@@ -214,3 +215,17 @@ def test_permissions_set_over_http_count_on_the_next_stream_subscribe(broker):
             await consumer.close()
 
     run(scenario())
+
+
+def test_users_and_permissions_made_over_http_survive_a_crash(tmp_path):
+    """SIGKILL right after the answers: the store wrote users.json before answering."""
+    with BrokerProcess(tmp_path / "data", extra_args=["--fsync", "never"]) as broker:
+        name, password = make_user(broker, "monitoring", {"configure": "", "write": "",
+                                                           "read": "^kept$"})
+        broker.kill()
+        broker.start()
+        wait_for(lambda: call(broker, "GET", "/api/whoami", auth=(name, password)).status == 200,
+                 30, "the management API after the restart")
+        assert call(broker, "GET", f"/api/permissions/%2F/{name}").json["read"] == "^kept$"
+        amqp_login(broker, name, password)
+        run(stream_login(broker, name, password))
