@@ -205,7 +205,12 @@ def routes(state: Any, add: Any) -> None:
         return web.Response(status=201 if created else 204)
 
     async def delete_user(request: web.Request) -> web.Response:
-        store.delete_user(request.match_info["user"])
+        """The user goes, and so do its open connections, both protocols', as RabbitMQ's
+        ``rabbit_connection_tracking`` closes them on ``user_deleted``."""
+        name = request.match_info["user"]
+        store.delete_user(name)
+        for conn in [c for c in state.connections() if c.user == name]:
+            state.close(conn, f"user '{name}' is deleted")
         return web.Response(status=204)
 
     async def user_permissions(request: web.Request) -> web.Response:

@@ -217,6 +217,34 @@ def test_permissions_set_over_http_count_on_the_next_stream_subscribe(broker):
     run(scenario())
 
 
+def test_deleting_a_user_closes_its_connections(broker):
+    """As RabbitMQ's connection tracking does on user_deleted, on both protocols."""
+    name, password = make_user(broker, "")
+    amqp = BlockingConnection(broker.url, timeout=10, user=name, password=password,
+                              allowed_mechs="PLAIN")
+
+    def theirs() -> list[str]:
+        return sorted(c["protocol"] for c in call(broker, "GET", "/api/connections").json
+                      if c["user"] == name)
+
+    async def scenario() -> None:
+        async with Producer(broker.host, broker.stream_port, username=name, password=password):
+            await asyncio.to_thread(wait_for, lambda: theirs() == ["AMQP 1-0", "stream"], 10,
+                                    "both connections listed")
+            assert (await asyncio.to_thread(call, broker, "DELETE", f"/api/users/{name}")).status == 204
+            await asyncio.to_thread(wait_for, lambda: theirs() == [], 10, "both closed")
+
+    try:
+        run(scenario())
+        with pytest.raises(ConnectionException):
+            amqp.create_receiver("anything")  # the broker closed it
+    finally:
+        try:
+            amqp.close()
+        except ConnectionException:
+            pass
+
+
 def test_users_and_permissions_made_over_http_survive_a_crash(tmp_path):
     """SIGKILL right after the answers: the store wrote users.json before answering."""
     with BrokerProcess(tmp_path / "data", extra_args=["--fsync", "never"]) as broker:
