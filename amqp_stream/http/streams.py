@@ -53,10 +53,10 @@ def routes(state: BrokerState, add: Any) -> None:
     node = state.node
     users = state.users
 
-    def own(request: web.Request, items: Any) -> list[Any]:
-        """(Conn, x) pairs or Conns of the requesting user (everyone's for a monitor)."""
-        return users.own(request["user"], items,
-                         lambda i: (i[0] if isinstance(i, tuple) else i).user)
+    def own(request: web.Request, pairs: Any) -> list[Any]:
+        """The (Conn, publisher or subscription) pairs of the requesting user (everyone's for a
+        monitor)."""
+        return users.own(request["user"], pairs, lambda pair: pair[0].user)
 
     def vhost(request: web.Request) -> None:
         if "vhost" in request.match_info:
@@ -73,8 +73,8 @@ def routes(state: BrokerState, add: Any) -> None:
 
     async def connections(request: web.Request) -> web.Response:
         vhost(request)
-        return reply([stream_connection_json(c, node)
-                      for c in own(request, state.stream_connections())])
+        mine = users.own(request["user"], state.stream_connections(), lambda c: c.user)
+        return reply([stream_connection_json(c, node) for c in mine])
 
     async def connection(request: web.Request) -> web.Response:
         return reply(stream_connection_json(conn_of(request), node))
