@@ -13,6 +13,7 @@ import pytest
 
 from amqp_stream.testing import free_port
 from tests.cli.test_commands import cli
+from tests.http.api import call
 
 rstream = pytest.importorskip("rstream")
 from rstream import Consumer, Producer  # noqa: E402
@@ -57,6 +58,9 @@ def test_an_unknown_column_is_refused_with_the_valid_ones(broker):
 
 
 def test_connections_consumers_and_publishers_of_live_clients(broker, declared):
+    viewer = f"viewer-{declared[-12:]}"  # a management user: lists only its own
+    assert call(broker, "PUT", f"/api/users/{viewer}", {"password": "pw", "tags": "management"}).status == 201
+
     async def scenario() -> tuple:
         consumer = Consumer(broker.host, broker.stream_port, username="guest", password="guest",
                             connection_name="list-consumer")
@@ -74,14 +78,19 @@ def test_connections_consumers_and_publishers_of_live_clients(broker, declared):
                 asyncio.to_thread(listing, broker, "consumers", "--format", "json"),
                 asyncio.to_thread(listing, broker, "consumers", "queue_name", "consumer_tag",
                                   "offset_lag", "credits", "--format", "json"),
-                asyncio.to_thread(listing, broker, "publishers"))
+                asyncio.to_thread(listing, broker, "publishers"),
+                asyncio.to_thread(listing, broker, "connections", "--user", viewer, "--password", "pw"))
         finally:
             await producer.close()
             await consumer.close()
 
-    conns, consumers, stream_consumers, publishers = asyncio.run(
-        asyncio.wait_for(scenario(), 60))
-    assert all(r.returncode == 0 for r in (conns, consumers, stream_consumers, publishers))
+    try:
+        conns, consumers, stream_consumers, publishers, viewers = asyncio.run(
+            asyncio.wait_for(scenario(), 60))
+    finally:  # the session broker's users as they were
+        call(broker, "DELETE", f"/api/users/{viewer}")
+    assert all(r.returncode == 0 for r in (conns, consumers, stream_consumers, publishers, viewers))
+    assert rows(viewers.stdout) == [["user", "peer_host", "peer_port", "state"]]
     assert rows(conns.stdout)[0] == ["user", "protocol", "user_provided_name"]
     assert ["guest", "stream", "list-consumer"] in rows(conns.stdout)
     mine = [c for c in json.loads(consumers.stdout) if c["queue_name"] == declared]
