@@ -44,6 +44,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "perf": ("perf", "a load generator for publishers and filtered consumers"),
     "cluster": ("cluster", "a cluster's nodes, their liveness and the leaders they hold "
                            "(read from ZooKeeper)"),
+    "list": ("listing", "list streams, connections, consumers, publishers or users (management "
+                        "HTTP API), as rabbitmqctl list_* does"),
     "users": ("users", "users, tags and permissions (add, delete, list, change-password, set-tags, "
                        "set-permissions, clear-permissions, list-permissions)"),
 }

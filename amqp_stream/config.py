@@ -25,7 +25,7 @@ __all__ = ["BrokerConfig", "ConfigError", "load", "ENV_PREFIX", "CLIENT_ENV", "u
 ENV_PREFIX = "AMQP_STREAM_"
 # the client commands' variables (amqp_stream.commands.connect, perf), beside the broker's
 # AMQP_STREAM_<FIELD> and AMQP_STREAM_CONFIG: every other AMQP_STREAM_* name is a typo
-CLIENT_ENV = ("URL", "USER", "PASSWORD", "STREAM_URL")
+CLIENT_ENV = ("URL", "USER", "PASSWORD", "STREAM_URL", "MANAGEMENT_URL")
 
 
 class ConfigError(ValueError):

@@ -28,7 +28,7 @@ from amqp_stream.errors import BadRequest, BrokerError, Forbidden, InternalError
 from amqp_stream.users import CONFIGURE, READ, WRITE
 from storage import StorageError, StreamClosedError
 
-__all__ = ["Response", "Streams", "handle", "validate_declare"]
+__all__ = ["Response", "Streams", "handle", "validate_declare", "check_resource", "check_binding"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,22 @@ def _any_access(allow: Allow, name: str) -> None:
     allow(CONFIGURE, name)
 
 
+def check_resource(allow: Allow, method: str, name: str) -> None:
+    """A queue's or an exchange's rule: declare and delete need configure, GET any access
+    (the HTTP API checks PUT and DELETE with it too)."""
+    if method in ("PUT", "DELETE"):
+        allow(CONFIGURE, name)
+    elif method == "GET":
+        _any_access(allow, name)
+
+
+def check_binding(allow: Allow, source: str, destination: str) -> None:
+    """Binding or unbinding: write on the destination, read on the source
+    (``rabbit_amqp_management:binding_action``'s checks)."""
+    allow(WRITE, destination)
+    allow(READ, source)
+
+
 def _handle(method: Any, path: Any, body: Any, streams: Streams, allow: Allow) -> Response:
     if not isinstance(method, str) or not isinstance(path, str):
         raise BadRequest("a request needs subject (the HTTP method) and to (the path)")
@@ -111,16 +127,12 @@ def _handle(method: Any, path: Any, body: Any, streams: Streams, allow: Allow) -
     except addresses.AddressError as exc:
         raise BadRequest(str(exc)) from None
     if address.kind == "exchange":
-        if method in ("PUT", "DELETE"):
-            allow(CONFIGURE, address.name)
-        else:
-            _any_access(allow, address.name)
+        check_resource(allow, "GET" if method not in ("PUT", "DELETE") else method, address.name)
         return Response(*exchange_management.exchanges(method, address, body,
                                                        streams.definitions))
     if address.kind == "bindings":
         def may_bind(source: str, destination: str) -> None:
-            allow(WRITE, destination)  # rabbit_amqp_management:binding_action's checks
-            allow(READ, source)
+            check_binding(allow, source, destination)
         return Response(*exchange_management.bindings(method, address, body,
                                                       streams.definitions, may_bind))
     if address.kind == "queue_messages":
@@ -137,10 +149,7 @@ def _handle(method: Any, path: Any, body: Any, streams: Streams, allow: Allow) -
     if address.kind != "queue":
         raise BadRequest(f"unsupported management path {path!r}")
     name = address.name
-    if method in ("PUT", "DELETE"):
-        allow(CONFIGURE, name)
-    elif method == "GET":
-        _any_access(allow, name)
+    check_resource(allow, method, name)
     if method == "PUT":
         created = streams.declare(name, validate_declare(body))
         return Response(201 if created else 200, streams.info(name))

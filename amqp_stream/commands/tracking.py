@@ -4,8 +4,10 @@ stored consumer offsets and publisher sequences, through the `/management` node.
 Why through the broker: the tracking state lives in the stream (osiris's records) and only the
 broker knows it as of now (what is queued for the disk included), and only the broker can
 resolve an offset spec (`last`, a timestamp) against the stream as it is. `tracking` prints
-what `rabbitmq-streams list_stream_tracking` prints (type `offset` or `writer`, name, value),
-as tab-separated lines under a header, or JSON; `reset-offset` moves one consumer name (as
+what `rabbitmq-streams list_stream_tracking` prints (type `offset` or `writer`, name, value)
+and, for each consumer name, its lag: the stream's committed offset (`next_offset` of the
+queue's info, less one) minus the stored offset, 0 at least; as tab-separated lines under a
+header, or JSON; `reset-offset` moves one consumer name (as
 RabbitMQ 4.2's `reset_offset`, with a spec of where the name resumes) and prints the result.
 Both use this broker's management extension (`GET /queues/<q>/tracking`,
 `PUT /queues/<q>/offsets/<name>`), so they work against this broker only.
@@ -85,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
                       f"resumes at offset {body['resumes_at']}")
                 return 0
             _, body = client.request("GET", _path(args.stream, "tracking"), None, ok=(200,))
+            _, info = client.request("GET", queue_address(args.stream), None, ok=(200,))
     except StreamNotFound:
         return fail(command, f"stream {args.stream!r} not found")
     except ManagementError as exc:
@@ -94,12 +97,20 @@ def run(args: argparse.Namespace) -> int:
         return fail(command, exc)
     offsets = {} if args.writer else body.get("offsets", {})
     sequences = {} if args.offset else body.get("sequences", {})
+    lags = lag(offsets, int(info["next_offset"]) - 1)
     if args.json:
-        print(json.dumps({"offsets": offsets, "sequences": sequences}, ensure_ascii=False))
+        print(json.dumps({"offsets": offsets, "sequences": sequences, "lag": lags},
+                         ensure_ascii=False))
         return 0
-    print("type\tname\ttracking_value")
+    print("type\tname\ttracking_value\tlag")
     for name, value in offsets.items():
-        print(f"offset\t{name}\t{value}")
+        print(f"offset\t{name}\t{value}\t{lags[name]}")
     for name, value in sequences.items():
-        print(f"writer\t{name}\t{value}")
+        print(f"writer\t{name}\t{value}\t")
     return 0
+
+
+def lag(offsets: dict[str, int], committed: int) -> dict[str, int]:
+    """Each consumer name's lag: messages committed after its stored offset (the last one it
+    processed), 0 at least (a stored offset may be ahead of an empty stream)."""
+    return {name: max(0, committed - offset) for name, offset in offsets.items()}

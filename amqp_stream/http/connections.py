@@ -1,5 +1,6 @@
 """``/api/connections`` (AMQP 1.0 and stream connections side by side, as RabbitMQ lists them;
-DELETE closes one) and ``/api/consumers`` (AMQP 1.0 consumer links and stream subscriptions)."""
+DELETE closes one) and ``/api/consumers`` (AMQP 1.0 consumer links and stream subscriptions).
+A user without the monitoring or administrator tag sees only their own (``users.Users.own``)."""
 
 from __future__ import annotations
 
@@ -61,16 +62,20 @@ def all_consumers(state: BrokerState) -> list[dict[str, Any]]:
 
 
 def routes(state: BrokerState, add: Any) -> None:
+    users = state.users
+
     def conn_of(request: web.Request) -> Conn:
         conn = state.connection(request.match_info["name"])
         if conn is None:
             raise not_found()
+        users.require_owner(request["user"], request.method, conn.user)
         return conn
 
     async def list_connections(request: web.Request) -> web.Response:
         if "vhost" in request.match_info:
             state.check_vhost(request.match_info["vhost"])
-        return reply([connection_json(c, state.node) for c in state.connections()])
+        mine = users.own(request["user"], state.connections(), lambda c: c.user)
+        return reply([connection_json(c, state.node) for c in mine])
 
     async def get_connection(request: web.Request) -> web.Response:
         return reply(connection_json(conn_of(request), state.node))
@@ -86,7 +91,8 @@ def routes(state: BrokerState, add: Any) -> None:
     async def consumers(request: web.Request) -> web.Response:
         if "vhost" in request.match_info:
             state.check_vhost(request.match_info["vhost"])
-        return reply(all_consumers(state))
+        return reply(users.own(request["user"], all_consumers(state),
+                               lambda c: c["channel_details"]["user"]))
 
     add("GET", "/api/connections", list_connections)
     add("GET", "/api/vhosts/{vhost}/connections", list_connections)

@@ -91,6 +91,8 @@ def routes(state: BrokerState, add: Any) -> None:
         return web.json_response(node_json(state))
 
     async def vhosts(request: web.Request) -> web.Response:
+        if not state.users.sees_vhost(request["user"], VHOST):  # filter_vhost
+            return web.json_response([])
         return web.json_response([vhost_json(state, totals(state))])
 
     async def vhost(request: web.Request) -> web.Response:

@@ -2,8 +2,10 @@
 ``stream``), the exchanges and bindings of ``amqp_stream.definitions`` (super streams).
 
 Declare, delete and bind go through the core as the protocols' commands do, so the same
-checks answer (``arguments.validate``, ``Definitions``); refusals come back as RabbitMQ's
-status codes (``errors.from_broker``)."""
+checks answer (``arguments.validate``, ``Definitions``), and they need the permissions the AMQP
+management node asks for (``management.check_resource``, ``check_binding``); refusals come back
+as RabbitMQ's status codes (``errors.from_broker``). Listings without a vhost show nothing to a
+user who may not use ``/`` (``users.Users.sees_vhost``)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from amqp_stream.amqp.management import validate_declare
+from amqp_stream.amqp.management import check_binding, check_resource, validate_declare
 from amqp_stream.definitions import EXCHANGE, QUEUE, Binding, Exchange
 from amqp_stream.http.errors import bad_request, not_found, reply
 from amqp_stream.http.body import read_json
@@ -91,6 +93,13 @@ def _binding_body(source: str, kind: str, destination: str, body: Any) -> Bindin
 
 def routes(state: BrokerState, add: Any) -> None:
     core = state.core
+    users = state.users
+
+    def allow(request: web.Request) -> Any:
+        return users.resource_allow(request["user"], VHOST)
+
+    def listed(request: web.Request, items: list[Any]) -> web.Response:
+        return reply(items if users.sees_vhost(request["user"], VHOST) else [])
 
     def entry_of(request: web.Request) -> Any:
         state.check_vhost(request.match_info["vhost"])
@@ -103,19 +112,21 @@ def routes(state: BrokerState, add: Any) -> None:
         if "vhost" in request.match_info:
             state.check_vhost(request.match_info["vhost"])
         entries = [core.registry.entries[n] for n in sorted(core.registry.entries)]
-        return reply([queue_json(e, state.node) for e in entries])
+        return listed(request, [queue_json(e, state.node) for e in entries])
 
     async def get_queue(request: web.Request) -> web.Response:
         return reply(queue_json(entry_of(request), state.node))
 
     async def put_queue(request: web.Request) -> web.Response:
         state.check_vhost(request.match_info["vhost"])
+        check_resource(allow(request), "PUT", request.match_info["name"])
         arguments = validate_declare(await read_json(request))
         created = core.declare(request.match_info["name"], arguments)
         return web.Response(status=201 if created else 204)
 
     async def delete_queue(request: web.Request) -> web.Response:
         entry = entry_of(request)
+        check_resource(allow(request), "DELETE", entry.name)
         if request.query.get("if-unused") == "true" and entry.consumers:
             raise bad_request(f"queue '{entry.name}' in use")
         if request.query.get("if-empty") == "true" and entry.counts()[2]:
@@ -139,19 +150,21 @@ def routes(state: BrokerState, add: Any) -> None:
     async def list_exchanges(request: web.Request) -> web.Response:
         if "vhost" in request.match_info:
             state.check_vhost(request.match_info["vhost"])
-        return reply([exchange_json(x) for x in core.definitions.all_exchanges()])
+        return listed(request, [exchange_json(x) for x in core.definitions.all_exchanges()])
 
     async def get_exchange(request: web.Request) -> web.Response:
         return reply(exchange_json(exchange_of(request)))
 
     async def put_exchange(request: web.Request) -> web.Response:
         state.check_vhost(request.match_info["vhost"])
+        check_resource(allow(request), "PUT", request.match_info["name"])
         exchange = _exchange_body(request.match_info["name"], await read_json(request))
         created = core.definitions.declare_exchange(exchange)
         return web.Response(status=201 if created else 204)
 
     async def delete_exchange(request: web.Request) -> web.Response:
         state.check_vhost(request.match_info["vhost"])
+        check_resource(allow(request), "DELETE", request.match_info["name"])
         if not core.definitions.delete_exchange(request.match_info["name"]):
             raise not_found()
         return web.Response(status=204)
@@ -162,7 +175,8 @@ def routes(state: BrokerState, add: Any) -> None:
     async def list_bindings(request: web.Request) -> web.Response:
         if "vhost" in request.match_info:
             state.check_vhost(request.match_info["vhost"])
-        return reply(_default_bindings(state) + [binding_json(b) for b in core.definitions.bindings])
+        return listed(request, _default_bindings(state)
+                      + [binding_json(b) for b in core.definitions.bindings])
 
     def between(request: web.Request) -> tuple[str, str, str]:
         info = request.match_info
@@ -177,6 +191,7 @@ def routes(state: BrokerState, add: Any) -> None:
 
     async def post_binding(request: web.Request) -> web.Response:
         source, kind, destination = between(request)
+        check_binding(allow(request), source, destination)
         binding = _binding_body(source, kind, destination, await read_json(request))
         core.definitions.bind(binding)
         location = f"{request.path.rstrip('/')}/{properties_key(binding)}"
@@ -187,7 +202,9 @@ def routes(state: BrokerState, add: Any) -> None:
         return reply(binding_json(binding))
 
     async def delete_binding(request: web.Request) -> web.Response:
-        core.definitions.unbind(_find_binding(request))
+        binding = _find_binding(request)
+        check_binding(allow(request), binding.source, binding.destination)
+        core.definitions.unbind(binding)
         return web.Response(status=204)
 
     def _find_binding(request: web.Request) -> Binding:

@@ -1,8 +1,9 @@
 """The aiohttp site of the management API on the broker's loop, and what every request passes.
 
-Every request: basic auth (``users.Users``; 401 with ``WWW-Authenticate`` without it), then its
-route; any refusal becomes RabbitMQ's ``{"error", "reason"}`` JSON (``errors``), unknown paths
-included. Bounds, so that no client of this port can cost the broker more than a socket:
+Every request: basic auth (``users.Users``; 401 with ``WWW-Authenticate`` without it), then
+what the user's tags allow on the route (``users.Users.authorise``), then the route; any
+refusal becomes RabbitMQ's ``{"error", "reason"}`` JSON (``errors``), unknown paths included.
+Bounds, so that no client of this port can cost the broker more than a socket:
 - a body above ``MAX_BODY`` bytes is refused with 413 before it is read in full;
 - a body must arrive within ``--handshake-timeout`` seconds (408);
 - a connection must send its first request within ``--handshake-timeout`` seconds, and one
@@ -61,6 +62,10 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         if user is None:
             return error_response(401, ERRORS[401], "Login failed", {"WWW-Authenticate": REALM})
         request["user"] = user
+        resource = request.match_info.route.resource
+        if resource is not None:  # a route of ours (users.Users.authorise has the rules)
+            state.users.authorise(user, request.method, resource.canonical,
+                                  dict(request.match_info))
         return await handler(request)
     except ApiError as exc:
         return error_response(exc.status, exc.error, exc.reason)

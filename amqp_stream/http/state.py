@@ -125,7 +125,7 @@ class BrokerState:
     def connection(self, name: str) -> Conn | None:
         return next((c for c in self.connections() if c.name == name), None)
 
-    def close(self, conn: Conn) -> None:
+    def close(self, conn: Conn, reason: str = CLOSED_BY_MANAGEMENT) -> None:
         """Close ``conn`` as RabbitMQ's DELETE does: AMQP with ``amqp:connection:forced`` and
         RabbitMQ's reason; a stream connection's socket at once, without a Close frame
         (``rabbit_stream_reader`` stops on the management's shutdown; the Node client takes a
@@ -133,7 +133,7 @@ class BrokerState:
         if conn.protocol == "stream":
             conn.obj.close()
         else:
-            self.amqp.close_one(conn.obj, "amqp:connection:forced", CLOSED_BY_MANAGEMENT)
+            self.amqp.close_one(conn.obj, "amqp:connection:forced", reason)
 
     # -- attachments -----------------------------------------------------------------------
     def amqp_consumers(self) -> Iterator[tuple[Conn, Any]]:

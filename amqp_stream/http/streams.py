@@ -1,5 +1,6 @@
 """``/api/stream/...``: the stream plugin's management extension (``rabbitmq_stream_management``):
-stream connections, their publishers and consumers (subscriptions)."""
+stream connections, their publishers and consumers (subscriptions); a user without the
+monitoring or administrator tag sees only their own (``users.Users.own``)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,12 @@ def subscription_json(conn: Conn, node: str, sub: Any) -> dict[str, Any]:
 
 def routes(state: BrokerState, add: Any) -> None:
     node = state.node
+    users = state.users
+
+    def own(request: web.Request, pairs: Any) -> list[Any]:
+        """The (Conn, publisher or subscription) pairs of the requesting user (everyone's for a
+        monitor)."""
+        return users.own(request["user"], pairs, lambda pair: pair[0].user)
 
     def vhost(request: web.Request) -> None:
         if "vhost" in request.match_info:
@@ -61,11 +68,13 @@ def routes(state: BrokerState, add: Any) -> None:
         conn = next((c for c in state.stream_connections() if c.name == name), None)
         if conn is None:
             raise not_found()
+        users.require_owner(request["user"], request.method, conn.user)
         return conn
 
     async def connections(request: web.Request) -> web.Response:
         vhost(request)
-        return reply([stream_connection_json(c, node) for c in state.stream_connections()])
+        mine = users.own(request["user"], state.stream_connections(), lambda c: c.user)
+        return reply([stream_connection_json(c, node) for c in mine])
 
     async def connection(request: web.Request) -> web.Response:
         return reply(stream_connection_json(conn_of(request), node))
@@ -87,12 +96,13 @@ def routes(state: BrokerState, add: Any) -> None:
     async def publishers(request: web.Request) -> web.Response:
         vhost(request)
         stream = request.match_info.get("stream")
-        return reply([publisher_json(c, node, p) for c, p in state.stream_publishers()
+        return reply([publisher_json(c, node, p) for c, p in own(request, state.stream_publishers())
                       if stream is None or p.entry.name == stream])
 
     async def consumers(request: web.Request) -> web.Response:
         vhost(request)
-        return reply([subscription_json(c, node, s) for c, s in state.stream_subscriptions()])
+        return reply([subscription_json(c, node, s)
+                      for c, s in own(request, state.stream_subscriptions())])
 
     add("GET", "/api/stream/connections", connections)
     add("GET", "/api/stream/connections/{vhost}", connections)

@@ -48,12 +48,22 @@ def test_tracking_lists_offsets_and_writers(broker, events):
     assert consume(broker, events, "--name", "reader", "--count", "3").returncode == 0
     with Client(broker.url) as c:
         assert send(c, events, "pub-1", [(7, "x")]) == [Delivery.ACCEPTED]
+    # offsets 0..6: the 5 events, the record of reader's stored offset (tracking records take
+    # an offset, as osiris's), pub-1's message; reader processed up to 2: 4 offsets behind
     r = cli("tracking", events, url=broker.url)
-    assert (r.returncode, r.stdout) == (0, "type\tname\ttracking_value\noffset\treader\t2\nwriter\tpub-1\t7\n"), r.stderr
-    assert cli("tracking", events, "--offset", url=broker.url).stdout.splitlines()[1:] == ["offset\treader\t2"]
-    assert cli("tracking", events, "--writer", url=broker.url).stdout.splitlines()[1:] == ["writer\tpub-1\t7"]
+    assert (r.returncode, r.stdout) == (0, "type\tname\ttracking_value\tlag\noffset\treader\t2\t4\n"
+                                           "writer\tpub-1\t7\t\n"), r.stderr
+    assert cli("tracking", events, "--offset", url=broker.url).stdout.splitlines()[1:] == ["offset\treader\t2\t4"]
+    assert cli("tracking", events, "--writer", url=broker.url).stdout.splitlines()[1:] == ["writer\tpub-1\t7\t"]
     r = cli("tracking", events, "--json", url=broker.url)
-    assert json.loads(r.stdout) == {"offsets": {"reader": 2}, "sequences": {"pub-1": 7}}
+    assert json.loads(r.stdout) == {"offsets": {"reader": 2}, "sequences": {"pub-1": 7}, "lag": {"reader": 4}}
+    # the lag follows the stream: two more messages, two more behind; caught up, only the
+    # record of its own stored offset is after it
+    with Client(broker.url) as c:
+        assert send(c, events, "pub-1", [(8, "y"), (9, "z")]) == [Delivery.ACCEPTED] * 2
+    assert json.loads(cli("tracking", events, "--json", url=broker.url).stdout)["lag"] == {"reader": 6}
+    assert consume(broker, events, "--name", "reader").returncode == 0
+    assert json.loads(cli("tracking", events, "--json", url=broker.url).stdout)["lag"] == {"reader": 1}
     r = cli("tracking", events + "-nope", url=broker.url)
     assert r.returncode == 1 and "not found" in r.stderr
 
