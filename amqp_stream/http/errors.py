@@ -40,9 +40,12 @@ def bad_request(reason: str) -> ApiError:
 
 def from_broker(exc: BrokerError) -> ApiError:
     """A refusal of the core as the management API answers it: 404 for what does not exist,
-    403 for the reserved names, 400 for everything else (RabbitMQ answers a declare with other
-    arguments, 'inequivalent arg', with 400 too)."""
-    status = exc.status if exc.status in (403, 404, 501) else 400
+    401 ``not_authorised`` for an access refused (a permission, a reserved name: RabbitMQ's
+    ``with_channel`` turns the channel's ACCESS_REFUSED into that), 400 for everything else
+    (RabbitMQ answers a declare with other arguments, 'inequivalent arg', with 400 too)."""
+    if exc.status == 403:
+        return ApiError(401, exc.description, "not_authorised")
+    status = exc.status if exc.status in (404, 501) else 400
     return ApiError(status, exc.description)
 
 

@@ -21,7 +21,9 @@ What a tag allows is ``rabbit_web_dispatch_access_control``'s (``rabbit_mgmt_uti
   ``amqp_stream.amqp.management``'s rules): tags do not lift them, as in RabbitMQ, where those
   requests run on a channel as the user.
 A refusal is RabbitMQ's JSON, ``{"error": "not_authorised", "reason": ...}``, with status
-``REFUSED`` (403; RabbitMQ itself answers 401 there, without a ``WWW-Authenticate`` header).
+``REFUSED``: 401 without a ``WWW-Authenticate`` header, as RabbitMQ answers it
+(``rabbit_web_dispatch_access_control:not_authorised``; a request refused on the channel it
+runs on, ``ACCESS_REFUSED``, comes back through ``rabbit_mgmt_util:with_channel`` the same way).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ __all__ = ["Users", "user_json", "permission_json", "routes", "REFUSED", "MANAGE
 #: tags that let a user into the management API (RabbitMQ: any of the management ones)
 MANAGEMENT_TAGS = ("administrator", "monitoring", "policymaker", "management")
 ADMIN, MONITOR = "administrator", "monitoring"
-REFUSED = 403
+REFUSED = 401
 
 T = TypeVar("T")
 
@@ -116,7 +118,7 @@ class Users:
 
     def resource_allow(self, user: str, vhost: str) -> Callable[[str, str], None]:
         """The ``allow(what, name)`` of ``amqp_stream.amqp.management`` for ``user``:
-        ``Forbidden`` (403 with RabbitMQ's ACCESS_REFUSED text) unless the user's
+        ``Forbidden`` (401 with RabbitMQ's ACCESS_REFUSED text) unless the user's
         permissions on ``vhost`` grant ``what`` on ``name``."""
         return lambda what, name: self.store.check(user, vhost, what, name)
 

@@ -111,18 +111,18 @@ def test_only_an_administrator_changes_users_and_permissions(broker):
     auth = (monitor, password)
     answer = call(broker, "PUT", f"/api/users/{unique('evil')}", {"password": "x", "tags":
                                                                    "administrator"}, auth=auth)
-    assert answer.status == 403
+    assert answer.status == 401
     assert answer.json == {"error": "not_authorised", "reason": "Not administrator user"}
     for method, path, body in (("GET", "/api/users", None),
                                ("DELETE", f"/api/users/{monitor}", None),
                                ("PUT", f"/api/permissions/%2F/{monitor}", ALL),
                                ("DELETE", f"/api/permissions/%2F/{monitor}", None),
                                ("GET", "/api/permissions", None)):
-        assert call(broker, method, path, body, auth=auth).status == 403, (method, path)
+        assert call(broker, method, path, body, auth=auth).status == 401, (method, path)
     assert call(broker, "GET", "/api/nodes", auth=auth).status == 200  # a monitor's
     manager, mpassword = make_user(broker, "management")
     answer = call(broker, "GET", "/api/nodes", auth=(manager, mpassword))
-    assert answer.status == 403 and answer.json["reason"] == "Not monitor user"
+    assert answer.status == 401 and answer.json["reason"] == "Not monitor user"
     assert call(broker, "GET", "/api/whoami", auth=auth).status == 200
     assert monitor in [u["name"] for u in call(broker, "GET", "/api/users").json]
 
@@ -160,9 +160,9 @@ def test_a_management_user_sees_only_its_own_connections(broker):
         theirs = next(c["name"] for c in call(broker, "GET", "/api/connections").json
                       if c["user"] == "guest")
         path = f"/api/connections/{quote(theirs)}"
-        assert call(broker, "GET", path, auth=(manager, password)).status == 403
+        assert call(broker, "GET", path, auth=(manager, password)).status == 401
         assert call(broker, "GET", path, auth=(monitor, mpassword)).status == 200
-        assert call(broker, "DELETE", path, auth=(monitor, mpassword)).status == 403
+        assert call(broker, "DELETE", path, auth=(monitor, mpassword)).status == 401
 
     run(scenario())
 
@@ -172,27 +172,27 @@ def test_deleting_a_stream_over_http_needs_configure(broker):
     auth = (name, password)
     stream = unique("guarded")
     answer = call(broker, "PUT", f"/api/queues/%2F/{stream}", {"durable": True}, auth=auth)
-    assert answer.status == 403 and "configure access" in answer.json["reason"]
+    assert answer.status == 401 and "configure access" in answer.json["reason"]
     assert call(broker, "PUT", f"/api/queues/%2F/{stream}", {"durable": True}).status == 201
     answer = call(broker, "DELETE", f"/api/queues/%2F/{stream}", auth=auth)
-    assert answer.status == 403, answer.body
+    assert answer.status == 401, answer.body
     assert answer.json["error"] == "not_authorised" and "configure access" in answer.json["reason"]
     assert call(broker, "GET", f"/api/queues/%2F/{stream}").status == 200  # still there
     answer = call(broker, "PUT", f"/api/exchanges/%2F/{stream}-x", {"type": "direct"}, auth=auth)
-    assert answer.status == 403
+    assert answer.status == 401
     assert call(broker, "PUT", f"/api/permissions/%2F/{name}",
                 {"configure": f"^{stream}", "write": "^$", "read": ".*"}).status == 204
     assert call(broker, "PUT", f"/api/exchanges/%2F/{stream}-x", {"type": "direct"},
                 auth=auth).status == 201
     # a binding writes to its destination: refused without write on the stream
     bind = f"/api/bindings/%2F/e/{stream}-x/q/{stream}"
-    assert call(broker, "POST", bind, {"routing_key": "k"}, auth=auth).status == 403
+    assert call(broker, "POST", bind, {"routing_key": "k"}, auth=auth).status == 401
     assert call(broker, "DELETE", f"/api/exchanges/%2F/{stream}-x", auth=auth).status == 204
     assert call(broker, "DELETE", f"/api/queues/%2F/{stream}", auth=auth).status == 204
     # no permission on the vhost at all: its paths are refused, listings are empty
     assert call(broker, "DELETE", f"/api/permissions/%2F/{name}").status == 204
     answer = call(broker, "GET", "/api/queues/%2F", auth=auth)
-    assert answer.status == 403 and answer.json["reason"] == "User not authorised to access virtual host"
+    assert answer.status == 401 and answer.json["reason"] == "User not authorised to access virtual host"
     assert call(broker, "GET", "/api/queues", auth=auth).json == []
 
 
