@@ -25,6 +25,8 @@ from prometheus_client import (CollectorRegistry, Counter, Gauge, PlatformCollec
                                ProcessCollector, make_wsgi_app)
 from prometheus_client.core import GaugeMetricFamily
 
+from amqp_stream.rabbitmq_metrics import GLOBAL_COUNTERS, PROTOCOLS, RabbitCollector
+
 __all__ = ["Metrics", "StreamMetrics", "StreamState"]
 
 log = logging.getLogger(__name__)
@@ -70,6 +72,7 @@ class StreamState:
     next_offset: int
     consumer_offsets: Sequence[int] = field(default_factory=list)
     stored_offsets: Mapping[str, int] = field(default_factory=dict)
+    first_offset: int = 0  # the first offset still kept (RabbitMQ's queue messages: next - first)
 
 
 class StreamMetrics:
@@ -94,8 +97,19 @@ class StreamMetrics:
         if self._metrics is not None:
             self._metrics.publish_rejected(self._name, reason, count)
 
+    def received(self, count: int, confirm: int) -> None:
+        """An AMQP 1.0 publisher's batch for this stream: ``count`` messages, ``confirm`` of
+        them unsettled (RabbitMQ's global received, received_confirm and routed counters)."""
+        if self._metrics is not None:
+            self._metrics.received("amqp10", count, confirm, routed=count)
+
+    def confirmed(self, count: int) -> None:
+        """``count`` of an AMQP 1.0 batch are durable (on storage's writer thread)."""
+        if self._metrics is not None:
+            self._metrics.confirmed("amqp10", count)
+
     def count_turn(self, before: tuple[int, ...], stats: Any, delivered: int, nbytes: int,
-                   dropped: int = 0) -> tuple[int, ...]:
+                   dropped: int = 0, protocol: str = "amqp10") -> tuple[int, ...]:
         """A consumer's turn, for consumers of every protocol: ``delivered`` messages of
         ``nbytes`` sent, ``dropped`` by stage 2, and what its storage reader did since
         ``before`` (its ``stats``: chunks read, chunks skipped, bytes read, chunks and blocks
@@ -104,6 +118,8 @@ class StreamMetrics:
         if delivered:
             self.delivered_messages.inc(delivered)
             self.delivered_bytes.inc(nbytes)
+            if self._metrics is not None:
+                self._metrics.global_counters["messages_delivered"][protocol].inc(delivered)
         if dropped:
             self.stage2_dropped_messages.inc(dropped)
         now = tuple(getattr(stats, k, 0) for k in _READ_STATS)
@@ -122,6 +138,15 @@ class _StreamStateCollector:
     def __init__(self) -> None:
         self.snapshot: Callable[[], Iterable[StreamState]] | None = None
 
+    def states(self) -> list[StreamState]:
+        if self.snapshot is None:
+            return []
+        try:
+            return list(self.snapshot())
+        except Exception:  # a scrape must not fail because the broker's state moved
+            log.exception("metrics snapshot")
+            return []
+
     def collect(self):
         segments = GaugeMetricFamily("amqp_stream_segments", "segment files of the stream",
                                      labels=["stream"])
@@ -134,19 +159,12 @@ class _StreamStateCollector:
             "offsets committed after the one stored for a consumer name (committed end - 1 - "
             "stored offset; both protocols' stored offsets)",
             labels=["stream", "consumer"])
-        snapshot = self.snapshot
-        if snapshot is not None:
-            try:
-                states = list(snapshot())
-            except Exception:  # a scrape must not fail because the broker's state moved
-                log.exception("metrics snapshot")
-                states = []
-            for s in states:
-                segments.add_metric([s.name], _count_segments(s.log_dir))
-                behind = [max(0, s.next_offset - o) for o in s.consumer_offsets]
-                lag.add_metric([s.name], max(behind, default=0))
-                for consumer, stored in s.stored_offsets.items():
-                    named_lag.add_metric([s.name, consumer], max(0, s.next_offset - 1 - stored))
+        for s in self.states():
+            segments.add_metric([s.name], _count_segments(s.log_dir))
+            behind = [max(0, s.next_offset - o) for o in s.consumer_offsets]
+            lag.add_metric([s.name], max(behind, default=0))
+            for consumer, stored in s.stored_offsets.items():
+                named_lag.add_metric([s.name, consumer], max(0, s.next_offset - 1 - stored))
         yield segments
         yield lag
         yield named_lag
@@ -162,7 +180,7 @@ def _count_segments(log_dir: str | os.PathLike) -> int:
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        ProcessCollector(registry=self.registry)
+        process = ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         self.counters = {
             key: Counter(f"amqp_stream_{key}", help_text, ["stream"], registry=self.registry)
@@ -207,6 +225,19 @@ class Metrics:
                      proton=_proton_version()).set(1)
         self._state = _StreamStateCollector()
         self.registry.register(self._state)
+        # RabbitMQ's names (rabbitmq_metrics.py): counters by protocol, added to once per batch
+        self.global_counters: dict[str, dict[str, Any]] = {}
+        for key, help_text in GLOBAL_COUNTERS.items():
+            counter = Counter(f"rabbitmq_global_{key}", help_text, ["protocol"],
+                              registry=self.registry)
+            self.global_counters[key] = {p: counter.labels(protocol=p) for p in PROTOCOLS}
+        # the others are plain ints: only the event loop's thread adds to them
+        self.attached: dict[str, dict[str, int]] = {
+            kind: dict.fromkeys(PROTOCOLS, 0) for kind in ("publishers", "consumers")}
+        self.stream_errors: dict[int, int] = {}
+        self.streams_created = self.streams_deleted = 0
+        self.rabbit = RabbitCollector(self, process)
+        self.registry.register(self.rabbit)
         self._children: dict[str, StreamMetrics] = {}
         self._reasons: dict[str, set[str]] = {}
         self._server: Any = None
@@ -217,8 +248,14 @@ class Metrics:
             child = self._children[name] = StreamMetrics(self.counters, name, self)
         return child
 
+    def created(self, name: str) -> StreamMetrics:
+        """A stream was created (not recovered at start): its counters."""
+        self.streams_created += 1
+        return self.for_stream(name)
+
     def forget(self, name: str) -> None:
         """A deleted stream's series go away."""
+        self.streams_deleted += 1
         if self._children.pop(name, None) is not None:
             for counter in self.counters.values():
                 try:
@@ -238,6 +275,33 @@ class Metrics:
     def connection_closed(self) -> None:
         self.connections_closed.inc()
 
+    def attach(self, kind: str, protocol: str, delta: int) -> None:
+        """A ``kind`` ("publishers" or "consumers") of ``protocol`` attached (+1) or left (-1)."""
+        self.attached[kind][protocol] += delta
+
+    def received(self, protocol: str, count: int, confirm: int, routed: int = 0) -> None:
+        """A batch of ``count`` messages from publishers, ``confirm`` of them to be confirmed,
+        ``routed`` stored in streams (a thread-safe Counter each)."""
+        counters = self.global_counters
+        counters["messages_received"][protocol].inc(count)
+        if confirm:
+            counters["messages_received_confirm"][protocol].inc(confirm)
+        if routed:
+            counters["messages_routed"][protocol].inc(routed)
+
+    def confirmed(self, protocol: str, count: int) -> None:
+        """``count`` messages confirmed to publishers (called on storage's writer threads too)."""
+        self.global_counters["messages_confirmed"][protocol].inc(count)
+
+    def stream_error(self, code: int, count: int = 1) -> None:
+        """The stream-protocol listener answered ``count`` times with response code ``code``."""
+        self.stream_errors[code] = self.stream_errors.get(code, 0) + count
+
+    def identify(self, node: str, cluster: str, data_dir: str | os.PathLike) -> None:
+        """The node's name and cluster for RabbitMQ's ``rabbitmq_identity_info``, and the data
+        directory whose file system ``rabbitmq_disk_space_available_bytes`` reports."""
+        self.rabbit.node, self.rabbit.cluster, self.rabbit.data_dir = node, cluster, str(data_dir)
+
     def publish_rejected(self, stream: str, reason: str, count: int = 1) -> None:
         """``count`` messages to ``stream`` rejected with the AMQP condition ``reason``
         (e.g. ``amqp:resource-limit-exceeded``; a small fixed set, so a bounded label)."""
@@ -249,6 +313,7 @@ class Metrics:
         metrics HTTP thread: it must only copy the broker's state (``list(...)`` of dicts and
         sets, reads of ints), never call into proton."""
         self._state.snapshot = snapshot
+        self.rabbit.states = lambda: self._state.states()
 
     # -- the endpoint ---------------------------------------------------------------------------
     def serve(self, host: str, port: int) -> None:

@@ -108,6 +108,9 @@ class Broker:
             self._close_storage()
             return 1
         self.metrics.watch(self.core.stream_states)
+        self.metrics.identify(self.config.node_name or self.container_id,
+                              self.config.cluster or self.config.node_name or self.container_id,
+                              data_dir)
         log.info("amqp-stream %s: %d streams recovered from %s", __version__, len(names), data_dir)
         if self.security is not None:
             describe = getattr(self.security, "describe", None)

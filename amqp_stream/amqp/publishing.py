@@ -376,8 +376,13 @@ class Publisher:
         key = next(_batch_keys)
         _batches[key] = (self, waiting, held)
         post = self.post
+        metrics, confirm = entry.metrics, len(waiting)  # RabbitMQ's global counters, per batch
+        if metrics is not None:
+            metrics.received(len(bodies), confirm)
 
         def callback(offset: int, error: Exception | None, key: int = key) -> None:
+            if error is None and confirm and metrics is not None:
+                metrics.confirmed(confirm)
             post(_batch_durable, key, error)
         try:
             entry.append(self.reference, bodies, pids, values, callback)
