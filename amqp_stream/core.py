@@ -190,6 +190,7 @@ class Core:
         False when it exists with the same arguments, ``PreconditionFailed`` when they differ."""
         if name.startswith("amq."):
             raise Forbidden(f"ACCESS_REFUSED: queue name '{name}' contains reserved prefix 'amq.'")
+        self.metrics.declared()
         if self.cluster is not None:
             return self.cluster.declare(name, arguments)
         if self.registry.exists(name):

@@ -235,7 +235,7 @@ class Metrics:
         self.attached: dict[str, dict[str, int]] = {
             kind: dict.fromkeys(PROTOCOLS, 0) for kind in ("publishers", "consumers")}
         self.stream_errors: dict[int, int] = {}
-        self.streams_created = self.streams_deleted = 0
+        self.streams_declared = self.streams_created = self.streams_deleted = 0
         self.rabbit = RabbitCollector(self, process)
         self.registry.register(self.rabbit)
         self._children: dict[str, StreamMetrics] = {}
@@ -247,6 +247,15 @@ class Metrics:
         if child is None:
             child = self._children[name] = StreamMetrics(self.counters, name, self)
         return child
+
+    def declared(self) -> None:
+        """A stream was declared (created or not: RabbitMQ's queues_declared_total)."""
+        self.streams_declared += 1
+
+    def unroutable(self, presettled: bool) -> None:
+        """An AMQP 1.0 message routed to no stream: dropped (pre-settled) or released."""
+        self.global_counters["messages_unroutable_dropped" if presettled
+                             else "messages_unroutable_returned"]["amqp10"].inc()
 
     def created(self, name: str) -> StreamMetrics:
         """A stream was created (not recovered at start): its counters."""

@@ -40,8 +40,6 @@ NOT_EXPORTED = {
     "rabbitmq_channels_opened_total": "AMQP 0-9-1 channels: the broker speaks AMQP 1.0 and the "
                                       "stream protocol only (rabbitmq_channels is exported, 0)",
     "rabbitmq_channels_closed_total": "AMQP 0-9-1 channels (see rabbitmq_channels_opened_total)",
-    "rabbitmq_queues_declared_total": "the broker counts streams created and deleted, not "
-                                      "declarations of a stream that already exists",
     "rabbitmq_message_size_bytes_bucket": "a per-message size histogram would cost an observation "
                                           "per message on the publish path (counters are per "
                                           "batch); amqp_stream_published_bytes_total / "
@@ -51,8 +49,6 @@ NOT_EXPORTED = {
     "rabbitmq_resident_memory_limit_bytes": "no memory high watermark: the broker bounds memory "
                                             "per connection and publisher (docs/broker.md)",
     "rabbitmq_disk_space_available_limit_bytes": "no free-disk alarm limit",
-    "rabbitmq_global_messages_unroutable_dropped_total": "unroutable messages are not counted yet",
-    "rabbitmq_global_messages_unroutable_returned_total": "unroutable messages are not counted yet",
     "rabbitmq_global_messages_delivered_consume_auto_ack_total": "deliveries are not split by "
                                                                  "settle mode (only "
                                                                  "..._delivered_total)",
@@ -68,6 +64,8 @@ GLOBAL_COUNTERS = {
     "messages_received_confirm": "messages received from publishers expecting confirmations",
     "messages_routed": "messages routed to streams",
     "messages_confirmed": "messages confirmed to publishers",
+    "messages_unroutable_dropped": "pre-settled messages that routed to no stream, dropped",
+    "messages_unroutable_returned": "messages that routed to no stream, released",
     "messages_delivered": "messages delivered to consumers",
 }
 # always 0 here, as in RabbitMQ for these two protocols: no basic.get, a stream never redelivers
@@ -110,6 +108,7 @@ class RabbitCollector:
         yield _counter("connections_closed", "Total number of connections closed or terminated",
                        _value(m.connections_closed))
         yield _gauge("queues", "Queues available", _value(m.streams))
+        yield _counter("queues_declared", "Total number of queues declared", m.streams_declared)
         yield _counter("queues_created", "Total number of queues created", m.streams_created)
         yield _counter("queues_deleted", "Total number of queues deleted", m.streams_deleted)
         yield _gauge("consumers", "Consumers currently connected", _value(m.consumers))

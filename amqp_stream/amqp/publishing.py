@@ -117,6 +117,8 @@ class Publisher:
         self.max_message_size = max_message_size
         self.post = post  # thread-safe: run fn(*args) on the event loop
         self.mark_dirty = mark_dirty  # ask for ``flush`` at the end of this reactor turn
+        # on_unroutable(presettled): a message routed to no stream (the adapter counts it)
+        self.on_unroutable: Callable[[bool], None] = lambda presettled: None
         self.end = end or (lambda error: None)  # the core ends this link (its stream is gone)
         # throttle(self, True): stop reading this link's connection (too many bytes held);
         # throttle(self, False): read it again
@@ -301,6 +303,7 @@ class Publisher:
         lookup = self.lookup or (lambda name: None)
         entries = [e for e in map(lookup, names) if e is not None]
         if not entries:
+            self.on_unroutable(delivery is None)
             self._release(delivery)
         return entries
 

@@ -12,11 +12,12 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 from proton import Message
+from proton.reactor import AtMostOnce
 
 from amqp_stream.rabbitmq_metrics import NOT_EXPORTED
 from amqp_stream.testing import BrokerProcess
 from conformance.streamclient import OK, StreamClient
-from tests.broker.amqp import OFFSET, Client, offset
+from tests.broker.amqp import OFFSET, Client, Delivery, offset
 from tests.polling import wait_for
 from tests.promql import Selector, dashboard_queries, selectors
 
@@ -53,7 +54,20 @@ def traffic(b: BrokerProcess) -> dict[str, list[dict[str, str]]]:
     one publisher and one consumer of each protocol are attached."""
     with Client(b.url) as c:
         c.declare("s")
+        c.declare("s")  # declared again: not created
         c.publish("s", [Message(body=f"a{i}") for i in range(3)])  # unsettled: confirmed
+        # routed to no stream: released (returned), and a pre-settled one dropped
+        c.request("PUT", "/exchanges/x", {"type": "direct"})
+        nowhere = c.conn.create_sender("/exchanges/x/none")
+        assert c.send_bytes(nowhere, Message(body="lost").encode()) == Delivery.RELEASED
+        presettled = c.conn.create_sender("/exchanges/x/none", name="presettled",
+                                          options=AtMostOnce())
+        presettled.send(Message(body="x"))
+        c.info("s")  # a round trip: the pre-settled transfer is on its way before it
+        wait_for(lambda: value(scrape(b), "rabbitmq_global_messages_unroutable_dropped_total",
+                               protocol="amqp10") == 1, 15, "the pre-settled message dropped")
+        nowhere.close()
+        presettled.close()
         receiver = c.receiver("s", {OFFSET: offset("first")}, credit=10)
         assert len(c.receive_all(receiver, 3)) == 3
         amqp_sender = c.sender("s")
@@ -83,6 +97,7 @@ def test_rabbitmq_names_carry_the_brokers_figures(tmp_path):
         assert value(series, "rabbitmq_connections_opened_total") == 2
         assert value(series, "rabbitmq_queues") == 1
         assert value(series, "rabbitmq_queues_created_total") == 1
+        assert value(series, "rabbitmq_queues_declared_total") == 2
         for name in ("rabbitmq_queue_messages", "rabbitmq_queue_messages_ready"):
             assert value(series, name, queue="s", vhost="/") == 7
         assert value(series, "rabbitmq_queue_messages_unacked", queue="s", vhost="/") == 0
@@ -94,6 +109,9 @@ def test_rabbitmq_names_carry_the_brokers_figures(tmp_path):
             assert value(series, "rabbitmq_global_publishers", protocol=protocol) == 1
             assert value(series, "rabbitmq_global_consumers", protocol=protocol) == 1
         assert value(series, "rabbitmq_global_messages_routed_total", protocol="amqp10") == 3
+        for outcome in ("returned", "dropped"):
+            assert value(series, f"rabbitmq_global_messages_unroutable_{outcome}_total",
+                         protocol="amqp10") == 1
         assert value(series, "rabbitmq_global_messages_delivered_total", protocol="amqp10") == 7
         assert value(series, "rabbitmq_global_stream_error_subscription_id_already_exists_total",
                      protocol="stream") == 1
