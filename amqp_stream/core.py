@@ -161,9 +161,12 @@ class Core:
         """For the metrics scrape (on its HTTP thread): copies of plain values only (the
         stored offsets are copied under the stream writer's lock)."""
         return [StreamState(e.name, e.directory / "log", e.stream.next_offset,
-                            [c.next_offset for c in list(e.consumers)], _stored_offsets(e),
-                            e.stream.first_offset)
-                for e in list(self.registry.entries.values())]
+                            [c.next_offset for c in consumers], _stored_offsets(e),
+                            e.stream.first_offset,
+                            [(getattr(c, "protocol", "amqp10"), getattr(c, "metrics_label", ""),
+                              c.next_offset) for c in consumers])
+                for e in list(self.registry.entries.values())
+                for consumers in (list(e.consumers),)]
 
     # -- streams ---------------------------------------------------------------------------
     def exists(self, name: str) -> bool:

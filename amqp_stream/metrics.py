@@ -73,6 +73,8 @@ class StreamState:
     consumer_offsets: Sequence[int] = field(default_factory=list)
     stored_offsets: Mapping[str, int] = field(default_factory=dict)
     first_offset: int = 0  # the first offset still kept (RabbitMQ's queue messages: next - first)
+    # each attached consumer: (protocol, label, the next offset it sends)
+    consumers: Sequence[tuple[str, str, int]] = field(default_factory=list)
 
 
 class StreamMetrics:
@@ -159,13 +161,25 @@ class _StreamStateCollector:
             "offsets committed after the one stored for a consumer name (committed end - 1 - "
             "stored offset; both protocols' stored offsets)",
             labels=["stream", "consumer"])
+        attached_lag = GaugeMetricFamily(
+            "amqp_stream_attached_consumer_lag_messages",
+            "offsets between the stream's end and the next one an attached consumer sends "
+            "(consumer: an AMQP link's name, or a stream connection's peer/subscription id)",
+            labels=["stream", "protocol", "consumer"])
         for s in self.states():
             segments.add_metric([s.name], _count_segments(s.log_dir))
             behind = [max(0, s.next_offset - o) for o in s.consumer_offsets]
             lag.add_metric([s.name], max(behind, default=0))
             for consumer, stored in s.stored_offsets.items():
                 named_lag.add_metric([s.name, consumer], max(0, s.next_offset - 1 - stored))
+            each: dict[tuple[str, str], int] = {}  # two links of one name: the furthest behind
+            for protocol, label, offset in s.consumers:
+                key = (protocol, label)
+                each[key] = max(each.get(key, 0), max(0, s.next_offset - offset))
+            for (protocol, label), offsets in each.items():
+                attached_lag.add_metric([s.name, protocol, label], offsets)
         yield segments
+        yield attached_lag
         yield lag
         yield named_lag
 

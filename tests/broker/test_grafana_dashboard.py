@@ -32,6 +32,21 @@ def exported(b: BrokerProcess) -> dict[str, tuple[str, set[str]]]:
     return out
 
 
+def attached_lag(b: BrokerProcess) -> list[dict]:
+    """The per-attached-consumer lag samples, each with its stream's end (RabbitMQ's
+    queue_messages: next - first, the first offset being 0 here)."""
+    text = urllib.request.urlopen(b.metrics_url, timeout=10).read().decode()
+    ends = {}
+    lags = []
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "rabbitmq_queue_messages":
+                ends[s.labels["queue"]] = s.value
+            elif s.name == "amqp_stream_attached_consumer_lag_messages":
+                lags.append({**s.labels, "value": s.value})
+    return [{**lag, "stream_end": ends[lag["stream"]]} for lag in lags]
+
+
 def test_the_dashboard_is_importable_and_selects_what_the_broker_exports(tmp_path):
     dashboard = json.loads(DASHBOARD.read_text())
     panels = dashboard["panels"]
@@ -57,7 +72,12 @@ def test_the_dashboard_is_importable_and_selects_what_the_broker_exports(tmp_pat
             assert sc.wait_confirms(1, range(3)) == {i: OK for i in range(3)}
             sc.store_offset("reader", "s", 1)
             assert sc.query_offset("reader", "s") == (OK, 1)  # stored before the scrape
+            # an attached consumer without credit: nothing sent, it lags by the whole stream
+            assert sc.subscribe(1, "s", credit=0) == OK
             series = exported(b)
+            lag = attached_lag(b)
+    assert lag[0]["protocol"] == "stream" and lag[0]["consumer"].endswith("/1")
+    assert lag[0]["value"] == lag[0]["stream_end"] > 3  # 3 messages and the offset's tracking
 
     problems = []
     for query in queries:
