@@ -1,4 +1,5 @@
-"""Prometheus metrics (names listed in docs/broker.md), served at ``/metrics`` only.
+"""Prometheus metrics (names listed in docs/broker.md), served at ``/metrics`` only; the same
+figures under RabbitMQ's names come from ``rabbitmq_metrics`` (docs/metrics.md).
 
 Strategy: counters are incremented in batches by the server (once per settled chunk of publishes
 or once per consumer turn), never per message through a label lookup; ``Metrics.for_stream``
