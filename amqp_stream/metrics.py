@@ -112,17 +112,23 @@ class StreamMetrics:
             self._metrics.confirmed("amqp10", count)
 
     def count_turn(self, before: tuple[int, ...], stats: Any, delivered: int, nbytes: int,
-                   dropped: int = 0, protocol: str = "amqp10") -> tuple[int, ...]:
+                   dropped: int = 0, protocol: str = "amqp10",
+                   settled: bool | None = None) -> tuple[int, ...]:
         """A consumer's turn, for consumers of every protocol: ``delivered`` messages of
         ``nbytes`` sent, ``dropped`` by stage 2, and what its storage reader did since
         ``before`` (its ``stats``: chunks read, chunks skipped, bytes read, chunks and blocks
         skipped by derived keys; a shorter ``before`` counts the rest from 0); returns the new
-        ``before``."""
+        ``before``. ``settled``: an AMQP 1.0 consumer's messages are sent settled (RabbitMQ's
+        consume_auto_ack) or not (consume_manual_ack); None for the stream protocol."""
         if delivered:
             self.delivered_messages.inc(delivered)
             self.delivered_bytes.inc(nbytes)
             if self._metrics is not None:
-                self._metrics.global_counters["messages_delivered"][protocol].inc(delivered)
+                counters = self._metrics.global_counters
+                counters["messages_delivered"][protocol].inc(delivered)
+                if settled is not None:
+                    counters["messages_delivered_consume_auto_ack" if settled else
+                             "messages_delivered_consume_manual_ack"][protocol].inc(delivered)
         if dropped:
             self.stage2_dropped_messages.inc(dropped)
         now = tuple(getattr(stats, k, 0) for k in _READ_STATS)

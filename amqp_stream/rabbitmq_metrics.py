@@ -49,10 +49,6 @@ NOT_EXPORTED = {
     "rabbitmq_resident_memory_limit_bytes": "no memory high watermark: the broker bounds memory "
                                             "per connection and publisher (docs/broker.md)",
     "rabbitmq_disk_space_available_limit_bytes": "no free-disk alarm limit",
-    "rabbitmq_global_messages_delivered_consume_auto_ack_total": "deliveries are not split by "
-                                                                 "settle mode (only "
-                                                                 "..._delivered_total)",
-    "rabbitmq_global_messages_delivered_consume_manual_ack_total": "see ..._consume_auto_ack_total",
     "rabbitmq_global_messages_acknowledged_total": "consumers' settlements are not counted",
 }
 
@@ -67,6 +63,8 @@ GLOBAL_COUNTERS = {
     "messages_unroutable_dropped": "pre-settled messages that routed to no stream, dropped",
     "messages_unroutable_returned": "messages that routed to no stream, released",
     "messages_delivered": "messages delivered to consumers",
+    "messages_delivered_consume_auto_ack": "messages sent settled to AMQP 1.0 consumers",
+    "messages_delivered_consume_manual_ack": "messages sent unsettled to AMQP 1.0 consumers",
 }
 # always 0 here, as in RabbitMQ for these two protocols: no basic.get, a stream never redelivers
 ZERO_COUNTERS = {

@@ -212,4 +212,4 @@ class Consumer:
         m = self.entry.metrics
         if m is not None:
             self._stats = m.count_turn(self._stats, self.reader.stats, delivered, delivered_bytes,
-                                       dropped)
+                                       dropped, settled=self.presettled)

@@ -113,6 +113,12 @@ def test_rabbitmq_names_carry_the_brokers_figures(tmp_path):
             assert value(series, f"rabbitmq_global_messages_unroutable_{outcome}_total",
                          protocol="amqp10") == 1
         assert value(series, "rabbitmq_global_messages_delivered_total", protocol="amqp10") == 7
+        # the receiver settles: manual ack; the stream protocol has no acks (as RabbitMQ)
+        for protocol, manual in (("amqp10", 7), ("stream", 0)):
+            assert value(series, "rabbitmq_global_messages_delivered_consume_manual_ack_total",
+                         protocol=protocol) == manual
+            assert value(series, "rabbitmq_global_messages_delivered_consume_auto_ack_total",
+                         protocol=protocol) == 0
         assert value(series, "rabbitmq_global_stream_error_subscription_id_already_exists_total",
                      protocol="stream") == 1
         assert value(series, "rabbitmq_global_stream_error_stream_already_exists_total",
