@@ -161,8 +161,12 @@ class Core:
         """For the metrics scrape (on its HTTP thread): copies of plain values only (the
         stored offsets are copied under the stream writer's lock)."""
         return [StreamState(e.name, e.directory / "log", e.stream.next_offset,
-                            [c.next_offset for c in list(e.consumers)], _stored_offsets(e))
-                for e in list(self.registry.entries.values())]
+                            [c.next_offset for c in consumers], _stored_offsets(e),
+                            e.stream.first_offset,
+                            [(getattr(c, "protocol", "amqp10"), getattr(c, "metrics_label", ""),
+                              c.next_offset) for c in consumers])
+                for e in list(self.registry.entries.values())
+                for consumers in (list(e.consumers),)]
 
     # -- streams ---------------------------------------------------------------------------
     def exists(self, name: str) -> bool:
@@ -189,6 +193,7 @@ class Core:
         False when it exists with the same arguments, ``PreconditionFailed`` when they differ."""
         if name.startswith("amq."):
             raise Forbidden(f"ACCESS_REFUSED: queue name '{name}' contains reserved prefix 'amq.'")
+        self.metrics.declared()
         if self.cluster is not None:
             return self.cluster.declare(name, arguments)
         if self.registry.exists(name):
@@ -200,7 +205,7 @@ class Core:
     def open_local(self, name: str, arguments: dict) -> StreamEntry:
         """This node's log of stream ``name``, made (empty) with validated ``arguments``."""
         entry = self.registry.create(name, arguments)
-        entry.metrics = self.metrics.for_stream(name)
+        entry.metrics = self.metrics.created(name)
         self.metrics.streams.set(len(self.registry.entries))
         return entry
 
@@ -243,21 +248,25 @@ class Core:
     def attach_consumer(self, entry: StreamEntry, consumer: Any) -> None:
         entry.consumers.add(consumer)
         self.metrics.consumers.inc()
+        self.metrics.attach("consumers", getattr(consumer, "protocol", "amqp10"), 1)
 
     def detach_consumer(self, entry: StreamEntry, consumer: Any) -> None:
         if consumer in entry.consumers:
             entry.consumers.discard(consumer)
         self.metrics.consumers.dec()
+        self.metrics.attach("consumers", getattr(consumer, "protocol", "amqp10"), -1)
 
     def attach_publisher(self, entry: StreamEntry | None, publisher: Any) -> None:
         if entry is not None:
             entry.publishers.add(publisher)
         self.metrics.publishers.inc()
+        self.metrics.attach("publishers", getattr(publisher, "protocol", "amqp10"), 1)
 
     def detach_publisher(self, entry: StreamEntry | None, publisher: Any) -> None:
         if entry is not None:
             entry.publishers.discard(publisher)
         self.metrics.publishers.dec()
+        self.metrics.attach("publishers", getattr(publisher, "protocol", "amqp10"), -1)
 
     # -- appends ---------------------------------------------------------------------------
     def mark_dirty(self, publisher: Publishing) -> None:

@@ -1,4 +1,5 @@
-"""Prometheus metrics (names listed in docs/broker.md), served at ``/metrics`` only.
+"""Prometheus metrics (names listed in docs/broker.md), served at ``/metrics`` only; the same
+figures under RabbitMQ's names come from ``rabbitmq_metrics`` (docs/metrics.md).
 
 Strategy: counters are incremented in batches by the server (once per settled chunk of publishes
 or once per consumer turn), never per message through a label lookup; ``Metrics.for_stream``
@@ -24,6 +25,8 @@ import prometheus_client
 from prometheus_client import (CollectorRegistry, Counter, Gauge, PlatformCollector,
                                ProcessCollector, make_wsgi_app)
 from prometheus_client.core import GaugeMetricFamily
+
+from amqp_stream.rabbitmq_metrics import GLOBAL_COUNTERS, PROTOCOLS, RabbitCollector
 
 __all__ = ["Metrics", "StreamMetrics", "StreamState"]
 
@@ -70,6 +73,9 @@ class StreamState:
     next_offset: int
     consumer_offsets: Sequence[int] = field(default_factory=list)
     stored_offsets: Mapping[str, int] = field(default_factory=dict)
+    first_offset: int = 0  # the first offset still kept (RabbitMQ's queue messages: next - first)
+    # each attached consumer: (protocol, label, the next offset it sends)
+    consumers: Sequence[tuple[str, str, int]] = field(default_factory=list)
 
 
 class StreamMetrics:
@@ -94,16 +100,35 @@ class StreamMetrics:
         if self._metrics is not None:
             self._metrics.publish_rejected(self._name, reason, count)
 
+    def received(self, count: int, confirm: int) -> None:
+        """An AMQP 1.0 publisher's batch for this stream: ``count`` messages, ``confirm`` of
+        them unsettled (RabbitMQ's global received, received_confirm and routed counters)."""
+        if self._metrics is not None:
+            self._metrics.received("amqp10", count, confirm, routed=count)
+
+    def confirmed(self, count: int) -> None:
+        """``count`` of an AMQP 1.0 batch are durable (on storage's writer thread)."""
+        if self._metrics is not None:
+            self._metrics.confirmed("amqp10", count)
+
     def count_turn(self, before: tuple[int, ...], stats: Any, delivered: int, nbytes: int,
-                   dropped: int = 0) -> tuple[int, ...]:
+                   dropped: int = 0, protocol: str = "amqp10",
+                   settled: bool | None = None) -> tuple[int, ...]:
         """A consumer's turn, for consumers of every protocol: ``delivered`` messages of
         ``nbytes`` sent, ``dropped`` by stage 2, and what its storage reader did since
         ``before`` (its ``stats``: chunks read, chunks skipped, bytes read, chunks and blocks
         skipped by derived keys; a shorter ``before`` counts the rest from 0); returns the new
-        ``before``."""
+        ``before``. ``settled``: an AMQP 1.0 consumer's messages are sent settled (RabbitMQ's
+        consume_auto_ack) or not (consume_manual_ack); None for the stream protocol."""
         if delivered:
             self.delivered_messages.inc(delivered)
             self.delivered_bytes.inc(nbytes)
+            if self._metrics is not None:
+                counters = self._metrics.global_counters
+                counters["messages_delivered"][protocol].inc(delivered)
+                if settled is not None:
+                    counters["messages_delivered_consume_auto_ack" if settled else
+                             "messages_delivered_consume_manual_ack"][protocol].inc(delivered)
         if dropped:
             self.stage2_dropped_messages.inc(dropped)
         now = tuple(getattr(stats, k, 0) for k in _READ_STATS)
@@ -122,6 +147,15 @@ class _StreamStateCollector:
     def __init__(self) -> None:
         self.snapshot: Callable[[], Iterable[StreamState]] | None = None
 
+    def states(self) -> list[StreamState]:
+        if self.snapshot is None:
+            return []
+        try:
+            return list(self.snapshot())
+        except Exception:  # a scrape must not fail because the broker's state moved
+            log.exception("metrics snapshot")
+            return []
+
     def collect(self):
         segments = GaugeMetricFamily("amqp_stream_segments", "segment files of the stream",
                                      labels=["stream"])
@@ -134,20 +168,25 @@ class _StreamStateCollector:
             "offsets committed after the one stored for a consumer name (committed end - 1 - "
             "stored offset; both protocols' stored offsets)",
             labels=["stream", "consumer"])
-        snapshot = self.snapshot
-        if snapshot is not None:
-            try:
-                states = list(snapshot())
-            except Exception:  # a scrape must not fail because the broker's state moved
-                log.exception("metrics snapshot")
-                states = []
-            for s in states:
-                segments.add_metric([s.name], _count_segments(s.log_dir))
-                behind = [max(0, s.next_offset - o) for o in s.consumer_offsets]
-                lag.add_metric([s.name], max(behind, default=0))
-                for consumer, stored in s.stored_offsets.items():
-                    named_lag.add_metric([s.name, consumer], max(0, s.next_offset - 1 - stored))
+        attached_lag = GaugeMetricFamily(
+            "amqp_stream_attached_consumer_lag_messages",
+            "offsets between the stream's end and the next one an attached consumer sends "
+            "(consumer: an AMQP link's name, or a stream connection's peer/subscription id)",
+            labels=["stream", "protocol", "consumer"])
+        for s in self.states():
+            segments.add_metric([s.name], _count_segments(s.log_dir))
+            behind = [max(0, s.next_offset - o) for o in s.consumer_offsets]
+            lag.add_metric([s.name], max(behind, default=0))
+            for consumer, stored in s.stored_offsets.items():
+                named_lag.add_metric([s.name, consumer], max(0, s.next_offset - 1 - stored))
+            each: dict[tuple[str, str], int] = {}  # two links of one name: the furthest behind
+            for protocol, label, offset in s.consumers:
+                key = (protocol, label)
+                each[key] = max(each.get(key, 0), max(0, s.next_offset - offset))
+            for (protocol, label), offsets in each.items():
+                attached_lag.add_metric([s.name, protocol, label], offsets)
         yield segments
+        yield attached_lag
         yield lag
         yield named_lag
 
@@ -162,7 +201,7 @@ def _count_segments(log_dir: str | os.PathLike) -> int:
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        ProcessCollector(registry=self.registry)
+        process = ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         self.counters = {
             key: Counter(f"amqp_stream_{key}", help_text, ["stream"], registry=self.registry)
@@ -207,6 +246,19 @@ class Metrics:
                      proton=_proton_version()).set(1)
         self._state = _StreamStateCollector()
         self.registry.register(self._state)
+        # RabbitMQ's names (rabbitmq_metrics.py): counters by protocol, added to once per batch
+        self.global_counters: dict[str, dict[str, Any]] = {}
+        for key, help_text in GLOBAL_COUNTERS.items():
+            counter = Counter(f"rabbitmq_global_{key}", help_text, ["protocol"],
+                              registry=self.registry)
+            self.global_counters[key] = {p: counter.labels(protocol=p) for p in PROTOCOLS}
+        # the others are plain ints: only the event loop's thread adds to them
+        self.attached: dict[str, dict[str, int]] = {
+            kind: dict.fromkeys(PROTOCOLS, 0) for kind in ("publishers", "consumers")}
+        self.stream_errors: dict[int, int] = {}
+        self.streams_declared = self.streams_created = self.streams_deleted = 0
+        self.rabbit = RabbitCollector(self, process)
+        self.registry.register(self.rabbit)
         self._children: dict[str, StreamMetrics] = {}
         self._reasons: dict[str, set[str]] = {}
         self._server: Any = None
@@ -217,8 +269,23 @@ class Metrics:
             child = self._children[name] = StreamMetrics(self.counters, name, self)
         return child
 
+    def declared(self) -> None:
+        """A stream was declared (created or not: RabbitMQ's queues_declared_total)."""
+        self.streams_declared += 1
+
+    def unroutable(self, presettled: bool) -> None:
+        """An AMQP 1.0 message routed to no stream: dropped (pre-settled) or released."""
+        self.global_counters["messages_unroutable_dropped" if presettled
+                             else "messages_unroutable_returned"]["amqp10"].inc()
+
+    def created(self, name: str) -> StreamMetrics:
+        """A stream was created (not recovered at start): its counters."""
+        self.streams_created += 1
+        return self.for_stream(name)
+
     def forget(self, name: str) -> None:
         """A deleted stream's series go away."""
+        self.streams_deleted += 1
         if self._children.pop(name, None) is not None:
             for counter in self.counters.values():
                 try:
@@ -238,6 +305,33 @@ class Metrics:
     def connection_closed(self) -> None:
         self.connections_closed.inc()
 
+    def attach(self, kind: str, protocol: str, delta: int) -> None:
+        """A ``kind`` ("publishers" or "consumers") of ``protocol`` attached (+1) or left (-1)."""
+        self.attached[kind][protocol] += delta
+
+    def received(self, protocol: str, count: int, confirm: int, routed: int = 0) -> None:
+        """A batch of ``count`` messages from publishers, ``confirm`` of them to be confirmed,
+        ``routed`` stored in streams (a thread-safe Counter each)."""
+        counters = self.global_counters
+        counters["messages_received"][protocol].inc(count)
+        if confirm:
+            counters["messages_received_confirm"][protocol].inc(confirm)
+        if routed:
+            counters["messages_routed"][protocol].inc(routed)
+
+    def confirmed(self, protocol: str, count: int) -> None:
+        """``count`` messages confirmed to publishers (called on storage's writer threads too)."""
+        self.global_counters["messages_confirmed"][protocol].inc(count)
+
+    def stream_error(self, code: int, count: int = 1) -> None:
+        """The stream-protocol listener answered ``count`` times with response code ``code``."""
+        self.stream_errors[code] = self.stream_errors.get(code, 0) + count
+
+    def identify(self, node: str, cluster: str, data_dir: str | os.PathLike) -> None:
+        """The node's name and cluster for RabbitMQ's ``rabbitmq_identity_info``, and the data
+        directory whose file system ``rabbitmq_disk_space_available_bytes`` reports."""
+        self.rabbit.node, self.rabbit.cluster, self.rabbit.data_dir = node, cluster, str(data_dir)
+
     def publish_rejected(self, stream: str, reason: str, count: int = 1) -> None:
         """``count`` messages to ``stream`` rejected with the AMQP condition ``reason``
         (e.g. ``amqp:resource-limit-exceeded``; a small fixed set, so a bounded label)."""
@@ -249,6 +343,7 @@ class Metrics:
         metrics HTTP thread: it must only copy the broker's state (``list(...)`` of dicts and
         sets, reads of ints), never call into proton."""
         self._state.snapshot = snapshot
+        self.rabbit.states = lambda: self._state.states()
 
     # -- the endpoint ---------------------------------------------------------------------------
     def serve(self, host: str, port: int) -> None:

@@ -118,6 +118,9 @@ class Broker:
             self.replication.start()
             from amqp_stream.cluster.metrics import ReplicationCollector
             self.metrics.registry.register(ReplicationCollector(self.replication))
+        self.metrics.identify(self.config.node_name or self.container_id,
+                              self.config.cluster or self.config.node_name or self.container_id,
+                              data_dir)
         log.info("amqp-stream %s: %d streams recovered from %s", __version__, len(names), data_dir)
         if self.security is not None:
             describe = getattr(self.security, "describe", None)

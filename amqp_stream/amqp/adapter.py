@@ -530,6 +530,7 @@ class Adapter:
                               reference=reference, target=target,
                               definitions=self.core.definitions,
                               may_write=lambda exchange: self.allow(state, WRITE, exchange))
+        publisher.on_unroutable = self.core.metrics.unroutable
         self._register(state, link, publisher)
         self.core.attach_publisher(entry, publisher)
         publisher.start()

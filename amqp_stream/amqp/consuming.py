@@ -62,6 +62,7 @@ class Consumer:
                  end: Callable[[BrokerError], None] | None = None,
                  name: str | None = None, store_policy: StorePolicy | None = None):
         self.link = link
+        self.metrics_label = f"{link.name}"  # the lag metric's ``consumer`` (a plain str)
         self.end = end or (lambda error: None)  # the core ends this link (its stream is gone)
         self.conn: Any = None  # the adapter's state of this link's connection
         self.entry = entry
@@ -211,4 +212,4 @@ class Consumer:
         m = self.entry.metrics
         if m is not None:
             self._stats = m.count_turn(self._stats, self.reader.stats, delivered, delivered_bytes,
-                                       dropped)
+                                       dropped, settled=self.presettled)

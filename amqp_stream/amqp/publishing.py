@@ -117,6 +117,8 @@ class Publisher:
         self.max_message_size = max_message_size
         self.post = post  # thread-safe: run fn(*args) on the event loop
         self.mark_dirty = mark_dirty  # ask for ``flush`` at the end of this reactor turn
+        # on_unroutable(presettled): a message routed to no stream (the adapter counts it)
+        self.on_unroutable: Callable[[bool], None] = lambda presettled: None
         self.end = end or (lambda error: None)  # the core ends this link (its stream is gone)
         # throttle(self, True): stop reading this link's connection (too many bytes held);
         # throttle(self, False): read it again
@@ -301,6 +303,7 @@ class Publisher:
         lookup = self.lookup or (lambda name: None)
         entries = [e for e in map(lookup, names) if e is not None]
         if not entries:
+            self.on_unroutable(delivery is None)
             self._release(delivery)
         return entries
 
@@ -376,8 +379,13 @@ class Publisher:
         key = next(_batch_keys)
         _batches[key] = (self, waiting, held)
         post = self.post
+        metrics, confirm = entry.metrics, len(waiting)  # RabbitMQ's global counters, per batch
+        if metrics is not None:
+            metrics.received(len(bodies), confirm)
 
         def callback(offset: int, error: Exception | None, key: int = key) -> None:
+            if error is None and confirm and metrics is not None:
+                metrics.confirmed(confirm)
             post(_batch_durable, key, error)
         try:
             entry.append(self.reference, bodies, pids, values, callback)

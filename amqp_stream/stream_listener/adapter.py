@@ -458,7 +458,9 @@ class StreamAdapter:
             conn.send(f.PublishError(frame.publisher_id, tuple(
                 (m[0], ResponseCode.PUBLISHER_DOES_NOT_EXIST) for m in frame.messages)))
             self.count("publish_errors", len(frame.messages))
+            self.core.metrics.stream_error(ResponseCode.PUBLISHER_DOES_NOT_EXIST)
             return
+        self.core.metrics.received("stream", len(frame.messages), len(frame.messages))
         pub.publish(frame.messages)
 
     # -- subscriptions ---------------------------------------------------------------------

@@ -43,7 +43,7 @@ from amqp_stream.loop import READ_SIZE, EventLoop, SocketConnection
 from amqp_stream.streamproto import (
     NEED_DATA, PAUSED, ConnectionClosed, Heartbeat, RemoteProtocolError, ServerConnection, State,
 )
-from amqp_stream.streamproto.constants import DEFAULT_FRAME_MAX
+from amqp_stream.streamproto.constants import DEFAULT_FRAME_MAX, ResponseCode
 from amqp_stream.streamproto.frames import Frame
 
 if TYPE_CHECKING:
@@ -197,7 +197,11 @@ class StreamConnection(SocketConnection):
         return not self.closed and not self.finishing and self.proto.state is State.OPEN
 
     def send(self, frame: Frame) -> None:
-        """Queue ``frame`` (written at the end of this turn)."""
+        """Queue ``frame`` (written at the end of this turn); a response code other than OK
+        is counted (RabbitMQ's rabbitmq_global_stream_error_*_total)."""
+        code = getattr(frame, "code", ResponseCode.OK)
+        if code != ResponseCode.OK:
+            self.adapter.core.metrics.stream_error(code)
         data = self.proto.send(frame)
         self.buf += data
         self.pending += len(data)

@@ -55,6 +55,13 @@ _RESERVED = bytes(CHUNK_HEADER.size - _OURS_AT)
 
 
 class Subscription:
+    protocol = "stream"  # RabbitMQ's metrics label (rabbitmq_global_consumers)
+
+    @property
+    def metrics_label(self) -> str:
+        """The lag metric's ``consumer``: the connection's peer and the subscription id."""
+        return f"{self.conn.peer}/{self.id}"
+
     def __init__(self, conn: StreamConnection, subscription_id: int, entry: Any, reader: Any,
                  credit: int, start: int, match: Callable[[bytes], bool] | None,
                  end: Callable[["Subscription", Exception], None]):
@@ -262,4 +269,5 @@ class Subscription:
     def _account(self, records: int, nbytes: int) -> None:
         m = self.entry.metrics
         if m is not None:
-            self._stats = m.count_turn(self._stats, self.reader.stats, records, nbytes)
+            self._stats = m.count_turn(self._stats, self.reader.stats, records, nbytes,
+                                       protocol="stream")

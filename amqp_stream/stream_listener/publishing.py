@@ -58,6 +58,8 @@ def _durable(key: int, error: Exception | None) -> None:
 
 
 class StreamPublisher:
+    protocol = "stream"  # RabbitMQ's metrics label (rabbitmq_global_publishers)
+
     def __init__(self, conn: StreamConnection, publisher_id: int, reference: str, entry: Any,
                  budget: ByteBudget, max_bytes: int, max_message_size: int,
                  post: Callable[..., None], mark_dirty: Callable[[Any], None],
@@ -171,6 +173,7 @@ class StreamPublisher:
             if error is None:
                 conn.send(PublishConfirm(self.id, tuple(ids)))
                 conn.adapter.count("confirmed", len(ids))
+                conn.adapter.core.metrics.confirmed("stream", len(ids))
             else:
                 log.warning("stream publisher %s on %r: storing failed: %s", conn.peer,
                             self.entry.name, error)

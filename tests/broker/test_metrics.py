@@ -34,7 +34,7 @@ def test_a_broker_serves_process_figures_and_build_info_at_metrics_only(tmp_path
         assert "process_cpu_seconds_total" in values and values["process_open_fds"] > 0
         build = [k for k in values if k.startswith("amqp_stream_build_info{")]
         assert len(build) == 1 and f'version="{__version__}"' in build[0] and values[build[0]] == 1
-        assert "_created" not in text
+        assert not [k for k in values if k.split("{")[0].endswith("_created")]
         for path in ("/", "/metricsx", "/other"):
             with pytest.raises(urllib.error.HTTPError) as err:
                 _get(b.metrics_url.replace("/metrics", path))
@@ -60,7 +60,9 @@ def test_reported_events_and_scrape_time_stream_state(tmp_path):
     m.connection_closed()
     m.publish_rejected("s", "amqp:resource-limit-exceeded", 2)
     m.for_stream("s").publish_rejected("amqp:resource-limit-exceeded")
-    m.watch(lambda: [StreamState("s", log_dir, 10, [10, 4]), StreamState("idle", log_dir, 7)])
+    m.watch(lambda: [StreamState("s", log_dir, 10, [10, 4], consumers=[
+        ("amqp10", "link", 10), ("stream", "peer/1", 4), ("stream", "peer/1", 6)]),
+        StreamState("idle", log_dir, 7)])
     values = _values(_get(url))
     assert values["amqp_stream_connections_opened_total"] == 2
     assert values["amqp_stream_connections_closed_total"] == 1
@@ -70,5 +72,8 @@ def test_reported_events_and_scrape_time_stream_state(tmp_path):
     assert values['amqp_stream_segments{stream="s"}'] == segments
     assert values['amqp_stream_consumer_lag_messages{stream="s"}'] == 6
     assert values['amqp_stream_consumer_lag_messages{stream="idle"}'] == 0
+    attached = 'amqp_stream_attached_consumer_lag_messages{{consumer="{}",protocol="{}",stream="s"}}'
+    assert values[attached.format("link", "amqp10")] == 0
+    assert values[attached.format("peer/1", "stream")] == 6  # the same label twice: the max
     m.forget("s")
     assert "amqp_stream_rejected_publishes_total{" not in _get(url)
