@@ -37,7 +37,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable
 
 from amqp_stream.core import ByteBudget
-from amqp_stream.streamproto import PublishConfirm, PublishError, ResponseCode
+from amqp_stream.streamproto import PackedEntries, PublishConfirm, PublishError, ResponseCode
 from storage.format import SubBatchEntry, decode_records
 
 if TYPE_CHECKING:
@@ -91,10 +91,17 @@ class StreamPublisher:
         self.budget.waiting.pop(self, None)
 
     # -- in --------------------------------------------------------------------------------
-    def publish(self, messages: tuple) -> None:
+    def publish(self, messages: tuple | PackedEntries) -> None:
         """A Publish frame's ``(publishing_id, filter_value, data, batch)`` entries."""
         bodies, values, ids = self.bodies, self.values, self.ids
         start = len(bodies)
+        if type(messages) is PackedEntries and messages.size <= self.max_message_size:
+            # messages of one size, none too large: ids and bodies in one C call each
+            bodies += messages.bodies()
+            ids += messages.ids()
+            values += itertools.repeat(None, messages.count)
+            self._taken(start, messages.count * messages.size)
+            return
         errors: list[tuple[int, int]] = []
         n = 0
         for publishing_id, value, data, batch in messages:
@@ -119,7 +126,11 @@ class StreamPublisher:
         if errors:
             self.conn.send(PublishError(self.id, tuple(errors)))
             self.conn.adapter.count("publish_errors", len(errors))
-        if len(bodies) > start:
+        self._taken(start, n)
+
+    def _taken(self, start: int, n: int) -> None:
+        """``bodies`` holds the frame's messages from ``start`` on, ``n`` bytes: hold them."""
+        if len(self.bodies) > start:
             if start == 0:
                 self.mark_dirty(self)
             self.held += n
