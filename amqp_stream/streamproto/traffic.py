@@ -129,8 +129,10 @@ def _packed(buf: memoryview, pos: int, count: int) -> PackedEntries | None:
     if size & 0x8000_0000 or end - pos != count * stride:
         return None
     head = ENTRY_SIZE.pack(size)
+    # strided slices of bytes are a C loop; of a memoryview, a much slower generic copy
+    src = buf.obj if type(buf.obj) is bytes and len(buf.obj) == end else bytes(buf)
     for k in range(4):  # byte k of every entry's size field, in one strided slice each
-        if buf[pos + 8 + k:end:stride].tobytes().count(head[k]) != count:
+        if src[pos + 8 + k:end:stride].count(head[k]) != count:
             return None
     return PackedEntries(buf[pos:end], count, size)
 
