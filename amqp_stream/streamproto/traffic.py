@@ -2,7 +2,8 @@
 
 Strategy: these are the frames sent thousands of times a second, so no generic walker: a
 Publish is split into one tuple per message whose body is a ``memoryview`` of the frame (no
-copy, nothing decoded); a Deliver's chunk is passed through untouched, and ``deliver_head``
+copy, nothing decoded), unless its messages all have one size (``PackedEntries``: checked and
+taken apart by C loops, no Python code per message); a Deliver's chunk is passed through untouched, and ``deliver_head``
 gives the bytes that precede a chunk sent straight from a segment file (``os.sendfile``).
 
 Layout (big-endian)::
