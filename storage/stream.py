@@ -49,6 +49,11 @@ def _bad_value(value: FilterValue) -> bool:
 MAX_RECORD_BYTES = 0x7FFFFFFF - 4  # a simple entry's length is 31 bits; the data section u32
 
 
+def _ascending(values: Sequence[int]) -> bool:
+    """Strictly ascending (in C, no Python code per value)."""
+    return len(values) < 2 or all(map(operator.lt, values, itertools.islice(values, 1, None)))
+
+
 def _check_u64(value: int, what: str) -> None:
     if type(value) is not int or not 0 <= value <= U64_MAX:
         raise StorageError(f"an {what} is an integer in 0..2^64-1, not {value!r}")
@@ -147,7 +152,7 @@ class Stream:
             if len(sequences) != n or not n or sequences[-1] != sequence:
                 raise StorageError("sequences: one publishing id per body, the last one the "
                                    "writer's sequence")
-            if n > 1 and not all(map(operator.lt, sequences, itertools.islice(sequences, 1, None))):
+            if not _ascending(sequences):
                 raise StorageError("sequences must be ascending")
             _check_u64(sequences[0], "publishing id")  # ascending up to ``sequence``: all are
         elif not n or n > cfg.max_chunk_entries or (
@@ -189,10 +194,13 @@ class Stream:
         self._writer.check_tracking()
         last = self._writer.sequences.get(key, -1)  # as osiris: an unknown one takes any id
         keep: list[int] = []
-        for i, pid in enumerate(publishing_ids):
-            if pid > last:
-                last = pid
-                keep.append(i)
+        if n and publishing_ids[0] > last and _ascending(publishing_ids):
+            keep = list(range(n))  # the common case, checked in C: all kept
+        else:
+            for i, pid in enumerate(publishing_ids):
+                if pid > last:
+                    last = pid
+                    keep.append(i)
         if not keep:
             if on_durable is not None:
                 self.notify_durable(on_durable)

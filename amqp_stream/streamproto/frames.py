@@ -37,8 +37,8 @@ from amqp_stream.streamproto._types import (
 from amqp_stream.streamproto.constants import RESPONSE_FLAG, Key
 from amqp_stream.streamproto.errors import FrameError
 from amqp_stream.streamproto.traffic import (
-    CHUNK_HEADER, ChunkHeader, Deliver, Publish, PublishConfirm, PublishedMessage, chunk_header,
-    deliver_head,
+    CHUNK_HEADER, ChunkHeader, Deliver, PackedEntries, Publish, PublishConfirm, PublishedMessage,
+    chunk_header, deliver_head,
 )
 
 FRAME_SIZE = struct.Struct(">I")            # size of what follows
@@ -48,7 +48,7 @@ PUBLISHING_ERROR = struct.Struct(">QH")     # publishing id, code
 COMMAND_VERSION = struct.Struct(">HHH")     # key, min version, max version
 
 __all__ = [
-    "Frame", "Response", "Publish", "PublishedMessage", "PublishConfirm", "PublishError",
+    "Frame", "Response", "Publish", "PublishedMessage", "PackedEntries", "PublishConfirm", "PublishError",
     "Deliver", "OffsetSpec", "ChunkHeader", "chunk_header", "deliver_head", "encode", "decode",
     "error_response", "CHUNK_HEADER", "FRAME_SIZE",
     "DeclarePublisher", "QueryPublisherSequence", "DeletePublisher", "Subscribe", "Credit",

@@ -2,7 +2,8 @@
 
 Strategy: these are the frames sent thousands of times a second, so no generic walker: a
 Publish is split into one tuple per message whose body is a ``memoryview`` of the frame (no
-copy, nothing decoded); a Deliver's chunk is passed through untouched, and ``deliver_head``
+copy, nothing decoded), unless its messages all have one size (``PackedEntries``: checked and
+taken apart by C loops, no Python code per message); a Deliver's chunk is passed through untouched, and ``deliver_head``
 gives the bytes that precede a chunk sent straight from a segment file (``os.sendfile``).
 
 Layout (big-endian)::
@@ -28,7 +29,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from functools import lru_cache
+from typing import ClassVar, Iterator, NamedTuple
 
 from amqp_stream.streamproto._types import _REGISTRY, U8, U32, U64, Frame, _bad
 from amqp_stream.streamproto.constants import Key
@@ -45,8 +47,8 @@ CHUNK_HEADER = struct.Struct(">BBHIqQQIIIB3x")  # 48 bytes, see ChunkHeader
 
 _BATCH_BIT = 0x80
 
-__all__ = ["Publish", "PublishedMessage", "PublishConfirm", "Deliver", "ChunkHeader",
-           "chunk_header", "deliver_head"]
+__all__ = ["Publish", "PublishedMessage", "PackedEntries", "PublishConfirm", "Deliver",
+           "ChunkHeader", "chunk_header", "deliver_head"]
 
 
 PublishedMessage = tuple  # (publishing_id, filter_value | None, data, batch | None)
@@ -55,12 +57,93 @@ simple message, ``(compression, records, uncompressed_size)`` for a sub-entry ba
 ``data`` is then the (possibly compressed) run of simple entries, stored as it came."""
 
 
+PACKED_MAX = 4096  # messages a frame may hold for ``PackedEntries`` (bounds ``_columns``' cache)
+
+
+@lru_cache(maxsize=32)
+def _columns(count: int, size: int, bodies: bool) -> struct.Struct:
+    """A struct that takes, in one C call, the publishing ids (``bodies`` False) or the
+    messages of ``count`` simple entries of ``size`` bytes each."""
+    one = f"12x{size}s" if bodies else f"Q{4 + size}x"
+    return struct.Struct(">" + one * count)
+
+
+class PackedEntries:
+    """The simple entries of a Publish v1 frame whose messages all have one size, left as the
+    frame holds them: what the decoder gives for such a frame instead of a tuple per message.
+
+    Why: a publisher's frames usually carry messages of one size; then the frame's layout is
+    checked with a few strided slices (C loops) and the ids and messages come out in one
+    ``struct`` call each (``ids``, ``bodies``), with no Python code run per message. It is
+    still a sequence of ``(publishing_id, None, data, None)`` tuples (built on first use), so
+    code that walks a Publish's messages sees no difference."""
+
+    __slots__ = ("view", "count", "size", "_messages")
+
+    def __init__(self, view: memoryview, count: int, size: int):
+        self.view = view  # the entries, exactly: count * (12 + size) bytes
+        self.count = count
+        self.size = size  # every message's size
+        self._messages: tuple[PublishedMessage, ...] | None = None
+
+    def ids(self) -> tuple[int, ...]:
+        return _columns(self.count, self.size, False).unpack_from(self.view)
+
+    def bodies(self) -> tuple[bytes, ...]:
+        return _columns(self.count, self.size, True).unpack_from(self.view)
+
+    def messages(self) -> tuple[PublishedMessage, ...]:
+        if self._messages is None:
+            view, stride = self.view, 12 + self.size
+            self._messages = tuple((pid, None, view[p + 12:p + stride], None) for pid, p in zip(
+                self.ids(), range(0, self.count * stride, stride), strict=True))
+        return self._messages
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[PublishedMessage]:
+        return iter(self.messages())
+
+    def __getitem__(self, i: int) -> PublishedMessage:
+        return self.messages()[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (PackedEntries, tuple)):
+            return self.messages() == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PackedEntries({self.count} messages of {self.size} bytes)"
+
+
+def _packed(buf: memoryview, pos: int, count: int) -> PackedEntries | None:
+    """The frame's entries from ``pos`` as ``PackedEntries`` when they are ``count`` simple
+    entries of one size filling the frame; None otherwise (the caller walks them)."""
+    end = len(buf)
+    if not 2 <= count <= PACKED_MAX:
+        return None
+    size = ENTRY_SIZE.unpack_from(buf, pos + 8)[0]
+    stride = 12 + size
+    if size & 0x8000_0000 or end - pos != count * stride:
+        return None
+    head = ENTRY_SIZE.pack(size)
+    # strided slices of bytes are a C loop; of a memoryview, a much slower generic copy
+    src = buf.obj if type(buf.obj) is bytes and len(buf.obj) == end else bytes(buf)
+    for k in range(4):  # byte k of every entry's size field, in one strided slice each
+        if src[pos + 8 + k:end:stride].count(head[k]) != count:
+            return None
+    return PackedEntries(buf[pos:end], count, size)
+
+
 @dataclass(frozen=True, slots=True)
 class Publish(Frame):
     """Publish v1 (no filter values, sub-entry batches allowed) or v2 (a filter value each)."""
 
     publisher_id: int
-    messages: tuple[PublishedMessage, ...]
+    messages: tuple[PublishedMessage, ...] | PackedEntries  # the latter from ``decode``
     publish_version: int = 1
 
     KEY: ClassVar[int] = Key.PUBLISH
@@ -106,6 +189,9 @@ class Publish(Frame):
         messages: list[PublishedMessage] = []
         append = messages.append
         if version == 1:
+            packed = _packed(buf, pos, count)
+            if packed is not None:
+                return cls(publisher_id, packed, version)
             unpack = SIMPLE_ENTRY.unpack_from
             for _ in range(count):
                 publishing_id, size = unpack(buf, pos)
