@@ -10,6 +10,8 @@ other half, a real client over a real broker, is ``test_rstream_packed``."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import os
 import tempfile
 from pathlib import Path
@@ -18,6 +20,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 import storage
+from amqp_stream.metrics import Metrics
 from amqp_stream.core import ByteBudget
 from amqp_stream.stream_listener.publishing import StreamPublisher
 from amqp_stream.streamproto import PackedEntries, Publish
@@ -35,6 +38,7 @@ class _Socket:
         self.serving = True
         self.peer = "test"
         self.adapter = self
+        self.core = SimpleNamespace(metrics=Metrics())  # the broker's counters, real ones
         self.to_write: set = set()
 
     def send(self, frame) -> None:
