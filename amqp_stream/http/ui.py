@@ -26,7 +26,7 @@ from amqp_stream.amqp import tracking
 from amqp_stream.amqp.source_filters import parse_start
 from amqp_stream.errors import BadRequest
 from amqp_stream.http.body import read_json
-from amqp_stream.http.errors import ApiError, bad_request, not_found, reply
+from amqp_stream.http.errors import ERRORS, ApiError, bad_request, error_response, not_found, reply
 from amqp_stream.http.state import BrokerState
 from storage import StorageError, StreamClosedError
 
@@ -51,8 +51,8 @@ async def index(request: web.Request) -> web.Response:
 
 async def static(request: web.Request) -> web.Response:
     name = request.match_info["file"]
-    if name not in FILES:
-        raise not_found()
+    if name not in FILES:  # answered here: public routes do not pass the guard's error handling
+        return error_response(404, ERRORS[404], "Not Found")
     return _file(name)
 
 
