@@ -182,6 +182,10 @@ def test_a_filtered_consumer_shows_its_filter_and_what_it_saves(broker, driver, 
         assert "24 of 28 chunks skipped (86%)" in text(driver, savings)
         until(driver, lambda d: attr(d, f"{consumer_row} td.lag svg.spark polyline", "points"),
               "the lag sparkline")
+        # more of both colours while the page looks: the rates and the savings move
+        aio(publish(broker, stream, messages, filter_value_extractor=colour_of))
+        until(driver, lambda d: attr(d, savings, "data-chunks-skipped") == "48",
+              "the skipped chunks counted live")
         shot = os.environ.get("UI_SCREENSHOT") or str(tmp_path / "ui.png")
         driver.save_screenshot(shot)
         print(f"screenshot: {shot}")

@@ -81,7 +81,7 @@ function sparkline(points, kind) {
   svg.setAttribute("height", h);
   svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
   const top = Math.max(...points, 1);
-  const step = w / (HISTORY - 1);
+  const step = w / (Math.max(points.length, 10) - 1);  // fills up over the first polls
   const x0 = w - step * (points.length - 1);
   const line = document.createElementNS(ns, "polyline");
   line.setAttribute("points", points.map((p, i) =>
