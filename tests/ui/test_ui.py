@@ -23,7 +23,7 @@ from tests.ui.browser import chromium
 rstream = pytest.importorskip("rstream")
 selenium = pytest.importorskip("selenium")
 from rstream import (AMQPMessage, Consumer, ConsumerOffsetSpecification,  # noqa: E402
-                     FilterConfiguration, OffsetType, Producer)
+                     FilterConfiguration, OffsetType, Producer, SuperStreamProducer)
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
@@ -264,3 +264,20 @@ def test_a_wrong_password_shows_the_login_error(broker, driver):
     assert driver.find_element(By.ID, "login-error").text == "Login failed"
     assert not driver.find_element(By.ID, "main").is_displayed()
     assert driver.execute_script("return sessionStorage.length") == 0
+
+
+def test_a_super_stream_made_by_a_client_is_listed_with_its_partitions(broker, driver, aio):
+    super_stream = name()
+
+    async def create() -> None:
+        async with SuperStreamProducer(broker.host, broker.stream_port, username="guest",
+                                       password="guest", super_stream=super_stream,
+                                       routing_extractor=lambda m: "x") as p:
+            await p.create_super_stream(super_stream, n_partitions=3)
+    aio(create())
+    logged_in(driver, broker)
+    cell = f'#super-streams tr[data-super-stream="{super_stream}"] td.partitions'
+    until(driver, lambda d: text(d, cell), "the super stream listed")
+    assert text(driver, cell) == ", ".join(f"{i} → {super_stream}-{i}" for i in range(3))
+    until(driver, lambda d: all(text(d, row(f"{super_stream}-{i}")) for i in range(3)),
+          "its partitions listed as streams")
