@@ -87,8 +87,9 @@ def test_stored_offsets_listed_and_reset(broker):
         {"consumer": "app", "offset": 6, "lag": committed() - 6}], TIMEOUT, "the lag listed")
     end = committed()
     assert call(broker, "PUT", f"{path}/app", {"spec": "first"}).json["offset"] == 0
-    assert call(broker, "PUT", f"{path}/app", {"spec": "next"}).json["offset"] == end
-    assert call(broker, "GET", path).json[0]["offset"] == end
+    # "next": the offset before the end; the tracking record "first" wrote may have moved it
+    last = call(broker, "PUT", f"{path}/app", {"spec": "next"}).json["offset"]
+    assert end <= last <= committed() and call(broker, "GET", path).json[0]["offset"] == last
     for body in (None, {}, {"offset": -1}, {"offset": "3"}, {"offset": 1, "spec": "first"},
                  {"spec": "sometime"}, [1]):
         answer = call(broker, "PUT", f"{path}/app", body)

@@ -281,3 +281,10 @@ def test_a_super_stream_made_by_a_client_is_listed_with_its_partitions(broker, d
     assert text(driver, cell) == ", ".join(f"{i} → {super_stream}-{i}" for i in range(3))
     until(driver, lambda d: all(text(d, row(f"{super_stream}-{i}")) for i in range(3)),
           "its partitions listed as streams")
+
+
+def test_the_node_is_listed_with_its_uptime(broker, driver):
+    (node,) = call(broker, "GET", "/api/nodes").json
+    logged_in(driver, broker)
+    cell = f'#nodes tr[data-node="{node["name"]}"] td.name'
+    until(driver, lambda d: text(d, cell) == node["name"], "the node listed")
