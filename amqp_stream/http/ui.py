@@ -7,9 +7,9 @@ page's own requests (``X-Requested-With: XMLHttpRequest``) goes without ``WWW-Au
 so the browser shows the page's login error rather than its own password dialog (RabbitMQ's
 management UI sends no such header at all).
 
-Offsets (``/api/stream/offsets/{vhost}/{stream}``, this broker's extension, as the AMQP
+Offsets (``/api/stream/offsets[/{vhost}[/{stream}]]``, this broker's extension, as the AMQP
 management node's ``/queues/<q>/tracking`` and ``/offsets/<consumer>`` paths): GET lists
-``[{"consumer", "offset", "lag"}]``; PUT ``.../{consumer}`` with ``{"offset": n}`` stores n,
+``[{"stream", "consumer", "offset", "lag"}]`` (every stream's, or one's); PUT ``.../{consumer}`` with ``{"offset": n}`` stores n,
 with ``{"spec": "first"|"last"|"next"|<offset>}`` stores the offset before where a consumer
 starting there would read first (as ``amqp-stream reset-offset``).
 """
@@ -72,12 +72,17 @@ async def public(request: web.Request, handler: Any) -> web.StreamResponse:
     return response
 
 
-def offsets_json(stream: Any) -> list[dict[str, Any]]:
+def offsets_json(entry: Any) -> list[dict[str, Any]]:
     """A stream's stored consumer offsets, with each name's lag (committed end - 1 - stored,
     as ``amqp_stream_consumer_name_lag_messages``)."""
+    stream = entry.stream
     end = int(stream.next_offset)
-    return [{"consumer": name, "offset": offset, "lag": max(0, end - 1 - offset)}
-            for name, offset in tracking.listing(stream)["offsets"].items()]
+    try:
+        stored = tracking.listing(stream)["offsets"]
+    except StreamClosedError as exc:
+        raise ApiError(500, f"stream '{entry.name}': {exc}") from None
+    return [{"stream": entry.name, "consumer": name, "offset": offset,
+             "lag": max(0, end - 1 - offset)} for name, offset in stored.items()]
 
 
 def routes(state: BrokerState, add: Any) -> None:
@@ -91,11 +96,17 @@ def routes(state: BrokerState, add: Any) -> None:
         return entry
 
     async def list_offsets(request: web.Request) -> web.Response:
-        entry = stream_of(request)
-        try:
-            return reply(offsets_json(entry.stream))
-        except StreamClosedError as exc:
-            raise ApiError(500, f"stream '{entry.name}': {exc}") from None
+        return reply(offsets_json(stream_of(request)))
+
+    async def all_offsets(request: web.Request) -> web.Response:
+        if "vhost" in request.match_info:
+            state.check_vhost(request.match_info["vhost"])
+        out: list[dict[str, Any]] = []
+        for name in sorted(core.registry.entries):
+            entry = core.get(name)
+            if entry is not None and not entry.deleted:
+                out += offsets_json(entry)
+        return reply(out)
 
     async def put_offset(request: web.Request) -> web.Response:
         entry = stream_of(request)
@@ -124,5 +135,7 @@ def routes(state: BrokerState, add: Any) -> None:
 
     add("GET", "/", index)
     add("GET", "/ui/{file}", static)
+    add("GET", "/api/stream/offsets", all_offsets)
+    add("GET", "/api/stream/offsets/{vhost}", all_offsets)
     add("GET", "/api/stream/offsets/{vhost}/{stream}", list_offsets)
     add("PUT", "/api/stream/offsets/{vhost}/{stream}/{consumer}", put_offset)

@@ -79,12 +79,17 @@ def test_stored_offsets_listed_and_reset(broker):
     assert call(broker, "GET", path).json == []
     assert call(broker, "PUT", f"{path}/app", {"offset": 6}).json == {"consumer": "app",
                                                                         "offset": 6}
+    everyone = call(broker, "GET", "/api/stream/offsets").json
+    assert [(o["stream"], o["consumer"], o["offset"]) for o in everyone
+            if o["stream"] == stream] == [(stream, "app", 6)]
+    assert call(broker, "GET", "/api/stream/offsets/%2F").json == everyone
 
     def committed() -> int:
         return call(broker, "GET", f"/api/queues/%2F/{quote(stream)}").json["committed_offset"]
     # the lag counts from the committed end, which the tracking record moves once it commits
     wait_for(lambda: call(broker, "GET", path).json == [
-        {"consumer": "app", "offset": 6, "lag": committed() - 6}], TIMEOUT, "the lag listed")
+        {"stream": stream, "consumer": "app", "offset": 6, "lag": committed() - 6}], TIMEOUT,
+        "the lag listed")
     end = committed()
     assert call(broker, "PUT", f"{path}/app", {"spec": "first"}).json["offset"] == 0
     # "next": the offset before the end; the tracking record "first" wrote may have moved it

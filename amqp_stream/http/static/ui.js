@@ -183,7 +183,8 @@ function connectionsTable(connections) {
 }
 
 function offsetsTable(offsets) {
-  fill("offsets", offsets.map(([stream, o]) => {
+  fill("offsets", offsets.map((o) => {
+    const stream = o.stream;
     const input = el("input", {class: "reset-to", value: "first",
                                title: "first, last, next or an offset"});
     const key = stream + "/" + o.consumer;
@@ -211,6 +212,19 @@ function superStreamsTable(exchanges, bindings) {
       .map((b) => `${b.routing_key} → ${b.destination}`).join(", ")))), 2, "no super streams");
 }
 
+function duration(ms) {
+  const s = Math.floor(ms / 1000), d = Math.floor(s / 86400);
+  const hms = new Date(s * 1000).toISOString().slice(11, 19);
+  return d ? `${d}d ${hms}` : hms;
+}
+
+function nodesTable(nodes) {
+  fill("nodes", nodes.map((n) => el("tr", {"data-node": n.name},
+    el("td", {class: "name"}, n.name), el("td", {}, n.running ? "running" : "down"),
+    el("td", {class: "num"}, duration(n.uptime || 0)), el("td", {class: "num"}, num(n.fd_used || 0)))),
+    4, "no nodes");
+}
+
 // -- the loop --------------------------------------------------------------------------------
 function status(text, error) {
   $("status").textContent = text;
@@ -231,19 +245,17 @@ async function act(call, done) {
 async function poll() {
   clearTimeout(timer);
   try {
-    const [queues, consumers, connections, exchanges, bindings] = await Promise.all(
-      ["/api/queues", "/api/consumers", "/api/connections", "/api/exchanges", "/api/bindings"]
+    const [queues, consumers, connections, exchanges, bindings, nodes, offsets] =
+      await Promise.all(["/api/queues", "/api/consumers", "/api/connections", "/api/exchanges",
+                         "/api/bindings", "/api/nodes", "/api/stream/offsets"]
         .map((p) => api("GET", p)));
-    const offsets = (await Promise.all(queues.map((q) =>
-      api("GET", `/api/stream/offsets/${VHOST}/${encodeURIComponent(q.name)}`)
-        .then((list) => list.map((o) => [q.name, o]), () => []))))
-      .flat();
     const now = Date.now();
     streamsTable(queues, now);
     consumersTable(consumers, now);
     connectionsTable(connections);
     offsetsTable(offsets);
     superStreamsTable(exchanges, bindings);
+    nodesTable(nodes);
     $("main").dataset.polls = Number($("main").dataset.polls || 0) + 1;
     status("updated " + new Date(now).toLocaleTimeString());
   } catch (e) {
