@@ -82,7 +82,8 @@ def test_stored_offsets_listed_and_reset(broker):
     everyone = call(broker, "GET", "/api/stream/offsets").json
     assert [(o["stream"], o["consumer"], o["offset"]) for o in everyone
             if o["stream"] == stream] == [(stream, "app", 6)]
-    assert call(broker, "GET", "/api/stream/offsets/%2F").json == everyone
+    assert [{**o, "lag": 0} for o in call(broker, "GET", "/api/stream/offsets/%2F").json] == [
+        {**o, "lag": 0} for o in everyone]  # (a lag moves as tracking records commit)
 
     def committed() -> int:
         return call(broker, "GET", f"/api/queues/%2F/{quote(stream)}").json["committed_offset"]
