@@ -91,6 +91,7 @@ class Consumer:
         self.scheduled = False
         self.closed = False
         self._stats = (0, 0, 0)
+        self.sent_messages = self.sent_bytes = 0  # since it attached (the HTTP API's savings)
 
     def close(self) -> None:
         self.closed = True
@@ -209,6 +210,8 @@ class Consumer:
             self.pump()
 
     def _account(self, delivered: int, delivered_bytes: int, dropped: int) -> None:
+        self.sent_messages += delivered
+        self.sent_bytes += delivered_bytes
         m = self.entry.metrics
         if m is not None:
             self._stats = m.count_turn(self._stats, self.reader.stats, delivered, delivered_bytes,

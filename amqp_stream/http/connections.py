@@ -8,6 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
+from amqp_stream.http import filtering
 from amqp_stream.http.errors import not_found, reply
 from amqp_stream.http.state import VHOST, BrokerState, Conn
 
@@ -49,14 +50,23 @@ def activity_status(active: bool, properties: dict[str, str]) -> str:
     return "single_active" if active else "waiting"
 
 
+def extensions(consumer: Any, filter: dict[str, Any] | None) -> dict[str, Any]:
+    """This broker's fields of a consumer (either protocol): the next offset it is sent, its
+    lag, its filter and what filtering saved it (``filtering``)."""
+    return {"offset": int(consumer.next_offset), "offset_lag": filtering.lag(consumer),
+            "filter": filter, "filtering": filtering.savings(consumer)}
+
+
 def all_consumers(state: BrokerState) -> list[dict[str, Any]]:
     node = state.node
-    out = [consumer_json(conn, node, link.entry.name, str(link.link.name), not link.presettled,
-                         True, "up", {})
+    out = [{**consumer_json(conn, node, link.entry.name, str(link.link.name),
+                            not link.presettled, True, "up", {}),
+            **extensions(link, filtering.amqp_filter(link.filters))}
            for conn, link in state.amqp_consumers()]
-    out += [consumer_json(conn, node, sub.entry.name, f"{CTAG_PREFIX}{sub.id}", False,
-                          sub.active, activity_status(sub.active, sub.properties),
-                          dict(sub.properties))
+    out += [{**consumer_json(conn, node, sub.entry.name, f"{CTAG_PREFIX}{sub.id}", False,
+                             sub.active, activity_status(sub.active, sub.properties),
+                             dict(sub.properties)),
+             **extensions(sub, filtering.stream_filter(sub.properties))}
             for conn, sub in state.stream_subscriptions()]
     return out
 

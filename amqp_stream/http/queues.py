@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -26,7 +28,8 @@ __all__ = ["queue_json", "exchange_json", "binding_json", "routes"]
 
 def queue_json(entry: Any, node: str) -> dict[str, Any]:
     """A stream as RabbitMQ's stream queue (``rabbit_stream_queue`` info keys), plus
-    ``first_offset`` (the first offset retention kept)."""
+    ``first_offset`` (the first offset retention kept) and ``segments_bytes`` (the size of
+    its segment files)."""
     first, nxt, messages = entry.counts()
     stream = entry.stream
     return {"name": entry.name, "vhost": VHOST, "type": "stream", "durable": True,
@@ -36,7 +39,16 @@ def queue_json(entry: Any, node: str) -> dict[str, Any]:
             "messages_unacknowledged": 0, "consumers": len(entry.consumers),
             "segments": len(stream.segment_starts()), "committed_offset": nxt - 1,
             "committed_chunk_id": stream.committed_chunk_id, "first_offset": first,
+            "segments_bytes": _segments_bytes(entry.directory / "log"),
             "policy": None, "operator_policy": None, "effective_policy_definition": {}}
+
+
+def _segments_bytes(log_dir: Path) -> int:
+    try:
+        with os.scandir(log_dir) as files:
+            return sum(f.stat().st_size for f in files if f.name.endswith(".segment"))
+    except OSError:  # the stream is being deleted
+        return 0
 
 
 def exchange_json(exchange: Exchange) -> dict[str, Any]:

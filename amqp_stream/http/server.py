@@ -23,7 +23,7 @@ from typing import Any, Awaitable, Callable
 from aiohttp import web
 
 from amqp_stream.errors import BrokerError
-from amqp_stream.http import connections, overview, queues, streams, users
+from amqp_stream.http import connections, overview, queues, streams, ui, users
 from amqp_stream.http.errors import ERRORS, ApiError, error_response, from_broker
 from amqp_stream.http.state import STATE, BrokerState
 
@@ -132,7 +132,7 @@ WATCH = web.AppKey("watch", _Watch)
 
 
 def make_app(state: BrokerState, loop: asyncio.AbstractEventLoop) -> web.Application:
-    app = web.Application(middlewares=[_guard], client_max_size=MAX_BODY)
+    app = web.Application(middlewares=[ui.public, _guard], client_max_size=MAX_BODY)
     app[STATE] = state
     app[WATCH] = _Watch(loop, state.config.handshake_timeout)
 
@@ -141,7 +141,7 @@ def make_app(state: BrokerState, loop: asyncio.AbstractEventLoop) -> web.Applica
         app.router.add_route(method, path, handler)
         app.router.add_route(method, path + "/", handler)
 
-    for module in (overview, users, queues, connections, streams):
+    for module in (overview, users, queues, connections, streams, ui):
         module.routes(state, add)
     return app
 

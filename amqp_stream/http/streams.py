@@ -8,6 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
+from amqp_stream.http import filtering
 from amqp_stream.http.connections import activity_status, connection_json
 from amqp_stream.http.errors import not_found, reply
 from amqp_stream.http.state import VHOST, BrokerState, Conn
@@ -39,14 +40,18 @@ def publisher_json(conn: Conn, node: str, pub: Any) -> dict[str, Any]:
 
 def subscription_json(conn: Conn, node: str, sub: Any) -> dict[str, Any]:
     """A subscription as ``rabbit_stream_metrics:consumer_created`` records it: its credits,
-    the next offset it is sent, how far that is behind the committed end."""
+    the next offset it is sent, how far that is behind the committed end; and, as this
+    broker's extension, its filter and what filtering saved it."""
     end = int(sub.entry.stream.next_offset)
     return {"connection_details": connection_details(conn, node),
             "queue": {"name": sub.entry.name, "vhost": VHOST}, "subscription_id": sub.id,
             "credits": sub.credit, "offset": sub.next_offset,
             "offset_lag": max(0, end - sub.next_offset), "active": sub.active,
             "activity_status": activity_status(sub.active, sub.properties),
-            "properties": dict(sub.properties)}
+            "properties": dict(sub.properties),
+            # this broker's extension: the filter and what it saved (``filtering``)
+            "filter": filtering.stream_filter(sub.properties),
+            "filtering": filtering.savings(sub)}
 
 
 def routes(state: BrokerState, add: Any) -> None:

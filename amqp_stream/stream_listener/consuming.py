@@ -83,6 +83,7 @@ class Subscription:
         self.single_active: Any = None  # its group membership (stream_listener.single_active)
         self.properties: dict[str, str] = {}  # the Subscribe properties (the HTTP API lists them)
         self._stats = (0, 0, 0)
+        self.sent_messages = self.sent_bytes = 0  # since it subscribed (the HTTP API's savings)
 
     def end(self, error: Exception) -> None:
         """The core ends this subscription (its stream was deleted)."""
@@ -267,6 +268,8 @@ class Subscription:
                                      len(bodies), epoch=epoch))
 
     def _account(self, records: int, nbytes: int) -> None:
+        self.sent_messages += records
+        self.sent_bytes += nbytes
         m = self.entry.metrics
         if m is not None:
             self._stats = m.count_turn(self._stats, self.reader.stats, records, nbytes,
