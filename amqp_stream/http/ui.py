@@ -24,10 +24,11 @@ from aiohttp import web
 
 from amqp_stream.amqp import tracking
 from amqp_stream.amqp.source_filters import parse_start
-from amqp_stream.errors import BadRequest
+from amqp_stream.errors import BadRequest, Forbidden
 from amqp_stream.http.body import read_json
 from amqp_stream.http.errors import ERRORS, ApiError, bad_request, error_response, not_found, reply
 from amqp_stream.http.state import BrokerState
+from amqp_stream.users import READ
 from storage import StorageError, StreamClosedError
 
 __all__ = ["routes", "public", "offsets_json", "FILES"]
@@ -88,11 +89,21 @@ def offsets_json(entry: Any) -> list[dict[str, Any]]:
 def routes(state: BrokerState, add: Any) -> None:
     core = state.core
 
+    def may_read(request: web.Request, stream: str) -> bool:
+        """Querying and storing a consumer offset need read on the stream (as the stream
+        protocol's QueryOffset and StoreOffset, ``rabbit_stream_reader``)."""
+        try:
+            state.users.resource_allow(request["user"], "/")(READ, stream)
+            return True
+        except Forbidden:
+            return False
+
     def stream_of(request: web.Request) -> Any:
         state.check_vhost(request.match_info["vhost"])
         entry = core.get(request.match_info["stream"])
         if entry is None:
             raise not_found(f"no stream '{request.match_info['stream']}'")
+        state.users.resource_allow(request["user"], "/")(READ, entry.name)
         return entry
 
     async def list_offsets(request: web.Request) -> web.Response:
@@ -104,7 +115,7 @@ def routes(state: BrokerState, add: Any) -> None:
         out: list[dict[str, Any]] = []
         for name in sorted(core.registry.entries):
             entry = core.get(name)
-            if entry is not None and not entry.deleted:
+            if entry is not None and not entry.deleted and may_read(request, name):
                 out += offsets_json(entry)
         return reply(out)
 

@@ -257,3 +257,25 @@ def test_users_and_permissions_made_over_http_survive_a_crash(tmp_path):
         assert call(broker, "GET", f"/api/permissions/%2F/{name}").json["read"] == "^kept$"
         amqp_login(broker, name, password)
         run(stream_login(broker, name, password))
+
+
+def test_stored_offsets_need_read_on_their_stream(broker):
+    """The offsets extension (what the web UI lists and resets) checks read on the stream, as
+    the stream protocol's QueryOffset and StoreOffset do."""
+    readable, hidden = unique("readable"), unique("hidden")
+    for stream in (readable, hidden):
+        assert call(broker, "PUT", f"/api/queues/%2F/{stream}", {"durable": True}).status == 201
+        assert call(broker, "PUT", f"/api/stream/offsets/%2F/{stream}/app",
+                    {"offset": 3}).status == 200
+    name, password = make_user(broker, "management",
+                               {"configure": "", "write": "", "read": f"^{readable}$"})
+    auth = (name, password)
+    assert call(broker, "PUT", f"/api/stream/offsets/%2F/{readable}/app", {"offset": 5},
+                auth=auth).status == 200
+    answer = call(broker, "PUT", f"/api/stream/offsets/%2F/{hidden}/app", {"offset": 5}, auth=auth)
+    assert answer.status == 401 and "read access" in answer.json["reason"]
+    assert call(broker, "GET", f"/api/stream/offsets/%2F/{hidden}", auth=auth).status == 401
+    listed = {(o["stream"], o["offset"]) for o in call(broker, "GET", "/api/stream/offsets",
+                                                        auth=auth).json}
+    assert (readable, 5) in listed and not any(s == hidden for s, _ in listed)
+    assert {o["offset"] for o in call(broker, "GET", f"/api/stream/offsets/%2F/{hidden}").json} == {3}
