@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import urllib.request
 import uuid
 
 import proton
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from amqp_stream import client as amqp
 
@@ -95,11 +97,20 @@ def test_stream_protocol_rows_equal_amqp_rows(spark, broker, typed, query, optio
     assert stream_rows == amqp_rows
 
 
+def delivered_chunks(broker) -> float:
+    """Chunks the broker sent to stream-protocol subscribers (all streams)."""
+    text = urllib.request.urlopen(broker.metrics_url, timeout=10).read().decode()
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == "amqp_stream_stream_protocol_delivered_chunks_total")
+
+
 def test_partition_end_and_filter_honoured(spark, broker, typed):
     stream, total = typed
+    before = delivered_chunks(broker)
     df = read(spark, broker, stream, True, startingOffset="5", endingOffset="40", numPartitions="4",
               filterValues="eu,us", sqlFilter="n % 3 = 1")
     got = [r.n for r in df.orderBy("offset").collect()]
     eu_us = 2 * len(VALUES)  # the first two regions carry filter values
     assert got == [n for n in range(5, 40) if n % 3 == 1 and n < eu_us]
     assert all(r.filter_value in ("eu", "us") for r in df.collect())
+    assert delivered_chunks(broker) > before, "the read did not go over the stream protocol"
