@@ -139,7 +139,7 @@ def _rows(chunk: bytes, rng: OffsetRange, pd: Pushdown, declared) -> tuple[list[
     start = len(chunk) - h.data_length - h.trailer_length
     if start < CHUNK_HEADER_BYTES:
         raise amqp.ConsumerError(f"a delivered chunk of {len(chunk)} bytes is shorter than its header says")
-    rows = []
+    rows: list[tuple] = []
     for offset, data in decode_records(chunk[start:start + h.data_length], h.chunk_id,
                                        entries=h.entries if h.entries == h.records else 0):
         if offset < rng.start:
