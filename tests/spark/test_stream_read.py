@@ -114,3 +114,23 @@ def test_partition_end_and_filter_honoured(spark, broker, typed):
     assert got == [n for n in range(5, 40) if n % 3 == 1 and n < eu_us]
     assert all(r.filter_value in ("eu", "us") for r in df.collect())
     assert delivered_chunks(broker) > before, "the read did not go over the stream protocol"
+
+
+def test_streaming_read_over_the_stream_protocol(spark, broker, typed, tmp_path):
+    """A streaming query (Trigger.AvailableNow, micro-batches of 25) gives the batch read's rows."""
+    stream, total = typed
+    outs = []
+    for via in (False, True):
+        r = (spark.readStream.format("amqp-stream").option("url", broker.url).option("stream", stream)
+             .option("properties", PROPS).option("maxRecordsPerTrigger", 25).option("sqlFilter", "n % 2 = 1"))
+        if via:
+            r = r.option("streamUrl", broker.stream_url)
+        out = tmp_path / f"out-{via}"
+        q = (r.load().select("offset", "n", "v_string", "body").writeStream.format("parquet")
+             .option("path", str(out)).option("checkpointLocation", str(tmp_path / f"ckpt-{via}"))
+             .trigger(availableNow=True).start())
+        q.awaitTermination(300)
+        assert q.exception() is None
+        outs.append(sorted(tuple(x) for x in spark.read.parquet(str(out)).collect()))
+    assert outs[1] == outs[0]
+    assert [r[1] for r in outs[1]] == list(range(1, total, 2))
