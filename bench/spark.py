@@ -18,7 +18,8 @@ Against Parquet (``--parquet``, issue 25 item 18): ``--rows`` rows of five colum
 and cached) with 1 and with 2 partitions: Spark's own Parquet write of the DataFrame, then the
 same DataFrame written to a stream over AMQP 1.0 (the default) and to another over the stream
 protocol (``streamUrl``), on a fresh broker; Spark's Parquet read of those files,
-then the stream read with its five columns declared (``numPartitions`` 1 and 2). Reads end in
+then the stream read with its five columns declared (``numPartitions`` 1 and 2), over AMQP 1.0
+and over the stream protocol (``streamUrl``). Reads end in
 Spark's ``noop`` sink, so every column of every row is produced and nothing is collected.
 
 Run: ``.venv/bin/python -m bench.spark`` (``--rows N``, ``--repeat K``; ``--parquet`` for the
