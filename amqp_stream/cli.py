@@ -28,11 +28,24 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "declare": ("manage", "declare a stream through the management node"),
     "delete": ("manage", "delete a stream through the management node"),
     "info": ("manage", "show a stream's info through the management node"),
+    "declare-exchange": ("exchanges", "declare an exchange through the management node"),
+    "delete-exchange": ("exchanges", "delete an exchange through the management node"),
+    "exchanges": ("exchanges", "list the exchanges through the management node"),
+    "bind": ("exchanges", "bind a stream (or an exchange) to an exchange"),
+    "unbind": ("exchanges", "remove a binding of a stream (or an exchange) to an exchange"),
+    "bindings": ("exchanges", "list bindings by source, destination and key"),
+    "create-super-stream": ("super_streams", "create a super stream over the stream protocol"),
+    "delete-super-stream": ("super_streams", "delete a super stream over the stream protocol"),
+    "super-streams": ("super_streams", "list the super streams and their partitions"),
     "publish": ("publish", "publish lines or JSON lines to a stream"),
     "consume": ("consume", "consume a stream with filters and print the messages"),
     "tracking": ("tracking", "list a stream's stored consumer offsets and publisher sequences"),
     "reset-offset": ("tracking", "move a consumer name's stored offset (where it resumes)"),
     "perf": ("perf", "a load generator for publishers and filtered consumers"),
+    "cluster": ("cluster", "a cluster's nodes, their liveness and the leaders they hold "
+                           "(read from ZooKeeper)"),
+    "users": ("users", "users, tags and permissions (add, delete, list, change-password, set-tags, "
+                       "set-permissions, clear-permissions, list-permissions)"),
 }
 
 

@@ -64,6 +64,10 @@ class BrokerConfig:
     auth_failure_delay: float = 3.0
     offset_store_every: int = 10_000
     offset_store_interval_ms: int = 5000
+    cluster: str | None = None
+    node_name: str | None = None
+    replication_port: int = 5553
+    cluster_session_timeout: float = 6.0
 
     def __post_init__(self) -> None:
         check(self)
@@ -113,6 +117,14 @@ HELP: dict[str, str] = {
                           "(also every --offset-store-interval-ms and at detach; 0 = not by count)",
     "offset_store_interval_ms": "a named AMQP consumer's offset is stored this many ms after a "
                                 "settlement moved it, if not stored since (0 = no timer)",
+    "cluster": "join a cluster coordinated by ZooKeeper: zk://HOST:PORT[,HOST:PORT...]/PATH "
+               "(docs/cluster.md; without it the broker is one node and needs no ZooKeeper)",
+    "node_name": "this node's name in the cluster (unique among its nodes; needed with --cluster)",
+    "replication_port": "port other nodes of the cluster replicate from (advertised with "
+                        "--stream-advertised-host)",
+    "cluster_session_timeout": "seconds of silence after which ZooKeeper ends a node's session "
+                               "(its streams then elect new leaders); also how long a start, "
+                               "a declare or a delete waits for an unreachable ZooKeeper",
 }
 
 # CLI flag names that differ from the field name
@@ -213,8 +225,28 @@ def check(config: BrokerConfig) -> None:
         raise ConfigError("auth_failure_delay must be >= 0 seconds (0 = answer at once)")
     if config.offset_store_every < 0 or config.offset_store_interval_ms < 0:
         raise ConfigError("offset_store_every and offset_store_interval_ms must be >= 0 (0 = off)")
+    _check_cluster(config)
     if (config.tls_cert is None) != (config.tls_key is None):
         raise ConfigError("--tls-cert and --tls-key go together")
+
+
+def _check_cluster(config: BrokerConfig) -> None:
+    if not 0 <= config.replication_port < 65536:
+        raise ConfigError(f"replication_port must be 0..65535, not {config.replication_port}")
+    if not 1.0 <= config.cluster_session_timeout <= 120.0:
+        raise ConfigError(f"cluster_session_timeout must be 1..120 seconds, not "
+                          f"{config.cluster_session_timeout}")
+    if config.cluster is None:
+        return
+    from amqp_stream.cluster.address import check_node_name, parse_url  # no kazoo
+
+    try:
+        parse_url(config.cluster)
+        if config.node_name is None:
+            raise ValueError("--cluster needs --node-name (this node's name in the cluster)")
+        check_node_name(config.node_name)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def read_file(path: Path) -> dict[str, Any]:

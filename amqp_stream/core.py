@@ -101,7 +101,7 @@ class Core:
         self.registry = Registry(config, self._on_moved)
         # exchanges and bindings (super streams); loaded by open_all, after the streams
         self.definitions = Definitions(
-            FileStore(os.path.join(config.data_dir, DEFINITIONS_FILE)), self.registry.exists)
+            FileStore(os.path.join(config.data_dir, DEFINITIONS_FILE)), self.exists)
         self.moved: collections.deque[str] = collections.deque()
         self.dirty: list[Publishing] = []
         self.flush_scheduled = False
@@ -112,6 +112,10 @@ class Core:
         # output (a flush, a mailbox batch), so that output is written in the same turn
         self.turn_hooks: list[Callable[[], None]] = []
         mailbox.after = self.after_mailbox
+        # a cluster node's coordination (amqp_stream.cluster.node.ClusterNode), set by the
+        # server with --cluster: streams then exist cluster-wide, this node holds the logs
+        # of those it is a member of
+        self.cluster: Any = None
 
     # -- life ------------------------------------------------------------------------------
     def open_all(self) -> list[str]:
@@ -133,6 +137,12 @@ class Core:
                 f"{definitions.store} cannot be read ({type(exc).__name__}: {exc}); the broker "
                 f"does not start without its exchanges and bindings (a start would overwrite "
                 f"them): repair or move the file away") from exc
+        if self.cluster is not None and definitions.pending:
+            # the document is shared: another node may be in the middle of that operation
+            log.warning("definitions hold %d operation(s) over several streams not completed "
+                        "(another node's, under way or interrupted): left as they are: %s",
+                        len(definitions.pending), definitions.pending)
+            return
         for operation in list(definitions.pending):
             gone = [s for s in operation.get("delete_streams", []) if self.exists(s)]
             log.warning("%s %r was interrupted: deleting %s", operation.get("op"),
@@ -156,6 +166,8 @@ class Core:
 
     # -- streams ---------------------------------------------------------------------------
     def exists(self, name: str) -> bool:
+        if self.cluster is not None:
+            return self.cluster.exists(name)
         return self.registry.exists(name)
 
     def stream(self, name: str) -> StreamEntry:
@@ -177,17 +189,38 @@ class Core:
         False when it exists with the same arguments, ``PreconditionFailed`` when they differ."""
         if name.startswith("amq."):
             raise Forbidden(f"ACCESS_REFUSED: queue name '{name}' contains reserved prefix 'amq.'")
+        if self.cluster is not None:
+            return self.cluster.declare(name, arguments)
         if self.registry.exists(name):
             stream_arguments.equivalent(self.registry.arguments(name), arguments, name)
             return False
+        self.open_local(name, arguments)
+        return True
+
+    def open_local(self, name: str, arguments: dict) -> StreamEntry:
+        """This node's log of stream ``name``, made (empty) with validated ``arguments``."""
         entry = self.registry.create(name, arguments)
         entry.metrics = self.metrics.for_stream(name)
         self.metrics.streams.set(len(self.registry.entries))
-        return True
+        return entry
 
     def delete(self, name: str) -> int | None:
-        """Delete ``name``; every consumer and publisher on it is ended first. None when there
-        was no such stream, else the count of messages it held."""
+        """Delete ``name`` (in a cluster: on every node); every consumer and publisher on it
+        is ended first. None when there was no such stream, else the count of messages it
+        held (0 on a node of a cluster that held no log of it)."""
+        if self.cluster is not None:
+            if not self.cluster.delete(name):
+                return None
+            count = self.delete_local(name)
+        else:
+            count = self.delete_local(name)
+            if count is None:
+                return None
+        self.definitions.forget_stream(name)  # after: a crash between leaves a binding load drops
+        return count or 0
+
+    def delete_local(self, name: str) -> int | None:
+        """Delete this node's log of ``name``, ending its attachments; None when it has none."""
         entry = self.registry.get(name)
         if entry is None:
             return None
@@ -201,7 +234,6 @@ class Core:
         entry.consumers.clear()
         entry.publishers.clear()
         count = self.registry.delete(name)
-        self.definitions.forget_stream(name)  # after: a crash between leaves a binding load drops
         self.mailbox.drain()  # settle (reject) what the closed writer failed
         self.metrics.forget(name)
         self.metrics.streams.set(len(self.registry.entries))

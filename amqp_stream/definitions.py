@@ -37,6 +37,7 @@ import copy
 import json
 import logging
 import os
+import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol
 
@@ -50,9 +51,12 @@ log = logging.getLogger(__name__)
 
 FILE = "definitions.json"
 FORMAT = 1
-TYPES = ("direct", "fanout", "topic", "headers")
+TYPES = ("direct", "fanout", "topic", "headers", "x-local-random")
+"""RabbitMQ 4.2's built-in exchange types (``x-local-random`` binds classic queues only: it can
+be declared here, but no stream can be bound to it, as RabbitMQ refuses a stream)."""
 QUEUE, EXCHANGE = "queue", "exchange"  # a binding's destination_type (a stream is a queue)
 MAX_NAME_BYTES = 255  # AMQP 0-9-1's shortstr, which RabbitMQ keeps for every name
+ROUTE_CACHE = 10_000  # routes kept between two changes (then the cache starts again)
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,31 @@ def check_name(name: str, what: str = "exchange") -> None:
         raise BadRequest(f"{what} name is longer than {MAX_NAME_BYTES} bytes")
 
 
+def check_cr_lf(name: str) -> None:
+    """``rabbit_amqp_management:prohibit_cr_lf``."""
+    if "\n" in name or "\r" in name:
+        raise BadRequest(f"Bad name '{name}': line feed and carriage return characters not "
+                         f"allowed")
+
+
+def resource(kind: str, name: str) -> str:
+    """``rabbit_misc:rs``: how RabbitMQ names a resource in its error texts."""
+    return f"{kind} '{name}' in vhost '/'"
+
+
+DEFAULT_EXCHANGE_REFUSED = "operation not permitted on the default exchange"
+ALTERNATE_EXCHANGE = "alternate-exchange"  # the only argument RabbitMQ's equivalence compares
+
+
+def _shown(value: Any) -> str:
+    """``rabbit_misc:val`` for the values a declare carries."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return f"'{str(value).lower()}'"
+    return f"'{value}'"
+
+
 class Definitions:
     """The exchanges and bindings of the broker (one virtual host, ``/``).
 
@@ -157,6 +186,10 @@ class Definitions:
         self.bindings: list[Binding] = []
         self.pending: list[dict] = []
         self._depth = 0
+        # (exchange, routing key) -> streams, for routes that depend on nothing else (no
+        # headers exchange, no x-local-random, no default exchange on the way); emptied by
+        # every change (``edit``, ``load``)
+        self._routes: dict[tuple[str, str], tuple[str, ...]] = {}
 
     # -- persistence -----------------------------------------------------------------------
     def load(self, prune: bool = True) -> None:
@@ -181,6 +214,7 @@ class Definitions:
                             dict(b.get("arguments") or {}), b.get("destination_type", QUEUE))
                     for b in document.get("bindings", [])]
         self.exchanges, self.bindings = exchanges, bindings
+        self._routes = {}
         self.pending = [dict(p) for p in document.get("pending", [])]
         dangling = [b for b in bindings if not self._destination_exists(b)]
         if dangling and not prune:
@@ -213,6 +247,7 @@ class Definitions:
             raise
         finally:
             self._depth -= 1
+            self._routes = {}
 
     # -- exchanges -------------------------------------------------------------------------
     def exchange(self, name: str) -> Exchange | None:
@@ -222,38 +257,55 @@ class Definitions:
         return [*PREDECLARED.values(), *self.exchanges.values()]
 
     def declare_exchange(self, exchange: Exchange) -> bool:
-        """True when made, False when it exists as asked; ``PreconditionFailed`` when it
-        exists otherwise; ``Forbidden`` for the reserved ``amq.`` prefix and the default
-        exchange (RabbitMQ's ACCESS_REFUSED)."""
+        """True when made, False when it exists as asked (RabbitMQ's equivalence: type,
+        durable, auto_delete, internal and the ``alternate-exchange`` argument; other
+        arguments are not compared). Refusals as ``rabbit_amqp_management``'s:
+        ``BadRequest`` (unknown type, CR/LF in a new name), ``Forbidden`` (the default
+        exchange, a new ``amq.`` name), ``PreconditionFailed`` (exists otherwise)."""
         check_name(exchange.name)
-        existing = self.exchange(exchange.name)
-        if existing is None and (exchange.name.startswith("amq.") or exchange.name == ""):
-            raise Forbidden(f"ACCESS_REFUSED: exchange name '{exchange.name}' contains reserved "
-                            f"prefix 'amq.*'")
         if exchange.type not in TYPES:
-            raise BadRequest(f"invalid exchange type '{exchange.type}'")
-        if existing is not None:
-            if (existing.type, existing.durable, existing.auto_delete, existing.internal,
-                    existing.arguments) != (exchange.type, exchange.durable,
-                                            exchange.auto_delete, exchange.internal,
-                                            exchange.arguments):
-                raise PreconditionFailed(f"PRECONDITION_FAILED: inequivalent arg for exchange "
-                                         f"'{exchange.name}' in vhost '/'")
-            return False
-        with self.edit():
-            self.exchanges[exchange.name] = exchange
-        return True
+            raise BadRequest(f"unknown exchange type '{exchange.type}'")
+        if exchange.name == "":
+            raise Forbidden(DEFAULT_EXCHANGE_REFUSED)
+        existing = self.exchange(exchange.name)
+        if existing is None:
+            check_cr_lf(exchange.name)
+            if exchange.name.startswith("amq."):
+                raise Forbidden(f"{resource('exchange', exchange.name)} starts with reserved "
+                                f"prefix 'amq.'")
+            with self.edit():
+                self.exchanges[exchange.name] = exchange
+            return True
+        for key, current, asked in (
+                ("type", existing.type, exchange.type),
+                ("durable", existing.durable, exchange.durable),
+                ("auto_delete", existing.auto_delete, exchange.auto_delete),
+                ("internal", existing.internal, exchange.internal),
+                (ALTERNATE_EXCHANGE, existing.arguments.get(ALTERNATE_EXCHANGE),
+                 exchange.arguments.get(ALTERNATE_EXCHANGE))):
+            if current != asked or type(current) is not type(asked):
+                raise PreconditionFailed(
+                    f"inequivalent arg '{key}' for {resource('exchange', exchange.name)}: "
+                    f"received {_shown(asked)} but current is {_shown(current)}")
+        return False
 
     def delete_exchange(self, name: str) -> bool:
-        """False when there was none; its bindings (both ways) go with it."""
-        if name in PREDECLARED:
-            raise Forbidden(f"ACCESS_REFUSED: operation not permitted on exchange '{name}'")
+        """False when there was none (RabbitMQ answers that as a success too); its bindings
+        (both ways) go with it, used or not (``ensure_deleted`` without if-unused)."""
+        check_cr_lf(name)
+        if name == "":
+            raise Forbidden(DEFAULT_EXCHANGE_REFUSED)
+        if name.startswith("amq."):
+            raise Forbidden(f"{resource('exchange', name)} starts with reserved prefix 'amq.'")
         if name not in self.exchanges:
             return False
         with self.edit():
             del self.exchanges[name]
+            sources = {b.source for b in self.bindings
+                       if b.destination_type == EXCHANGE and b.destination == name}
             self.bindings = [b for b in self.bindings if b.source != name and not (
                 b.destination_type == EXCHANGE and b.destination == name)]
+            self._auto_delete(sources)
         return True
 
     # -- bindings --------------------------------------------------------------------------
@@ -263,16 +315,24 @@ class Definitions:
         return self.stream_exists(binding.destination)
 
     def bind(self, binding: Binding) -> bool:
-        """False when the same binding exists; ``NotFound`` for a missing source or
-        destination; ``Forbidden`` on the default exchange (it binds every stream itself)."""
+        """False when the same binding exists. Refusals with RabbitMQ's texts: ``Forbidden``
+        on the default exchange (it binds every stream itself), ``BadRequest`` for CR/LF in
+        a name or a stream bound to ``x-local-random``, ``NotFound`` for a missing source or
+        destination."""
         if binding.source == "" or (binding.destination_type == EXCHANGE
                                     and binding.destination == ""):
-            raise Forbidden("ACCESS_REFUSED: operation not permitted on the default exchange")
-        if self.exchange(binding.source) is None:
-            raise NotFound(f"NOT_FOUND - no exchange '{binding.source}' in vhost '/'")
+            raise Forbidden(DEFAULT_EXCHANGE_REFUSED)
+        check_cr_lf(binding.source)
+        check_cr_lf(binding.destination)
+        source = self.exchange(binding.source)
+        if source is None:
+            raise NotFound(f"no {resource('exchange', binding.source)}")
         if not self._destination_exists(binding):
             kind = "exchange" if binding.destination_type == EXCHANGE else "queue"
-            raise NotFound(f"NOT_FOUND - no {kind} '{binding.destination}' in vhost '/'")
+            raise NotFound(f"no {resource(kind, binding.destination)}")
+        if source.type == "x-local-random":
+            # rabbit_exchange_type_local_random:validate_binding: classic queues only
+            raise BadRequest("Queue type rabbit_stream_queue not valid for this exchange type")
         if any(b.key() == binding.key() for b in self.bindings):
             return False
         with self.edit():
@@ -285,26 +345,62 @@ class Definitions:
             return False
         with self.edit():
             self.bindings = kept
+            self._auto_delete({binding.source})
         return True
+
+    def _auto_delete(self, sources: set[str]) -> None:
+        """``rabbit_db_exchange:maybe_auto_delete``: an ``auto_delete`` exchange goes when the
+        last binding from it goes (and with it its bindings to other exchanges' ..., in turn).
+        Inside an ``edit``."""
+        while sources:
+            name = sources.pop()
+            x = self.exchanges.get(name)
+            if x is None or not x.auto_delete or any(b.source == name for b in self.bindings):
+                continue
+            del self.exchanges[name]
+            gone = [b for b in self.bindings if b.destination_type == EXCHANGE
+                    and b.destination == name]
+            self.bindings = [b for b in self.bindings if b not in gone]
+            sources.update(b.source for b in gone)
+            log.info("auto-delete exchange %r deleted: its last binding went", name)
 
     def bindings_from(self, source: str) -> list[Binding]:
         return [b for b in self.bindings if b.source == source]
+
+    def find_bindings(self, source: str | None = None, destination: str | None = None,
+                      destination_type: str | None = None,
+                      routing_key: str | None = None) -> list[Binding]:
+        """The bindings that match every criterion given (None: any), in binding order."""
+        return [b for b in self.bindings
+                if (source is None or b.source == source)
+                and (destination is None or b.destination == destination)
+                and (destination_type is None or b.destination_type == destination_type)
+                and (routing_key is None or b.routing_key == routing_key)]
 
     def forget_stream(self, name: str) -> None:
         """Stream ``name`` was deleted: its bindings go (as RabbitMQ's do with the queue)."""
         kept = [b for b in self.bindings if b.destination_type == EXCHANGE or b.destination != name]
         if len(kept) != len(self.bindings):
+            sources = {b.source for b in self.bindings if b not in kept}
             with self.edit():
                 self.bindings = kept
+                self._auto_delete(sources)
 
     # -- routing ---------------------------------------------------------------------------
     def route(self, exchange: str, routing_key: str,
-              headers: dict[str, Any] | None = None) -> list[str]:
+              headers: dict[str, Any] | Callable[[], dict[str, Any]] | None = None) -> list[str]:
         """The streams a message published to ``exchange`` with ``routing_key`` (and
-        ``headers``, for headers exchanges) goes to, each once, in binding order; following
-        exchange-to-exchange bindings. ``NotFound`` when ``exchange`` does not exist."""
+        ``headers``, for headers exchanges: a dict, or a function that gives it, called only
+        when a headers exchange is reached) goes to, each once, in binding order; following
+        exchange-to-exchange bindings. ``NotFound`` when ``exchange`` does not exist.
+        Routes that depend on the exchange and key only are kept until the next change (at
+        most ``ROUTE_CACHE``): a publisher's path is one dict lookup."""
+        cached = self._routes.get((exchange, routing_key))
+        if cached is not None:
+            return list(cached)
         if self.exchange(exchange) is None:
-            raise NotFound(f"NOT_FOUND - no exchange '{exchange}' in vhost '/'")
+            raise NotFound(f"no {resource('exchange', exchange)}")
+        keep = True
         out: dict[str, None] = {}
         seen: set[str] = set()
         todo = [exchange]
@@ -317,26 +413,40 @@ class Definitions:
             if x is None:
                 continue
             if name == "":
+                keep = False  # depends on the streams that exist
                 if self.stream_exists(routing_key):
                     out[routing_key] = None
                 continue
-            for b in self.bindings:
-                if b.source == name and _matches(x.type, b, routing_key, headers or {}):
-                    if b.destination_type == EXCHANGE:
-                        todo.append(b.destination)
-                    else:
-                        out[b.destination] = None
+            if x.type in ("headers", "x-local-random"):
+                keep = False  # depends on the message, or on chance
+            if x.type == "headers" and callable(headers):
+                headers = headers()
+            matched = [b for b in self.bindings if b.source == name
+                       and _matches(x.type, b, routing_key, headers)]
+            if x.type == "x-local-random" and matched:
+                matched = [random.choice(matched)]
+            for b in matched:
+                if b.destination_type == EXCHANGE:
+                    todo.append(b.destination)
+                else:
+                    out[b.destination] = None
+        if keep:
+            if len(self._routes) >= ROUTE_CACHE:
+                self._routes.clear()
+            self._routes[(exchange, routing_key)] = tuple(out)
         return list(out)
 
 
-def _matches(kind: str, binding: Binding, routing_key: str, headers: dict[str, Any]) -> bool:
+def _matches(kind: str, binding: Binding, routing_key: str, headers: Any) -> bool:
     if kind == "direct":
         return binding.routing_key == routing_key
     if kind == "fanout":
         return True
     if kind == "topic":
         return topic_matches(binding.routing_key, routing_key)
-    return headers_match(binding.arguments, headers)
+    if kind == "x-local-random":
+        return binding.routing_key == ""
+    return headers_match(binding.arguments, headers if isinstance(headers, dict) else {})
 
 
 def topic_matches(pattern: str, routing_key: str) -> bool:

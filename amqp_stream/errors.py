@@ -14,7 +14,7 @@ import errno
 
 __all__ = ["from_storage", "BrokerError", "BadRequest", "NotFound", "Forbidden", "PreconditionFailed",
            "AlreadyExists", "NotAllowed", "NotImplementedByBroker", "ResourceDeleted", "ResourceLimit",
-           "DecodeError", "SizeExceeded", "InternalError", "ShuttingDown"]
+           "DecodeError", "SizeExceeded", "InternalError", "ShuttingDown", "ClusterUnavailable"]
 
 
 class BrokerError(Exception):
@@ -83,6 +83,12 @@ class SizeExceeded(BrokerError):
 
 class InternalError(BrokerError):
     pass
+
+
+class ClusterUnavailable(BrokerError):
+    """The cluster's coordination (ZooKeeper) cannot be reached: declares, deletes and
+    definition changes wait for it a bounded time, then fail with this."""
+    condition, status, stream_code = "amqp:internal-error", 503, 0x0F
 
 
 class ShuttingDown(BrokerError):

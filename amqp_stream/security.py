@@ -2,16 +2,17 @@
 
 Strategy: proton's built-in server SASL can only say yes to ANONYMOUS (and EXTERNAL); checking a
 PLAIN password needs proton built against Cyrus SASL. Cyrus reads a ``<name>.conf`` file from a
-configuration directory, and its ``sasldb`` plugin checks passwords against a Berkeley-DB file
-that only ``saslpasswd2`` writes. So at start the broker reads the users file (``user:password``
-lines), builds a sasldb and a conf file in ``<data dir>/.sasl`` (mode 0700, rebuilt at every
-start, removed at exit), and points every accepted transport at it. Cyrus keys users by ``user@realm`` with the
-host's name as the default realm on both sides (``saslpasswd2`` without ``-u`` and proton's
-``sasl_server_new``), so the database is built on the machine that serves it, at every start.
+configuration directory; ours (``<data dir>/.sasl``, mode 0700, rebuilt at every start, removed
+at exit) says ``pwcheck_method: saslauthd``: Cyrus asks a saslauthd over a Unix socket, and the
+broker answers it itself (``amqp_stream.saslauthd``) from the user store
+(``amqp_stream.users``: RabbitMQ's salted hashes, the users file's users beside them). Every
+accepted transport is pointed at that directory.
 
 The loopback rule: a broker that can be reached from other machines must authenticate. Listening
 on anything but a loopback address with ANONYMOUS allowed is a ``ConfigError`` unless the operator
-said ``--allow-anonymous``; with a users file, ANONYMOUS is refused unless allowed explicitly.
+said ``--allow-anonymous``; with a users file (or users of one's own in the store), ANONYMOUS is
+refused unless allowed explicitly. RabbitMQ's ``guest`` logs in from loopback only: over AMQP
+that is, when the listener is on a loopback address (Cyrus does not tell us the peer).
 
 TLS: ``--tls-cert``/``--tls-key`` make an ``SSLDomain(MODE_SERVER)`` for the listener; then every
 connection must use TLS (amqps). PLAIN over plain TCP is allowed (RabbitMQ allows it too), which
@@ -29,15 +30,17 @@ import logging
 import os
 import shutil
 import socket
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from proton import SASL, SSLDomain, SSLException, Transport
 
 from amqp_stream.config import ConfigError  # the package's configuration error lives with the settings
+from amqp_stream.saslauthd import Responder
+from amqp_stream.users import FILE as USERS_FILE
+from amqp_stream.users import GUEST, UserStore
 
 __all__ = ["ConfigError", "SecuritySetup", "prepare", "read_users", "is_loopback",
            "SASL_CONFIG_NAME"]
@@ -47,7 +50,8 @@ log = logging.getLogger(__name__)
 SASL_CONFIG_NAME = "amqp-stream"
 """Cyrus looks for ``<name>.conf`` in the configuration directory."""
 
-_SASLPASSWD2_PLACES = ("/usr/sbin/saslpasswd2", "/usr/bin/saslpasswd2")
+SOCKET_NAME = "saslauthd"
+"""The saslauthd socket's name (in a private temporary directory)."""
 
 
 @dataclass
@@ -62,7 +66,9 @@ class SecuritySetup:
     sasl_config_name: str | None
     require_auth: bool = True
     users: tuple[str, ...] = ()
+    store: UserStore | None = None
     _tmp: str | None = field(default=None, repr=False)
+    _responder: Responder | None = field(default=None, repr=False)
 
     def configure(self, transport: Transport) -> None:
         """Apply the SASL settings to one server transport."""
@@ -83,6 +89,10 @@ class SecuritySetup:
         return f"SASL {self.mechanisms}{users}; {tls}"
 
     def close(self) -> None:
+        if self._responder is not None:
+            self._responder.close()
+            shutil.rmtree(os.path.dirname(self._responder.path), ignore_errors=True)
+            self._responder = None
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
@@ -145,13 +155,6 @@ def read_users(path: str | os.PathLike) -> dict[str, str]:
     return users
 
 
-def _saslpasswd2() -> str:
-    found = shutil.which("saslpasswd2") or next((p for p in _SASLPASSWD2_PLACES if os.access(p, os.X_OK)), None)
-    if not found:
-        raise ConfigError("a users file needs saslpasswd2 (Debian package sasl2-bin) to build the password database")
-    return found
-
-
 def _sasl_dir(data_dir: Any) -> str:
     """``<data dir>/.sasl`` (mode 0700, emptied), so a crash leaves at most one copy, replaced at
     the next start; a private temporary directory when there is no usable data directory
@@ -168,26 +171,12 @@ def _sasl_dir(data_dir: Any) -> str:
     return tempfile.mkdtemp(prefix="amqp-stream-sasl-")  # mode 0700
 
 
-def _build_sasl_dir(users: dict[str, str], mechanisms: str, data_dir: Any = None) -> str:
-    """A private directory with ``amqp-stream.conf`` and, when there are users, a sasldb."""
-    directory = _sasl_dir(data_dir)
-    try:
-        conf = [f"mech_list: {mechanisms}"]
-        if users:
-            db = os.path.join(directory, "users.sasldb")
-            tool = _saslpasswd2()
-            for user, password in users.items():
-                done = subprocess.run([tool, "-p", "-c", "-f", db, user], input=password.encode(),
-                                      capture_output=True, timeout=30)
-                if done.returncode != 0:
-                    raise ConfigError(f"saslpasswd2 failed for user {user!r}: "
-                                      f"{done.stderr.decode(errors='replace').strip()}")
-            conf += ["pwcheck_method: auxprop", "auxprop_plugin: sasldb", f"sasldb_path: {db}"]
-        Path(directory, f"{SASL_CONFIG_NAME}.conf").write_text("\n".join(conf) + "\n")
-    except BaseException:
-        shutil.rmtree(directory, ignore_errors=True)
-        raise
-    return directory
+def _write_sasl_conf(directory: str, mechanisms: str, socket_path: str) -> None:
+    """``amqp-stream.conf``: PLAIN checks go to the saslauthd socket at ``socket_path``
+    (``amqp_stream.saslauthd`` answers there)."""
+    conf = [f"mech_list: {mechanisms}", "pwcheck_method: saslauthd",
+            f"saslauthd_path: {socket_path}"]
+    Path(directory, f"{SASL_CONFIG_NAME}.conf").write_text("\n".join(conf) + "\n")
 
 
 def _ssl_domain(cert: str | None, key: str | None) -> SSLDomain | None:
@@ -207,48 +196,84 @@ def _ssl_domain(cert: str | None, key: str | None) -> SSLDomain | None:
     return domain
 
 
-DEFAULT_USERS = {"guest": "guest"}  # with no users file, on loopback (RabbitMQ's default)
-
-
-def prepare(config: Any) -> SecuritySetup:
+def prepare(config: Any, store: UserStore | None = None) -> SecuritySetup:
     """Check the security settings of ``config`` and build the proton objects for them.
 
-    Reads ``host``, ``allow_anonymous``, ``users_file``, ``tls_cert`` and ``tls_key``. With no
-    users file on a loopback listener, PLAIN takes RabbitMQ's default guest/guest beside
-    ANONYMOUS (``DEFAULT_USERS``), as on the stream listener. Raises
+    Reads ``host``, ``allow_anonymous``, ``users_file``, ``tls_cert``, ``tls_key`` and
+    ``data_dir`` (its ``users.json``, unless ``store`` is given). With no users file, a data
+    directory without ``users.json`` gets RabbitMQ's first user, guest/guest (loopback only);
+    on a loopback listener ANONYMOUS is offered beside PLAIN, as on the stream listener. Raises
     ``ConfigError`` (the broker must not start) for a wildcard or non-loopback ``host`` without
-    authentication, an unreadable or invalid users file, or unusable TLS files.
+    authentication, an unreadable or invalid users file or store, or unusable TLS files.
     """
     host = getattr(config, "host", "127.0.0.1")
     allow_anonymous = bool(getattr(config, "allow_anonymous", False))
     users_file = getattr(config, "users_file", None)
+    data_dir = getattr(config, "data_dir", None)
     ssl_domain = _ssl_domain(getattr(config, "tls_cert", None), getattr(config, "tls_key", None))
 
-    users = read_users(users_file) if users_file else {}
-    default_guest = not users and is_loopback(host) and SASL.extended()
-    if default_guest:
-        # RabbitMQ's default user, as its clients expect (the stream clients speak only PLAIN):
-        # guest/guest, on a loopback listener only, beside ANONYMOUS
-        users = dict(DEFAULT_USERS)
-    mechs = []
-    if users:
-        if not SASL.extended():
-            raise ConfigError("a users file needs python-qpid-proton built with Cyrus SASL "
-                              "(scripts/bootstrap rebuilds it); this build cannot check PLAIN passwords")
-        mechs.append("PLAIN")
-    if allow_anonymous or not users or default_guest:
+    file_users = read_users(users_file) if users_file else {}
+    if file_users and not SASL.extended():
+        raise ConfigError("a users file needs python-qpid-proton built with Cyrus SASL "
+                          "(scripts/bootstrap rebuilds it); this build cannot check PLAIN passwords")
+    if store is None:
+        store = _open_store(data_dir or tempfile.mkdtemp(prefix="amqp-stream-users-"), file_users)
+    own_users = bool(file_users) or any(name != GUEST for name in store.stored)
+    # PLAIN where someone can use it: a loopback listener (guest, and users added later), or
+    # users other than guest (which is refused beyond loopback); Cyrus fixes the list at start
+    mechs = ["PLAIN"] if SASL.extended() and (own_users or is_loopback(host)) else []
+    if allow_anonymous or not (own_users or is_loopback(host)) or (
+            not file_users and is_loopback(host)):
         mechs.append("ANONYMOUS")
     if "ANONYMOUS" in mechs and not allow_anonymous and not is_loopback(host):
         raise ConfigError(
-            f"refusing to listen on {host} without authentication: anyone who can reach it could "
-            "read and write every stream. Give --users FILE (PLAIN), listen on 127.0.0.1, or pass "
-            "--allow-anonymous to accept anonymous clients on purpose")
+            f"refusing to listen on {host} without authentication: anyone who can reach it "
+            "could read and write every stream. Give --users FILE (PLAIN) or add users "
+            "(amqp-stream users add), listen on 127.0.0.1, or pass --allow-anonymous to "
+            "accept anonymous clients on purpose")
     mechanisms = " ".join(mechs)
-
-    conf_dir = None
-    if SASL.extended():
-        conf_dir = _build_sasl_dir(users, mechanisms, getattr(config, "data_dir", None))
-        atexit.register(shutil.rmtree, conf_dir, True)
+    if not file_users:
+        store.seed_guest()  # RabbitMQ's first start
+    conf_dir = _sasl_dir(data_dir) if SASL.extended() else None
+    try:
+        responder = None
+        if conf_dir is not None:
+            # the socket in a short private directory of its own: it fits a Unix socket's
+            # address, and a second broker started on the same data directory (refused at its
+            # lock, after this) cannot remove it from under the first
+            socket_dir = tempfile.mkdtemp(prefix="amqp-stream-saslauthd-")
+            atexit.register(shutil.rmtree, socket_dir, True)
+            socket_path = os.path.join(socket_dir, SOCKET_NAME)
+            _write_sasl_conf(conf_dir, mechanisms, socket_path)
+            responder = Responder(socket_path, _password_check(store, file_users, is_loopback(host)))
+            atexit.register(shutil.rmtree, conf_dir, True)
+    except BaseException:
+        if conf_dir is not None:
+            shutil.rmtree(conf_dir, ignore_errors=True)
+        raise
     return SecuritySetup(ssl_domain=ssl_domain, mechanisms=mechanisms, sasl_config_dir=conf_dir,
                          sasl_config_name=SASL_CONFIG_NAME if conf_dir else None,
-                         require_auth="ANONYMOUS" not in mechs, users=tuple(users), _tmp=conf_dir)
+                         require_auth="ANONYMOUS" not in mechs,
+                         users=tuple(u.name for u in store.users()), store=store,
+                         _tmp=conf_dir, _responder=responder)
+
+
+def _password_check(store: UserStore, file_users: dict[str, str],
+                    guest_ok: bool) -> Callable[[str, str], bool]:
+    """What the saslauthd responder asks: ``check(name, password)``; the stored ``guest`` only
+    on a loopback listener (the loopback rule)."""
+
+    def check(name: str, password: str) -> bool:
+        if name == GUEST and not guest_ok and name not in file_users:
+            return False
+        return store.authenticate(name, password) is not None
+    return check
+
+
+def _open_store(directory: Any, file_users: dict[str, str]) -> UserStore:
+    store = UserStore(os.path.join(os.path.abspath(str(directory)), USERS_FILE), file_users)
+    try:
+        store.load()
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read the users store {store.path}: {exc}") from None
+    return store

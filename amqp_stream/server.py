@@ -40,6 +40,7 @@ log = logging.getLogger("amqp_stream.server")
 
 GC_PERIOD = 0.2
 GC_FULL_EVERY = 50  # periods
+USERS_EVERY = 5  # periods between looks at the user store's file (amqp_stream.users)
 SHUTDOWN_GRACE = 0.5  # seconds for close frames to go out
 
 
@@ -59,6 +60,12 @@ class Broker:
         self.stream_adapter = StreamAdapter(self.core, self.eloop, self.security)
         self.core.turn_hooks.append(self.stream_adapter.process)
         self.eloop.on_count = self.metrics.connections.set
+        if config.cluster:  # only then: kazoo is imported by the cluster's coordination
+            from amqp_stream.cluster.node import ClusterNode
+
+            self.core.cluster = ClusterNode(self.core, config, self.stream_adapter.advertised_host,
+                                            self.stream_adapter.advertised_port)
+            self.core.cluster.layout_hooks.append(self.stream_adapter.layout_changed)
         self.ticks = 0
         self.stopping = False
 
@@ -81,8 +88,21 @@ class Broker:
             return 2
         sqlfilter.prepare()  # the filter grammars, before the first consumer needs them
         filtering.install()  # ... and the reader they read messages with
+        cluster = self.core.cluster
+        if cluster is not None:
+            from amqp_stream.errors import ClusterUnavailable
+
+            try:
+                cluster.start()  # the definitions are read from ZooKeeper then
+            except ClusterUnavailable as exc:
+                log.error("cannot join the cluster: %s", exc)
+                return 2
+            log.info("node %r joined the cluster %s (%d nodes live)", cluster.name,
+                     self.config.cluster, len(cluster.view.nodes))
         try:
             names = self.core.open_all()
+            if cluster is not None:
+                cluster.apply_now()  # the member logs this node must hold, before serving
         except DefinitionsUnreadable as exc:
             log.error("%s", exc)
             self._close_storage()
@@ -146,6 +166,8 @@ class Broker:
 
     def _close_storage(self) -> None:
         self.core.close_all()
+        if self.core.cluster is not None:  # our session ends: the others elect at once
+            self.core.cluster.stop()
         if self.security is not None and hasattr(self.security, "close"):
             self.security.close()
             self.security = None
@@ -153,8 +175,23 @@ class Broker:
     def _tick(self) -> None:
         self.ticks += 1
         gc.collect(2 if self.ticks % GC_FULL_EVERY == 0 else 0)
+        if self.ticks % USERS_EVERY == 0:
+            self._reload_users()
         if not self.stopping:
             self.eloop.loop.call_later(GC_PERIOD, self._tick)
+
+    def _reload_users(self) -> None:
+        """Take up what ``amqp-stream users`` (another process) wrote to the user store."""
+        store = getattr(self.security, "store", None)
+        if store is None:
+            return
+        try:
+            if store.reload_if_changed():
+                log.info("users reloaded from %s: %d user(s), %d permission entries",
+                         store.path, len(store.users()), len(store.permissions()))
+        except (OSError, ValueError) as exc:
+            log.error("cannot reload the users from %s (keeping the previous ones): %s",
+                      store.path, exc)
 
     def dump_state(self) -> None:
         """SIGUSR1: log every link's flow-control state (for operators chasing a stall)."""

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 from amqp_stream.arguments import from_stream_protocol, validate
 from amqp_stream.definitions import PREDECLARED, Binding, Exchange, check_name
-from amqp_stream.errors import AlreadyExists, BadRequest, Forbidden, NotFound
+from amqp_stream.errors import AlreadyExists, BadRequest, Forbidden, InternalError, NotFound
 
 __all__ = ["create", "delete", "partitions", "route", "MAX_PARTITIONS", "PARTITION_ORDER",
            "SUPER_STREAM"]
@@ -50,8 +50,8 @@ def create(core: Any, name: str, partitions: Sequence[str], binding_keys: Sequen
     """Make super stream ``name`` (``core``: an ``amqp_stream.core.Core``). ``arguments``
     are a stream-protocol Create's, given to every partition. Refusals: ``BadRequest``
     (RabbitMQ's validation_failed: counts differ, duplicate or bad partition names, too many
-    partitions, bad arguments), ``AlreadyExists`` (an exchange of that name, a partition that
-    exists)."""
+    partitions), ``InternalError`` (bad arguments, as RabbitMQ answers them), ``AlreadyExists``
+    (an exchange of that name, a partition that exists)."""
     name = correct_name(name)
     if len(partitions) != len(binding_keys):
         raise BadRequest("There must be the same number of partitions and binding keys")
@@ -70,7 +70,12 @@ def create(core: Any, name: str, partitions: Sequence[str], binding_keys: Sequen
             raise AlreadyExists(f"there is already a queue named {p}")
     given = dict(arguments)
     given.setdefault("queue-leader-locator", "balanced")  # default_super_stream_arguments
-    stream_arguments = validate(from_stream_protocol(given))
+    try:
+        stream_arguments = validate(from_stream_protocol(given))
+    except BadRequest as exc:
+        # RabbitMQ checks them per partition (rabbit_stream_manager:create), whose bare
+        # validation_failed reaches rabbit_stream_reader's catch-all: INTERNAL_ERROR
+        raise InternalError(exc.description) from None
 
     with definitions.edit():
         definitions.pending.append({"op": "create-super-stream", "name": name,

@@ -34,6 +34,9 @@ def register_markers(config: pytest.Config) -> None:
         "markers", "extension: checks a behaviour of this project beyond RabbitMQ 4.2 "
         "(leave out with -m 'not extension' against another broker)")
     config.addinivalue_line(
+        "markers", "rabbitmq311: a stream-protocol feature RabbitMQ has from 3.11 on (single "
+        "active consumer, Partitions, Route): leave out with -m 'not rabbitmq311' against 3.10")
+    config.addinivalue_line(
         "markers", "rabbitmq313: a stream-protocol feature RabbitMQ has from 3.13 on (Publish v2, "
         "filtering, ExchangeCommandVersions, StreamStats): leave out with -m 'not rabbitmq313' "
         "against RabbitMQ 3.10-3.12")

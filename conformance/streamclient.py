@@ -25,7 +25,8 @@ from typing import Iterable, Mapping, Sequence
 from urllib.parse import unquote, urlsplit
 
 __all__ = ["StreamClient", "Chunk", "ServerClosed", "OK", "offset_first", "offset_last",
-           "offset_next", "offset_at", "offset_timestamp", "parse_stream_url"]
+           "offset_next", "offset_at", "offset_timestamp", "offset_none", "parse_stream_url",
+           "ConsumerUpdate"]
 
 OK = 1
 RESPONSE = 0x8000
@@ -36,7 +37,8 @@ CREDIT, STORE_OFFSET, QUERY_OFFSET, UNSUBSCRIBE = 9, 10, 11, 12
 CREATE, DELETE, METADATA, METADATA_UPDATE = 13, 14, 15, 16
 PEER_PROPERTIES, SASL_HANDSHAKE, SASL_AUTHENTICATE, TUNE, OPEN, CLOSE, HEARTBEAT = (
     17, 18, 19, 20, 21, 22, 23)
-EXCHANGE_COMMAND_VERSIONS, STREAM_STATS = 27, 28
+ROUTE, PARTITIONS, CONSUMER_UPDATE = 24, 25, 26
+EXCHANGE_COMMAND_VERSIONS, STREAM_STATS, CREATE_SUPER_STREAM, DELETE_SUPER_STREAM = 27, 28, 29, 30
 
 _HEAD = struct.Struct(">IHH")
 _CHUNK = struct.Struct(">BBHIqQQIIIB3x")
@@ -60,6 +62,11 @@ def offset_at(offset: int) -> bytes:
 
 def offset_timestamp(ms: int) -> bytes:
     return struct.pack(">Hq", 5, ms)
+
+
+def offset_none() -> bytes:
+    """ConsumerUpdate's answer from a consumer that steps down (no offset)."""
+    return struct.pack(">H", 0)
 
 
 def _s(text: str | None) -> bytes:
@@ -170,12 +177,23 @@ def parse_stream_url(url: str) -> tuple[str, int, str, str, str]:
 
 
 @dataclass
+class ConsumerUpdate:
+    """The server's ConsumerUpdate request (single active consumer), to answer with
+    ``StreamClient.answer_consumer_update``."""
+
+    correlation_id: int
+    subscription_id: int
+    active: bool
+
+
+@dataclass
 class _Pushed:
     chunks: collections.deque = field(default_factory=collections.deque)
     confirms: dict = field(default_factory=lambda: collections.defaultdict(list))
     errors: dict = field(default_factory=lambda: collections.defaultdict(list))
     metadata_updates: list = field(default_factory=list)
     credit_errors: list = field(default_factory=list)
+    consumer_updates: collections.deque = field(default_factory=collections.deque)
 
 
 class StreamClient:
@@ -292,6 +310,24 @@ class StreamClient:
         code, c = self.request(STREAM_STATS, _s(stream))
         return code, {c.string(): c.take(">q") for _ in range(c.take(">i"))}
 
+    def create_super_stream(self, name: str, partitions: Sequence[str], binding_keys: Sequence[str],
+                            arguments: Mapping[str, str] | None = None) -> int:
+        body = (_s(name) + struct.pack(">i", len(partitions)) + b"".join(_s(p) for p in partitions)
+                + struct.pack(">i", len(binding_keys)) + b"".join(_s(k) for k in binding_keys)
+                + _map(arguments or {}))
+        return self.request(CREATE_SUPER_STREAM, body)[0]
+
+    def delete_super_stream(self, name: str) -> int:
+        return self.request(DELETE_SUPER_STREAM, _s(name))[0]
+
+    def partitions(self, super_stream: str) -> tuple[int, list[str | None]]:
+        code, c = self.request(PARTITIONS, _s(super_stream))
+        return code, c.strings() if c.left else []
+
+    def route(self, routing_key: str, super_stream: str) -> tuple[int, list[str | None]]:
+        code, c = self.request(ROUTE, _s(routing_key) + _s(super_stream))
+        return code, c.strings() if c.left else []
+
     def close(self, code: int = OK, reason: str = "") -> int | None:
         """Close politely; the server's answer code (None if it had closed already)."""
         try:
@@ -355,6 +391,18 @@ class StreamClient:
         while not self.pushed.chunks:
             self._read_frame(deadline)
         return self.pushed.chunks.popleft()
+
+    def next_consumer_update(self, timeout: float | None = None) -> ConsumerUpdate:
+        """The next ConsumerUpdate the server sent (``TimeoutError`` if none comes)."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while not self.pushed.consumer_updates:
+            self._read_frame(deadline)
+        return self.pushed.consumer_updates.popleft()
+
+    def answer_consumer_update(self, update: ConsumerUpdate, offset: bytes | None = None) -> None:
+        """Answer OK with where the subscription starts (``offset_*``; none: stepping down)."""
+        self.send_frame(CONSUMER_UPDATE, 1, struct.pack(">IH", update.correlation_id, OK)
+                        + (offset or offset_none()), response=True)
 
     def wait_closed(self) -> ServerClosed:
         """Read until the server closes the connection; what it said (code None: no Close)."""
@@ -441,6 +489,9 @@ class StreamClient:
         elif key == PUBLISH_ERROR:
             publisher, count = c.take(">Bi")
             self.pushed.errors[publisher].extend(c.take(">QH") for _ in range(count))
+        elif key == CONSUMER_UPDATE:
+            corr, sub, active = c.take(">IBB")
+            self.pushed.consumer_updates.append(ConsumerUpdate(corr, sub, bool(active)))
         elif key == METADATA_UPDATE:
             code = c.take(">H")
             self.pushed.metadata_updates.append((code, c.string()))

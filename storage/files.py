@@ -7,6 +7,7 @@ agree on which files make up the log (a segment counts only with its index besid
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Iterable, Iterator
 
@@ -70,10 +71,13 @@ def fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def replace_file(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: temp file, fsync, ``os.replace``, fsync dir."""
+def replace_file(path: str, data: bytes, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` atomically: temp file, fsync, ``os.replace``, fsync dir.
+    ``mode`` is the new file's (0o600 for secrets: never readable by others, not even briefly)."""
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # a leftover keeps its mode: start afresh
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         view = memoryview(data)
         while view:

@@ -34,13 +34,14 @@ from amqp_stream.amqp.connection import AmqpConnection
 from amqp_stream.amqp.consuming import Consumer
 from amqp_stream.amqp.credit import PublisherCredit
 from amqp_stream.amqp.tracking import StorePolicy, consumer_name, publisher_reference
-from amqp_stream.amqp.publishing import Publisher
+from amqp_stream.amqp.publishing import Publisher, check_exchange_target
 from amqp_stream.amqp.source_filters import FILTER_CAPABILITIES, echo_map, parse_source_filters
 from amqp_stream.amqp.tags import tag_number
 from amqp_stream.core import Core
 from amqp_stream.errors import BadRequest, BrokerError, DecodeError, NotImplementedByBroker, ShuttingDown
 from amqp_stream.loop import EventLoop
 from amqp_stream.memory import TrimLater
+from amqp_stream.users import READ, WRITE
 
 __all__ = ["Adapter", "SERVER_PROPERTIES", "read_filter_entries", "vhost_of"]
 
@@ -55,6 +56,7 @@ SERVER_PROPERTIES = {
     symbol("amqp-stream-version"): __version__,
 }
 CONNECTION_CAPABILITIES = [symbol("LINK_PAIR_V1_0"), symbol("ANONYMOUS-RELAY"), *FILTER_CAPABILITIES]
+DEFAULT_EXCHANGE = "amq.default"  # the default exchange's name in permission checks
 MANAGEMENT_CREDIT = 64
 MAX_MANAGEMENT_REQUEST = 1 << 20
 LOCAL_ACTIVE = Endpoint.LOCAL_ACTIVE
@@ -146,12 +148,13 @@ class ManagementLink:
 class ConnState:
     """What this broker knows of one AMQP connection."""
 
-    __slots__ = ("io", "name", "opened", "links", "blocked")
+    __slots__ = ("io", "name", "opened", "links", "blocked", "user")
 
     def __init__(self, io: AmqpConnection):
         self.io = io
         self.name = io.peer
         self.opened = False
+        self.user: str | None = None  # whose permissions apply; None: ANONYMOUS (all allowed)
         self.links: dict[Any, Any] = {}  # link pointer -> Publisher | Consumer | ManagementLink
         self.blocked: set[Consumer] = set()  # consumers waiting for the socket to take more
 
@@ -163,6 +166,7 @@ class Adapter:
         self.eloop = eloop
         self.config = core.config
         self.security = security
+        self.store = getattr(security, "store", None)  # users and permissions (amqp_stream.users)
         self.container_id = container_id
         self.idle_timeout = idle_timeout
         self.collector = Collector()
@@ -341,11 +345,19 @@ class Adapter:
         try:
             transport = Transport.wrap(_ev_transport(event))
             user = transport.user if transport is not None else None
+            mech = transport.sasl().mech if transport is not None else None
         except Exception:
-            user = None
+            user = mech = None
+        # a client that skipped SASL got in only where ANONYMOUS is offered: it is anonymous
+        state.user = user if mech and mech != "ANONYMOUS" else None
         if vhost != "/":
             log.info("connection %s refused: vhost %s does not exist (this broker has only '/')",
                      state.name, _text(lambda: vhost))
+            self._refuse_connection(state.io)
+            return
+        if self.store is not None and not self.store.may_use_vhost(state.user, vhost):
+            log.info("connection %s refused: user %s has no permissions on vhost %s",
+                     state.name, _text(lambda: user), _text(lambda: vhost))
             self._refuse_connection(state.io)
             return
         conn.open()
@@ -458,6 +470,13 @@ class Adapter:
         link.close()
         log.info("link %s refused: %s %s", _name_of(link), error.condition, error.description)
 
+    def allow(self, state: ConnState, what: str, resource: str) -> None:
+        """``Forbidden`` (``amqp:unauthorized-access``, 403 on the management node) unless the
+        connection's user may ``what`` (configure/write/read) the stream or exchange
+        ``resource`` (``rabbit_amqp_session:check_resource_access``)."""
+        if self.store is not None:
+            self.store.check(state.user, "/", what, resource)
+
     def _register(self, state: ConnState, link: Any, obj: Any) -> None:
         ptr = link._impl
         state.links[ptr] = obj
@@ -478,9 +497,18 @@ class Adapter:
             link.flow(MANAGEMENT_CREDIT)
             return
         reference, stream_address = publisher_reference(link.remote_properties, address)
-        entry = None
+        entry = target = None
         if address is not None:  # None: the anonymous terminus, each message's ``to`` decides
-            entry = self.core.stream(addresses.publish_stream(stream_address))
+            target = addresses.publish_target(stream_address)
+            if target.stream is not None:
+                entry = self.core.stream(target.stream)
+                target = None
+            else:
+                check_exchange_target(self.core.definitions, target.exchange)
+        # RabbitMQ checks write on the exchange a message goes through: amq.default for
+        # /queues/<q> and the anonymous terminus (whose messages' ``to`` naming an exchange are
+        # checked one by one: ``may_write``), the exchange itself for /exchanges/<x>
+        self.allow(state, WRITE, target.exchange if target is not None else DEFAULT_EXCHANGE)
         link.target.copy(link.remote_target)
         link.source.copy(link.remote_source)
         link.max_message_size = self.config.max_message_size
@@ -491,12 +519,15 @@ class Adapter:
                               self.core.mailbox.post, self.core.mark_dirty, lookup=self.core.get,
                               end=lambda error: self._end_link(state, link._impl, error),
                               throttle=state.io.throttle,
-                              reference=reference)
+                              reference=reference, target=target,
+                              definitions=self.core.definitions,
+                              may_write=lambda exchange: self.allow(state, WRITE, exchange))
         self._register(state, link, publisher)
         self.core.attach_publisher(entry, publisher)
         publisher.start()
         log.info("publisher attached: %s link %s -> %s%s", state.name, _name_of(link),
-                 f"stream {entry.name!r}" if entry else "the anonymous terminus",
+                 f"stream {entry.name!r}" if entry else (
+                     f"exchange {target.exchange!r}" if target else "the anonymous terminus"),
                  f", publisher reference {reference!r}" if reference else "")
 
     def _attach_consumer(self, state: ConnState, link: Any) -> None:
@@ -509,6 +540,7 @@ class Adapter:
         if parsed.kind != "queue":
             error = NotImplementedByBroker if parsed.kind == "exchange" else BadRequest
             raise error(f"cannot consume from {address!r}: consume from /queues/<stream>")
+        self.allow(state, READ, parsed.name)
         entry = self.core.stream(parsed.name)
         try:
             entries = read_filter_entries(link.remote_source.filter)
@@ -672,7 +704,8 @@ class Adapter:
             delivery.settle()
             link.flow(1)
             return
-        response = management.handle(msg.subject, msg.address, msg.body, self.core)
+        response = management.handle(msg.subject, msg.address, msg.body, self.core,
+                                     lambda what, name: self.allow(state, what, name))
         log.info("management %s %s -> %d", _text(lambda: msg.subject), _text(lambda: msg.address), response.status)
         if not delivery.settled:
             delivery.update(Delivery.ACCEPTED)

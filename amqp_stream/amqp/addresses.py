@@ -6,21 +6,25 @@ name's stored offset and a publisher reference's last publishing id (management 
 extension, see ``management``); ``/queues/<name>/tracking`` all of a stream's (management);
 ``/queues/<name>/consumers/<consumer>`` and ``/queues/<name>/publishers/<reference>`` a link
 address that names its consumer or publisher (our extension, see ``tracking``); ``/exchanges/<name>``
-and ``/exchanges/<name>/<key>`` RabbitMQ's exchange targets (not supported here, but recognised so
-the error says so); ``/management`` the management node. Segments are percent-encoded UTF-8:
+(publish with the empty routing key) and ``/exchanges/<name>/<key>`` RabbitMQ's exchange targets
+(``publish_target``), ``/exchanges/<name>`` also the management path of an exchange;
+``/bindings`` (with a query) and ``/bindings/<segment>`` the management paths of bindings
+(``binding_segment``); ``/management`` the management node. Segments are percent-encoded UTF-8:
 ``[A-Za-z0-9-._~]`` stay as they are, everything else is ``%HH``. A malformed address is an
 ``AddressError`` with the reason, turned into ``amqp:invalid-field``/400 by the caller.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from urllib.parse import quote
+from typing import NamedTuple
+from urllib.parse import parse_qsl, quote
 
-from amqp_stream.errors import BadRequest, NotImplementedByBroker
+from amqp_stream.errors import BadRequest, PreconditionFailed
 
-__all__ = ["Address", "AddressError", "parse", "publish_stream", "queue_address",
-           "MANAGEMENT", "MAX_NAME_BYTES"]
+__all__ = ["Address", "AddressError", "Target", "parse", "publish_stream", "publish_target",
+           "queue_address", "binding_segment", "MANAGEMENT", "MAX_NAME_BYTES"]
 
 MANAGEMENT = "/management"
 MAX_NAME_BYTES = 255
@@ -36,6 +40,7 @@ class Address:
     # "queue_consumer", "queue_publisher", "exchange", "management", "bindings"
     name: str = ""
     key: str | None = None
+    query: tuple[tuple[str, str], ...] = ()  # /bindings?src=..&dstq=..&key=.. (decoded)
 
 
 _HEX = "0123456789abcdefABCDEF"
@@ -113,23 +118,77 @@ def parse(address: str | None) -> Address:
     if head == "exchanges" and len(rest) in (1, 2):
         return Address("exchange", decode_segment(rest[0]),
                        decode_segment(rest[1]) if len(rest) == 2 else None)
-    if head == "bindings":
-        return Address("bindings", "/".join(rest))
+    if head.startswith("bindings?"):  # GET /bindings?src=..&dstq=..&key=..
+        try:
+            query = parse_qsl(address.partition("?")[2], keep_blank_values=True,
+                              strict_parsing=True, errors="strict")
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise AddressError(f"failed to dissect query in {address!r}: {exc}") from None
+        return Address("bindings", query=tuple(query))
+    if head == "bindings" and len(rest) <= 1:
+        return Address("bindings", rest[0] if rest else "")
     raise AddressError(f"unknown address {address!r}")
 
 
-def publish_stream(address: str | None) -> str:
-    """The stream that messages sent to ``address`` go to: a publisher link's target, or a
-    message's ``to`` on the anonymous terminus (one rule for both). Only ``/queues/<stream>``
-    is taken; exchanges are not implemented. Whether the stream exists is the caller's check.
-    """
+class Target(NamedTuple):
+    """Where a published message goes: ``exchange`` with ``routing_key``; ``stream`` is the
+    stream a ``/queues/<stream>`` address names (the default exchange's route), else None."""
+    exchange: str
+    routing_key: str
+    stream: str | None
+
+
+def publish_target(address: str | None) -> Target:
+    """``rabbit_amqp_session:parse_target_v2_string``: a publisher link's target or a message's
+    ``to`` on the anonymous terminus (one rule for both). ``/queues/<q>`` is the default
+    exchange with key ``q``; ``/exchanges/<x>/<key>``; ``/exchanges/<x>`` the empty key (as
+    RabbitMQ 4.2's v2 addresses: the subject is not read); the default exchange cannot be
+    named as ``/exchanges/`` or ``/exchanges/amq.default``. ``BadRequest`` otherwise. Whether
+    the exchange or stream exists is the caller's check."""
     try:
         parsed = parse(address)
     except AddressError as exc:
         raise BadRequest(exc.description) from None
-    if parsed.kind == "exchange":
-        raise NotImplementedByBroker("exchanges are not supported by this broker: "
-                                                     "publish to /queues/<stream>")
-    if parsed.kind != "queue":
-        raise BadRequest(f"cannot publish to {address!r}: use /queues/<stream>")
-    return parsed.name
+    if parsed.kind == "queue":
+        return Target("", parsed.name, parsed.name)
+    if parsed.kind == "exchange" and parsed.name not in ("", "amq.default"):
+        return Target(parsed.name, parsed.key or "", None)
+    raise BadRequest(f"cannot publish to {address!r}: use /queues/<stream>, /exchanges/<exchange>"
+                     f" or /exchanges/<exchange>/<routing key>")
+
+
+def publish_stream(address: str | None) -> str:
+    """The stream a ``/queues/<stream>`` publish address names (``BadRequest`` for others)."""
+    target = publish_target(address)
+    if target.stream is None:
+        raise BadRequest(f"{address!r} is not a stream address: use /queues/<stream>")
+    return target.stream
+
+
+def anonymous_target(to: object) -> Target:
+    """A message's ``to`` on the anonymous terminus, refused as RabbitMQ refuses it
+    (``amqp:precondition-failed``)."""
+    if to is None:
+        raise PreconditionFailed("anonymous terminus requires 'to' address to be set")
+    if not isinstance(to, str):
+        raise PreconditionFailed(f"bad 'to' address: {to!r}")
+    try:
+        return publish_target(to)
+    except BadRequest:
+        raise PreconditionFailed(f"bad 'to' address string: {to}") from None
+
+
+_BINDING_SEGMENT = re.compile(r"src=([0-9A-Za-z\-._~%]+);dst([eq])=([0-9A-Za-z\-._~%]+);"
+                              r"key=([0-9A-Za-z\-._~%]*);args=([0-9A-Za-z\-_]*)")
+
+
+def binding_segment(segment: str) -> tuple[str, str, str, str, str]:
+    """``rabbit_amqp_management:decode_binding_path_segment``: ``src=<x>;dstq=<q>;key=<k>;
+    args=<hash>`` (or ``dste=`` for an exchange) as (source, "queue"|"exchange", destination,
+    key, args hash); ``AddressError`` with RabbitMQ's text for anything else."""
+    match = _BINDING_SEGMENT.fullmatch(segment)
+    if match is None:
+        raise AddressError(f"bad binding path segment '{segment}'")
+    src, kind, dst, key, args = match.groups()
+    return (decode_segment(src), "exchange" if kind == "e" else "queue", decode_segment(dst),
+            decode_segment(key), args)

@@ -3,28 +3,29 @@
 Strategy: a request is (method, path, body) taken from the message's ``subject``, ``to`` and
 amqp-value body; the answer is a ``Response`` (status code and body) that the server adapter puts
 in a message with ``correlation-id`` = the request's ``message-id``. Everything the node decides
-(paths, the declare body's form, 201/200/400/404/405/501) lives here and is tested without a
+(paths, the declare body's form, statuses) lives here and is tested without a
 socket; the stream arguments' rules are ``amqp_stream.arguments``'s, and the streams are reached
 through the small ``Streams`` protocol (the broker's core), whose ``BrokerError``s become
 statuses.
 
-Behaviour follows RabbitMQ 4.2's rabbit_amqp_management for stream queues (see
-../shared/design/amqp-interface.md); exchanges and bindings are not supported by this broker and
-answer 501 with a message that says so. Our extension: consumer offsets and publisher
-sequences of a stream, one at a time or all (``_tracking``).
+Behaviour follows RabbitMQ 4.2's rabbit_amqp_management for stream queues; exchanges and
+bindings are ``exchange_management``'s (over ``amqp_stream.definitions``). Our extensions:
+consumer offsets and publisher sequences of a stream, one at a time or all (``_tracking``);
+``GET /exchanges[/<x>]`` and ``GET /bindings`` by any of source, destination and key.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from amqp_stream import arguments as stream_arguments
-from amqp_stream.amqp import addresses, tracking
+from amqp_stream.amqp import addresses, exchange_management, tracking
 from amqp_stream.amqp.source_filters import parse_start
-from amqp_stream.errors import (BadRequest, BrokerError, InternalError, NotAllowed, NotFound,
-                                NotImplementedByBroker)
+from amqp_stream.definitions import Definitions
+from amqp_stream.errors import BadRequest, BrokerError, Forbidden, InternalError, NotAllowed, NotFound
+from amqp_stream.users import CONFIGURE, READ, WRITE
 from storage import StorageError, StreamClosedError
 
 __all__ = ["Response", "Streams", "handle", "validate_declare"]
@@ -43,6 +44,7 @@ class Streams(Protocol):
     def delete(self, name: str) -> int | None: ...
     def info(self, name: str) -> dict: ...
     def stream(self, name: str) -> Any: ...  # a StreamEntry (``.stream``: storage's Stream)
+    definitions: Definitions
 
 
 def validate_declare(body: Any) -> dict:
@@ -68,37 +70,77 @@ def validate_declare(body: Any) -> dict:
     return stream_arguments.validate(arguments)
 
 
-def handle(method: Any, path: Any, body: Any, streams: Streams) -> Response:
-    """Answer one request; never raises for bad input."""
+Allow = Callable[[str, str], None]
+"""``allow(what, name)``: raises ``Forbidden`` unless the requester may ``what``
+(``users.CONFIGURE``/``WRITE``/``READ``) the resource ``name``."""
+
+
+def _allow_all(what: str, name: str) -> None:
+    pass
+
+
+def handle(method: Any, path: Any, body: Any, streams: Streams, allow: Allow = _allow_all) -> Response:
+    """Answer one request; never raises for bad input. Permissions as
+    ``rabbit_amqp_management``: declare and delete need configure, GET any of the three, purge
+    read; our tracking paths read (storing an offset too, as the stream protocol's
+    StoreOffset); a refusal is 403."""
     try:
-        return _handle(method, path, body, streams)
+        return _handle(method, path, body, streams, allow)
     except BrokerError as exc:
         return Response(exc.status, exc.description)
 
 
-def _handle(method: Any, path: Any, body: Any, streams: Streams) -> Response:
+def _any_access(allow: Allow, name: str) -> None:
+    """``check_resource_any_access``: read, write or configure (the last refusal raised)."""
+    for what in (READ, WRITE):
+        try:
+            return allow(what, name)
+        except Forbidden:
+            pass
+    allow(CONFIGURE, name)
+
+
+def _handle(method: Any, path: Any, body: Any, streams: Streams, allow: Allow) -> Response:
     if not isinstance(method, str) or not isinstance(path, str):
         raise BadRequest("a request needs subject (the HTTP method) and to (the path)")
     method = method.upper()
+    if path == "/exchanges":  # our extension: all of them
+        return Response(*exchange_management.list_exchanges(method, streams.definitions))
     try:
         address = addresses.parse(path)
     except addresses.AddressError as exc:
         raise BadRequest(str(exc)) from None
-    if address.kind in ("exchange", "bindings"):
-        raise NotImplementedByBroker(f"{method} {path}: exchanges and bindings are not supported by "
-                                   f"this broker (streams only; publish to /queues/<name>)")
+    if address.kind == "exchange":
+        if method in ("PUT", "DELETE"):
+            allow(CONFIGURE, address.name)
+        else:
+            _any_access(allow, address.name)
+        return Response(*exchange_management.exchanges(method, address, body,
+                                                       streams.definitions))
+    if address.kind == "bindings":
+        def may_bind(source: str, destination: str) -> None:
+            allow(WRITE, destination)  # rabbit_amqp_management:binding_action's checks
+            allow(READ, source)
+        return Response(*exchange_management.bindings(method, address, body,
+                                                      streams.definitions, may_bind))
     if address.kind == "queue_messages":
         if method == "DELETE":
+            allow(READ, address.name)
             if not streams.exists(address.name):
                 raise NotFound(f"queue '{address.name}' not found")
             raise BadRequest(f"purge is not supported for stream '{address.name}': "
                                        f"streams are not purged (use retention, or delete the stream)")
         raise NotAllowed(f"{method} is not allowed on {path}")
     if address.kind in ("queue_offset", "queue_sequence", "queue_tracking"):
+        allow(READ, address.name)
         return _tracking(method, address, body, streams)
     if address.kind != "queue":
         raise BadRequest(f"unsupported management path {path!r}")
     name = address.name
+    if method in ("PUT", "DELETE"):
+        allow(CONFIGURE, name)
+    elif method == "GET":
+        _any_access(allow, name)
     if method == "PUT":
         created = streams.declare(name, validate_declare(body))
         return Response(201 if created else 200, streams.info(name))

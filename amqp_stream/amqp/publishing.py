@@ -12,6 +12,14 @@ own thread, so it only posts to the broker's mailbox; the settlement (``accepted
 ``amqp_stream.amqp.credit.PublisherCredit``.
 Pre-settled transfers are appended and forgotten. A delivery waiting for the disk is held with
 ``pn_incref`` (released after its settlement), as a wrapper would hold it.
+
+Exchanges (``/exchanges/<x>[/<key>]`` targets, and any ``to`` on the anonymous terminus) route
+each message through ``amqp_stream.definitions`` as ``rabbit_amqp_session`` does: the message
+goes into the batch of every stream it routes to and is accepted when the last of them is
+durable (``fan``: rejected if any failed); unroutable, it is ``released``; an exchange gone
+under a named link releases the message and detaches the link with ``amqp:not-found``, a
+missing exchange or a bad ``to`` on the anonymous terminus rejects the message only. The
+``/queues/<stream>`` link keeps its one-stream path: no routing, no section read.
 """
 
 from __future__ import annotations
@@ -25,12 +33,14 @@ from cproton import (pn_decref, pn_delivery_aborted, pn_delivery_partial, pn_del
                      pn_delivery_update, pn_incref, pn_link_advance, pn_link_recv)
 from proton import Condition, Delivery
 
+from amqp_stream.amqp import addresses
 from amqp_stream.amqp.credit import PublisherCredit
 from amqp_stream.amqp.tracking import publishing_id
-from amqp_stream.errors import (BadRequest, BrokerError, DecodeError, NotFound, SizeExceeded, from_storage)
+from amqp_stream.errors import (BadRequest, BrokerError, DecodeError, Forbidden, NotFound,
+                                SizeExceeded, from_storage)
 from amqp_stream.wire import BadFilterValue, MessageFormatError, MessageView, stored_form
 
-__all__ = ["Publisher"]
+__all__ = ["Publisher", "check_exchange_target"]
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +56,37 @@ def _batch_durable(key: int, error: Exception | None) -> None:
     publisher._durable(deliveries, error, held)
 
 
+def check_exchange_target(definitions: Any, name: str) -> None:
+    """``rabbit_amqp_session:check_exchange`` when a link attaches to ``/exchanges/<name>``:
+    ``NotFound`` when there is no such exchange, ``Forbidden`` when it is internal."""
+    exchange = definitions.exchange(name)
+    if exchange is None:
+        raise NotFound(f"no exchange '{name}' in vhost '/'")
+    if exchange.internal:
+        raise Forbidden(f"forbidden to publish to internal exchange '{name}' in vhost '/'")
+
+
+def routing_headers(view: MessageView) -> dict:
+    """What a headers exchange matches (``mc_amqp:routing_headers`` with ``x_headers``): the
+    message annotations, then the application properties (which win on a shared key)."""
+    headers = {str(k): v for k, v in view.message_annotations.items() if isinstance(k, str)}
+    headers.update(view.application_properties)
+    return headers
+
+
+def cc_keys(value: Any) -> list[str]:
+    """The ``x-cc`` message annotation: more routing keys (``rabbit_amqp_session:
+    lookup_routing_key``); ``BadRequest`` (``amqp:invalid-field``) unless a list of strings."""
+    if value is None:
+        return []
+    if isinstance(value, list) and all(isinstance(k, str) for k in value):
+        return [str(k) for k in value]
+    raise BadRequest(f"bad value for 'x-cc' message-annotation: {value!r}")
+
+
 ACCEPTED = Delivery.ACCEPTED
 REJECTED = Delivery.REJECTED
+RELEASED = Delivery.RELEASED
 
 
 class Publisher:
@@ -56,13 +95,24 @@ class Publisher:
                  lookup: Callable[[str], Any] | None = None,
                  end: Callable[[BrokerError], None] | None = None,
                  throttle: Callable[["Publisher", bool], None] | None = None,
-                 reference: str | None = None):
+                 reference: str | None = None, target: addresses.Target | None = None,
+                 definitions: Any = None, may_write: Callable[[str], None] | None = None):
         self.link = link
         self.link_impl = link._impl
         # streams.StreamEntry; None for the anonymous terminus (a null target address), where
         # each message's ``to`` (/queues/<name>) picks the stream through ``lookup``
         self.entry = entry
         self.lookup = lookup
+        # an exchange target (``/exchanges/<x>[/<key>]``; entry None): each message is routed
+        # by ``definitions`` (``amqp_stream.definitions.Definitions``), as the anonymous
+        # terminus's are
+        self.target = target
+        self.definitions = definitions
+        # may_write(exchange): ``Forbidden`` unless the link's user may write to it (checked
+        # per message for an exchange named by ``to`` on the anonymous terminus)
+        self.may_write = may_write or (lambda exchange: None)
+        # a delivery routed to several streams: pointer -> [batches not yet durable, refusal]
+        self.fan: dict[Any, list] = {}
         self.credit = credit
         self.max_message_size = max_message_size
         self.post = post  # thread-safe: run fn(*args) on the event loop
@@ -203,24 +253,29 @@ class Publisher:
                 self._refuse(delivery, exc)
                 return
         entry = self.entry
+        entries: Any = (entry,)  # a /queues/<stream> link: its stream, no routing
         if entry is None:
-            entry = self._route(delivery, body)
-            if entry is None:
+            entries = self._route(delivery, body)
+            if not entries:  # refused, released or dropped already
                 self.credit.release(held)
                 return
-        batch = self.batches.get(entry.name)
-        if batch is None:
-            if not self.batches:
-                self.mark_dirty(self)
-            batch = self.batches[entry.name] = [entry, [], [], [], 0, []]
-        batch[1].append(body)
-        batch[2].append(value)
-        batch[4] += held
-        if pid is not None:
-            batch[5].append(pid)
-        if delivery is not None:
-            pn_incref(delivery)  # released in _settle_all
-            batch[3].append(delivery)
+            if delivery is not None and len(entries) > 1:
+                self.fan[delivery] = [len(entries), None]
+        for entry in entries:
+            batch = self.batches.get(entry.name)
+            if batch is None:
+                if not self.batches:
+                    self.mark_dirty(self)
+                batch = self.batches[entry.name] = [entry, [], [], [], 0, []]
+            batch[1].append(body)
+            batch[2].append(value)
+            batch[4] += held
+            held = 0  # the bytes are held once, by the first batch
+            if pid is not None:
+                batch[5].append(pid)
+            if delivery is not None:
+                pn_incref(delivery)  # released in _settle_all
+                batch[3].append(delivery)
 
     def _refuse(self, delivery: Any | None, refusal: BrokerError) -> None:
         if delivery is not None:
@@ -229,27 +284,78 @@ class Publisher:
         else:
             log.info("dropped a pre-settled message: %s %s", refusal.condition, refusal.description)
 
-    def _route(self, delivery: Any | None, body: bytes) -> Any:
-        """The anonymous terminus: the stream named by the message's ``to``."""
-        from amqp_stream.amqp import addresses
+    def _route(self, delivery: Any | None, body: bytes) -> list:
+        """The streams a message of an exchange link or the anonymous terminus goes to, as
+        ``rabbit_amqp_session:lookup_target`` and ``rabbit_exchange:route``; empty when the
+        message has been answered here (refused, released) instead."""
+        target = self.target
+        anonymous = target is None
+        if target is None:
+            target = self._anonymous_target(delivery, body)
+            if target is None:
+                return []
+        names: list[str] | None = [target.stream] if target.stream is not None else (
+            self._exchange_route(delivery, body, target, anonymous))  # /queues/<s>: to s
+        if names is None:
+            return []
+        lookup = self.lookup or (lambda name: None)
+        entries = [e for e in map(lookup, names) if e is not None]
+        if not entries:
+            self._release(delivery)
+        return entries
+
+    def _anonymous_target(self, delivery: Any | None, body: bytes) -> addresses.Target | None:
+        """The message's ``to`` (None: refused here)."""
         try:
             to = MessageView.from_bytes(body).properties.get("to")
         except (MessageFormatError, ValueError) as exc:
             self._refuse(delivery, DecodeError(f"cannot read the properties: {exc}"))
             return None
-        if not isinstance(to, str):
-            self._refuse(delivery, BadRequest("a message on the anonymous terminus needs "
-                                              "to = /queues/<stream>"))
-            return None
         try:
-            name = addresses.publish_stream(to)
+            return addresses.anonymous_target(to)
         except BrokerError as exc:
             self._refuse(delivery, exc)
             return None
-        entry = self.lookup(name) if self.lookup else None
-        if entry is None:
-            self._refuse(delivery, NotFound(f"no stream '{name}'"))
-        return entry
+
+    def _exchange_route(self, delivery: Any | None, body: bytes, target: addresses.Target,
+                        anonymous: bool) -> list[str] | None:
+        """The streams exchange ``target.exchange`` routes the message to (None: answered
+        here). A refusal rejects the message on the anonymous terminus; on an exchange link
+        (the exchange deleted, a bad ``x-cc``) it releases the message and detaches the link,
+        as ``rabbit_amqp_session`` does."""
+        definitions = self.definitions
+        try:
+            if anonymous:
+                check_exchange_target(definitions, target.exchange)
+                self.may_write(target.exchange)
+            if b"x-cc" not in body:  # the common case: no section is decoded unless a
+                # headers exchange asks for the application properties
+                return definitions.route(target.exchange, target.routing_key,
+                                         lambda: routing_headers(MessageView.from_bytes(body)))
+            view = MessageView.from_bytes(body)
+            names: list[str] = []
+            for key in [target.routing_key, *cc_keys(view.message_annotations.get("x-cc"))]:
+                names += definitions.route(target.exchange, key, lambda: routing_headers(view))
+            return list(dict.fromkeys(names))
+        except BrokerError as exc:
+            if anonymous:
+                self._refuse(delivery, exc)
+            else:
+                self._release(delivery)
+                self.end(exc)
+            return None
+        except (MessageFormatError, ValueError) as exc:
+            self._refuse(delivery, DecodeError(f"cannot read the message: {exc}"))
+            return None
+
+    def _release(self, delivery: Any | None) -> None:
+        """An unroutable message: ``released`` (RabbitMQ's answer; pre-settled: dropped)."""
+        if delivery is None:
+            log.debug("dropped a pre-settled message that routes to no stream")
+            return
+        self.credit.confirmed()
+        pn_delivery_update(delivery, RELEASED)
+        pn_delivery_settle(delivery)
 
     def flush(self) -> None:
         """Hand this turn's messages to the writer thread, one ``append_batch`` per stream; one
@@ -278,9 +384,8 @@ class Publisher:
         except Exception as exc:  # storage refused (closed, writer failed, disk full)
             refusal = from_storage(exc)
             _batches.pop(key, None)
-            self._release(held)
-            self.credit.confirmed(len(waiting))
-            self._settle_all(waiting, refusal)
+            self._release_bytes(held)
+            self.credit.confirmed(self._settle_all(waiting, refusal))
             if len(waiting) < len(bodies):
                 log.warning("dropped %d pre-settled messages: %s", len(bodies) - len(waiting), exc)
             self.top_up()
@@ -288,15 +393,25 @@ class Publisher:
 
     def _durable(self, deliveries: list, error: Exception | None, held: int) -> None:
         """On the event loop: the writer thread says a batch is durable (or failed)."""
-        self._release(held)
-        self.credit.confirmed(len(deliveries))
-        self._settle_all(deliveries, None if error is None else from_storage(error))
+        self._release_bytes(held)
+        self.credit.confirmed(self._settle_all(deliveries,
+                                               None if error is None else from_storage(error)))
         if not self.closed:
             self.top_up()
 
-    def _settle_all(self, deliveries: list, refusal: BrokerError | None) -> None:
+    def _settle_all(self, deliveries: list, refusal: BrokerError | None) -> int:
         """Accept (``refusal`` None) or reject a batch's deliveries, and release them. A
-        closed link's deliveries are only settled: there is no one to tell."""
+        closed link's deliveries are only settled: there is no one to tell. A delivery
+        routed to several streams is settled with its last batch (rejected if any batch
+        failed). Returns how many deliveries were settled."""
+        if not self.fan:
+            return self._settle(deliveries, refusal)
+        deliveries, refused = self._fanned_in(deliveries, refusal)
+        for impl, why in refused:  # an earlier batch of it failed
+            self._settle([impl], why)
+        return len(refused) + self._settle(deliveries, refusal)
+
+    def _settle(self, deliveries: list, refusal: BrokerError | None) -> int:
         if self.closed:
             for impl in deliveries:
                 pn_delivery_settle(impl)
@@ -310,6 +425,33 @@ class Publisher:
             for impl in deliveries:
                 self.reject(impl, refusal)
                 pn_decref(impl)
+        return len(deliveries)
+
+    def _fanned_in(self, deliveries: list,
+                   refusal: BrokerError | None) -> tuple[list, list[tuple[Any, BrokerError]]]:
+        """Of a batch's deliveries, those to settle now: a fanned-out one only with its last
+        batch (the others release their reference here). Returns (to settle with
+        ``refusal``, [(delivery, the refusal of an earlier batch of it)])."""
+        fan = self.fan
+        done: list = []
+        refused: list = []
+        for impl in deliveries:
+            state = fan.get(impl)
+            if state is None:
+                done.append(impl)
+                continue
+            state[0] -= 1
+            if refusal is not None and state[1] is None:
+                state[1] = refusal
+            if state[0]:
+                pn_decref(impl)
+                continue
+            del fan[impl]
+            if state[1] is not None and refusal is None:
+                refused.append((impl, state[1]))
+            else:
+                done.append(impl)
+        return done, refused
 
     def _throttle(self) -> None:
         """Too many bytes held (this link, or the broker): stop reading until they are on disk."""
@@ -319,7 +461,7 @@ class Publisher:
         if self.credit.budget.over:
             self.credit.budget.waiting[self] = self._recheck
 
-    def _release(self, held: int) -> None:
+    def _release_bytes(self, held: int) -> None:
         self.credit.release(held)
         self._recheck()
 

@@ -152,6 +152,16 @@ class Publisher:
                                        filter_value=filter_value, message_id=message_id, annotations=annotations),
                          publishing_id)
 
+    def _next_seq(self) -> int:
+        """Wait for room in the window on a live link, then number the next message (the
+        caller holds the client's lock)."""
+        if len(self._pending) >= self.window:
+            self._wait(lambda: self._collect() < self.window, "publish window")
+        self._check_link()
+        seq = self._seq
+        self._seq += 1
+        return seq
+
     def send(self, message: Message, publishing_id: int | None = None) -> int:
         """Send a prepared ``proton.Message``; returns its sequence number. A named publisher
         gives each message a ``publishing_id`` above the previous one (set as the message's
@@ -162,11 +172,7 @@ class Publisher:
             annotations[symbol(PUBLISHING_ID)] = ulong(publishing_id)
             message.annotations = annotations
         with self.client.lock:
-            if len(self._pending) >= self.window:
-                self._wait(lambda: self._collect() < self.window, "publish window")
-            self._check_link()
-            seq = self._seq
-            self._seq += 1
+            seq = self._next_seq()
             try:
                 # a Message goes as one Delivery (proton's int is for raw bytes)
                 delivery = cast(Delivery, self.link.send(message))
@@ -186,11 +192,7 @@ class Publisher:
         id is only checked to be above the previous one. Returns the sequence number."""
         self._next_id(publishing_id)
         with self.client.lock:
-            if len(self._pending) >= self.window:
-                self._wait(lambda: self._collect() < self.window, "publish window")
-            self._check_link()
-            seq = self._seq
-            self._seq += 1
+            seq = self._next_seq()
             link = self.link
             try:
                 delivery = link.delivery(link.delivery_tag())

@@ -1,5 +1,6 @@
 """A small blocking client of RabbitMQ's stream protocol, for our load tool
-(``amqp-stream perf --protocol stream``) and the stream-protocol benchmark.
+(``amqp-stream perf --protocol stream``), ``amqp-stream consume --super-stream`` and the
+stream-protocol benchmark.
 
 Why our own: a load generator must not be the limit of what it measures, and the Python stream
 clients decode every message. Frames are the broker's own codec (``amqp_stream.streamproto``:
@@ -11,6 +12,10 @@ one layout in one place); the hot paths stay on bytes:
   chunk's bytes are not even looked at (a reused receive buffer, nothing allocated per read),
   with one the whole Deliver frame is handed over.
 
+Super streams and single active consumer: ``partitions``/``route`` ask the broker; a
+ConsumerUpdate the broker sends is queued in ``updates`` (never answered from inside ``pump``,
+which may run inside another request) for the caller to answer with ``answer_update``.
+
 Plain TCP only. Heartbeats are declined at Tune (the client is never idle long enough to need
 them). URLs: ``rabbitmq-stream://[user:password@]host[:port][/vhost]`` as RabbitMQ's clients
 write them.
@@ -18,6 +23,7 @@ write them.
 
 from __future__ import annotations
 
+import collections
 import select
 import socket
 import urllib.parse
@@ -25,9 +31,10 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from amqp_stream.client.errors import ClientError
 from amqp_stream.streamproto import (
-    RESPONSE_FLAG, Close, Create, Credit, DeclarePublisher, Delete, Key, OffsetSpec, OffsetType,
-    Open, PeerProperties, QueryPublisherSequence, Response,
-    ResponseCode, SaslAuthenticate, SaslHandshake, StreamStats, Subscribe, Tune,
+    RESPONSE_FLAG, Close, ConsumerUpdate, ConsumerUpdateResponse, Create, CreateSuperStream,
+    Credit, DeclarePublisher, Delete, DeleteSuperStream, Key, OffsetSpec, OffsetType, Open,
+    Partitions, PeerProperties, QueryOffset, QueryPublisherSequence, Response, ResponseCode, Route,
+    SaslAuthenticate, SaslHandshake, StoreOffset, StreamStats, Subscribe, Tune, Unsubscribe,
 )
 from amqp_stream.streamproto import Publish as PublishFrame
 from amqp_stream.streamproto.frames import FRAME_HEAD, decode, encode
@@ -76,6 +83,8 @@ class StreamClient:
         password = password if password is not None else (url_password or "guest")
         self.timeout = timeout
         self.on_chunk = on_chunk
+        self.subscription = 0  # the subscription of the chunk ``on_chunk`` is handed
+        self.updates: collections.deque[ConsumerUpdate] = collections.deque()
         self.confirmed = self.errors = self.records = self.chunks = self.received = 0
         self.end = 0  # the offset after the last record of the chunks delivered so far
         self._corr = 0
@@ -121,8 +130,8 @@ class StreamClient:
     def _check(self, answer: object, what: str, ok: Iterable[int] = (ResponseCode.OK,)) -> int:
         code = getattr(answer, "code", ResponseCode.OK)
         if code not in ok:
-            name = ResponseCode(code).name if code in ResponseCode._value2member_map_ else code
-            raise ClientError(f"{what}: the broker answered {name}")
+            name = ResponseCode(code).name if code in ResponseCode._value2member_map_ else str(code)
+            raise ClientError(f"{what}: the broker answered {name}", name)  # condition: the code's name
         return code
 
     def _handshake(self, user: str, password: str, vhost: str) -> None:
@@ -165,6 +174,20 @@ class StreamClient:
         corr = self._next_corr()
         self._check(self._request(Delete(corr, stream), corr), f"delete {stream!r}")
 
+    def create_super_stream(self, name: str, partitions: Sequence[str],
+                            binding_keys: Sequence[str],
+                            arguments: Mapping[str, str] | None = None) -> None:
+        """CreateSuperStream (RabbitMQ 3.13 and later; this broker)."""
+        corr = self._next_corr()
+        self._check(self._request(CreateSuperStream(corr, name, tuple(partitions),
+                                                    tuple(binding_keys), dict(arguments or {})),
+                                  corr), f"create super stream {name!r}")
+
+    def delete_super_stream(self, name: str) -> None:
+        corr = self._next_corr()
+        self._check(self._request(DeleteSuperStream(corr, name), corr),
+                    f"delete super stream {name!r}")
+
     def stats(self, stream: str) -> dict[str, int]:
         """StreamStats (RabbitMQ 3.11 and later; this broker)."""
         corr = self._next_corr()
@@ -184,6 +207,37 @@ class StreamClient:
         self._check(answer, f"publisher sequence of {reference!r} on {stream!r}")
         return int(getattr(answer, "sequence", 0))
 
+    def partitions(self, super_stream: str) -> list[str]:
+        """The partition streams of ``super_stream``, in partition order."""
+        corr = self._next_corr()
+        answer = self._request(Partitions(corr, super_stream), corr)
+        self._check(answer, f"partitions of super stream {super_stream!r}")
+        return list(getattr(answer, "streams", ()))
+
+    def route(self, routing_key: str, super_stream: str) -> list[str]:
+        """The partitions ``routing_key`` goes to (none: no binding matches)."""
+        corr = self._next_corr()
+        answer = self._request(Route(corr, routing_key, super_stream), corr)
+        self._check(answer, f"route {routing_key!r} in super stream {super_stream!r}")
+        return list(getattr(answer, "streams", ()))
+
+    def query_offset(self, reference: str, stream: str) -> int | None:
+        """The offset stored for consumer ``reference`` on ``stream`` (None: none stored)."""
+        corr = self._next_corr()
+        answer = self._request(QueryOffset(corr, reference, stream), corr)
+        code = self._check(answer, f"stored offset of {reference!r} on {stream!r}",
+                           (ResponseCode.OK, ResponseCode.NO_OFFSET))
+        return int(getattr(answer, "offset", 0)) if code == ResponseCode.OK else None
+
+    def store_offset(self, reference: str, stream: str, offset: int) -> None:
+        self._send(StoreOffset(reference, stream, offset))
+
+    def answer_update(self, update: ConsumerUpdate, offset: OffsetSpec | None) -> None:
+        """Answer a ConsumerUpdate: where an activated subscription starts (None for one
+        that steps down)."""
+        self._send(ConsumerUpdateResponse(update.correlation_id, ResponseCode.OK,
+                                          offset or OffsetSpec(OffsetType.NONE)))
+
     @property
     def frame_max(self) -> int:
         """The largest frame the broker takes (from Tune; 0: no limit)."""
@@ -197,6 +251,11 @@ class StreamClient:
         self._check(self._request(Subscribe(corr, subscription_id, stream, offset, credit,
                                             dict(properties or {})), corr),
                     f"subscribe to {stream!r}")
+
+    def unsubscribe(self, subscription_id: int) -> None:
+        corr = self._next_corr()
+        self._check(self._request(Unsubscribe(corr, subscription_id), corr),
+                    f"unsubscribe {subscription_id}")
 
     def send(self, data: bytes) -> None:
         """Send encoded frames (``publish_frame``)."""
@@ -268,6 +327,7 @@ class StreamClient:
                 self.chunks += 1
                 credits[sub] = credits.get(sub, 0) + 1
                 if self.on_chunk is not None:
+                    self.subscription = sub
                     self.on_chunk(memoryview(buf)[pos + head:pos + 4 + size])
                 elif not whole:  # the rest of the chunk is not looked at
                     self._skip = pos + 4 + size - n
@@ -303,7 +363,11 @@ class StreamClient:
             raise ClientError(f"the broker closed the connection: {getattr(frame, 'reason', '')}")
         elif key == Key.METADATA_UPDATE:  # the stream was deleted: its subscriptions ended
             self.gone.add(getattr(frame, "stream", ""))
+        elif isinstance(frame, ConsumerUpdate):
+            self.updates.append(frame)
         elif key == RESPONSE_FLAG | Key.CREDIT:
+            if getattr(frame, "code", 0) == ResponseCode.PRECONDITION_FAILED:
+                return  # credit given back for chunks that came before a step-down (inactive now)
             raise ClientError(f"credit refused: {ResponseCode(getattr(frame, 'code', 0)).name}")
         elif key & RESPONSE_FLAG and getattr(frame, "correlation_id", None) == self._waiting:
             self._answer = frame

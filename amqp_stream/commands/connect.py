@@ -15,7 +15,8 @@ from typing import TextIO
 
 from amqp_stream.client import Client, ClientError, TlsOptions, check_url, connect
 
-__all__ = ["add_connection_arguments", "open_client", "fail", "is_terminal", "DEFAULT_URL"]
+__all__ = ["add_connection_arguments", "add_stream_url_argument", "open_client", "fail",
+           "is_terminal", "DEFAULT_URL"]
 
 DEFAULT_URL = "amqp://127.0.0.1:5672"
 
@@ -35,6 +36,15 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
                    help="do not verify the broker's certificate (testing only)")
     g.add_argument("--timeout", type=float, default=30.0, metavar="S",
                    help="seconds to wait for the broker before failing (default: %(default)s)")
+
+
+def add_stream_url_argument(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """``--stream-url``: the stream-protocol port, for the commands that can speak it."""
+    from amqp_stream.client.stream import DEFAULT_STREAM_URL
+
+    parser.add_argument("--stream-url", default=os.environ.get("AMQP_STREAM_STREAM_URL", DEFAULT_STREAM_URL),
+                        metavar="URL", help=f"{help_text}: rabbitmq-stream://host:port "
+                                            "(default: $AMQP_STREAM_STREAM_URL or %(default)s)")
 
 
 def _amqp_url(text: str) -> str:

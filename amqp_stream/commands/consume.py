@@ -17,6 +17,11 @@ With `--name N` the link is a named consumer (the broker's tracking extension): 
 the offset the broker stored for N (else at `--from`) and accepts each message once it is
 printed, so the broker stores N's place as it goes and when the command ends.
 
+With `--super-stream` (STREAM names a super stream: all its partitions at once) or
+`--single-active-consumer` (a member of the group `--name` on each partition, or on a plain
+stream) the command speaks RabbitMQ's stream protocol (`--stream-url`): see
+``amqp_stream.commands.consume_super``. Each line then starts with the partition and the offset.
+
 stdout carries only messages: the body as text, or one JSON object per line with `--json`.
 """
 
@@ -30,7 +35,9 @@ from typing import Any
 
 from amqp_stream.client import ClientError, StreamMessage, StreamNotFound
 from amqp_stream.commands import interrupt
-from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
+from amqp_stream.commands.connect import (
+    add_connection_arguments, add_stream_url_argument, fail, is_terminal, open_client,
+)
 from amqp_stream.commands.filters import check_filters
 from amqp_stream.commands.publish import parse_assignments
 from amqp_stream.commands.values import body_text, jsonable
@@ -79,6 +86,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "printed, so the broker stores where NAME is")
     parser.add_argument("--credit", type=int, default=256, metavar="N",
                         help="link credit kept open (default: %(default)s)")
+    parser.add_argument("--super-stream", action="store_true",
+                        help="STREAM is a super stream: consume all its partitions at once over "
+                             "the stream protocol (--stream-url); each line starts with the "
+                             "partition and the offset")
+    parser.add_argument("--single-active-consumer", action="store_true",
+                        help="join the single-active-consumer group --name (on each partition "
+                             "with --super-stream): messages only while the broker makes this "
+                             "member active, from the offset the group stored; stream protocol")
+    add_stream_url_argument(parser, "with --super-stream or --single-active-consumer, the broker's "
+                                    "stream-protocol port")
     add_connection_arguments(parser)
 
 
@@ -174,20 +191,26 @@ class _Check:
                  f"{seen} the broker sent: {'; '.join(reasons)}")
 
 
-def render(m: StreamMessage, as_json: bool) -> str:
+def render(m: StreamMessage, as_json: bool, partition: str | None = None) -> str:
+    """The body as text, or a JSON object; with ``partition`` (the stream protocol's consume)
+    the text starts with the partition and the offset, tab-separated, and the object says the
+    partition."""
     if as_json:
         # proton gives AMQP timestamps in message properties as float seconds; print them in
         # ms like timestamp values everywhere else (application properties, annotations)
         props = {k: round(v * 1000) if k in _TIME_PROPERTIES and isinstance(v, (int, float)) else v
                  for k, v in m.properties.items()}
+        head = {} if partition is None else {"partition": partition}
         return json.dumps({
-            "offset": m.offset, "filter_value": m.filter_value,
+            **head, "offset": m.offset, "filter_value": m.filter_value,
             "properties": jsonable(props),
             "application_properties": jsonable(m.application_properties),
             "annotations": jsonable({k: v for k, v in m.annotations.items()
                                      if k not in ("x-stream-offset", "x-stream-filter-value")}),
             "body": jsonable(m.body),
         }, ensure_ascii=False, sort_keys=False)
+    if partition is not None:
+        return f"{partition}\t{m.offset}\t{body_text(m.body)}"
     return body_text(m.body)
 
 
@@ -214,6 +237,9 @@ def run(args: argparse.Namespace) -> int:
                                    application_properties=app_props or None)
         if bad_filter:
             raise ValueError(bad_filter)
+        over_stream = args.super_stream or args.single_active_consumer
+        if over_stream:
+            _check_stream_protocol_options(args, start, bool(amqp_props or app_props))
     except ValueError as exc:
         print(f"amqp-stream consume: error: {exc}", file=sys.stderr)
         return 2
@@ -221,6 +247,8 @@ def run(args: argparse.Namespace) -> int:
         if args.filter and not args.raw and args.check != "none" else None
     err = _Err()
     printed = seen = 0
+    if over_stream:
+        return _run_over_stream(args, check, err)
     try:
         with open_client(args) as client:
             with client.consumer(args.stream, offset=start, filter_values=args.filter or None,
@@ -263,6 +291,55 @@ def run(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         return 0
     return 0
+
+
+def _check_stream_protocol_options(args: argparse.Namespace, start: Any, properties: bool) -> None:
+    """What `--super-stream`/`--single-active-consumer` take; ``ValueError`` (exit 2) names the rest."""
+    from amqp_stream.client.stream import parse_stream_url
+    from amqp_stream.commands.consume_super import offset_spec_of
+
+    if args.single_active_consumer and not args.name:
+        raise ValueError("--single-active-consumer needs --name (the group's name)")
+    if properties:
+        raise ValueError("--property is for AMQP consumers; over the stream protocol use --sql")
+    if args.no_follow:
+        raise ValueError("--no-follow is for AMQP consumers (a drain finds the end); over the "
+                         "stream protocol stop with --count or Ctrl-C")
+    try:
+        parse_stream_url(args.stream_url)
+    except ClientError as exc:
+        raise ValueError(f"--stream-url: {exc}") from None
+    args.offset_spec = offset_spec_of(start)
+
+
+def _run_over_stream(args: argparse.Namespace, check: _Check | None, err: _Err) -> int:
+    """Consume a super stream or as a group member (``consume_super``), printing as above."""
+    from amqp_stream.commands import consume_super
+
+    counts = {"seen": 0, "printed": 0}
+
+    def show(partition: str, m: StreamMessage) -> None:
+        counts["seen"] += 1
+        if check is not None and not check.keep(m):
+            if check.missing == 1 and check.value(m) is None:
+                err.warn(f"dropping messages with {check.where()} ({partition} offset {m.offset} "
+                         f"the first): {check.advice()}")
+            return
+        print(render(m, args.json, partition), flush=True)
+        counts["printed"] += 1
+
+    def enough() -> bool:
+        return args.count is not None and counts["printed"] >= args.count
+
+    try:
+        return consume_super.run(args, err, show, enough)
+    except ClientError as exc:
+        return fail("consume", exc)
+    except BrokenPipeError:
+        return 0
+    finally:
+        if check is not None:
+            check.report(err, counts["seen"])
 
 
 def _messages(consumer, no_follow: bool):

@@ -33,9 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_connection_arguments(parser)
     # The dispatcher builds one parser per command with this function; the stream arguments only
     # mean something to `declare`, so only its parser (and --help) has them.
-    if not parser.prog.endswith(" declare"):
-        return
-    g = parser.add_argument_group("stream arguments (declare)")
+    if parser.prog.endswith(" declare"):
+        add_stream_arguments(parser, "declare")
+
+
+def add_stream_arguments(parser: argparse.ArgumentParser, command: str) -> None:
+    """The stream arguments a new stream takes (``declare``, ``create-super-stream``)."""
+    g = parser.add_argument_group(f"stream arguments ({command})")
     g.add_argument("--max-length-bytes", type=int, metavar="N",
                    help="retention: keep at most N bytes (x-max-length-bytes)")
     g.add_argument("--max-age", metavar="AGE",

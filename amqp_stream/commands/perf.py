@@ -17,6 +17,10 @@ plain line per second. The summary at the end is `key: value` lines, easy to par
 the run, prints the summary so far, deletes a temporary stream and exits 130; a consumer's
 saving then counts only the part of the stream it had read (``read_span``: from its first
 delivery to its last), not what it had not reached.
+
+Super streams and single active consumer (`--super-streams`, `--super-stream-partitions`,
+`--single-active-consumer`, `--consumer-names`: Stream PerfTest's options) need the stream
+protocol: see ``amqp_stream.commands.perf_stream``.
 """
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ import uuid
 from dataclasses import dataclass, field
 
 from amqp_stream.client import ClientError, PublishError, build_message
-from amqp_stream.client.stream import DEFAULT_STREAM_URL, offset_spec, parse_stream_url
-from amqp_stream.commands.connect import add_connection_arguments, fail, is_terminal, open_client
+from amqp_stream.client.stream import offset_spec, parse_stream_url
+from amqp_stream.commands.connect import (
+    add_connection_arguments, add_stream_url_argument, fail, is_terminal, open_client,
+)
 from amqp_stream.commands.consume import FROM_SYNTAX, parse_start
 from amqp_stream.commands.filters import check_filters
 
@@ -72,9 +78,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "over the stream protocol)")
     parser.add_argument("--protocol", choices=("amqp", "stream"), default="amqp",
                         help="AMQP 1.0 (--url, default) or RabbitMQ's stream protocol (--stream-url)")
-    parser.add_argument("--stream-url", default=os.environ.get("AMQP_STREAM_STREAM_URL", DEFAULT_STREAM_URL),
-                        metavar="URL", help="stream-protocol URL, rabbitmq-stream://host:port "
-                                            "(default: $AMQP_STREAM_STREAM_URL or %(default)s)")
+    add_stream_url_argument(parser, "the stream-protocol URL (--protocol stream)")
+    parser.add_argument("--super-streams", action="store_true",
+                        help="--stream is a super stream (made with --super-stream-partitions "
+                             "partitions <stream>-0.. if missing): producers spread messages over "
+                             "the partitions, consumers read them all (--protocol stream)")
+    parser.add_argument("--super-stream-partitions", type=int, default=3, metavar="N",
+                        help="partitions of a super stream the run makes (default: %(default)s)")
+    parser.add_argument("--single-active-consumer", action="store_true",
+                        help="consumers are single active consumers named by --consumer-names: "
+                             "of those sharing a name only one is active on a stream or "
+                             "partition; they store their offset every 10,000 messages and when "
+                             "they step down (--protocol stream)")
+    parser.add_argument("--consumer-names", default="%s-%d", metavar="PATTERN",
+                        help="consumer names with --single-active-consumer: %%s the stream, %%d "
+                             "the consumer's number from 1, or uuid (default: %(default)s, a "
+                             "name each: all active; a fixed name makes one group)")
     parser.add_argument("--batch", type=int, default=100, metavar="N",
                         help="messages per Publish frame over the stream protocol (default: 100)")
     add_connection_arguments(parser)
@@ -93,6 +112,7 @@ class Counters:
     error: str | None = None
     first_offset: int | None = None  # a consumer's first and last delivered offsets
     last_offset: int | None = None
+    streams: list[str] = field(default_factory=list)  # a consumer's streams it counted messages from
 
     def delivered(self, offset: int) -> None:
         if self.first_offset is None:
@@ -158,10 +178,11 @@ def _producer(args, index: int, stop: threading.Event, counters: Counters, start
         abort_start(started)
 
 
-def _consumer(args, interrupted: threading.Event, counters: Counters, started: threading.Barrier,
-              ready: threading.Event) -> None:
+def _consumer(args, index: int, interrupted: threading.Event, counters: Counters,
+              started: threading.Barrier, ready: threading.Event) -> None:
     """Count deliveries until the end of the stream once publishing is over (``ready``), or
-    until ``interrupted``."""
+    until ``interrupted``. ``index``: the consumer's number (it names stream-protocol
+    consumers; AMQP ones have no name here)."""
     wanted = set(args.consumer_filter)
     try:
         with open_client(args) as client, client.consumer(
@@ -230,6 +251,9 @@ def run(args: argparse.Namespace) -> int:
         (args.filter_run < 1, "--filter-run must be >= 1"),
         (args.duration <= 0, "--duration must be > 0"),
         (args.producers == 0 and args.stream is None, "--producers 0 reads an existing stream: name it with --stream"),
+        ((args.super_streams or args.single_active_consumer) and args.protocol != "stream",
+         "--super-streams and --single-active-consumer need --protocol stream"),
+        (not 1 <= args.super_stream_partitions <= 255, "--super-stream-partitions must be 1..255"),
     ] if bad]
     bad_filter = check_filters("--consumer-sql", sql=args.consumer_sql) if args.consumer_sql else None
     over_stream = args.protocol == "stream"
@@ -276,8 +300,8 @@ def run(args: argparse.Namespace) -> int:
     producers = [Counters() for _ in range(args.producers)]
     consumers = [Counters() for _ in range(args.consumers)]
     started = threading.Barrier(args.producers + args.consumers + 1)
-    threads = [threading.Thread(target=consumer, args=(args, interrupted, c, started, done_publishing), daemon=True)
-               for c in consumers]
+    threads = [threading.Thread(target=consumer, args=(args, i, interrupted, c, started, done_publishing),
+                                daemon=True) for i, c in enumerate(consumers)]
     threads += [threading.Thread(target=producer, args=(args, i, stop, p, started), daemon=True)
                 for i, p in enumerate(producers)]
     for t in threads:
@@ -360,6 +384,7 @@ def _summary(args, producers: list[Counters], consumers: list[Counters], publish
     baseline = published if producers else available
     lines = [
         ("stream", args.stream),
+        *([("partitions", ",".join(args.partitions))] if args.super_streams else []),
         ("duration_s", f"{publish_s:.2f}"),
         ("producers", args.producers), ("consumers", args.consumers),
         ("published", published),
@@ -381,7 +406,10 @@ def _summary(args, producers: list[Counters], consumers: list[Counters], publish
         saving = 100.0 * (1 - c.messages / read) if read else 0.0
         lines.append((f"consumer_{i}", f"delivered={c.messages} matched={c.matched} "
                                        f"bytes={c.bytes} saving={saving:.1f}%"
-                                       + (f" read_span={read}" if interrupted else "")))
+                                       + (f" read_span={read}" if interrupted else "")
+                                       + (f" streams={','.join(c.streams) or '-'}"
+                                          if args.super_streams or args.single_active_consumer
+                                          else "")))
     for key, value in lines:
         print(f"{key}: {value}")
     sys.stdout.flush()

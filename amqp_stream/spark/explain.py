@@ -6,7 +6,8 @@ description is fixed in the JVM's ``PythonScan``), and ``explain("formatted")`` 
 of its own there. What it plans does reach the JVM: its partitions, pickled. Each partition
 carries the filters its task sends (``reader.ReadPartition``), so ``explain`` plans the query,
 reads the partitions back from each scan and prints, after Spark's plan, the stream, the offsets
-and the stage-1 values and SQL text that go to the broker.
+and the stage-1 values and SQL text that go to the broker (a super stream's scan: a line per
+partition stream).
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ def broker_requests(df) -> list[str]:
             continue
         inputs = leaf.inputPartitions()
         parts = [pickle.loads(bytes(inputs.apply(j).pickedPartition())) for j in range(inputs.size())]
-        ranges = [(p.start, p.end) for p in parts]
-        described = sorted({p.pushdown.describe() for p in parts})
-        start, end = min(r[0] for r in ranges), max(r[1] for r in ranges)
-        lines.append(f"{_SOURCE}: offsets [{start}, {end}) in {len(parts)} partition(s); "
-                     + " | ".join(described))
+        described = " | ".join(sorted({p.pushdown.describe() for p in parts}))
+        streams = list(dict.fromkeys(getattr(p, "stream", None) for p in parts))  # a super stream's
+        for stream in streams:
+            mine = [p for p in parts if getattr(p, "stream", None) == stream]
+            start, end = min(p.start for p in mine), max(p.end for p in mine)
+            where = f"{stream} " if stream is not None else ""
+            lines.append(f"{_SOURCE}: {where}offsets [{start}, {end}) in {len(mine)} partition(s); {described}")
     return lines
 
 

@@ -40,7 +40,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, ByteType, Cal
 
 from amqp_stream.client import PROPERTY_NAMES, StreamMessage, build_message
 
-__all__ = ["BASE_COLUMNS", "read_schema", "declared_columns", "check_readable", "WritePlan", "message_to_row",
+__all__ = ["BASE_COLUMNS", "STREAM_COLUMN", "read_schema", "declared_columns", "check_readable", "WritePlan", "message_to_row",
            "to_spark"]
 
 BASE_COLUMNS = StructType([
@@ -56,16 +56,21 @@ _STRING = StringType()
 
 _BASE_DDL = ("`offset` BIGINT NOT NULL, `timestamp` TIMESTAMP, `filter_value` STRING, `body` BINARY, "
              "`application_properties` MAP<STRING, STRING>")
+#: reading a super stream: the partition stream a row came from, after the fixed columns
+STREAM_COLUMN = "stream"
+_STREAM_DDL = f", `{STREAM_COLUMN}` STRING NOT NULL"
 
 
-def read_schema(ddl: str | None) -> str:
+def read_schema(ddl: str | None, super_stream: bool = False) -> str:
     """The read schema as DDL (Spark parses it; workers cannot parse DDL themselves). The
     ``properties`` DDL is checked first, so that a typo is reported in the user's own text
-    rather than in the joined schema (whose first type is the ``offset`` column's BIGINT)."""
+    rather than in the joined schema (whose first type is the ``offset`` column's BIGINT).
+    A super stream's rows have a ``stream`` column (its offsets are per partition stream)."""
+    base = _BASE_DDL + (_STREAM_DDL if super_stream else "")
     if not ddl or not ddl.strip():
-        return _BASE_DDL
+        return base
     check_properties_ddl(ddl)
-    return _BASE_DDL + ", " + ddl
+    return base + ", " + ddl
 
 
 #: the first word of every Spark SQL type name (DDL is case-insensitive)
@@ -111,9 +116,10 @@ def _top_level_entries(ddl: str) -> list[str]:
     return entries
 
 
-def declared_columns(schema: StructType) -> StructType:
+def declared_columns(schema: StructType, super_stream: bool = False) -> StructType:
     """The typed columns beyond the fixed ones, from the schema Spark resolved."""
-    fields = [f for f in schema.fields if f.name not in BASE_COLUMNS.names]
+    fixed = BASE_COLUMNS.names + ([STREAM_COLUMN] if super_stream else [])
+    fields = [f for f in schema.fields if f.name not in fixed]
     names = [f.name for f in schema.fields]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

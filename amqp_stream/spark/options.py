@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, overload
 
 from amqp_stream import client as amqp
+from amqp_stream.spark.super_stream import ROUTING_HASHES, partitions
 
 __all__ = ["SourceOptions", "OptionError", "OPTION_NAMES", "MAX_WRITE_NAME"]
 
@@ -55,6 +56,7 @@ OPTION_NAMES = (
     "startingOffset", "startingTimestamp", "endingOffset", "numPartitions", "maxRecordsPerPartition",
     "maxRecordsPerTrigger", "credit", "pushdown", "filterValues", "matchUnfiltered", "sqlFilter",
     "writeName", "exactlyOnce", "consumerName", "failOnDataLoss", "streamUrl",
+    "superStream", "routingKeyColumn", "routingHash",
 )
 # options Spark itself may pass along (``load(path)``, a streaming query's checkpoint)
 _SPARK_OPTIONS = ("path", "checkpointlocation")
@@ -105,6 +107,28 @@ def _stream_url(url: str | None, tls: amqp.TlsOptions | None) -> str | None:
     return url
 
 
+def _check_super_stream(opts: Mapping[str, str], stream: str | None, super_stream: str | None) -> None:
+    """``superStream`` instead of ``stream``; its partitions are asked with the stream
+    protocol, so it needs ``streamUrl``; the routing options are a super stream's."""
+    if super_stream is None:
+        for key, name in (("routingkeycolumn", "routingKeyColumn"), ("routinghash", "routingHash")):
+            if key in opts:
+                raise OptionError(f"option {name} is for writes to a super stream (option superStream)")
+        return
+    if not super_stream:
+        raise OptionError("option superStream must name a super stream")
+    if stream is not None:
+        raise OptionError("options stream and superStream are alternatives: give one")
+    if "streamurl" not in opts:
+        raise OptionError("option superStream needs streamUrl (rabbitmq-stream://host:5552): the super "
+                          "stream's partitions are asked with the stream protocol's Partitions command")
+    if _bool(opts.get("declare"), False):
+        raise OptionError("declare=true is for streams: create the super stream first (CLI or a stream client)")
+    scheme = opts.get("routinghash", "murmur3").strip().lower()
+    if scheme not in ROUTING_HASHES:
+        raise OptionError(f"option routingHash must be one of {', '.join(ROUTING_HASHES)}, got {scheme!r}")
+
+
 def _argument(value: str) -> Any:
     """Stream arguments arrive as strings; the integer ones go to the broker as integers."""
     return int(value) if value.strip().lstrip("-").isdigit() else value
@@ -126,6 +150,10 @@ class SourceOptions:
     write_name: str | None = None                  # batch: the write's name, for exactly once
     exactly_once: bool = False                     # publish under deduplicating references
     stream_url: str | None = None                  # write over the stream protocol at this URL
+    # a super stream (``stream`` holds its name too): its partitions, asked at ``stream_url``
+    super_stream: str | None = None
+    routing_key_column: str | None = None          # writing to a super stream: the routing key
+    routing_hash: str = "murmur3"                  # ... hashed as these clients hash it
     # reading: start at this consumer's stored offset (streaming: store progress there)
     consumer_name: str | None = None
     # reading
@@ -150,11 +178,13 @@ class SourceOptions:
         _check_names(opts)
         if "startingoffset" in opts and "startingtimestamp" in opts:
             raise OptionError("startingOffset and startingTimestamp are alternatives: give one")
-        url, stream = opts.get("url"), opts.get("stream")
+        url, stream, super_stream = opts.get("url"), opts.get("stream"), opts.get("superstream")
         if not url:
             raise OptionError("option url is required (e.g. amqp://127.0.0.1:5672)")
+        _check_super_stream(opts, stream, super_stream)
+        stream = stream or super_stream
         if not stream:
-            raise OptionError("option stream is required")
+            raise OptionError("option stream (or superStream) is required")
         tls = None
         if any(k.startswith("tls") for k in opts):
             tls = amqp.TlsOptions(ca_file=opts.get("tlscafile"), cert_file=opts.get("tlscertfile"),
@@ -191,7 +221,19 @@ class SourceOptions:
             sql_filter=opts.get("sqlfilter"),
             max_records_per_trigger=_int(opts, "maxrecordspertrigger", None),
             fail_on_data_loss=_bool(opts.get("failondataloss"), True),
+            super_stream=super_stream, routing_key_column=opts.get("routingkeycolumn"),
+            routing_hash=opts.get("routinghash", "murmur3").strip().lower(),
         )
+
+    def partition_streams(self) -> list[str]:
+        """The super stream's partition streams in partition order, asked at ``streamUrl``."""
+        assert self.super_stream is not None and self.stream_url is not None  # parse checks both
+        return partitions(self.stream_url, self.super_stream, user=self.user, password=self.password,
+                          timeout=self.timeout)
+
+    def for_partition(self, stream: str) -> "SourceOptions":
+        """These options for one partition stream of the super stream (an ordinary stream)."""
+        return replace(self, stream=stream, super_stream=None)
 
     def connect(self) -> amqp.Client:
         """A new client connection for this task (``amqp.ClientError`` when unreachable)."""

@@ -37,7 +37,7 @@ from pyspark.sql.types import (BooleanType, ByteType, DataType, DoubleType, Inte
 import sqlfilter
 from amqp_stream.client import PROPERTY_NAMES
 
-__all__ = ["Pushdown", "plan_pushdown", "sql_identifier", "sql_literal", "fits"]
+__all__ = ["Pushdown", "plan_pushdown", "sql_identifier", "sql_literal", "fits", "streams_named"]
 
 FILTER_VALUE_COLUMN = "filter_value"
 OFFSET_COLUMN = "offset"
@@ -290,3 +290,19 @@ def plan_pushdown(filters: Iterable[Filter], columns: Mapping[str, DataType]) ->
         rest.append(f)  # the SQL clause may let more through (see _predicate): Spark checks
     sql = _and(clauses)
     return Pushdown(tuple(sorted(values)) if values is not None else None, sql, pushed, start, end), rest
+
+
+def streams_named(filters: Iterable[Filter], column: str) -> set[str] | None:
+    """The partition streams a super stream read may skip to: ``stream = 'x'`` and
+    ``stream IN (...)`` predicates on ``column``, intersected (None: no such predicate). Spark
+    still checks them; planning only leaves out the partitions no row of which could pass."""
+    allowed: set[str] | None = None
+    for f in filters:
+        if isinstance(f, EqualTo) and f.attribute == (column,):
+            names = {f.value}
+        elif isinstance(f, In) and f.attribute == (column,):
+            names = set(f.value)
+        else:
+            continue
+        allowed = names if allowed is None else allowed & names
+    return allowed

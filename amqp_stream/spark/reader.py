@@ -39,13 +39,13 @@ except ImportError:  # older: every micro-batch reads all there is; batch reads 
 import sqlfilter
 
 from amqp_stream import client as amqp
-from amqp_stream.spark.mapping import declared_columns, message_to_row
+from amqp_stream.spark.mapping import BASE_COLUMNS, STREAM_COLUMN, declared_columns, message_to_row
 from amqp_stream.spark.offsets import OffsetRange, resolve, split
 from amqp_stream.spark.options import OptionError, SourceOptions
-from amqp_stream.spark.pushdown import Pushdown, fits, plan_pushdown
+from amqp_stream.spark.pushdown import Pushdown, fits, plan_pushdown, streams_named
 from amqp_stream.spark.stream_read import read_range_stream
 
-__all__ = ["BatchReader", "PushdownBatchReader", "StreamReader", "ReadPartition", "read_range",
+__all__ = ["BatchReader", "PushdownBatchReader", "StreamReader", "ReadPartition", "read_range", "read_partition",
            "stream_bounds", "start_offset", "store_progress"]
 
 _log = logging.getLogger("amqp_stream.spark")
@@ -53,18 +53,30 @@ _log = logging.getLogger("amqp_stream.spark")
 
 class ReadPartition(OffsetRange):
     """A task's offset range and the filters it asks the broker for: carried by the partition so
-    that what ``amqp_stream.spark.explain`` shows is what the task sends."""
+    that what ``amqp_stream.spark.explain`` shows is what the task sends. Reading a super
+    stream, ``stream`` is the partition stream the range is in."""
 
-    def __init__(self, start: int, end: int, pushdown: Pushdown):
+    def __init__(self, start: int, end: int, pushdown: Pushdown, stream: str | None = None):
         super().__init__(start, end)
         self.pushdown = pushdown
+        self.stream = stream
 
     def __repr__(self) -> str:
-        return f"ReadPartition([{self.start}, {self.end}), {self.pushdown.describe()})"
+        where = f"{self.stream} " if self.stream is not None else ""
+        return f"ReadPartition({where}[{self.start}, {self.end}), {self.pushdown.describe()})"
 
 
-def _partitions(ranges: list[OffsetRange], pd: Pushdown) -> list[ReadPartition]:
-    return [ReadPartition(r.start, r.end, pd) for r in ranges]
+def _partitions(ranges: list[OffsetRange], pd: Pushdown, stream: str | None = None) -> list[ReadPartition]:
+    return [ReadPartition(r.start, r.end, pd, stream) for r in ranges]
+
+
+def read_partition(opts: SourceOptions, part: ReadPartition, declared) -> Iterator[tuple]:
+    """A task's rows; a super stream's with the partition stream's name after the fixed columns."""
+    if part.stream is None:
+        return read_range(opts, part, part.pushdown, declared)
+    name, fixed = part.stream, len(BASE_COLUMNS.fields)
+    return (row[:fixed] + (name,) + row[fixed:]
+            for row in read_range(opts.for_partition(name), part, part.pushdown, declared))
 
 
 def stream_bounds(opts: SourceOptions) -> tuple[int, int]:
@@ -164,24 +176,34 @@ def read_range(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, declared) ->
 
 
 class BatchReader(DataSourceReader):
-    """Reads ``startingOffset``..``endingOffset`` (default: all there is at planning)."""
+    """Reads ``startingOffset``..``endingOffset`` (default: all there is at planning). A super
+    stream is read partition stream by partition stream, each planned as a stream is (its own
+    bounds, offsets, stored consumer offset, ``numPartitions``): at least one task each."""
 
     def __init__(self, opts: SourceOptions, schema):
         self.opts = opts
-        self.declared = declared_columns(schema)
+        self.declared = declared_columns(schema, opts.super_stream is not None)
         self.pd = explicit_pushdown(opts)
+        self.only: set[str] | None = None  # a super stream's partitions the query's predicates allow
 
     def partitions(self):
-        first, next_ = stream_bounds(self.opts)
-        start = start_offset(self.opts, first, next_)
-        end = resolve(self.opts.ending_offset, first, next_, what="endingOffset")
+        if self.opts.super_stream is None:
+            return self._plan(self.opts, None)
+        streams = [s for s in self.opts.partition_streams() if self.only is None or s in self.only]
+        planned = [p for s in streams for p in self._plan(self.opts.for_partition(s), s)]
+        return planned or [ReadPartition(0, 0, self.pd)]  # every partition ruled out: no rows
+
+    def _plan(self, opts: SourceOptions, stream: str | None) -> list[ReadPartition]:
+        first, next_ = stream_bounds(opts)
+        start = start_offset(opts, first, next_)
+        end = resolve(opts.ending_offset, first, next_, what="endingOffset")
         start, end = self.pd.clamp(start, max(start, end))
-        return _partitions(split(start, end, num_partitions=self.opts.num_partitions,
-                                 max_records=self.opts.max_records_per_partition), self.pd)
+        return _partitions(split(start, end, num_partitions=opts.num_partitions,
+                                 max_records=opts.max_records_per_partition), self.pd, stream)
 
     def read(self, partition: InputPartition):
         assert isinstance(partition, ReadPartition)
-        return read_range(self.opts, partition, partition.pushdown, self.declared)
+        return read_partition(self.opts, partition, self.declared)
 
 
 class PushdownBatchReader(BatchReader):
@@ -189,68 +211,106 @@ class PushdownBatchReader(BatchReader):
     ``spark.sql.python.filterPushdown.enabled=true``, which ``register`` sets)."""
 
     def pushFilters(self, filters):
+        filters = list(filters)
+        if self.opts.super_stream is not None:
+            self.only = streams_named(filters, STREAM_COLUMN)
         columns = {f.name: f.dataType for f in self.declared.fields}
         pd, rest = plan_pushdown(filters, columns)
         self.pd = _merge(self.pd, pd)
         return rest
 
 
+Positions = dict[str | None, int]  # stream (None: the ``stream`` option's) -> next offset to read
+
+
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batches over offset ranges; progress is ``{"offset": next offset to read}``.
+    """Micro-batches over offset ranges; progress is ``{"offset": next offset to read}``, or for
+    a super stream ``{"offsets": {partition stream: next offset}}`` (a partition that appears
+    while the query runs is read from its first offset).
 
     ``maxRecordsPerTrigger`` is the default read limit, so Spark cuts micro-batches to it under
     every trigger: with ``Trigger.AvailableNow`` too, since the reader fixes the end once
     (``prepareForTriggerAvailableNow``) and Spark asks for batches up to it, as Kafka's source
-    does with ``maxOffsetsPerTrigger``. Offsets that retention removed before the query read them
-    fail the micro-batch (``failOnDataLoss``, default true) or are skipped with a warning."""
+    does with ``maxOffsetsPerTrigger`` (over a super stream's partitions, shared as evenly as
+    their backlogs allow). Offsets that retention removed before the query read them fail the
+    micro-batch (``failOnDataLoss``, default true) or are skipped with a warning."""
 
     def __init__(self, opts: SourceOptions, schema):
         self.opts = opts
-        self.declared = declared_columns(schema)
+        self.declared = declared_columns(schema, opts.super_stream is not None)
         self.pd = explicit_pushdown(opts)
-        self.progress = -1  # with consumerName: the end whose progress is stored
-        self.target: int | None = None  # Trigger.AvailableNow: the end fixed when the query started
+        self.progress: Positions = {}  # with consumerName: the ends whose progress is stored
+        self.target: Positions | None = None  # Trigger.AvailableNow: the ends fixed when the query started
+
+    # -- positions: one stream, or a super stream's partitions --------------------------------
+    def _streams(self) -> list[str | None]:
+        return [None] if self.opts.super_stream is None else list(self.opts.partition_streams())
+
+    def _opts(self, stream: str | None) -> SourceOptions:
+        return self.opts if stream is None else self.opts.for_partition(stream)
+
+    def _encode(self, positions: Positions) -> dict:
+        if self.opts.super_stream is None:
+            return {"offset": positions[None]}
+        return {"offsets": dict(positions)}
+
+    def _decode(self, offset: dict) -> Positions:
+        if self.opts.super_stream is None:
+            return {None: int(offset["offset"])}
+        if "offsets" not in offset:
+            raise OptionError("this checkpoint holds a stream's progress, not a super stream's: start the "
+                              "query with a new checkpointLocation")
+        return {str(k): int(v) for k, v in offset["offsets"].items()}
 
     def initialOffset(self) -> dict:
-        first, next_ = stream_bounds(self.opts)
-        return {"offset": start_offset(self.opts, first, next_)}
+        starts: Positions = {}
+        for s in self._streams():
+            o = self._opts(s)
+            starts[s] = start_offset(o, *stream_bounds(o))
+        return self._encode(starts)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.target = stream_bounds(self.opts)[1]
+        self.target = {s: stream_bounds(self._opts(s))[1] for s in self._streams()}
 
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
         if start is None:  # PySpark without read limits asks without a start
-            return {"offset": stream_bounds(self.opts)[1]}
-        begin = int(start["offset"])
-        self._progress(begin)  # the previous batches are done: [.., begin) is processed
-        first, next_ = stream_bounds(self.opts)
-        if self.target is not None:
-            next_ = min(next_, self.target)
-        begin = max(begin, first)  # what retention removed is not counted against the limit
-        end = max(next_, begin)
+            return self._encode({s: stream_bounds(self._opts(s))[1] for s in self._streams()})
+        begins = self._decode(start)
+        self._progress(begins)  # the previous batches are done: [.., begin) is processed
+        spans: dict[str | None, tuple[int, int]] = {}
+        for s in self._streams():
+            first, next_ = stream_bounds(self._opts(s))
+            if self.target is not None:
+                next_ = min(next_, self.target.get(s, next_))
+            begin = max(begins.get(s, first), first)  # what retention removed is not counted against the limit
+            spans[s] = (begin, max(next_, begin))
         if limit is not None and isinstance(limit, ReadMaxRows):
-            end = min(end, begin + limit.max_rows)
-        return {"offset": end}
+            spans = _share(spans, limit.max_rows)
+        return self._encode({s: end for s, (_, end) in spans.items()})
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_records_per_trigger
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def partitions(self, start: dict, end: dict):
-        s, e = int(start["offset"]), int(end["offset"])
-        if e <= s:
-            return []
-        s = self._lost(s)
-        return _partitions(split(s, max(s, e), num_partitions=self.opts.num_partitions,
-                                 max_records=self.opts.max_records_per_partition), self.pd)
+        begins, planned = self._decode(start), []
+        for s, e in self._decode(end).items():
+            o = self._opts(s)
+            b = begins[s] if s in begins else stream_bounds(o)[0]
+            if e <= b:
+                continue
+            b = self._lost(o, b)
+            planned += _partitions(split(b, max(b, e), num_partitions=o.num_partitions,
+                                         max_records=o.max_records_per_partition), self.pd, s)
+        return planned
 
-    def _lost(self, start: int) -> int:
+    def _lost(self, opts: SourceOptions, start: int) -> int:
         """Where a micro-batch that should start at ``start`` can start: the stream's first
         offset when retention removed the ones before it (failOnDataLoss=false), else ``start``."""
-        first, _ = stream_bounds(self.opts)
+        first, _ = stream_bounds(opts)
         if start >= first:
             return start
-        what = (f"stream {self.opts.stream!r}: offsets {start}..{first - 1} were removed by retention "
+        what = (f"stream {opts.stream!r}: offsets {start}..{first - 1} were removed by retention "
                 f"before this query read them")
         if self.opts.fail_on_data_loss:
             raise amqp.ConsumerError(f"{what}; the query stops (failOnDataLoss=true). Set "
@@ -260,16 +320,33 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition):
         assert isinstance(partition, ReadPartition)
-        return read_range(self.opts, partition, partition.pushdown, self.declared)
+        return read_partition(self.opts, partition, self.declared)
 
     def commit(self, end: dict) -> None:
-        """With ``consumerName``: store the last offset of the committed micro-batch."""
-        self._progress(int(end["offset"]))
+        """With ``consumerName``: store the last offset of the committed micro-batch (in each
+        partition stream of a super stream)."""
+        self._progress(self._decode(end))
 
-    def _progress(self, end: int) -> None:
-        if self.opts.consumer_name is not None and end > self.progress:
-            store_progress(self.opts, end)
-            self.progress = end
+    def _progress(self, ends: Positions) -> None:
+        if self.opts.consumer_name is None:
+            return
+        for s, end in ends.items():
+            if end > self.progress.get(s, -1):
+                store_progress(self._opts(s), end)
+                self.progress[s] = end
+
+
+def _share(spans: dict[str | None, tuple[int, int]], max_rows: int) -> dict[str | None, tuple[int, int]]:
+    """Cut the ``(begin, end)`` spans so that they hold ``max_rows`` offsets at most together:
+    the smallest backlogs whole, the rest an even share of what is left."""
+    out, left = dict(spans), max_rows
+    order = sorted(spans, key=lambda s: spans[s][1] - spans[s][0])
+    for i, s in enumerate(order):
+        begin, end = spans[s]
+        take = min(end - begin, left // (len(order) - i))
+        out[s] = (begin, begin + take)
+        left -= take
+    return out
 
 
 def store_progress(opts: SourceOptions, end: int) -> None:

@@ -27,7 +27,8 @@ class AmqpStreamDataSource(DataSource):
         return SourceOptions.parse(self.options)
 
     def schema(self):
-        return read_schema(self.options.get("properties"))
+        super_stream = any(str(k).lower() == "superstream" for k in self.options)
+        return read_schema(self.options.get("properties"), super_stream)
 
     def reader(self, schema):
         opts = self._opts()

@@ -21,8 +21,10 @@ from amqp_stream import client as amqp
 from amqp_stream.client.stream import StreamClient, publish_frame
 from amqp_stream.spark.encoding import ArrowEncoder
 from amqp_stream.spark.numbering import Numbering
+from amqp_stream.spark.options import OptionError
+from amqp_stream.spark.super_stream import route_indices
 
-__all__ = ["publish_over_stream", "Numbered", "FRAME_MESSAGES"]
+__all__ = ["publish_over_stream", "publish_routed", "Numbered", "FRAME_MESSAGES"]
 
 FRAME_MESSAGES = 1000  # messages in one Publish frame at most (and fewer when frame_max says so)
 _PUBLISHER_ID = 1
@@ -32,35 +34,98 @@ def publish_over_stream(opts, encoder: ArrowEncoder, numbered: "Numbered", where
     """Publish ``numbered`` (Arrow batches, each with the publishing id of its first row) over the
     stream protocol at ``opts.stream_url``; returns how many were published once all are
     confirmed. Raises ``PublishError``."""
-    try:
-        client = StreamClient(opts.stream_url, user=opts.user, password=opts.password, timeout=opts.timeout)
-    except amqp.ClientError as exc:
-        raise amqp.PublishError(f"{where}: cannot publish to stream {opts.stream!r} at {opts.stream_url}: {exc}") from exc
-    sent = 0
-    try:
-        client.declare_publisher(_PUBLISHER_ID, opts.stream, numbered.reference or "")
-        limit = (client.frame_max or 1 << 20) - 64
-        window = max(opts.window, 2 * FRAME_MESSAGES)
+    with _Sender(opts, encoder, where) as sender:
+        sender.declare(_PUBLISHER_ID, opts.stream, numbered.reference)
         for batch, first in numbered:
-            datas = encoder.encode(batch)
-            values = encoder.filter_values(batch)
-            for frame, count in _frames(datas, values, first, limit):
-                while sent - client.confirmed - client.errors > window - count:
-                    _pump(client, opts.timeout, sent)
-                client.send(frame)
-                sent += count
-        while client.confirmed + client.errors < sent:
-            _pump(client, opts.timeout, sent)
+            sender.send(_PUBLISHER_ID, batch, first)
+        return sender.finish()
+
+
+def publish_routed(opts, encoder: ArrowEncoder, batches: Iterable, partitions: list[str],
+                   numbering: Numbering | None, where: str) -> tuple[int, int]:
+    """Publish Arrow ``batches`` to a super stream's ``partitions``, each row to the partition its
+    ``routingKeyColumn`` hashes to (``super_stream``), over one connection with a publisher per
+    partition. Exactly once per partition: every partition stream has a publisher under the
+    numbering's reference, and a partition's rows are numbered in the order they come, so the
+    n-th row routed to a partition has the same id in every attempt. Returns (published, skipped)."""
+    column = opts.routing_key_column
+    if column is None:
+        raise OptionError("writing to a super stream needs option routingKeyColumn (the column whose value "
+                          "routes each row to a partition)")
+    with _Sender(opts, encoder, where) as sender:
+        targets = []
+        for i, stream in enumerate(partitions):
+            stored = sender.stored(stream, numbering.reference) if numbering is not None else 0
+            sender.declare(i + 1, stream, numbering.reference if numbering is not None else None)
+            targets.append(Numbered((), numbering, stored))
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            keys = batch.column(batch.schema.get_field_index(column)).to_pylist()
+            buckets: dict[int, list[int]] = {}
+            for n, index in enumerate(route_indices(keys, len(partitions), opts.routing_hash, column)):
+                buckets.setdefault(index, []).append(n)
+            for index, rows in sorted(buckets.items()):
+                part = batch if len(rows) == batch.num_rows else batch.take(rows)
+                taken = targets[index].take(part)
+                if taken is not None:
+                    sender.send(index + 1, *taken)
+        sender.finish()
+    return sum(t.published for t in targets), sum(t.skipped for t in targets)
+
+
+class _Sender:
+    """One stream-protocol connection publishing Arrow batches: Publish frames of at most
+    ``FRAME_MESSAGES`` messages and ``frame_max`` bytes, at most ``window`` (or two frames)
+    messages unconfirmed, every PublishError frame counted as a failure."""
+
+    def __init__(self, opts, encoder: ArrowEncoder, where: str):
+        self.opts, self.encoder, self.where, self.streams = opts, encoder, where, opts.stream
+        try:
+            self.client = StreamClient(opts.stream_url, user=opts.user, password=opts.password, timeout=opts.timeout)
+        except amqp.ClientError as exc:
+            raise amqp.PublishError(f"{where}: cannot publish to stream {opts.stream!r} at {opts.stream_url}: "
+                                    f"{exc}") from exc
+        self.sent = 0
+        self.limit = (self.client.frame_max or 1 << 20) - 64
+        self.window = max(opts.window, 2 * FRAME_MESSAGES)
+
+    def __enter__(self) -> "_Sender":
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        self.client.close()
+        if isinstance(exc, amqp.ClientError) and not isinstance(exc, amqp.PublishError):
+            confirmed = self.client.confirmed
+            raise amqp.PublishError(
+                f"{self.where}: publishing to stream {self.streams!r} over the stream protocol failed: {exc}; "
+                f"{self.sent - confirmed} message(s) unconfirmed, {confirmed} confirmed", (),
+                max(0, self.sent - confirmed), None) from exc
+
+    def stored(self, stream: str, reference: str) -> int:
+        return self.client.publisher_sequence(stream, reference)
+
+    def declare(self, publisher_id: int, stream: str, reference: str | None) -> None:
+        self.client.declare_publisher(publisher_id, stream, reference or "")
+
+    def send(self, publisher_id: int, batch, first: int) -> None:
+        encoder = self.encoder
+        for frame, count in _frames(encoder.encode(batch), encoder.filter_values(batch), first, self.limit,
+                                    publisher_id):
+            while self.sent - self.client.confirmed - self.client.errors > self.window - count:
+                _pump(self.client, self.opts.timeout, self.sent)
+            self.client.send(frame)
+            self.sent += count
+
+    def finish(self) -> int:
+        """Wait for every confirm; the count sent (PublishError when the broker refused any)."""
+        client = self.client
+        while client.confirmed + client.errors < self.sent:
+            _pump(client, self.opts.timeout, self.sent)
         if client.errors:
-            raise amqp.PublishError(f"{client.errors} of {sent} message(s) to stream {opts.stream!r} refused by the "
-                                    f"broker (PublishError frames)", (), 0, None)
-        return sent
-    except amqp.ClientError as exc:
-        raise amqp.PublishError(f"{where}: publishing to stream {opts.stream!r} over the stream protocol failed: "
-                                f"{exc}; {sent - client.confirmed} message(s) unconfirmed, {client.confirmed} "
-                                "confirmed", (), max(0, sent - client.confirmed), None) from exc
-    finally:
-        client.close()
+            raise amqp.PublishError(f"{self.where}: {client.errors} of {self.sent} message(s) to stream "
+                                    f"{self.streams!r} refused by the broker (PublishError frames)", (), 0, None)
+        return self.sent
 
 
 def _pump(client: StreamClient, timeout: float, sent: int) -> None:
@@ -68,8 +133,8 @@ def _pump(client: StreamClient, timeout: float, sent: int) -> None:
         raise amqp.ClientError(f"no confirm in {timeout:.0f} s ({client.confirmed} of {sent} confirmed)")
 
 
-def _frames(datas: list[bytes], values: list[str | None] | None, first: int, limit: int
-            ) -> Iterable[tuple[bytes, int]]:
+def _frames(datas: list[bytes], values: list[str | None] | None, first: int, limit: int,
+            publisher_id: int = _PUBLISHER_ID) -> Iterable[tuple[bytes, int]]:
     """Publish frames of at most ``FRAME_MESSAGES`` messages and ``limit`` bytes each."""
     batch: list[tuple[int, str | None, bytes]] = []
     size = 0
@@ -77,12 +142,12 @@ def _frames(datas: list[bytes], values: list[str | None] | None, first: int, lim
         value = values[i] if values is not None else None
         entry = 14 + len(data) + (len(value.encode()) if value else 0)
         if batch and (len(batch) >= FRAME_MESSAGES or size + entry > limit):
-            yield publish_frame(_PUBLISHER_ID, batch), len(batch)
+            yield publish_frame(publisher_id, batch), len(batch)
             batch, size = [], 0
         batch.append((first + i, value, data))
         size += entry
     if batch:
-        yield publish_frame(_PUBLISHER_ID, batch), len(batch)
+        yield publish_frame(publisher_id, batch), len(batch)
 
 
 class Numbered:
@@ -95,19 +160,26 @@ class Numbered:
         self.published = self.skipped = 0
 
     def __iter__(self) -> Iterator[tuple[object, int]]:
-        next_id = 1
         for batch in self.batches:
-            rows = batch.num_rows
-            if self.numbering is not None:
-                position = self.published + self.skipped
-                next_id = self.numbering.publishing_id(position)
-                if rows:
-                    self.numbering.publishing_id(position + rows - 1)  # the limit, checked once a batch
-                drop = max(0, min(rows, self.stored - next_id + 1))
-                if drop:
-                    self.skipped += drop
-                    batch, rows, next_id = batch.slice(drop), rows - drop, next_id + drop
+            taken = self.take(batch)
+            if taken is not None:
+                yield taken
+
+    def take(self, batch) -> tuple[object, int] | None:
+        """The next ``batch`` of this numbering with the id of its first row to publish, less
+        the rows the broker has; None when it has them all."""
+        rows = batch.num_rows
+        next_id = self.published + self.skipped + 1
+        if self.numbering is not None:
+            position = self.published + self.skipped
+            next_id = self.numbering.publishing_id(position)
             if rows:
-                yield batch, next_id
-                self.published += rows
-                next_id += rows
+                self.numbering.publishing_id(position + rows - 1)  # the limit, checked once a batch
+            drop = max(0, min(rows, self.stored - next_id + 1))
+            if drop:
+                self.skipped += drop
+                batch, rows, next_id = batch.slice(drop), rows - drop, next_id + drop
+        if not rows:
+            return None
+        self.published += rows
+        return batch, next_id

@@ -28,16 +28,18 @@ import itertools
 from typing import Callable, Iterable, Iterator, List, Optional
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType, StringType, StructType
 
 from amqp_stream import client as amqp
 from amqp_stream.spark.encoding import ArrowEncoder
 from amqp_stream.spark.mapping import WritePlan
 from amqp_stream.spark.numbering import Numbering, task_numbering
 from amqp_stream.spark.options import OptionError, SourceOptions
-from amqp_stream.spark.stream_sink import Numbered, publish_over_stream
+from amqp_stream.spark.stream_sink import Numbered, publish_over_stream, publish_routed
+from amqp_stream.spark.super_stream import MAX_PUBLISHERS
 
 __all__ = ["StreamWriter", "BatchWriter", "PublishCommit", "ensure_stream", "check_exactly_once",
+           "super_stream_partitions",
            "publish_rows", "publish_batches"]
 
 log = logging.getLogger(__name__)
@@ -167,7 +169,11 @@ class _PartitionPublisher:
         self.plan = WritePlan.for_schema(schema, opts.filter_value_column)
         self.schema = schema
         check_exactly_once(opts, self.streaming)
-        ensure_stream(opts)
+        self.partitions: list[str] | None = None
+        if opts.super_stream is not None:
+            self.partitions = super_stream_partitions(opts, schema)
+        else:
+            ensure_stream(opts)
 
     def write(self, iterator: Iterator) -> PublishCommit:
         """Arrow record batches (an Arrow writer, what Spark gives when it can) or ``Row``s."""
@@ -175,6 +181,8 @@ class _PartitionPublisher:
         ctx = TaskContext.get()
         numbering = task_numbering(ctx, self.opts.write_name, self.streaming) if self.opts.exactly_once else None
         first = next(iterator, None)
+        if self.partitions is not None:
+            return self._write_routed(ctx, first, iterator, numbering)
         if first is None:
             published, skipped = publish_rows(self.opts, self.plan, iter(()), numbering)
         elif hasattr(first, "num_rows"):
@@ -183,6 +191,36 @@ class _PartitionPublisher:
         else:
             published, skipped = publish_rows(self.opts, self.plan, itertools.chain([first], iterator), numbering)
         return PublishCommit(ctx.partitionId() if ctx else 0, published, skipped)
+
+
+    def _write_routed(self, ctx, first, iterator: Iterator, numbering: Numbering | None) -> PublishCommit:
+        assert self.partitions is not None
+        if first is not None and not hasattr(first, "num_rows"):
+            raise OptionError("writing to a super stream needs Arrow batches (PySpark 4.1 or later)")
+        batches = itertools.chain([first], iterator) if first is not None else iter(())
+        encoder = ArrowEncoder(self.plan, self.schema)
+        published, skipped = publish_routed(self.opts, encoder, batches, self.partitions, numbering, _where())
+        return PublishCommit(ctx.partitionId() if ctx else 0, published, skipped)
+
+
+def super_stream_partitions(opts: SourceOptions, schema: StructType) -> list[str]:
+    """On the driver, before any task: the routing column is a string or integer column, and
+    the super stream's partitions (in the broker's order, which the routing indexes)."""
+    column = opts.routing_key_column
+    if column is None:
+        raise OptionError("writing to a super stream needs option routingKeyColumn (the column whose value "
+                          "routes each row to a partition)")
+    if column not in schema.names:
+        raise OptionError(f"routingKeyColumn {column!r} is not a column; columns: {schema.names}")
+    dtype = schema[column].dataType
+    if not isinstance(dtype, (StringType, ByteType, ShortType, IntegerType, LongType)):
+        raise OptionError(f"routingKeyColumn {column!r} must be a string or integer column, not "
+                          f"{dtype.simpleString()} (routing hashes the key's text)")
+    found = opts.partition_streams()
+    if len(found) > MAX_PUBLISHERS:
+        raise OptionError(f"super stream {opts.super_stream!r} has {len(found)} partitions; a writer task "
+                          f"publishes to at most {MAX_PUBLISHERS} (one connection's publishers)")
+    return found
 
 
 def check_exactly_once(opts: SourceOptions, streaming: bool) -> None:

@@ -31,7 +31,7 @@ from amqp_stream import __version__
 from amqp_stream.amqp.adapter import RABBITMQ_VERSION
 from amqp_stream.arguments import from_stream_protocol, validate
 from amqp_stream.core import Core
-from amqp_stream.errors import BadRequest, BrokerError, NotFound, PreconditionFailed
+from amqp_stream.errors import BadRequest, BrokerError, Forbidden, NotFound, PreconditionFailed
 from amqp_stream.loop import EventLoop
 from amqp_stream.stream_listener import single_active, subscription_filters, super_streams, tracking
 from amqp_stream.stream_listener.auth import Authenticator
@@ -41,6 +41,7 @@ from amqp_stream.stream_listener.publishing import StreamPublisher
 from amqp_stream.stream_listener.tls import TlsStreamConnection, server_context
 from amqp_stream.streamproto import COMMAND_VERSIONS, Key, OffsetType, ResponseCode, ServerConnection, State
 from amqp_stream.streamproto import frames as f
+from amqp_stream.users import CONFIGURE, READ, WRITE
 from storage import OffsetSpec
 
 __all__ = ["StreamAdapter", "SERVER_PROPERTIES"]
@@ -60,7 +61,8 @@ class StreamAdapter:
         self.core = core
         self.eloop = eloop
         self.config = config = core.config
-        self.auth = Authenticator(config, security)
+        self.store = getattr(security, "store", None)  # users and permissions (amqp_stream.users)
+        self.auth = Authenticator(self.store, security)
         host = config.stream_advertised_host
         if not host:
             host = config.host if config.host not in ("", "0.0.0.0", "::") else socket.gethostname()
@@ -99,7 +101,7 @@ class StreamAdapter:
             f.QueryOffset: self._query_offset,
             f.ConsumerUpdateResponse: lambda conn, frame: self.groups.answer(conn, frame),
         }
-        self._handlers.update(super_streams.handlers(core))  # CreateSuperStream, Route, ...
+        self._handlers.update(super_streams.handlers(core, self.allow))  # CreateSuperStream, Route, ...
 
     # -- connections -----------------------------------------------------------------------
     def accept(self, sock: socket.socket, peer: str) -> StreamConnection:
@@ -207,6 +209,7 @@ class StreamAdapter:
                 code = ResponseCode.SASL_CANNOT_CHANGE_USERNAME
             else:
                 conn.user = user
+                conn.anonymous = frame.mechanism == "ANONYMOUS"
         conn.send(f.SaslAuthenticateResponse(frame.correlation_id, code))
 
     def _refuse_later(self, conn: StreamConnection, answer: f.Frame) -> None:
@@ -231,6 +234,12 @@ class StreamAdapter:
         if frame.virtual_host != "/":
             log.info("stream connection %s refused: vhost %r does not exist", conn.peer,
                      frame.virtual_host)
+            self._refuse_later(conn, f.OpenResponse(frame.correlation_id,
+                                                    ResponseCode.VHOST_ACCESS_FAILURE))
+            return
+        if self.store is not None and not self.store.may_use_vhost(self._who(conn), "/"):
+            log.info("stream connection %s refused: user %r has no permissions on vhost '/'",
+                     conn.peer, conn.user)
             self._refuse_later(conn, f.OpenResponse(frame.correlation_id,
                                                     ResponseCode.VHOST_ACCESS_FAILURE))
             return
@@ -263,11 +272,31 @@ class StreamAdapter:
         conn.send(f.ExchangeCommandVersionsResponse(frame.correlation_id, ResponseCode.OK,
                                                     COMMAND_VERSIONS))
 
+    # -- permissions -----------------------------------------------------------------------
+    @staticmethod
+    def _who(conn: StreamConnection) -> str | None:
+        """The user whose permissions apply; None after ANONYMOUS (everything allowed)."""
+        return None if conn.anonymous else conn.user
+
+    def allow(self, conn: StreamConnection, what: str, resource: str) -> None:
+        """``Forbidden`` (ACCESS_REFUSED) unless the connection's user may ``what``
+        (``users.CONFIGURE``/``WRITE``/``READ``) the stream or exchange ``resource``."""
+        if self.store is not None:
+            self.store.check(self._who(conn), "/", what, resource)
+
+    def allowed(self, conn: StreamConnection, what: str, resource: str) -> bool:
+        try:
+            self.allow(conn, what, resource)
+        except Forbidden:
+            return False
+        return True
+
     # -- streams ---------------------------------------------------------------------------
     def _create(self, conn: StreamConnection, frame: f.Create) -> None:
         name = frame.stream
         if not name:
             raise BadRequest("a stream needs a name")
+        self.allow(conn, CONFIGURE, name)
         if self.core.exists(name):
             conn.send(f.Response(Key.CREATE_STREAM, frame.correlation_id,
                                  ResponseCode.STREAM_ALREADY_EXISTS))
@@ -278,6 +307,7 @@ class StreamAdapter:
         conn.send(f.Response(Key.CREATE_STREAM, frame.correlation_id, ResponseCode.OK))
 
     def _delete(self, conn: StreamConnection, frame: f.Delete) -> None:
+        self.allow(conn, CONFIGURE, frame.stream)
         count = self.core.delete(frame.stream)
         if count is None:
             raise NotFound(f"no stream '{frame.stream}'")
@@ -285,9 +315,14 @@ class StreamAdapter:
         conn.send(f.Response(Key.DELETE_STREAM, frame.correlation_id, ResponseCode.OK))
 
     def _metadata(self, conn: StreamConnection, frame: f.Metadata) -> None:
+        if self.core.cluster is not None:
+            conn.send(self._cluster_metadata(frame))
+            return
         streams = []
         for name in frame.streams:
-            if self.core.exists(name):
+            if not (self.allowed(conn, READ, name) or self.allowed(conn, WRITE, name)):
+                streams.append(f.StreamMetadata(name, ResponseCode.ACCESS_REFUSED, 0xFFFF, ()))
+            elif self.core.exists(name):
                 streams.append(f.StreamMetadata(name, ResponseCode.OK, 0, ()))
             else:
                 streams.append(f.StreamMetadata(name, ResponseCode.STREAM_DOES_NOT_EXIST,
@@ -296,7 +331,52 @@ class StreamAdapter:
                    if any(s.code == ResponseCode.OK for s in streams) else ())
         conn.send(f.MetadataResponse(frame.correlation_id, brokers, tuple(streams)))
 
+    def _cluster_metadata(self, frame: f.Metadata) -> f.MetadataResponse:
+        """As RabbitMQ's: each stream's leader and replicas among the endpoints of the live
+        nodes that hold them (a leader that is down is 0xFFFF, its stream still OK)."""
+        view = self.core.cluster.view
+        brokers: dict[str, f.Broker] = {}
+
+        def ref(node: str) -> int:
+            if node not in brokers:
+                n = view.nodes[node]
+                brokers[node] = f.Broker(len(brokers), n.host, n.stream_port)
+            return brokers[node].reference
+
+        streams = []
+        for name in frame.streams:
+            layout = view.layouts.get(name)
+            if layout is None:
+                streams.append(f.StreamMetadata(name, ResponseCode.STREAM_DOES_NOT_EXIST,
+                                                0xFFFF, ()))
+                continue
+            leader = ref(layout.leader) if layout.leader in view.nodes else 0xFFFF
+            streams.append(f.StreamMetadata(name, ResponseCode.OK, leader, tuple(
+                ref(m) for m in view.live_replicas(layout))))
+        return f.MetadataResponse(frame.correlation_id, tuple(brokers.values()), tuple(streams))
+
+    def layout_changed(self, name: str, before: Any, after: Any) -> None:
+        """A cluster stream's leader moved (``after``) or it was deleted (None): as RabbitMQ
+        when the member a publisher or subscription is attached to goes, they are dropped
+        and their connection gets a MetadataUpdate, so the client asks Metadata again and
+        reconnects. Publishers go to the leader, so all of them move; a subscription moves
+        only off a node that was the leader and no longer is (elsewhere it reads the local
+        replica, which stays)."""
+        if before is None:  # a stream seen for the first time: nothing attached moves
+            return
+        moved = RuntimeError(f"the leader of stream '{name}' moved")
+        me = self.core.cluster.name
+        subscriptions_move = after is None or (before is not None and before.leader == me
+                                               and after.leader != me)
+        for conn in list(self.connections):
+            attachments: list[Any] = [p for p in conn.publishers.values() if p.entry.name == name]
+            if subscriptions_move:
+                attachments += [s for s in conn.subscriptions.values() if s.entry.name == name]
+            for attachment in attachments:
+                self._end_attachment(attachment, moved)
+
     def _stream_stats(self, conn: StreamConnection, frame: f.StreamStats) -> None:
+        self.allow(conn, READ, frame.stream)
         stream = self.core.stream(frame.stream).stream
         empty = stream.next_offset <= stream.first_offset
         stats = {"first_chunk_id": -1 if empty else stream.first_offset,
@@ -305,10 +385,18 @@ class StreamAdapter:
 
     # -- tracking --------------------------------------------------------------------------
     def _store_offset(self, conn: StreamConnection, frame: f.StoreOffset) -> None:
+        """As RabbitMQ: free on a stream the connection consumes, else read is needed; a
+        refused store has no answer (StoreOffset has none), only a log line."""
+        if not any(s.entry.name == frame.stream for s in conn.subscriptions.values()) \
+                and not self.allowed(conn, READ, frame.stream):
+            log.warning("stream connection %s: user %r may not store an offset on %r",
+                        conn.peer, conn.user, frame.stream)
+            return
         tracking.store_offset(self.core.get(frame.stream), frame.reference, frame.offset,
                               conn.peer)
 
     def _query_offset(self, conn: StreamConnection, frame: f.QueryOffset) -> None:
+        self.allow(conn, READ, frame.stream)
         offset = tracking.query_offset(self.core.stream(frame.stream), frame.reference)
         if offset is None:
             conn.send(f.QueryOffsetResponse(frame.correlation_id, ResponseCode.NO_OFFSET, 0))
@@ -317,12 +405,14 @@ class StreamAdapter:
 
     def _query_publisher_sequence(self, conn: StreamConnection,
                                   frame: f.QueryPublisherSequence) -> None:
+        self.allow(conn, READ, frame.stream)
         sequence = tracking.query_sequence(self.core.stream(frame.stream), frame.reference)
         conn.send(f.QueryPublisherSequenceResponse(frame.correlation_id, ResponseCode.OK,
                                                    sequence))
 
     # -- publishers ------------------------------------------------------------------------
     def _declare_publisher(self, conn: StreamConnection, frame: f.DeclarePublisher) -> None:
+        self.allow(conn, WRITE, frame.stream)
         if frame.publisher_id in conn.publishers:
             raise BadRequest(f"publisher {frame.publisher_id} exists")
         if frame.reference:
@@ -377,6 +467,7 @@ class StreamAdapter:
         if frame.subscription_id in conn.subscriptions:
             conn.send(f.Response(Key.SUBSCRIBE, corr, ResponseCode.SUBSCRIPTION_ID_ALREADY_EXISTS))
             return
+        self.allow(conn, READ, frame.stream)
         sac = single_active.wanted(frame.properties)
         entry = self.core.stream(frame.stream)
         filters = subscription_filters.parse(frame.properties)

@@ -1,29 +1,25 @@
 """Who may use the stream listener: SASL PLAIN and ANONYMOUS, decided in Python.
 
-Strategy: the AMQP listener lets proton (and Cyrus) check passwords; the stream protocol
-carries SASL in its own frames, so the decision is made here, from the same settings:
-- with a users file (``--users``), PLAIN against it (``security.read_users``; passwords
-  compared with ``hmac.compare_digest``);
+Strategy: the AMQP listener lets proton (and Cyrus, asking ``amqp_stream.saslauthd``) check
+passwords; the stream protocol carries SASL in its own frames, so the decision is made here,
+against the same user store (``amqp_stream.users``: the users file's users and the stored ones):
+- PLAIN against the store (``UserStore.authenticate``: RabbitMQ's salted hashes);
 - ANONYMOUS exactly when the AMQP listener offers it (``security.prepare`` decided: no users
   file, or ``--allow-anonymous``; never on a non-loopback address without that flag);
-- with no users file, RabbitMQ's default user ``guest``/``guest`` over PLAIN, from loopback
-  peers only (RabbitMQ's ``loopback_users``): the stream clients speak PLAIN only, and
-  ``guest`` is what they send by default. A ``guest`` from another machine gets RabbitMQ's
-  ``SASL_AUTHENTICATION_FAILURE_LOOPBACK``.
+- the stored ``guest`` (RabbitMQ's first user) from loopback peers only (RabbitMQ's
+  ``loopback_users``): the stream clients send guest/guest by default. A ``guest`` from another
+  machine gets RabbitMQ's ``SASL_AUTHENTICATION_FAILURE_LOOPBACK``.
 """
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 from typing import Any
 
-from amqp_stream.security import read_users
 from amqp_stream.streamproto import ResponseCode
+from amqp_stream.users import GUEST, UserStore
 
-__all__ = ["Authenticator", "GUEST"]
-
-GUEST = ("guest", "guest")
+__all__ = ["Authenticator"]
 
 
 def peer_is_loopback(address: Any) -> bool:
@@ -35,8 +31,8 @@ def peer_is_loopback(address: Any) -> bool:
 
 
 class Authenticator:
-    def __init__(self, config: Any, security: Any):
-        self.users: dict[str, str] = read_users(config.users_file) if config.users_file else {}
+    def __init__(self, store: UserStore | None, security: Any):
+        self.store = store
         offered = security.mechanisms.split() if security is not None else ["ANONYMOUS"]
         self.anonymous = "ANONYMOUS" in offered
         self.mechanisms: tuple[str, ...] = ("PLAIN", "ANONYMOUS") if self.anonymous else ("PLAIN",)
@@ -53,16 +49,12 @@ class Authenticator:
         if len(parts) != 3:
             return ResponseCode.SASL_ERROR, None
         try:
-            user, password = parts[1].decode("utf-8"), parts[2].decode("utf-8")
+            name, password = parts[1].decode("utf-8"), parts[2].decode("utf-8")
         except UnicodeDecodeError:
             return ResponseCode.SASL_ERROR, None
-        if self.users:
-            expected = self.users.get(user)
-            ok = hmac.compare_digest((expected or "\0").encode(), password.encode())
-            return (ResponseCode.OK, user) if ok and expected is not None else (
-                ResponseCode.AUTHENTICATION_FAILURE, None)
-        if not hmac.compare_digest(f"{user}\0{password}".encode(), "\0".join(GUEST).encode()):
+        user = self.store.authenticate(name, password) if self.store is not None else None
+        if user is None:
             return ResponseCode.AUTHENTICATION_FAILURE, None
-        if not peer_is_loopback(peer_address):
+        if name == GUEST and not user.from_users_file and not peer_is_loopback(peer_address):
             return ResponseCode.SASL_AUTHENTICATION_FAILURE_LOOPBACK, None
-        return ResponseCode.OK, user
+        return ResponseCode.OK, name

@@ -103,6 +103,7 @@ class StreamConnection(SocketConnection):
         self.pending = 0  # bytes in ``out`` and ``buf``
         self.finishing = False  # close once the output is out
         self.user: str | None = None
+        self.anonymous = False  # logged in with ANONYMOUS: no permission checks
         self.peer_address: Any = None  # the socket's getpeername(), for the loopback rule
         self.opened = False
         self.publishers: dict[int, Any] = {}

@@ -98,6 +98,7 @@ class Subscription:
         except Exception:
             log.debug("closing a reader", exc_info=True)
         self.start = start
+        self._stats = (0, 0, 0)  # the metrics count the new reader's work from its start
         self.runs = []
         self.next_offset = int(reader.position)
         self.active = True

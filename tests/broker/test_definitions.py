@@ -48,8 +48,14 @@ def test_declare_equivalence_and_delete(path):
     d = make(path)
     assert d.declare_exchange(Exchange("x", "topic", arguments={"a": 1}))
     assert not d.declare_exchange(Exchange("x", "topic", arguments={"a": 1}))
-    with pytest.raises(PreconditionFailed):
-        d.declare_exchange(Exchange("x", "topic", arguments={"a": 2}))
+    # RabbitMQ compares type, durable, auto_delete, internal and alternate-exchange only
+    assert not d.declare_exchange(Exchange("x", "topic", arguments={"a": 2}))
+    with pytest.raises(PreconditionFailed, match="inequivalent arg 'alternate-exchange' for "
+                       "exchange 'x' in vhost '/': received 'ae' but current is none"):
+        d.declare_exchange(Exchange("x", "topic", arguments={"alternate-exchange": "ae"}))
+    with pytest.raises(PreconditionFailed, match="inequivalent arg 'type' for exchange 'x' in "
+                       "vhost '/': received 'fanout' but current is 'topic'"):
+        d.declare_exchange(Exchange("x", "fanout"))
     d.bind(Binding("x", "s1", "a.#"))
     assert d.delete_exchange("x") and not d.delete_exchange("x")
     assert d.bindings == []
@@ -154,3 +160,48 @@ def test_edit_is_all_or_nothing_when_the_store_fails(path):
         d.bind(Binding("x", "s1"))
     assert d.bindings == []
     assert make(path).exchange("x") is not None and make(path).exchange("y") is None
+
+
+def test_auto_delete_exchange_goes_with_its_last_binding(path):
+    """rabbit_db_exchange:maybe_auto_delete: not at declare, but when the last binding from it
+    is removed (unbind, its stream deleted, or an exchange it was bound to deleted)."""
+    d = make(path)
+    d.declare_exchange(Exchange("ad", "fanout", auto_delete=True))
+    assert d.exchange("ad") is not None  # no binding yet: it stays
+    d.bind(Binding("ad", "s1"))
+    d.bind(Binding("ad", "s2"))
+    d.unbind(Binding("ad", "s1"))
+    assert d.exchange("ad") is not None
+    d.unbind(Binding("ad", "s2"))
+    assert d.exchange("ad") is None
+    d.declare_exchange(Exchange("ad", "fanout", auto_delete=True))
+    d.bind(Binding("ad", "s3"))
+    d.forget_stream("s3")
+    assert d.exchange("ad") is None
+    d.declare_exchange(Exchange("up", "fanout", auto_delete=True))
+    d.declare_exchange(Exchange("down", "fanout"))
+    d.bind(Binding("up", "down", destination_type="exchange"))
+    d.delete_exchange("down")
+    assert d.exchange("up") is None and d.bindings == []
+    assert make(path).exchange("up") is None  # saved
+
+
+def test_routes_kept_between_changes_follow_every_change(path):
+    """The route cache answers as a fresh routing would after each change (bind, unbind,
+    exchange deleted and redeclared, stream forgotten); headers routes are never kept."""
+    d = make(path)
+    d.declare_exchange(Exchange("x", "topic"))
+    d.bind(Binding("x", "s1", "a.*"))
+    assert d.route("x", "a.b") == ["s1"] and d.route("x", "a.b") == ["s1"]
+    d.bind(Binding("x", "s2", "#"))
+    assert d.route("x", "a.b") == ["s1", "s2"]
+    d.unbind(Binding("x", "s1", "a.*"))
+    assert d.route("x", "a.b") == ["s2"]
+    d.forget_stream("s2")
+    assert d.route("x", "a.b") == []
+    d.delete_exchange("x")
+    with pytest.raises(NotFound):
+        d.route("x", "a.b")
+    d.declare_exchange(Exchange("h", "headers"))
+    d.bind(Binding("h", "s3", arguments={"k": 1}))
+    assert d.route("h", "", {"k": 1}) == ["s3"] and d.route("h", "", {"k": 2}) == []

@@ -278,7 +278,9 @@ def test_a_full_window_of_unsettled_publishes_is_all_accepted(broker, stream_nam
 
 
 def test_anonymous_terminus_routes_by_to(broker, stream_name):
-    """A null target address: each message's ``to`` names the stream (RabbitMQ's v2 format)."""
+    """A null target address: each message's ``to`` says where it goes (RabbitMQ's v2 format),
+    answered as rabbit_amqp_session does: a stream that is not there is the default exchange
+    routing nowhere (released); no ``to``, a bad one, a missing exchange: rejected."""
     a, b = stream_name + "-a", stream_name + "-b"
     with Client(broker.url) as c:
         c.declare(a)
@@ -286,10 +288,13 @@ def test_anonymous_terminus_routes_by_to(broker, stream_name):
         sender = c.conn.create_sender(None, name="anon")
         assert c.send_bytes(sender, Message(address=f"/queues/{a}", body=1).encode()) == Delivery.ACCEPTED
         assert c.send_bytes(sender, Message(address=f"/queues/{b}", body=2).encode()) == Delivery.ACCEPTED
-        assert c.send_bytes(sender, Message(address="/queues/missing-" + stream_name, body=3).encode()) == Delivery.REJECTED
-        assert c.last_delivery.remote.condition.name == "amqp:not-found"
+        assert c.send_bytes(sender, Message(address="/queues/missing-" + stream_name, body=3).encode()) == Delivery.RELEASED
         assert c.send_bytes(sender, Message(body=4).encode()) == Delivery.REJECTED
-        assert c.last_delivery.remote.condition.name == "amqp:invalid-field"
-        assert c.send_bytes(sender, Message(address="/exchanges/amq.direct", body=5).encode()) == Delivery.REJECTED
-        assert c.last_delivery.remote.condition.name == "amqp:not-implemented"
+        assert c.last_delivery.remote.condition.name == "amqp:precondition-failed"
+        assert c.last_delivery.remote.condition.description == "anonymous terminus requires 'to' address to be set"
+        assert c.send_bytes(sender, Message(address="/exchanges/amq.default", body=5).encode()) == Delivery.REJECTED
+        assert c.last_delivery.remote.condition.description == "bad 'to' address string: /exchanges/amq.default"
+        assert c.send_bytes(sender, Message(address="/exchanges/missing", body=6).encode()) == Delivery.REJECTED
+        assert c.last_delivery.remote.condition.name == "amqp:not-found"
+        assert c.last_delivery.remote.condition.description == "no exchange 'missing' in vhost '/'"
         assert c.info(a)["message_count"] == 1 and c.info(b)["message_count"] == 1

@@ -70,8 +70,12 @@ def test_management_table(core):
     assert h("DELETE", "/queues/b/messages", None, s).status == 404
     assert h("DELETE", "/queues/a", None, s) == management.Response(200, {"message_count": 0})
     assert h("DELETE", "/queues/a", None, s) == management.Response(200, {"message_count": 0})
-    assert h("PUT", "/exchanges/x", {}, s).status == 501
-    assert h("DELETE", "/bindings/src=x", None, s).status == 501
+    assert h("PUT", "/exchanges/x", {}, s) == management.Response(204, None)
+    assert h("GET", "/exchanges/x", None, s).body["type"] == "direct"
+    assert h("DELETE", "/bindings/src=x", None, s) == management.Response(
+        400, "bad binding path segment 'src=x'")
+    assert h("DELETE", "/exchanges/x", None, s) == management.Response(204, None)
+    assert h("GET", "/exchanges/x", None, s).status == 404
     assert h(None, "/queues/a", None, s).status == 400
     assert h("PUT", 5, None, s).status == 400
     assert h("POST", "/queues/a", None, s).status == 405
@@ -238,22 +242,26 @@ def test_stream_directory_names_are_safe():
 
 
 @pytest.mark.parametrize("address, expected", [
-    ("/queues/orders", "orders"),
-    ("/queues/a%2Fb", "a/b"),
-    ("/exchanges/amq.topic", ("amqp:not-implemented", "exchanges are not supported")),
-    ("/exchanges/amq.topic/key", ("amqp:not-implemented", "exchanges are not supported")),
+    ("/queues/orders", addresses.Target("", "orders", "orders")),
+    ("/queues/a%2Fb", addresses.Target("", "a/b", "a/b")),
+    ("/exchanges/amq.topic", addresses.Target("amq.topic", "", None)),
+    ("/exchanges/amq.topic/k%2F1", addresses.Target("amq.topic", "k/1", None)),
+    ("/exchanges/amq.default", ("amqp:invalid-field", "cannot publish to")),
+    ("/exchanges/", ("amqp:invalid-field", "cannot publish to")),
+    ("/exchanges/x/k/more", ("amqp:invalid-field", "unknown address")),
     ("/queues/orders/messages", ("amqp:invalid-field", "cannot publish to")),
     ("/management", ("amqp:invalid-field", "cannot publish to")),
     ("orders", ("amqp:invalid-field", "v1 addresses are not supported")),
     (None, ("amqp:invalid-field", "no address")),
 ])
-def test_publish_stream_one_rule_for_targets_and_to(address, expected):
-    """A publisher's target and a message's ``to`` on the anonymous terminus name a stream by the
-    same rule: only /queues/<stream>; exchanges are not implemented, anything else is invalid."""
-    if isinstance(expected, str):
-        assert addresses.publish_stream(address) == expected
+def test_publish_target_one_rule_for_targets_and_to(address, expected):
+    """A publisher's target and a message's ``to`` on the anonymous terminus name where a
+    message goes by the same rule (RabbitMQ's v2 target addresses): /queues/<stream> is the
+    default exchange, /exchanges/<x>[/<key>] an exchange (the empty key without one)."""
+    if isinstance(expected, addresses.Target):
+        assert addresses.publish_target(address) == expected
     else:
         with pytest.raises(BrokerError) as info:
-            addresses.publish_stream(address)
+            addresses.publish_target(address)
         assert info.value.condition == expected[0]
         assert expected[1] in info.value.description

@@ -25,18 +25,23 @@ def _popen(*args: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, env=env)
 
 
+def _interrupt(proc: subprocess.Popen, progress: str) -> tuple[str, str]:
+    """Ctrl-C ``proc`` once its first stderr line (starting with ``progress``) shows it at
+    work; its (stdout, stderr) after it ended (killed if it has not within 60 s)."""
+    try:
+        assert proc.stderr is not None and proc.stderr.readline().startswith(progress)
+        proc.send_signal(signal.SIGINT)
+        return proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
 def test_ctrl_c_during_publish_file_says_how_many_were_confirmed(broker, stream_name, tmp_path):
     path = tmp_path / "many.txt"
     path.write_text("".join(f"line {n}\n" for n in range(2_000_000)))  # far more than 2 s worth
     assert cli("declare", stream_name, url=broker.url).returncode == 0
     proc = _popen("publish", stream_name, "--file", str(path), "--url", broker.url)
-    try:
-        assert proc.stderr.readline().startswith("amqp-stream publish: progress: ")
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    out, err = _interrupt(proc, "amqp-stream publish: progress: ")
     assert proc.returncode == 130 and out == ""
     report = next(line for line in err.splitlines() if "interrupted" in line)
     words = report.split()
@@ -48,8 +53,7 @@ def test_ctrl_c_during_publish_file_says_how_many_were_confirmed(broker, stream_
 
     def stored() -> int:
         return json.loads(cli("info", stream_name, url=broker.url).stdout)["message_count"]
-    # confirmed ones are stored (the count may trail the confirms for a moment); unconfirmed
-    # ones may be
+    # confirmed ones are stored; unconfirmed ones may be
     wait_for(lambda: stored() >= confirmed, 30, f"{confirmed} confirmed messages in the stream")
     assert stored() <= sent
     cli("delete", stream_name, url=broker.url)
@@ -57,13 +61,7 @@ def test_ctrl_c_during_publish_file_says_how_many_were_confirmed(broker, stream_
 
 def test_perf_after_ctrl_c_reports_no_saving_for_an_unfiltered_consumer(broker):
     proc = _popen("perf", "--duration", "600", "--url", broker.url)  # as fast as it goes
-    try:
-        assert proc.stderr.readline().startswith("progress: t=1s")
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    out, _ = _interrupt(proc, "progress: t=1s")
     assert proc.returncode == 130
     summary = _summary(out)
     figures = _consumer_figures(summary["consumer_0"])

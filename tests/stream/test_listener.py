@@ -12,17 +12,14 @@ import time
 import pytest
 from proton.utils import BlockingConnection
 
+from amqp_stream.security import read_users
 from amqp_stream.stream_listener.auth import Authenticator
+from amqp_stream.users import UserStore
 from amqp_stream.streamproto import ResponseCode
 from amqp_stream.testing import BrokerProcess
 from conformance.streamclient import OK, ServerClosed, StreamClient
 
 USERS = "alice:wonderland\nbob:with:colons and spaces\n"
-
-
-class _Config:
-    def __init__(self, users_file=None):
-        self.users_file = users_file
 
 
 class _Security:
@@ -39,7 +36,8 @@ def test_authenticator_decisions(tmp_path):
     users.write_text(USERS)
     users.chmod(0o600)
     loopback, remote = ("127.0.0.1", 5), ("192.0.2.7", 5)
-    with_users = Authenticator(_Config(users), _Security("PLAIN"))
+    with_users = Authenticator(UserStore(str(tmp_path / "u1.json"), read_users(users)),
+                               _Security("PLAIN"))
     assert with_users.mechanisms == ("PLAIN",)
     assert with_users.check("PLAIN", _plain("alice", "wonderland"), remote) == (OK, "alice")
     assert with_users.check("PLAIN", _plain("bob", "with:colons and spaces"), remote)[0] == OK
@@ -48,7 +46,9 @@ def test_authenticator_decisions(tmp_path):
     assert with_users.check("ANONYMOUS", b"", loopback)[0] == \
         ResponseCode.SASL_MECHANISM_NOT_SUPPORTED
     assert with_users.check("PLAIN", b"no-separators", loopback)[0] == ResponseCode.SASL_ERROR
-    open_broker = Authenticator(_Config(), _Security("ANONYMOUS"))
+    store = UserStore(str(tmp_path / "u2.json"))
+    store.seed_guest()  # RabbitMQ's first user
+    open_broker = Authenticator(store, _Security("ANONYMOUS"))
     assert open_broker.mechanisms == ("PLAIN", "ANONYMOUS")
     assert open_broker.check("ANONYMOUS", b"", remote)[0] == OK
     assert open_broker.check("PLAIN", _plain("guest", "guest"), loopback) == (OK, "guest")

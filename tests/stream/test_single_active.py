@@ -18,9 +18,10 @@ rstream = pytest.importorskip("rstream")
 from rstream import (AMQPMessage, Consumer, ConsumerOffsetSpecification,  # noqa: E402
                      OffsetSpecification, OffsetType, Producer, SuperStreamConsumer,
                      amqp_decoder, exceptions)
-from rstream.client import Client  # noqa: E402
 
 from amqp_stream.testing import BrokerProcess  # noqa: E402
+from tests.stream import rstream_low  # noqa: E402
+from tests.stream.rstream_low import admin, until  # noqa: E402
 
 TIMEOUT = 60
 
@@ -34,31 +35,7 @@ def broker(tmp_path_factory):
 
 
 def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, TIMEOUT))
-
-
-async def until(condition, what: str, timeout: float = 20) -> None:
-    """Poll ``condition`` with a deadline (the loop keeps serving the clients meanwhile)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
-class admin:
-    """An authenticated low-level rstream ``Client`` (codes come back as exceptions)."""
-
-    def __init__(self, broker: BrokerProcess):
-        self.c = Client("127.0.0.1", broker.stream_port, frame_max=1024 * 1024, heartbeat=60)
-
-    async def __aenter__(self) -> Client:
-        await self.c.start()
-        await self.c.authenticate("/", "guest", "guest")
-        return self.c
-
-    async def __aexit__(self, *_) -> None:
-        await self.c.close()
+    return rstream_low.run(coro, TIMEOUT)
 
 
 def consumer(broker: BrokerProcess) -> Consumer:

@@ -1,0 +1,65 @@
+"""The values every cluster role agrees on: nodes and each stream's layout.
+
+Why plain frozen values: coordination produces them (from ZooKeeper), replication and the
+listeners consume them; keeping them free of I/O lets each side be tested alone and lets a
+layout be compared, logged and sent as JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["Node", "StreamLayout"]
+
+
+@dataclass(frozen=True)
+class Node:
+    """A member of the cluster as clients and other nodes reach it (its advertised addresses)."""
+
+    name: str
+    host: str
+    amqp_port: int
+    stream_port: int
+    replication_port: int
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "host": self.host, "amqp_port": self.amqp_port,
+                "stream_port": self.stream_port, "replication_port": self.replication_port}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> Node:
+        return cls(str(doc["name"]), str(doc["host"]), int(doc["amqp_port"]),
+                   int(doc["stream_port"]), int(doc["replication_port"]))
+
+
+@dataclass(frozen=True)
+class StreamLayout:
+    """Who holds one stream: its members (node names), which of them leads, under which epoch.
+
+    The epoch grows by one at every leader change; it is written in each chunk's header
+    (storage-format: bytes 16-23), and a member refuses chunks of an epoch older than the
+    one it knows, so a deposed leader can get nothing confirmed.
+    """
+
+    stream: str
+    epoch: int
+    leader: str
+    members: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def replicas(self) -> tuple[str, ...]:
+        return tuple(m for m in self.members if m != self.leader)
+
+    @property
+    def quorum(self) -> int:
+        """Members that must hold a chunk durably before it is committed (leader included)."""
+        return len(self.members) // 2 + 1
+
+    def to_json(self) -> dict:
+        return {"stream": self.stream, "epoch": self.epoch, "leader": self.leader,
+                "members": list(self.members)}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> StreamLayout:
+        return cls(str(doc["stream"]), int(doc["epoch"]), str(doc["leader"]),
+                   tuple(str(m) for m in doc["members"]))

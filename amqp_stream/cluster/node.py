@@ -1,0 +1,169 @@
+"""The broker's side of coordination: one cluster node's core kept in step with the cluster.
+
+``ClusterNode`` is what the core asks (does stream X exist, declare, delete) when the broker
+runs with ``--cluster``; it places new streams (``placement``) and records them through the
+``Coordinator`` (the only code that talks to ZooKeeper). Each new ``ClusterView`` the
+coordinator reads arrives on the event loop through the Mailbox and is applied there:
+
+- a stream whose layout names this node as a member gets its local log (opened, or created
+  empty: replication fills it);
+- a stream whose layout is gone is deleted locally (its attachments ended as on a delete);
+- a stream first seen, whose leader or epoch changed, or deleted is announced to
+  ``layout_hooks`` (the stream listener sends MetadataUpdate to the publishers and
+  subscriptions that must move; replication follows its leaders);
+- definitions changed by another node are read again.
+
+Local stream directories that no layout names are left as they are (logged): the cluster's
+path may be wrong, and deleting data on that evidence would be worse than keeping it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Callable
+
+from amqp_stream import arguments as stream_arguments
+from amqp_stream.cluster import placement
+from amqp_stream.cluster.layout import Node, StreamLayout
+from amqp_stream.config import BrokerConfig
+
+if TYPE_CHECKING:
+    from amqp_stream.cluster.coordination import ClusterView
+    from amqp_stream.core import Core
+
+__all__ = ["ClusterNode"]
+
+log = logging.getLogger(__name__)
+
+LayoutHook = Callable[[str, "StreamLayout | None", "StreamLayout | None"], None]
+
+
+class ClusterNode:
+    def __init__(self, core: Core, config: BrokerConfig, advertised_host: str,
+                 advertised_stream_port: int):
+        from amqp_stream.cluster.coordination import ClusterView, Coordinator  # kazoo
+
+        assert config.cluster and config.node_name
+        self.core = core
+        self.config = config
+        self.name = config.node_name
+        self.node = Node(self.name, advertised_host, config.port, advertised_stream_port,
+                         config.replication_port)
+        # this node's log tail of a stream, (epoch, next offset) or None, asked on the
+        # coordinator's thread when the stream's leader is gone; replication may replace it
+        # with one that knows the epoch of the last chunk it holds
+        self.tail_of: Callable[[str], tuple[int, int] | None] = self.local_tail
+        self.coordinator = Coordinator(config.cluster, self.node, config.cluster_session_timeout,
+                                       self._post_view, lambda name: self.tail_of(name))
+        self.applied: ClusterView = ClusterView()
+        # on the loop: (stream, None, layout) when this node first sees a stream (at start,
+        # or declared), (stream, old, new) after a change of leader or epoch, (stream, old,
+        # None) after a delete
+        self.layout_hooks: list[LayoutHook] = []
+
+    # -- life ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Connect and register (``CoordinationError`` when ZooKeeper cannot be reached);
+        the definitions then come from ZooKeeper."""
+        self.coordinator.start(self.config.cluster_session_timeout)
+        self.core.definitions.store = self.coordinator.store()
+
+    def stop(self) -> None:
+        self.coordinator.stop()
+
+    @property
+    def view(self) -> ClusterView:
+        """The latest view the coordinator read (or wrote itself)."""
+        return self.coordinator.view
+
+    # -- the core's questions --------------------------------------------------------------
+    def exists(self, name: str) -> bool:
+        return name in self.view.layouts
+
+    def layout(self, name: str) -> StreamLayout | None:
+        return self.view.layouts.get(name)
+
+    def declare(self, name: str, arguments: dict) -> bool:
+        """Place and record stream ``name``; False when it exists with the same arguments.
+        This node opens its member log at once; the others when they see the layout."""
+        view = self.view
+        if name in view.layouts:
+            stream_arguments.equivalent(view.arguments.get(name, {}), arguments, name)
+            return False
+        layout = placement.place(name, arguments, sorted(view.nodes), self.name,
+                                 view.layouts.values())
+        if not self.coordinator.create_stream(layout, arguments):  # declared elsewhere meanwhile
+            return self.declare(name, arguments)
+        log.info("stream %r placed: leader %s, members %s", name, layout.leader,
+                 ", ".join(layout.members))
+        # our log now, so a publisher here can start at once; the rest of the view (and the
+        # definitions, which a super stream's declare may be editing) waits for the mailbox
+        self._open_member_log(name, layout, arguments)
+        return True
+
+    def delete(self, name: str) -> bool:
+        return self.coordinator.delete_stream(name)
+
+    # -- views, on the loop ----------------------------------------------------------------
+    def _post_view(self, view: ClusterView) -> None:
+        """From the coordinator's thread."""
+        self.core.mailbox.post(self._apply, view)
+
+    def apply_now(self) -> None:
+        """At start, before serving: the member logs this node must hold."""
+        self._apply(self.view)
+
+    def _apply(self, view: ClusterView) -> None:
+        view = self.view  # the newest, whichever post brought us here
+        old, self.applied = self.applied, view
+        core = self.core
+        for name, layout in view.layouts.items():
+            self._open_member_log(name, layout, view.arguments.get(name, {}))
+            before = old.layouts.get(name)
+            if before is None:
+                self._run_hooks(name, None, layout)
+            elif (before.leader, before.epoch) != (layout.leader, layout.epoch):
+                log.info("stream %r: leader %s (epoch %d), was %s (epoch %d)", name,
+                         layout.leader, layout.epoch, before.leader, before.epoch)
+                self._run_hooks(name, before, layout)
+        for name, before in old.layouts.items():
+            if name not in view.layouts:
+                if core.get(name) is not None:
+                    log.info("stream %r was deleted in the cluster: deleting its local log", name)
+                    core.delete_local(name)
+                self._run_hooks(name, before, None)
+        store = core.definitions.store
+        if view.definitions_version != old.definitions_version and \
+                view.definitions_version != getattr(store, "version", None):
+            try:
+                core.definitions.load(prune=False)
+            except Exception:
+                log.exception("reading the definitions another node changed")
+
+    def _open_member_log(self, name: str, layout: StreamLayout, arguments: dict) -> None:
+        if self.name in layout.members and self.core.get(name) is None:
+            log.info("stream %r: this node is a member (leader %s, epoch %d): opening its log",
+                     name, layout.leader, layout.epoch)
+            # one stream's disk trouble must not keep the others' logs from opening; the
+            # next view tries again
+            try:
+                self.core.open_local(name, arguments)
+            except Exception:
+                log.exception("stream %r: cannot open this member's log", name)
+
+    def _run_hooks(self, name: str, before: StreamLayout | None,
+                   after: StreamLayout | None) -> None:
+        for hook in self.layout_hooks:
+            try:
+                hook(name, before, after)
+            except Exception:
+                log.exception("layout hook %r for %r", hook, name)
+
+    def local_tail(self, name: str) -> tuple[int, int] | None:
+        """From the coordinator's thread: this node's log tail of ``name`` (the epoch its
+        writer stamps and its next offset), None when it holds none."""
+        entry = self.core.registry.entries.get(name)
+        if entry is None:
+            return None
+        stream = entry.stream
+        return stream.config.epoch, stream.next_offset
