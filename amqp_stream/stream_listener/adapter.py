@@ -476,6 +476,7 @@ class StreamAdapter:
         sub = Subscription(conn, frame.subscription_id, entry, reader, frame.credit, start,
                            filters.match, self._end_attachment)
         sub.filters = filters
+        sub.end_offset = filters.end_offset
         notices = []
         if sac is not None:
             try:
