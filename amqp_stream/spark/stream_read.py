@@ -12,12 +12,15 @@ properties as proton reports them (times in seconds, absent zero times left out)
 counted from the chunk's first offset, and no chunk timestamp (the AMQP listener adds no
 ``x-stream-chunk-timestamp``, so the ``timestamp`` column is the creation time on both paths).
 
-Where a read ends: at the first chunk that reaches the range's end. A filtered read may get no
-such chunk (the broker skips chunks that stage 1 or 2 rule out, and the stream protocol has no
-drain as AMQP's link credit has), and a range may end in a tracking chunk that is never sent:
-every chunk of the range was committed when the query was planned, so a socket quiet for
-``_IDLE`` seconds ends the read. That is a time-out, not a signal from the broker: a broker
-slower than that to scan past filtered chunks would cut the read short (known limitation).
+Where a read ends: the Subscribe carries the range's end as this broker's ``end-offset``
+property (docs/stream-protocol.md); once the broker's reader has passed every chunk below it
+(sent, or skipped by stage 1 or 2, or a tracking chunk) it sends an empty chunk whose id is
+the end, and the read ends there, or earlier at a delivered chunk that reaches the end. No
+timer decides it: a slow broker makes the read slower, never shorter. ``timeout`` seconds
+without a frame fail the read (a broker that is gone, or one that ignores ``end-offset``).
+
+A Deliver carries the chunk's header and its data section only (no Bloom filter, no trailer,
+as osiris sends them), so the data starts right after the header.
 """
 
 from __future__ import annotations
@@ -32,12 +35,12 @@ from amqp_stream.spark.offsets import OffsetRange
 from amqp_stream.spark.options import SourceOptions
 from amqp_stream.spark.pushdown import Pushdown
 from amqp_stream.streamproto import OffsetSpec
+from amqp_stream.streamproto.constants import END_OFFSET_PROPERTY
 from amqp_stream.wire import MessageView, decode, split_sections
-from storage.format import CHUNK_HEADER_BYTES, decode_header, decode_records
+from storage.format import CHUNK_HEADER, CHUNK_HEADER_BYTES, decode_header, decode_records
 
 __all__ = ["read_range_stream", "subscribe_properties", "wire_message"]
 
-_IDLE = 0.5  # seconds of a quiet socket that end a read (see the module docstring)
 _DATA, _SEQUENCE, _VALUE = 0x75, 0x76, 0x77
 _SUBSCRIPTION = 1
 
@@ -89,9 +92,10 @@ def wire_message(data: bytes, offset: int) -> _Message:
                     _properties(view.properties), dict(view.application_properties))
 
 
-def subscribe_properties(pd: Pushdown, match_unfiltered: bool) -> dict[str, str]:
-    """The Subscribe properties that carry ``pd`` (docs/stream-protocol.md)."""
+def subscribe_properties(pd: Pushdown, match_unfiltered: bool, end: int) -> dict[str, str]:
+    """The Subscribe properties that carry ``pd`` and the range's ``end`` (docs/stream-protocol.md)."""
     props = {f"filter.{i}": v for i, v in enumerate(pd.filter_values or ())}
+    props[END_OFFSET_PROPERTY] = str(end)
     if props and match_unfiltered:
         props["match-unfiltered"] = "true"
     if pd.sql:
@@ -113,14 +117,17 @@ def read_range_stream(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, decla
     try:
         try:
             client.subscribe(_SUBSCRIPTION, opts.stream, OffsetSpec.offset(rng.start), credit=8,
-                             properties=subscribe_properties(pd, opts.match_unfiltered))
+                             properties=subscribe_properties(pd, opts.match_unfiltered, rng.end))
         except amqp.ClientError as exc:
             raise amqp.ConsumerError(f"cannot read stream {opts.stream!r} over {opts.stream_url}: "
                                      f"{exc} (invalid SQL filter?)") from exc
         done = False
         while not done:
-            if not chunks and not client.pump(_IDLE):
-                return
+            if not chunks and not client.pump(opts.timeout):
+                raise amqp.ConsumerError(
+                    f"reading stream {opts.stream!r} over {opts.stream_url}: nothing came for "
+                    f"{opts.timeout:g} s before offset {rng.end} (option timeout; a broker without "
+                    f"this broker's {END_OFFSET_PROPERTY} extension never says where a range ends)")
             while chunks:
                 chunk = chunks.pop(0)
                 rows, done = _rows(chunk, rng, pd, declared)
@@ -133,11 +140,13 @@ def read_range_stream(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, decla
 
 def _rows(chunk: bytes, rng: OffsetRange, pd: Pushdown, declared) -> tuple[list[tuple], bool]:
     """The rows of one delivered chunk within the range, and whether the range is done."""
+    if CHUNK_HEADER.unpack_from(chunk)[2] == 0:  # entries: the broker's end-offset chunk
+        return [], True
     h = decode_header(chunk, path="deliver")
-    # the data section ends the chunk; the Bloom filter stays on the broker's side (the
-    # header still gives its size), so the data is counted from the end
-    start = len(chunk) - h.data_length - h.trailer_length
-    if start < CHUNK_HEADER_BYTES:
+    # the data section follows the header; the Bloom filter and the trailer stay on the
+    # broker's side (the header still gives their sizes)
+    start = CHUNK_HEADER_BYTES
+    if len(chunk) < start + h.data_length:
         raise amqp.ConsumerError(f"a delivered chunk of {len(chunk)} bytes is shorter than its header says")
     rows: list[tuple] = []
     for offset, data in decode_records(chunk[start:start + h.data_length], h.chunk_id,

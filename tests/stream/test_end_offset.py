@@ -6,7 +6,7 @@ where it ends from the broker, not from a quiet socket."""
 from __future__ import annotations
 
 import pytest
-from proton import Message
+from proton import Message, symbol
 
 from amqp_stream.client.stream import StreamClient, offset_spec, publish_frame
 from amqp_stream.errors import BadRequest
@@ -16,18 +16,23 @@ from storage.format import CHUNK_HEADER
 
 def publish_chunks(url: str, stream: str, groups: list[tuple[str | None, int]]) -> int:
     """One Publish frame per group, each confirmed before the next (one chunk each); the
-    messages carry ``n`` (their offset) and the group's filter value."""
+    messages carry ``n`` (their offset) and the group's filter value (also as the annotation an
+    AMQP publisher's filter value is, which the Spark source checks)."""
     n = 0
     with StreamClient(url) as c:
         c.create(stream)
         c.declare_publisher(1, stream)
         for value, count in groups:
-            c.send(publish_frame(1, [(n + i, value, bytes(Message(body=b"x", properties={"n": n + i}).encode()))
-                                     for i in range(count)]))
+            c.send(publish_frame(1, [(n + i, value, _message(n + i, value)) for i in range(count)]))
             n += count
             while c.confirmed < n:
                 assert c.pump(10), "confirms stopped"
     return n
+
+
+def _message(n: int, value: str | None) -> bytes:
+    annotations = {symbol("x-stream-filter-value"): value} if value is not None else None
+    return bytes(Message(body=b"x", properties={"n": n}, annotations=annotations).encode())
 
 
 def subscribe_until_end(url: str, stream: str, properties: dict) -> list[tuple[int, int, int]]:
