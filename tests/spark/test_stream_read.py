@@ -134,3 +134,20 @@ def test_streaming_read_over_the_stream_protocol(spark, broker, typed, tmp_path)
         outs.append(sorted(tuple(x) for x in spark.read.parquet(str(out)).collect()))
     assert outs[1] == outs[0]
     assert [r[1] for r in outs[1]] == list(range(1, total, 2))
+
+
+def test_chunks_of_named_publishers_read_over_the_stream_protocol(spark, broker):
+    """A named write (``writeName``: exactly once) leaves chunks with a trailer (the writers'
+    sequences); a Deliver holds header and data only, so the read must not count the trailer.
+    Written over both protocols, read over the stream protocol."""
+    name = f"stream-read-named-{uuid.uuid4().hex[:8]}"
+    df = spark.range(0, 300).selectExpr("id AS n", "concat('r', id % 3) AS region").repartition(2)
+    for via, start in ((False, 0), (True, 300)):
+        w = (df.selectExpr(f"n + {start} AS n", "region").write.format("amqp-stream")
+             .option("url", broker.url).option("stream", name).option("declare", "true")
+             .option("writeName", f"named-{via}"))
+        if via:
+            w = w.option("streamUrl", broker.stream_url)
+        w.mode("append").save()
+    rows = read(spark, broker, name, True).select("n").collect()
+    assert sorted(r.n for r in rows) == list(range(600))
