@@ -178,6 +178,8 @@ class Subscription:
                     self._again()
                     break
                 if loc is None:
+                    if self.end_offset is not None and reader.position >= self.end_offset:
+                        continue  # the last chunks below the end were not ones to send (tracking)
                     self.waiting = True
                     break
                 if self.match is not None:

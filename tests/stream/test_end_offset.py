@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from proton import Message, symbol
 
+from amqp_stream import client as amqp
 from amqp_stream.client.stream import StreamClient, offset_spec, publish_frame
 from amqp_stream.errors import BadRequest
 from amqp_stream.stream_listener.subscription_filters import parse
@@ -82,3 +83,22 @@ def test_end_inside_a_chunk_and_nothing_after_the_end(broker, stream_name):
             assert c.pump(30)
         c.unsubscribe(1)  # the subscription is still there and answers
     assert delivered == got
+
+
+def test_end_after_tracking_chunks_at_the_stream_end(broker, stream_name):
+    """A range that ends in tracking chunks (stored offsets) at the end of the stream: they are
+    never delivered, and the end chunk still comes."""
+    publish_chunks(broker.stream_url, stream_name, [(None, 10)])
+    with StreamClient(broker.stream_url) as c:
+        c.store_offset("q", stream_name, 9)
+        assert c.query_offset("q", stream_name) == 9
+    with amqp.connect(broker.url) as a:
+        end = a.info(stream_name)["next_offset"]  # what a Spark read plans with
+    assert end > 10, "no tracking chunk after the messages"
+    assert subscribe_until_end(broker.stream_url, stream_name, {"end-offset": str(end)}) == [(0, 10, 10), (end, 0, 0)]
+    got: list = []
+    with StreamClient(broker.stream_url, on_chunk=lambda c: got.append(_head(c))) as c:
+        c.subscribe(1, stream_name, offset_spec("10"), credit=2, properties={"end-offset": str(end)})
+        while not got:
+            assert c.pump(30), "no end chunk after the tracking chunks"
+    assert got == [(end, 0, 0)]
