@@ -18,7 +18,8 @@ Against Parquet (``--parquet``, issue 25 item 18): ``--rows`` rows of five colum
 and cached) with 1 and with 2 partitions: Spark's own Parquet write of the DataFrame, then the
 same DataFrame written to a stream over AMQP 1.0 (the default) and to another over the stream
 protocol (``streamUrl``), on a fresh broker; Spark's Parquet read of those files,
-then the stream read with its five columns declared (``numPartitions`` 1 and 2). Reads end in
+then the stream read with its five columns declared (``numPartitions`` 1 and 2), over AMQP 1.0
+and over the stream protocol (``streamUrl``). Reads end in
 Spark's ``noop`` sink, so every column of every row is produced and nothing is collected.
 
 Run: ``.venv/bin/python -m bench.spark`` (``--rows N``, ``--repeat K``; ``--parquet`` for the
@@ -193,6 +194,9 @@ def parquet_phase(args, spark, tmp: str) -> None:
             .mode("append").save()
         (spark.read.format("amqp-stream").option("url", broker.url).option("stream", "w")
          .option("properties", PARQUET_SCHEMA).load().write.format("noop").mode("overwrite").save())
+        (spark.read.format("amqp-stream").option("url", broker.url).option("stream", "w")
+         .option("streamUrl", broker.stream_url).option("properties", PARQUET_SCHEMA).load()
+         .write.format("noop").mode("overwrite").save())
     lines = []
     for parts in (1, 2):
         df = base.repartition(parts).cache() if parts > 1 else base.coalesce(1).cache()
@@ -231,12 +235,19 @@ def parquet_phase(args, spark, tmp: str) -> None:
                          .option("properties", PARQUET_SCHEMA).option("numPartitions", parts).load()
                          .write.format("noop").mode("overwrite").save())
                     note("amqp-stream read", timed(read)[1])
+
+                    def read_stream() -> None:
+                        (spark.read.format("amqp-stream").option("url", broker.url).option("stream", "w")
+                         .option("streamUrl", broker.stream_url).option("properties", PARQUET_SCHEMA)
+                         .option("numPartitions", parts).load()
+                         .write.format("noop").mode("overwrite").save())
+                    note("streamUrl read", timed(read_stream)[1])
                 except Exception:
                     print("broker log (tail):\n" + broker.log_text()[-3000:], file=sys.stderr)
                     raise
         df.unpersist()
         for what, ours_label in (("write", "amqp-stream write"), ("write", "streamUrl write"),
-                                 ("read", "amqp-stream read")):
+                                 ("read", "amqp-stream read"), ("read", "streamUrl read")):
             pq, ours = best[f"parquet {what}"], best[ours_label]
             lines.append(f"  {parts} partition{'s' if parts > 1 else ' '}  parquet {what:<5} {args.rows / pq:>10,.0f} rows/s"
                          f"   {ours_label:<18} {args.rows / ours:>10,.0f} rows/s   x{pq / ours:.3f} of parquet")

@@ -102,8 +102,8 @@ def _stream_url(url: str | None, tls: amqp.TlsOptions | None) -> str | None:
     except amqp.ClientError as exc:
         raise OptionError(f"option streamUrl: {exc}") from None
     if tls is not None:
-        raise OptionError("option streamUrl: the stream-protocol writer has no TLS; leave streamUrl out to "
-                          "write over AMQP 1.0 with TLS")
+        raise OptionError("option streamUrl: the stream-protocol client has no TLS; leave streamUrl out to "
+                          "read and write over AMQP 1.0 with TLS")
     return url
 
 

@@ -43,6 +43,7 @@ from amqp_stream.spark.mapping import BASE_COLUMNS, STREAM_COLUMN, declared_colu
 from amqp_stream.spark.offsets import OffsetRange, resolve, split
 from amqp_stream.spark.options import OptionError, SourceOptions
 from amqp_stream.spark.pushdown import Pushdown, fits, plan_pushdown, streams_named
+from amqp_stream.spark.stream_read import read_range_stream
 
 __all__ = ["BatchReader", "PushdownBatchReader", "StreamReader", "ReadPartition", "read_range", "read_partition",
            "stream_bounds", "start_offset", "store_progress"]
@@ -144,7 +145,11 @@ def _merge(a: Pushdown, b: Pushdown) -> Pushdown:
 
 
 def read_range(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, declared) -> Iterator[tuple]:
-    """The rows of ``[rng.start, rng.end)`` that pass ``pd``."""
+    """The rows of ``[rng.start, rng.end)`` that pass ``pd`` (over the stream protocol with
+    ``streamUrl``: ``stream_read``)."""
+    if opts.stream_url is not None:
+        yield from read_range_stream(opts, rng, pd, declared)
+        return
     if rng.end <= rng.start or pd.empty:
         return
     try:

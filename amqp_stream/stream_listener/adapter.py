@@ -479,6 +479,7 @@ class StreamAdapter:
                            filters.match, self._end_attachment)
         sub.filters = filters
         sub.properties = dict(frame.properties)
+        sub.end_offset = filters.end_offset
         notices = []
         if sac is not None:
             try:

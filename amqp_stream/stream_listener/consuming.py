@@ -23,6 +23,10 @@ the offsets a client computes from chunk headers stay right. With broker-derived
 required values and may name the blocks of a chunk that can match (``ChunkLocation.blocks``):
 only those are read (each checked against its own CRC; a mismatch reads the chunk whole).
 
+With ``end-offset`` (an extension, see ``subscription_filters``) the subscription stops once
+its reader's position reaches that offset: one empty chunk with the end offset as its id goes
+out (it takes a credit as any chunk does), then nothing more.
+
 Deliver v2 carries the stream's committed chunk id (``Stream.committed_chunk_id``), never less
 than the delivered chunk's own id.
 """
@@ -35,8 +39,8 @@ import zlib
 from typing import TYPE_CHECKING, Any, Callable
 
 from amqp_stream.stream_listener.connection import MAX_PENDING
-from storage.format import (CHUNK_HEADER, HEADER_FILTER_SCHEME_AT, HEADER_FLAGS_AT, decode_records,
-                            encode_chunk, encode_entries)
+from storage.format import (CHUNK_HEADER, CHUNK_MAGIC_VERSION, CHUNK_USER, HEADER_FILTER_SCHEME_AT,
+                            HEADER_FLAGS_AT, decode_records, encode_chunk, encode_entries)
 from storage.reader import SCAN_PAUSED, ChunkLocation
 
 if TYPE_CHECKING:
@@ -82,6 +86,8 @@ class Subscription:
         self.filters: Any = None  # the parsed Subscribe filters (a reader is opened again)
         self.single_active: Any = None  # its group membership (stream_listener.single_active)
         self.properties: dict[str, str] = {}  # the Subscribe properties (the HTTP API lists them)
+        self.end_offset: int | None = None  # ``end-offset``: stop there, saying so
+        self.ended = False  # the end chunk went out
         self._stats = (0, 0, 0)
         self.sent_messages = self.sent_bytes = 0  # since it subscribed (the HTTP API's savings)
 
@@ -138,7 +144,7 @@ class Subscription:
             self.conn.failed(exc)
 
     def pump(self) -> None:
-        if self.closed or not self.active or not self.conn.serving:
+        if self.closed or self.ended or not self.active or not self.conn.serving:
             return
         conn = self.conn
         self.waiting = False
@@ -172,11 +178,17 @@ class Subscription:
                     records += CHUNK_HEADER.unpack_from(chunk)[3]
                     nbytes += len(chunk)
                     continue
+                if self.end_offset is not None and reader.position >= self.end_offset:
+                    self._send_end(v2)
+                    sent += 1
+                    break
                 loc = reader.read_location(SCAN_BUDGET)
                 if loc is SCAN_PAUSED:
                     self._again()
                     break
                 if loc is None:
+                    if self.end_offset is not None and reader.position >= self.end_offset:
+                        continue  # the last chunks below the end were not ones to send (tracking)
                     self.waiting = True
                     break
                 if self.match is not None:
@@ -201,6 +213,17 @@ class Subscription:
                 conn.adapter.count("chunks", chunks)
                 conn.adapter.count("bytes", nbytes)
         conn.write()
+
+    def _send_end(self, v2: bool) -> None:
+        """``end-offset`` reached: an empty chunk whose id is the end offset, the last one."""
+        end = self.end_offset
+        assert end is not None
+        committed = max(self.entry.stream.committed_chunk_id, end) if v2 else None
+        chunk = CHUNK_HEADER.pack(CHUNK_MAGIC_VERSION, CHUNK_USER, 0, 0, 0, 0, end, 0, 0, 0, 0, 0, 0, 0)
+        self.conn.queue(self.conn.proto.deliver_head(self.id, len(chunk), committed))
+        self.conn.queue(chunk)
+        self.credit -= 1
+        self.ended = True
 
     def _again(self) -> None:
         if not self.scheduled:

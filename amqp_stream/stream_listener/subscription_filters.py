@@ -13,8 +13,14 @@ stage-2 filters its AMQP listener offers, compiled by ``sqlfilter`` exactly as t
 - ``application-property.<key>``: an ``amqp:application-properties-filter`` entry with a string
   reference (so it matches string values only); ``&p:`` / ``&s:`` make it a prefix or suffix.
 
-All property entries must match (AND). SQL and property filters do not go together. Anything
-unusable is a ``BadRequest`` (the Subscribe is refused with ``PRECONDITION_FAILED``).
+All property entries must match (AND). SQL and property filters do not go together.
+
+``end-offset`` (an extension, not a filter): the subscription ends at that offset. Once its
+reader has passed every chunk below it (read, or skipped by the filters), the broker sends one
+empty chunk (0 entries, 0 records, no data) whose chunk id is the end offset, and nothing more:
+a filtered read of a range knows where it ends without waiting on a timer.
+
+Anything unusable is a ``BadRequest`` (the Subscribe is refused with ``PRECONDITION_FAILED``).
 """
 
 from __future__ import annotations
@@ -25,10 +31,10 @@ from typing import Any, Callable, Mapping
 import proton
 
 from amqp_stream.errors import BadRequest
-from amqp_stream.streamproto.constants import FILTER_PROPERTY_PREFIX, MATCH_UNFILTERED_PROPERTY
+from amqp_stream.streamproto.constants import END_OFFSET_PROPERTY, FILTER_PROPERTY_PREFIX, MATCH_UNFILTERED_PROPERTY
 
 __all__ = ["SubscriptionFilters", "parse", "SQL_FILTER_PROPERTY", "PROPERTY_PREFIX",
-           "APPLICATION_PROPERTY_PREFIX"]
+           "APPLICATION_PROPERTY_PREFIX", "END_OFFSET_PROPERTY"]
 
 SQL_FILTER_PROPERTY = "sql-filter"
 PROPERTY_PREFIX = "property."
@@ -45,6 +51,7 @@ class SubscriptionFilters:
     match: Callable[[bytes], bool] | None = None  # stage 2, over a record's stored bytes
     stage2: str | None = None  # "sql" or "properties", for the log
     compiled: Any = None  # the compiled stage-2 filter (its requirement: broker-derived keys)
+    end_offset: int | None = None  # ``end-offset``: where the subscription ends
 
 
 def _property_value(name: str, text: str) -> object:
@@ -80,6 +87,11 @@ def parse(properties: Mapping[str, str]) -> SubscriptionFilters:
         elif key.startswith(APPLICATION_PROPERTY_PREFIX):
             app[key[len(APPLICATION_PROPERTY_PREFIX):]] = value
     out.match_unfiltered = properties.get(MATCH_UNFILTERED_PROPERTY, "false").lower() == "true"
+    end = properties.get(END_OFFSET_PROPERTY)
+    if end is not None:
+        if not end.isdigit():
+            raise BadRequest(f"{END_OFFSET_PROPERTY} needs an offset (a whole number >= 0), not {end!r}")
+        out.end_offset = int(end)
     sql = properties.get(SQL_FILTER_PROPERTY)
     if sql is not None and (props or app):
         raise BadRequest("sql-filter and property filters do not go together")

@@ -154,6 +154,9 @@ FILTER_PROPERTY_PREFIX = "filter."
 """Subscribe property prefix of the stage-1 filter values: ``filter.0``, ``filter.1``, ..."""
 MATCH_UNFILTERED_PROPERTY = "match-unfiltered"
 """Subscribe property: ``true`` also delivers chunks holding messages without a filter value."""
+END_OFFSET_PROPERTY = "end-offset"
+"""Subscribe property (this broker's extension): the subscription ends at this offset, said with
+an empty chunk (stream_listener.subscription_filters)."""
 
 CREATE_ARGUMENTS = (
     "max-length-bytes",
