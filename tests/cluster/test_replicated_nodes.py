@@ -81,13 +81,15 @@ class Publisher:
             assert asyncio.get_running_loop().time() < deadline, "no leader to publish to"
             await asyncio.sleep(0.1)  # polling Metadata for the next answer
 
-    async def _attach(self, broker: BrokerProcess) -> None:
+    async def _attach(self, broker: BrokerProcess, create: bool = False) -> None:
         c = Client("127.0.0.1", broker.stream_port, frame_max=1024 * 1024, heartbeat=60)
         self.client = c
         await asyncio.wait_for(c.start(), 5)
         await asyncio.wait_for(c.authenticate("/", "guest", "guest"), 5)
         c.add_handler(schema.PublishConfirm, self._on_confirm)
         c.add_handler(schema.PublishError, self._on_error)
+        if create:  # on this connection, so the first publish follows the Create at once
+            await asyncio.wait_for(c.create_stream(self.stream), 5)
         await asyncio.wait_for(c.declare_publisher(self.stream, PUBLISHER, 1), 5)
         self.leader = broker
         if self.pending:  # again, under the same ids: the leader drops what it holds
@@ -159,8 +161,7 @@ def test_confirms_wait_for_a_quorum_and_every_member_holds_the_same_log(nodes, s
         for b in (n2, n3):
             b.proc.send_signal(signal.SIGSTOP)
         try:
-            await declare(n1, stream_name)
-            await p._attach(n1)  # n1 declared it: client-local, so n1 leads
+            await p._attach(n1, create=True)  # n1 declares it: client-local, so n1 leads
             p.pending.update({i: body(i) for i in range(1, 101)})
             await p._send(list(range(1, 101)))
             # paused replicas: held, not confirmed on n1's durability alone
