@@ -110,11 +110,18 @@ class Broker:
             self._close_storage()
             return 1
         self.metrics.watch(self.core.stream_states)
-        if self.config.cluster_static is not None:
-            from amqp_stream.cluster.layouts import StaticLayouts
+        from amqp_stream.cluster.layouts import Layouts, StaticLayouts
+        layouts: Layouts | None = None
+        if cluster is not None:
+            from amqp_stream.cluster.view_layouts import ViewLayouts
+            layouts = ViewLayouts(cluster)
+        elif self.config.cluster_static is not None:
+            layouts = StaticLayouts(self.config.cluster_static)
+        if layouts is not None:
             from amqp_stream.cluster.replication import Replication
-            self.replication = Replication(self.core, StaticLayouts(self.config.cluster_static),
-                                           self.config.host)
+            self.replication = Replication(self.core, layouts, self.config.host)
+            if cluster is not None:
+                cluster.replicate(self.replication)
             self.replication.start()
             from amqp_stream.cluster.metrics import ReplicationCollector
             self.metrics.registry.register(ReplicationCollector(self.replication))

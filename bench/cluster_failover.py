@@ -5,8 +5,8 @@ Three broker processes and one ZooKeeper server (Debian's package, as the cluste
 it) on loopback; a stream declared on n1 leads there (client-local). Each trial SIGKILLs n1,
 then polls Metadata on n2 every 20 ms until another leader is named (the election: the
 ZooKeeper session timeout, then the tails' reports and one versioned write), then connects to
-that leader and publishes one message until it is confirmed. Until replication lands the
-confirm is the new leader's local write.
+that leader and publishes one message until it is confirmed: a replicated confirm (the
+surviving replica follows the new epoch and holds the chunk: quorum 2 of 3).
 
     python -m bench.cluster_failover                        # session timeouts 2 and 6 s, 3 trials
     python -m bench.cluster_failover --session-timeout 6 --trials 5

@@ -29,6 +29,7 @@ from amqp_stream.config import BrokerConfig
 
 if TYPE_CHECKING:
     from amqp_stream.cluster.coordination import ClusterView
+    from amqp_stream.cluster.replication import Replication
     from amqp_stream.core import Core
 
 __all__ = ["ClusterNode"]
@@ -60,6 +61,7 @@ class ClusterNode:
         # or declared), (stream, old, new) after a change of leader or epoch, (stream, old,
         # None) after a delete
         self.layout_hooks: list[LayoutHook] = []
+        self.replication: Replication | None = None
 
     # -- life ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -75,6 +77,14 @@ class ClusterNode:
     def view(self) -> ClusterView:
         """The latest view the coordinator read (or wrote itself)."""
         return self.coordinator.view
+
+    def replicate(self, replication: Replication) -> None:
+        """Replication runs from this node's view: a member log this node opens gets its
+        role (and a replicated stream its commit gate) at once, before any publish can be
+        confirmed on local durability alone; elections rank this node by the epoch of the
+        last chunk it holds and its durable end."""
+        self.replication = replication
+        self.tail_of = self.replicated_tail
 
     # -- the core's questions --------------------------------------------------------------
     def exists(self, name: str) -> bool:
@@ -150,6 +160,9 @@ class ClusterNode:
                 self.core.open_local(name, arguments)
             except Exception:
                 log.exception("stream %r: cannot open this member's log", name)
+                return
+            if self.replication is not None and self.replication.server is not None:
+                self.replication.reconcile(force=True)
 
     def _run_hooks(self, name: str, before: StreamLayout | None,
                    after: StreamLayout | None) -> None:
@@ -167,3 +180,14 @@ class ClusterNode:
             return None
         stream = entry.stream
         return stream.config.epoch, stream.next_offset
+
+    def replicated_tail(self, name: str) -> tuple[int, int] | None:
+        """From the coordinator's thread: (epoch of the last chunk held, durable end). Each
+        is one attribute of the writer, read without the loop; the epoch first, so a chunk
+        landing between the reads gives a rank between the log's before and after it."""
+        entry = self.core.registry.entries.get(name)
+        if entry is None:
+            return None
+        stream = entry.stream
+        epoch = stream.last_epoch
+        return epoch, stream.local_end

@@ -94,7 +94,11 @@ class Replication:
                      ",".join(layout.members))
         else:
             stream.set_follower(True)
-            leader = self.layouts.nodes()[layout.leader]
+            leader = self.layouts.nodes().get(layout.leader)
+            if leader is None:  # not seen yet (restarted while it is down): the next change
+                log.info("replication: %r: its leader %s is not known yet; waiting", name,
+                         layout.leader)
+                return
             sync_s = core.config.fsync_interval_ms / 1000.0
             link = ReplicaLink(name, stream, layout.epoch, leader, self.node, sync_s)
             self.replicas[name] = link

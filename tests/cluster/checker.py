@@ -20,7 +20,7 @@ from storage.reader import DirectorySource, Reader
 
 DATA_SECTION = 0x75
 
-__all__ = ["log_dir", "raw_chunks", "records", "body_of", "Report", "check"]
+__all__ = ["log_dir", "local_end", "raw_chunks", "records", "body_of", "Report", "check"]
 
 
 def log_dir(data_dir: str | os.PathLike[str], stream: str) -> Path:
@@ -40,6 +40,15 @@ def raw_chunks(directory: str | os.PathLike[str]) -> list[tuple[int, int, int, b
         while (c := r.read_raw()) is not None:
             out.append((c.chunk_id, c.epoch, c.next_offset, os.pread(c.fd, c.size, c.position)))
     return out
+
+
+def local_end(broker, stream: str) -> int:
+    """The end of ``stream``'s log in ``broker``'s data directory (0: empty or none yet)."""
+    try:
+        chunks = raw_chunks(log_dir(broker.data_dir, stream))
+    except FileNotFoundError:
+        return 0
+    return chunks[-1][2] if chunks else 0
 
 
 def records(directory: str | os.PathLike[str], end: int | None = None) -> list[tuple[int, bytes]]:

@@ -14,23 +14,13 @@ from rstream.client import Client
 from rstream.exceptions import LeaderNotAvailable, ServerError
 
 from amqp_stream.testing import BrokerProcess, free_port
+from tests.cluster.checker import local_end
 from tests.cluster.nodes import SESSION_TIMEOUT, cluster_status, holds_log, node
 from tests.cluster.zookeeper import ZooKeeperServer
 from tests.polling import wait_for
 from tests.stream.rstream_low import admin, run, until
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def nodes(zookeeper, zk_path, tmp_path):
-    url = f"zk://{zookeeper.hosts}{zk_path}"
-    brokers = [node(tmp_path, url, name) for name in ("n1", "n2", "n3")]
-    for b in brokers:
-        b.start()
-    yield url, brokers
-    for b in brokers:
-        b.close()
 
 
 def messages(n: int) -> list[schema.Message]:
@@ -120,10 +110,11 @@ def test_delete_on_another_node_removes_every_member_log(nodes, stream_name):
         wait_for(lambda b=b: not holds_log(b, stream_name), 20, "member logs deleted")
 
 
-def test_killed_leader_is_replaced_by_the_most_complete_log(nodes, stream_name):
-    """n1 leads; n3's log is ahead of n2's (written to it directly: no replication yet), so
-    after n1's SIGKILL and its session's timeout n3 leads under epoch 2, though n2 sorts
-    first; a publisher on n2 gets a MetadataUpdate."""
+def test_killed_leader_is_replaced_by_a_member_with_its_log(nodes, stream_name):
+    """n1 leads; its 5 messages are replicated to n2 and n3, so after n1's SIGKILL and its
+    session's timeout n2 (the same log, the name that sorts first) leads under epoch 2; a
+    publisher on n3 gets a MetadataUpdate. (The most complete log winning over a shorter
+    one is tested against ZooKeeper in test_coordination.py.)"""
     url, (n1, n2, n3) = nodes
     updates: list[schema.MetadataUpdate] = []
 
@@ -132,30 +123,32 @@ def test_killed_leader_is_replaced_by_the_most_complete_log(nodes, stream_name):
             await c.create_stream(stream_name)
         for b in (n2, n3):
             await until(lambda b=b: holds_log(b, stream_name), "members' logs")
-        async with admin(n3) as c:
+        async with admin(n1) as c:
             await publish_confirmed(c, stream_name, 5)
-        on_n2 = Client("127.0.0.1", n2.stream_port, frame_max=1024 * 1024, heartbeat=60)
-        await on_n2.start()
-        await on_n2.authenticate("/", "guest", "guest")
+        for b in (n2, n3):
+            await until(lambda b=b: local_end(b, stream_name) == 5, "the replicas' logs")
+        on_n3 = Client("127.0.0.1", n3.stream_port, frame_max=1024 * 1024, heartbeat=60)
+        await on_n3.start()
+        await on_n3.authenticate("/", "guest", "guest")
 
         async def on_update(frame: schema.MetadataUpdate) -> None:
             updates.append(frame)
 
-        on_n2.add_handler(schema.MetadataUpdate, on_update)
-        await on_n2.declare_publisher(stream_name, None, 7)
+        on_n3.add_handler(schema.MetadataUpdate, on_update)
+        await on_n3.declare_publisher(stream_name, None, 7)
         n1.kill()
         await until(lambda: bool(updates), "a MetadataUpdate on n2", SESSION_TIMEOUT + 20)
         assert updates[0].metadata_info.stream == stream_name
-        leader, replicas = await on_n2.query_leader_and_replicas(stream_name)
-        assert leader.port == n3.stream_port
+        leader, replicas = await on_n3.query_leader_and_replicas(stream_name)
+        assert leader.port == n2.stream_port
         # n1 is down: the live replica only
-        assert [r.port for r in replicas] == [n2.stream_port]
-        await on_n2.close()
+        assert [r.port for r in replicas] == [n3.stream_port]
+        await on_n3.close()
 
     run(scenario(), 90)
-    assert "n3 elected leader for epoch 2 (tail epoch 1 offset 5" in n2.log_text() + n3.log_text()
+    assert "n2 elected leader for epoch 2 (tail epoch 1 offset 5" in n2.log_text() + n3.log_text()
     (layout,) = [s for s in cluster_status(url)["streams"] if s["stream"] == stream_name]
-    assert (layout["leader"], layout["epoch"]) == ("n3", 2)
+    assert (layout["leader"], layout["epoch"]) == ("n2", 2)
     assert [(n["name"], n["alive"]) for n in cluster_status(url)["nodes"]] == [
         ("n1", False), ("n2", True), ("n3", True)]
     # n1 comes back under its name: a replica now, named again by Metadata
@@ -164,10 +157,10 @@ def test_killed_leader_is_replaced_by_the_most_complete_log(nodes, stream_name):
     async def replicas() -> list[int]:
         async with admin(n2) as c:
             leader, replicas = await c.query_leader_and_replicas(stream_name)
-        assert leader.port == n3.stream_port
+        assert leader.port == n2.stream_port
         return sorted(r.port for r in replicas)
 
-    wanted = sorted([n1.stream_port, n2.stream_port])
+    wanted = sorted([n1.stream_port, n3.stream_port])
     wait_for(lambda: run(replicas(), 30) == wanted, 20, "n1 a replica again")
 
 
