@@ -62,7 +62,10 @@ class Consumer:
                  end: Callable[[BrokerError], None] | None = None,
                  name: str | None = None, store_policy: StorePolicy | None = None):
         self.link = link
-        self.metrics_label = f"{link.name}"  # the lag metric's ``consumer`` (a plain str)
+        try:  # the lag metric's ``consumer`` (a plain str)
+            self.metrics_label = f"{link.name}"
+        except UnicodeDecodeError:  # proton raises on a name that is not UTF-8 (a peer's choice)
+            self.metrics_label = "<not UTF-8>"
         self.end = end or (lambda error: None)  # the core ends this link (its stream is gone)
         self.conn: Any = None  # the adapter's state of this link's connection
         self.entry = entry
