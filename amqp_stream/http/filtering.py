@@ -12,24 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from amqp_stream.amqp.source_filters import _descriptor_kind
+from amqp_stream.http.state import json_value
 from amqp_stream.stream_listener.subscription_filters import (APPLICATION_PROPERTY_PREFIX,
                                                               PROPERTY_PREFIX,
                                                               SQL_FILTER_PROPERTY)
 from amqp_stream.streamproto.constants import FILTER_PROPERTY_PREFIX, MATCH_UNFILTERED_PROPERTY
 
 __all__ = ["amqp_filter", "stream_filter", "savings", "lag"]
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, (bool, int, float, str)) or value is None:
-        return value
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return str(value)
 
 
 def _shape(values: list[str], unfiltered: bool, sql: str | None,
@@ -51,7 +40,7 @@ def amqp_filter(filters: Any) -> dict[str, Any] | None:
         if kind in ("sql", "selector") and isinstance(value, str):
             sql = value
         elif kind in ("properties", "application_properties") and isinstance(value, dict):
-            properties.update({str(k): _plain(v) for k, v in value.items()})
+            properties.update({str(k): json_value(v) for k, v in value.items()})
     return _shape(list(filters.filter_values), bool(filters.match_unfiltered), sql, properties)
 
 

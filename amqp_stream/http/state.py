@@ -20,7 +20,7 @@ from amqp_stream.http.errors import not_found
 from amqp_stream.http.users import Users
 from amqp_stream.loop import peer_name
 
-__all__ = ["BrokerState", "Conn", "STATE", "VHOST", "CLOSED_BY_MANAGEMENT"]
+__all__ = ["BrokerState", "Conn", "STATE", "VHOST", "CLOSED_BY_MANAGEMENT", "json_value"]
 
 VHOST = "/"  # the broker's only virtual host
 CLOSED_BY_MANAGEMENT = "Closed via management plugin"  # RabbitMQ's reason, word for word
@@ -97,7 +97,7 @@ class BrokerState:
             conn, transport = io.connection, io.transport
             try:
                 user = transport.user if transport is not None else None
-                props = {str(k): _plain(v) for k, v in (conn.remote_properties or {}).items()}
+                props = {str(k): json_value(v) for k, v in (conn.remote_properties or {}).items()}
                 container = conn.remote_container
                 frame_max = int(transport.remote_max_frame_size or 0) if transport else 0
                 timeout = int(transport.idle_timeout or 0) if transport else 0
@@ -161,14 +161,14 @@ class BrokerState:
 STATE = web.AppKey("state", BrokerState)
 
 
-def _plain(value: Any) -> Any:
+def json_value(value: Any) -> Any:
     """An AMQP property value as JSON can hold it (proton's symbols, binaries, maps)."""
     if isinstance(value, (bool, int, float, str)) or value is None:
         return value
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): json_value(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [json_value(v) for v in value]
     return str(value)
