@@ -328,7 +328,6 @@ class Stream:
     def set_commit(self, end: int, chunk_id: int) -> None:
         """The cluster's commit end moved to ``end`` (``chunk_id``: the last chunk below it):
         held callbacks below it run, readers are told (the stream's listeners)."""
-        w = self._writer
         with self._gate_lock:
             if self._gate is None or end <= self._gate:
                 return
@@ -337,18 +336,7 @@ class Stream:
             held = self._held
             while held and held[0][0] < end:
                 due.append(heapq.heappop(held))
-        for offset, _, cb in due:
-            try:
-                cb(offset, None)
-            except Exception:
-                log.exception("on_durable callback failed")
-        for fn in w._listeners:
-            try:
-                fn()
-            except Exception:
-                log.exception("stream listener failed")
-        with w._commit_cond:
-            w._commit_cond.notify_all()
+        self._release(due)
 
     @property
     def commit_gate(self) -> int | None:
@@ -363,7 +351,12 @@ class Stream:
                 return
             self._gate = None
             held, self._held = self._held, []
-        for offset, _, cb in sorted(held):
+        self._release(sorted(held))
+
+    def _release(self, due: list) -> None:
+        """Run the held ``(offset, _, callback)``s (committed now), then wake the stream's
+        listeners and waiters: the commit end moved."""
+        for offset, _, cb in due:
             try:
                 cb(offset, None)
             except Exception:
