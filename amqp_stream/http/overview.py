@@ -69,6 +69,28 @@ def node_json(state: BrokerState) -> dict[str, Any]:
             "applications": [], "partitions": [], "cluster_links": []}
 
 
+def cluster_nodes_json(state: BrokerState) -> list[dict[str, Any]]:
+    """This node, or in a cluster every node: the live ones (this one in full, the others as
+    their advertised addresses say) and those that stream layouts name while they are down
+    (``running`` false), as RabbitMQ lists a cluster's nodes."""
+    cluster = state.core.cluster
+    if cluster is None:
+        return [node_json(state)]
+    view = cluster.view
+    named = set(view.nodes) | {m for layout in view.layouts.values() for m in layout.members}
+    out = []
+    for name in sorted(named):
+        if name == cluster.name:
+            out.append({**node_json(state), "name": name})
+            continue
+        peer = view.nodes.get(name)
+        out.append({"name": name, "type": "disc", "running": peer is not None,
+                    "being_drained": False, "applications": [], "partitions": [],
+                    "cluster_links": [], **({"host": peer.host, "stream_port": peer.stream_port,
+                                             "amqp_port": peer.amqp_port} if peer else {})})
+    return out
+
+
 def vhost_json(state: BrokerState, counts: dict[str, Any]) -> dict[str, Any]:
     return {"name": VHOST, "description": "Default virtual host", "tags": [],
             "default_queue_type": "stream", "metadata": {"description": "Default virtual host",
@@ -83,12 +105,13 @@ def routes(state: BrokerState, add: Any) -> None:
         return web.json_response(overview_json(state, totals(state), request["user"]))
 
     async def nodes(request: web.Request) -> web.Response:
-        return web.json_response([node_json(state)])
+        return web.json_response(cluster_nodes_json(state))
 
     async def node(request: web.Request) -> web.Response:
-        if request.match_info["node"] != state.node:
-            raise not_found()
-        return web.json_response(node_json(state))
+        for found in cluster_nodes_json(state):
+            if found["name"] == request.match_info["node"]:
+                return web.json_response(found)
+        raise not_found()
 
     async def vhosts(request: web.Request) -> web.Response:
         if not state.users.sees_vhost(request["user"], VHOST):  # filter_vhost

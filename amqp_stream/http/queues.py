@@ -26,15 +26,22 @@ from amqp_stream.http.state import VHOST, BrokerState
 __all__ = ["queue_json", "exchange_json", "binding_json", "routes"]
 
 
-def queue_json(entry: Any, node: str) -> dict[str, Any]:
+def queue_json(entry: Any, node: str, cluster: Any = None) -> dict[str, Any]:
     """A stream as RabbitMQ's stream queue (``rabbit_stream_queue`` info keys), plus
     ``first_offset`` (the first offset retention kept) and ``segments_bytes`` (the size of
-    its segment files)."""
+    its segment files). In a cluster (``cluster``: the node's ``ClusterNode``) ``leader``,
+    ``members`` and ``online`` are the stream's layout, by node name, ``online`` the members
+    that are alive."""
     first, nxt, messages = entry.counts()
     stream = entry.stream
+    leader, members, online = node, [node], [node]
+    layout = cluster.layout(entry.name) if cluster is not None else None
+    if layout is not None:
+        leader, members = layout.leader, list(layout.members)
+        online = [m for m in members if m in cluster.view.nodes]
     return {"name": entry.name, "vhost": VHOST, "type": "stream", "durable": True,
             "auto_delete": False, "exclusive": False, "arguments": dict(entry.arguments),
-            "node": node, "leader": node, "members": [node], "online": [node],
+            "node": leader, "leader": leader, "members": members, "online": online,
             "state": "running", "messages": messages, "messages_ready": messages,
             "messages_unacknowledged": 0, "consumers": len(entry.consumers),
             "segments": len(stream.segment_starts()), "committed_offset": nxt - 1,
@@ -124,10 +131,10 @@ def routes(state: BrokerState, add: Any) -> None:
         if "vhost" in request.match_info:
             state.check_vhost(request.match_info["vhost"])
         entries = [core.registry.entries[n] for n in sorted(core.registry.entries)]
-        return listed(request, [queue_json(e, state.node) for e in entries])
+        return listed(request, [queue_json(e, state.node, core.cluster) for e in entries])
 
     async def get_queue(request: web.Request) -> web.Response:
-        return reply(queue_json(entry_of(request), state.node))
+        return reply(queue_json(entry_of(request), state.node, core.cluster))
 
     async def put_queue(request: web.Request) -> web.Response:
         state.check_vhost(request.match_info["vhost"])

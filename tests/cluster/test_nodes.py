@@ -17,6 +17,7 @@ from amqp_stream.testing import BrokerProcess, free_port
 from tests.cluster.checker import local_end
 from tests.cluster.nodes import SESSION_TIMEOUT, cluster_status, holds_log, node
 from tests.cluster.zookeeper import ZooKeeperServer
+from tests.http.api import call
 from tests.polling import wait_for
 from tests.stream.rstream_low import admin, run, until
 
@@ -69,6 +70,13 @@ def test_a_stream_declared_on_one_node_has_three_members_and_one_leader(nodes, s
     assert {n["name"]: n["leaders"] for n in status["nodes"]}["n2"] == 1
     (layout,) = [s for s in status["streams"] if s["stream"] == stream_name]
     assert (layout["leader"], layout["epoch"], layout["members"]) == ("n2", 1, ["n1", "n2", "n3"])
+    # the management HTTP API of any node shows the cluster: the stream's members and leader, and
+    # every node (RabbitMQ's /api/queues and /api/nodes fields)
+    queue = call(n1, "GET", f"/api/queues/%2F/{stream_name}").json
+    assert (queue["leader"], queue["members"], queue["online"]) == (
+        "n2", ["n1", "n2", "n3"], ["n1", "n2", "n3"])
+    assert [(n["name"], n["running"]) for n in call(n3, "GET", "/api/nodes").json] == [
+        ("n1", True), ("n2", True), ("n3", True)]
 
 
 def test_balanced_leaders_and_a_smaller_cluster_size(nodes, stream_name):
