@@ -31,11 +31,12 @@ def totals(state: BrokerState) -> dict[str, Any]:
 
 def overview_json(state: BrokerState, counts: dict[str, Any], user: str) -> dict[str, Any]:
     return {
+        "message_stats": state.message_stats()[""],
         "management_version": RABBITMQ_VERSION,
         "rabbitmq_version": RABBITMQ_VERSION,
         "product_name": PRODUCT,
         "product_version": __version__,
-        "rates_mode": "none",
+        "rates_mode": "basic",
         "cluster_name": state.node,
         "node": state.node,
         "erlang_version": "none",
