@@ -141,6 +141,13 @@ class BrokerState:
         else:
             self.amqp.close_one(conn.obj, "amqp:connection:forced", reason)
 
+    def close_user(self, user: str) -> None:
+        """Close every open connection of ``user``, both protocols', as RabbitMQ's
+        ``rabbit_connection_tracking`` does on ``user_deleted`` (the HTTP DELETE of a user and
+        the broker's reload of a users file that no longer has it)."""
+        for conn in [c for c in self.connections() if c.user == user]:
+            self.close(conn, f"user '{user}' is deleted")
+
     # -- attachments -----------------------------------------------------------------------
     def amqp_consumers(self) -> Iterator[tuple[Conn, Any]]:
         from amqp_stream.amqp.consuming import Consumer
