@@ -240,6 +240,7 @@ class Broker:
         store = getattr(self.security, "store", None)
         if store is None:
             return
+        before = {u.name for u in store.users()}
         try:
             if store.reload_if_changed():
                 log.info("users reloaded from %s: %d user(s), %d permission entries",
@@ -247,6 +248,15 @@ class Broker:
         except (OSError, ValueError) as exc:
             log.error("cannot reload the users from %s (keeping the previous ones): %s",
                       store.path, exc)
+        gone = before - {u.name for u in store.users()}
+        if gone:  # their connections close, as on the HTTP API's DELETE of a user
+            from amqp_stream.http.state import BrokerState
+
+            state = self.management.state if self.management is not None else BrokerState(
+                self.config, self.core, self.adapter, self.stream_adapter,
+                self.core.registry.node, [], store)
+            for name in sorted(gone):
+                state.close_user(name)
 
     def dump_state(self) -> None:
         """SIGUSR1: log every link's flow-control state (for operators chasing a stall)."""

@@ -29,13 +29,34 @@ def totals(state: BrokerState) -> dict[str, Any]:
             "messages": messages}
 
 
-def overview_json(state: BrokerState, counts: dict[str, Any], user: str) -> dict[str, Any]:
+def user_totals(state: BrokerState, user: str) -> tuple[dict[str, Any], bool]:
+    """RabbitMQ's overview for ``user`` (``rabbit_mgmt_db:overview``): a monitor sees it all;
+    any other user its own connections, no consumer count, and streams, exchanges, messages
+    and message rates only of the vhosts it may use (``filter_vhost``). The second value:
+    whether ``/`` is among them."""
+    counts = totals(state)
+    users = state.users
+    if users.is_monitor(user):
+        return counts, True
+    sees = users.sees_vhost(user, VHOST)
+    counts = {**counts, "connections": len(users.own(user, state.connections(),
+                                                      lambda c: c.user))}
+    del counts["consumers"]
+    if not sees:
+        counts.update(queues=0, exchanges=0, messages=0)
+    return counts, sees
+
+
+def overview_json(state: BrokerState, counts: dict[str, Any], user: str,
+                  sees_vhost: bool = True) -> dict[str, Any]:
+    consumers = {"consumers": counts["consumers"]} if "consumers" in counts else {}
     return {
+        "message_stats": state.message_stats()[""] if sees_vhost else {},
         "management_version": RABBITMQ_VERSION,
         "rabbitmq_version": RABBITMQ_VERSION,
         "product_name": PRODUCT,
         "product_version": __version__,
-        "rates_mode": "none",
+        "rates_mode": "basic",
         "cluster_name": state.node,
         "node": state.node,
         "erlang_version": "none",
@@ -45,7 +66,7 @@ def overview_json(state: BrokerState, counts: dict[str, Any], user: str) -> dict
         "exchange_types": [{"name": t, "description": "", "enabled": True}
                            for t in ("direct", "fanout", "headers", "topic")],
         "object_totals": {"connections": counts["connections"], "channels": 0,
-                          "consumers": counts["consumers"], "exchanges": counts["exchanges"],
+                          **consumers, "exchanges": counts["exchanges"],
                           "queues": counts["queues"]},
         "queue_totals": {"messages": counts["messages"], "messages_ready": counts["messages"],
                          "messages_unacknowledged": 0},
@@ -102,7 +123,8 @@ def vhost_json(state: BrokerState, counts: dict[str, Any]) -> dict[str, Any]:
 
 def routes(state: BrokerState, add: Any) -> None:
     async def overview(request: web.Request) -> web.Response:
-        return web.json_response(overview_json(state, totals(state), request["user"]))
+        counts, sees = user_totals(state, request["user"])
+        return web.json_response(overview_json(state, counts, request["user"], sees))
 
     async def nodes(request: web.Request) -> web.Response:
         return web.json_response(cluster_nodes_json(state))

@@ -131,10 +131,14 @@ def routes(state: BrokerState, add: Any) -> None:
         if "vhost" in request.match_info:
             state.check_vhost(request.match_info["vhost"])
         entries = [core.registry.entries[n] for n in sorted(core.registry.entries)]
-        return listed(request, [queue_json(e, state.node, core.cluster) for e in entries])
+        stats = state.message_stats()
+        return listed(request, [{**queue_json(e, state.node, core.cluster),
+                                 "message_stats": stats.get(e.name, {})} for e in entries])
 
     async def get_queue(request: web.Request) -> web.Response:
-        return reply(queue_json(entry_of(request), state.node, core.cluster))
+        entry = entry_of(request)
+        return reply({**queue_json(entry, state.node, core.cluster),
+                      "message_stats": state.message_stats().get(entry.name, {})})
 
     async def put_queue(request: web.Request) -> web.Response:
         state.check_vhost(request.match_info["vhost"])

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from amqp_stream.config import BrokerConfig
 from amqp_stream.http.errors import not_found
+from amqp_stream.http.rates import Rates, all_counts
 from amqp_stream.http.users import Users
 from amqp_stream.loop import peer_name
 
@@ -73,11 +74,16 @@ class BrokerState:
         self.listeners = listeners  # RabbitMQ's overview "listeners", filled by the server
         self.users = Users(store)
         self.started = time.time()
+        self.rates = Rates()
 
     def check_vhost(self, vhost: str) -> None:
         """404 for any vhost but ``/`` (this broker has no other)."""
         if vhost != VHOST:
             raise not_found(f"vhost '{vhost}' does not exist (this broker has only '/')")
+
+    def message_stats(self) -> dict[str, dict[str, Any]]:
+        """RabbitMQ's ``message_stats`` of the overview (key ``""``) and of each stream."""
+        return self.rates.read(all_counts(self.core))
 
     # -- connections -----------------------------------------------------------------------
     def connections(self) -> Iterator[Conn]:
@@ -134,6 +140,13 @@ class BrokerState:
             conn.obj.close()
         else:
             self.amqp.close_one(conn.obj, "amqp:connection:forced", reason)
+
+    def close_user(self, user: str) -> None:
+        """Close every open connection of ``user``, both protocols', as RabbitMQ's
+        ``rabbit_connection_tracking`` does on ``user_deleted`` (the HTTP DELETE of a user and
+        the broker's reload of a users file that no longer has it)."""
+        for conn in [c for c in self.connections() if c.user == user]:
+            self.close(conn, f"user '{user}' is deleted")
 
     # -- attachments -----------------------------------------------------------------------
     def amqp_consumers(self) -> Iterator[tuple[Conn, Any]]:

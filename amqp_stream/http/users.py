@@ -211,8 +211,7 @@ def routes(state: Any, add: Any) -> None:
         ``rabbit_connection_tracking`` closes them on ``user_deleted``."""
         name = request.match_info["user"]
         store.delete_user(name)
-        for conn in [c for c in state.connections() if c.user == name]:
-            state.close(conn, f"user '{name}' is deleted")
+        state.close_user(name)
         return web.Response(status=204)
 
     async def user_permissions(request: web.Request) -> web.Response:

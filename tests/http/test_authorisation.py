@@ -163,7 +163,22 @@ def test_a_management_user_sees_only_its_own_connections(broker):
         assert call(broker, "GET", path, auth=(manager, password)).status == 401
         assert call(broker, "GET", path, auth=(monitor, mpassword)).status == 200
         assert call(broker, "DELETE", path, auth=(monitor, mpassword)).status == 401
+        # the overview's totals: a management user's own connections, no consumer count
+        # (RabbitMQ's rabbit_mgmt_db:overview); a monitor's count everyone's
+        mine = call(broker, "GET", "/api/overview", auth=(manager, password)).json
+        everyone = call(broker, "GET", "/api/overview", auth=(monitor, mpassword)).json
+        own = call(broker, "GET", "/api/connections", auth=(manager, password)).json
+        assert mine["object_totals"]["connections"] == len(own) >= 1
+        assert everyone["object_totals"]["connections"] > len(own)
+        assert "consumers" not in mine["object_totals"] and mine["object_totals"]["queues"] >= 1
+        assert everyone["object_totals"]["consumers"] >= 2
+        # a management user with no permission on / sees nothing of its streams or rates
+        nothing = call(broker, "GET", "/api/overview", auth=stranger).json
+        assert nothing["object_totals"] == {"connections": 0, "channels": 0, "exchanges": 0,
+                                            "queues": 0}
+        assert nothing["queue_totals"]["messages"] == 0 and nothing["message_stats"] == {}
 
+    stranger = make_user(broker, "management", perms=None)
     run(scenario())
 
 
