@@ -392,7 +392,8 @@ class Definitions:
         """The streams a message published to ``exchange`` with ``routing_key`` (and
         ``headers``, for headers exchanges: a dict, or a function that gives it, called only
         when a headers exchange is reached) goes to, each once, in binding order; following
-        exchange-to-exchange bindings. ``NotFound`` when ``exchange`` does not exist.
+        exchange-to-exchange bindings, and the ``alternate-exchange`` of an exchange that
+        matches no binding. ``NotFound`` when ``exchange`` does not exist.
         Routes that depend on the exchange and key only are kept until the next change (at
         most ``ROUTE_CACHE``): a publisher's path is one dict lookup."""
         cached = self._routes.get((exchange, routing_key))
@@ -430,6 +431,12 @@ class Definitions:
                     todo.append(b.destination)
                 else:
                     out[b.destination] = None
+            alternate = x.arguments.get(ALTERNATE_EXCHANGE)
+            if not matched and isinstance(alternate, str):
+                # rabbit_exchange:process_alternate: an exchange that routes nowhere hands the
+                # message to its alternate exchange (and that one to its own); ``seen`` ends
+                # a cycle, a missing one is skipped
+                todo.append(alternate)
         if keep:
             if len(self._routes) >= ROUTE_CACHE:
                 self._routes.clear()

@@ -302,6 +302,12 @@ class Client:
         return Publisher(self, stream, window=window, presettled=presettled, timeout=timeout,
                          reference=reference)
 
+    def exchange_publisher(self, exchange: str, routing_key: str = "", *, window: int = 256,
+                           timeout: float | None = None) -> "Publisher":
+        """A publisher to ``/exchanges/<exchange>/<routing_key>``: each message goes to every
+        stream the exchange routes it to; one routed nowhere is released (not accepted)."""
+        return Publisher(self, exchange, window=window, timeout=timeout, routing_key=routing_key)
+
     def consumer(self, stream: str, *, offset: Any = "first", filter_values: str | Sequence[str] | None = None,
                  match_unfiltered: bool = False, sql: str | None = None,
                  properties: Mapping[str, Any] | None = None,

@@ -27,6 +27,13 @@ def queue_address(stream: str) -> str:
     return "/queues/" + path_segment(stream)
 
 
+def exchange_address(exchange: str, routing_key: str = "") -> str:
+    """``/exchanges/<x>/<key>``, or ``/exchanges/<x>`` for the empty key (RabbitMQ's v2
+    addresses), each part percent-encoded."""
+    address = "/exchanges/" + path_segment(exchange)
+    return address + "/" + path_segment(routing_key) if routing_key else address
+
+
 def _condition_text(cond: Any) -> str:
     if cond is None:
         return "no error condition"

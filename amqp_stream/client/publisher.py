@@ -23,7 +23,7 @@ from proton import Delivery, Endpoint, Link, Message, ProtonException, symbol, u
 from proton.utils import LinkDetached
 
 from amqp_stream.client.errors import ClientError, PublishError, StreamNotFound
-from amqp_stream.client.links import _Collector, _condition_text, _LinkOpts, queue_address
+from amqp_stream.client.links import _Collector, _condition_text, _LinkOpts, exchange_address, queue_address
 from amqp_stream.client.names import (_TIME_PROPERTIES, FILTER_VALUE, PROPERTY_NAMES, PUBLISHER_REFERENCE,
                                       PUBLISHING_ID)
 
@@ -107,7 +107,8 @@ class Publisher:
     """
 
     def __init__(self, client: Client, stream: str, *, window: int = 256, presettled: bool = False,
-                 timeout: float | None = None, reference: str | None = None):
+                 timeout: float | None = None, reference: str | None = None,
+                 routing_key: str | None = None):
         if window < 1:
             raise ValueError("window must be >= 1")
         if reference is not None and not 0 < len(reference.encode("utf-8")) <= 255:
@@ -116,7 +117,10 @@ class Publisher:
         self.reference = reference
         self._last_id = -1
         self.timeout = client.timeout if timeout is None else timeout
-        self.address = queue_address(stream)
+        if routing_key is None:
+            self.address, self.target = queue_address(stream), f"stream {stream!r}"
+        else:  # ``stream`` names an exchange
+            self.address, self.target = exchange_address(stream, routing_key), f"exchange {stream!r}"
         self._seq = 0
         self._pending: deque[tuple[int, Delivery, Any]] = deque()
         self._done: list[Outcome] = []
@@ -133,10 +137,10 @@ class Publisher:
                                       properties={symbol(PUBLISHER_REFERENCE): reference} if reference else None))
             except LinkDetached as exc:
                 cls = StreamNotFound if exc.condition == "amqp:not-found" else PublishError
-                raise (cls(f"cannot publish to stream {stream!r}: {exc}", 404) if cls is StreamNotFound
-                       else PublishError(f"cannot publish to stream {stream!r}: {exc}", condition=exc.condition)) from exc
+                raise (cls(f"cannot publish to {self.target}: {exc}", 404) if cls is StreamNotFound
+                       else PublishError(f"cannot publish to {self.target}: {exc}", condition=exc.condition)) from exc
             except ProtonException as exc:
-                raise PublishError(f"cannot publish to stream {stream!r}: {exc}") from exc
+                raise PublishError(f"cannot publish to {self.target}: {exc}") from exc
         self.link = self._sender.link
 
     @property
@@ -245,7 +249,7 @@ class Publisher:
                              getattr(self.link.remote_condition, "name", None))
 
     def _lost(self, why: str, condition: str | None = None) -> PublishError:
-        return PublishError(f"publishing to stream {self.stream!r} failed: {why}; {len(self._pending)} message(s) "
+        return PublishError(f"publishing to {self.target} failed: {why}; {len(self._pending)} message(s) "
                             f"unconfirmed, {self.accepted} accepted", self._done, len(self._pending), condition)
 
     def _wait(self, cond: Callable[[], Any], what: str) -> None:
@@ -274,7 +278,7 @@ class Publisher:
         bad = [o for o in done if not o.accepted]
         if check and bad:
             first = bad[0]
-            raise PublishError(f"{len(bad)} of {len(done)} message(s) to stream {self.stream!r} not accepted; "
+            raise PublishError(f"{len(bad)} of {len(done)} message(s) to {self.target} not accepted; "
                                f"first: #{first.seq} {first.state} ({first.condition or 'no condition'})",
                                done, 0, first.condition)
         return done

@@ -1,4 +1,5 @@
-"""`amqp-stream publish STREAM`: publish lines or JSON lines from a file or stdin.
+"""`amqp-stream publish STREAM` (or `--exchange X [--routing-key K]`): publish lines or JSON
+lines from a file or stdin.
 
 Why: the quickest way to put test data into a stream with filter values and application
 properties, e.g. `cat events.jsonl | amqp-stream publish events --filter-value-from region`.
@@ -31,7 +32,12 @@ INTERRUPT_WAIT_S = 5.0  # after Ctrl-C, at most this long for the outcomes of wh
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("stream", help="stream name (declared already)")
+    parser.add_argument("stream", nargs="?", help="stream name (declared already)")
+    parser.add_argument("--exchange", "-x", metavar="X",
+                        help="publish to exchange X (/exchanges/X/K) instead of a stream: each "
+                             "message goes to every stream X routes it to")
+    parser.add_argument("--routing-key", "-k", metavar="K", default="",
+                        help="routing key with --exchange (default: empty)")
     parser.add_argument("--file", "-f", metavar="F", help="read lines from F instead of stdin")
     parser.add_argument("--format", choices=("auto", "lines", "json"), default="auto",
                         help="auto: a line holding a JSON object is JSON, any other line is text; "
@@ -113,6 +119,13 @@ def run(args: argparse.Namespace) -> int:
     if args.window < 1:
         print("amqp-stream publish: error: --window must be >= 1", file=sys.stderr)
         return 2
+    if (args.stream is None) == (args.exchange is None):
+        print("amqp-stream publish: error: give a STREAM or --exchange X (one of them)", file=sys.stderr)
+        return 2
+    if args.routing_key and args.exchange is None:
+        print("amqp-stream publish: error: --routing-key goes with --exchange", file=sys.stderr)
+        return 2
+    target = f"exchange {args.exchange}" if args.exchange is not None else args.stream
     try:
         source = open(args.file, encoding="utf-8") if args.file else sys.stdin
     except OSError as exc:
@@ -122,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     sent = number = 0
     ticker = None
     try:
-        with open_client(args) as client, client.publisher(args.stream, window=args.window) as pub:
+        with open_client(args) as client, _publisher(client, args) as pub:
             if progress is None:
                 ticker = _Ticker(lambda: (sent, pub.accepted))
             try:
@@ -149,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
                 if progress:
                     progress.stop(sent)
                     progress = None
-                _report_interrupt(pub, args.stream, sent, number)
+                _report_interrupt(pub, target, sent, number)
                 raise  # exit 130 (the connection is dropped: client.leave)
             finally:
                 if progress:
@@ -159,6 +172,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return fail("publish", exc)
     except StreamNotFound:
+        if args.exchange is not None:
+            return fail("publish", f"exchange {args.exchange!r} not found (declare it first: "
+                                   f"amqp-stream declare-exchange {args.exchange})")
         return fail("publish", f"stream {args.stream!r} not found (declare it first: amqp-stream declare {args.stream})")
     except PublishError as exc:
         return fail("publish", f"{exc}")
@@ -170,13 +186,20 @@ def run(args: argparse.Namespace) -> int:
     bad = [o for o in outcomes if not o.accepted]
     if bad:
         first = bad[0]
+        unroutable = " (routed to no stream)" if args.exchange is not None and first.state == "released" else ""
         return fail("publish", f"{len(bad)} of {sent} message(s) not accepted; first: message #{first.seq + 1} "
-                               f"{first.state} ({first.condition or 'no condition'})")
-    print(f"published {plural(sent, 'message')} to {args.stream}")
+                               f"{first.state}{unroutable} ({first.condition or 'no condition'})")
+    print(f"published {plural(sent, 'message')} to {target}")
     return 0
 
 
-def _report_interrupt(pub: Any, stream: str, sent: int, line: int) -> None:
+def _publisher(client: Any, args: argparse.Namespace) -> Any:
+    if args.exchange is not None:
+        return client.exchange_publisher(args.exchange, args.routing_key, window=args.window)
+    return client.publisher(args.stream, window=args.window)
+
+
+def _report_interrupt(pub: Any, target: str, sent: int, line: int) -> None:
     """After Ctrl-C: how many messages the broker confirmed, so the user knows what to publish
     again. The outcomes already sent back are collected (a short wait, at most
     ``INTERRUPT_WAIT_S``; a second Ctrl-C ends the process at once)."""
@@ -188,7 +211,7 @@ def _report_interrupt(pub: Any, stream: str, sent: int, line: int) -> None:
     failed = len(pub.failed)
     unconfirmed = max(0, sent - pub.accepted - failed)
     print(f"amqp-stream publish: interrupted after input line {line}: {plural(sent, 'message')} sent "
-          f"to {stream}, {pub.accepted} confirmed, {failed} not accepted, {unconfirmed} unconfirmed "
+          f"to {target}, {pub.accepted} confirmed, {failed} not accepted, {unconfirmed} unconfirmed "
           "(they may or may not be stored)", file=sys.stderr, flush=True)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, overload
 
 from amqp_stream import client as amqp
-from amqp_stream.spark.super_stream import ROUTING_HASHES, partitions
+from amqp_stream.spark.super_stream import ROUTING_HASHES, ROUTING_TYPES, partitions
 
 __all__ = ["SourceOptions", "OptionError", "OPTION_NAMES", "MAX_WRITE_NAME"]
 
@@ -56,7 +56,7 @@ OPTION_NAMES = (
     "startingOffset", "startingTimestamp", "endingOffset", "numPartitions", "maxRecordsPerPartition",
     "maxRecordsPerTrigger", "credit", "pushdown", "filterValues", "matchUnfiltered", "sqlFilter",
     "writeName", "exactlyOnce", "consumerName", "failOnDataLoss", "streamUrl",
-    "superStream", "routingKeyColumn", "routingHash",
+    "superStream", "routingKeyColumn", "routingHash", "routingType",
 )
 # options Spark itself may pass along (``load(path)``, a streaming query's checkpoint)
 _SPARK_OPTIONS = ("path", "checkpointlocation")
@@ -111,7 +111,8 @@ def _check_super_stream(opts: Mapping[str, str], stream: str | None, super_strea
     """``superStream`` instead of ``stream``; its partitions are asked with the stream
     protocol, so it needs ``streamUrl``; the routing options are a super stream's."""
     if super_stream is None:
-        for key, name in (("routingkeycolumn", "routingKeyColumn"), ("routinghash", "routingHash")):
+        for key, name in (("routingkeycolumn", "routingKeyColumn"), ("routinghash", "routingHash"),
+                          ("routingtype", "routingType")):
             if key in opts:
                 raise OptionError(f"option {name} is for writes to a super stream (option superStream)")
         return
@@ -127,6 +128,12 @@ def _check_super_stream(opts: Mapping[str, str], stream: str | None, super_strea
     scheme = opts.get("routinghash", "murmur3").strip().lower()
     if scheme not in ROUTING_HASHES:
         raise OptionError(f"option routingHash must be one of {', '.join(ROUTING_HASHES)}, got {scheme!r}")
+    kind = opts.get("routingtype", "hash").strip().lower()
+    if kind not in ROUTING_TYPES:
+        raise OptionError(f"option routingType must be one of {', '.join(ROUTING_TYPES)}, got {kind!r}")
+    if kind == "key" and "routinghash" in opts:
+        raise OptionError("option routingHash is for routingType=hash: routingType=key asks the broker "
+                          "which partitions a key's binding goes to")
 
 
 def _argument(value: str) -> Any:
@@ -154,6 +161,7 @@ class SourceOptions:
     super_stream: str | None = None
     routing_key_column: str | None = None          # writing to a super stream: the routing key
     routing_hash: str = "murmur3"                  # ... hashed as these clients hash it
+    routing_type: str = "hash"                     # ... or "key": the partitions bound with it
     # reading: start at this consumer's stored offset (streaming: store progress there)
     consumer_name: str | None = None
     # reading
@@ -223,6 +231,7 @@ class SourceOptions:
             fail_on_data_loss=_bool(opts.get("failondataloss"), True),
             super_stream=super_stream, routing_key_column=opts.get("routingkeycolumn"),
             routing_hash=opts.get("routinghash", "murmur3").strip().lower(),
+            routing_type=opts.get("routingtype", "hash").strip().lower(),
         )
 
     def partition_streams(self) -> list[str]:

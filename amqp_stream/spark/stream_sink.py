@@ -22,7 +22,7 @@ from amqp_stream.client.stream import StreamClient, publish_frame
 from amqp_stream.spark.encoding import ArrowEncoder
 from amqp_stream.spark.numbering import Numbering
 from amqp_stream.spark.options import OptionError
-from amqp_stream.spark.super_stream import route_indices
+from amqp_stream.spark.super_stream import KeyRouter, route_indices
 
 __all__ = ["publish_over_stream", "publish_routed", "Numbered", "FRAME_MESSAGES"]
 
@@ -44,8 +44,9 @@ def publish_over_stream(opts, encoder: ArrowEncoder, numbered: "Numbered", where
 def publish_routed(opts, encoder: ArrowEncoder, batches: Iterable, partitions: list[str],
                    numbering: Numbering | None, where: str) -> tuple[int, int]:
     """Publish Arrow ``batches`` to a super stream's ``partitions``, each row to the partition its
-    ``routingKeyColumn`` hashes to (``super_stream``), over one connection with a publisher per
-    partition. Exactly once per partition: every partition stream has a publisher under the
+    ``routingKeyColumn`` hashes to, or with ``routingType=key`` to every partition the broker's
+    Route gives for it (``super_stream``), over one connection with a publisher per partition.
+    Exactly once per partition: every partition stream has a publisher under the
     numbering's reference, and a partition's rows are numbered in the order they come, so the
     n-th row routed to a partition has the same id in every attempt. Returns (published, skipped)."""
     column = opts.routing_key_column
@@ -58,13 +59,20 @@ def publish_routed(opts, encoder: ArrowEncoder, batches: Iterable, partitions: l
             stored = sender.stored(stream, numbering.reference) if numbering is not None else 0
             sender.declare(i + 1, stream, numbering.reference if numbering is not None else None)
             targets.append(Numbered((), numbering, stored))
+        router = (KeyRouter(sender.client, opts.super_stream, partitions, column)
+                  if opts.routing_type == "key" else None)
         for batch in batches:
             if not batch.num_rows:
                 continue
             keys = batch.column(batch.schema.get_field_index(column)).to_pylist()
             buckets: dict[int, list[int]] = {}
-            for n, index in enumerate(route_indices(keys, len(partitions), opts.routing_hash, column)):
-                buckets.setdefault(index, []).append(n)
+            if router is None:
+                for n, index in enumerate(route_indices(keys, len(partitions), opts.routing_hash, column)):
+                    buckets.setdefault(index, []).append(n)
+            else:
+                for n, indices in enumerate(router.indices(keys)):
+                    for index in indices:
+                        buckets.setdefault(index, []).append(n)
             for index, rows in sorted(buckets.items()):
                 part = batch if len(rows) == batch.num_rows else batch.take(rows)
                 taken = targets[index].take(part)

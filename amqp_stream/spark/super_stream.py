@@ -15,6 +15,11 @@ Routing by hash, as the stream clients route (the key picks ``partitions[hash % 
 
 The two disagree on most keys: a writer must use the scheme of the clients that share the
 super stream with it (``routingHash``).
+
+Routing by key (``routingType=key``), as rstream's ``RouteType.Key`` and the Java client's
+``routing(...).key()``: the broker's Route command names the partitions bound with the key
+(every one of them gets the row); a key bound to none fails the task, as those clients fail
+the send.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from amqp_stream import client as amqp
 from amqp_stream.client.stream import StreamClient
 from amqp_stream.streamproto import Partitions, ResponseCode
 
-__all__ = ["partitions", "hash_index", "route_indices", "ROUTING_HASHES", "SEED", "MAX_PUBLISHERS"]
+__all__ = ["partitions", "hash_index", "route_indices", "KeyRouter", "ROUTING_HASHES", "ROUTING_TYPES",
+           "SEED", "MAX_PUBLISHERS"]
 
 SEED = 104729  # every stream client's seed (the 10,000th prime)
 MAX_PUBLISHERS = 255  # publisher ids of one stream-protocol connection are a byte (0 unused here)
@@ -42,6 +48,7 @@ def _rstream(key: str, count: int) -> int:
 
 
 ROUTING_HASHES: dict[str, Callable[[str, int], int]] = {"murmur3": _murmur3, "rstream": _rstream}
+ROUTING_TYPES = ("hash", "key")
 
 
 def hash_index(key: str, count: int, scheme: str = "murmur3") -> int:
@@ -49,18 +56,51 @@ def hash_index(key: str, count: int, scheme: str = "murmur3") -> int:
     return ROUTING_HASHES[scheme](key, count)
 
 
+def _key_text(key: object, i: int, column: str) -> str:
+    """A key as routed: strings as they are, integers as their decimal text (as a client's key
+    extractor would give it); a null fails: no client routes a message without a key, and a
+    default partition would hide the missing value."""
+    if key is None:
+        raise amqp.PublishError(f"routingKeyColumn {column!r} is null in row {i} of a batch: every row "
+                                "written to a super stream needs a routing key", (), 0, None)
+    return key if isinstance(key, str) else str(key)
+
+
 def route_indices(keys: Sequence[object], count: int, scheme: str, column: str) -> list[int]:
-    """Each key's partition position. Keys are strings or integers (an integer routes as its
-    decimal text, as a client's key extractor would give it); a null fails: no client routes
-    a message without a key, and a default partition would hide the missing value."""
+    """Each key's partition position under hash routing."""
     index = ROUTING_HASHES[scheme]
-    out = []
-    for i, key in enumerate(keys):
-        if key is None:
-            raise amqp.PublishError(f"routingKeyColumn {column!r} is null in row {i} of a batch: every row "
-                                    "written to a super stream needs a routing key", (), 0, None)
-        out.append(index(key if isinstance(key, str) else str(key), count))
-    return out
+    return [index(_key_text(key, i, column), count) for i, key in enumerate(keys)]
+
+
+class KeyRouter:
+    """``routingType=key`` for one task: each distinct key's partition positions, asked once
+    with the Route command over the task's stream connection and kept (keys that route are
+    binding keys, so the cache is as small as the super stream's bindings)."""
+
+    def __init__(self, client: StreamClient, super_stream: str, partitions: Sequence[str], column: str):
+        self.client, self.super_stream, self.column = client, super_stream, column
+        self.positions = {stream: i for i, stream in enumerate(partitions)}
+        self.routes: dict[str, list[int]] = {}
+
+    def indices(self, keys: Sequence[object]) -> list[list[int]]:
+        """For each key, the positions of the partitions it goes to (at least one)."""
+        return [self._route(_key_text(key, i, self.column)) for i, key in enumerate(keys)]
+
+    def _route(self, key: str) -> list[int]:
+        found = self.routes.get(key)
+        if found is None:
+            streams = self.client.route(key, self.super_stream)
+            if not streams:
+                raise amqp.PublishError(f"routing key {key!r} (routingKeyColumn {self.column!r}) routes to no "
+                                        f"partition of super stream {self.super_stream!r}: no partition is "
+                                        "bound with that key (routingType=key)", (), 0, None)
+            unknown = [s for s in streams if s not in self.positions]
+            if unknown:
+                raise amqp.PublishError(f"routing key {key!r} routes to {unknown} of super stream "
+                                        f"{self.super_stream!r}, which were not its partitions when the "
+                                        "write started", (), 0, None)
+            found = self.routes[key] = [self.positions[s] for s in streams]
+        return found
 
 
 def partitions(stream_url: str, super_stream: str, *, user: str | None = None, password: str | None = None,

@@ -298,3 +298,44 @@ def test_x_cc_adds_routing_keys(broker, stream_name):
         assert dlv.settled and dlv.remote_state == Delivery.RELEASED
         assert (c.info(a)["message_count"], c.info(b)["message_count"]) == (1, 1)
         c.request("DELETE", f"/exchanges/{x}")
+
+
+def test_alternate_exchange_takes_what_routes_nowhere(broker, stream_name):
+    """As rabbit_exchange:route1: a message its exchange routes nowhere goes to the exchange's
+    alternate-exchange, and on to that one's own; a cycle of alternates ends (released); an
+    exchange that routes to another exchange has routed, even if that one routes nowhere."""
+    a, b, x, ae1, ae2, c1, c2, y, z = (_name(stream_name, s) for s in (
+        "a", "b", "x", "ae1", "ae2", "c1", "c2", "y", "z"))
+    with Client(broker.url) as c:
+        c.declare(a)
+        c.declare(b)
+        c.request("PUT", f"/exchanges/{ae2}", {"type": "fanout"})
+        c.request("PUT", f"/exchanges/{ae1}", {"type": "direct",
+                                                "arguments": {"alternate-exchange": ae2}})
+        c.request("PUT", f"/exchanges/{x}", {"type": "direct",
+                                              "arguments": {"alternate-exchange": ae1}})
+        _bind(c, x, a, "k")
+        _bind(c, ae2, b)
+        sender = c.conn.create_sender(f"/exchanges/{x}/k")
+        assert c.send_bytes(sender, Message(body="routed").encode()) == Delivery.ACCEPTED
+        other = c.conn.create_sender(f"/exchanges/{x}/other")
+        assert c.send_bytes(other, Message(body="via ae2").encode()) == Delivery.ACCEPTED
+        assert (c.info(a)["message_count"], c.info(b)["message_count"]) == (1, 1)
+        assert _bodies(c, b, 1) == ["via ae2"]
+        _bind(c, ae1, a, "other")  # now the first alternate routes it: ae2 is not asked
+        assert c.send_bytes(other, Message(body="via ae1").encode()) == Delivery.ACCEPTED
+        assert (c.info(a)["message_count"], c.info(b)["message_count"]) == (2, 1)
+        c.request("PUT", f"/exchanges/{c1}", {"type": "fanout", "arguments": {"alternate-exchange": c2}})
+        c.request("PUT", f"/exchanges/{c2}", {"type": "fanout", "arguments": {"alternate-exchange": c1}})
+        cycle = c.conn.create_sender(f"/exchanges/{c1}")
+        assert c.send_bytes(cycle, Message(body="lost").encode()) == Delivery.RELEASED
+        c.request("PUT", f"/exchanges/{z}", {"type": "fanout"})
+        c.request("PUT", f"/exchanges/{y}", {"type": "fanout", "arguments": {"alternate-exchange": ae2}})
+        status, answer, _ = c.request("POST", "/bindings", {
+            "source": y, "destination_exchange": z, "binding_key": "", "arguments": {}})
+        assert status == 204, answer
+        to_z = c.conn.create_sender(f"/exchanges/{y}")
+        assert c.send_bytes(to_z, Message(body="lost too").encode()) == Delivery.RELEASED
+        assert (c.info(a)["message_count"], c.info(b)["message_count"]) == (2, 1)
+        for e in (x, ae1, ae2, c1, c2, y, z):
+            c.request("DELETE", f"/exchanges/{e}")

@@ -65,6 +65,40 @@ def test_exchanges_and_bindings(broker, stream_name):
     cli("delete", stream_name, url=url)
 
 
+def test_publish_to_an_exchange(broker, stream_name):
+    """`publish --exchange X --routing-key K` goes to /exchanges/X/K: each line lands in every
+    stream the key routes to; a key that routes nowhere is exit 1 (released); a missing
+    exchange, or a stream and --exchange together, are clear errors."""
+    a, b, x = stream_name + "-a", stream_name + "-b", stream_name + "-x"
+    url = broker.url
+    with Client(url) as c:
+        c.declare(a)
+        c.declare(b)
+        c.request("PUT", f"/exchanges/{x}", {"type": "topic"})
+        for stream, key in ((a, "eu.*"), (b, "#")):
+            c.request("POST", "/bindings", {"source": x, "destination_queue": stream,
+                                            "binding_key": key, "arguments": {}})
+    r = cli("publish", "--exchange", x, "--routing-key", "eu.paris", url=url, stdin="one\ntwo\n")
+    assert (r.returncode, r.stdout) == (0, f"published 2 messages to exchange {x}\n"), r.stderr
+    r = cli("publish", "-x", x, "-k", "us", url=url, stdin='{"n": 3}\n')
+    assert r.returncode == 0, r.stderr
+    with Client(url) as c:
+        assert (c.info(a)["message_count"], c.info(b)["message_count"]) == (2, 3)
+        c.request("DELETE", f"/exchanges/{x}")
+        c.request("PUT", f"/exchanges/{x}", {"type": "direct"})  # now nothing is bound
+    r = cli("publish", "--exchange", x, "--routing-key", "k", url=url, stdin="lost\n")
+    assert r.returncode == 1
+    assert "1 of 1 message(s) not accepted; first: message #1 released (routed to no stream)" in r.stderr
+    r = cli("publish", "--exchange", "no-such-" + x, url=url, stdin="x\n")
+    assert r.returncode == 1 and f"exchange 'no-such-{x}' not found" in r.stderr
+    assert cli("publish", a, "--exchange", x, url=url, stdin="x\n").returncode == 2
+    assert cli("publish", a, "--routing-key", "k", url=url, stdin="x\n").returncode == 2
+    with Client(url) as c:
+        c.request("DELETE", f"/exchanges/{x}")
+    for stream in (a, b):
+        cli("delete", stream, url=url)
+
+
 def test_super_streams(broker, stream_name):
     name = stream_name + "-ss"
     r = stream_cli(broker, "create-super-stream", name, "--partitions", "3", "--max-age", "1h")

@@ -24,6 +24,7 @@ from amqp_stream.spark import broker_requests
 from amqp_stream.spark.options import OptionError, SourceOptions
 from amqp_stream.spark.pushdown import streams_named
 from amqp_stream.spark.super_stream import hash_index
+from tests.broker.amqp import Client
 from tests.stream import rstream_low
 
 TESTS = Path(__file__).resolve().parent.parent
@@ -200,6 +201,39 @@ def test_bad_input_is_refused_clearly(spark, broker):
     with pytest.raises(Exception, match=rf"super stream '{empty}' has no partition stream"):
         (spark.read.format("amqp-stream").option("url", broker.url).option("streamUrl", broker.stream_url)
          .option("superStream", empty).load().collect())
+
+
+def test_routing_by_binding_key_asks_the_brokers_route(spark, broker):
+    """routingType=key (rstream's RouteType.Key, the Java client's routing().key()): a row goes
+    to every partition bound with its key, as the broker's Route answers; binding keys 'eu' and
+    'us', plus 'ap' bound to both partitions over the management node. A key bound to none
+    fails its task naming the key; routingHash does not go with it."""
+    name = f"ss-{uuid.uuid4().hex[:8]}"
+
+    async def go() -> None:
+        async with rstream_low.admin(broker) as c:
+            await c.create_super_stream(name, [f"{name}-0", f"{name}-1"], ["eu", "us"])
+    rstream_low.run(go(), 30)
+    with Client(broker.url) as c:
+        for i in range(2):
+            status, answer, _ = c.request("POST", "/bindings", {
+                "source": name, "destination_queue": f"{name}-{i}", "binding_key": "ap", "arguments": {}})
+            assert status == 204, answer
+    write(orders(spark, KEYS[:60]).repartition(2), broker, name, routingKeyColumn="region", routingType="key")
+    placed = customers_by_partition(broker, name, 2, key=lambda m: m.application_properties["region"])
+    assert placed == [Counter(eu=20, ap=20), Counter(us=20, ap=20)]
+
+    bad = spark.createDataFrame([("eu", 1), ("zz", 2)], "region STRING, n INT").coalesce(1)
+    with pytest.raises(Exception, match=rf"routing key 'zz' \(routingKeyColumn 'region'\) routes to no "
+                                        rf"partition of super stream '{name}'"):
+        write(bad, broker, name, routingKeyColumn="region", routingType="key")
+    # the batch is routed before any of it is sent: its 'eu' row is not stored either
+    assert customers_by_partition(broker, name, 2, key=lambda m: m.application_properties["region"]) == placed
+    base = {"url": "amqp://h", "streamUrl": "rabbitmq-stream://h:5552", "superStream": "s"}
+    with pytest.raises(OptionError, match="routingType must be one of hash, key"):
+        SourceOptions.parse(dict(base, routingType="random"))
+    with pytest.raises(OptionError, match="routingHash is for routingType=hash"):
+        SourceOptions.parse(dict(base, routingType="key", routingHash="rstream"))
 
 
 def fill_partitions(broker, super_stream: str, counts: list[int]) -> None:
