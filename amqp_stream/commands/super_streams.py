@@ -21,8 +21,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 from amqp_stream.client import ClientError, ManagementError
-from amqp_stream.client.stream import DEFAULT_STREAM_URL, StreamClient
-from amqp_stream.commands.connect import add_connection_arguments, fail, open_client
+from amqp_stream.client.stream import StreamClient
+from amqp_stream.commands.connect import (add_connection_arguments, add_stream_url_argument, fail,
+                                           open_client)
 from amqp_stream.commands.manage import add_stream_arguments, stream_arguments
 
 SUPER_STREAM = "x-super-stream"
@@ -44,10 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         which.add_argument("--binding-keys", metavar="K[,K...]",
                            help="one partition <name>-<K> per binding key K")
         add_stream_arguments(parser, command)
-    parser.add_argument("--stream-url",
-                        default=os.environ.get("AMQP_STREAM_STREAM_URL", DEFAULT_STREAM_URL),
-                        help="the stream protocol listener, rabbitmq-stream://[user:password@]"
-                             "host:port[/vhost] (default: $AMQP_STREAM_STREAM_URL or %(default)s)")
+    add_stream_url_argument(parser, "the stream protocol listener ([user:password@] and /vhost "
+                                    "may be given)")
     parser.add_argument("--user", default=os.environ.get("AMQP_STREAM_USER"),
                         help="user (default: $AMQP_STREAM_USER, else the URL's, else guest)")
     parser.add_argument("--password", default=os.environ.get("AMQP_STREAM_PASSWORD"),
