@@ -30,14 +30,6 @@ TIMEOUT = 60
 ALL = {"configure": ".*", "write": ".*", "read": ".*"}
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("authz") / "data", extra_args=["--fsync", "never"])
-    b.start()
-    yield b
-    b.close()
-
-
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, TIMEOUT))
 

@@ -19,15 +19,7 @@ from tests.http.api import call
 from tests.polling import wait_for
 
 TIMEOUT = 1.0  # --handshake-timeout: also the HTTP body and first-request bound
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("http-bad") / "data",
-                      extra_args=["--fsync", "never", "--handshake-timeout", str(TIMEOUT)])
-    b.start()
-    yield b
-    b.close()
+BROKER_ARGS = ("--handshake-timeout", str(TIMEOUT))  # for the broker fixture (conftest.py)
 
 
 def test_no_credentials_is_401_with_a_challenge(broker):

@@ -19,14 +19,6 @@ from rstream import Consumer, ConsumerOffsetSpecification, OffsetType, Producer 
 N = 50
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("stats") / "data", extra_args=["--fsync", "never"])
-    b.start()
-    yield b
-    b.close()
-
-
 def get(broker: BrokerProcess, path: str):
     answer = call(broker, "GET", path)
     assert answer.status == 200, (path, answer.status, answer.body[:300])

@@ -22,14 +22,6 @@ from rstream import Consumer, Producer  # noqa: E402
 TIMEOUT = 60
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("http") / "data", extra_args=["--fsync", "never"])
-    b.start()
-    yield b
-    b.close()
-
-
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, TIMEOUT))
 
