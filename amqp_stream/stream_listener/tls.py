@@ -114,6 +114,8 @@ class TlsStreamConnection(StreamConnection):
                 n = self.sock.send(self.cipher)
                 del self.cipher[:n]
                 self.pending -= n
+                self.bytes_out += n  # on the wire: ciphertext, as RabbitMQ's socket stats
+                self.writes += 1
                 self.last_write = self.loop.time()
                 if self.cipher:
                     break
