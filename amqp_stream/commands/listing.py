@@ -60,7 +60,8 @@ KINDS: dict[str, tuple[str, dict[str, Column], tuple[str, ...]]] = {
         "committed_offset", "first_offset", "leader", "members", "online", "node", "state"),
         ("name", "messages")),
     "connections": ("/api/connections", _columns(
-        "name", "user", "peer_host", "peer_port", "host", "port", "protocol", "ssl", "state",
+        "name", "user", "peer_host", "peer_port", "host", "port", "protocol", "ssl",
+        "ssl_protocol", "state",
         "vhost", "node", "client_properties", "user_provided_name", "frame_max", "timeout",
         "auth_mechanism", "connected_at", "channels", "channel_max", "recv_oct", "recv_cnt",
         "send_oct", "send_cnt", "send_pend", "container_id"),

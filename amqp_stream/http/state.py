@@ -52,13 +52,16 @@ class Conn:
     send_cnt: int  # send and sendfile calls
     send_pend: int  # bytes queued for the socket, not yet taken (stream only; AMQP: 0)
     obj: Any = field(repr=False, default=None)
+    ssl_protocol: str = ""  # RabbitMQ's: "tlsv1.3"; "" without TLS (rabbit_ssl:info's '')
 
     @classmethod
     def of(cls, io: Any, send_pend: int, **fields: Any) -> "Conn":
-        """A record with the socket statistics of ``io`` (``loop.SocketConnection``)."""
+        """A record with the socket statistics and TLS version of ``io``
+        (``loop.SocketConnection``; ``tls_version`` where the connection has TLS)."""
+        tls_version = getattr(io, "tls_version", None)
         return cls(connected_at=io.connected_at, recv_oct=io.bytes_in, send_oct=io.bytes_out,
                    recv_cnt=io.reads, send_cnt=io.writes, send_pend=send_pend, obj=io,
-                   **fields)
+                   ssl_protocol=tls_version().lower() if tls_version else "", **fields)
 
 
 def _address(addr: Any) -> tuple[str, int]:

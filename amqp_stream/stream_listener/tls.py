@@ -42,6 +42,10 @@ class TlsStreamConnection(StreamConnection):
         self.handshaken = False
         self.cipher = bytearray()  # encrypted, not yet taken by the socket
 
+    def tls_version(self) -> str:
+        """The TLS version agreed (``TLSv1.3``), "" before the handshake."""
+        return (self.tls.version() or "") if self.handshaken else ""
+
     # -- input -----------------------------------------------------------------------------
     def received(self, buf: bytearray, n: int) -> None:
         self.last_read = self.loop.time()

@@ -6,11 +6,12 @@ connected, the sessions it began), so that a counter counting the wrong thing fa
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 import uuid
 
 import pytest
-from proton import Described, Endpoint, Message, symbol
+from proton import Described, Endpoint, Message, SSLDomain, symbol
 from proton.reactor import Filter
 from proton.utils import BlockingConnection
 
@@ -18,6 +19,7 @@ from amqp_stream.http.rates import INTERVAL
 from amqp_stream.testing import BrokerProcess
 from tests.http.api import call, quote
 from tests.polling import wait_for
+from tests.stream.test_tls import certificate  # noqa: F401 (the fixture)
 
 rstream = pytest.importorskip("rstream")
 from rstream import Consumer, ConsumerOffsetSpecification, OffsetType, Producer  # noqa: E402
@@ -98,7 +100,7 @@ def test_stream_publisher_subscription_and_connection_statistics(broker):
         assert (c["channels"], c["channel_max"]) == (0, 0)  # rabbit_stream_reader's
         # counted per recv/send call: at least one, never more than one per byte
         assert 1 <= c["recv_cnt"] <= c["recv_oct"] and 1 <= c["send_cnt"] <= c["send_oct"]
-        assert c["send_pend"] == 0
+        assert c["send_pend"] == 0 and (c["ssl"], c["ssl_protocol"]) == (False, "")
         # /api/connections lists the same counts
         same = by_name(everyone, c["name"])
         assert same["recv_oct"] >= c["recv_oct"] and same["connected_at"] == c["connected_at"]
@@ -163,3 +165,55 @@ def test_amqp_connection_statistics_and_sessions(broker):
         wait_for(lambda: mine()["channels"] == 1, 10, "one session left")
     finally:
         conn.close()
+
+
+def test_tls_connections_count_what_went_on_the_wire(tmp_path, certificate):  # noqa: F811
+    """TLS on both protocols: the counts are of the records on the socket (a subscription's
+    chunks are encrypted, not sendfile'd: ``TlsStreamConnection.write``) and ``ssl_protocol``
+    is the version agreed."""
+    cert, key = certificate
+    domain = SSLDomain(SSLDomain.MODE_CLIENT)
+    domain.set_trusted_ca_db(str(cert))
+    domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME, str(cert))
+    context = ssl.create_default_context(cafile=str(cert))
+    stream = "over-tls"
+    bodies = [bytes([65 + i % 26]) * SIZE for i in range(N)]
+    with BrokerProcess(tmp_path / "data", extra_args=["--tls-cert", str(cert),
+                                                      "--tls-key", str(key)]) as b:
+        amqp = BlockingConnection(f"amqps://localhost:{b.port}", timeout=TIMEOUT,
+                                  ssl_domain=domain, user="guest", password="guest",
+                                  allowed_mechs="PLAIN")
+
+        async def scenario() -> tuple:
+            async with Producer("localhost", b.stream_tls_port, username="guest",
+                                password="guest", ssl_context=context) as producer:
+                confirms: list = []
+                await producer.send_batch(stream, bodies, on_publish_confirm=confirms.append)
+                await asyncio.to_thread(wait_for, lambda: len(confirms) == N, 30, "confirms")
+            consumer = Consumer("localhost", b.stream_tls_port, username="guest",
+                                password="guest", ssl_context=context)
+            await consumer.start()
+            try:
+                received: list = []
+                await consumer.subscribe(
+                    stream, callback=lambda m, ctx: received.append(m),
+                    offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST))
+                await asyncio.to_thread(wait_for, lambda: len(received) == N + 1, 30, "consumed")
+                return await asyncio.to_thread(lambda: (get(b, "/api/stream/consumers"),
+                                                        get(b, "/api/connections")))
+            finally:
+                await consumer.close()
+
+        try:
+            assert call(b, "PUT", f"/api/queues/%2F/{stream}", {"durable": True}).status == 201
+            sender = amqp.create_sender(f"/queues/{stream}")
+            sender.send(Message(body=b"a" * SIZE))
+            subs, conns = asyncio.run(asyncio.wait_for(scenario(), TIMEOUT))
+        finally:
+            amqp.close()
+    (amqp_conn,) = [c for c in conns if c["protocol"] == "AMQP 1-0"]
+    assert amqp_conn["ssl"] is True and amqp_conn["ssl_protocol"].startswith("tlsv1.")
+    assert amqp_conn["recv_oct"] >= SIZE
+    sub_conn = by_name(conns, subs[0]["connection_details"]["name"])
+    assert sub_conn["ssl"] is True and sub_conn["ssl_protocol"].startswith("tlsv1.")
+    assert sub_conn["send_oct"] >= N * SIZE and sub_conn["send_cnt"] >= 1
