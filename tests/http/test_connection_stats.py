@@ -22,7 +22,8 @@ from tests.polling import wait_for
 from tests.stream.test_tls import certificate  # noqa: F401 (the fixture)
 
 rstream = pytest.importorskip("rstream")
-from rstream import Consumer, ConsumerOffsetSpecification, OffsetType, Producer  # noqa: E402
+from rstream import (Consumer, ConsumerOffsetSpecification, OffsetSpecification,  # noqa: E402
+                     OffsetType, Producer)
 
 BROKER_ARGS = ("--max-message-size", "20000")  # a larger message is refused: errored
 TIMEOUT = 60
@@ -217,3 +218,49 @@ def test_tls_connections_count_what_went_on_the_wire(tmp_path, certificate):  # 
     sub_conn = by_name(conns, subs[0]["connection_details"]["name"])
     assert sub_conn["ssl"] is True and sub_conn["ssl_protocol"].startswith("tlsv1.")
     assert sub_conn["send_oct"] >= N * SIZE and sub_conn["send_cnt"] >= 1
+
+
+def test_single_active_consumers_listed_active_and_waiting(broker):
+    """Two members of one group: ``rabbit_stream_utils:consumer_activity_status`` gives
+    ``single_active`` to the one that is sent messages and ``waiting`` to the other, whose
+    ``consumed`` stays 0."""
+    stream = f"stats-sac-{uuid.uuid4().hex[:8]}"
+    assert call(broker, "PUT", f"/api/queues/%2F/{stream}", {"durable": True}).status == 201
+
+    async def scenario() -> list:
+        async with Producer(broker.host, broker.stream_port, username="guest",
+                            password="guest") as producer:
+            await producer.send_batch(stream, [b"s%d" % i for i in range(5)])
+        members = [Consumer(broker.host, broker.stream_port, username="guest", password="guest")
+                   for _ in range(2)]
+        got: list[list] = [[], []]
+
+        async def on_update(active: bool, ctx: object) -> OffsetSpecification:
+            return OffsetSpecification(OffsetType.FIRST, 0)
+        try:
+            for member, inbox in zip(members, got, strict=True):
+                await member.start()
+                await member.subscribe(
+                    stream, callback=lambda m, ctx, inbox=inbox: inbox.append(m),
+                    offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST),
+                    properties={"single-active-consumer": "true", "name": "group"},
+                    consumer_update_listener=on_update)
+            await asyncio.to_thread(wait_for, lambda: len(got[0]) == 5, 30, "the first consumed")
+
+            def listed() -> list:
+                return [s for s in get(broker, "/api/stream/consumers")
+                        if s["queue"]["name"] == stream]
+            await asyncio.to_thread(wait_for, lambda: [s["consumed"] for s in listed()] in (
+                [5, 0], [0, 5]), 30, "both listed, the first with its 5 messages")
+            return await asyncio.to_thread(listed)
+        finally:
+            for member in members:
+                await member.close()
+
+    subs = asyncio.run(asyncio.wait_for(scenario(), TIMEOUT))
+    by_status = {s["activity_status"]: s for s in subs}
+    assert set(by_status) == {"single_active", "waiting"}
+    active, waiting = by_status["single_active"], by_status["waiting"]
+    assert (active["active"], active["consumed"], active["offset"]) == (True, 5, 4)
+    assert (waiting["active"], waiting["consumed"]) == (False, 0)
+    assert active["properties"]["name"] == waiting["properties"]["name"] == "group"
