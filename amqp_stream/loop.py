@@ -275,7 +275,13 @@ class SocketConnection:
         self.lost = False  # the socket failed: nothing more is written to it
         self.events = 0  # readiness callbacks so far; the sweep compares
         self.swept = 0  # ``events`` at the last sweep
+        # RabbitMQ's connection socket statistics (the HTTP API's recv_oct, send_oct,
+        # recv_cnt, send_cnt): counted per recv/send call, never per message
         self.bytes_in = 0  # bytes read so far (0: a port probe, or a client gone at once)
+        self.bytes_out = 0
+        self.reads = 0
+        self.writes = 0
+        self.connected_at = int(time.time() * 1000)  # ms since the epoch, as RabbitMQ's
         self.throttled: set[Any] = set()  # publishers over their byte bound: input paused
         self.handshake_timer: asyncio.TimerHandle | None = None
         self.linger_timer: asyncio.TimerHandle | None = None
@@ -395,6 +401,7 @@ class SocketConnection:
                 self.input_closed()
             else:
                 self.bytes_in += n
+                self.reads += 1
                 self.received(buf, n)
         except Exception as exc:
             log.exception("connection %s: failed on its input", self.peer)
@@ -443,6 +450,8 @@ class SocketConnection:
             except OSError as exc:
                 self._lost(exc)
                 return
+            self.bytes_out += n
+            self.writes += 1
             self.sent(n)
             if n < len(data):
                 self.wait_writable(True)

@@ -4,8 +4,9 @@ github.com/rabbitmq/rabbitmq-amqp-python-client) against this broker.
 The suite is the client's, not ours: it is not copied here. Its tests dial
 ``localhost:5672``; this file is also the pytest plugin (``-p amqp_client_suite``) that points
 the client's ``Environment``/``AsyncEnvironment`` at the broker this script starts on free ports
-with its own data directory. Tests that need the management HTTP API (15672), TLS or OAuth
-cannot pass here. The asyncio tests need ``pytest-asyncio`` and the HTTP helpers ``requests``,
+with its own data directory; its management HTTP API listens on 15672
+(``--management-port``), where the suite's HTTP helpers (``tests/http_requests.py``) look for it.
+Tests that need TLS or OAuth cannot pass here. The asyncio tests need ``pytest-asyncio`` and the HTTP helpers ``requests``,
 which the project does not install: put them on ``--extra-path``
 (``pip install --target /tmp/extra pytest-asyncio==0.23.8 requests``).
 
@@ -40,6 +41,8 @@ def main() -> int:
     parser.add_argument("--tests", required=True, help="the client's tests directory")
     parser.add_argument("--extra-path", default="",
                         help="where pytest-asyncio and requests are installed")
+    parser.add_argument("--management-port", type=int, default=15672,
+                        help="the broker's management port (the suite's HTTP helpers use 15672)")
     parser.add_argument("--queues-as-streams", action="store_true",
                         help="declare the suite's quorum and classic queues as streams")
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to pytest")
@@ -48,6 +51,7 @@ def main() -> int:
     os.chdir(ROOT)  # the broker subprocess runs this tree's code
     with tempfile.TemporaryDirectory(prefix="amqp-client-suite-") as d:
         broker = BrokerProcess(Path(d) / "data")
+        broker.management_port = args.management_port
         broker.start()
         try:
             paths = [p for p in (args.extra_path, str(Path(__file__).parent), str(tests.parent),

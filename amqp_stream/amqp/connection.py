@@ -59,11 +59,17 @@ class AmqpConnection(SocketConnection):
         self.connection: Connection | None = connection
         self.timp = transport._impl
         self.cimp = connection._impl
+        self.ssl: SSL | None = None  # set on a TLS listener (the HTTP API's ssl_protocol)
         adapter.added(self)
 
     def set_ssl(self, domain: Any) -> None:
         assert self.transport is not None
-        SSL(self.transport, domain)
+        self.ssl = SSL(self.transport, domain)
+
+    def tls_version(self) -> str:
+        """The TLS version agreed (OpenSSL's name, ``TLSv1.3``), "" without TLS or before
+        the handshake."""
+        return (self.ssl.protocol_name() or "") if self.ssl is not None else ""
 
     # -- input -----------------------------------------------------------------------------
     def capacity(self) -> int:

@@ -8,10 +8,9 @@ the user's tags (a management user lists its own connections, as with RabbitMQ).
 chosen by name after the kind; without any, the defaults are rabbitmqctl's (``list_queues``:
 name messages; ``list_connections``: user peer_host peer_port state; ``list_consumers``: its
 keys less the channel pid and activity status; ``list_users``: user tags;
-``rabbitmq-streams list_stream_publishers``: its keys less the connection pid, node and the
-per-publisher counters this broker does not keep). An unknown column is a usage error (exit 2)
-naming the valid ones. ``--format table`` prints a header and tab-separated rows (lists and
-maps as JSON), ``json`` one JSON array of objects.
+``rabbitmq-streams list_stream_publishers``: its keys less the connection pid and node). An
+unknown column is a usage error (exit 2) naming the valid ones. ``--format table`` prints a
+header and tab-separated rows (lists and maps as JSON), ``json`` one JSON array of objects.
 """
 
 from __future__ import annotations
@@ -61,27 +60,32 @@ KINDS: dict[str, tuple[str, dict[str, Column], tuple[str, ...]]] = {
         "committed_offset", "first_offset", "leader", "members", "online", "node", "state"),
         ("name", "messages")),
     "connections": ("/api/connections", _columns(
-        "name", "user", "peer_host", "peer_port", "host", "port", "protocol", "ssl", "state",
+        "name", "user", "peer_host", "peer_port", "host", "port", "protocol", "ssl",
+        "ssl_protocol", "state",
         "vhost", "node", "client_properties", "user_provided_name", "frame_max", "timeout",
-        "recv_oct", "auth_mechanism"),
+        "auth_mechanism", "connected_at", "channels", "channel_max", "recv_oct", "recv_cnt",
+        "send_oct", "send_cnt", "send_pend", "container_id"),
         ("user", "peer_host", "peer_port", "state")),
     "consumers": ("/api/consumers", _columns(
         "consumer_tag", "ack_required", "prefetch_count", "active", "activity_status", "arguments",
         queue_name=_queue, connection_name=lambda r: _details(r, "connection_name"),
         user=lambda r: _details(r, "user"), offset=_key("offset"), offset_lag=_key("offset_lag"),
-        credits=_key("credits")),
+        credits=_key("credits"), messages_consumed=_key("consumed")),
         ("queue_name", "consumer_tag", "ack_required", "prefetch_count", "active", "arguments")),
     "publishers": ("/api/stream/publishers", _columns(
         "publisher_id", "reference", stream=_queue,
         connection_name=lambda r: _details(r, "name"), node=lambda r: _details(r, "node"),
-        user=lambda r: _details(r, "user")),
-        ("publisher_id", "stream", "reference")),
+        user=lambda r: _details(r, "user"), messages_published=_key("published"),
+        messages_confirmed=_key("confirmed"), messages_errored=_key("errored")),
+        ("publisher_id", "stream", "reference", "messages_published", "messages_confirmed",
+         "messages_errored")),
     "users": ("/api/users", _columns(
         "tags", "hashing_algorithm", "limits", user=_key("name")),
         ("user", "tags")),
 }
 
 STREAM_TAG = "stream.subid-"  # a stream subscription's consumer tag in /api/consumers
+STREAM_FIELDS = ("credits", "consumed")  # a subscription's, from /api/stream/consumers
 
 
 class ApiError(Exception):
@@ -155,8 +159,9 @@ def api_client(args: argparse.Namespace) -> ApiClient:
 
 
 def _with_stream_fields(client: ApiClient, rows: list[Row]) -> list[Row]:
-    """Stream subscriptions' offset, offset_lag and credits (``/api/stream/consumers``) on
-    their rows of ``/api/consumers``."""
+    """Stream subscriptions' credits and consumed count (``/api/stream/consumers``) on their
+    rows of ``/api/consumers`` (whose offset and offset_lag are the next offset sent, for
+    either protocol)."""
     by_key = {(_details(s, "name"), s.get("subscription_id")): s
               for s in client.get("/api/stream/consumers")}
     for row in rows:
@@ -164,7 +169,7 @@ def _with_stream_fields(client: ApiClient, rows: list[Row]) -> list[Row]:
         if tag.startswith(STREAM_TAG) and tag[len(STREAM_TAG):].isdigit():
             sub = by_key.get((_details(row, "connection_name"), int(tag[len(STREAM_TAG):])))
             if sub is not None:
-                row.update({k: sub.get(k) for k in ("offset", "offset_lag", "credits")})
+                row.update({k: sub.get(k) for k in STREAM_FIELDS})
     return rows
 
 
@@ -195,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         rows = client.get(path)
-        if args.kind == "consumers" and {"offset", "offset_lag", "credits"} & set(chosen):
+        if args.kind == "consumers" and {"credits", "messages_consumed"} & set(chosen):
             rows = _with_stream_fields(client, rows)
     except ApiError as exc:
         return fail("list", exc)

@@ -17,16 +17,30 @@ __all__ = ["connection_json", "consumer_json", "channel_details", "routes"]
 CTAG_PREFIX = "stream.subid-"  # rabbit_stream_metrics' consumer tag of a subscription
 
 
-def connection_json(conn: Conn, node: str) -> dict[str, Any]:
-    """RabbitMQ's connection object (``rabbit_mgmt_format``'s fields that apply)."""
+def connection_json(conn: Conn, node: str, octets: dict[str, Any] | None = None
+                    ) -> dict[str, Any]:
+    """RabbitMQ's connection object (``rabbit_mgmt_format``'s fields that apply); ``octets``
+    is the connection's entry of ``BrokerState.octet_stats`` (``recv_oct``, ``send_oct`` and
+    their rates), its counts alone with rates 0 when not given."""
     props = conn.client_properties
-    return {"name": conn.name, "node": node, "vhost": VHOST, "user": conn.user,
-            "protocol": conn.protocol, "type": "network", "state": "running",
-            "host": conn.host, "port": conn.port, "peer_host": conn.peer_host,
-            "peer_port": conn.peer_port, "ssl": conn.ssl, "client_properties": props,
-            "user_provided_name": props.get("connection_name"),
-            "frame_max": conn.frame_max, "timeout": conn.timeout, "recv_oct": conn.recv_oct,
-            "auth_mechanism": "PLAIN" if conn.user != "anonymous" else "ANONYMOUS"}
+    out = {"name": conn.name, "node": node, "vhost": VHOST, "user": conn.user,
+           "protocol": conn.protocol, "type": "network", "state": "running",
+           "host": conn.host, "port": conn.port, "peer_host": conn.peer_host,
+           "peer_port": conn.peer_port, "ssl": conn.ssl, "ssl_protocol": conn.ssl_protocol,
+           "client_properties": props,
+           "user_provided_name": props.get("connection_name"),
+           "frame_max": conn.frame_max, "timeout": conn.timeout,
+           "auth_mechanism": "PLAIN" if conn.user != "anonymous" else "ANONYMOUS",
+           "connected_at": conn.connected_at, "channels": conn.channels,
+           "channel_max": conn.channel_max, "recv_oct": conn.recv_oct,
+           "recv_oct_details": {"rate": 0.0}, "send_oct": conn.send_oct,
+           "send_oct_details": {"rate": 0.0}, "recv_cnt": conn.recv_cnt,
+           "send_cnt": conn.send_cnt, "send_pend": conn.send_pend}
+    if octets:
+        out.update(octets)
+    if conn.protocol != "stream" and "container_id" in props:
+        out["container_id"] = props["container_id"]  # rabbit_amqp_reader's info key
+    return out
 
 
 def channel_details(conn: Conn, node: str) -> dict[str, Any]:
@@ -85,10 +99,12 @@ def routes(state: BrokerState, add: Any) -> None:
         if "vhost" in request.match_info:
             state.check_vhost(request.match_info["vhost"])
         mine = users.own(request["user"], state.connections(), lambda c: c.user)
-        return reply([connection_json(c, state.node) for c in mine])
+        octets = state.octet_stats()
+        return reply([connection_json(c, state.node, octets.get(c.name)) for c in mine])
 
     async def get_connection(request: web.Request) -> web.Response:
-        return reply(connection_json(conn_of(request), state.node))
+        conn = conn_of(request)
+        return reply(connection_json(conn, state.node, state.octet_stats().get(conn.name)))
 
     async def delete_connection(request: web.Request) -> web.Response:
         state.close(conn_of(request))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from aiohttp import web
+from proton import Endpoint
 
 from amqp_stream.config import BrokerConfig
 from amqp_stream.http.errors import not_found
@@ -42,8 +43,25 @@ class Conn:
     client_properties: dict[str, Any]
     frame_max: int
     timeout: int  # heartbeat (stream) or idle timeout (AMQP), seconds
-    recv_oct: int
+    connected_at: int  # ms since the epoch (the socket's accept)
+    channels: int  # AMQP 1.0: sessions begun and not ended (RabbitMQ 4); stream: 0
+    channel_max: int
+    recv_oct: int  # bytes read from the socket, TLS records included
+    send_oct: int
+    recv_cnt: int  # recv calls that read something
+    send_cnt: int  # send and sendfile calls
+    send_pend: int  # bytes queued for the socket, not yet taken (stream only; AMQP: 0)
     obj: Any = field(repr=False, default=None)
+    ssl_protocol: str = ""  # RabbitMQ's: "tlsv1.3"; "" without TLS (rabbit_ssl:info's '')
+
+    @classmethod
+    def of(cls, io: Any, send_pend: int, **fields: Any) -> "Conn":
+        """A record with the socket statistics and TLS version of ``io``
+        (``loop.SocketConnection``; ``tls_version`` where the connection has TLS)."""
+        tls_version = getattr(io, "tls_version", None)
+        return cls(connected_at=io.connected_at, recv_oct=io.bytes_in, send_oct=io.bytes_out,
+                   recv_cnt=io.reads, send_cnt=io.writes, send_pend=send_pend, obj=io,
+                   ssl_protocol=tls_version().lower() if tls_version else "", **fields)
 
 
 def _address(addr: Any) -> tuple[str, int]:
@@ -75,6 +93,7 @@ class BrokerState:
         self.users = Users(store)
         self.started = time.time()
         self.rates = Rates()
+        self.octet_rates = Rates()  # connections' recv_oct and send_oct, by connection name
 
     def check_vhost(self, vhost: str) -> None:
         """404 for any vhost but ``/`` (this broker has no other)."""
@@ -84,6 +103,13 @@ class BrokerState:
     def message_stats(self) -> dict[str, dict[str, Any]]:
         """RabbitMQ's ``message_stats`` of the overview (key ``""``) and of each stream."""
         return self.rates.read(all_counts(self.core))
+
+    def octet_stats(self) -> dict[str, dict[str, Any]]:
+        """Each open connection's ``recv_oct`` and ``send_oct`` with RabbitMQ's
+        ``_details.rate`` (its ``coarse_conn_stats``), by connection name: every connection is
+        sampled, whoever asks, so that a filtered listing leaves no gap in the others'."""
+        return self.octet_rates.read({c.name: {"recv_oct": c.recv_oct, "send_oct": c.send_oct}
+                                      for c in self.connections()})
 
     # -- connections -----------------------------------------------------------------------
     def connections(self) -> Iterator[Conn]:
@@ -107,12 +133,19 @@ class BrokerState:
                 container = conn.remote_container
                 frame_max = int(transport.remote_max_frame_size or 0) if transport else 0
                 timeout = int(transport.idle_timeout or 0) if transport else 0
+                channel_max = (min(transport.channel_max, transport.remote_channel_max)
+                               if transport else 0)
+                sessions = _sessions(conn)
             except Exception:  # proton objects of a connection going away
                 continue
             if container:
                 props.setdefault("container_id", str(container))
-            yield Conn(name, "AMQP 1-0", user or "anonymous", host, port, peer_host,
-                       peer_port, ssl, props, frame_max, timeout, io.bytes_in, io)
+            # send_pend 0: asking proton (pn_transport_pending) would make it produce output
+            yield Conn.of(io, 0, name=name, protocol="AMQP 1-0",
+                          user=user or "anonymous", host=host, port=port, peer_host=peer_host,
+                          peer_port=peer_port, ssl=ssl, client_properties=props,
+                          frame_max=frame_max, timeout=timeout, channels=sessions,
+                          channel_max=channel_max)
 
     def stream_connections(self) -> Iterator[Conn]:
         for conn in list(self.streams.connections):
@@ -123,10 +156,14 @@ class BrokerState:
                 continue
             (host, port), (peer_host, peer_port), name = ends
             proto = conn.proto
-            yield Conn(name, "stream", conn.user or "anonymous", host, port, peer_host,
-                       peer_port, type(conn).__name__.startswith("Tls"),
-                       dict(proto.client_properties), int(proto.frame_max),
-                       int(proto.heartbeat), conn.bytes_in, conn)
+            # rabbit_stream_reader: channels and channel_max are 0
+            yield Conn.of(conn, conn.pending, name=name, protocol="stream",
+                          user=conn.user or "anonymous", host=host, port=port,
+                          peer_host=peer_host, peer_port=peer_port,
+                          ssl=type(conn).__name__.startswith("Tls"),
+                          client_properties=dict(proto.client_properties),
+                          frame_max=int(proto.frame_max), timeout=int(proto.heartbeat),
+                          channels=0, channel_max=0)
 
     def connection(self, name: str) -> Conn | None:
         return next((c for c in self.connections() if c.name == name), None)
@@ -172,6 +209,16 @@ class BrokerState:
 
 
 STATE = web.AppKey("state", BrokerState)
+
+
+def _sessions(conn: Any) -> int:
+    """Sessions the peer began and has not ended (``rabbit_amqp_reader``'s channels)."""
+    mask = Endpoint.REMOTE_ACTIVE
+    n, session = 0, conn.session_head(mask)
+    while session is not None:
+        n += 1
+        session = session.next(mask)
+    return n
 
 
 def json_value(value: Any) -> Any:

@@ -22,8 +22,9 @@ def connection_details(conn: Conn, node: str) -> dict[str, Any]:
             "peer_host": conn.peer_host}
 
 
-def stream_connection_json(conn: Conn, node: str) -> dict[str, Any]:
-    out = connection_json(conn, node)
+def stream_connection_json(conn: Conn, node: str, octets: dict[str, Any] | None = None
+                           ) -> dict[str, Any]:
+    out = connection_json(conn, node, octets)
     out["heartbeat"] = conn.timeout
     out["publishers"] = len(conn.obj.publishers)
     out["consumers"] = len(conn.obj.subscriptions)
@@ -31,21 +32,30 @@ def stream_connection_json(conn: Conn, node: str) -> dict[str, Any]:
 
 
 def publisher_json(conn: Conn, node: str, pub: Any) -> dict[str, Any]:
-    """A stream publisher; RabbitMQ's published/confirmed/errored counters are not kept per
-    publisher here (the Prometheus series count per stream)."""
+    """A stream publisher as ``rabbit_stream_metrics:publisher_updated`` records it: messages
+    received in its Publish frames, confirmed, and refused (PublishError), since it was
+    declared."""
     return {"connection_details": connection_details(conn, node),
             "queue": {"name": pub.entry.name, "vhost": VHOST}, "publisher_id": pub.id,
-            "reference": pub.reference or ""}
+            "reference": pub.reference or "", "published": pub.published,
+            "confirmed": pub.confirmed, "errored": pub.errored}
+
+
+def consumer_offset(sub: Any) -> int:
+    """``rabbit_stream_utils:consumer_offset``: the last offset the subscription was sent (or
+    passed over: a chunk that stage 1 skipped), or, before it was sent any, the offset it
+    waits at."""
+    return sub.next_offset - 1 if sub.sent_messages else sub.next_offset
 
 
 def subscription_json(conn: Conn, node: str, sub: Any) -> dict[str, Any]:
-    """A subscription as ``rabbit_stream_metrics:consumer_created`` records it: its credits,
-    the next offset it is sent, how far that is behind the committed end; and, as this
-    broker's extension, its filter and what filtering saved it."""
+    """A subscription as ``rabbit_stream_metrics:consumer_updated`` records it: its credits,
+    the messages it was sent (``consumed``), its offset, how far the committed end is beyond
+    it; and, as this broker's extension, its filter and what filtering saved it."""
     end = int(sub.entry.stream.next_offset)
     return {"connection_details": connection_details(conn, node),
             "queue": {"name": sub.entry.name, "vhost": VHOST}, "subscription_id": sub.id,
-            "credits": sub.credit, "offset": sub.next_offset,
+            "credits": sub.credit, "consumed": sub.sent_messages, "offset": consumer_offset(sub),
             "offset_lag": max(0, end - sub.next_offset), "active": sub.active,
             "activity_status": activity_status(sub.active, sub.properties),
             "properties": dict(sub.properties),
@@ -79,10 +89,12 @@ def routes(state: BrokerState, add: Any) -> None:
     async def connections(request: web.Request) -> web.Response:
         vhost(request)
         mine = users.own(request["user"], state.stream_connections(), lambda c: c.user)
-        return reply([stream_connection_json(c, node) for c in mine])
+        octets = state.octet_stats()
+        return reply([stream_connection_json(c, node, octets.get(c.name)) for c in mine])
 
     async def connection(request: web.Request) -> web.Response:
-        return reply(stream_connection_json(conn_of(request), node))
+        conn = conn_of(request)
+        return reply(stream_connection_json(conn, node, state.octet_stats().get(conn.name)))
 
     async def delete_connection(request: web.Request) -> web.Response:
         state.close(conn_of(request))

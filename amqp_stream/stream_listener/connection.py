@@ -246,10 +246,11 @@ class StreamConnection(SocketConnection):
             return
         out = self._take_buf()
         sock = self.sock
-        sent = 0
+        sent = calls = 0
         try:
             while out:
                 item = out[0]
+                calls += 1
                 if type(item) is FileRange:
                     n = os.sendfile(self.fd, item.fd, item.pos, item.left)
                     if n == 0:  # the file is shorter than its index said
@@ -280,6 +281,8 @@ class StreamConnection(SocketConnection):
             return
         if sent:
             self.pending -= sent
+            self.bytes_out += sent
+            self.writes += calls
             self.last_write = self.loop.time()
         if out:
             self.wait_writable(True)

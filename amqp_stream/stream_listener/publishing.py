@@ -85,6 +85,9 @@ class StreamPublisher:
         self.batch_bytes = 0  # bytes of the messages in ``bodies`` as they came
         self.extra = 0  # records in ``bodies`` beyond one per item (sub-entry batches)
         self.batched = False  # ``bodies`` holds SubBatchEntry items
+        # rabbit_stream_reader's publisher counters (the HTTP API's published, confirmed,
+        # errored), added once per frame or batch: messages received, confirmed, refused
+        self.published = self.confirmed = self.errored = 0
 
     def end(self, error: Exception) -> None:
         """The core ends this publisher (its stream was deleted)."""
@@ -104,6 +107,7 @@ class StreamPublisher:
             bodies += messages.bodies()
             ids += messages.ids()
             values += itertools.repeat(None, messages.count)
+            self.published += messages.count
             self._taken(start, messages.count * messages.size)
             return
         errors: list[tuple[int, int]] = []
@@ -127,7 +131,9 @@ class StreamPublisher:
                 self.extra += entry.records - 1
                 self.batched = True
             ids.append(publishing_id)
+        self.published += len(messages)
         if errors:
+            self.errored += len(errors)
             self.conn.send(PublishError(self.id, tuple(errors)))
             self.conn.adapter.count("publish_errors", len(errors))
         self._taken(start, n)
@@ -185,6 +191,7 @@ class StreamPublisher:
         if not self.closed and conn.serving and ids:
             if error is None:
                 conn.send(PublishConfirm(self.id, tuple(ids)))
+                self.confirmed += len(ids)
                 conn.adapter.count("confirmed", len(ids))
                 conn.adapter.core.metrics.confirmed("stream", len(ids))
             else:
@@ -193,6 +200,7 @@ class StreamPublisher:
                 code = (ResponseCode.STREAM_DOES_NOT_EXIST if self.entry.deleted
                         else ResponseCode.INTERNAL_ERROR)
                 conn.send(PublishError(self.id, tuple((i, code) for i in ids)))
+                self.errored += len(ids)
                 conn.adapter.count("publish_errors", len(ids))
             conn.adapter.to_write.add(conn)
         self._recheck()

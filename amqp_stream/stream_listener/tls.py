@@ -42,6 +42,10 @@ class TlsStreamConnection(StreamConnection):
         self.handshaken = False
         self.cipher = bytearray()  # encrypted, not yet taken by the socket
 
+    def tls_version(self) -> str:
+        """The TLS version agreed (``TLSv1.3``), "" before the handshake."""
+        return (self.tls.version() or "") if self.handshaken else ""
+
     # -- input -----------------------------------------------------------------------------
     def received(self, buf: bytearray, n: int) -> None:
         self.last_read = self.loop.time()
@@ -114,6 +118,8 @@ class TlsStreamConnection(StreamConnection):
                 n = self.sock.send(self.cipher)
                 del self.cipher[:n]
                 self.pending -= n
+                self.bytes_out += n  # on the wire: ciphertext, as RabbitMQ's socket stats
+                self.writes += 1
                 self.last_write = self.loop.time()
                 if self.cipher:
                     break

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
 from amqp_stream.testing import free_port
 from tests.cli.test_commands import cli
 from tests.http.api import call
+from tests.polling import wait_for
 
 rstream = pytest.importorskip("rstream")
-from rstream import Consumer, Producer  # noqa: E402
+from rstream import Consumer, ConsumerOffsetSpecification, OffsetType, Producer  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -54,7 +56,7 @@ def test_an_unknown_column_is_refused_with_the_valid_ones(broker):
     r = listing(broker, "connections", "user", "peer_hots")
     assert r.returncode == 2 and r.stdout == ""
     assert "unknown column 'peer_hots' (did you mean peer_host?)" in r.stderr
-    assert "valid columns: auth_mechanism, client_properties, frame_max, host, name" in r.stderr
+    assert "valid columns: auth_mechanism, channel_max, channels, client_properties, " in r.stderr
 
 
 def test_connections_consumers_and_publishers_of_live_clients(broker, declared):
@@ -62,6 +64,7 @@ def test_connections_consumers_and_publishers_of_live_clients(broker, declared):
     assert call(broker, "PUT", f"/api/users/{viewer}", {"password": "pw", "tags": "management"}).status == 201
 
     async def scenario() -> tuple:
+        before = time.time() * 1000
         consumer = Consumer(broker.host, broker.stream_port, username="guest", password="guest",
                             connection_name="list-consumer")
         producer = Producer(broker.host, broker.stream_port, username="guest", password="guest")
@@ -70,26 +73,35 @@ def test_connections_consumers_and_publishers_of_live_clients(broker, declared):
         try:
             for i in range(3):
                 await producer.send_wait(declared, f"m{i}".encode())
-            await consumer.subscribe(declared, callback=lambda m, c: None,
-                                     properties={"identifier": "lister"})
-            return await asyncio.gather(
+            got: list = []
+            await consumer.subscribe(declared, callback=lambda m, c: got.append(m),
+                                     properties={"identifier": "lister"},
+                                     offset_specification=ConsumerOffsetSpecification(
+                                         OffsetType.FIRST))
+            await asyncio.to_thread(wait_for, lambda: len(got) == 3, 30, "3 consumed")
+            return (before, time.time() * 1000, *await asyncio.gather(
                 asyncio.to_thread(listing, broker, "connections", "user", "protocol",
                                   "user_provided_name"),
                 asyncio.to_thread(listing, broker, "consumers", "--format", "json"),
                 asyncio.to_thread(listing, broker, "consumers", "queue_name", "consumer_tag",
-                                  "offset_lag", "credits", "--format", "json"),
+                                  "offset_lag", "credits", "messages_consumed", "--format",
+                                  "json"),
                 asyncio.to_thread(listing, broker, "publishers"),
-                asyncio.to_thread(listing, broker, "connections", "--user", viewer, "--password", "pw"))
+                asyncio.to_thread(listing, broker, "connections", "user_provided_name",
+                                  "connected_at", "channels", "recv_oct", "send_oct",
+                                  "recv_cnt", "send_cnt", "--format", "json"),
+                asyncio.to_thread(listing, broker, "connections", "--user", viewer, "--password", "pw")))
         finally:
             await producer.close()
             await consumer.close()
 
     try:
-        conns, consumers, stream_consumers, publishers, viewers = asyncio.run(
-            asyncio.wait_for(scenario(), 60))
+        before, after, conns, consumers, stream_consumers, publishers, stats, viewers = (
+            asyncio.run(asyncio.wait_for(scenario(), 60)))
     finally:  # the session broker's users as they were
         call(broker, "DELETE", f"/api/users/{viewer}")
-    assert all(r.returncode == 0 for r in (conns, consumers, stream_consumers, publishers, viewers))
+    assert all(r.returncode == 0
+               for r in (conns, consumers, stream_consumers, publishers, stats, viewers))
     assert rows(viewers.stdout) == [["user", "peer_host", "peer_port", "state"]]
     assert rows(conns.stdout)[0] == ["user", "protocol", "user_provided_name"]
     assert ["guest", "stream", "list-consumer"] in rows(conns.stdout)
@@ -100,9 +112,18 @@ def test_connections_consumers_and_publishers_of_live_clients(broker, declared):
     sub = next(c for c in json.loads(stream_consumers.stdout) if c["queue_name"] == declared)
     assert sub["consumer_tag"].startswith("stream.subid-")
     assert isinstance(sub["credits"], int) and isinstance(sub["offset_lag"], int)
+    assert sub["messages_consumed"] == 3  # rabbitmq-streams list_stream_consumers' name
     table = rows(publishers.stdout)
-    assert table[0] == ["publisher_id", "stream", "reference"]
-    assert any(row[1] == declared for row in table[1:])
+    # rabbitmq-streams list_stream_publishers' columns, counts of what the producer sent
+    assert table[0] == ["publisher_id", "stream", "reference", "messages_published",
+                        "messages_confirmed", "messages_errored"]
+    assert [row[1:] for row in table[1:] if row[1] == declared] == [
+        [declared, "", "3", "3", "0"]]
+    named = [c for c in json.loads(stats.stdout) if c["user_provided_name"] == "list-consumer"]
+    assert named and all(c["channels"] == 0 and c["recv_cnt"] > 0 for c in named)
+    mine = max(named, key=lambda c: c["send_oct"])  # the one the 3 messages went out on
+    assert before <= mine["connected_at"] <= after and mine["send_cnt"] > 0
+    assert mine["recv_oct"] > 0 and mine["send_oct"] >= 3 * len(b"m0")
 
 
 def test_a_wrong_url_or_password_fails_clearly(broker):

@@ -206,6 +206,11 @@ def test_closing_a_connection_from_the_page_closes_it(broker, driver):
         logged_in(driver, broker)
         button = f'#connections tr[data-connection="{conn_name}"] button.close'
         until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, button), "the connection listed")
+        # the broker's Open and Attach went out, the client's came in: both counts above 0
+        row = f'#connections tr[data-connection="{conn_name}"]'
+        for cell in ("received", "sent"):
+            counted = driver.find_element(By.CSS_SELECTOR, f"{row} td.{cell}")
+            assert int(counted.get_attribute("data-bytes")) > 0, cell
         driver.find_element(By.CSS_SELECTOR, button).click()
         until(driver, lambda d: not d.find_elements(By.CSS_SELECTOR, button),
               "the connection gone from the page")

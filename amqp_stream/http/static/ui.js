@@ -175,11 +175,19 @@ function connectionsTable(connections) {
       el("td", {}, c.protocol), el("td", {}, c.user),
       el("td", {}, [client.product, client.version].filter(Boolean).join(" ") ||
                    client.container_id || ""),
-      el("td", {class: "num"}, bytes(c.recv_oct || 0)),
+      el("td", {class: "since"}, new Date(c.connected_at).toLocaleTimeString("en-GB")),
+      octets("received", c.recv_oct, c.recv_oct_details),
+      octets("sent", c.send_oct, c.send_oct_details),
       el("td", {class: "keep"}, el("button", {class: "close", onclick: () => act(
         () => api("DELETE", "/api/connections/" + encodeURIComponent(c.name)),
         `connection ${c.name} closed`)}, "Close")));
-  }), 6, "no connections");
+  }), 8, "no connections");
+}
+
+// A connection's byte count with the API's rate (RabbitMQ's recv_oct/send_oct_details).
+function octets(cls, n, details) {
+  return el("td", {class: `num ${cls}`, "data-bytes": n || 0}, bytes(n || 0),
+    el("span", {class: "per-second"}, ` ${bytes(Math.round((details || {}).rate || 0))}/s`));
 }
 
 function offsetsTable(offsets) {
