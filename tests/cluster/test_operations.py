@@ -130,6 +130,10 @@ def test_a_new_replica_catches_up_before_it_counts_toward_the_quorum(zookeeper, 
                     change_layout, url, 10, stream_name,
                     lambda lay, view: membership.add_replica(lay, "n3", view.nodes))
                 assert new.members == ("n1", "n3") and new.catching_up == ("n3",)
+                # n1 applied the layout: the stream is replicated, confirms wait for the quorum
+                await asyncio.to_thread(wait_for, lambda: f'amqp_stream_replication_role{{role='
+                                        f'"leader",stream="{stream_name}"}} 1.0' in scrape(n1),
+                                        20, "n1 leads the replicated stream")
                 # confirmed without n3, on the same connection (no resend)
                 p.pending.update({i: body(i) for i in range(2001, 2501)})
                 await p._send(list(range(2001, 2501)))
