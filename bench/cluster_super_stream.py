@@ -16,7 +16,8 @@ Then one load-generator process per partition (``bench.stream_protocol``'s: Publ
 of unconfirmed messages) connects to the partition's leader (Metadata), all start together, and
 each publishes ``--messages`` / 2 messages and waits for every confirm. Throughput = all
 messages / (last confirm - first send). Cores = the brokers' CPU (utime + stime from /proc)
-over that time; the load generators' CPU is printed beside. Every broker runs with the same
+over that time; the load generators' CPU is printed beside, and how busy the machine's cores
+were meanwhile, whoever used them (/proc/stat: on a shared machine, what others left us). Every broker runs with the same
 ``--fsync`` (default ``always``, the broker's default).
 
     python -m bench.cluster_super_stream                  # 1,000,000 messages, 3 rounds
@@ -35,7 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from amqp_stream.client.stream import StreamClient
 from amqp_stream.testing import BrokerProcess, free_port
@@ -61,8 +62,8 @@ def _cli(*args: str) -> None:
         raise SystemExit(f"amqp-stream {' '.join(args)} failed: {r.stderr[-500:]}")
 
 
-def _publisher(port: int, stream: str, count: int, frame: int, start: mp.Event,
-               out: mp.Queue) -> None:
+def _publisher(port: int, stream: str, count: int, frame: int, start: Any,
+               out: Any) -> None:
     """A child process: connect, pre-encode, wait for the start, publish, report
     (monotonic start, monotonic end, messages, own CPU s). CLOCK_MONOTONIC is one clock for
     every process of the machine."""
@@ -75,9 +76,19 @@ def _publisher(port: int, stream: str, count: int, frame: int, start: mp.Event,
         out.put((t0, time.monotonic(), r.messages, r.cpu))
 
 
+def _machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far (/proc/stat: all but idle and
+    iowait): how busy its cores were, whoever used them."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    tck = os.sysconf("SC_CLK_TCK")
+    return (sum(fields) - fields[3] - fields[4]) / tck, sum(fields) / tck
+
+
 def _run(brokers: dict[str, BrokerProcess], placement: dict[str, str], args: argparse.Namespace
-         ) -> tuple[float, float, float, float]:
-    """One timed publish: (msg/s, seconds, brokers' cores, load generators' cores)."""
+         ) -> tuple[float, float, float, float, float]:
+    """One timed publish: (msg/s, seconds, brokers' cores, load generators' cores, the
+    machine's busy cores)."""
     ctx = mp.get_context("fork")
     start, out = ctx.Event(), ctx.Queue()
     per = args.messages // len(placement)
@@ -89,16 +100,21 @@ def _run(brokers: dict[str, BrokerProcess], placement: dict[str, str], args: arg
     time.sleep(1.0)  # the children connect and pre-encode; not part of any figure
     pids = [b.proc.pid for b in brokers.values() if b.proc is not None]
     cpu0 = sum(cpu_seconds(pid) for pid in pids)
+    busy0, _ = _machine_busy()
+    t_start = time.monotonic()
     start.set()
     results = [out.get(timeout=600) for _ in procs]
     cpu1 = sum(cpu_seconds(pid) for pid in pids)
+    busy1, _ = _machine_busy()
+    machine = (busy1 - busy0) / (time.monotonic() - t_start)
     for p in procs:
         p.join(30)
     t0 = min(r[0] for r in results)
     t1 = max(r[1] for r in results)
     seconds = t1 - t0
     total = sum(r[2] for r in results)
-    return total / seconds, seconds, (cpu1 - cpu0) / seconds, sum(r[3] for r in results) / seconds
+    return (total / seconds, seconds, (cpu1 - cpu0) / seconds,
+            sum(r[3] for r in results) / seconds, machine)
 
 
 def _setup(zk: ZooKeeperServer, tmp: Path, names: list[str], tag: str,
@@ -152,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     brokers, placement = _setup(zk, Path(tmp), names, f"{i}-{len(names)}",
                                                 args.fsync)
                     try:
-                        rate, seconds, cores, lg = _run(brokers, placement, args)
+                        rate, seconds, cores, lg, machine = _run(brokers, placement, args)
                     finally:
                         for b in brokers.values():
                             b.close()
@@ -160,7 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     where = ", ".join(f"{p[-1]}@{n}" for p, n in placement.items())
                     print(f"round {i + 1} {label:<9} ({where}): {rate:>11,.0f} msg/s in "
                           f"{seconds:5.2f} s; brokers {cores:.2f} cores, load generators "
-                          f"{lg:.2f} cores; load {os.getloadavg()[0]:.2f}", flush=True)
+                          f"{lg:.2f}; machine {machine:.2f} of {os.cpu_count()} busy; load "
+                          f"{os.getloadavg()[0]:.2f}", flush=True)
     finally:
         zk.close()
     one, two = statistics.median(rates["one node"]), statistics.median(rates["two nodes"])
