@@ -14,7 +14,9 @@ coordinator reads arrives on the event loop through the Mailbox and is applied t
 - definitions changed by another node are read again.
 
 Local stream directories that no layout names are left as they are (logged): the cluster's
-path may be wrong, and deleting data on that evidence would be worse than keeping it.
+path may be wrong, and deleting data on that evidence would be worse than keeping it. A local
+log of a stream whose layout does not name this node (``delete-replica``, now or while this
+node was down) is deleted: the layout is the evidence.
 """
 
 from __future__ import annotations
@@ -207,11 +209,12 @@ class ClusterNode:
         for name, layout in view.layouts.items():
             self._open_member_log(name, layout, view.arguments.get(name, {}))
             before = old.layouts.get(name)
-            if before is not None and self.name in before.members and \
-                    self.name not in layout.members and core.get(name) is not None:
-                # delete-replica named this node: its role ends, then its log goes (as
-                # RabbitMQ's member with target deleted)
-                log.info("stream %r: this node is no longer a member: deleting its log", name)
+            if self.name not in layout.members and core.get(name) is not None:
+                # delete-replica named this node (now, or while it was down): its role ends,
+                # then its log goes, as RabbitMQ's member with target deleted; kept, it would
+                # be served and written as a stream of this node alone
+                log.info("stream %r: this node is not a member (members %s): deleting its log",
+                         name, ", ".join(layout.members))
                 if self.replication is not None:
                     self.replication.reconcile(force=True)
                 core.delete_local(name)

@@ -172,8 +172,9 @@ def test_a_new_replica_catches_up_before_it_counts_toward_the_quorum(zookeeper, 
 def test_delete_replica_and_transfer_leadership_lose_no_confirmed_publish(nodes, stream_name):
     """transfer-leadership while a named producer publishes: the leader stops taking
     publishes, waits for the target to hold its log, and hands over under epoch 2; nothing
-    confirmed is lost or doubled. delete-replica of a follower deletes its log; of the
-    leader, moves the leadership first; of the last member, is refused."""
+    confirmed is lost or doubled. delete-replica of a live member deletes its log; of the
+    leader, moves the leadership first; of the last member, is refused. A member removed
+    while down deletes its log when it comes back."""
     url, (n1, n2, n3) = nodes
     brokers = {"n1": n1, "n2": n2, "n3": n3}
 
@@ -204,12 +205,17 @@ def test_delete_replica_and_transfer_leadership_lose_no_confirmed_publish(nodes,
     not_member = cli("transfer-leadership", stream_name, "n9", "--cluster", url)
     assert not_member.returncode == 1 and "not a member" in not_member.stderr
 
+    # n3 removed while it is down: its log goes when it comes back
+    n3.close()
     out = cli("delete-replica", stream_name, "n3", "--cluster", url)
     assert out.returncode == 0, out.stderr
+    assert holds_log(n3, stream_name)
+    n3.start()
     wait_for(lambda: not holds_log(n3, stream_name), 20, "n3's log deleted")
     out = cli("delete-replica", stream_name, "n2", "--cluster", url)  # the leader
     assert out.returncode == 0, out.stderr
     assert "moving the leadership to n1 first" in out.stdout
+    wait_for(lambda: not holds_log(n2, stream_name), 20, "n2's log deleted")
     st = status(url, stream_name)
     assert (st["leader"], [r["node"] for r in st["members"]]) == ("n1", ["n1"])
     last = cli("delete-replica", stream_name, "n1", "--cluster", url)
