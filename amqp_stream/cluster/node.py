@@ -141,12 +141,13 @@ class ClusterNode:
         def target_holds_all() -> bool:
             end = stream.local_end
             tail = role.tracker.tails.get(target)
-            return end >= (stream.appended_end() or 0) and tail is not None and \
-                tail[0] >= end and role.tracker.commit >= end
+            return tail is not None and tail[0] >= end and role.tracker.commit >= end
 
         moved = False
         try:
             assert self.replication is not None
+            # what was queued before the refusal (records, stored offsets) is written first
+            stream.flush(timeout)
             if not self.replication.wait_for(target_holds_all, timeout):
                 tail = role.tracker.tails.get(target)
                 return {"error": f"{target} did not catch up with {name!r} within {timeout:g} s "

@@ -17,7 +17,8 @@ import urllib.request
 import pytest
 
 from amqp_stream.cluster import membership
-from amqp_stream.cluster.coordination import change_layout
+from amqp_stream.cluster.coordination import change_layout, read_view
+from amqp_stream.cluster.leader import admin_request
 from tests.cluster.checker import check, log_dir, raw_chunks
 from tests.cluster.nodes import holds_log, node
 from tests.cluster.test_replicated_nodes import Publisher, body, converged, declare
@@ -89,6 +90,23 @@ def test_stream_status_and_metrics_show_each_member_tail_and_lag(nodes, stream_n
             confirmed.update(p.confirmed)
 
         run(more(), 60)
+        # a transfer to the lagging n3 (still live: its session has 2 s) fails within its
+        # wait, and n1 takes publishes again
+        n1_node = read_view(url, 10).nodes["n1"]
+        answer = admin_request(n1_node.host, n1_node.replication_port,
+                               {"op": "transfer", "stream": stream_name, "node": "n3",
+                                "timeout": 0.5}, 10)
+        assert "did not catch up" in answer.get("error", ""), answer
+
+        async def after() -> None:
+            p = Publisher(stream_name, brokers.values())
+            await p._attach(n1)
+            await p.publish(range(2501, 2601))
+            await p.drop()
+            assert not p.errors
+            confirmed.update(p.confirmed)
+
+        run(after(), 60)
         leader = scrape(n1)
         assert sample(leader, f'amqp_stream_replication_role{{role="leader",stream="{stream_name}"}}') == 1
         assert sample(leader, f'amqp_stream_replication_lag_offsets{{member="n3",stream="{stream_name}"}}') >= 500
@@ -101,7 +119,7 @@ def test_stream_status_and_metrics_show_each_member_tail_and_lag(nodes, stream_n
     end = converged(brokers, stream_name, "n1")
     report = check({n: b.data_dir for n, b in brokers.items()}, stream_name, confirmed.values(),
                    at_least=end)
-    assert report.found == 2500
+    assert report.found == 2600
 
 
 def test_a_new_replica_catches_up_before_it_counts_toward_the_quorum(zookeeper, zk_path,
