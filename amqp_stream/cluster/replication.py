@@ -218,8 +218,10 @@ class Replication:
         if role is not None:
             end = stream.local_end
             lag_bytes = role.lag_bytes()
+            lag_bytes[self.node] = 0
+            # a member not connected now has its last acknowledged tail and no byte lag
             out["members"] = {
-                m: {"tail": t[0], "lag": max(0, end - t[0]), "lag_bytes": lag_bytes.get(m, 0)}
+                m: {"tail": t[0], "lag": max(0, end - t[0]), "lag_bytes": lag_bytes.get(m)}
                 for m, t in dict(role.tracker.tails).items()}
         return out
 
