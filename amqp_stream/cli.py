@@ -44,6 +44,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "perf": ("perf", "a load generator for publishers and filtered consumers"),
     "cluster": ("cluster", "a cluster's nodes, their liveness and the leaders they hold "
                            "(read from ZooKeeper)"),
+    "stream": ("replicas", "a replicated stream's members, leader, epoch, tails and lag "
+                           "(stream status NAME), as rabbitmq-streams stream_status"),
+    "add-replica": ("replicas", "add a member to a replicated stream on a node (catches up, "
+                                "then counts toward the quorum)"),
+    "delete-replica": ("replicas", "remove a stream's member on a node (its log is deleted)"),
+    "transfer-leadership": ("replicas", "move a stream's leadership to another member, with no "
+                                        "confirmed publish lost"),
     "list": ("listing", "list streams, connections, consumers, publishers or users (management "
                         "HTTP API), as rabbitmqctl list_* does"),
     "users": ("users", "users, tags and permissions (add, delete, list, change-password, set-tags, "

@@ -20,11 +20,14 @@ __all__ = ["CommitTracker"]
 
 class CommitTracker:
     """Tails by member; ``on_commit(end, chunk_id)`` when the commit end moves (called on
-    the thread that reported the tail, outside the lock)."""
+    the thread that reported the tail, outside the lock). Only ``voters`` (default: every
+    member) count toward the quorum; the others' tails are kept for their lag and catch-up."""
 
     def __init__(self, members: tuple[str, ...], quorum: int, floor: int, commit: int,
-                 on_commit: Callable[[int, int], None]):
+                 on_commit: Callable[[int, int], None],
+                 voters: tuple[str, ...] | None = None):
         self.members = members
+        self.voters = members if voters is None else voters
         self.quorum = quorum
         self.floor = floor
         self.commit = commit
@@ -41,14 +44,33 @@ class CommitTracker:
             if old is not None and old[0] >= end:
                 return
             self.tails[member] = (end, chunk_id)
-            ranked = sorted(self.tails.values(), reverse=True)
-            if len(ranked) < self.quorum:
-                return
-            end, chunk_id = ranked[self.quorum - 1]
-            if end <= self.commit or end <= self.floor:
-                return
-            self.commit = end
-        self.on_commit(end, chunk_id)
+            moved = self._advance()
+        if moved is not None:
+            self.on_commit(*moved)
+
+    def _advance(self) -> tuple[int, int] | None:
+        """Under the lock: the new commit (end, chunk id) when the voters' tails moved it."""
+        ranked = sorted((t for m, t in self.tails.items() if m in self.voters), reverse=True)
+        if len(ranked) < self.quorum:
+            return None
+        end, chunk_id = ranked[self.quorum - 1]
+        if end <= self.commit or end <= self.floor:
+            return None
+        self.commit = end
+        return end, chunk_id
+
+    def reconfigure(self, members: tuple[str, ...], voters: tuple[str, ...], quorum: int) -> None:
+        """The stream's members changed under the same leader and epoch (a replica added,
+        caught up or deleted): count the new voters from now on (one voter more or less at
+        a time, so the old and new majorities share a member, as Raft's single-server
+        changes)."""
+        with self._lock:
+            self.members, self.voters, self.quorum = members, voters, quorum
+            for gone in [m for m in self.tails if m not in members]:
+                del self.tails[gone]
+            moved = self._advance()
+        if moved is not None:
+            self.on_commit(*moved)
 
     def forget(self, member: str) -> None:
         """``member`` went (its connection closed): its tail no longer counts."""

@@ -47,7 +47,7 @@ from amqp_stream.cluster.layout import Node, StreamLayout
 from amqp_stream.errors import ClusterUnavailable
 
 __all__ = ["Coordinator", "ClusterView", "CoordinationError", "ZkStore", "read_view",
-           "choose_leader_by_tail"]
+           "choose_leader_by_tail", "change_layout", "LayoutRefused"]
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class ClusterView:
 def choose_leader_by_tail(layout: StreamLayout, tails: dict[str, tuple[int, int]]) -> str | None:
     """The member to lead after ``layout.leader`` is gone, from the tails ``(epoch, offset)``
     that live members reported; None until a majority of the members has reported."""
-    reported = {n: t for n, t in tails.items() if n in layout.members and n != layout.leader}
+    reported = {n: t for n, t in tails.items() if n in layout.voters and n != layout.leader}
     if len(reported) < layout.quorum:
         return None
     return min(reported, key=lambda n: (-reported[n][0], -reported[n][1], n))
@@ -371,8 +371,9 @@ class Coordinator:
         if StreamLayout.from_json(doc) != layout:
             self._wake.set()  # changed since we read it: look again
             return
-        new = StreamLayout(layout.stream, layout.epoch + 1, leader, layout.members)
-        doc.update(new.to_json())
+        new = StreamLayout(layout.stream, layout.epoch + 1, leader, layout.members,
+                           layout.catching_up)
+        _set_layout(doc, new)
         try:
             self.client.set(path, json.dumps(doc).encode(), version=stat.version)
         except (BadVersionError, NoNodeError):
@@ -458,6 +459,98 @@ class Coordinator:
     def store(self) -> ZkStore:
         return ZkStore(self, self._path("definitions"))
 
+    def replace_layout(self, expected: StreamLayout, new: StreamLayout) -> bool:
+        """From a thread other than the loop (kazoo's blocking calls): write ``new`` for a
+        stream whose layout is ``expected``, by a versioned set; False (nothing written) when
+        the layout is another by now or ZooKeeper cannot be reached."""
+        path = self._path("streams", expected.stream)
+        try:
+            self._ready(f"change the layout of {expected.stream!r}")
+            data, stat = self.client.get(path)
+            doc = json.loads(data)
+            if StreamLayout.from_json(doc) != expected:
+                return False
+            _set_layout(doc, new)
+            self.client.set(path, json.dumps(doc).encode(), version=stat.version)
+        except (BadVersionError, NoNodeError, CoordinationError, KazooException) as exc:
+            log.info("stream %r: layout not changed: %s %s", expected.stream,
+                     type(exc).__name__, exc)
+            return False
+        self._wake.set()
+        return True
+
+
+def _set_layout(doc: dict, layout: StreamLayout) -> None:
+    """``layout`` into a stream's znode document (its arguments kept)."""
+    doc.pop("catching_up", None)
+    doc.update(layout.to_json())
+
+
+class LayoutRefused(ValueError):
+    """An operator's layout change that the cluster's rules refuse (the message says why)."""
+
+
+def change_layout(url: str, timeout: float, stream: str,
+                  change: Callable[[StreamLayout, ClusterView], StreamLayout]
+                  ) -> tuple[StreamLayout, StreamLayout]:
+    """The CLI's ``add-replica`` / ``delete-replica``: read ``stream``'s layout and the live
+    nodes, write ``change(layout, view)`` by a versioned set (read again and retried when
+    another node wrote meanwhile); returns (old, new). ``change`` raises ``LayoutRefused``;
+    a stream that does not exist is refused too."""
+    hosts, root = parse_url(url)
+    client = KazooClient(hosts=hosts, timeout=max(timeout, 1.0))
+    try:
+        client.start(timeout=timeout)
+    except KazooTimeoutError:
+        client.close()
+        raise CoordinationError(f"cannot reach ZooKeeper at {hosts} within {timeout:g} s") from None
+    path = f"{root}/streams/{stream}"
+    try:
+        for _ in range(10):
+            view = _read(client, root)
+            try:
+                data, stat = client.get(path)
+            except NoNodeError:
+                raise LayoutRefused(f"stream {stream!r} does not exist") from None
+            doc = json.loads(data)
+            old = StreamLayout.from_json(doc)
+            new = change(old, view)
+            if new == old:
+                return old, new
+            _set_layout(doc, new)
+            try:
+                client.set(path, json.dumps(doc).encode(), version=stat.version)
+            except BadVersionError:
+                continue
+            return old, new
+        raise CoordinationError(f"the layout of {stream!r} kept changing; try again")
+    except KazooException as exc:
+        raise CoordinationError(f"changing {stream!r} at {url}: {type(exc).__name__} {exc}") from None
+    finally:
+        client.stop()
+        client.close()
+
+
+def _read(client: KazooClient, root: str) -> ClusterView:
+    nodes: dict[str, Node] = {}
+    layouts: dict[str, StreamLayout] = {}
+    for kind in ("nodes", "streams"):
+        try:
+            names = client.get_children(f"{root}/{kind}")
+        except NoNodeError:
+            continue
+        for name in names:
+            try:
+                data, _ = client.get(f"{root}/{kind}/{name}")
+            except NoNodeError:
+                continue
+            doc = json.loads(data)
+            if kind == "nodes":
+                nodes[name] = Node.from_json(doc)
+            else:
+                layouts[name] = StreamLayout.from_json(doc)
+    return ClusterView(nodes, layouts)
+
 
 def read_view(url: str, timeout: float) -> ClusterView:
     """The cluster as ZooKeeper holds it now, read by an observer that does not join it (the
@@ -470,24 +563,7 @@ def read_view(url: str, timeout: float) -> ClusterView:
         client.close()
         raise CoordinationError(f"cannot reach ZooKeeper at {hosts} within {timeout:g} s") from None
     try:
-        nodes: dict[str, Node] = {}
-        layouts: dict[str, StreamLayout] = {}
-        for kind in ("nodes", "streams"):
-            try:
-                names = client.get_children(f"{root}/{kind}")
-            except NoNodeError:
-                continue
-            for name in names:
-                try:
-                    data, _ = client.get(f"{root}/{kind}/{name}")
-                except NoNodeError:
-                    continue
-                doc = json.loads(data)
-                if kind == "nodes":
-                    nodes[name] = Node.from_json(doc)
-                else:
-                    layouts[name] = StreamLayout.from_json(doc)
-        return ClusterView(nodes, layouts)
+        return _read(client, root)
     except KazooException as exc:
         raise CoordinationError(f"reading the cluster at {url}: {type(exc).__name__} {exc}") from None
     finally:

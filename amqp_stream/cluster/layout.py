@@ -39,27 +39,42 @@ class StreamLayout:
     The epoch grows by one at every leader change; it is written in each chunk's header
     (storage-format: bytes 16-23), and a member refuses chunks of an epoch older than the
     one it knows, so a deposed leader can get nothing confirmed.
+
+    ``catching_up``: members added (``add-replica``) that replicate but do not count toward
+    the quorum (nor stand in elections) until their durable tail reaches the commit end; the
+    leader then writes the layout without them (Raft's non-voting learners): a new, empty
+    member cannot stall confirms or lower what a majority holds.
     """
 
     stream: str
     epoch: int
     leader: str
     members: tuple[str, ...] = field(default_factory=tuple)
+    catching_up: tuple[str, ...] = ()
 
     @property
     def replicas(self) -> tuple[str, ...]:
         return tuple(m for m in self.members if m != self.leader)
 
     @property
+    def voters(self) -> tuple[str, ...]:
+        """The members that count toward the quorum and may be elected."""
+        return tuple(m for m in self.members if m not in self.catching_up)
+
+    @property
     def quorum(self) -> int:
-        """Members that must hold a chunk durably before it is committed (leader included)."""
-        return len(self.members) // 2 + 1
+        """Voters that must hold a chunk durably before it is committed (leader included)."""
+        return len(self.voters) // 2 + 1
 
     def to_json(self) -> dict:
-        return {"stream": self.stream, "epoch": self.epoch, "leader": self.leader,
-                "members": list(self.members)}
+        doc = {"stream": self.stream, "epoch": self.epoch, "leader": self.leader,
+               "members": list(self.members)}
+        if self.catching_up:
+            doc["catching_up"] = list(self.catching_up)
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict) -> StreamLayout:
         return cls(str(doc["stream"]), int(doc["epoch"]), str(doc["leader"]),
-                   tuple(str(m) for m in doc["members"]))
+                   tuple(str(m) for m in doc["members"]),
+                   tuple(str(m) for m in doc.get("catching_up", ())))

@@ -20,21 +20,31 @@ truncates to that chunk's end and takes everything after it from the leader.
 
 from __future__ import annotations
 
+import bisect
+import collections
 import logging
 import os
 import socket
 import threading
+import time
 from typing import Any, Callable
 
 from amqp_stream.cluster import replication_wire as wire
 from amqp_stream.cluster.commit import CommitTracker
+from storage.files import segment_path
 
-__all__ = ["LeaderRole", "ReplicationServer", "common_end"]
+__all__ = ["LeaderRole", "ReplicationServer", "common_end", "admin_request", "LATENCY_BUCKETS"]
 
 log = logging.getLogger("amqp_stream.cluster.leader")
 
 BATCH_BYTES = 1 << 20  # chunks sent before the feed looks at the commit end again
 WAIT_S = 0.5  # a feed at the end wakes this often at most to send a moved commit end
+# commit latency histogram (seconds): Prometheus's default buckets, finer at the low end
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                   2.5, 5.0, 10.0, float("inf"))
+PENDING_MAX = 100_000  # local ends awaiting their commit: beyond, the oldest go uncounted
+
+AdminFn = Callable[[dict], dict]
 
 
 def common_end(stream: Any, epochs: tuple[tuple[int, int], ...]) -> int:
@@ -56,16 +66,24 @@ class LeaderRole:
     """This node leads ``stream`` under ``epoch``: the commit tracker and the live feeds."""
 
     def __init__(self, name: str, stream: Any, epoch: int, members: tuple[str, ...],
-                 quorum: int, node: str):
+                 quorum: int, node: str, voters: tuple[str, ...] | None = None):
         self.name = name
         self.stream = stream
         self.epoch = epoch
         self.node = node
         self.feeds: set[Feed] = set()
         self.closed = False
+        # commit latency: (local end, when it became durable here) until the commit passes
+        # it; a histogram of the waits (cumulative counts per LATENCY_BUCKETS, their sum)
+        self._pending: collections.deque[tuple[int, float]] = collections.deque()
+        self._pending_lock = threading.Lock()
+        self.latency_counts = [0] * len(LATENCY_BUCKETS)
+        self.latency_sum = 0.0
+        self.catch_up_targets: dict[str, int] = {}  # a catching-up member -> commit to reach
+        self.promoting: set[str] = set()
         floor = stream.local_end if stream.last_epoch < epoch else 0
         commit = stream.commit_gate or 0
-        self.tracker = CommitTracker(members, quorum, floor, commit, stream.set_commit)
+        self.tracker = CommitTracker(members, quorum, floor, commit, self._committed, voters)
         self._listener = self._local_tail
         stream.add_listener(self._listener)
         if floor:
@@ -76,7 +94,57 @@ class LeaderRole:
 
     def _local_tail(self) -> None:
         """The writer moved the local end (durable here per the policy)."""
-        self.tracker.report(self.node, self.stream.local_end, self.stream.last_chunk_id)
+        end = self.stream.local_end
+        with self._pending_lock:
+            if end > self.tracker.commit and (not self._pending or self._pending[-1][0] < end):
+                self._pending.append((end, time.monotonic()))
+                if len(self._pending) > PENDING_MAX:
+                    self._pending.popleft()
+        self.tracker.report(self.node, end, self.stream.last_chunk_id)
+
+    def _committed(self, end: int, chunk_id: int) -> None:
+        """The quorum commit moved: each local end it passes took ``now - written``."""
+        now = time.monotonic()
+        with self._pending_lock:
+            while self._pending and self._pending[0][0] <= end:
+                wait = now - self._pending.popleft()[1]
+                self.latency_sum += wait
+                self.latency_counts[bisect.bisect_left(LATENCY_BUCKETS, wait)] += 1
+        self.stream.set_commit(end, chunk_id)
+
+    def reconfigure(self, members: tuple[str, ...], voters: tuple[str, ...], quorum: int) -> None:
+        """Members added or removed under this leader and epoch: the tracker counts the new
+        voters; a removed member's feed ends."""
+        self.tracker.reconfigure(members, voters, quorum)
+        for gone in [m for m in self.catch_up_targets if m in voters or m not in members]:
+            del self.catch_up_targets[gone]
+        self.promoting &= set(members) - set(voters)
+        for feed in list(self.feeds):
+            if feed.hello.node not in members:
+                feed.close()
+            elif feed.acked[1] >= 0:  # a new member connected before this leader saw it
+                self.tracker.report(feed.hello.node, *feed.acked)
+
+    def caught_up(self, catching_up: tuple[str, ...]) -> list[str]:
+        """Polled on the loop: the catching-up members whose durable tail reached the commit
+        end this leader had at the previous poll (with a steady publish load the live commit
+        end keeps moving past an acknowledgement in flight)."""
+        done = []
+        commit = self.tracker.commit
+        tails = dict(self.tracker.tails)
+        for member in catching_up:
+            target = self.catch_up_targets.get(member)
+            tail = tails.get(member)
+            if target is not None and tail is not None and tail[0] >= target \
+                    and member not in self.promoting:
+                done.append(member)
+            self.catch_up_targets[member] = commit
+        return done
+
+    def lag_bytes(self) -> dict[str, int]:
+        """Bytes of this leader's log each connected member does not hold yet (sent and not
+        acknowledged, and not sent yet)."""
+        return {feed.hello.node: feed.lag_bytes() for feed in list(self.feeds)}
 
     def close(self) -> None:
         self.closed = True
@@ -95,6 +163,31 @@ class Feed:
         self.start = start
         self.closed = False
         self.acked = (start, -1)
+        # bytes sent, and (chunk end, bytes sent through it) not yet acknowledged: lag in bytes
+        self.sent_bytes = 0
+        self.acked_bytes = 0
+        self._unacked: collections.deque[tuple[int, int]] = collections.deque()
+        self._read_at: tuple[int, int] | None = None  # last chunk sent: (its id, its end byte)
+
+    def lag_bytes(self) -> int:
+        """Sent and unacknowledged, plus what the log holds beyond the last chunk sent
+        (segment file sizes: read when Prometheus scrapes, not on the send path)."""
+        stream = self.role.stream
+        starts = list(stream.segment_starts())
+        if self._read_at is None:
+            at = max(0, bisect.bisect_right(starts, self.start) - 1)
+            position = 0
+        else:
+            at = max(0, bisect.bisect_right(starts, self._read_at[0]) - 1)
+            position = self._read_at[1]
+        unsent = 0
+        for i, start in enumerate(starts[at:]):
+            try:
+                size = os.stat(segment_path(stream.directory, start)).st_size
+            except OSError:  # gone meanwhile (retention)
+                continue
+            unsent += max(0, size - position) if i == 0 else size
+        return max(0, self.sent_bytes - self.acked_bytes) + unsent
 
     def run(self) -> None:
         role = self.role
@@ -124,6 +217,9 @@ class Feed:
                         pos += n
                         left -= n
                     sent += c.size
+                    self.sent_bytes += c.size
+                    self._unacked.append((c.next_offset, self.sent_bytes))
+                    self._read_at = (c.chunk_id, c.position + c.size)
                 commit = stream.commit_gate or 0
                 if commit != sent_commit:
                     self.sock.sendall(wire.encode_commit(commit, stream.committed_chunk_id))
@@ -158,6 +254,9 @@ class Feed:
                         raise wire.WireError(f"frame type {kind} from a replica")
                     end, chunk_id = wire.decode_position(payload)
                     self.acked = (end, chunk_id)
+                    unacked = self._unacked
+                    while unacked and unacked[0][0] <= end:
+                        self.acked_bytes = unacked.popleft()[1]
                     self.role.tracker.report(self.hello.node, end, chunk_id)
                 if at > 65536:
                     del buf[:at]
@@ -181,10 +280,14 @@ class Feed:
 
 class ReplicationServer:
     """The node's replication listener: each connection's HELLO names a stream this node
-    must lead (``roles(name)``), else it is refused."""
+    must lead (``roles(name)``), else it is refused. A connection that opens with an ADMIN
+    frame instead is an operator's request (``admin(request)``: ``stream status``, a
+    leadership transfer), answered with one ADMIN frame and closed."""
 
-    def __init__(self, host: str, port: int, roles: Callable[[str], LeaderRole | None]):
+    def __init__(self, host: str, port: int, roles: Callable[[str], LeaderRole | None],
+                 admin: AdminFn | None = None):
         self.roles = roles
+        self.admin = admin
         self.sock = socket.create_server((host, port), reuse_port=False)
         self.closed = False
         self.thread = threading.Thread(target=self._accept, daemon=True, name="repl-listener")
@@ -217,6 +320,9 @@ class ReplicationServer:
             sock.settimeout(10.0)
             hello = _read_hello(sock)
             sock.settimeout(None)
+        except _Admin as request:
+            self._answer(sock, request.request)
+            return
         except (OSError, wire.WireError) as exc:
             log.info("replication handshake failed: %s", exc)
             sock.close()
@@ -257,6 +363,52 @@ class ReplicationServer:
         Feed(role, sock, hello, start).run()
 
 
+    def _answer(self, sock: socket.socket, request: dict) -> None:
+        try:
+            if self.admin is None:
+                answer = {"error": "this node takes no operator requests"}
+            else:
+                answer = self.admin(request)
+        except Exception as exc:
+            log.exception("operator request %r", request)
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        try:
+            sock.settimeout(10.0)
+            sock.sendall(wire.encode_admin(answer))
+        except OSError:
+            pass
+        finally:
+            sock.close()
+
+
+class _Admin(Exception):
+    """The connection opened with an ADMIN frame (an operator's request), not HELLO."""
+
+    def __init__(self, request: dict):
+        super().__init__("admin")
+        self.request = request
+
+
+def admin_request(host: str, port: int, request: dict, timeout: float) -> dict:
+    """Send an operator's ``request`` to a node's replication port; its answer (a JSON
+    object; ``{"error": ...}`` when refused). ``OSError`` when the node cannot be reached."""
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.settimeout(timeout)
+        sock.sendall(wire.encode_admin(request))
+        buf = bytearray()
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                raise wire.WireError("closed before the answer")
+            buf += data
+            got, _ = wire.frames(buf)
+            if got:
+                kind, payload = got[0]
+                if kind != wire.ADMIN:
+                    raise wire.WireError(f"frame type {kind} in answer to a request")
+                return wire.decode_admin(payload)
+
+
 def _read_hello(sock: socket.socket) -> wire.Hello:
     buf = bytearray()
     while True:
@@ -267,6 +419,8 @@ def _read_hello(sock: socket.socket) -> wire.Hello:
         got, _ = wire.frames(buf)
         if got:
             kind, payload = got[0]
+            if kind == wire.ADMIN:
+                raise _Admin(wire.decode_admin(payload))
             if kind != wire.HELLO:
                 raise wire.WireError(f"frame type {kind} before HELLO")
             return wire.decode_hello(payload)

@@ -14,12 +14,15 @@ coordinator reads arrives on the event loop through the Mailbox and is applied t
 - definitions changed by another node are read again.
 
 Local stream directories that no layout names are left as they are (logged): the cluster's
-path may be wrong, and deleting data on that evidence would be worse than keeping it.
+path may be wrong, and deleting data on that evidence would be worse than keeping it. A local
+log of a stream whose layout does not name this node (``delete-replica``, now or while this
+node was down) is deleted: the layout is the evidence.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from typing import TYPE_CHECKING, Callable
 
 from amqp_stream import arguments as stream_arguments
@@ -85,6 +88,83 @@ class ClusterNode:
         last chunk it holds and its durable end."""
         self.replication = replication
         self.tail_of = self.replicated_tail
+        replication.on_caught_up = self._count_member
+        replication.on_transfer = self.transfer
+
+    # -- operations (``add-replica``'s catch-up, ``transfer-leadership``) -----------------
+    def _count_member(self, layout: StreamLayout, member: str) -> None:
+        """On the loop: ``member`` caught up; write the layout that counts it toward the
+        quorum, on a thread of its own (a ZooKeeper round trip must not stall the loop).
+        A write that fails (the layout moved meanwhile) is tried again at the next poll."""
+        new = StreamLayout(layout.stream, layout.epoch, layout.leader, layout.members,
+                           tuple(m for m in layout.catching_up if m != member))
+
+        def write() -> None:
+            if self.coordinator.replace_layout(layout, new):
+                log.info("stream %r: %s caught up: it counts toward the quorum (%d of %d)",
+                         layout.stream, member, new.quorum, len(new.voters))
+            else:
+                role = self.replication.leaders.get(layout.stream) if self.replication else None
+                if role is not None:
+                    role.promoting.discard(member)
+
+        threading.Thread(target=write, daemon=True, name=f"promote:{layout.stream}").start()
+
+    def transfer(self, name: str, target: str, timeout: float) -> dict:
+        """On a replication server thread (an operator's request to this node): hand the
+        leadership of ``name`` to member ``target`` with no confirmed publish lost. This
+        leader stops taking appends, waits (up to ``timeout``) until ``target`` holds its
+        whole log durably and the commit covers it, then writes the layout with ``target``
+        leading under epoch + 1. Nothing is cut anywhere: the new leader's log is this
+        one's. On any failure appends resume and the answer says why."""
+        layout = self.view.layouts.get(name)
+        if layout is None:
+            return {"error": f"stream {name!r} does not exist"}
+        if layout.leader != self.name:
+            return {"error": f"{self.name} does not lead {name!r} (its leader: {layout.leader})",
+                    "leader": layout.leader}
+        if target == self.name:
+            return {"ok": True, "leader": target, "epoch": layout.epoch}
+        if target not in layout.members:
+            return {"error": f"{target} is not a member of {name!r} (members: "
+                             f"{', '.join(layout.members)})"}
+        if target in layout.catching_up:
+            return {"error": f"{target} is still catching up on {name!r}: it cannot lead yet"}
+        if target not in self.view.nodes:
+            return {"error": f"node {target} is not running in the cluster"}
+        role = self.replication.leaders.get(name) if self.replication is not None else None
+        if role is None or role.epoch != layout.epoch:
+            return {"error": f"{self.name} is not leading {name!r} yet; try again"}
+        stream = role.stream
+        stream.set_follower(True)  # publishes are refused from here (clients retry)
+
+        def target_holds_all() -> bool:
+            end = stream.local_end
+            tail = role.tracker.tails.get(target)
+            return tail is not None and tail[0] >= end and role.tracker.commit >= end
+
+        moved = False
+        try:
+            assert self.replication is not None
+            # what was queued before the refusal (records, stored offsets) is written first
+            stream.flush(timeout)
+            if not self.replication.wait_for(target_holds_all, timeout):
+                tail = role.tracker.tails.get(target)
+                return {"error": f"{target} did not catch up with {name!r} within {timeout:g} s "
+                                 f"(its tail {tail[0] if tail else None}, the log's end "
+                                 f"{stream.local_end}); leadership not moved"}
+            new = StreamLayout(name, layout.epoch + 1, target, layout.members, layout.catching_up)
+            moved = self.coordinator.replace_layout(layout, new)
+            if not moved:
+                return {"error": f"the layout of {name!r} changed meanwhile (or ZooKeeper is "
+                                 f"unreachable); leadership not moved"}
+            log.warning("stream %r: leadership handed to %s (epoch %d) at offset %d", name,
+                        target, new.epoch, stream.local_end)
+            return {"ok": True, "leader": target, "epoch": new.epoch, "offset": stream.local_end}
+        finally:
+            if not moved and self.replication is not None \
+                    and self.replication.leaders.get(name) is role:
+                stream.set_follower(False)
 
     # -- the core's questions --------------------------------------------------------------
     def exists(self, name: str) -> bool:
@@ -130,6 +210,15 @@ class ClusterNode:
         for name, layout in view.layouts.items():
             self._open_member_log(name, layout, view.arguments.get(name, {}))
             before = old.layouts.get(name)
+            if self.name not in layout.members and core.get(name) is not None:
+                # delete-replica named this node (now, or while it was down): its role ends,
+                # then its log goes, as RabbitMQ's member with target deleted; kept, it would
+                # be served and written as a stream of this node alone
+                log.info("stream %r: this node is not a member (members %s): deleting its log",
+                         name, ", ".join(layout.members))
+                if self.replication is not None:
+                    self.replication.reconcile(force=True)
+                core.delete_local(name)
             if before is None:
                 self._run_hooks(name, None, layout)
             elif (before.leader, before.epoch) != (layout.leader, layout.epoch):

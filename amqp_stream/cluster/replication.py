@@ -16,7 +16,9 @@ A stream without a layout, or with one member, stays as on a single node.
 from __future__ import annotations
 
 import logging
-from typing import Any
+import threading
+import time
+from typing import Any, Callable
 
 from amqp_stream.cluster.layout import StreamLayout
 from amqp_stream.cluster.layouts import Layouts
@@ -42,10 +44,16 @@ class Replication:
         self.applied: dict[str, StreamLayout] = {}
         self.server: ReplicationServer | None = None
         self.closed = False
+        # a catching-up member reached the commit end (on the loop): coordination writes
+        # the layout that counts it (``ClusterNode``); None: nobody to tell (static layouts)
+        self.on_caught_up: Callable[[StreamLayout, str], None] | None = None
+        # an operator's leadership transfer (``ClusterNode.transfer``), on a server thread
+        self.on_transfer: Callable[[str, str, float], dict] | None = None
 
     def start(self) -> None:
         me = self.layouts.nodes()[self.node]
-        self.server = ReplicationServer(self.bind_host, me.replication_port, self.leaders.get)
+        self.server = ReplicationServer(self.bind_host, me.replication_port, self.leaders.get,
+                                        self.admin)
         self.server.start()
         log.info("replication: node %s listening on %s:%d", self.node, self.bind_host,
                  me.replication_port)
@@ -57,9 +65,25 @@ class Replication:
             return
         try:
             self.reconcile()
+            self._promote()
         except Exception:
             log.exception("replication: applying the layouts")
         self.core.mailbox.loop.call_later(POLL_S, self.poll)
+
+    def _promote(self) -> None:
+        """The leader's side of a new member's catch-up: tell coordination of each
+        catching-up member whose durable tail reached the commit end."""
+        if self.on_caught_up is None:
+            return
+        for name, role in list(self.leaders.items()):
+            layout = self.applied.get(name)
+            if layout is None or not layout.catching_up:
+                continue
+            for member in role.caught_up(layout.catching_up):
+                role.promoting.add(member)
+                log.info("replication: %r: %s caught up (tail %s, commit %d): counting it",
+                         name, member, role.tracker.tails.get(member), role.tracker.commit)
+                self.on_caught_up(layout, member)
 
     def reconcile(self, force: bool = False) -> None:
         if not self.layouts.refresh() and not force:
@@ -72,9 +96,24 @@ class Replication:
         for name, layout in current.items():
             if self.node not in layout.members or len(layout.members) < 2:
                 continue
-            if self.applied.get(name) == layout:
+            applied = self.applied.get(name)
+            if applied == layout:
+                continue
+            if applied is not None and (applied.leader, applied.epoch) == (layout.leader,
+                                                                            layout.epoch):
+                self._reconfigure(layout)
                 continue
             self._apply(layout)
+
+    def _reconfigure(self, layout: StreamLayout) -> None:
+        """Members added, caught up or removed under the same leader and epoch: the role
+        stays (no publish is failed by a member change); the leader counts the new voters."""
+        role = self.leaders.get(layout.stream)
+        if role is not None:
+            role.reconfigure(layout.members, layout.voters, layout.quorum)
+        log.info("replication: %r: members %s (catching up: %s)", layout.stream,
+                 ",".join(layout.members), ",".join(layout.catching_up) or "none")
+        self.applied[layout.stream] = layout
 
     def _apply(self, layout: StreamLayout) -> None:
         name = layout.stream
@@ -89,7 +128,7 @@ class Replication:
             stream.set_follower(False)
             stream.set_epoch(layout.epoch)
             self.leaders[name] = LeaderRole(name, stream, layout.epoch, layout.members,
-                                            layout.quorum, self.node)
+                                            layout.quorum, self.node, layout.voters)
             log.info("replication: leading %r (epoch %d, members %s)", name, layout.epoch,
                      ",".join(layout.members))
         else:
@@ -135,6 +174,67 @@ class Replication:
         link = self.replicas.pop(name, None)
         if link is not None:
             link.close()
+
+    # -- operators' requests (the replication port's ADMIN frames, on a server thread) -------
+    def admin(self, request: dict) -> dict:
+        op, name = request.get("op"), request.get("stream")
+        if not isinstance(name, str):
+            return {"error": "a request names its stream"}
+        if op == "status":
+            return self.status(name)
+        if op == "transfer":
+            target = request.get("node")
+            if self.on_transfer is None:
+                return {"error": "leadership transfers need a coordinated cluster (--cluster)"}
+            if not isinstance(target, str):
+                return {"error": "a transfer names its target node"}
+            return self.on_transfer(name, target, float(request.get("timeout", 10.0)))
+        return {"error": f"unknown request {op!r}"}
+
+    def status(self, name: str) -> dict:
+        """This member's figures for ``stream status`` (RabbitMQ's ``stream_status``
+        columns: role, epoch, offset, committed offset, first offset, segments), and on the
+        leader each member's durable tail and lag in offsets and bytes."""
+        entry = self.core.get(name)
+        if entry is None:
+            return {"node": self.node, "error": f"no local log of {name!r}"}
+        stream = entry.stream
+        role = self.leaders.get(name)
+        link = self.replicas.get(name)
+        layout = self.applied.get(name)
+        out: dict = {
+            "node": self.node,
+            "role": "leader" if role is not None else "replica" if link is not None else "none",
+            "epoch": layout.epoch if layout is not None else stream.last_epoch,
+            "local_end": stream.local_end,
+            "committed_end": stream.committed_end(),
+            "committed_chunk_id": stream.committed_chunk_id,
+            "first_offset": stream.first_offset,
+            "segments": len(stream.segment_starts()),
+        }
+        if link is not None:
+            out["following"] = link.leader.name
+            out["connected"] = link.connected.is_set()
+        if role is not None:
+            end = stream.local_end
+            lag_bytes = role.lag_bytes()
+            lag_bytes[self.node] = 0
+            # a member not connected now has its last acknowledged tail and no byte lag
+            out["members"] = {
+                m: {"tail": t[0], "lag": max(0, end - t[0]), "lag_bytes": lag_bytes.get(m)}
+                for m, t in dict(role.tracker.tails).items()}
+        return out
+
+    def wait_for(self, condition: Callable[[], bool], timeout: float) -> bool:
+        """On a server thread: poll ``condition`` until true or ``timeout`` (a transfer
+        waiting for its target to hold the leader's log)."""
+        deadline = time.monotonic() + timeout
+        done = threading.Event()
+        while not condition():
+            if time.monotonic() >= deadline:
+                return False
+            done.wait(0.01)
+        return True
 
     def close(self) -> None:
         self.closed = True

@@ -25,12 +25,16 @@ commit end as it moves (it bounds the replica's own consumers). Every frame::
                                   whole, as on disk (header, filter, data, trailer)
     COMMIT 5  leader -> replica   u64 commit end | i64 commit chunk id
     ACK    6  replica -> leader   u64 durable end | i64 id of its last chunk
+    ADMIN  7  operator <-> node   a JSON object (UTF-8): instead of HELLO, an operator's
+                                  request (``stream status``, a leadership transfer); the
+                                  node answers with one ADMIN frame and closes
 
 A CHUNK frame's head (``chunk_head``) goes out by ``send``, its chunk by ``os.sendfile``.
 """
 
 from __future__ import annotations
 
+import json
 import struct
 from dataclasses import dataclass
 
@@ -39,11 +43,12 @@ __all__ = [
     "REFUSE_NOT_LEADER", "REFUSE_UNKNOWN_STREAM", "REFUSE_STALE_EPOCH", "REFUSE_BAD_FRAME",
     "Hello", "Start", "WireError", "encode_hello", "decode_hello", "encode_start",
     "decode_start", "encode_refuse", "decode_refuse", "chunk_head", "encode_commit",
-    "decode_position", "encode_ack", "frames", "frame_views",
+    "decode_position", "encode_ack", "frames", "frame_views", "ADMIN", "encode_admin",
+    "decode_admin",
 ]
 
 VERSION = 1
-HELLO, START, REFUSE, CHUNK, COMMIT, ACK = 1, 2, 3, 4, 5, 6
+HELLO, START, REFUSE, CHUNK, COMMIT, ACK, ADMIN = 1, 2, 3, 4, 5, 6, 7
 HEAD = struct.Struct(">IB")  # length (type + payload), type
 _POSITION = struct.Struct(">Qq")  # an end and a chunk id (COMMIT, ACK)
 _START = struct.Struct(">QQQqB")
@@ -166,6 +171,20 @@ def decode_position(payload: bytes | memoryview) -> tuple[int, int]:
         raise WireError("bad COMMIT/ACK")
     end, chunk_id = _POSITION.unpack(payload)
     return end, chunk_id
+
+
+def encode_admin(doc: dict) -> bytes:
+    return _frame(ADMIN, json.dumps(doc).encode("utf-8"))
+
+
+def decode_admin(payload: bytes | memoryview) -> dict:
+    try:
+        doc = json.loads(bytes(payload).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise WireError(f"bad ADMIN: {exc}") from None
+    if not isinstance(doc, dict):
+        raise WireError("bad ADMIN: not a JSON object")
+    return doc
 
 
 def frames(buf: bytearray | bytes, at: int = 0) -> tuple[list[tuple[int, bytes]], int]:
