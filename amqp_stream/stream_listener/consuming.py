@@ -18,7 +18,11 @@ Stage 2 (an extension: ``sql-filter`` in the Subscribe properties, see docs/stre
 needs the messages: the data section is read (CRC-checked), each record is matched with the
 compiled filter, and each run of consecutive matching records goes out as a chunk of its own,
 rebuilt with that run's first offset, entry and record counts and CRC (one credit each), so
-the offsets a client computes from chunk headers stay right. With broker-derived filter keys
+the offsets a client computes from chunk headers stay right. Values in round robin make one
+chunk per match, and a client grants credit a chunk at a time (ten ahead by default in rstream
+and the Java client): so once the credit is used up the subscription goes on scanning in later
+loop turns (``_prefetch``, up to ``RUNS_AHEAD`` chunks or ``RUNS_AHEAD_BYTES``), and the next
+Credit finds its chunks ready; what one turn sends goes out in one write. With broker-derived filter keys
 (``amqp_stream.derived_keys``) the reader skips chunks whose index rules out the filter's
 required values and may name the blocks of a chunk that can match (``ChunkLocation.blocks``):
 only those are read (each checked against its own CRC; a mismatch reads the chunk whole).
@@ -33,6 +37,7 @@ than the delivered chunk's own id.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import zlib
@@ -52,6 +57,8 @@ log = logging.getLogger("amqp_stream.stream_listener")
 
 SCAN_BUDGET = 1000  # chunks a stage-1 scan may pass over per turn (see amqp.consuming)
 CHUNKS_PER_TURN = 64
+RUNS_AHEAD = 1024  # stage 2: rebuilt chunks kept ready for credit to come
+RUNS_AHEAD_BYTES = 1 << 20  # ... and their bytes at most (past it, one stored chunk's more)
 # Header bytes 45-47 are osiris's Reserved:24 (zero from RabbitMQ; rstream's test_deliver
 # checks it); this log keeps its filter scheme and flags there. They stay off the wire.
 _OURS_AT = HEADER_FILTER_SCHEME_AT
@@ -77,7 +84,9 @@ class Subscription:
         self.start = start  # records below it are not sent by stage 2
         self.match = match
         self._end = end
-        self.runs: list[bytes] = []  # stage 2: rebuilt chunks waiting for credit
+        self.runs: collections.deque[bytes] = collections.deque()  # stage 2: rebuilt chunks
+        self.runs_bytes = 0  # their size together
+        self.prefetching = False  # a ``_prefetch`` is scheduled
         self.next_offset = int(reader.position)  # read by the metrics scrape (consumer lag)
         self.waiting = False
         self.scheduled = False
@@ -97,7 +106,7 @@ class Subscription:
 
     def close(self) -> None:
         self.closed = True
-        self.runs = []
+        self._drop_runs()
         self.conn.blocked.discard(self)
         try:
             self.reader.close()
@@ -114,7 +123,7 @@ class Subscription:
             log.debug("closing a reader", exc_info=True)
         self.start = start
         self._stats = (0, 0, 0)  # the metrics count the new reader's work from its start
-        self.runs = []
+        self._drop_runs()
         self.next_offset = int(reader.position)
         self.active = True
         self.pump()
@@ -168,7 +177,8 @@ class Subscription:
                     self._again()
                     break
                 if self.runs:
-                    chunk = self.runs.pop(0)
+                    chunk = self.runs.popleft()
+                    self.runs_bytes -= len(chunk)
                     committed = stream.committed_chunk_id if v2 else None
                     conn.queue(proto.deliver_head(self.id, len(chunk), committed))
                     conn.queue(chunk)
@@ -192,8 +202,7 @@ class Subscription:
                     self.waiting = True
                     break
                 if self.match is not None:
-                    self.runs = self._rebuild(loc)
-                    if not self.runs:
+                    if not self._add_runs(loc):
                         sent += 1  # nothing matched: it still counts towards the turn
                     continue
                 committed = max(stream.committed_chunk_id, loc.chunk_id) if v2 else None
@@ -213,6 +222,51 @@ class Subscription:
                 conn.adapter.count("chunks", chunks)
                 conn.adapter.count("bytes", nbytes)
         conn.write()
+        if self.credit <= 0 and self.match is not None:
+            self._prefetch_soon()
+
+    def _drop_runs(self) -> None:
+        self.runs = collections.deque()
+        self.runs_bytes = 0
+
+    def _add_runs(self, loc: ChunkLocation) -> int:
+        """Stage 2: queue the rebuilt chunks of the stored chunk at ``loc``; how many."""
+        runs = self._rebuild(loc)
+        self.runs.extend(runs)
+        self.runs_bytes += sum(map(len, runs))
+        return len(runs)
+
+    def _prefetch_soon(self) -> None:
+        if (not self.prefetching and not self.closed and not self.waiting
+                and len(self.runs) < RUNS_AHEAD and self.runs_bytes < RUNS_AHEAD_BYTES):
+            self.prefetching = True
+            self.conn.loop.call_soon(self._prefetch)
+
+    def _prefetch(self) -> None:
+        """Stage 2 with the credit used up: rebuild the next stored chunk's matches now (one
+        per loop turn, so frames of every connection are served in between), so that the
+        client's next credit finds them ready instead of waiting for a scan."""
+        self.prefetching = False
+        if (self.closed or self.ended or not self.active or not self.conn.serving
+                or self.credit > 0 or self.scheduled):
+            return  # (credit came: ``add_credit`` pumped; a turn is due: it goes on)
+        reader = self.reader
+        if self.end_offset is not None and reader.position >= self.end_offset:
+            return
+        try:
+            loc = reader.read_location(SCAN_BUDGET)
+            if loc is None:
+                self.waiting = True  # ``wake`` resumes with a turn, which prefetches again
+                return
+            if loc is not SCAN_PAUSED:
+                self._add_runs(loc)
+            self.next_offset = int(reader.position)
+        except Exception as exc:
+            log.exception("stream subscription %d of %s on %r failed", self.id, self.conn.peer,
+                          self.entry.name)
+            self.conn.failed(exc)
+            return
+        self._prefetch_soon()
 
     def _send_end(self, v2: bool) -> None:
         """``end-offset`` reached: an empty chunk whose id is the end offset, the last one."""
