@@ -45,7 +45,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from amqp_stream.stream_listener.connection import MAX_PENDING
 from storage.format import (CHUNK_HEADER, CHUNK_MAGIC_VERSION, CHUNK_USER, HEADER_FILTER_SCHEME_AT,
-                            HEADER_FLAGS_AT, decode_records, encode_chunk, encode_entries)
+                            HEADER_FLAGS_AT, SIMPLE_ENTRY, decode_records, encode_chunk,
+                            encode_entries)
 from storage.reader import SCAN_PAUSED, ChunkLocation
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ RUNS_AHEAD_BYTES = 1 << 20  # ... and their bytes at most (past it, one stored c
 # checks it); this log keeps its filter scheme and flags there. They stay off the wire.
 _OURS_AT = HEADER_FILTER_SCHEME_AT
 _RESERVED = bytes(CHUNK_HEADER.size - _OURS_AT)
+_pack_len = SIMPLE_ENTRY.pack
 
 
 class Subscription:
@@ -84,7 +86,8 @@ class Subscription:
         self.start = start  # records below it are not sent by stage 2
         self.match = match
         self._end = end
-        self.runs: collections.deque[bytes] = collections.deque()  # stage 2: rebuilt chunks
+        self.runs: collections.deque[tuple[int, bytes]] = collections.deque()  # stage 2:
+        # (records, chunk) of each rebuilt chunk
         self.runs_bytes = 0  # their size together
         self.prefetching = False  # a ``_prefetch`` is scheduled
         self.next_offset = int(reader.position)  # read by the metrics scrape (consumer lag)
@@ -176,17 +179,22 @@ class Subscription:
                 if sent >= CHUNKS_PER_TURN:
                     self._again()
                     break
-                if self.runs:
-                    chunk = self.runs.popleft()
-                    self.runs_bytes -= len(chunk)
+                if self.runs:  # as many as the credit and the turn allow, in one buffer
+                    runs = self.runs
                     committed = stream.committed_chunk_id if v2 else None
-                    conn.queue(proto.deliver_head(self.id, len(chunk), committed))
-                    conn.queue(chunk)
-                    self.credit -= 1
-                    sent += 1
-                    chunks += 1
-                    records += CHUNK_HEADER.unpack_from(chunk)[3]
-                    nbytes += len(chunk)
+                    parts = []
+                    for _ in range(min(len(runs), self.credit, CHUNKS_PER_TURN - sent)):
+                        count, chunk = runs.popleft()
+                        parts.append(proto.deliver_head(self.id, len(chunk), committed))
+                        parts.append(chunk)
+                        records += count
+                        nbytes += len(chunk)
+                        chunks += 1
+                    n = len(parts) // 2
+                    self.runs_bytes -= sum(map(len, parts[1::2]))
+                    conn.queue(b"".join(parts))
+                    self.credit -= n
+                    sent += n
                     continue
                 if self.end_offset is not None and reader.position >= self.end_offset:
                     self._send_end(v2)
@@ -233,7 +241,7 @@ class Subscription:
         """Stage 2: queue the rebuilt chunks of the stored chunk at ``loc``; how many."""
         runs = self._rebuild(loc)
         self.runs.extend(runs)
-        self.runs_bytes += sum(map(len, runs))
+        self.runs_bytes += sum(len(chunk) for _, chunk in runs)
         return len(runs)
 
     def _prefetch_soon(self) -> None:
@@ -305,13 +313,13 @@ class Subscription:
             return found
         return decode_records(data, loc.chunk_id, entries=loc.entries)
 
-    def _rebuild(self, loc: ChunkLocation) -> list[bytes]:
+    def _rebuild(self, loc: ChunkLocation) -> list[tuple[int, bytes]]:
         """Stage 2: the runs of matching records of the chunk at ``loc``, as chunks (a run
         holds consecutive offsets only: records between blocks read are not there)."""
         match = self.match
         assert match is not None
         epoch = CHUNK_HEADER.unpack_from(loc.header)[5]
-        out: list[bytes] = []
+        out: list[tuple[int, bytes]] = []
         run: list[bytes] = []
         first = -1
         dropped = 0
@@ -340,9 +348,17 @@ class Subscription:
         return out
 
     @staticmethod
-    def _chunk(first: int, timestamp: int, epoch: int, bodies: list[bytes]) -> bytes:
-        return b"".join(encode_chunk(first, timestamp, encode_entries(bodies), len(bodies),
-                                     len(bodies), epoch=epoch))
+    def _chunk(first: int, timestamp: int, epoch: int, bodies: list[bytes]) -> tuple[int, bytes]:
+        """(records, the chunk's bytes) for a run; one record (every match, when values come
+        in round robin) without building a data section first."""
+        if len(bodies) == 1:
+            body = bodies[0]
+            size = _pack_len(len(body))
+            return 1, b"".join((CHUNK_HEADER.pack(
+                CHUNK_MAGIC_VERSION, CHUNK_USER, 1, 1, timestamp, epoch, first,
+                zlib.crc32(body, zlib.crc32(size)), 4 + len(body), 0, 0, 0, 0, 0), size, body))
+        return len(bodies), b"".join(encode_chunk(first, timestamp, encode_entries(bodies),
+                                                  len(bodies), len(bodies), epoch=epoch))
 
     def _account(self, records: int, nbytes: int) -> None:
         self.sent_messages += records
