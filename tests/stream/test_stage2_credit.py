@@ -15,8 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from proton import Message
 
+from amqp_stream.stream_listener.consuming import Subscription
 from amqp_stream.testing import BrokerProcess
 from conformance.streamclient import OK, StreamClient, offset_first
+from storage.format import encode_chunk, encode_entries
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +97,12 @@ def test_filtered_deliveries_are_the_runs_of_matches_whatever_the_credit(
             owed, left = 0, left + back
     assert got == expected
     c.close()
+
+
+@given(first=st.integers(0, 2**63 - 1), timestamp=st.integers(-2**63, 2**63 - 1),
+       epoch=st.integers(0, 2**64 - 1), bodies=st.lists(st.binary(max_size=300), min_size=1, max_size=4))
+def test_a_rebuilt_chunk_is_the_encoders_chunk(first, timestamp, epoch, bodies):
+    """The one-record shortcut packs the bytes ``storage.format``'s encoder gives."""
+    plain = b"".join(encode_chunk(first, timestamp, encode_entries(bodies), len(bodies),
+                                  len(bodies), epoch=epoch))
+    assert Subscription._chunk(first, timestamp, epoch, bodies) == (len(bodies), plain)
