@@ -222,8 +222,15 @@ class StreamConnection(SocketConnection):
     def queue_file(self, fd: int, pos: int, length: int) -> None:
         """Queue ``length`` bytes of ``fd`` from ``pos`` after what is queued, and write now
         (the descriptor is only guaranteed until the caller's next read; a range still queued
-        after this call holds its own). TLS reads the range when it encrypts it."""
+        after this call holds its own). TLS reads the range when it encrypts it. With sender
+        threads the range takes its own descriptor now and waits for the caller's ``write()``
+        at the end of its turn, so that a turn's chunks go to a worker as one batch."""
         self.pending += length
+        if self.adapter.senders is not None:
+            item = FileRange(os.dup(fd), pos, length)
+            item.owned = True
+            self._take_buf().append(item)
+            return
         self._take_buf().append(FileRange(fd, pos, length))
         self.write()
         if self.out and not self.closed:
