@@ -89,12 +89,13 @@ class Batch:
 
 class Senders:
     """A pool of ``count`` daemon threads running ``Batch``es; each done batch is handed to
-    ``post`` (the loop's mailbox) with the callback given at submit."""
+    ``post`` (the loop's mailbox) with the callback given at submit. The threads live as long
+    as the process (they hold nothing but the batch in hand between jobs)."""
 
     def __init__(self, count: int, post: Callable[..., None]):
         self.count = count
         self.post = post
-        self.jobs: queue.SimpleQueue[tuple[Batch, Callable[[Batch], None]] | None] = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[tuple[Batch, Callable[[Batch], None]]] = queue.SimpleQueue()
         self.threads: list[threading.Thread] = []
 
     def submit(self, batch: Batch, done: Callable[[Batch], None]) -> None:
@@ -107,17 +108,6 @@ class Senders:
 
     def _work(self) -> None:
         while True:
-            job = self.jobs.get()
-            if job is None:
-                return
-            batch, done = job
+            batch, done = self.jobs.get()
             batch.run()
             self.post(done, batch)
-
-    def stop(self) -> None:
-        """End the threads once the batches queued before are sent."""
-        for _ in self.threads:
-            self.jobs.put(None)
-        for t in self.threads:
-            t.join(10)
-        self.threads = []
