@@ -62,6 +62,7 @@ class BrokerConfig:
     stream_tls_port: int = 5551
     stream_advertised_host: str | None = None
     stream_advertised_port: int = 0
+    stream_send_threads: int = -1
     auth_failure_delay: float = 3.0
     offset_store_every: int = 10_000
     offset_store_interval_ms: int = 5000
@@ -112,6 +113,8 @@ HELP: dict[str, str] = {
     "stream_advertised_host": "host stream clients are told to connect to (Open, Metadata); "
                               "default: --host, or this machine's name when --host is a wildcard",
     "stream_advertised_port": "port stream clients are told to connect to (0 = --stream-port)",
+    "stream_send_threads": "threads that send stream consumers' chunks (os.sendfile) off the "
+                           "event loop: -1 = one per core, 0 = the loop sends them itself",
     "auth_failure_delay": "seconds a stream client waits for the answer to a failed login or an "
                           "unknown vhost before its connection is closed, and an AMQP client "
                           "for its unknown vhost's socket to close (RabbitMQ: 3; slows "
@@ -203,6 +206,8 @@ def check(config: BrokerConfig) -> None:
     if not 0 <= config.stream_port < 65536 or not 0 <= config.stream_tls_port < 65536:
         raise ConfigError(f"stream_port and stream_tls_port must be 0..65535, not "
                           f"{config.stream_port} and {config.stream_tls_port}")
+    if not -1 <= config.stream_send_threads <= 256:
+        raise ConfigError(f"stream_send_threads must be -1..256, not {config.stream_send_threads}")
     if not 0 <= config.stream_advertised_port < 65536:
         raise ConfigError(f"stream_advertised_port must be 0..65535, not "
                           f"{config.stream_advertised_port}")

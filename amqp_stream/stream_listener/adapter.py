@@ -36,6 +36,7 @@ from amqp_stream.loop import EventLoop
 from amqp_stream.stream_listener import single_active, subscription_filters, super_streams, tracking
 from amqp_stream.stream_listener.auth import Authenticator
 from amqp_stream.stream_listener.connection import LargeFrames, StreamConnection
+from amqp_stream.stream_listener.senders import Senders, sender_threads
 from amqp_stream.stream_listener.consuming import Subscription
 from amqp_stream.stream_listener.publishing import StreamPublisher
 from amqp_stream.stream_listener.tls import TlsStreamConnection, server_context
@@ -74,6 +75,8 @@ class StreamAdapter:
         self.connections: set[StreamConnection] = set()
         self.to_write: set[StreamConnection] = set()
         self.large_frames = LargeFrames()  # frames above frame_max being read, broker-wide
+        threads = sender_threads(config.stream_send_threads)  # chunks sent off the loop
+        self.senders = Senders(threads, eloop.mailbox.post) if threads else None
         self.counters = core.metrics.stream_protocol  # Prometheus series of this listener
         self.groups = single_active.Groups(core, self._restart)
         self._handlers: dict[type, Callable[[StreamConnection, Any], None]] = {

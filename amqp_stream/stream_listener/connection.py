@@ -7,7 +7,11 @@ buffers and ``FileRange``s (a chunk's data section in a segment file, sent with
 ``os.sendfile``, never read into Python). Small frames written in one turn are gathered in one
 buffer and go out in one ``send``. A file range is sent at once when the socket is free; only
 when the socket is behind does it wait in the queue, and then it holds its own ``os.dup`` of
-the segment's descriptor (the reader may move on and close its own).
+the segment's descriptor (the reader may move on and close its own). With sender threads
+(``--stream-send-threads``, ``senders.Senders``) output holding a file range is not sent by the
+loop: the whole queue goes to a worker as one ``Batch`` and nothing more is sent on that socket
+until it comes back (``batch_sent``), so the order of the bytes is kept and ``os.sendfile``'s
+copies of different connections run on other cores.
 
 ``pending`` counts the queued bytes: consumers stop reading chunks while it is above
 ``MAX_PENDING`` and are resumed by ``drained()`` (a client that never reads costs at most about
@@ -40,6 +44,7 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from amqp_stream.loop import READ_SIZE, EventLoop, SocketConnection
+from amqp_stream.stream_listener.senders import Batch
 from amqp_stream.streamproto import (
     NEED_DATA, PAUSED, ConnectionClosed, Heartbeat, RemoteProtocolError, ServerConnection, State,
 )
@@ -112,6 +117,8 @@ class StreamConnection(SocketConnection):
         self.large = 0  # bytes reserved in adapter.large_frames for the frame being read
         self.large_until = 0.0  # loop time by which that frame must be in (``_hold``)
         self.last_read = self.last_write = self.loop.time()
+        self.batch: Batch | None = None  # output a sender thread holds (see ``_hand_over``)
+        self.wsock: socket.socket | None = None  # the sender threads' duplicate of ``sock``
 
     # -- input -----------------------------------------------------------------------------
     def capacity(self) -> int:
@@ -215,8 +222,15 @@ class StreamConnection(SocketConnection):
     def queue_file(self, fd: int, pos: int, length: int) -> None:
         """Queue ``length`` bytes of ``fd`` from ``pos`` after what is queued, and write now
         (the descriptor is only guaranteed until the caller's next read; a range still queued
-        after this call holds its own). TLS reads the range when it encrypts it."""
+        after this call holds its own). TLS reads the range when it encrypts it. With sender
+        threads the range takes its own descriptor now and waits for the caller's ``write()``
+        at the end of its turn, so that a turn's chunks go to a worker as one batch."""
         self.pending += length
+        if self.adapter.senders is not None:
+            item = FileRange(os.dup(fd), pos, length)
+            item.owned = True
+            self._take_buf().append(item)
+            return
         self._take_buf().append(FileRange(fd, pos, length))
         self.write()
         if self.out and not self.closed:
@@ -242,9 +256,12 @@ class StreamConnection(SocketConnection):
             self.linger()
 
     def write(self, writable: bool = False) -> None:
-        if self.closed or self.lost or (self.writing and not writable):
+        if self.closed or self.lost or (self.writing and not writable) or self.batch is not None:
             return
         out = self._take_buf()
+        if self.adapter.senders is not None and any(type(i) is FileRange for i in out):
+            self._hand_over(out)
+            return
         sock = self.sock
         sent = calls = 0
         try:
@@ -291,6 +308,50 @@ class StreamConnection(SocketConnection):
         self.wait_writable(False)
         if self.finishing:
             self.close()
+
+    def _hand_over(self, out: collections.deque[Any]) -> None:
+        """Give everything queued to a sender thread (each file range with a descriptor of its
+        own: the reader may close its own before the worker gets there)."""
+        senders = self.adapter.senders
+        assert senders is not None
+        self._own_files()
+        if self.wsock is None:
+            self.wsock = self.sock.dup()
+        self.batch = Batch(self.wsock, list(out))
+        out.clear()
+        self.wait_writable(False)
+        senders.submit(self.batch, self.batch_sent)
+
+    def batch_sent(self, batch: Batch) -> None:
+        """On the loop: a sender thread is done with ``batch``. What it did not send goes
+        back in front of the queue; an error closes this connection (one log line)."""
+        self.batch = None
+        if batch.sent:
+            self.pending -= batch.sent
+            self.last_write = self.loop.time()
+        self.out.extendleft(reversed(batch.rest))
+        if self.closed:
+            self._release()
+            return
+        exc = batch.error
+        if isinstance(exc, EOFError):
+            log.error("stream connection %s: cannot send a chunk: %s", self.peer, exc)
+            self.close()
+            return
+        if isinstance(exc, OSError):
+            self._lost(exc)
+            return
+        if exc is not None:
+            log.error("stream connection %s: sending failed: %r", self.peer, exc)
+            self.close()
+            return
+        if batch.rest:  # the socket is full: on with the rest when it is writable
+            self.wait_writable(True)
+            return
+        if self.blocked and self.pending <= MAX_PENDING:
+            self.drained()  # resumes the consumers that waited for room, and writes
+        else:
+            self.write()
 
     def drained(self) -> None:
         if self.blocked:
@@ -339,9 +400,22 @@ class StreamConnection(SocketConnection):
         if self.large:
             held, self.large = self.large, 0
             budget.release(held)
+        if self.batch is None:
+            self._release()
+        elif self.wsock is not None:
+            try:  # the worker's next send fails at once; its batch_sent releases the rest
+                self.wsock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.buf = bytearray()
+        self.adapter.removed(self)
+
+    def _release(self) -> None:
+        """Close the descriptors this connection still holds (none is in a worker's hands)."""
         for item in self.out:
             if type(item) is FileRange and item.owned:
                 os.close(item.fd)
         self.out.clear()
-        self.buf = bytearray()
-        self.adapter.removed(self)
+        if self.wsock is not None:
+            self.wsock.close()
+            self.wsock = None

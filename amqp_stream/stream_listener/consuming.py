@@ -18,7 +18,11 @@ Stage 2 (an extension: ``sql-filter`` in the Subscribe properties, see docs/stre
 needs the messages: the data section is read (CRC-checked), each record is matched with the
 compiled filter, and each run of consecutive matching records goes out as a chunk of its own,
 rebuilt with that run's first offset, entry and record counts and CRC (one credit each), so
-the offsets a client computes from chunk headers stay right. With broker-derived filter keys
+the offsets a client computes from chunk headers stay right. Values in round robin make one
+chunk per match, and a client grants credit a chunk at a time (ten ahead by default in rstream
+and the Java client): so once the credit is used up the subscription goes on scanning in later
+loop turns (``_prefetch``, up to ``RUNS_AHEAD`` chunks or ``RUNS_AHEAD_BYTES``), and the next
+Credit finds its chunks ready; what one turn sends goes out in one write. With broker-derived filter keys
 (``amqp_stream.derived_keys``) the reader skips chunks whose index rules out the filter's
 required values and may name the blocks of a chunk that can match (``ChunkLocation.blocks``):
 only those are read (each checked against its own CRC; a mismatch reads the chunk whole).
@@ -33,6 +37,7 @@ than the delivered chunk's own id.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import zlib
@@ -40,7 +45,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from amqp_stream.stream_listener.connection import MAX_PENDING
 from storage.format import (CHUNK_HEADER, CHUNK_MAGIC_VERSION, CHUNK_USER, HEADER_FILTER_SCHEME_AT,
-                            HEADER_FLAGS_AT, decode_records, encode_chunk, encode_entries)
+                            HEADER_FLAGS_AT, SIMPLE_ENTRY, decode_records, encode_chunk,
+                            encode_entries)
 from storage.reader import SCAN_PAUSED, ChunkLocation
 
 if TYPE_CHECKING:
@@ -52,10 +58,13 @@ log = logging.getLogger("amqp_stream.stream_listener")
 
 SCAN_BUDGET = 1000  # chunks a stage-1 scan may pass over per turn (see amqp.consuming)
 CHUNKS_PER_TURN = 64
+RUNS_AHEAD = 1024  # stage 2: rebuilt chunks kept ready for credit to come
+RUNS_AHEAD_BYTES = 1 << 20  # ... and their bytes at most (past it, one stored chunk's more)
 # Header bytes 45-47 are osiris's Reserved:24 (zero from RabbitMQ; rstream's test_deliver
 # checks it); this log keeps its filter scheme and flags there. They stay off the wire.
 _OURS_AT = HEADER_FILTER_SCHEME_AT
 _RESERVED = bytes(CHUNK_HEADER.size - _OURS_AT)
+_pack_len = SIMPLE_ENTRY.pack
 
 
 class Subscription:
@@ -77,7 +86,10 @@ class Subscription:
         self.start = start  # records below it are not sent by stage 2
         self.match = match
         self._end = end
-        self.runs: list[bytes] = []  # stage 2: rebuilt chunks waiting for credit
+        self.runs: collections.deque[tuple[int, bytes]] = collections.deque()  # stage 2:
+        # (records, chunk) of each rebuilt chunk
+        self.runs_bytes = 0  # their size together
+        self.prefetching = False  # a ``_prefetch`` is scheduled
         self.next_offset = int(reader.position)  # read by the metrics scrape (consumer lag)
         self.waiting = False
         self.scheduled = False
@@ -97,7 +109,7 @@ class Subscription:
 
     def close(self) -> None:
         self.closed = True
-        self.runs = []
+        self._drop_runs()
         self.conn.blocked.discard(self)
         try:
             self.reader.close()
@@ -114,7 +126,7 @@ class Subscription:
             log.debug("closing a reader", exc_info=True)
         self.start = start
         self._stats = (0, 0, 0)  # the metrics count the new reader's work from its start
-        self.runs = []
+        self._drop_runs()
         self.next_offset = int(reader.position)
         self.active = True
         self.pump()
@@ -167,16 +179,22 @@ class Subscription:
                 if sent >= CHUNKS_PER_TURN:
                     self._again()
                     break
-                if self.runs:
-                    chunk = self.runs.pop(0)
+                if self.runs:  # as many as the credit and the turn allow, in one buffer
+                    runs = self.runs
                     committed = stream.committed_chunk_id if v2 else None
-                    conn.queue(proto.deliver_head(self.id, len(chunk), committed))
-                    conn.queue(chunk)
-                    self.credit -= 1
-                    sent += 1
-                    chunks += 1
-                    records += CHUNK_HEADER.unpack_from(chunk)[3]
-                    nbytes += len(chunk)
+                    parts = []
+                    for _ in range(min(len(runs), self.credit, CHUNKS_PER_TURN - sent)):
+                        count, chunk = runs.popleft()
+                        parts.append(proto.deliver_head(self.id, len(chunk), committed))
+                        parts.append(chunk)
+                        records += count
+                        nbytes += len(chunk)
+                        chunks += 1
+                    n = len(parts) // 2
+                    self.runs_bytes -= sum(map(len, parts[1::2]))
+                    conn.queue(b"".join(parts))
+                    self.credit -= n
+                    sent += n
                     continue
                 if self.end_offset is not None and reader.position >= self.end_offset:
                     self._send_end(v2)
@@ -192,8 +210,7 @@ class Subscription:
                     self.waiting = True
                     break
                 if self.match is not None:
-                    self.runs = self._rebuild(loc)
-                    if not self.runs:
+                    if not self._add_runs(loc):
                         sent += 1  # nothing matched: it still counts towards the turn
                     continue
                 committed = max(stream.committed_chunk_id, loc.chunk_id) if v2 else None
@@ -213,6 +230,51 @@ class Subscription:
                 conn.adapter.count("chunks", chunks)
                 conn.adapter.count("bytes", nbytes)
         conn.write()
+        if self.credit <= 0 and self.match is not None:
+            self._prefetch_soon()
+
+    def _drop_runs(self) -> None:
+        self.runs = collections.deque()
+        self.runs_bytes = 0
+
+    def _add_runs(self, loc: ChunkLocation) -> int:
+        """Stage 2: queue the rebuilt chunks of the stored chunk at ``loc``; how many."""
+        runs = self._rebuild(loc)
+        self.runs.extend(runs)
+        self.runs_bytes += sum(len(chunk) for _, chunk in runs)
+        return len(runs)
+
+    def _prefetch_soon(self) -> None:
+        if (not self.prefetching and not self.closed and not self.waiting
+                and len(self.runs) < RUNS_AHEAD and self.runs_bytes < RUNS_AHEAD_BYTES):
+            self.prefetching = True
+            self.conn.loop.call_soon(self._prefetch)
+
+    def _prefetch(self) -> None:
+        """Stage 2 with the credit used up: rebuild the next stored chunk's matches now (one
+        per loop turn, so frames of every connection are served in between), so that the
+        client's next credit finds them ready instead of waiting for a scan."""
+        self.prefetching = False
+        if (self.closed or self.ended or not self.active or not self.conn.serving
+                or self.credit > 0 or self.scheduled):
+            return  # (credit came: ``add_credit`` pumped; a turn is due: it goes on)
+        reader = self.reader
+        if self.end_offset is not None and reader.position >= self.end_offset:
+            return
+        try:
+            loc = reader.read_location(SCAN_BUDGET)
+            if loc is None:
+                self.waiting = True  # ``wake`` resumes with a turn, which prefetches again
+                return
+            if loc is not SCAN_PAUSED:
+                self._add_runs(loc)
+            self.next_offset = int(reader.position)
+        except Exception as exc:
+            log.exception("stream subscription %d of %s on %r failed", self.id, self.conn.peer,
+                          self.entry.name)
+            self.conn.failed(exc)
+            return
+        self._prefetch_soon()
 
     def _send_end(self, v2: bool) -> None:
         """``end-offset`` reached: an empty chunk whose id is the end offset, the last one."""
@@ -251,13 +313,13 @@ class Subscription:
             return found
         return decode_records(data, loc.chunk_id, entries=loc.entries)
 
-    def _rebuild(self, loc: ChunkLocation) -> list[bytes]:
+    def _rebuild(self, loc: ChunkLocation) -> list[tuple[int, bytes]]:
         """Stage 2: the runs of matching records of the chunk at ``loc``, as chunks (a run
         holds consecutive offsets only: records between blocks read are not there)."""
         match = self.match
         assert match is not None
         epoch = CHUNK_HEADER.unpack_from(loc.header)[5]
-        out: list[bytes] = []
+        out: list[tuple[int, bytes]] = []
         run: list[bytes] = []
         first = -1
         dropped = 0
@@ -286,9 +348,17 @@ class Subscription:
         return out
 
     @staticmethod
-    def _chunk(first: int, timestamp: int, epoch: int, bodies: list[bytes]) -> bytes:
-        return b"".join(encode_chunk(first, timestamp, encode_entries(bodies), len(bodies),
-                                     len(bodies), epoch=epoch))
+    def _chunk(first: int, timestamp: int, epoch: int, bodies: list[bytes]) -> tuple[int, bytes]:
+        """(records, the chunk's bytes) for a run; one record (every match, when values come
+        in round robin) without building a data section first."""
+        if len(bodies) == 1:
+            body = bodies[0]
+            size = _pack_len(len(body))
+            return 1, b"".join((CHUNK_HEADER.pack(
+                CHUNK_MAGIC_VERSION, CHUNK_USER, 1, 1, timestamp, epoch, first,
+                zlib.crc32(body, zlib.crc32(size)), 4 + len(body), 0, 0, 0, 0, 0), size, body))
+        return len(bodies), b"".join(encode_chunk(first, timestamp, encode_entries(bodies),
+                                                  len(bodies), len(bodies), epoch=epoch))
 
     def _account(self, records: int, nbytes: int) -> None:
         self.sent_messages += records

@@ -212,6 +212,7 @@ def test_precedence_file_env_cli(tmp_path):
     ({"port": "x"}, {}), ({"port": "0"}, {}), ({"fsync": "maybe"}, {}), ({"filter_size": "300"}, {}),
     ({}, {"AMQP_STREAM_ALLOW_ANONYMOUS": "perhaps"}), ({"tls_cert": "c.pem"}, {}),
     ({"max_message_size": "0"}, {}), ({"filter_scheme": "md5"}, {}),
+    ({"stream_send_threads": "-2"}, {}), ({"stream_send_threads": "many"}, {}),
 ])
 def test_bad_settings(cli, env):
     with pytest.raises(ConfigError):
@@ -230,6 +231,9 @@ def test_bad_files(tmp_path):
 def test_config_object_checks_itself():
     with pytest.raises(ConfigError):
         BrokerConfig(filter_size=1)
+    with pytest.raises(ConfigError, match="stream_send_threads"):
+        BrokerConfig(stream_send_threads=-2)
+    assert BrokerConfig(stream_send_threads=0).stream_send_threads == 0
 
 
 def test_stream_directory_names_are_safe():

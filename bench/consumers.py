@@ -1,0 +1,163 @@
+"""Many stream-protocol consumers of one stream at once: this broker with its chunks sent by the
+event loop (``--stream-send-threads 0``, the path before issue 28), with sender threads, and
+RabbitMQ 3.10, in turns in one run.
+
+Why: with ``os.sendfile`` issued from the loop thread only, consumers past the first share one
+core (issue 28: 0.82x RabbitMQ at 16 consumers). Each round subscribes ``n`` consumers (1, 4,
+16) from the first offset of a stream of ``--messages`` 105-byte messages and times until every
+one has counted all the records; the brokers take turns within each round. The consumers are
+``bench.stream_protocol``'s load generator (credit per chunk, ten ahead; records counted from
+chunk headers, the chunk's bytes skipped in one reused buffer), one process and connection
+each (no GIL shared between them); their CPU together is printed beside the broker's. Cores used = broker CPU time / wall time.
+
+    python -m bench.consumers [--messages 1000000] [--counts 1,4,16] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from amqp_stream.client.stream import StreamClient
+from amqp_stream.streamproto import OffsetSpec
+from amqp_stream.testing import BrokerProcess
+from bench.peer import RabbitMQNode
+from bench.stream_protocol import cpu_seconds, publish, publish_frames
+
+__all__ = ["main", "consume_many"]
+
+
+@dataclass
+class Pass:
+    messages: int  # records received by all consumers together
+    seconds: float
+    broker_cpu: float
+    client_cpu: float
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.seconds
+
+    @property
+    def cores(self) -> float:
+        return self.broker_cpu / self.seconds
+
+
+def _consumer(url: str, stream: str, expected: int, start: Any, results: Any) -> None:
+    """One consumer process: connect, wait for the others, read ``expected`` records; report
+    (records, when done, own CPU seconds) or the error."""
+    try:
+        c = StreamClient(url, timeout=60)
+        start.wait()
+        cpu0 = time.process_time()
+        c.subscribe(1, stream, OffsetSpec.first(), credit=10)
+        while c.records < expected:
+            if not c.pump(30):
+                raise RuntimeError("deliveries stopped")
+        results.put((c.records, time.perf_counter(), time.process_time() - cpu0))
+        c.sock.close()  # mid-stream (credit granted ahead): no Close handshake
+    except BaseException as exc:
+        results.put(exc)
+
+
+def consume_many(url: str, stream: str, expected: int, count: int, pid: int) -> Pass:
+    """``count`` consumers of ``stream`` from its first offset, each on its own connection in
+    its own process (no GIL between them), until each has ``expected`` records."""
+    ctx = multiprocessing.get_context("fork")
+    start = ctx.Barrier(count + 1)
+    results = ctx.SimpleQueue()
+    procs = [ctx.Process(target=_consumer, args=(url, stream, expected, start, results))
+             for _ in range(count)]
+    for p in procs:
+        p.start()
+    start.wait(60)
+    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    got = [results.get() for _ in procs]
+    cpu1 = cpu_seconds(pid)
+    for p in procs:
+        p.join()
+    errors = [g for g in got if isinstance(g, BaseException)]
+    if errors:
+        raise errors[0]
+    # CLOCK_MONOTONIC (perf_counter) is one clock for every process of the machine
+    return Pass(sum(g[0] for g in got), max(g[1] for g in got) - t0, cpu1 - cpu0,
+                sum(g[2] for g in got))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.consumers",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--counts", default="1,4,16", help="consumers at once, comma-separated")
+    parser.add_argument("--rounds", type=int, default=3, help="passes per count and broker (median)")
+    parser.add_argument("--threads", type=int, default=-1,
+                        help="--stream-send-threads of the 'after' broker (-1: one per core)")
+    parser.add_argument("--no-rabbitmq", action="store_true", help="leave RabbitMQ out")
+    args = parser.parse_args(argv)
+    counts = [int(x) for x in args.counts.split(",")]
+    root = Path(tempfile.mkdtemp(prefix="bench-consumers-"))
+    targets: dict[str, tuple[str, int]] = {}  # label -> (url, pid)
+    stops: list[Callable[[], None]] = []
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+          f"{args.messages} messages of 105 bytes, {os.cpu_count()} cores", flush=True)
+    try:
+        for label, threads in (("loop sends (before)", 0), ("sender threads", args.threads)):
+            b = BrokerProcess(root / f"data-{threads}", log_path=root / f"broker-{threads}.log",
+                              extra_args=["--fsync", "never", "--stream-send-threads", str(threads)])
+            b.start()
+            stops.append(b.stop)
+            targets[label] = (f"rabbitmq-stream://{b.host}:{b.stream_port}", b.proc.pid)
+        if not args.no_rabbitmq and RabbitMQNode.available():
+            node = RabbitMQNode()
+            stops.append(node.stop)
+            node.start()
+            targets[f"RabbitMQ {node.version().split('-')[0]}"] = (
+                f"rabbitmq-stream://{node.host}:{node.stream_port}", node.pid())
+        elif not args.no_rabbitmq:
+            print("  RabbitMQ: not installed: no peer in this run")
+        stream = f"bench-consumers-{os.getpid()}"
+        frames = publish_frames(1, 0, args.messages, 1000)
+        for url, pid in targets.values():
+            with StreamClient(url, timeout=60) as c:
+                c.create(stream)
+                c.declare_publisher(1, stream)
+                publish(c, frames, pid)
+        results: dict[tuple[int, str], list[Pass]] = {}
+        for n in counts:
+            for _ in range(args.rounds):
+                for label, (url, pid) in targets.items():
+                    results.setdefault((n, label), []).append(
+                        consume_many(url, stream, args.messages, n, pid))
+            print(f"consumers {n} (load average {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
+            for label in targets:
+                rs = results[n, label]
+                med = sorted(rs, key=lambda r: r.rate)[len(rs) // 2]
+                print(f"  {label:22} {med.rate:>12,.0f} msg/s  {med.seconds:6.3f} s  broker "
+                      f"{statistics.median(r.cores for r in rs):4.2f} cores, "
+                      f"{statistics.median(r.broker_cpu / r.messages * 1e9 for r in rs):5.1f} ns "
+                      f"CPU/msg; client CPU {med.client_cpu:5.2f} s  (rounds: "
+                      f"{', '.join(f'{r.rate / 1e6:.1f}M' for r in rs)})")
+            rates = {label: statistics.median(r.rate for r in results[n, label]) for label in targets}
+            after = rates["sender threads"]
+            line = f"  sender threads / loop sends: {after / rates['loop sends (before)']:.2f}x"
+            for label, rate in rates.items():
+                if label.startswith("RabbitMQ"):
+                    line += (f"; vs {label}: sender threads {after / rate:.2f}x, loop sends "
+                             f"{rates['loop sends (before)'] / rate:.2f}x")
+            print(line, flush=True)
+    finally:
+        for stop in reversed(stops):
+            stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Stage 2 over the stream protocol, values in round robin: a baseline checkout against this
+one, in turns in one run, each against the same client's unfiltered read.
+
+Why: with values in round robin every match is a chunk of its own (a delivered chunk holds
+consecutive offsets only) and takes a credit of its own, so how fast a filtered read goes
+depends on how the broker uses the credit the client grants and on its CPU per scanned record.
+The streams are ``bench.stream_protocol``'s filtered ones (message ``i``: ``k = i % 100``,
+``zone = 'z<k>'``, plus a last record every filter matches, where a consumer stops); the
+client is its load generator (credit one per chunk, ten ahead; nothing decoded). Per round and
+broker: the unfiltered read, then ``k = 7`` and ``zone = 'z07'`` (1 %); broker CPU per scanned
+record from ``/proc``.
+
+    mkdir /tmp/stage2-base && git archive <commit> | tar -x -C /tmp/stage2-base
+    python -m bench.stage2_ab --baseline /tmp/stage2-base [--messages 1000000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from amqp_stream.client.stream import StreamClient
+from amqp_stream.testing import BrokerProcess
+from bench.stream_protocol import Result, consume, publish, publish_frames
+
+HERE = Path(__file__).resolve().parent.parent
+CASES = ("k = 7", "zone = 'z07'")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.broker import encode
+    parser = argparse.ArgumentParser(prog="python -m bench.stage2_ab",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", required=True, type=Path, help="a checkout to compare with")
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--credit", type=int, default=10, help="credit the client keeps ahead")
+    args = parser.parse_args(argv)
+    n = args.messages
+    variants = [encode(properties={"k": k, "zone": f"z{k:02d}", "region": "r00"})
+                for k in range(100)]
+    messages = [variants[i % 100] for i in range(n)] + [variants[7]]
+    frames = publish_frames(1, 0, n + 1, 1000, messages=messages)
+    got: dict[tuple[str, str], list[Result]] = {}
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+          f"{n} messages + 1, credit {args.credit}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-stage2-") as tmp:
+        cwd = os.getcwd()
+        os.chdir(tmp)  # ``-m amqp_stream`` then imports from PYTHONPATH, not from here
+        brokers: dict[str, BrokerProcess] = {}
+        try:
+            for name, code in (("baseline", args.baseline.resolve()), ("this checkout", HERE)):
+                b = brokers[name] = BrokerProcess(Path(tmp, name.split()[0]),
+                                                  extra_args=["--fsync", "never"],
+                                                  env={"PYTHONPATH": str(code)})
+                b.start()
+                with StreamClient(f"rabbitmq-stream://{b.host}:{b.stream_port}", timeout=60) as c:
+                    c.create("rr")
+                    c.declare_publisher(1, "rr")
+                    publish(c, frames, b.proc.pid)
+            for _ in range(args.rounds):
+                for name, b in brokers.items():
+                    url = f"rabbitmq-stream://{b.host}:{b.stream_port}"
+                    for case in (None, *CASES):
+                        c = StreamClient(url, timeout=120)
+                        r = consume(c, "rr", n + 1, b.proc.pid,
+                                    {"sql-filter": case} if case else None, credit=args.credit,
+                                    until=n + 1)
+                        c.sock.close()
+                        got.setdefault((name, case or "unfiltered"), []).append(r)
+        finally:
+            for b in brokers.values():
+                b.stop()
+            os.chdir(cwd)
+    print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for name in brokers:
+        base = statistics.median(r.seconds for r in got[name, "unfiltered"])
+        print(f"  {name}: unfiltered {base:.3f} s (rounds "
+              f"{', '.join(f'{r.seconds:.3f}' for r in got[name, 'unfiltered'])})")
+        for case in CASES:
+            rs = got[name, case]
+            s = statistics.median(r.seconds for r in rs)
+            cpu = statistics.median(r.cpu for r in rs) / (n + 1) * 1e6
+            print(f"    {case:14} {rs[0].messages:>6} records {s:7.3f} s = {base / s:5.2f}x the "
+                  f"unfiltered read's speed; broker CPU {cpu:.3f} µs per scanned record "
+                  f"(rounds {', '.join(f'{r.seconds:.3f}' for r in rs)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

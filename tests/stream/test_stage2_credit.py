@@ -1,0 +1,108 @@
+"""Stage 2 over the stream protocol under the credit a client grants: whatever the credit (one
+at a time, a few, many; initial and given back), a filtered subscription gets exactly the runs
+of consecutive matching records of each stored chunk, each as a chunk of its own, in order,
+with the stored records' bytes and a CRC that checks. The broker rebuilds the next matches
+while the client has no credit (``Subscription._prefetch``): this is what it must not change.
+Real broker process, the conformance client."""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from proton import Message
+
+from amqp_stream.stream_listener.consuming import Subscription
+from amqp_stream.testing import BrokerProcess
+from conformance.streamclient import OK, StreamClient, offset_first
+from storage.format import encode_chunk, encode_entries
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    with BrokerProcess(tmp_path_factory.mktemp("stage2-credit") / "data",
+                       extra_args=["--fsync", "never"]) as b:
+        yield b
+
+
+def _message(k: int, i: int) -> bytes:
+    return bytes(Message(body=b"m%d" % i, properties={"k": k}).encode())
+
+
+def _expected(frames: list[list[int]], wanted: int) -> list[tuple[int, list[bytes]]]:
+    """(first offset, bodies) of each run of consecutive records with ``k = wanted`` within
+    one stored chunk (one Publish frame each)."""
+    out: list[tuple[int, list[bytes]]] = []
+    offset = 0
+    for ks in frames:
+        run: list[bytes] = []
+        first = 0
+        for i, k in enumerate(ks):
+            if k == wanted:
+                if not run:
+                    first = offset + i
+                run.append(_message(k, offset + i))
+            elif run:
+                out.append((first, run))
+                run = []
+        if run:
+            out.append((first, run))
+        offset += len(ks)
+    return out
+
+
+_names = itertools.count()
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(frames=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=60), min_size=1, max_size=8),
+       wanted=st.integers(0, 3), initial=st.integers(1, 12), back=st.integers(1, 3),
+       every=st.integers(1, 4))
+def test_filtered_deliveries_are_the_runs_of_matches_whatever_the_credit(
+        broker, frames, wanted, initial, back, every):
+    """Credit ``initial`` at first, then ``back`` after every ``every`` chunks received (or
+    sooner, when the client has none left)."""
+    stream = f"stage2-{next(_names)}"
+    c = StreamClient("127.0.0.1", broker.stream_port, timeout=10)
+    assert c.create_stream(stream) == OK
+    assert c.declare_publisher(1, stream) == OK
+    offset = 0
+    for ks in frames:  # one frame, confirmed before the next: one stored chunk each
+        ids = list(range(offset, offset + len(ks)))
+        c.publish(1, [(i, _message(k, i)) for i, k in zip(ids, ks, strict=True)])
+        c.wait_confirms(1, ids)
+        offset += len(ks)
+    # a last record that matches, in a chunk of its own: the read is over when it comes
+    c.publish(1, [(offset, _message(wanted, offset))])
+    c.wait_confirms(1, [offset])
+    expected = _expected([*frames, [wanted]], wanted)
+    assert c.subscribe(0, stream, offset_first(), credit=initial,
+                       properties={"sql-filter": f"k = {wanted}"}) == OK
+    got: list[tuple[int, list[bytes]]] = []
+    owed, left = 0, initial
+    while not got or got[-1][0] < offset:
+        chunk = c.next_chunk()
+        assert chunk.num_entries == chunk.num_records
+        assert zlib.crc32(chunk.data) == chunk.crc
+        records = chunk.records()
+        assert [o for o, _ in records] == list(range(chunk.chunk_id, chunk.chunk_id + len(records)))
+        got.append((chunk.chunk_id, [body for _, body in records]))
+        owed += 1
+        left -= 1
+        if owed == every or not left:
+            c.credit(0, back)
+            owed, left = 0, left + back
+    assert got == expected
+    c.close()
+
+
+@given(first=st.integers(0, 2**63 - 1), timestamp=st.integers(-2**63, 2**63 - 1),
+       epoch=st.integers(0, 2**64 - 1), bodies=st.lists(st.binary(max_size=300), min_size=1, max_size=4))
+def test_a_rebuilt_chunk_is_the_encoders_chunk(first, timestamp, epoch, bodies):
+    """The one-record shortcut packs the bytes ``storage.format``'s encoder gives."""
+    plain = b"".join(encode_chunk(first, timestamp, encode_entries(bodies), len(bodies),
+                                  len(bodies), epoch=epoch))
+    assert Subscription._chunk(first, timestamp, epoch, bodies) == (len(bodies), plain)
