@@ -183,6 +183,22 @@ class Core:
     def get(self, name: str) -> StreamEntry | None:
         return self.registry.get(name)
 
+    def publish_entry(self, name: str) -> Any:
+        """What an AMQP publisher of ``name`` appends to: its entry; on a cluster node one
+        that forwards to the stream's leader where this node does not lead it
+        (``amqp_stream.cluster.forwarder``). ``NotFound`` when there is no such stream."""
+        forwarding = getattr(self.cluster, "forwarding", None)
+        if forwarding is not None:
+            return forwarding.entry(name)
+        return self.stream(name)
+
+    def publish_lookup(self, name: str) -> Any:
+        """``publish_entry``, None when there is no such stream (a message's ``to``)."""
+        try:
+            return self.publish_entry(name)
+        except NotFound:
+            return None
+
     def info(self, name: str) -> dict:
         if not self.registry.exists(name):
             raise NotFound(f"queue '{name}' not found")

@@ -1,0 +1,126 @@
+"""AMQP 1.0 clients on any node of a three-node cluster (real ZooKeeper, real brokers, proton
+through our blocking client): publishes to a node that does not lead the stream are forwarded
+to the leader and accepted only after its quorum commit; a node that holds no member of a
+stream serves its consumers from a member; the management node works on every node. The
+checker reads every member's files after each case."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from amqp_stream.client import Client, Publisher, connect
+from amqp_stream.testing import BrokerProcess
+from tests.cluster.checker import body_of, check, local_end, log_dir, records
+from tests.cluster.nodes import SESSION_TIMEOUT, cluster_status, holds_log
+from tests.polling import wait_for
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def body(i: int) -> bytes:
+    return b"<a-%06d>" % i
+
+
+def amqp(b: BrokerProcess) -> Client:
+    return connect(f"amqp://guest:guest@127.0.0.1:{b.port}", timeout=60)
+
+
+def layout_of(url: str, stream: str) -> dict:
+    (layout,) = [s for s in cluster_status(url)["streams"] if s["stream"] == stream]
+    return layout
+
+
+def members_converged(brokers: dict[str, BrokerProcess], stream: str, members: list[str]) -> int:
+    wait_for(lambda: len({local_end(brokers[m], stream) for m in members}) == 1, 30,
+             "every member at the leader's end")
+    return local_end(brokers[members[0]], stream)
+
+
+def accepted_bodies(outcomes: list, sent: list[bytes]) -> list[bytes]:
+    return [sent[o.seq] for o in outcomes if o.state == "accepted"]
+
+
+def test_publishes_to_a_node_that_does_not_lead_are_forwarded_and_committed(nodes,
+                                                                            stream_name):
+    """A stream of two members led by n1; AMQP publishers on the replica and on the node with
+    no member: every message accepted, in order, on both members' logs exactly once."""
+    url, (n1, n2, n3) = nodes
+    brokers = {"n1": n1, "n2": n2, "n3": n3}
+    with amqp(n1) as c:
+        c.declare(stream_name, {"x-initial-cluster-size": 2})
+    layout = layout_of(url, stream_name)
+    assert layout["leader"] == "n1" and len(layout["members"]) == 2
+    replica = next(m for m in layout["members"] if m != "n1")
+    outsider = next(n for n in brokers if n not in layout["members"])
+    wait_for(lambda: holds_log(brokers[replica], stream_name), 30, "the replica's log")
+    sent: list[bytes] = []
+    accepted: list[bytes] = []
+    for name, first in ((replica, 0), (outsider, 1000), ("n1", 2000)):
+        with amqp(brokers[name]) as c:
+            p = c.publisher(stream_name)
+            batch = [body(i) for i in range(first, first + 1000)]
+            for b in batch:
+                p.publish(b)
+            outcomes = p.flush()
+            assert all(o.state == "accepted" for o in outcomes)
+            sent += batch
+            accepted += batch
+    assert not holds_log(brokers[outsider], stream_name)
+    end = members_converged(brokers, stream_name, layout["members"])
+    report = check({m: brokers[m].data_dir for m in layout["members"]}, stream_name,
+                   accepted, at_least=end)
+    assert report.found == 3000
+    # one link's messages in the order sent
+    stored = [body_of(r) for _, r in records(log_dir(n1.data_dir, stream_name))]
+    assert stored == sent
+    assert "forwarding AMQP publishes to" in brokers[outsider].log_text()
+
+
+def test_leader_killed_during_a_forwarded_publish_loses_and_doubles_nothing(nodes,
+                                                                           stream_name):
+    """An unnamed AMQP publisher on n2 sends through n2 to the leader n1; n1 is SIGKILLed
+    mid-stream: n2's forwarder follows the new leader and sends what was unconfirmed again
+    under its own producer's ids, which the new leader deduplicates. Every accepted message is
+    on every member exactly once, no message is stored twice, and nothing is rejected."""
+    url, (n1, n2, n3) = nodes
+    brokers = {"n1": n1, "n2": n2, "n3": n3}
+    with amqp(n1) as c:
+        c.declare(stream_name)
+    for b in (n2, n3):
+        wait_for(lambda b=b: holds_log(b, stream_name), 30, "members' logs")
+    total = 6000
+    sent = [body(i) for i in range(total)]
+    outcomes: list = []
+    failure: list[BaseException] = []
+    client = amqp(n2)
+    publisher: Publisher = client.publisher(stream_name, window=500)
+
+    def publish() -> None:
+        try:
+            for b in sent:
+                publisher.publish(b)
+            outcomes.extend(publisher.flush(check=False))
+        except BaseException as exc:  # reported by the main thread
+            failure.append(exc)
+    thread = threading.Thread(target=publish)
+    thread.start()
+    wait_for(lambda: publisher.accepted >= 1500 or failure, 60, "1500 accepted")
+    n1.kill()
+    thread.join(SESSION_TIMEOUT + 90)
+    client.close()
+    assert not failure, failure
+    states = {o.state for o in outcomes}
+    assert states == {"accepted"}, states
+    layout = layout_of(url, stream_name)
+    assert layout["leader"] in ("n2", "n3") and layout["epoch"] == 2
+    n1.start()
+    end = members_converged(brokers, stream_name, ["n1", "n2", "n3"])
+    accepted = accepted_bodies(outcomes, sent)
+    report = check({n: b.data_dir for n, b in brokers.items()}, stream_name, accepted,
+                   at_least=end)
+    assert report.found == total
+    stored = [body_of(r) for _, r in records(log_dir(n2.data_dir, stream_name))]
+    assert len(stored) == len(set(stored)) == total  # nothing doubled, unconfirmed ones too
+    assert "will go to the next leader" in n2.log_text()
