@@ -200,9 +200,26 @@ class Core:
             return None
 
     def info(self, name: str) -> dict:
-        if not self.registry.exists(name):
+        """The management node's answer for a stream. On a cluster node its leader and
+        members come from the layout (RabbitMQ's ``leader`` and ``replicas``: every member),
+        the counts from this node's log where it holds one (0 where it holds none: RabbitMQ
+        asks the leader)."""
+        layout = self.cluster.layout(name) if self.cluster is not None else None
+        if layout is None and (self.cluster is not None or not self.registry.exists(name)):
             raise NotFound(f"queue '{name}' not found")
-        return self.registry.info(name)
+        if layout is None:
+            return self.registry.info(name)
+        if self.registry.exists(name):
+            info = self.registry.info(name)
+        else:
+            info = {"name": name, "vhost": "/", "durable": True, "auto_delete": False,
+                    "exclusive": False, "type": "stream",
+                    "arguments": dict(self.cluster.view.arguments.get(name, {})),
+                    "message_count": 0, "consumer_count": 0, "first_offset": 0,
+                    "next_offset": 0}
+        info.update(leader=layout.leader, replicas=list(layout.members),
+                    members=list(layout.members))
+        return info
 
     def declare(self, name: str, arguments: dict) -> bool:
         """Create stream ``name`` with validated ``arguments`` (``amqp_stream.arguments``);

@@ -124,3 +124,28 @@ def test_leader_killed_during_a_forwarded_publish_loses_and_doubles_nothing(node
     stored = [body_of(r) for _, r in records(log_dir(n2.data_dir, stream_name))]
     assert len(stored) == len(set(stored)) == total  # nothing doubled, unconfirmed ones too
     assert "will go to the next leader" in n2.log_text()
+
+
+def test_the_management_node_declares_gets_and_deletes_through_every_node(nodes, stream_name):
+    """A stream of one member (n1): GET and an equal PUT answer it on the nodes that hold no
+    log of it, with the layout's leader and members; a PUT with other arguments is refused
+    there as on n1; DELETE through n3 removes it from every node."""
+    url, (n1, n2, n3) = nodes
+    with amqp(n1) as c:
+        created = c.declare(stream_name, {"x-initial-cluster-size": 1})
+    assert created["leader"] == "n1" and created["replicas"] == ["n1"]
+    for b in (n2, n3):
+        with amqp(b) as c:
+            info = c.info(stream_name)
+            assert (info["name"], info["type"], info["leader"], info["replicas"]) == (
+                stream_name, "stream", "n1", ["n1"])
+            assert info["arguments"].get("x-initial-cluster-size") == 1
+            again = c.declare(stream_name, {"x-initial-cluster-size": 1})
+            assert again["leader"] == "n1"
+            with pytest.raises(Exception, match="409|precondition|inequivalent"):
+                c.declare(stream_name, {"x-initial-cluster-size": 1, "x-max-age": "1h"})
+    with amqp(n3) as c:
+        c.delete(stream_name)
+    for b in (n1, n2, n3):
+        with amqp(b) as c:
+            wait_for(lambda c=c: not c.exists(stream_name), 30, "the stream gone everywhere")
