@@ -192,6 +192,16 @@ class Core:
             return forwarding.entry(name)
         return self.stream(name)
 
+    def consume_entry(self, name: str) -> Any:
+        """What an AMQP consumer of ``name`` reads: this node's log; on a cluster node that
+        holds no member of it, one read from a member elsewhere
+        (``amqp_stream.cluster.remote_reader``). ``NotFound`` when there is no such stream."""
+        entry = self.registry.get(name)
+        reading = getattr(self.cluster, "reading", None)
+        if entry is None and reading is not None:
+            return reading.entry(name)
+        return self.stream(name)
+
     def publish_lookup(self, name: str) -> Any:
         """``publish_entry``, None when there is no such stream (a message's ``to``)."""
         try:

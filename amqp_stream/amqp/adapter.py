@@ -550,7 +550,7 @@ class Adapter:
             error = NotImplementedByBroker if parsed.kind == "exchange" else BadRequest
             raise error(f"cannot consume from {address!r}: consume from /queues/<stream>")
         self.allow(state, READ, parsed.name)
-        entry = self.core.stream(parsed.name)
+        entry = self.core.consume_entry(parsed.name)
         try:
             entries = read_filter_entries(link.remote_source.filter)
         except Exception as exc:

@@ -76,14 +76,16 @@ class StreamClient:
     ``records`` and ``chunks`` delivered, ``end`` (the offset after the last record delivered),
     ``gone`` (deleted streams). A caller that must know which publishing ids were confirmed
     or refused (a cluster node forwarding publishes) passes ``on_confirm(publisher id, ids)``
-    and ``on_error(publisher id, ((id, code), ...))``; the counts are kept either way."""
+    and ``on_error(publisher id, ((id, code), ...))``; the counts are kept either way. With
+    ``auto_credit`` False no credit is given back per chunk: the caller gives it (``credit``),
+    so a reader that keeps chunks bounds how many it holds."""
 
     def __init__(self, url: str = DEFAULT_STREAM_URL, *, user: str | None = None,
                  password: str | None = None, timeout: float = 30.0,
                  on_chunk: Callable[[memoryview], None] | None = None,
                  on_confirm: Callable[[int, Sequence[int]], None] | None = None,
                  on_error: Callable[[int, Sequence[tuple[int, int]]], None] | None = None,
-                 product: str = "amqp-stream perf"):
+                 product: str = "amqp-stream perf", auto_credit: bool = True):
         host, port, url_user, url_password, vhost = parse_stream_url(url)
         user = user or url_user or "guest"
         password = password if password is not None else (url_password or "guest")
@@ -92,6 +94,7 @@ class StreamClient:
         self.on_confirm = on_confirm
         self.on_error = on_error
         self.product = product
+        self.auto_credit = auto_credit
         self.subscription = 0  # the subscription of the chunk ``on_chunk`` is handed
         self.updates: collections.deque[ConsumerUpdate] = collections.deque()
         self.confirmed = self.errors = self.records = self.chunks = self.received = 0
@@ -261,6 +264,10 @@ class StreamClient:
                                             dict(properties or {})), corr),
                     f"subscribe to {stream!r}")
 
+    def credit(self, subscription_id: int, chunks: int) -> None:
+        """Give ``chunks`` more credit (for a client made with ``auto_credit`` False)."""
+        self._send(Credit(subscription_id, chunks))
+
     def unsubscribe(self, subscription_id: int) -> None:
         corr = self._next_corr()
         self._check(self._request(Unsubscribe(corr, subscription_id), corr),
@@ -357,7 +364,7 @@ class StreamClient:
             pos += 4 + size
         if pos < n:
             self._carry = bytes(buf[pos:n])
-        if credits:
+        if credits and self.auto_credit:
             self.sock.sendall(b"".join(encode(Credit(sub, c * self._credits.get(sub, 1)))
                                        for sub, c in credits.items()))
 

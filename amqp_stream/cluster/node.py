@@ -30,6 +30,7 @@ from amqp_stream.config import BrokerConfig
 if TYPE_CHECKING:
     from amqp_stream.cluster.coordination import ClusterView
     from amqp_stream.cluster.forwarder import Forwarding
+    from amqp_stream.cluster.remote_reader import RemoteReading
     from amqp_stream.cluster.replication import Replication
     from amqp_stream.core import Core
 
@@ -65,6 +66,8 @@ class ClusterNode:
         self.replication: Replication | None = None
         # AMQP publishes to streams led elsewhere (set by the server: cluster.forwarder)
         self.forwarding: Forwarding | None = None
+        # AMQP consumers of streams with no member here (set by the server: remote_reader)
+        self.reading: RemoteReading | None = None
 
     # -- life ------------------------------------------------------------------------------
     def start(self) -> None:

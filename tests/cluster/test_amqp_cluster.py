@@ -38,6 +38,19 @@ def members_converged(brokers: dict[str, BrokerProcess], stream: str, members: l
     return local_end(brokers[members[0]], stream)
 
 
+def receive(c: Client, stream: str, count: int, **filters: object) -> list[tuple[int, bytes]]:
+    """``count`` messages of ``stream`` from its start: (offset, body) in the order received."""
+    consumer = c.consumer(stream, **filters)  # type: ignore[arg-type]
+    got = []
+    while len(got) < count:
+        m = consumer.receive(timeout=30)
+        assert m is not None, f"{len(got)} of {count} received"
+        assert m.offset is not None
+        got.append((m.offset, bytes(m.body)))
+    consumer.close()
+    return got
+
+
 def accepted_bodies(outcomes: list, sent: list[bytes]) -> list[bytes]:
     return [sent[o.seq] for o in outcomes if o.state == "accepted"]
 
@@ -45,7 +58,9 @@ def accepted_bodies(outcomes: list, sent: list[bytes]) -> list[bytes]:
 def test_publishes_to_a_node_that_does_not_lead_are_forwarded_and_committed(nodes,
                                                                             stream_name):
     """A stream of two members led by n1; AMQP publishers on the replica and on the node with
-    no member: every message accepted, in order, on both members' logs exactly once."""
+    no member: every message accepted, in order, on both members' logs exactly once. A
+    consumer on the node with no member reads it from a member: the same offsets and
+    messages as a consumer on the replica, filtered alike (stage 1 and SQL)."""
     url, (n1, n2, n3) = nodes
     brokers = {"n1": n1, "n2": n2, "n3": n3}
     with amqp(n1) as c:
@@ -61,8 +76,9 @@ def test_publishes_to_a_node_that_does_not_lead_are_forwarded_and_committed(node
         with amqp(brokers[name]) as c:
             p = c.publisher(stream_name)
             batch = [body(i) for i in range(first, first + 1000)]
-            for b in batch:
-                p.publish(b)
+            for i, b in enumerate(batch):
+                p.publish(b, filter_value="red" if i % 2 else "blue",
+                          application_properties={"n": first + i})
             outcomes = p.flush()
             assert all(o.state == "accepted" for o in outcomes)
             sent += batch
@@ -76,6 +92,16 @@ def test_publishes_to_a_node_that_does_not_lead_are_forwarded_and_committed(node
     stored = [body_of(r) for _, r in records(log_dir(n1.data_dir, stream_name))]
     assert stored == sent
     assert "forwarding AMQP publishes to" in brokers[outsider].log_text()
+    with amqp(brokers[replica]) as c:
+        local = receive(c, stream_name, 3000)
+        local_red = receive(c, stream_name, 1000, filter_values="red", sql="n >= 1000")
+    with amqp(brokers[outsider]) as c:
+        remote = receive(c, stream_name, 3000)
+        remote_red = receive(c, stream_name, 1000, filter_values="red", sql="n >= 1000")
+    assert [b for _, b in remote] == sent
+    assert remote == local
+    assert remote_red == local_red and remote_red[0][1] == body(1000)  # SQL: n >= 1000
+    assert "reads from member" in brokers[outsider].log_text()
 
 
 def test_leader_killed_during_a_forwarded_publish_loses_and_doubles_nothing(nodes,
@@ -83,7 +109,8 @@ def test_leader_killed_during_a_forwarded_publish_loses_and_doubles_nothing(node
     """An unnamed AMQP publisher on n2 sends through n2 to the leader n1; n1 is SIGKILLed
     mid-stream: n2's forwarder follows the new leader and sends what was unconfirmed again
     under its own producer's ids, which the new leader deduplicates. Every accepted message is
-    on every member exactly once, no message is stored twice, and nothing is rejected."""
+    on every member exactly once, in the order sent, and nothing is rejected. A consumer
+    attached to the replica n3 before the kill reads on through the leader move."""
     url, (n1, n2, n3) = nodes
     brokers = {"n1": n1, "n2": n2, "n3": n3}
     with amqp(n1) as c:
@@ -104,6 +131,8 @@ def test_leader_killed_during_a_forwarded_publish_loses_and_doubles_nothing(node
             outcomes.extend(publisher.flush(check=False))
         except BaseException as exc:  # reported by the main thread
             failure.append(exc)
+    reader = amqp(n3)
+    consumer = reader.consumer(stream_name)
     thread = threading.Thread(target=publish)
     thread.start()
     wait_for(lambda: publisher.accepted >= 1500 or failure, 60, "1500 accepted")
@@ -123,7 +152,15 @@ def test_leader_killed_during_a_forwarded_publish_loses_and_doubles_nothing(node
     assert report.found == total
     stored = [body_of(r) for _, r in records(log_dir(n2.data_dir, stream_name))]
     assert len(stored) == len(set(stored)) == total  # nothing doubled, unconfirmed ones too
+    assert stored == sent
     assert "will go to the next leader" in n2.log_text()
+    got = []
+    while len(got) < total:  # the same link, attached before the leader moved
+        m = consumer.receive(timeout=30)
+        assert m is not None, f"{len(got)} of {total} received on the replica"
+        got.append(bytes(m.body))
+    reader.close()
+    assert got == sent
 
 
 def test_the_management_node_declares_gets_and_deletes_through_every_node(nodes, stream_name):
