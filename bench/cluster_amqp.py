@@ -19,6 +19,7 @@ import argparse
 import logging
 import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -46,6 +47,13 @@ def _targets(nodes: dict[str, BrokerProcess], stream: str) -> dict[str, BrokerPr
     assert info["leader"] == "n1", info
     replica = next(m for m in info["replicas"] if m != "n1")
     outsider = next(n for n in nodes if n not in info["replicas"])
+    for b in nodes.values():  # each node knows it once its view has the layout (a watch)
+        with connect(b.url) as c:
+            deadline = time.monotonic() + 30
+            while not c.exists(stream):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{b.url} does not know {stream!r} after 30 s")
+                time.sleep(0.02)  # polling the node's view
     return {"direct": nodes["n1"], "via replica": nodes[replica],
             "via non-member": nodes[outsider]}
 

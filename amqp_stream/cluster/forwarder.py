@@ -48,6 +48,7 @@ from amqp_stream.client.errors import ClientError
 from amqp_stream.client.stream import StreamClient, publish_frame
 from amqp_stream.errors import BrokerError, NotFound, Released, ResourceDeleted
 from amqp_stream.streamproto import ResponseCode
+from storage.errors import StreamClosedError
 
 if TYPE_CHECKING:
     from amqp_stream.cluster.layout import Node
@@ -163,6 +164,7 @@ class StreamForwarder:
                     self._turn()
                 except (ClientError, OSError, _Moved) as exc:
                     self._drop(exc)
+                    self._wait(None, _RETRY_S)  # not a tight loop against a refusing node
                 self._expire()
         except Exception:  # a bug: say it, and answer what waits rather than hold it
             log.exception("forwarding to the leader of %r failed", self.stream)
@@ -438,12 +440,40 @@ class ForwardEntry:
             raise ResourceDeleted(f"stream '{self.name}' was deleted")
         local = self._local()
         if local is not None:
-            local.append(reference, bodies, ids, values, on_durable, records, nbytes)
+            local.append(reference, bodies, ids, values,
+                         self._after_local(reference, bodies, ids, values, on_durable),
+                         records, nbytes)
             return
+        self._forwarder().submit(reference, bodies, ids, values, on_durable)
+
+    def _forwarder(self) -> StreamForwarder:
         forwarder = self.forwarder
         if forwarder is None or forwarder.closed:
             forwarder = self.forwarder = self.forwarding.forwarder(self.name)
-        forwarder.submit(reference, bodies, ids, values, on_durable)
+        return forwarder
+
+    def _after_local(self, reference: str | None, bodies: list, ids: list[int], values: list,
+                     on_durable: OnDurable) -> OnDurable:
+        """A local append's callback. This node deposed before the batch was confirmed
+        (``StreamClosedError`` from the leader role's end, the layout naming another
+        leader): a named link's batch goes on to the new leader, whose deduplication by its
+        ids keeps it once (its chunk may be committed already); an unnamed one is released
+        (it may be in the new leader's log: a resend without ids could double it)."""
+        def durable(offset: int, error: Exception | None) -> None:
+            if error is not None and isinstance(error, StreamClosedError) and not self.deleted:
+                layout = self.forwarding.cluster.view.layouts.get(self.name)
+                if layout is not None and layout.leader != self.forwarding.cluster.name:
+                    if reference:
+                        try:
+                            self._forwarder().submit(reference, bodies, ids, values, on_durable)
+                            return
+                        except BrokerError as exc:
+                            error = exc
+                    else:
+                        error = Released(f"stream '{self.name}': this node stopped leading it "
+                                         f"before the message was confirmed")
+            on_durable(offset, error)
+        return durable
 
     def delete(self) -> None:
         """The stream is gone from the cluster: its links end, what waits is answered."""

@@ -6,6 +6,7 @@ checker reads every member's files after each case."""
 
 from __future__ import annotations
 
+import signal
 import threading
 
 import pytest
@@ -25,6 +26,14 @@ def body(i: int) -> bytes:
 
 def amqp(b: BrokerProcess) -> Client:
     return connect(f"amqp://guest:guest@127.0.0.1:{b.port}", timeout=60)
+
+
+def known_everywhere(brokers: dict[str, BrokerProcess], stream: str) -> None:
+    """Every node's view has ``stream`` (a ZooKeeper watch after the declare: an attach on a
+    node before its view has it is refused ``amqp:not-found``)."""
+    for b in brokers.values():
+        with amqp(b) as c:
+            wait_for(lambda c=c: c.exists(stream), 30, f"node {b.port} to know {stream!r}")
 
 
 def layout_of(url: str, stream: str) -> dict:
@@ -70,6 +79,7 @@ def test_publishes_to_a_node_that_does_not_lead_are_forwarded_and_committed(node
     replica = next(m for m in layout["members"] if m != "n1")
     outsider = next(n for n in brokers if n not in layout["members"])
     wait_for(lambda: holds_log(brokers[replica], stream_name), 30, "the replica's log")
+    known_everywhere(brokers, stream_name)
     sent: list[bytes] = []
     accepted: list[bytes] = []
     for name, first in ((replica, 0), (outsider, 1000), ("n1", 2000)):
@@ -186,3 +196,51 @@ def test_the_management_node_declares_gets_and_deletes_through_every_node(nodes,
     for b in (n1, n2, n3):
         with amqp(b) as c:
             wait_for(lambda c=c: not c.exists(stream_name), 30, "the stream gone everywhere")
+
+
+def test_a_deposed_leaders_amqp_publishes_are_not_rejected(nodes, stream_name):
+    """Publishers on the leader n1: SIGSTOP it past the session timeout with a batch of each in
+    its socket, SIGCONT once another member leads: n1 takes the batches as leader of epoch 1,
+    then learns it was deposed. The named publisher's batch goes on to the new leader (its
+    ids keep it once): all accepted; the unnamed one's is released, never rejected (the
+    client may send it again). Every accepted message is on every member exactly once."""
+    url, (n1, n2, n3) = nodes
+    brokers = {"n1": n1, "n2": n2, "n3": n3}
+    with amqp(n1) as c:
+        c.declare(stream_name)
+    for b in (n2, n3):
+        wait_for(lambda b=b: holds_log(b, stream_name), 30, "members' logs")
+    client = amqp(n1)
+    named = client.publisher(stream_name, reference="deposed", window=1000)
+    unnamed = client.publisher(stream_name, window=1000)
+    sent_named = [body(i) for i in range(300)]
+    sent_unnamed = [body(i) for i in range(1000, 1300)]
+    for i in range(100):
+        named.publish(sent_named[i], publishing_id=i + 1)
+        unnamed.publish(sent_unnamed[i])
+    first = named.flush() + unnamed.flush()
+    assert len(first) == 200
+    n1.proc.send_signal(signal.SIGSTOP)
+    try:
+        for i in range(100, 300):
+            named.publish(sent_named[i], publishing_id=i + 1)
+            unnamed.publish(sent_unnamed[i])
+        wait_for(lambda: layout_of(url, stream_name)["epoch"] == 2, SESSION_TIMEOUT + 30,
+                 "another leader")
+    finally:
+        n1.proc.send_signal(signal.SIGCONT)
+    named_out = named.flush(check=False)
+    unnamed_out = unnamed.flush(check=False)
+    client.close()
+    assert {o.state for o in named_out} == {"accepted"}
+    assert {o.state for o in unnamed_out} <= {"accepted", "released"}
+    wait_for(lambda: "left unconfirmed by the leader change" in n1.log_text(), 30,
+             "n1 to answer what it held as leader")
+    accepted = sent_named + sent_unnamed[:100] + [
+        sent_unnamed[o.seq] for o in unnamed_out if o.state == "accepted"]
+    layout = layout_of(url, stream_name)
+    end = members_converged(brokers, stream_name, list(brokers))
+    report = check({n: b.data_dir for n, b in brokers.items()}, stream_name, accepted,
+                   at_least=end)
+    assert report.found == len(accepted)
+    assert layout["leader"] != "n1"
