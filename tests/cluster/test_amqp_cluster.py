@@ -244,3 +244,40 @@ def test_a_deposed_leaders_amqp_publishes_are_not_rejected(nodes, stream_name):
                    at_least=end)
     assert report.found == len(accepted)
     assert layout["leader"] != "n1"
+
+
+def test_a_consumer_on_a_node_with_no_member_moves_to_another_member(nodes, stream_name):
+    """A stream of two members (n1 leads); a consumer on the third node reads it from the
+    replica; the replica is SIGKILLed mid-read: the reader subscribes to n1 from the offset
+    after the last chunk it took, and the link delivers every message once, in order."""
+    url, (n1, n2, n3) = nodes
+    brokers = {"n1": n1, "n2": n2, "n3": n3}
+    with amqp(n1) as c:
+        c.declare(stream_name, {"x-initial-cluster-size": 2})
+    layout = layout_of(url, stream_name)
+    replica = brokers[next(m for m in layout["members"] if m != "n1")]
+    outsider = brokers[next(n for n in brokers if n not in layout["members"])]
+    known_everywhere(brokers, stream_name)
+    sent = [body(i) for i in range(3000)]
+    with amqp(n1) as c:
+        p = c.publisher(stream_name, window=1000)
+        for i, b in enumerate(sent):
+            p.publish(b)
+            if i % 100 == 99:  # chunks of 100 or so: many chunks to read
+                p.flush()
+        p.flush()
+    with amqp(outsider) as c:
+        consumer = c.consumer(stream_name, credit=50)
+        got: list[tuple[int, bytes]] = []
+        while len(got) < len(sent):
+            if len(got) == 500:
+                replica.kill()
+            m = consumer.receive(timeout=30)
+            assert m is not None, f"{len(got)} of {len(sent)} received"
+            assert m.offset is not None
+            got.append((m.offset, bytes(m.body)))
+    assert [b for _, b in got] == sent
+    offsets = [o for o, _ in got]
+    assert offsets == sorted(set(offsets))
+    log = outsider.log_text()
+    assert "going on from offset" in log and "reads from member n1" in log
