@@ -64,10 +64,6 @@ def receive(c: Client, stream: str, count: int, kill_at: tuple[int, BrokerProces
     return got
 
 
-def accepted_bodies(outcomes: list, sent: list[bytes]) -> list[bytes]:
-    return [sent[o.seq] for o in outcomes if o.state == "accepted"]
-
-
 def test_any_node_forwards_publishes_to_the_leader_and_reads_from_a_member(nodes,
                                                                             stream_name):
     """A stream of two members led by n1; AMQP publishers on the replica and on the node with
@@ -124,62 +120,74 @@ def test_any_node_forwards_publishes_to_the_leader_and_reads_from_a_member(nodes
 
 def test_leader_killed_during_a_forwarded_publish_loses_and_doubles_nothing(nodes,
                                                                            stream_name):
-    """An unnamed AMQP publisher on n2 sends through n2 to the leader n1; n1 is SIGKILLed
-    mid-stream: n2's forwarder follows the new leader and sends what was unconfirmed again
-    under its own producer's ids, which the new leader deduplicates. Every accepted message is
-    on every member exactly once, in the order sent, and nothing is rejected. A consumer
-    attached to the replica n3 before the kill reads on through the leader move."""
+    """An unnamed AMQP publisher on n2 and a named one (publisher reference, publishing ids)
+    on n3 send through their nodes to the leader n1; n1 is SIGKILLed mid-stream: each
+    forwarder follows the new leader and sends what was unconfirmed again under the same ids
+    (n2's own producer's, the link's for n3), which the new leader deduplicates. Every
+    accepted message is on every member exactly once, each publisher's in the order sent, and
+    nothing is rejected or released. A consumer attached to the replica n3 before the kill
+    reads on through the leader move."""
     url, (n1, n2, n3) = nodes
     brokers = {"n1": n1, "n2": n2, "n3": n3}
     with amqp(n1) as c:
         c.declare(stream_name)
     for b in (n2, n3):
         wait_for(lambda b=b: holds_log(b, stream_name), 30, "members' logs")
-    total = 6000
-    sent = [body(i) for i in range(total)]
-    outcomes: list = []
+    known_everywhere(brokers, stream_name)
+    total = 4000
+    sent = {"unnamed": [body(i) for i in range(total)],
+            "named": [body(100000 + i) for i in range(total)]}
+    outcomes: dict[str, list] = {"unnamed": [], "named": []}
     failure: list[BaseException] = []
-    client = amqp(n2)
-    publisher: Publisher = client.publisher(stream_name, window=500)
+    clients = {"unnamed": amqp(n2), "named": amqp(n3)}
+    publishers: dict[str, Publisher] = {
+        "unnamed": clients["unnamed"].publisher(stream_name, window=500),
+        "named": clients["named"].publisher(stream_name, window=500, reference="kill-test")}
 
-    def publish() -> None:
+    def publish(kind: str) -> None:
         try:
-            for b in sent:
-                publisher.publish(b)
-            outcomes.extend(publisher.flush(check=False))
+            for i, b in enumerate(sent[kind]):
+                publishers[kind].publish(b, publishing_id=i + 1 if kind == "named" else None)
+            outcomes[kind].extend(publishers[kind].flush(check=False))
         except BaseException as exc:  # reported by the main thread
             failure.append(exc)
     reader = amqp(n3)
     consumer = reader.consumer(stream_name)
-    thread = threading.Thread(target=publish)
-    thread.start()
-    wait_for(lambda: publisher.accepted >= 1500 or failure, 60, "1500 accepted")
+    threads = [threading.Thread(target=publish, args=(k,)) for k in sent]
+    for t in threads:
+        t.start()
+    wait_for(lambda: min(p.accepted for p in publishers.values()) >= 1000 or failure, 60,
+             "1000 accepted of each")
     n1.kill()
-    thread.join(SESSION_TIMEOUT + 90)
-    client.close()
+    for t in threads:
+        t.join(SESSION_TIMEOUT + 90)
+    for c in clients.values():
+        c.close()
     assert not failure, failure
-    states = {o.state for o in outcomes}
-    assert states == {"accepted"}, states
+    for kind in sent:
+        states = {o.state for o in outcomes[kind]}
+        assert states == {"accepted"}, (kind, states)
     layout = layout_of(url, stream_name)
     assert layout["leader"] in ("n2", "n3") and layout["epoch"] == 2
     n1.start()
     end = members_converged(brokers, stream_name, ["n1", "n2", "n3"])
-    accepted = accepted_bodies(outcomes, sent)
+    accepted = [*sent["unnamed"], *sent["named"]]
     report = check({n: b.data_dir for n, b in brokers.items()}, stream_name, accepted,
                    at_least=end)
-    assert report.found == total
+    assert report.found == 2 * total
     stored = [body_of(r) for _, r in records(log_dir(n2.data_dir, stream_name))]
-    assert len(stored) == len(set(stored)) == total  # nothing doubled, unconfirmed ones too
-    assert stored == sent
-    assert "will go to the next leader" in n2.log_text()
+    assert len(stored) == len(set(stored)) == 2 * total  # nothing doubled, unconfirmed too
+    for kind in sent:
+        mine = set(sent[kind])
+        assert [b for b in stored if b in mine] == sent[kind]
+    assert "will go to the next leader" in n2.log_text() + n3.log_text()
     got = []
-    while len(got) < total:  # the same link, attached before the leader moved
+    while len(got) < 2 * total:  # the same link, attached before the leader moved
         m = consumer.receive(timeout=30)
-        assert m is not None, f"{len(got)} of {total} received on the replica"
+        assert m is not None, f"{len(got)} of {2 * total} received on the replica"
         got.append(bytes(m.body))
     reader.close()
-    assert got == sent
-
+    assert got == stored
 
 def test_the_management_node_declares_gets_and_deletes_through_every_node(nodes, stream_name):
     """A stream of one member (n1): GET and an equal PUT answer it on the nodes that hold no
