@@ -200,14 +200,15 @@ class RemoteReader:
         h = decode_header(chunk, path=f"member of {self.stream}")
         with self.lock:
             self.given -= 1
-        self.resume = h.next_offset
         if h.type != CHUNK_USER or not h.records:
+            self.resume = h.next_offset
             return
         data = bytes(chunk[CHUNK_HEADER_BYTES:CHUNK_HEADER_BYTES + h.data_length])
-        if len(data) != h.data_length or zlib.crc32(data) != h.crc:
+        if len(data) != h.data_length or zlib.crc32(data) != h.crc:  # read again elsewhere
             raise CorruptionError(f"member of {self.stream}", h.chunk_id,
                                   "CRC mismatch in a chunk read from a member")
         records = decode_records(data, h.chunk_id, entries=h.entries)
+        self.resume = h.next_offset
         if records and records[0][0] < self.lower:
             records = [r for r in records if r[0] >= self.lower]
         self.stats.chunks_read += 1
