@@ -71,6 +71,8 @@ class BrokerConfig:
     replication_port: int = 5553
     cluster_session_timeout: float = 6.0
     cluster_static: Path | None = None
+    cluster_user: str = "guest"
+    cluster_password: str = "guest"
 
     def __post_init__(self) -> None:
         check(self)
@@ -131,6 +133,10 @@ HELP: dict[str, str] = {
     "cluster_session_timeout": "seconds of silence after which ZooKeeper ends a node's session "
                                "(its streams then elect new leaders); also how long a start, "
                                "a declare or a delete waits for an unreachable ZooKeeper",
+    "cluster_user": "the stream-protocol user a cluster node logs in as to forward AMQP "
+                    "publishes to a stream's leader (write on every stream; guest works on "
+                    "loopback only)",
+    "cluster_password": "that user's password (prefer the environment or the config file)",
     "cluster_static": "internal (tests, hand-made clusters): a JSON file of nodes and stream "
                       "layouts standing in for coordination, with this node's name "
                       "(amqp_stream.cluster.layouts.StaticLayouts; docs/cluster.md)",

@@ -183,10 +183,53 @@ class Core:
     def get(self, name: str) -> StreamEntry | None:
         return self.registry.get(name)
 
+    def publish_entry(self, name: str) -> Any:
+        """What an AMQP publisher of ``name`` appends to: its entry; on a cluster node one
+        that forwards to the stream's leader where this node does not lead it
+        (``amqp_stream.cluster.forwarder``). ``NotFound`` when there is no such stream."""
+        forwarding = getattr(self.cluster, "forwarding", None)
+        if forwarding is not None:
+            return forwarding.entry(name)
+        return self.stream(name)
+
+    def consume_entry(self, name: str) -> Any:
+        """What an AMQP consumer of ``name`` reads: this node's log; on a cluster node that
+        holds no member of it, one read from a member elsewhere
+        (``amqp_stream.cluster.remote_reader``). ``NotFound`` when there is no such stream."""
+        entry = self.registry.get(name)
+        reading = getattr(self.cluster, "reading", None)
+        if entry is None and reading is not None:
+            return reading.entry(name)
+        return self.stream(name)
+
+    def publish_lookup(self, name: str) -> Any:
+        """``publish_entry``, None when there is no such stream (a message's ``to``)."""
+        try:
+            return self.publish_entry(name)
+        except NotFound:
+            return None
+
     def info(self, name: str) -> dict:
-        if not self.registry.exists(name):
+        """The management node's answer for a stream. On a cluster node its leader and
+        members come from the layout (RabbitMQ's ``leader`` and ``replicas``: every member),
+        the counts from this node's log where it holds one (0 where it holds none: RabbitMQ
+        asks the leader)."""
+        layout = self.cluster.layout(name) if self.cluster is not None else None
+        if layout is None and (self.cluster is not None or not self.registry.exists(name)):
             raise NotFound(f"queue '{name}' not found")
-        return self.registry.info(name)
+        if layout is None:
+            return self.registry.info(name)
+        if self.registry.exists(name):
+            info = self.registry.info(name)
+        else:
+            info = {"name": name, "vhost": "/", "durable": True, "auto_delete": False,
+                    "exclusive": False, "type": "stream",
+                    "arguments": dict(self.cluster.view.arguments.get(name, {})),
+                    "message_count": 0, "consumer_count": 0, "first_offset": 0,
+                    "next_offset": 0}
+        info.update(leader=layout.leader, replicas=list(layout.members),
+                    members=list(layout.members))
+        return info
 
     def declare(self, name: str, arguments: dict) -> bool:
         """Create stream ``name`` with validated ``arguments`` (``amqp_stream.arguments``);

@@ -14,7 +14,7 @@ import errno
 
 __all__ = ["from_storage", "BrokerError", "BadRequest", "NotFound", "Forbidden", "PreconditionFailed",
            "AlreadyExists", "NotAllowed", "NotImplementedByBroker", "ResourceDeleted", "ResourceLimit",
-           "DecodeError", "SizeExceeded", "InternalError", "ShuttingDown", "ClusterUnavailable"]
+           "DecodeError", "SizeExceeded", "InternalError", "ShuttingDown", "ClusterUnavailable", "Released"]
 
 
 class BrokerError(Exception):
@@ -89,6 +89,14 @@ class ClusterUnavailable(BrokerError):
     """The cluster's coordination (ZooKeeper) cannot be reached: declares, deletes and
     definition changes wait for it a bounded time, then fail with this."""
     condition, status, stream_code = "amqp:internal-error", 503, 0x0F
+
+
+class Released(BrokerError):
+    """Not taken, and nothing of it confirmed: the client may send it again. AMQP settles
+    the delivery ``released`` (no condition: the outcome carries none), as RabbitMQ does
+    when a message's queue went without confirming it; a cluster node forwarding to a
+    stream's leader says it when no leader took the message in time."""
+    condition, status, stream_code = "amqp:internal-error", 503, 0x06  # stream_not_available
 
 
 class ShuttingDown(BrokerError):

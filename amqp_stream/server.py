@@ -122,6 +122,13 @@ class Broker:
             self.replication = Replication(self.core, layouts, self.config.host)
             if cluster is not None:
                 cluster.replicate(self.replication)
+                from amqp_stream.cluster.forwarder import Forwarding
+                cluster.forwarding = Forwarding(
+                    self.core, cluster, self.config.cluster_user, self.config.cluster_password,
+                    hold=3 * self.config.cluster_session_timeout + 2)
+                from amqp_stream.cluster.remote_reader import RemoteReading
+                cluster.reading = RemoteReading(self.core, cluster, self.config.cluster_user,
+                                                self.config.cluster_password)
             self.replication.start()
             from amqp_stream.cluster.metrics import ReplicationCollector
             self.metrics.registry.register(ReplicationCollector(self.replication))

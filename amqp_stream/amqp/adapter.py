@@ -509,7 +509,7 @@ class Adapter:
         if address is not None:  # None: the anonymous terminus, each message's ``to`` decides
             target = addresses.publish_target(stream_address)
             if target.stream is not None:
-                entry = self.core.stream(target.stream)
+                entry = self.core.publish_entry(target.stream)
                 target = None
             else:
                 check_exchange_target(self.core.definitions, target.exchange)
@@ -524,7 +524,7 @@ class Adapter:
         credit = PublisherCredit(self.config.publisher_credit, self.config.max_unconfirmed,
                                  self.config.max_unconfirmed_bytes, self.core.publish_budget)
         publisher = Publisher(link, entry, credit, self.config.max_message_size,
-                              self.core.mailbox.post, self.core.mark_dirty, lookup=self.core.get,
+                              self.core.mailbox.post, self.core.mark_dirty, lookup=self.core.publish_lookup,
                               end=lambda error: self._end_link(state, link._impl, error),
                               throttle=state.io.throttle,
                               reference=reference, target=target,
@@ -550,7 +550,7 @@ class Adapter:
             error = NotImplementedByBroker if parsed.kind == "exchange" else BadRequest
             raise error(f"cannot consume from {address!r}: consume from /queues/<stream>")
         self.allow(state, READ, parsed.name)
-        entry = self.core.stream(parsed.name)
+        entry = self.core.consume_entry(parsed.name)
         try:
             entries = read_filter_entries(link.remote_source.filter)
         except Exception as exc:

@@ -37,7 +37,7 @@ from amqp_stream.amqp import addresses
 from amqp_stream.amqp.credit import PublisherCredit
 from amqp_stream.amqp.tracking import publishing_id
 from amqp_stream.errors import (BadRequest, BrokerError, DecodeError, Forbidden, NotFound,
-                                SizeExceeded, from_storage)
+                                Released, SizeExceeded, from_storage)
 from amqp_stream.wire import BadFilterValue, MessageFormatError, MessageView, stored_form
 
 __all__ = ["Publisher", "check_exchange_target"]
@@ -427,6 +427,13 @@ class Publisher:
         elif refusal is None:
             for impl in deliveries:
                 pn_delivery_update(impl, ACCEPTED)
+                pn_delivery_settle(impl)
+                pn_decref(impl)
+        elif isinstance(refusal, Released):  # no one took it: the client may send it again
+            log.info("released %d message(s) on %r: %s", len(deliveries),
+                     self.entry.name if self.entry else "(anonymous terminus)", refusal.description)
+            for impl in deliveries:
+                pn_delivery_update(impl, RELEASED)
                 pn_delivery_settle(impl)
                 pn_decref(impl)
         else:

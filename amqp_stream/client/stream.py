@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import select
 import socket
+import struct
 import urllib.parse
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -73,16 +74,27 @@ class StreamClient:
     """One connection. Requests (create, subscribe...) block for their response; ``pump``
     reads what came and counts it: ``confirmed``, ``errors`` (messages refused),
     ``records`` and ``chunks`` delivered, ``end`` (the offset after the last record delivered),
-    ``gone`` (deleted streams)."""
+    ``gone`` (deleted streams). A caller that must know which publishing ids were confirmed
+    or refused (a cluster node forwarding publishes) passes ``on_confirm(publisher id, ids)``
+    and ``on_error(publisher id, ((id, code), ...))``; the counts are kept either way. With
+    ``auto_credit`` False no credit is given back per chunk: the caller gives it (``credit``),
+    so a reader that keeps chunks bounds how many it holds."""
 
     def __init__(self, url: str = DEFAULT_STREAM_URL, *, user: str | None = None,
                  password: str | None = None, timeout: float = 30.0,
-                 on_chunk: Callable[[memoryview], None] | None = None):
+                 on_chunk: Callable[[memoryview], None] | None = None,
+                 on_confirm: Callable[[int, Sequence[int]], None] | None = None,
+                 on_error: Callable[[int, Sequence[tuple[int, int]]], None] | None = None,
+                 product: str = "amqp-stream perf", auto_credit: bool = True):
         host, port, url_user, url_password, vhost = parse_stream_url(url)
         user = user or url_user or "guest"
         password = password if password is not None else (url_password or "guest")
         self.timeout = timeout
         self.on_chunk = on_chunk
+        self.on_confirm = on_confirm
+        self.on_error = on_error
+        self.product = product
+        self.auto_credit = auto_credit
         self.subscription = 0  # the subscription of the chunk ``on_chunk`` is handed
         self.updates: collections.deque[ConsumerUpdate] = collections.deque()
         self.confirmed = self.errors = self.records = self.chunks = self.received = 0
@@ -136,7 +148,7 @@ class StreamClient:
 
     def _handshake(self, user: str, password: str, vhost: str) -> None:
         corr = self._next_corr()
-        answer = self._request(PeerProperties(corr, {"product": "amqp-stream perf"}), corr)
+        answer = self._request(PeerProperties(corr, {"product": self.product}), corr)
         self._check(answer, "peer properties")
         self.server_properties = dict(getattr(answer, "properties", {}))
         corr = self._next_corr()
@@ -252,6 +264,10 @@ class StreamClient:
                                             dict(properties or {})), corr),
                     f"subscribe to {stream!r}")
 
+    def credit(self, subscription_id: int, chunks: int) -> None:
+        """Give ``chunks`` more credit (for a client made with ``auto_credit`` False)."""
+        self._send(Credit(subscription_id, chunks))
+
     def unsubscribe(self, subscription_id: int) -> None:
         corr = self._next_corr()
         self._check(self._request(Unsubscribe(corr, subscription_id), corr),
@@ -338,13 +354,17 @@ class StreamClient:
             if left < 4 + size:
                 break
             if key == Key.PUBLISH_CONFIRM:
-                self.confirmed += PUBLISH_HEAD.unpack_from(buf, pos + 8)[1]  # publisher, count
+                publisher, count = PUBLISH_HEAD.unpack_from(buf, pos + 8)
+                self.confirmed += count
+                if self.on_confirm is not None:
+                    self.on_confirm(publisher, struct.unpack_from(
+                        f">{count}Q", buf, pos + 8 + PUBLISH_HEAD.size))
             else:
                 self._frame(bytes(buf[pos + 4:pos + 4 + size]))
             pos += 4 + size
         if pos < n:
             self._carry = bytes(buf[pos:n])
-        if credits:
+        if credits and self.auto_credit:
             self.sock.sendall(b"".join(encode(Credit(sub, c * self._credits.get(sub, 1)))
                                        for sub, c in credits.items()))
 
@@ -355,6 +375,8 @@ class StreamClient:
             self.sock.sendall(encode(frame))
         elif key == Key.PUBLISH_ERROR:
             self.errors += len(getattr(frame, "errors", ()))
+            if self.on_error is not None:
+                self.on_error(getattr(frame, "publisher_id", 0), getattr(frame, "errors", ()))
         elif isinstance(frame, Tune):
             self._tune = frame
         elif key == Key.CLOSE:

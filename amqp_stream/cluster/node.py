@@ -32,6 +32,8 @@ from amqp_stream.config import BrokerConfig
 
 if TYPE_CHECKING:
     from amqp_stream.cluster.coordination import ClusterView
+    from amqp_stream.cluster.forwarder import Forwarding
+    from amqp_stream.cluster.remote_reader import RemoteReading
     from amqp_stream.cluster.replication import Replication
     from amqp_stream.core import Core
 
@@ -65,6 +67,10 @@ class ClusterNode:
         # None) after a delete
         self.layout_hooks: list[LayoutHook] = []
         self.replication: Replication | None = None
+        # AMQP publishes to streams led elsewhere (set by the server: cluster.forwarder)
+        self.forwarding: Forwarding | None = None
+        # AMQP consumers of streams with no member here (set by the server: remote_reader)
+        self.reading: RemoteReading | None = None
 
     # -- life ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -74,6 +80,8 @@ class ClusterNode:
         self.core.definitions.store = self.coordinator.store()
 
     def stop(self) -> None:
+        if self.forwarding is not None:
+            self.forwarding.close()
         self.coordinator.stop()
 
     @property

@@ -1,0 +1,539 @@
+"""AMQP 1.0 publishes to a stream this node does not lead, forwarded to its leader.
+
+Why: a stream-protocol client goes to the leader itself (Metadata), an AMQP 1.0 client does
+not: as in RabbitMQ 4, it publishes to any stream through any node. A publisher link on a
+cluster node appends to a ``ForwardEntry`` instead of the stream's local entry. Each append
+goes to this node's own log when this node leads the stream (and its leader role is applied);
+otherwise to the stream's ``StreamForwarder``: a thread with one stream-protocol connection to
+the leader (``amqp_stream.client.stream.StreamClient``, our own client), that publishes the
+batch and calls the batch's ``on_durable`` once every message of it is confirmed. The leader
+confirms only after its quorum commit, so an AMQP delivery is accepted only once a majority
+of the stream's members holds it: never sooner than a publish made on the leader itself.
+
+Deduplication, so a leader move loses and duplicates nothing:
+
+- a link with a publisher reference (``amqp_stream.amqp.tracking``) is forwarded as a named
+  producer of that reference with the messages' own publishing ids: the leader deduplicates
+  it exactly as it would a publish made on it;
+- every other link's messages go as this node's named producer of the stream
+  (``FORWARD_REFERENCE`` + the node's name), numbered by the forwarder from the sequence the
+  leader holds for it (``QueryPublisherSequence`` at connect), as RabbitMQ's stream queue
+  client numbers its writes for osiris's deduplication.
+
+When the leader goes (connection lost, ``MetadataUpdate``, the view names another leader, or
+a PublishError while it steps down), the forwarder connects to the leader the view names next
+and sends what is unconfirmed again, in order, under the same ids: the new leader drops what
+it holds (its log holds every committed chunk, and the producers' sequences with them) and
+confirms it. If no leader takes them within ``hold`` seconds they are answered ``Released``
+(AMQP ``released``: nothing of it confirmed, the client may send it again), as RabbitMQ
+releases a message whose queue went without confirming it. Order per link is kept: batches go
+out in the order appended, are sent again in that order, and a link's appends go to the local
+log only once nothing forwarded is unconfirmed.
+
+Memory: what is unconfirmed is bounded by the AMQP links' credit (their unconfirmed messages
+and bytes), as for a local publish; the forwarder keeps the bytes until they are confirmed.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import select
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from amqp_stream.client.errors import ClientError
+from amqp_stream.client.stream import StreamClient, publish_frame
+from amqp_stream.errors import BrokerError, NotFound, Released, ResourceDeleted
+from amqp_stream.streamproto import ResponseCode
+from storage.errors import StreamClosedError
+
+if TYPE_CHECKING:
+    from amqp_stream.cluster.layout import Node
+    from amqp_stream.cluster.node import ClusterNode
+    from amqp_stream.core import Core
+
+__all__ = ["Forwarding", "ForwardEntry", "StreamForwarder", "FORWARD_REFERENCE"]
+
+log = logging.getLogger(__name__)
+
+FORWARD_REFERENCE = "amqp-forward:"  # + node name: the named producer of unnamed links
+# PublishError codes that say "not the leader (any more)": send again to the next leader
+_MOVED = {ResponseCode.STREAM_NOT_AVAILABLE, ResponseCode.INTERNAL_ERROR,
+          ResponseCode.PUBLISHER_DOES_NOT_EXIST, ResponseCode.STREAM_DOES_NOT_EXIST}
+_MAX_PUBLISHERS = 256  # a publisher id is one byte
+_RETRY_S = 0.2  # between connection attempts while no leader answers
+_FRAME_ROOM = 64  # a Publish frame's bytes beyond its messages' (size, key, version, ...)
+
+OnDurable = Callable[[int, "Exception | None"], None]
+
+
+class _Batch:
+    """One AMQP link's append of a loop turn: settled as one (``on_durable``)."""
+
+    __slots__ = ("on_durable", "left", "error")
+
+    def __init__(self, on_durable: OnDurable, left: int):
+        self.on_durable = on_durable
+        self.left = left
+        self.error: Exception | None = None
+
+
+class _Producer:
+    """A named producer on the leader: an AMQP link's reference, or this node's own."""
+
+    def __init__(self, reference: str, internal: bool):
+        self.reference = reference
+        self.internal = internal
+        self.publisher_id = -1  # on the current connection (-1: not declared there)
+        self.next_id = 0  # internal: the next id to give (from the leader's sequence)
+        # publishing id -> [(batch, filter value, body)], in the order sent
+        self.inflight: dict[int, list[tuple[_Batch, str | None, bytes]]] = {}
+
+
+class _Moved(Exception):
+    """The connected node no longer leads the stream."""
+
+
+class StreamForwarder:
+    """One stream's forwarding to its leader: a thread and one connection (see the module)."""
+
+    def __init__(self, stream: str, node_name: str, leader: Callable[[], "Node | None"],
+                 user: str, password: str, hold: float):
+        self.stream = stream
+        self.leader = leader  # the live leader's node as the view names it, or None
+        self.user, self.password = user, password
+        self.hold = hold
+        self.internal = FORWARD_REFERENCE + node_name
+        self.lock = threading.Lock()
+        self.queue: collections.deque[tuple[str | None, list, list, list, OnDurable]] = \
+            collections.deque()
+        self.outstanding = 0  # batches submitted and not yet answered (loop reads it)
+        self.closed = False
+        self.ending: BrokerError | None = None  # what the batches left get when it closes
+        self.client: StreamClient | None = None
+        self.connected_to: str | None = None
+        self.producers: dict[str, _Producer] = {}
+        self.by_id: dict[int, _Producer] = {}
+        self.stuck_since: float | None = None  # since when work waits for a leader
+        self.again = False  # the leader refused as a non-leader: reconnect
+        self.forwarded = self.resent = 0
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self.thread = threading.Thread(target=self._run, name=f"forward-{stream}", daemon=True)
+
+    # -- the loop's side -------------------------------------------------------------------
+    def start(self) -> StreamForwarder:
+        self.thread.start()
+        return self
+
+    def submit(self, reference: str | None, bodies: Sequence[bytes], ids: Sequence[int],
+               values: Sequence[str | None], on_durable: OnDurable) -> None:
+        """Queue one batch (its messages in order); ``on_durable(0, error)`` runs on this
+        forwarder's thread once every message is confirmed (``error`` None) or not taken."""
+        with self.lock:
+            if self.closed:
+                raise self.ending or Released(f"forwarding to the leader of '{self.stream}' "
+                                              f"has stopped")
+            self.queue.append((reference, list(bodies), list(ids), list(values), on_durable))
+            self.outstanding += 1
+        self._wake()
+
+    def close(self, ending: BrokerError) -> None:
+        """Stop; every batch not confirmed is answered with ``ending``."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed, self.ending = True, ending
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, OSError):  # a wake-up is pending already (or it closed)
+            pass
+
+    # -- the thread ------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while not self.closed:
+                try:
+                    self._turn()
+                except (ClientError, OSError, _Moved) as exc:
+                    self._drop(exc)
+                    self._wait(None, _RETRY_S)  # not a tight loop against a refusing node
+                self._expire()
+        except Exception:  # a bug: say it, and answer what waits rather than hold it
+            log.exception("forwarding to the leader of %r failed", self.stream)
+            self.ending = Released(f"forwarding to the leader of '{self.stream}' failed")
+            self.closed = True
+        finally:
+            self._drop(None)
+            self._fail_all(self.ending or Released("forwarding stopped"))
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _has_work(self) -> bool:
+        return bool(self.queue) or any(p.inflight for p in self.producers.values())
+
+    def _turn(self) -> None:
+        if self.client is None:
+            if not self._has_work():
+                self._wait(None, 1.0)
+                return
+            if self.stuck_since is None:
+                self.stuck_since = time.monotonic()
+            if not self._connect():
+                self._wait(None, _RETRY_S)
+                return
+        client = self.client
+        assert client is not None
+        leader = self.leader()
+        if leader is None or leader.name != self.connected_to:
+            raise _Moved(f"the view names {leader.name if leader else 'no live leader'}")
+        self._send_queued()
+        self._wait(client, 0.5)
+        if self.stream in client.gone:
+            raise _Moved("MetadataUpdate")
+        if self.again:
+            raise _Moved("a PublishError from a node that no longer leads")
+
+    def _wait(self, client: StreamClient | None, timeout: float) -> None:
+        """Until a wake-up, traffic from the leader, or ``timeout``."""
+        socks: list[Any] = [self._wake_r] if client is None else [self._wake_r, client.sock]
+        ready, _, _ = select.select(socks, [], [], timeout)
+        if self._wake_r in ready:
+            try:
+                self._wake_r.recv(4096)
+            except BlockingIOError:
+                pass
+        if client is not None and client.sock in ready:
+            client.pump(0)
+
+    def _connect(self) -> bool:
+        leader = self.leader()
+        if leader is None:
+            return False
+        url = f"rabbitmq-stream://{leader.host}:{leader.stream_port}"
+        try:
+            client = StreamClient(url, user=self.user, password=self.password, timeout=5.0,
+                                  on_confirm=self._confirmed, on_error=self._refused,
+                                  product="amqp-stream forwarder")
+        except (ClientError, OSError) as exc:
+            log.debug("forwarding %r: cannot reach leader %s at %s: %s", self.stream,
+                      leader.name, url, exc)
+            return False
+        self.client, self.connected_to, self.again = client, leader.name, False
+        self.by_id.clear()
+        log.info("forwarding AMQP publishes to %r to its leader %s (%s)", self.stream,
+                 leader.name, url)
+        for producer in list(self.producers.values()):  # what is unconfirmed goes again
+            if producer.inflight:
+                self._declare(producer)
+                items = [(pid, value, body) for pid, entries in producer.inflight.items()
+                         for _, value, body in entries]
+                self.resent += len(items)
+                self._publish(producer, items)
+            elif not producer.internal:
+                del self.producers[producer.reference]
+        return True
+
+    def _drop(self, why: Exception | None) -> None:
+        client, self.client, self.connected_to = self.client, None, None
+        for producer in self.producers.values():
+            producer.publisher_id = -1
+        self.by_id.clear()
+        if client is None:
+            return
+        if why is not None:
+            log.info("forwarding %r: leaving leader connection (%s); %d unconfirmed will go "
+                     "to the next leader", self.stream, why,
+                     sum(len(e) for p in self.producers.values() for e in p.inflight.values()))
+            if self._has_work() and self.stuck_since is None:
+                self.stuck_since = time.monotonic()
+        try:
+            client.sock.close()
+        except OSError:
+            pass
+
+    def _producer(self, reference: str | None) -> _Producer:
+        key = reference or self.internal
+        producer = self.producers.get(key)
+        if producer is None:
+            producer = self.producers[key] = _Producer(key, reference is None)
+            if producer.internal:
+                producer.next_id = -1  # asked of the leader at its declare
+        if producer.publisher_id < 0:
+            self._declare(producer)
+        return producer
+
+    def _declare(self, producer: _Producer) -> None:
+        client = self.client
+        assert client is not None
+        if len(self.by_id) >= _MAX_PUBLISHERS:
+            raise _Moved("publisher ids used up: reconnect to reuse them")
+        publisher_id = next(i for i in range(_MAX_PUBLISHERS) if i not in self.by_id)
+        client.declare_publisher(publisher_id, self.stream, producer.reference)
+        producer.publisher_id = publisher_id
+        self.by_id[publisher_id] = producer
+        if producer.internal and producer.next_id < 0:
+            producer.next_id = client.publisher_sequence(self.stream, producer.reference) + 1
+
+    def _send_queued(self) -> None:
+        while True:
+            with self.lock:
+                if not self.queue:
+                    return
+                reference, bodies, ids, values, on_durable = self.queue.popleft()
+            batch = _Batch(on_durable, len(bodies))
+            if not bodies:
+                self._answer(batch)
+                continue
+            producer = self._producer(reference)
+            items = []
+            for i, body in enumerate(bodies):
+                if producer.internal:
+                    pid = producer.next_id
+                    producer.next_id += 1
+                else:
+                    pid = ids[i]
+                producer.inflight.setdefault(pid, []).append((batch, values[i], body))
+                items.append((pid, values[i], body))
+            self.forwarded += len(items)
+            self._publish(producer, items)
+
+    def _publish(self, producer: _Producer, items: list[tuple[int, str | None, bytes]]) -> None:
+        """Publish frames of at most the leader's frame size."""
+        client = self.client
+        assert client is not None
+        room = (client.frame_max or (1 << 20)) - _FRAME_ROOM
+        frame: list[tuple[int, str | None, bytes]] = []
+        size = 0
+        for item in items:
+            n = 12 + len(item[2]) + (2 + len(item[1].encode()) if item[1] is not None else 0)
+            if frame and size + n > room:
+                client.send(publish_frame(producer.publisher_id, frame))
+                frame, size = [], 0
+            frame.append(item)
+            size += n
+        if frame:
+            client.send(publish_frame(producer.publisher_id, frame))
+
+    def _confirmed(self, publisher_id: int, ids: Sequence[int]) -> None:
+        producer = self.by_id.get(publisher_id)
+        if producer is None:
+            return
+        self.stuck_since = None
+        inflight = producer.inflight
+        for pid in ids:
+            entries = inflight.get(pid)
+            if not entries:
+                continue
+            batch = entries.pop(0)[0]
+            if not entries:
+                del inflight[pid]
+            batch.left -= 1
+            if not batch.left:
+                self._answer(batch)
+
+    def _refused(self, publisher_id: int, errors: Sequence[tuple[int, int]]) -> None:
+        producer = self.by_id.get(publisher_id)
+        if producer is None:
+            return
+        for pid, code in errors:
+            if code in _MOVED:  # the node steps down, or is not the leader: send it again
+                self.again = True
+                continue
+            entries = producer.inflight.get(pid)
+            if not entries:
+                continue
+            batch = entries.pop(0)[0]
+            if not entries:
+                del producer.inflight[pid]
+            name = ResponseCode(code).name if code in ResponseCode._value2member_map_ else code
+            batch.error = BrokerError(f"the leader of '{self.stream}' refused the message: {name}")
+            batch.left -= 1
+            if not batch.left:
+                self._answer(batch)
+
+    def _answer(self, batch: _Batch) -> None:
+        with self.lock:
+            self.outstanding -= 1
+        try:
+            batch.on_durable(0, batch.error)
+        except Exception:
+            log.exception("settling a forwarded batch of %r", self.stream)
+
+    def _expire(self) -> None:
+        """Work that no leader took for ``hold`` seconds is released."""
+        since = self.stuck_since
+        if since is None or time.monotonic() - since < self.hold:
+            return
+        self.stuck_since = None
+        self._drop(None)
+        self._fail_all(Released(f"no leader of stream '{self.stream}' took the message within "
+                                f"{self.hold:.0f} s"))
+
+    def _fail_all(self, error: BrokerError) -> None:
+        batches: dict[int, _Batch] = {}
+        for producer in self.producers.values():
+            for entries in producer.inflight.values():
+                for batch, _, _ in entries:
+                    batches[id(batch)] = batch
+            producer.inflight.clear()
+        with self.lock:
+            queued, self.queue = list(self.queue), collections.deque()
+        if batches or queued:
+            log.warning("forwarding %r: %d batch(es) answered %s: %s", self.stream,
+                        len(batches) + len(queued), type(error).__name__, error)
+        for batch in batches.values():
+            batch.error = error
+            self._answer(batch)
+        for *_, on_durable in queued:
+            batch = _Batch(on_durable, 0)
+            batch.error = error
+            self._answer(batch)
+
+    def stats(self) -> dict[str, int]:
+        return {"forwarded": self.forwarded, "resent": self.resent,
+                "outstanding": self.outstanding}
+
+
+class ForwardEntry:
+    """What an AMQP publisher link on a cluster node appends to (it quacks as the
+    ``StreamEntry`` a publisher uses: ``name``, ``metrics``, ``publishers``, ``append``)."""
+
+    def __init__(self, forwarding: Forwarding, name: str):
+        self.forwarding = forwarding
+        self.name = name
+        self.publishers: set[Any] = set()
+        self.deleted = False
+        self.forwarder: StreamForwarder | None = None
+
+    @property
+    def metrics(self) -> Any:
+        local = self._local()
+        return local.metrics if local is not None else None
+
+    def _local(self) -> Any:
+        """This node's entry when it leads the stream and takes appends, and nothing
+        forwarded waits (so a link's messages stay in order), else None."""
+        cluster = self.forwarding.cluster
+        layout = cluster.layout(self.name)
+        if layout is None or layout.leader != cluster.name:
+            return None
+        if self.forwarder is not None and self.forwarder.outstanding:
+            return None
+        replication = cluster.replication
+        if len(layout.members) > 1 and (replication is None
+                                        or self.name not in replication.leaders):
+            return None  # the leader role is not applied yet: the log still refuses appends
+        return self.forwarding.core.get(self.name)
+
+    def append(self, reference: str | None, bodies: list, ids: list[int], values: list,
+               on_durable: OnDurable, records: int | None = None,
+               nbytes: int | None = None) -> None:
+        if self.deleted:
+            raise ResourceDeleted(f"stream '{self.name}' was deleted")
+        local = self._local()
+        if local is not None:
+            local.append(reference, bodies, ids, values,
+                         self._after_local(reference, bodies, ids, values, on_durable),
+                         records, nbytes)
+            return
+        self._forwarder().submit(reference, bodies, ids, values, on_durable)
+
+    def _forwarder(self) -> StreamForwarder:
+        forwarder = self.forwarder
+        if forwarder is None or forwarder.closed:
+            forwarder = self.forwarder = self.forwarding.forwarder(self.name)
+        return forwarder
+
+    def _after_local(self, reference: str | None, bodies: list, ids: list[int], values: list,
+                     on_durable: OnDurable) -> OnDurable:
+        """A local append's callback. This node deposed before the batch was confirmed
+        (``StreamClosedError`` from the leader role's end, the layout naming another
+        leader): a named link's batch goes on to the new leader, whose deduplication by its
+        ids keeps it once (its chunk may be committed already); an unnamed one is released
+        (it may be in the new leader's log: a resend without ids could double it)."""
+        def durable(offset: int, error: Exception | None) -> None:
+            if error is not None and isinstance(error, StreamClosedError) and not self.deleted:
+                layout = self.forwarding.cluster.view.layouts.get(self.name)
+                if layout is not None and layout.leader != self.forwarding.cluster.name:
+                    if reference:
+                        try:
+                            self._forwarder().submit(reference, bodies, ids, values, on_durable)
+                            return
+                        except BrokerError as exc:
+                            error = exc
+                    else:
+                        error = Released(f"stream '{self.name}': this node stopped leading it "
+                                         f"before the message was confirmed")
+            on_durable(offset, error)
+        return durable
+
+    def delete(self) -> None:
+        """The stream is gone from the cluster: its links end, what waits is answered."""
+        self.deleted = True
+        gone = ResourceDeleted(f"stream '{self.name}' was deleted")
+        for publisher in list(self.publishers):
+            try:
+                publisher.end(gone)
+            except Exception:
+                log.exception("ending %r on the deletion of %r", publisher, self.name)
+        self.publishers.clear()
+        if self.forwarder is not None:
+            self.forwarder.close(gone)
+
+
+class Forwarding:
+    """A cluster node's AMQP publish path: one ``ForwardEntry`` per stream its links
+    publish to, one ``StreamForwarder`` per stream it forwards to a leader elsewhere."""
+
+    def __init__(self, core: Core, cluster: ClusterNode, user: str, password: str,
+                 hold: float):
+        self.core = core
+        self.cluster = cluster
+        self.user, self.password = user, password
+        self.hold = hold
+        self.entries: dict[str, ForwardEntry] = {}
+        cluster.layout_hooks.append(self.layout_changed)
+
+    def entry(self, name: str) -> ForwardEntry:
+        """On the loop: ``NotFound`` when the cluster has no stream ``name``."""
+        entry = self.entries.get(name)
+        if entry is None or entry.deleted:
+            if not self.cluster.exists(name):
+                raise NotFound(f"no stream '{name}'")
+            entry = self.entries[name] = ForwardEntry(self, name)
+        return entry
+
+    def lookup(self, name: str) -> ForwardEntry | None:
+        try:
+            return self.entry(name)
+        except NotFound:
+            return None
+
+    def forwarder(self, name: str) -> StreamForwarder:
+        cluster = self.cluster
+
+        def leader() -> Node | None:  # on the forwarder's thread: the view is replaced whole
+            view = cluster.view
+            layout = view.layouts.get(name)
+            return view.nodes.get(layout.leader) if layout is not None else None
+        return StreamForwarder(name, cluster.name, leader, self.user, self.password,
+                               self.hold).start()
+
+    def layout_changed(self, name: str, before: Any, after: Any) -> None:
+        if after is None:
+            entry = self.entries.pop(name, None)
+            if entry is not None:
+                entry.delete()
+
+    def close(self) -> None:
+        for entry in self.entries.values():
+            if entry.forwarder is not None:
+                entry.forwarder.close(Released("the node is stopping"))
