@@ -252,6 +252,71 @@ def test_link_churn_leaves_no_memory_behind(tmp_path):
     assert "Traceback" not in b.log_text()
 
 
+@pytest.mark.parametrize("detach_first", [False, True], ids=["closed-with-connection", "detached-first"])
+def test_connection_churn_with_consumer_links_leaves_no_memory_behind(tmp_path, detach_first):
+    """3,000 connections, each attaching a filtered consumer that holds ten unsettled
+    deliveries, then closing (with the link still attached, or after detaching it): the
+    broker's memory stays flat (issue 25 item 10 reported 1.3-1.9 KB left per closed link and
+    353 B per detached one; on this code both measure under 100 B a cycle, tracemalloc in the
+    broker 0 B: this test keeps it so)."""
+    b = BrokerProcess(tmp_path / "data").start()
+    try:
+        with Client(b.url) as c:
+            c.declare("churn")
+            c.publish("churn", [Message(body="m", properties={"k": "v"}) for _ in range(20)])
+
+        def cycle(i: int) -> None:
+            e = EngineClient(b.host, b.port)
+            session = e.connection.session()
+            session.open()
+            r = session.receiver(f"r{i}")
+            r.source.address = "/queues/churn"
+            r.source.filter.put_object({
+                symbol("o"): offset("first"),
+                symbol("p"): Described(symbol("amqp:application-properties-filter"), {"k": "v"})})
+            r.target.address = "churn"
+            r.open()
+            r.flow(10)
+            assert pump([e], lambda c: c.opened and r.queued >= 10, timeout=15) == []
+            if detach_first:
+                r.close()
+                assert pump([e], lambda c: bool(r.state & r.REMOTE_CLOSED), timeout=15) == []
+            e.connection.close()
+            assert pump([e], lambda c: c.closed_by_peer, timeout=15) == []
+            e.close()
+
+        def churn(start: int, n: int) -> None:
+            for i in range(start, start + n):
+                cycle(i)
+            wait_for(lambda: connection_count(b.proc.pid) == 0, 30, "the sockets closed")
+            wait_for(lambda: _metric(b, "amqp_stream_consumers") == 0, 15, "the consumers gone")
+
+        churn(0, 500)  # warm up: allocator pools, caches
+        base = _settled_rss(b)
+        churn(500, 3000)
+        grown = _settled_rss(b) - base
+        print(f"RSS +{grown} KiB over 3,000 connections ({grown * 1024 / 3000:.0f} B each)")
+        assert grown * 1024 < 3000 * 512, f"RSS grew by {grown} KiB over 3,000 consumer links"
+    finally:
+        b.close()
+    assert "Traceback" not in b.log_text()
+
+
+def _settled_rss(b: BrokerProcess) -> int:
+    """The broker's RSS once its pending ``malloc_trim`` (a second after the last close) ran:
+    the value after it stopped falling for 1.5 s."""
+    last = {"rss": _status_kib(b.proc.pid, "VmRSS"), "at": time.monotonic()}
+
+    def settled() -> bool:
+        rss = _status_kib(b.proc.pid, "VmRSS")
+        if rss < last["rss"]:
+            last.update(rss=rss, at=time.monotonic())
+        return time.monotonic() - last["at"] > 1.5
+
+    wait_for(settled, 30, "RSS settled")
+    return last["rss"]
+
+
 def test_a_costly_filter_does_not_hold_other_clients(tmp_path):
     """A consumer whose SQL filter is a hostile LIKE over 100 KB properties (once seconds per
     message on the event loop, with every other client waiting): another client's management
