@@ -27,7 +27,8 @@ on its unsettled count alone: a client that reads its socket is never stalled, h
 deliveries it leaves unsettled (RabbitMQ caps neither). ``send_buffer`` is the socket send
 buffer a connection gets once one of its links holds ``max_held`` unsettled deliveries: the
 kernel's autotuned buffer (up to 4 MiB) took ~30,000 small deliveries before the socket
-backed up.
+backed up (16 KiB held less, but made the broker write in more, smaller pieces: ~25 % more
+CPU a message for a client that settles in batches).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from amqp_stream.core import ByteBudget
 __all__ = ["PublisherCredit", "ConsumerTurn"]
 
 EVAL_CHECK = 16  # stage-2 evaluations between two looks at the clock
-SEND_BUFFER = 16 * 1024  # SO_SNDBUF of a connection that leaves deliveries unsettled (Linux doubles it)
+SEND_BUFFER = 64 * 1024  # SO_SNDBUF of a connection that leaves deliveries unsettled (Linux doubles it)
 
 
 class PublisherCredit:

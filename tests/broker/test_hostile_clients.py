@@ -469,7 +469,7 @@ def test_ten_stuck_consumers_of_small_messages_cost_a_bounded_amount_each(tmp_pa
         sent = _metric(b, "amqp_stream_delivered_messages_total", "small") - total
         grown = _status_kib(b.proc.pid, "VmHWM") - base
         print(f"ten stuck consumers were sent {sent:.0f} deliveries; peak RSS +{grown} KiB")
-        assert grown < 10 * 3 * 1024, f"ten stuck consumers grew the broker by {grown} KiB"
+        assert grown < 10 * 4 * 1024, f"ten stuck consumers grew the broker by {grown} KiB"
         for e in stuck:
             e.close()
     finally:
