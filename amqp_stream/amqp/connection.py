@@ -60,6 +60,7 @@ class AmqpConnection(SocketConnection):
         self.timp = transport._impl
         self.cimp = connection._impl
         self.ssl: SSL | None = None  # set on a TLS listener (the HTTP API's ssl_protocol)
+        self.send_buffer_limited = False
         adapter.added(self)
 
     def set_ssl(self, domain: Any) -> None:
@@ -99,6 +100,17 @@ class AmqpConnection(SocketConnection):
     def sent(self, n: int) -> None:
         if n:
             _pop(self.timp, n)
+
+    def limit_send_buffer(self, size: int) -> None:
+        """Give the socket a send buffer of ``size`` bytes (once; the kernel's autotuning
+        stops): what the kernel holds of a client that does not read is then bounded."""
+        if self.send_buffer_limited:
+            return
+        self.send_buffer_limited = True
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+        except OSError:
+            pass
 
     def output_done(self) -> None:
         if _pending(self.timp) >= 0:

@@ -18,7 +18,11 @@ dropped records in a row, or its time for stage-2 evaluation); then it asks the 
 another turn after the events already waiting, so other links and connections are served in
 between. When the session already holds ``max_buffered`` bytes for the socket the consumer
 sends nothing more (checked before each send) and waits until the socket has taken them: a
-client that grants credit and never reads costs at most that much memory. Broker-derived
+client that grants credit and never reads costs at most that much memory. The same in
+deliveries (proton keeps each, ~800 B, until it is written or settled): while the socket is
+backed up the consumer stops at ``max_held`` deliveries proton holds for the link, and a
+connection whose link leaves that many unsettled gets a small socket send buffer, so that the
+kernel does not take tens of thousands of small deliveries first. Broker-derived
 filter keys (``amqp_stream.derived_keys``): when the stream indexes a key the stage-2 filter
 requires, the reader skips chunks, and returns chunks read in part, whose records cannot match
 (stage 2 still decides each record it returns). Stage 1 is sliced the same way: the reader
@@ -129,6 +133,15 @@ class Consumer:
         impl = link._impl
         session = lib.pn_link_session(impl)
         max_buffered = turn.max_buffered
+        max_held = turn.max_held
+        # deliveries proton keeps for this link: the unsettled ones, or (pre-settled) the ones
+        # not written yet; counted only while the socket is backed up (see ``ConsumerTurn``)
+        held = lib.pn_link_queued if presettled else lib.pn_link_unsettled
+        io = self.conn.io if self.conn is not None else None
+        backed_up = io is not None and io.writing
+        if (io is not None and not presettled and not io.send_buffer_limited
+                and held(impl) >= max_held):
+            io.limit_send_buffer(turn.send_buffer)  # (checked per turn: costs nothing per send)
         credit = lib.pn_link_credit(impl)
         outgoing_bytes = lib.pn_session_outgoing_bytes
         new_delivery, send, advance, settle = (lib.pn_delivery, lib.pn_link_send,
@@ -175,6 +188,12 @@ class Consumer:
                     # the client is behind: send nothing more until its socket takes what
                     # waits (checked before sending, so a reader that never reads costs at
                     # most max_buffered bytes and this record waits in the chunk)
+                    self.scheduled = True
+                    self.schedule(self, True)
+                    break
+                if backed_up and held(impl) >= max_held:
+                    # the same for deliveries: their client is behind, and proton holds
+                    # max_held of them; go on when the socket has taken what waits
                     self.scheduled = True
                     self.schedule(self, True)
                     break

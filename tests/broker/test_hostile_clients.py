@@ -38,16 +38,55 @@ def _metric(b: BrokerProcess, name: str, stream: str | None = None) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-def _attach_receiver(e: EngineClient, stream: str, credit: int) -> None:
+def _attach_receiver(e: EngineClient, stream: str, credit: int, settled: bool = False) -> None:
     session = e.connection.session()
     session.open()
     r = session.receiver("stuck")
     r.source.address = f"/queues/{stream}"
     r.source.filter.put_object({symbol("o"): offset("first")})
     r.target.address = "stuck"
+    if settled:
+        r.snd_settle_mode = r.SND_SETTLED
     r.open()
     r.flow(credit)
     assert pump([e], lambda c: bool(r.state & r.REMOTE_ACTIVE), timeout=15) == []
+
+
+def _wait_sent_all(b: BrokerProcess, stream: str) -> None:
+    """Until the broker has sent nothing more on ``stream`` for a second: stuck links were sent
+    all they will be."""
+    last = {"sent": -1.0, "at": time.monotonic()}
+
+    def quiet() -> bool:
+        sent = _metric(b, "amqp_stream_delivered_messages_total", stream)
+        if sent != last["sent"]:
+            last.update(sent=sent, at=time.monotonic())
+        return time.monotonic() - last["at"] > 1.0
+
+    wait_for(quiet, 60, "the stuck links sent all they will be")
+
+
+def _publish_small(b: BrokerProcess, stream: str, count: int) -> None:
+    """``count`` 100-byte messages, pre-settled, pipelined as fast as credit allows."""
+    e = EngineClient(b.host, b.port)
+    assert pump([e], lambda c: c.opened, timeout=15) == []
+    session = e.connection.session()
+    session.open()
+    s = session.sender("fast")
+    s.target.address = f"/queues/{stream}"
+    s.open()
+    payload = Message(body=b"x" * 100).encode()
+    for i in range(count):
+        if s.credit <= 0:
+            assert pump([e], lambda c: s.credit > 0, timeout=30) == []
+        d = s.delivery(str(i).encode())
+        s.send(payload)
+        s.advance()
+        d.settle()
+    assert pump([e], lambda c: c.transport.pending() == 0, timeout=60) == []
+    e.close()
+    with Client(b.url) as c:
+        wait_for(lambda: c.info(stream)["message_count"] >= count, 60, "the messages stored")
 
 
 def test_a_consumer_that_never_reads_costs_at_most_its_buffer(tmp_path):
@@ -213,6 +252,71 @@ def test_link_churn_leaves_no_memory_behind(tmp_path):
     assert "Traceback" not in b.log_text()
 
 
+@pytest.mark.parametrize("detach_first", [False, True], ids=["closed-with-connection", "detached-first"])
+def test_connection_churn_with_consumer_links_leaves_no_memory_behind(tmp_path, detach_first):
+    """3,000 connections, each attaching a filtered consumer that holds ten unsettled
+    deliveries, then closing (with the link still attached, or after detaching it): the
+    broker's memory stays flat (issue 25 item 10 reported 1.3-1.9 KB left per closed link and
+    353 B per detached one; on this code both measure under 100 B a cycle, tracemalloc in the
+    broker 0 B: this test keeps it so)."""
+    b = BrokerProcess(tmp_path / "data").start()
+    try:
+        with Client(b.url) as c:
+            c.declare("churn")
+            c.publish("churn", [Message(body="m", properties={"k": "v"}) for _ in range(20)])
+
+        def cycle(i: int) -> None:
+            e = EngineClient(b.host, b.port)
+            session = e.connection.session()
+            session.open()
+            r = session.receiver(f"r{i}")
+            r.source.address = "/queues/churn"
+            r.source.filter.put_object({
+                symbol("o"): offset("first"),
+                symbol("p"): Described(symbol("amqp:application-properties-filter"), {"k": "v"})})
+            r.target.address = "churn"
+            r.open()
+            r.flow(10)
+            assert pump([e], lambda c: c.opened and r.queued >= 10, timeout=15) == []
+            if detach_first:
+                r.close()
+                assert pump([e], lambda c: bool(r.state & r.REMOTE_CLOSED), timeout=15) == []
+            e.connection.close()
+            assert pump([e], lambda c: c.closed_by_peer, timeout=15) == []
+            e.close()
+
+        def churn(start: int, n: int) -> None:
+            for i in range(start, start + n):
+                cycle(i)
+            wait_for(lambda: connection_count(b.proc.pid) == 0, 30, "the sockets closed")
+            wait_for(lambda: _metric(b, "amqp_stream_consumers") == 0, 15, "the consumers gone")
+
+        churn(0, 500)  # warm up: allocator pools, caches
+        base = _settled_rss(b)
+        churn(500, 3000)
+        grown = _settled_rss(b) - base
+        print(f"RSS +{grown} KiB over 3,000 connections ({grown * 1024 / 3000:.0f} B each)")
+        assert grown * 1024 < 3000 * 512, f"RSS grew by {grown} KiB over 3,000 consumer links"
+    finally:
+        b.close()
+    assert "Traceback" not in b.log_text()
+
+
+def _settled_rss(b: BrokerProcess) -> int:
+    """The broker's RSS once its pending ``malloc_trim`` (a second after the last close) ran:
+    the value after it stopped falling for 1.5 s."""
+    last = {"rss": _status_kib(b.proc.pid, "VmRSS"), "at": time.monotonic()}
+
+    def settled() -> bool:
+        rss = _status_kib(b.proc.pid, "VmRSS")
+        if rss < last["rss"]:
+            last.update(rss=rss, at=time.monotonic())
+        return time.monotonic() - last["at"] > 1.5
+
+    wait_for(settled, 30, "RSS settled")
+    return last["rss"]
+
+
 def test_a_costly_filter_does_not_hold_other_clients(tmp_path):
     """A consumer whose SQL filter is a hostile LIKE over 100 KB properties (once seconds per
     message on the event loop, with every other client waiting): another client's management
@@ -312,42 +416,109 @@ def test_a_long_property_filter_key_does_not_hold_other_clients(tmp_path):
 def test_stuck_consumers_give_their_memory_back_when_they_go(tmp_path):
     """Ten consumers that grant 1,000,000 credit, ask for unsettled deliveries and never read:
     proton holds each delivery sent until it is settled. When they go, that memory goes back
-    to the system (glibc kept the freed heap: +228 MiB stayed of +238 MiB)."""
+    to the system (glibc kept the freed heap: +228 MiB stayed of +238 MiB, before a link
+    stopped at ``max_held`` deliveries while its socket is backed up)."""
     b = BrokerProcess(tmp_path / "data", extra_args=["--fsync", "never"]).start()
     try:
         with Client(b.url) as c:
             c.declare("small")
-        e = EngineClient(b.host, b.port)
-        assert pump([e], lambda c: c.opened, timeout=15) == []
-        session = e.connection.session()
-        session.open()
-        s = session.sender("fast")
-        s.target.address = "/queues/small"
-        s.open()
-        payload = Message(body=b"x" * 100).encode()
-        for i in range(200_000):
-            if s.credit <= 0:
-                assert pump([e], lambda c: s.credit > 0, timeout=30) == []
-            d = s.delivery(str(i).encode())
-            s.send(payload)
-            s.advance()
-            d.settle()
-        assert pump([e], lambda c: c.transport.pending() == 0, timeout=60) == []
-        e.close()
-        with Client(b.url) as c:
-            wait_for(lambda: c.info("small")["message_count"] >= 200_000, 60, "the messages stored")
+        _publish_small(b, "small", 200_000)
         base = _status_kib(b.proc.pid, "VmRSS")
         stuck = [EngineClient(b.host, b.port) for _ in range(10)]
         for e in stuck:
             pump([e], lambda c: c.opened, timeout=15)
             _attach_receiver(e, "small", credit=1_000_000)
-        wait_for(lambda: _status_kib(b.proc.pid, "VmRSS") - base > 64 * 1024, 60, "deliveries held")
+        _wait_sent_all(b, "small")
         grown = _status_kib(b.proc.pid, "VmRSS") - base
         for e in stuck:
             e.close()
         wait_for(lambda: connection_count(b.proc.pid) == 0, 15, "the stuck sockets closed")
-        wait_for(lambda: _status_kib(b.proc.pid, "VmRSS") - base < 48 * 1024, 20,
+        wait_for(lambda: _status_kib(b.proc.pid, "VmRSS") - base < min(grown, 16 * 1024), 20,
                  f"RSS back near its baseline (grew {grown} KiB while they were stuck)")
+    finally:
+        b.close()
+    assert "Traceback" not in b.log_text()
+
+
+@pytest.mark.parametrize("settled", [False, True], ids=["unsettled", "presettled"])
+def test_ten_stuck_consumers_of_small_messages_cost_a_bounded_amount_each(tmp_path, settled):
+    """Ten consumers of 100-byte messages that grant 1,000,000 credit and never read. Proton
+    keeps each delivery (~800 B) until it is written (pre-settled) or settled (unsettled), and
+    the kernel's autotuned socket buffers took ~30,000 small deliveries a link before the
+    socket backed up: +250 MiB for ten unsettled, +62 MiB for ten pre-settled. A link stops at
+    ``max_held`` deliveries while its socket is backed up, and a connection that leaves that
+    many unsettled gets a small send buffer; a consumer on another connection reads the whole
+    stream meanwhile."""
+    b = BrokerProcess(tmp_path / "data", extra_args=["--fsync", "never"]).start()
+    try:
+        total = 200_000
+        with Client(b.url) as c:
+            c.declare("small")
+        _publish_small(b, "small", total)
+        base = _status_kib(b.proc.pid, "VmRSS")
+        stuck = [EngineClient(b.host, b.port) for _ in range(10)]
+        for e in stuck:
+            pump([e], lambda c: c.opened, timeout=15)
+            _attach_receiver(e, "small", credit=1_000_000, settled=settled)
+        with Client(b.url) as c:  # served meanwhile, through the whole stream
+            r = c.receiver("small", [(symbol("o"), offset("first"))], credit=1000)
+            for _ in range(total):
+                r.receive(timeout=30)
+                r.accept()
+        _wait_sent_all(b, "small")
+        sent = _metric(b, "amqp_stream_delivered_messages_total", "small") - total
+        grown = _status_kib(b.proc.pid, "VmHWM") - base
+        print(f"ten stuck consumers were sent {sent:.0f} deliveries; peak RSS +{grown} KiB")
+        assert grown < 10 * 4 * 1024, f"ten stuck consumers grew the broker by {grown} KiB"
+        for e in stuck:
+            e.close()
+    finally:
+        b.close()
+    assert "Traceback" not in b.log_text()
+
+
+def test_a_client_that_reads_and_settles_in_large_batches_is_not_stalled(tmp_path):
+    """A receiver with 10,000 credit that reads its socket but settles only every 5,000
+    deliveries (and then grants 5,000 more) gets the whole stream: the bound in deliveries
+    holds a link only while its socket is backed up, never on its unsettled count alone (a
+    cap of 1,024 unsettled deliveries stalled this client for good)."""
+    b = BrokerProcess(tmp_path / "data", extra_args=["--fsync", "never"]).start()
+    try:
+        total, batch = 100_000, 5_000
+        with Client(b.url) as c:
+            c.declare("small")
+        _publish_small(b, "small", total)
+        e = EngineClient(b.host, b.port)
+        assert pump([e], lambda c: c.opened, timeout=15) == []
+        session = e.connection.session()
+        session.open()
+        r = session.receiver("batched")
+        r.source.address = "/queues/small"
+        r.source.filter.put_object({symbol("o"): offset("first")})
+        r.target.address = "batched"
+        r.open()
+        r.flow(2 * batch)
+        unsettled: list = []
+        got = [0]
+
+        def settle_in_batches(c: EngineClient) -> bool:
+            while r.current is not None and not r.current.partial:
+                d = r.current
+                r.recv(d.pending)
+                r.advance()
+                unsettled.append(d)
+                got[0] += 1
+                if len(unsettled) == batch:
+                    for d in unsettled:
+                        d.update(Delivery.ACCEPTED)
+                        d.settle()
+                    unsettled.clear()
+                    r.flow(batch)
+            return got[0] >= total
+
+        assert pump([e], settle_in_batches, timeout=120) == [], f"stalled after {got[0]} deliveries"
+        assert got[0] == total
+        e.close()
     finally:
         b.close()
     assert "Traceback" not in b.log_text()
