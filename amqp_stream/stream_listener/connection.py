@@ -326,8 +326,10 @@ class StreamConnection(SocketConnection):
         """On the loop: a sender thread is done with ``batch``. What it did not send goes
         back in front of the queue; an error closes this connection (one log line)."""
         self.batch = None
+        self.writes += batch.calls
         if batch.sent:
             self.pending -= batch.sent
+            self.bytes_out += batch.sent
             self.last_write = self.loop.time()
         self.out.extendleft(reversed(batch.rest))
         if self.closed:

@@ -45,12 +45,13 @@ class Batch:
     """Output of one connection on its way through a worker: ``items`` (buffers and
     ``FileRange``s, each range owning its descriptor), then what the worker did."""
 
-    __slots__ = ("sock", "items", "sent", "rest", "error")
+    __slots__ = ("sock", "items", "sent", "calls", "rest", "error")
 
     def __init__(self, sock: socket.socket, items: list[Any]):
         self.sock = sock
         self.items = items
         self.sent = 0
+        self.calls = 0  # send/sendfile calls made (the connection's send_cnt)
         self.rest: list[Any] = []
         self.error: BaseException | None = None
 
@@ -65,6 +66,7 @@ class Batch:
                 item = items[i]
                 if type(item) not in _BUFFERS:  # a FileRange
                     while item.left:
+                        self.calls += 1
                         n = os.sendfile(fd, item.fd, item.pos, item.left)
                         if n == 0:  # the file is shorter than its index said
                             raise EOFError(f"segment ended {item.left} bytes early")
@@ -74,6 +76,7 @@ class Batch:
                     os.close(item.fd)
                     item.owned = False
                 else:
+                    self.calls += 1
                     n = sock.send(item, _MSG_MORE if i + 1 < len(items) else 0)
                     self.sent += n
                     if n < len(item):
