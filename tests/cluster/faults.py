@@ -32,7 +32,7 @@ from amqp_stream.client.errors import ClientError
 from amqp_stream.client.publisher import Publisher as AmqpPublisherLink
 from amqp_stream.testing import BrokerProcess
 from tests.cluster.checker import body_of, records
-from tests.cluster.publisher import alive, body
+from tests.cluster.publisher import alive, body, login
 
 __all__ = ["seed_from_env", "ZkLayout", "Nemesis", "AmqpPublisher", "Reader", "heal"]
 
@@ -63,6 +63,13 @@ class ZkLayout:
             return None, 0
         doc = json.loads(data)
         return (doc["leader"] if doc["leader"] in live else None), int(doc["epoch"])
+
+    def live(self) -> set[str]:
+        """The names of the nodes holding a session."""
+        try:
+            return set(self.zk.get_children(f"{self.root}/nodes"))
+        except NoNodeError:
+            return set()
 
     def close(self) -> None:
         self.zk.stop()
@@ -279,7 +286,7 @@ class Reader:
             c = Client(b.host, b.stream_port, frame_max=1024 * 1024, heartbeat=60)
             try:
                 await asyncio.wait_for(c.start(), 3)
-                await asyncio.wait_for(c.authenticate("/", "guest", "guest"), 3)
+                await asyncio.wait_for(c.authenticate("/", *login(b)), 3)
                 # rstream queues Deliver frames per subscription id (the handler's name) and
                 # runs the handler from that queue's task
                 handler = self._on_deliver_credit(c)

@@ -14,7 +14,7 @@ from rstream.exceptions import LeaderNotAvailable, ServerError
 from amqp_stream.testing import BrokerProcess
 from tests.stream.rstream_low import until
 
-__all__ = ["PUBLISHER", "alive", "body", "leader_port", "Publisher"]
+__all__ = ["PUBLISHER", "alive", "body", "login", "leader_port", "Publisher"]
 
 PUBLISHER = "p1"  # the named producer: its ids are deduplicated across leaders
 
@@ -28,6 +28,12 @@ def body(i: int, prefix: bytes = b"m") -> bytes:
     return b"<%s-%06d>" % (prefix, i)
 
 
+def login(broker: BrokerProcess) -> tuple[str, str]:
+    """The user and password to log in to ``broker`` with: guest on loopback, the user a node
+    off loopback was given (``tests/cluster/netns.py``)."""
+    return getattr(broker, "login", ("guest", "guest"))
+
+
 async def leader_port(broker: BrokerProcess, stream: str, timeout: float = 3) -> int | None:
     """The stream port of ``stream``'s leader as ``broker``'s Metadata names it; None when it
     names none or does not answer within ``timeout`` (a paused node accepts the connection
@@ -35,7 +41,7 @@ async def leader_port(broker: BrokerProcess, stream: str, timeout: float = 3) ->
     c = Client(broker.host, broker.stream_port, frame_max=1024 * 1024, heartbeat=60)
     try:
         await asyncio.wait_for(c.start(), timeout)
-        await asyncio.wait_for(c.authenticate("/", "guest", "guest"), timeout)
+        await asyncio.wait_for(c.authenticate("/", *login(broker)), timeout)
         leader, _ = await asyncio.wait_for(c.query_leader_and_replicas(stream), timeout)
         return int(leader.port)
     except (ServerError, LeaderNotAvailable, OSError, asyncio.TimeoutError):
@@ -97,7 +103,7 @@ class Publisher:
         c = Client(broker.host, broker.stream_port, frame_max=1024 * 1024, heartbeat=60)
         self.client = c
         await asyncio.wait_for(c.start(), 5)
-        await asyncio.wait_for(c.authenticate("/", "guest", "guest"), 5)
+        await asyncio.wait_for(c.authenticate("/", *login(broker)), 5)
         c.add_handler(schema.PublishConfirm, self._on_confirm)
         c.add_handler(schema.PublishError, self._on_error)
         if create:  # on this connection, so the first publish follows the Create at once

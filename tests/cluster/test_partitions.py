@@ -1,0 +1,169 @@
+"""Cut links, for real: each node runs in a network namespace of its own (``tests/cluster/
+netns.py``) and a test drops a node's packets to the other nodes, or to ZooKeeper, with
+iptables inside that namespace, then heals. Publishing goes on through a named rstream
+producer following Metadata; after the heal the checker reads every member's files: nothing
+confirmed lost or doubled, every log identical up to the commit end.
+
+Needs root (namespaces, iptables): without it the tests are skipped and say why."""
+
+from __future__ import annotations
+
+import pytest
+from rstream.client import Client
+
+from tests.cluster.checker import check, local_end
+from tests.cluster.faults import ZkLayout
+from tests.cluster.netns import Network, NetnsBroker, unavailable
+from tests.cluster.nodes import SESSION_TIMEOUT, holds_log
+from tests.cluster.publisher import Publisher, body, login
+from tests.cluster.zookeeper import ZooKeeperServer
+from tests.polling import wait_for
+from tests.stream.rstream_low import run, until
+
+pytestmark = [pytest.mark.timeout(300),
+              pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))]
+
+NAMES = ("n1", "n2", "n3")
+
+
+@pytest.fixture(scope="module")
+def network():
+    net = Network(len(NAMES))
+    zk = ZooKeeperServer(host=net.host)
+    try:
+        zk.start()
+        yield net, zk
+    finally:
+        zk.close()
+        net.close()
+
+
+@pytest.fixture
+def cluster(network, tmp_path, request):
+    """Three nodes, one per namespace, under a ZooKeeper path of the test's own; the cuts are
+    healed and the nodes closed afterwards."""
+    net, zk = network
+    root = f"/amqp-stream-partitions/{request.node.name[:40]}"
+    url = f"zk://{zk.hosts}{root}"
+    brokers = {n: NetnsBroker(net.namespaces[n], net.addresses[n], tmp_path, url, n)
+               for n in NAMES}
+    try:
+        for b in brokers.values():
+            b.start()
+        yield net, zk, root, brokers
+    finally:
+        for n in NAMES:
+            net.heal(n)
+        for b in brokers.values():
+            b.close()
+
+
+async def declared(brokers: dict, stream: str) -> Publisher:
+    """``stream`` declared on n1 (it leads: client-local), every member's log open, and a
+    producer attached to n1."""
+    n1 = brokers["n1"]
+    c = Client(n1.host, n1.stream_port, frame_max=1024 * 1024, heartbeat=60)
+    await c.start()
+    await c.authenticate("/", *login(n1))
+    await c.create_stream(stream)
+    await c.close()
+    for b in brokers.values():
+        await until(lambda b=b: holds_log(b, stream), "every member's log", 30)
+    p = Publisher(stream, brokers.values())
+    await p.connect()
+    assert p.leader is brokers["n1"]
+    return p
+
+
+def converged_and_checked(brokers: dict, stream: str, confirmed: dict[int, bytes]) -> int:
+    wait_for(lambda: len({local_end(b, stream) for b in brokers.values()}) == 1, 60,
+             "every member at the leader's end after the heal")
+    end = local_end(brokers["n1"], stream)
+    report = check({n: b.data_dir for n, b in brokers.items()}, stream, confirmed.values(),
+                   at_least=end)
+    assert report.found == len(confirmed)
+    return end
+
+
+def test_leader_cut_off_from_the_other_nodes_but_not_zookeeper(cluster, stream_name):
+    """The leader keeps its ZooKeeper session, so no election: without its replicas it has no
+    quorum and confirms nothing; healed, everything it took is confirmed once, the logs agree."""
+    net, zk, root, brokers = cluster
+
+    async def scenario() -> dict[int, bytes]:
+        p = await declared(brokers, stream_name)
+        await p.publish(range(1, 1001))
+        net.cut_peers("n1")
+        try:
+            p.pending.update({i: body(i) for i in range(1001, 1501)})
+            await p._send(list(range(1001, 1501)))
+            with pytest.raises(AssertionError):  # three session timeouts: not one confirm
+                await until(lambda: len(p.confirmed) > 1000, "a confirm without a quorum",
+                            3 * SESSION_TIMEOUT)
+            layout = ZkLayout(zk.hosts, root, stream_name)
+            try:
+                assert layout.leader() == ("n1", 1), "n1 kept its session: no election"
+            finally:
+                layout.close()
+        finally:
+            net.heal("n1")
+        await p.settle(stall=2.0, timeout=90)
+        await p.publish(range(1501, 2501))
+        await p.drop()
+        return p.confirmed
+
+    confirmed = run(scenario(), 200)
+    assert len(confirmed) == 2500
+    converged_and_checked(brokers, stream_name, confirmed)
+
+
+def test_replica_cut_off_from_the_other_nodes_catches_up_after_the_heal(cluster, stream_name):
+    """A replica cut off: the leader and the other replica are a quorum and go on confirming;
+    healed, the replica catches up to the same log."""
+    net, zk, root, brokers = cluster
+
+    async def scenario() -> dict[int, bytes]:
+        p = await declared(brokers, stream_name)
+        await p.publish(range(1, 1001))
+        net.cut_peers("n2")
+        try:
+            await p.publish(range(1001, 4001))
+            cut_end = local_end(brokers["n2"], stream_name)
+            assert cut_end < local_end(brokers["n1"], stream_name), "n2 took chunks while cut"
+        finally:
+            net.heal("n2")
+        await p.publish(range(4001, 5001))
+        await p.drop()
+        return p.confirmed
+
+    confirmed = run(scenario(), 200)
+    assert len(confirmed) == 5000
+    converged_and_checked(brokers, stream_name, confirmed)
+
+
+def test_replica_cut_off_from_zookeeper_keeps_replicating(cluster, stream_name):
+    """A replica's session ends (it leaves Metadata) but it still reaches the leader: it
+    keeps taking the chunks; healed, it registers again; nothing lost, the logs agree."""
+    net, zk, root, brokers = cluster
+
+    async def scenario() -> dict[int, bytes]:
+        p = await declared(brokers, stream_name)
+        await p.publish(range(1, 1001))
+        net.cut_zookeeper("n3", zk.port)
+        layout = ZkLayout(zk.hosts, root, stream_name)
+        try:
+            await until(lambda: "n3" not in layout.live(), "n3's session to end",
+                        SESSION_TIMEOUT + 30)
+            await p.publish(range(1001, 3001))
+            assert layout.leader() == ("n1", 1)
+        finally:
+            net.heal("n3")
+        await until(lambda: "n3" in layout.live(), "n3 registered again", 60)
+        layout.close()
+        await p.publish(range(3001, 4001))
+        await p.drop()
+        return p.confirmed
+
+    confirmed = run(scenario(), 200)
+    assert len(confirmed) == 4000
+    converged_and_checked(brokers, stream_name, confirmed)
