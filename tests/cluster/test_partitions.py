@@ -8,10 +8,12 @@ Needs root (namespaces, iptables): without it the tests are skipped and say why.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from rstream.client import Client
 
-from tests.cluster.checker import check, local_end
+from tests.cluster.checker import body_of, check, local_end, log_dir, records
 from tests.cluster.faults import ZkLayout
 from tests.cluster.netns import Network, NetnsBroker, unavailable
 from tests.cluster.nodes import SESSION_TIMEOUT, holds_log
@@ -139,6 +141,61 @@ def test_replica_cut_off_from_the_other_nodes_catches_up_after_the_heal(cluster,
     confirmed = run(scenario(), 200)
     assert len(confirmed) == 5000
     converged_and_checked(brokers, stream_name, confirmed)
+
+
+def test_leader_cut_off_from_zookeeper_but_not_the_others(cluster, stream_name):
+    """The leader's session ends while it still reaches its replicas and its clients, and a
+    producer keeps sending to it: the others report their tails, elect a new leader (epoch
+    2) and follow it. Nothing the old leader takes after the election is confirmed, and
+    nothing it confirmed is lost: a replica acknowledges nothing beyond the tail it reported
+    (without that fence, a chunk acknowledged by one replica between its report and its
+    following the new leader was confirmed and then cut). Healed, the old leader cuts what it
+    took and follows; the logs agree."""
+    net, zk, root, brokers = cluster
+    stale: set[int] = set()  # sent once the election was visible in ZooKeeper
+
+    async def scenario() -> tuple[dict[int, bytes], Publisher]:
+        old = await declared(brokers, stream_name)
+        await old.publish(range(1, 1001))
+        layout = ZkLayout(zk.hosts, root, stream_name)
+        net.cut_zookeeper("n1", zk.port)
+        try:
+            k, elected_at = 100001, None
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + SESSION_TIMEOUT + 30
+            # a batch every 20 ms to the old leader, through the election and 1 s past it
+            while elected_at is None or loop.time() < elected_at + 1.0:
+                assert loop.time() < deadline, "no election without n1"
+                if elected_at is None and layout.leader()[1] >= 2:
+                    elected_at = loop.time()
+                ids = list(range(k, k + 20))
+                old.pending.update({i: body(i) for i in ids})
+                if elected_at is not None:
+                    stale.update(ids)
+                await old._send(ids)
+                k += 20
+                await asyncio.sleep(0.02)  # the producer's pace
+            assert layout.leader()[0] in ("n2", "n3")
+            new = Publisher(stream_name, (brokers["n2"], brokers["n3"]))
+            await new.connect(timeout=30)
+            # the same producer name: its ids go on above the old leader's
+            await new.publish(range(200001, 202001))
+            assert not set(old.confirmed) & stale, "the deposed leader confirmed publishes"
+        finally:
+            net.heal("n1")
+            layout.close()
+        await until(lambda: "truncating from" in brokers["n1"].log_text(),
+                    "n1 to cut what it took as a deposed leader", 60)
+        await new.drop()
+        await old.drop()
+        return {**old.confirmed, **new.confirmed}, old
+
+    confirmed, old = run(scenario(), 200)
+    assert not set(old.confirmed) & stale, "a leader cut off from ZooKeeper confirmed"
+    assert len(confirmed) >= 3000
+    converged_and_checked(brokers, stream_name, confirmed)
+    held = {body_of(r) for _, r in records(log_dir(brokers["n1"].data_dir, stream_name))}
+    assert not held & {body(i) for i in stale}, "the deposed leader kept its stale chunks"
 
 
 def test_replica_cut_off_from_zookeeper_keeps_replicating(cluster, stream_name):
