@@ -528,6 +528,14 @@ class ZkStore:
             raise ValueError(f"{self}: not a JSON object")
         return document
 
+    def stale(self) -> bool:
+        """Whether ZooKeeper holds another version than the one last loaded (one round trip):
+        another node may have changed the document a moment ago, before this node's watch
+        fired and the view reached the loop."""
+        c = self.coordinator
+        stat = c._call("read the definitions", c.client.exists_async, self.path)
+        return (stat.version if stat is not None else None) != self.version
+
     def save(self, document: dict) -> None:
         c = self.coordinator
         data = json.dumps(document, sort_keys=True).encode("utf-8")
