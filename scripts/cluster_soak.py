@@ -12,6 +12,7 @@ figures, a failure its seed for replay (``--seed``).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import random
 import sys
@@ -35,6 +36,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=None,
                         help="the first round's seed (default: a fresh one)")
     args = parser.parse_args()
+    # the clients' own logs of every dropped connection would bury the rounds' lines
+    logging.basicConfig(level=logging.CRITICAL)
     os.chdir(ROOT)  # the broker subprocesses run this tree's code
     policies = ["always", "never"] if args.fsync == "both" else [args.fsync]
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 32)
