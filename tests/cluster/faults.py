@@ -31,10 +31,14 @@ from amqp_stream.client import Client as AmqpClient
 from amqp_stream.client.errors import ClientError
 from amqp_stream.client.publisher import Publisher as AmqpPublisherLink
 from amqp_stream.testing import BrokerProcess
-from tests.cluster.checker import body_of, records
-from tests.cluster.publisher import alive, body, login
+from tests.cluster.checker import body_of, check, local_end, log_dir, records
+from tests.cluster.nodes import holds_log
+from tests.cluster.publisher import Publisher, alive, body, login
+from tests.polling import wait_for
+from tests.stream.rstream_low import admin, run, until
 
-__all__ = ["seed_from_env", "ZkLayout", "Nemesis", "AmqpPublisher", "Reader", "heal"]
+__all__ = ["seed_from_env", "ZkLayout", "Nemesis", "AmqpPublisher", "Reader", "heal", "Outcome",
+           "run_faults"]
 
 
 def seed_from_env(var: str = "CLUSTER_FAULTS_SEED") -> int:
@@ -151,12 +155,6 @@ class Nemesis:
                 raise AssertionError(f"no leader elected within {timeout} s")
             stop.wait(0.1)
         return None
-
-    def summary(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for f in self.faults:
-            out[f.kind] = out.get(f.kind, 0) + 1
-        return out
 
 
 def heal(brokers: Mapping[str, BrokerProcess]) -> None:
@@ -368,12 +366,6 @@ def run_faults(zk_hosts: str, zk_root: str, brokers: Mapping[str, BrokerProcess]
     ``duration`` seconds, heal, and check: every member's log identical up to the commit end,
     every confirmed message of both producers there exactly once, the consumer's reading the
     log itself in order with every confirmed message. Raises AssertionError naming the seed."""
-    from tests.cluster.checker import check, local_end, log_dir
-    from tests.cluster.nodes import holds_log
-    from tests.cluster.publisher import Publisher
-    from tests.polling import wait_for
-    from tests.stream.rstream_low import admin, run, until
-
     rng = random.Random(seed)
     first = sorted(brokers)[0]
     layout = ZkLayout(zk_hosts, zk_root, stream)
