@@ -200,3 +200,46 @@ def test_every_node_restarted_the_leader_last_serves_and_converges(nodes, stream
     report = check({n: b.data_dir for n, b in brokers.items()}, stream_name,
                    confirmed.values(), at_least=end)
     assert report.found == 2000
+
+
+def test_a_leader_back_before_any_election_is_followed_again(nodes, stream_name):
+    """One replica down, the leader paused past the session timeout: the other replica
+    reports its tail (and fences its link to the leader), but one report of three members is
+    no majority, so no election. The leader resumes and registers again under the same epoch:
+    the replica withdraws its report, lifts the fence and follows it again, so publishes are
+    confirmed (a quorum of the leader and that replica); the third node restarted catches up."""
+    url, (n1, n2, n3) = nodes
+    brokers = {"n1": n1, "n2": n2, "n3": n3}
+
+    async def scenario() -> dict[int, bytes]:
+        await declare(n1, stream_name)
+        for b in (n2, n3):
+            await until(lambda b=b: holds_log(b, stream_name), "members' logs")
+        p = Publisher(stream_name, brokers.values())
+        await p.connect()
+        assert p.leader is n1
+        await p.publish(range(1, 1001))
+        await p.drop()
+        n3.kill()
+        n1.proc.send_signal(signal.SIGSTOP)
+        try:
+            await until(lambda: "reported tail" in n2.log_text(), "n2 to report its tail",
+                        SESSION_TIMEOUT + 30)
+        finally:
+            n1.proc.send_signal(signal.SIGCONT)
+        await until(lambda: "registered again" in n1.log_text(), "n1 back", 30)
+        assert layout_of(url, stream_name)["epoch"] == 1, "no election without a majority"
+        p = Publisher(stream_name, (n1, n2))
+        await p.connect()
+        assert p.leader is n1
+        await p.publish(range(1001, 3001))
+        await p.drop()
+        return p.confirmed
+
+    confirmed = run(scenario(), 150)
+    assert len(confirmed) == 2000
+    n3.start()
+    end = converged(brokers, stream_name, "n1")
+    report = check({n: b.data_dir for n, b in brokers.items()}, stream_name,
+                   [body(i) for i in range(1, 3001)], at_least=end)
+    assert report.found == 3000
