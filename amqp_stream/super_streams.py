@@ -125,9 +125,27 @@ def delete(core: Any, name: str) -> list[str]:
     return streams
 
 
+def _current(core: Any) -> None:
+    """In a cluster, the definitions as ZooKeeper holds them before a super stream is
+    answered for: a client that created it through one node and asks another at once (as
+    through a load balancer) gets it, as RabbitMQ answers from its cluster-wide metadata
+    store; without it the other node answered from the copy its watch had not yet renewed
+    (no partitions, or some). Unreachable ZooKeeper: the copy held."""
+    definitions = core.definitions
+    stale = getattr(definitions.store, "stale", None)
+    if stale is None:
+        return
+    try:
+        if stale():
+            definitions.load(prune=False)
+    except Exception as exc:  # noqa: BLE001 - ZooKeeper unreachable: answer from the copy
+        log.debug("super streams answered from the definitions held: %s", exc)
+
+
 def partitions(core: Any, name: str) -> list[str]:
     """The streams bound to exchange ``name``, by ``x-stream-partition-order`` (bindings
     without it last, in binding order), each once; ``NotFound`` when there is no exchange."""
+    _current(core)
     definitions = core.definitions
     if definitions.exchange(name) is None:
         raise NotFound(f"no super stream '{name}'")
@@ -146,4 +164,5 @@ def partitions(core: Any, name: str) -> list[str]:
 def route(core: Any, name: str, routing_key: str) -> list[str]:
     """The streams exchange ``name`` routes ``routing_key`` to (empty: no route);
     ``NotFound`` when there is no such exchange."""
+    _current(core)
     return core.definitions.route(name, routing_key)

@@ -1,5 +1,5 @@
-"""A pytest plugin for rstream's suite (loaded by ``scripts/rstream_suite.py``): ``--rmq-port``
-as an ``int``.
+"""A pytest plugin for rstream's suite (loaded by ``scripts/rstream_suite.py`` and
+``scripts/rstream_cluster_suite.py``): ``--rmq-port`` and ``--rmq-cluster-port`` as ``int``.
 
 Why: the suite declares ``--rmq-port`` without a type, so a port given on the command line is
 a ``str``. rstream's ``ClientPool`` keys its connections by ``Addr(host, port)`` and compares
@@ -16,6 +16,7 @@ from typing import Any
 
 
 def pytest_configure(config: Any) -> None:
-    port = getattr(config.option, "rmq_port", None)
-    if isinstance(port, str):
-        config.option.rmq_port = int(port)
+    for option in ("rmq_port", "rmq_cluster_port"):
+        port = getattr(config.option, option, None)
+        if isinstance(port, str):
+            setattr(config.option, option, int(port))

@@ -111,6 +111,9 @@ class Coordinator:
     ``tail_of(stream)`` (called on the worker thread) answers the local log's tail
     ``(epoch of its last chunk, next offset)`` or None when this node holds no log of it;
     ``on_view(view)`` receives every changed ``ClusterView`` (on the worker thread).
+    ``on_withdraw(stream, epoch)`` is told when a report is withdrawn because the leader of
+    layout ``epoch`` is back (``tail_of`` fences the node's replica link of a stream before
+    it answers; this lifts that fence).
     """
 
     def __init__(self, url: str, node: Node, session_timeout: float,
@@ -123,6 +126,7 @@ class Coordinator:
         self.op_timeout = op_timeout if op_timeout is not None else session_timeout
         self.on_view = on_view
         self.tail_of = tail_of
+        self.on_withdraw: Callable[[str, int], None] = lambda stream, epoch: None
         self.view = ClusterView()
         self.client = KazooClient(hosts=self.hosts, timeout=session_timeout)
         self.client.add_listener(self._state_changed)
@@ -288,9 +292,11 @@ class Coordinator:
                     layouts[name], arguments[name] = layout, args
             view = ClusterView(nodes, layouts, arguments, stat.version if stat else -1)
             self._publish(view)
-        for name in [n for n in self._reported
-                     if n not in view.layouts or view.layouts[n].leader in view.nodes]:
+        for name, reported_for in [(n, e) for n, e in self._reported.items()
+                                   if n not in view.layouts or view.layouts[n].leader in view.nodes]:
             self._withdraw_tail(name)
+            if name in view.layouts and view.layouts[name].epoch == reported_for:
+                self.on_withdraw(name, reported_for)
         for layout in view.leaderless():
             self._failover(layout)
 
@@ -597,6 +603,14 @@ class ZkStore:
         if not isinstance(document, dict):
             raise ValueError(f"{self}: not a JSON object")
         return document
+
+    def stale(self) -> bool:
+        """Whether ZooKeeper holds another version than the one last loaded (one round trip):
+        another node may have changed the document a moment ago, before this node's watch
+        fired and the view reached the loop."""
+        c = self.coordinator
+        stat = c._call("read the definitions", c.client.exists_async, self.path)
+        return (stat.version if stat is not None else None) != self.version
 
     def save(self, document: dict) -> None:
         c = self.coordinator

@@ -98,6 +98,7 @@ class ClusterNode:
         self.tail_of = self.replicated_tail
         replication.on_caught_up = self._count_member
         replication.on_transfer = self.transfer
+        self.coordinator.on_withdraw = replication.unfence
 
     # -- operations (``add-replica``'s catch-up, ``transfer-leadership``) -----------------
     def _count_member(self, layout: StreamLayout, member: str) -> None:
@@ -279,12 +280,18 @@ class ClusterNode:
         return stream.config.epoch, stream.next_offset
 
     def replicated_tail(self, name: str) -> tuple[int, int] | None:
-        """From the coordinator's thread: (epoch of the last chunk held, durable end). Each
-        is one attribute of the writer, read without the loop; the epoch first, so a chunk
-        landing between the reads gives a rank between the log's before and after it."""
+        """From the coordinator's thread, for an election: (epoch of the last chunk held,
+        durable end). First the replica link stops appending and acknowledging (fenced), so
+        no chunk this node acknowledges can lie beyond the tail it reports: one the old
+        leader could still commit with this node's ack, the leader elected without it would
+        lack. Then each is one attribute of the writer, read without the loop; the epoch
+        first, so a chunk landing between the reads gives a rank between the log's before
+        and after it."""
         entry = self.core.registry.entries.get(name)
         if entry is None:
             return None
+        if self.replication is not None:
+            self.replication.fence(name)
         stream = entry.stream
         epoch = stream.last_epoch
         return epoch, stream.local_end

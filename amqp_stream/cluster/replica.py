@@ -7,8 +7,13 @@ with its durable tail. The leader's commit end bounds this node's consumers.
 
 Fencing: a chunk of an epoch older than the log's last one is refused by storage; a leader
 of an older epoch than the one this replica knows is refused here (its START says its
-epoch), so a deposed leader gets nothing acknowledged. After any failure the thread waits
-``RETRY_S`` and connects again (to whatever leader the layout names by then).
+epoch), so a deposed leader gets nothing acknowledged. ``fence()`` stops the link from
+appending and acknowledging before this node reports its tail for an election (the leader's
+session ended but its connection may still live): every chunk it ever acknowledged is then
+within the tail it reports, so the leader elected holds whatever the old one could commit
+(Raft's rule: a vote for a new term refuses the old leader). After any failure the thread
+waits ``RETRY_S`` and connects again (to whatever leader the layout names by then), unless
+fenced.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ class ReplicaLink:
         self.sync_interval_s = sync_interval_s
         self.on_event = on_event or (lambda what: None)
         self.closed = False
+        self.fenced = False
+        self._fence = threading.Lock()  # held while appending and acknowledging
         self.sock: socket.socket | None = None
         self.connected = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True,
@@ -63,8 +70,27 @@ class ReplicaLink:
                 pass
         self.thread.join(timeout=5)
 
+    def fence(self) -> None:
+        """From another thread: append and acknowledge nothing more (returns once a batch in
+        progress is acknowledged) and drop the connection, until ``unfence``."""
+        with self._fence:
+            self.fenced = True
+        sock = self.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def unfence(self) -> None:
+        """The leader is back under the same epoch (no election): follow it again."""
+        self.fenced = False
+
     def _run(self) -> None:
         while not self.closed:
+            if self.fenced:
+                time.sleep(RETRY_S)  # waiting for a new layout (this link is then closed)
+                continue
             try:
                 self._follow()
             except (OSError, wire.WireError, StorageError, EOFError) as exc:
@@ -122,7 +148,10 @@ class ReplicaLink:
                     commit = wire.decode_position(payload)
                 elif kind == wire.START:
                     start = wire.decode_start(payload)
-                    self._start(start)
+                    with self._fence:
+                        if self.fenced:
+                            raise EOFError("fenced: this node reported its tail for an election")
+                        self._start(start)
                     started = True
                     commit = (start.commit, start.commit_chunk)
                 elif kind == wire.REFUSE:
@@ -131,13 +160,16 @@ class ReplicaLink:
                 else:
                     raise wire.WireError(f"frame type {kind} from a leader")
             if chunks:
-                try:
-                    end = stream.append_chunks(chunks)
-                except StaleEpochError as exc:
-                    log.warning("replica of %r: %s", self.name, exc)
-                    self.on_event(f"stale: {exc}")
-                    raise
-                sock.sendall(wire.encode_ack(end, stream.last_chunk_id))
+                with self._fence:
+                    if self.fenced:
+                        raise EOFError("fenced: this node reported its tail for an election")
+                    try:
+                        end = stream.append_chunks(chunks)
+                    except StaleEpochError as exc:
+                        log.warning("replica of %r: %s", self.name, exc)
+                        self.on_event(f"stale: {exc}")
+                        raise
+                    sock.sendall(wire.encode_ack(end, stream.last_chunk_id))
             if commit is not None:
                 if commit[0] > stream.local_end:  # not here yet: up to what is
                     commit = (stream.local_end, stream.last_chunk_id)

@@ -146,6 +146,20 @@ class Replication:
                      layout.epoch)
         self.applied[name] = layout
 
+    def fence(self, name: str) -> None:
+        """From the coordinator's thread, before it reports this node's tail of ``name`` for
+        an election: the replica link (whatever epoch it follows: none newer than the one
+        failing over) appends and acknowledges no more (``ReplicaLink.fence``)."""
+        link = self.replicas.get(name)
+        if link is not None:
+            link.fence()
+
+    def unfence(self, name: str, epoch: int) -> None:
+        """The leader of ``epoch`` came back before an election: follow it again."""
+        link = self.replicas.get(name)
+        if link is not None and link.epoch == epoch:
+            link.unfence()
+
     def _leave(self, name: str, layout: StreamLayout | None) -> None:
         """``name`` is no longer replicated on this node: its role ends; the local log stays
         (deleting a stream is coordination's decision, made through the core). As the only

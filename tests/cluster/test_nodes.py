@@ -263,6 +263,26 @@ def test_super_stream_partitions_spread_and_its_definitions_are_cluster_wide(nod
     assert sorted(line.split("leader ")[1].split(",")[0] for line in placed) == ["n1", "n2", "n3"]
 
 
+def test_a_super_stream_created_on_one_node_is_answered_at_once_by_the_others(nodes,
+                                                                             stream_name):
+    """Read your writes across nodes, as RabbitMQ's metadata store gives: once the create is
+    answered, Partitions and Route on another node know the super stream without waiting for
+    that node's watch (rstream's cluster tests create through a balancer and query through it
+    at once). Ten times, each asked on already open connections right after the answer."""
+    url, (n1, n2, n3) = nodes
+
+    async def scenario() -> None:
+        async with admin(n1) as c1, admin(n2) as c2, admin(n3) as c3:
+            for k in range(10):
+                name = f"{stream_name}-s{k}"
+                parts = [f"{name}-{i}" for i in range(2)]
+                await c1.create_super_stream(name, parts, ["0", "1"])
+                assert await c2.partitions(name) == parts, f"round {k}"
+                assert await c3.route("1", name) == [parts[1]], f"round {k}"
+
+    run(scenario(), 120)
+
+
 async def until_ok(ask, what: str, want: object = True, timeout: float = 20) -> None:
     """Ask until the answer is ``want`` (True: any answer that does not raise; a function:
     an answer it holds true)."""

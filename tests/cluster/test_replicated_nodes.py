@@ -7,130 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from typing import Iterable
 
 import pytest
-from rstream import AMQPMessage, schema
-from rstream.client import Client
-from rstream.exceptions import LeaderNotAvailable, ServerError
 
 from amqp_stream.testing import BrokerProcess
 from tests.cluster.checker import body_of, check, local_end, log_dir, raw_chunks, records
 from tests.cluster.nodes import SESSION_TIMEOUT, cluster_status, holds_log
+from tests.cluster.publisher import Publisher, body
 from tests.polling import wait_for
 from tests.stream.rstream_low import admin, run, until
 
 pytestmark = pytest.mark.timeout(180)
-
-PUBLISHER = "p1"  # the named producer: its ids are deduplicated across leaders
-
-
-def alive(b: BrokerProcess) -> bool:
-    return b.proc is not None and b.proc.poll() is None
-
-
-def body(i: int) -> bytes:
-    return b"<m-%06d>" % i
-
-
-class Publisher:
-    """A named producer that follows the leader: on a stall or a lost connection it asks a
-    live node's Metadata for the leader, connects there, and sends again what was not
-    confirmed under the same ids (the new leader drops those it holds)."""
-
-    def __init__(self, stream: str, brokers: Iterable[BrokerProcess]):
-        self.stream = stream
-        self.brokers = list(brokers)
-        self.by_port = {b.stream_port: b for b in self.brokers}
-        self.client: Client | None = None
-        self.leader: BrokerProcess | None = None
-        self.pending: dict[int, bytes] = {}
-        self.confirmed: dict[int, bytes] = {}
-        self.errors: list[int] = []
-
-    async def _on_confirm(self, frame: schema.PublishConfirm) -> None:
-        for i in frame.publishing_ids:
-            if i in self.pending:
-                self.confirmed[i] = self.pending.pop(i)
-
-    async def _on_error(self, frame: schema.PublishError) -> None:
-        self.errors += [e.publishing_id for e in frame.errors]
-
-    async def connect(self, avoid: BrokerProcess | None = None, timeout: float = 30) -> None:
-        """Connect to the leader Metadata names (not ``avoid``), asking each live node."""
-        await self.drop()
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            for b in self.brokers:
-                if b is avoid or not alive(b):
-                    continue
-                try:
-                    async with admin(b) as c:
-                        leader, _ = await asyncio.wait_for(
-                            c.query_leader_and_replicas(self.stream), 5)
-                except (ServerError, LeaderNotAvailable, OSError, asyncio.TimeoutError):
-                    continue
-                target = self.by_port.get(leader.port)
-                if target is None or target is avoid or not alive(target):
-                    continue
-                try:
-                    await self._attach(target)
-                    return
-                except (ServerError, OSError, asyncio.TimeoutError):
-                    await self.drop()
-            assert asyncio.get_running_loop().time() < deadline, "no leader to publish to"
-            await asyncio.sleep(0.1)  # polling Metadata for the next answer
-
-    async def _attach(self, broker: BrokerProcess, create: bool = False) -> None:
-        c = Client("127.0.0.1", broker.stream_port, frame_max=1024 * 1024, heartbeat=60)
-        self.client = c
-        await asyncio.wait_for(c.start(), 5)
-        await asyncio.wait_for(c.authenticate("/", "guest", "guest"), 5)
-        c.add_handler(schema.PublishConfirm, self._on_confirm)
-        c.add_handler(schema.PublishError, self._on_error)
-        if create:  # on this connection, so the first publish follows the Create at once
-            await asyncio.wait_for(c.create_stream(self.stream), 5)
-        await asyncio.wait_for(c.declare_publisher(self.stream, PUBLISHER, 1), 5)
-        self.leader = broker
-        if self.pending:  # again, under the same ids: the leader drops what it holds
-            await self._send(sorted(self.pending))
-
-    async def drop(self) -> None:
-        c, self.client, self.leader = self.client, None, None
-        if c is not None:
-            try:
-                await asyncio.wait_for(c.close(), 2)
-            except Exception:  # the peer is gone: nothing to close cleanly
-                pass
-
-    async def _send(self, ids: list[int]) -> None:
-        assert self.client is not None
-        for k in range(0, len(ids), 100):
-            await self.client.publish([
-                schema.Message(publishing_id=i, filter_value=None,
-                               data=bytes(AMQPMessage(body=self.pending[i])))
-                for i in ids[k:k + 100]], 1)
-
-    async def publish(self, ids: range, stall: float = 3.0) -> None:
-        """Send ``ids`` and wait until each is confirmed, following the leader."""
-        for i in ids:
-            self.pending[i] = body(i)
-        try:
-            await self._send(list(ids))
-        except Exception:  # the leader went mid-send: what is pending goes again
-            pass
-        await self.settle(stall)
-
-    async def settle(self, stall: float = 3.0, timeout: float = 60) -> None:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while self.pending:
-            assert asyncio.get_running_loop().time() < deadline, \
-                f"{len(self.pending)} publishes never confirmed"
-            before = len(self.pending)
-            try:
-                await until(lambda: len(self.pending) < before, "confirms", stall)
-            except AssertionError:  # no progress: the leader may be gone; ask Metadata
-                await self.connect()
 
 
 async def declare(broker: BrokerProcess, stream: str) -> None:
@@ -313,3 +200,46 @@ def test_every_node_restarted_the_leader_last_serves_and_converges(nodes, stream
     report = check({n: b.data_dir for n, b in brokers.items()}, stream_name,
                    confirmed.values(), at_least=end)
     assert report.found == 2000
+
+
+def test_a_leader_back_before_any_election_is_followed_again(nodes, stream_name):
+    """One replica down, the leader paused past the session timeout: the other replica
+    reports its tail (and fences its link to the leader), but one report of three members is
+    no majority, so no election. The leader resumes and registers again under the same epoch:
+    the replica withdraws its report, lifts the fence and follows it again, so publishes are
+    confirmed (a quorum of the leader and that replica); the third node restarted catches up."""
+    url, (n1, n2, n3) = nodes
+    brokers = {"n1": n1, "n2": n2, "n3": n3}
+
+    async def scenario() -> dict[int, bytes]:
+        await declare(n1, stream_name)
+        for b in (n2, n3):
+            await until(lambda b=b: holds_log(b, stream_name), "members' logs")
+        p = Publisher(stream_name, brokers.values())
+        await p.connect()
+        assert p.leader is n1
+        await p.publish(range(1, 1001))
+        await p.drop()
+        n3.kill()
+        n1.proc.send_signal(signal.SIGSTOP)
+        try:
+            await until(lambda: "reported tail" in n2.log_text(), "n2 to report its tail",
+                        SESSION_TIMEOUT + 30)
+        finally:
+            n1.proc.send_signal(signal.SIGCONT)
+        await until(lambda: "registered again" in n1.log_text(), "n1 back", 30)
+        assert layout_of(url, stream_name)["epoch"] == 1, "no election without a majority"
+        p = Publisher(stream_name, (n1, n2))
+        await p.connect()
+        assert p.leader is n1
+        await p.publish(range(1001, 3001))
+        await p.drop()
+        return p.confirmed
+
+    confirmed = run(scenario(), 150)
+    assert len(confirmed) == 2000
+    n3.start()
+    end = converged(brokers, stream_name, "n1")
+    report = check({n: b.data_dir for n, b in brokers.items()}, stream_name,
+                   [body(i) for i in range(1, 3001)], at_least=end)
+    assert report.found == 3000

@@ -1,6 +1,6 @@
 """A real ZooKeeper server for the cluster tests: Debian's ``zookeeper`` package, run in the
-foreground with a config of its own in a temporary directory (loopback, a free port, no admin
-server), ready once a kazoo client connects."""
+foreground with a config of its own in a temporary directory (loopback unless given another
+address, a free port, no admin server), ready once a kazoo client connects."""
 
 from __future__ import annotations
 
@@ -23,15 +23,15 @@ class ZooKeeperServer:
     """``start()`` runs it and waits until it serves; ``stop()`` ends it (SIGTERM, then
     SIGKILL); ``start()`` again reuses its data. ``hosts`` is kazoo's ``HOST:PORT``."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="zookeeper-")
         self.dir = Path(self._tmp.name)
         (self.port,) = free_ports(1)
-        self.hosts = f"127.0.0.1:{self.port}"
+        self.hosts = f"{host}:{self.port}"
         self.config = self.dir / "zoo.cfg"
         self.config.write_text(
             f"tickTime={TICK_MS}\ninitLimit=10\nsyncLimit=5\ndataDir={self.dir / 'data'}\n"
-            f"clientPort={self.port}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
+            f"clientPort={self.port}\nclientPortAddress={host}\nadmin.enableServer=false\n"
             f"4lw.commands.whitelist=ruok\n")
         self.log_path = self.dir / "zookeeper.out"
         self.proc: subprocess.Popen | None = None

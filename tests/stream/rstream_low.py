@@ -30,7 +30,7 @@ class admin:
     """An authenticated low-level rstream ``Client`` on ``broker``'s stream port."""
 
     def __init__(self, broker: BrokerProcess):
-        self.c = Client("127.0.0.1", broker.stream_port, frame_max=1024 * 1024, heartbeat=60)
+        self.c = Client(broker.host, broker.stream_port, frame_max=1024 * 1024, heartbeat=60)
 
     async def __aenter__(self) -> Client:
         await self.c.start()
