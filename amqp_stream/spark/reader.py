@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-from typing import Iterator
+from typing import Any, Iterator
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 try:  # PySpark >= 4.2: read limits and Trigger.AvailableNow for Python stream readers
@@ -173,6 +173,7 @@ def read_range(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, declared,
                 continue
             if not pd.accepts(m.filter_value):
                 continue
+            m.application_properties = _owned(m.application_properties)
             columns.add(m)
             if len(columns) >= BATCH_ROWS:
                 yield columns.batch()
@@ -181,6 +182,18 @@ def read_range(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, declared,
         consumer.close()
     finally:
         client.close()
+
+
+def _owned(value: Any) -> Any:
+    """``value`` with every binary that proton handed as a view of its buffer copied: a batch
+    reads the values after later deliveries have reused that buffer."""
+    if isinstance(value, memoryview):
+        return bytes(value)
+    if isinstance(value, dict):
+        return {_owned(k): _owned(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_owned(v) for v in value]
+    return value
 
 
 class BatchReader(DataSourceReader):
