@@ -300,8 +300,8 @@ def message_floor(broker: BrokerProcess, stream: str, rows: int) -> dict[str, fl
         while client.records < rows:
             assert client.pump(30), "no chunk in 30 s"
     declared = declared_columns(StructType.fromDDL(PARQUET_SCHEMA))
-    got, secs = timed(lambda: sum(1 for _ in read_range_stream(opts, OffsetRange(0, rows), Pushdown(None, None, []),
-                                                                 declared)))
+    got, secs = timed(lambda: sum(b.num_rows for b in read_range_stream(opts, OffsetRange(0, rows),
+                                                                          Pushdown(None, None, []), declared)))
     first = struct.Struct(">B").unpack_from
 
     def floor() -> int:
@@ -318,7 +318,7 @@ def message_floor(broker: BrokerProcess, stream: str, rows: int) -> dict[str, fl
     n, floor_secs = timed(floor)
     assert n == rows == got, (n, rows, got)
     return {"records split, one struct.unpack each (the floor)": n / floor_secs,
-            "the streamUrl read outside Spark (rows)": got / secs}
+            "the streamUrl read outside Spark (Arrow batches)": got / secs}
 
 
 def read_phase(args, spark, broker: BrokerProcess, rows) -> None:
