@@ -41,7 +41,7 @@ from amqp_stream.spark.pushdown import Pushdown
 from amqp_stream.streamproto import OffsetSpec
 from amqp_stream.streamproto.constants import END_OFFSET_PROPERTY
 from amqp_stream.wire import MessageView, decode, split_sections
-from amqp_stream.wire._sections import PROPERTY_FIELDS
+from amqp_stream.spark.encoding import PROPERTY_ORDER
 from storage.format import CHUNK_HEADER, CHUNK_HEADER_BYTES, decode_header, decode_records
 
 __all__ = ["read_range_stream", "subscribe_properties", "wire_message", "stored_message"]
@@ -127,7 +127,7 @@ def stored_message(data: bytes, offset: int) -> _Message:
         if properties is None:
             properties = {}
         elif type(properties) is list:
-            properties = _properties({k: v for k, v in zip(PROPERTY_FIELDS, properties, strict=False) if v is not None})
+            properties = _properties({k: v for k, v in zip(PROPERTY_ORDER, properties, strict=False) if v is not None})
         else:
             raise _Unusual
         body = first.get(_VALUE)
