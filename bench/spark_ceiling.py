@@ -37,11 +37,14 @@ def _column(field, n: int):
     """``n`` values of ``field``'s type as an Arrow array (JSON-like text, small maps)."""
     import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql.pandas.types import to_arrow_type
-    from pyspark.sql.types import (BinaryType, DoubleType, IntegerType, LongType, MapType, StringType,
-                                   TimestampType)
+    from pyspark.sql.types import (BinaryType, DecimalType, DoubleType, IntegerType, LongType, MapType,
+                                   StringType, TimestampType)
     t, at = field.dataType, to_arrow_type(field.dataType, timezone="UTC")
     if isinstance(t, (IntegerType, LongType)):
         values: list = list(range(n))
+    elif isinstance(t, DecimalType):
+        import decimal
+        values = [decimal.Decimal(i * 25).scaleb(-2) for i in range(n)]
     elif isinstance(t, DoubleType):
         values = [i * 0.25 for i in range(n)]
     elif isinstance(t, StringType):
@@ -99,3 +102,56 @@ class CeilingDataSource(DataSource):
 
     def writer(self, schema, overwrite: bool):
         return _Writer()
+
+
+def main(argv=None) -> int:
+    """Spark's Parquet read against the read ceiling for the read schema and for the Parquet
+    file's own five columns, interleaved: what the schema itself costs a Python data source."""
+    import argparse
+    import os
+    import sys
+    import tempfile
+    import time
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from bench.spark import PARQUET_COLUMNS
+
+    ap = argparse.ArgumentParser(description=main.__doc__.splitlines()[0] if main.__doc__ else None)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=2)
+    args = ap.parse_args(argv)
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(CeilingDataSource)
+    from amqp_stream.spark.mapping import read_schema
+    ours = spark.createDataFrame([], read_schema("n INT, region STRING, amount DOUBLE, message_id STRING, k BIGINT")).schema
+    print(f"load {os.getloadavg()[0]:.1f}; {args.rows} rows; best of {args.repeat}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for parts in (1, 2):
+            path = os.path.join(tmp, f"p{parts}")
+            spark.range(args.rows).selectExpr(*PARQUET_COLUMNS).repartition(parts).write.parquet(path)
+            five = spark.read.parquet(path).schema
+            cases = {
+                "parquet read": lambda: spark.read.parquet(path),  # noqa: B023
+                "ceiling, read schema (10 columns)": lambda: spark.read.format("bench-ceiling")  # noqa: B023
+                .option("schema", ours.json()).option("rows", args.rows).option("numPartitions", parts).load(),
+                "ceiling, Parquet's 5 columns": lambda: spark.read.format("bench-ceiling")  # noqa: B023
+                .option("schema", five.json()).option("rows", args.rows).option("numPartitions", parts).load(),
+            }
+            best = {k: float("inf") for k in cases}
+            for _ in range(args.repeat + 1):  # the first round warms up
+                for label, df in cases.items():
+                    t = time.perf_counter()
+                    df().write.format("noop").mode("overwrite").save()
+                    best[label] = min(best[label], time.perf_counter() - t) if _ else float("inf")
+            pq = best["parquet read"]
+            for label, secs in best.items():
+                print(f"  {parts} partition(s)  {label:<36} {args.rows / secs:>10,.0f} rows/s  x{pq / secs:.3f} of parquet")
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
