@@ -101,6 +101,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=2, help="runs of each measurement; the best is shown")
     ap.add_argument("--window", type=int, default=512)
     ap.add_argument("--parquet", action="store_true", help="only the comparison with Spark's Parquet write and read")
+    ap.add_argument("--skip-amqp", action="store_true",
+                    help="with --parquet: leave out the AMQP 1.0 write and read (streamUrl only)")
     args = ap.parse_args(argv)
 
     from pyspark.sql import SparkSession
@@ -182,9 +184,21 @@ PARQUET_SCHEMA = "n INT, region STRING, amount DOUBLE, message_id STRING, k BIGI
 
 def parquet_phase(args, spark, tmp: str) -> None:
     """Write and read through the data source against Spark's Parquet write and read of the same
-    DataFrame, interleaved in one run, for 1 and 2 partitions (best of ``--repeat``)."""
+    DataFrame, interleaved in one run, for 1 and 2 partitions (best of ``--repeat``), with the
+    ceilings of any Python data source (``bench.spark_ceiling``) and the floor of per-message
+    Python work (``message_floor``) measured beside them."""
+    from bench.spark_ceiling import CeilingDataSource
+
+    spark.dataSource.register(CeilingDataSource)
     base = spark.range(args.rows).selectExpr(*PARQUET_COLUMNS)
     runs = iter(range(10**6))
+    amqp_too = not args.skip_amqp
+
+    def stream_read(url: str, stream_url: str | None, parts: int):
+        r = (spark.read.format("amqp-stream").option("url", url).option("stream", "w")
+             .option("properties", PARQUET_SCHEMA).option("numPartitions", parts))
+        return (r.option("streamUrl", stream_url) if stream_url else r).load()
+
     # warm-up: the JVM's Parquet and Python data source paths, the Python workers
     small = spark.range(2000).selectExpr(*PARQUET_COLUMNS)
     small.write.mode("overwrite").parquet(os.path.join(tmp, "warm"))
@@ -192,12 +206,16 @@ def parquet_phase(args, spark, tmp: str) -> None:
     with BrokerProcess(os.path.join(tmp, "warm-broker")) as broker:
         small.write.format("amqp-stream").option("url", broker.url).option("stream", "w").option("declare", "true") \
             .mode("append").save()
-        (spark.read.format("amqp-stream").option("url", broker.url).option("stream", "w")
-         .option("properties", PARQUET_SCHEMA).load().write.format("noop").mode("overwrite").save())
-        (spark.read.format("amqp-stream").option("url", broker.url).option("stream", "w")
-         .option("streamUrl", broker.stream_url).option("properties", PARQUET_SCHEMA).load()
-         .write.format("noop").mode("overwrite").save())
-    lines = []
+        read_schema = stream_read(broker.url, None, 1).schema
+        for stream_url in ([None] if amqp_too else []) + [broker.stream_url]:
+            stream_read(broker.url, stream_url, 1).write.format("noop").mode("overwrite").save()
+
+    def ceiling_read(parts: int) -> None:
+        (spark.read.format("bench-ceiling").option("schema", read_schema.json()).option("rows", args.rows)
+         .option("numPartitions", parts).load().write.format("noop").mode("overwrite").save())
+
+    ceiling_read(1)
+    lines, floors = [], []
     for parts in (1, 2):
         df = base.repartition(parts).cache() if parts > 1 else base.coalesce(1).cache()
         assert df.count() == args.rows
@@ -209,50 +227,98 @@ def parquet_phase(args, spark, tmp: str) -> None:
         for rep in range(args.repeat):
             path = os.path.join(tmp, f"p{parts}-{rep}")
             note("parquet write", timed(lambda: df.write.mode("overwrite").parquet(path))[1])
+            note("ceiling write", timed(lambda: df.write.format("bench-ceiling").option("schema", df.schema.json())
+                                        .mode("append").save())[1])
             with BrokerProcess(os.path.join(tmp, f"b{next(runs)}")) as broker:
                 try:
-                    def write() -> None:
-                        (df.write.format("amqp-stream").option("url", broker.url).option("stream", "w")
-                         .option("declare", "true").option("filterValueColumn", "region")
-                         .option("window", args.window).mode("append").save())
-                    note("amqp-stream write", timed(write)[1])
-                    with amqp.connect(broker.url) as client:
-                        assert client.info("w")["next_offset"] == args.rows
-                        client.declare("s")
-
-                    def write_stream() -> None:
-                        (df.write.format("amqp-stream").option("url", broker.url).option("stream", "s")
-                         .option("streamUrl", broker.stream_url).option("filterValueColumn", "region")
-                         .option("window", args.window).mode("append").save())
-                    note("streamUrl write", timed(write_stream)[1])
-                    with amqp.connect(broker.url) as client:
-                        assert client.info("s")["next_offset"] == args.rows
+                    def write(stream: str, stream_url: str | None) -> None:
+                        w = (df.write.format("amqp-stream").option("url", broker.url).option("stream", stream)
+                             .option("declare", "true").option("filterValueColumn", "region")
+                             .option("window", args.window).mode("append"))
+                        (w.option("streamUrl", stream_url) if stream_url else w).save()
+                        with amqp.connect(broker.url) as client:
+                            assert client.info(stream)["next_offset"] == args.rows
+                    if amqp_too:
+                        note("amqp-stream write", timed(lambda: write("a", None))[1])
+                    note("streamUrl write", timed(lambda: write("w", broker.stream_url))[1])
                     note("parquet read", timed(lambda: spark.read.parquet(path).write.format("noop")
                                                .mode("overwrite").save())[1])
-
-                    def read() -> None:
-                        (spark.read.format("amqp-stream").option("url", broker.url).option("stream", "w")
-                         .option("properties", PARQUET_SCHEMA).option("numPartitions", parts).load()
-                         .write.format("noop").mode("overwrite").save())
-                    note("amqp-stream read", timed(read)[1])
-
-                    def read_stream() -> None:
-                        (spark.read.format("amqp-stream").option("url", broker.url).option("stream", "w")
-                         .option("streamUrl", broker.stream_url).option("properties", PARQUET_SCHEMA)
-                         .option("numPartitions", parts).load()
-                         .write.format("noop").mode("overwrite").save())
-                    note("streamUrl read", timed(read_stream)[1])
+                    note("ceiling read", timed(lambda: ceiling_read(parts))[1])
+                    if amqp_too:
+                        note("amqp-stream read", timed(lambda: stream_read(broker.url, None, parts)
+                                                       .write.format("noop").mode("overwrite").save())[1])
+                    note("streamUrl read", timed(lambda: stream_read(broker.url, broker.stream_url, parts)
+                                                 .write.format("noop").mode("overwrite").save())[1])
+                    if parts == 1:
+                        floors.append(message_floor(broker, "w", args.rows))
                 except Exception:
                     print("broker log (tail):\n" + broker.log_text()[-3000:], file=sys.stderr)
                     raise
         df.unpersist()
-        for what, ours_label in (("write", "amqp-stream write"), ("write", "streamUrl write"),
-                                 ("read", "amqp-stream read"), ("read", "streamUrl read")):
-            pq, ours = best[f"parquet {what}"], best[ours_label]
-            lines.append(f"  {parts} partition{'s' if parts > 1 else ' '}  parquet {what:<5} {args.rows / pq:>10,.0f} rows/s"
-                         f"   {ours_label:<18} {args.rows / ours:>10,.0f} rows/s   x{pq / ours:.3f} of parquet")
-    print(f"\nagainst Parquet ({args.rows} rows of {PARQUET_SCHEMA}; best of {args.repeat})")
+        for what in ("write", "read"):
+            pq = best[f"parquet {what}"]
+            for ours_label in (f"ceiling {what}", f"amqp-stream {what}", f"streamUrl {what}"):
+                if ours_label not in best:
+                    continue
+                ours = best[ours_label]
+                of_ceiling = (f"   x{best[f'ceiling {what}'] / ours:.3f} of ceiling"
+                              if not ours_label.startswith("ceiling") else "")
+                lines.append(f"  {parts} partition{'s' if parts > 1 else ' '}  parquet {what:<5} "
+                             f"{args.rows / pq:>10,.0f} rows/s   {ours_label:<18} {args.rows / ours:>10,.0f} rows/s"
+                             f"   x{pq / ours:.3f} of parquet{of_ceiling}")
+    print(f"\nagainst Parquet ({args.rows} rows of {PARQUET_SCHEMA}; best of {args.repeat}; the ceiling: a "
+          "Python data source that yields ready-made Arrow batches of the read schema / drops the written ones)")
     print("\n".join(lines))
+    print("\nper-message Python floor, one thread outside Spark, the stream's stored messages (best of "
+          f"{len(floors)}):")
+    for label in floors[0]:
+        rate = max(f[label] for f in floors)
+        print(f"  {label:<58} {rate:>10,.0f} msg/s  ({1e6 / rate:.2f} us a message)")
+
+
+def message_floor(broker: BrokerProcess, stream: str, rows: int) -> dict[str, float]:
+    """Messages/s of the least Python work a reader can do per message, on one thread: the
+    stream's chunks (fetched first, untimed) split into records, one ``struct.unpack`` each;
+    and what the ``streamUrl`` read itself does outside Spark (same chunks, same code)."""
+    import struct
+
+    from amqp_stream.spark.mapping import declared_columns
+    from amqp_stream.spark.offsets import OffsetRange
+    from amqp_stream.spark.options import SourceOptions
+    from amqp_stream.spark.pushdown import Pushdown
+    from amqp_stream.spark.stream_read import read_range_stream, subscribe_properties
+    from amqp_stream.client.stream import StreamClient
+    from amqp_stream.streamproto import OffsetSpec
+    from pyspark.sql.types import StructType
+    from storage.format import CHUNK_HEADER, CHUNK_HEADER_BYTES, decode_header, decode_records
+
+    opts = SourceOptions.parse({"url": broker.url, "stream": stream, "streamUrl": broker.stream_url})
+    chunks: list[bytes] = []
+    with StreamClient(broker.stream_url, on_chunk=lambda c: chunks.append(bytes(c))) as client:
+        client.subscribe(1, stream, OffsetSpec.offset(0), credit=8,
+                         properties=subscribe_properties(Pushdown(None, None, []), False, rows))
+        while client.records < rows:
+            assert client.pump(30), "no chunk in 30 s"
+    declared = declared_columns(StructType.fromDDL(PARQUET_SCHEMA))
+    got, secs = timed(lambda: sum(b.num_rows for b in read_range_stream(opts, OffsetRange(0, rows),
+                                                                          Pushdown(None, None, []), declared)))
+    first = struct.Struct(">B").unpack_from
+
+    def floor() -> int:
+        n = 0
+        for chunk in chunks:
+            if CHUNK_HEADER.unpack_from(chunk)[2] == 0:  # the broker's end-offset chunk
+                continue
+            h = decode_header(chunk, path="bench")
+            for _, data in decode_records(chunk[CHUNK_HEADER_BYTES:CHUNK_HEADER_BYTES + h.data_length], h.chunk_id,
+                                          entries=h.entries if h.entries == h.records else 0):
+                first(data, 0)
+                n += 1
+        return n
+    n, floor_secs = timed(floor)
+    assert n == rows == got, (n, rows, got)
+    return {"records split, one struct.unpack each (the floor)": n / floor_secs,
+            "the streamUrl read outside Spark (Arrow batches)": got / secs}
 
 
 def read_phase(args, spark, broker: BrokerProcess, rows) -> None:

@@ -219,6 +219,8 @@ class ArrowEncoder:
         self._spark = [_spark_converter(f.dataType) for f in schema.fields]
         self._fv_key = _sym8(FILTER_VALUE.encode())
         self._pid_key = _sym8(PUBLISHING_ID.encode())
+        from amqp_stream.spark.arrow_kernels import Kernels
+        self._kernels = Kernels.for_encoder(self)  # the usual columns: a column at a time
 
     def _columns(self, batch: Any) -> tuple[list[list], list[list] | None]:
         """The batch's columns as the encoders take them, and (for a JSON body) as a ``Row``
@@ -250,6 +252,15 @@ class ArrowEncoder:
         become their encodings in one pass, and each row's sections are joined from those."""
         if not self._fast:
             return list(self._via_rows(batch, first_id))
+        if self._kernels is not None:
+            out = self._kernels.encode(batch, first_id)
+            if out is not None:
+                return out
+        return self.encode_values(batch, first_id)
+
+    def encode_values(self, batch: Any, first_id: int | None = None) -> list[bytes]:
+        """``encode`` value by value (what the kernels fall back to, and what they are checked
+        against)."""
         n = batch.num_rows
         cols, row_cols = self._columns(batch)
         plan = self.plan

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-from typing import Iterator
+from typing import Any, Iterator
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 try:  # PySpark >= 4.2: read limits and Trigger.AvailableNow for Python stream readers
@@ -39,7 +39,8 @@ except ImportError:  # older: every micro-batch reads all there is; batch reads 
 import sqlfilter
 
 from amqp_stream import client as amqp
-from amqp_stream.spark.mapping import BASE_COLUMNS, STREAM_COLUMN, declared_columns, message_to_row
+from amqp_stream.spark.batches import BATCH_ROWS, Columns
+from amqp_stream.spark.mapping import STREAM_COLUMN, declared_columns
 from amqp_stream.spark.offsets import OffsetRange, resolve, split
 from amqp_stream.spark.options import OptionError, SourceOptions
 from amqp_stream.spark.pushdown import Pushdown, fits, plan_pushdown, streams_named
@@ -70,13 +71,12 @@ def _partitions(ranges: list[OffsetRange], pd: Pushdown, stream: str | None = No
     return [ReadPartition(r.start, r.end, pd, stream) for r in ranges]
 
 
-def read_partition(opts: SourceOptions, part: ReadPartition, declared) -> Iterator[tuple]:
-    """A task's rows; a super stream's with the partition stream's name after the fixed columns."""
+def read_partition(opts: SourceOptions, part: ReadPartition, declared) -> Iterator:
+    """A task's rows as Arrow record batches; a super stream's with the partition stream's name
+    after the fixed columns."""
     if part.stream is None:
         return read_range(opts, part, part.pushdown, declared)
-    name, fixed = part.stream, len(BASE_COLUMNS.fields)
-    return (row[:fixed] + (name,) + row[fixed:]
-            for row in read_range(opts.for_partition(name), part, part.pushdown, declared))
+    return read_range(opts.for_partition(part.stream), part, part.pushdown, declared, part.stream)
 
 
 def stream_bounds(opts: SourceOptions) -> tuple[int, int]:
@@ -144,11 +144,14 @@ def _merge(a: Pushdown, b: Pushdown) -> Pushdown:
     return Pushdown(values, sql, a.pushed + b.pushed, max(a.offset_start, b.offset_start), end)
 
 
-def read_range(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, declared) -> Iterator[tuple]:
-    """The rows of ``[rng.start, rng.end)`` that pass ``pd`` (over the stream protocol with
-    ``streamUrl``: ``stream_read``)."""
+def read_range(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, declared,
+               stream: str | None = None) -> Iterator:
+    """The rows of ``[rng.start, rng.end)`` that pass ``pd`` as Arrow record batches of at most
+    ``BATCH_ROWS`` rows, column by column (``batches``); over the stream protocol with
+    ``streamUrl`` (``stream_read``). ``stream``: a super stream's partition stream, the value of
+    the ``stream`` column."""
     if opts.stream_url is not None:
-        yield from read_range_stream(opts, rng, pd, declared)
+        yield from read_range_stream(opts, rng, pd, declared, stream)
         return
     if rng.end <= rng.start or pd.empty:
         return
@@ -164,15 +167,33 @@ def read_range(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, declared) ->
         if missing and any("offset" not in k for k in missing):
             raise amqp.ConsumerError(f"the broker did not put filter(s) {missing} in place for stream "
                                      f"{opts.stream!r} (invalid SQL filter?)")
+        columns = Columns(declared, stream)
         for m in consumer.read_available(end=rng.end, timeout=opts.timeout):
             if m.offset is None or m.offset < rng.start:
                 continue
             if not pd.accepts(m.filter_value):
                 continue
-            yield message_to_row(m, declared)
+            m.application_properties = _owned(m.application_properties)
+            columns.add(m)
+            if len(columns) >= BATCH_ROWS:
+                yield columns.batch()
+        if len(columns):
+            yield columns.batch()
         consumer.close()
     finally:
         client.close()
+
+
+def _owned(value: Any) -> Any:
+    """``value`` with every binary that proton handed as a view of its buffer copied: a batch
+    reads the values after later deliveries have reused that buffer."""
+    if isinstance(value, memoryview):
+        return bytes(value)
+    if isinstance(value, dict):
+        return {_owned(k): _owned(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_owned(v) for v in value]
+    return value
 
 
 class BatchReader(DataSourceReader):

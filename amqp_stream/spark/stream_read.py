@@ -5,9 +5,13 @@ delivery (~4,600 rows/s for 2 partitions). Here a task subscribes at its range's
 pushed-down filters (``filter.N``, ``match-unfiltered``, and this broker's ``sql-filter``:
 docs/stream-protocol.md), takes Deliver chunks whole, splits their records with the storage
 format's own ``decode_records`` (sub-batches too), decodes each message's sections with
-``amqp_stream.wire`` and turns it into a row with the same ``message_to_row`` as the AMQP path.
+``amqp_stream.wire`` and gathers the rows column by column into Arrow record batches
+(``batches.Columns``, as the AMQP path does).
 
-``wire_message`` gives ``message_to_row`` the values the AMQP path's ``StreamMessage`` holds:
+``stored_message`` decodes a message in one walk over its sections (the usual smallulong
+descriptors); anything else, and any message it cannot read, goes to ``wire_message`` (the
+``MessageView`` reading, which names what is wrong), so both give the same values.
+``wire_message`` gives the columns the values the AMQP path's ``StreamMessage`` holds:
 properties as proton reports them (times in seconds, absent zero times left out), offsets
 counted from the chunk's first offset, and no chunk timestamp (the AMQP listener adds no
 ``x-stream-chunk-timestamp``, so the ``timestamp`` column is the creation time on both paths).
@@ -30,16 +34,17 @@ from typing import Any, Iterator
 from amqp_stream import client as amqp
 from amqp_stream.client.names import _ZERO_IS_ABSENT, FILTER_VALUE
 from amqp_stream.client.stream import StreamClient
-from amqp_stream.spark.mapping import message_to_row
+from amqp_stream.spark.batches import BATCH_ROWS, Columns
 from amqp_stream.spark.offsets import OffsetRange
 from amqp_stream.spark.options import SourceOptions
 from amqp_stream.spark.pushdown import Pushdown
 from amqp_stream.streamproto import OffsetSpec
 from amqp_stream.streamproto.constants import END_OFFSET_PROPERTY
 from amqp_stream.wire import MessageView, decode, split_sections
+from amqp_stream.spark.encoding import PROPERTY_ORDER
 from storage.format import CHUNK_HEADER, CHUNK_HEADER_BYTES, decode_header, decode_records
 
-__all__ = ["read_range_stream", "subscribe_properties", "wire_message"]
+__all__ = ["read_range_stream", "subscribe_properties", "wire_message", "stored_message"]
 
 _DATA, _SEQUENCE, _VALUE = 0x75, 0x76, 0x77
 _SUBSCRIPTION = 1
@@ -92,6 +97,48 @@ def wire_message(data: bytes, offset: int) -> _Message:
                     _properties(view.properties), dict(view.application_properties))
 
 
+_ANNOTATIONS, _PROPERTIES, _APPLICATION = 0x72, 0x73, 0x74
+
+
+class _Unusual(Exception):
+    """A message ``stored_message`` leaves to ``wire_message``."""
+
+
+def stored_message(data: bytes, offset: int) -> _Message:
+    """``wire_message(data, offset)`` in one walk: each section's value decoded once, the first
+    of each kind kept (the stored order rule, ``amqp_stream.wire``)."""
+    try:
+        first: dict[int, Any] = {}
+        pos, n = 0, len(data)
+        while pos < n:
+            if data[pos] != 0 or data[pos + 1] != 0x53:
+                raise _Unusual
+            code = data[pos + 2]
+            value, pos = decode(data, pos + 3)
+            if code == _DATA or code == _SEQUENCE:
+                code = _VALUE  # the body: the first of the body sections
+            if code not in first:
+                first[code] = value
+        annotations, properties, application = (first.get(c) for c in (_ANNOTATIONS, _PROPERTIES, _APPLICATION))
+        annotations = {} if annotations is None else annotations
+        application = {} if application is None else application
+        if type(annotations) is not dict or type(application) is not dict:
+            raise _Unusual
+        if properties is None:
+            properties = {}
+        elif type(properties) is list:
+            properties = _properties({k: v for k, v in zip(PROPERTY_ORDER, properties, strict=False) if v is not None})
+        else:
+            raise _Unusual
+        body = first.get(_VALUE)
+        if isinstance(body, (bytearray, memoryview)):
+            body = bytes(body)
+        fv = annotations.get(FILTER_VALUE)
+        return _Message(offset, body, str(fv) if fv is not None else None, properties, application)
+    except Exception:  # noqa: BLE001 - the MessageView reading decides, and names what is wrong
+        return wire_message(data, offset)
+
+
 def subscribe_properties(pd: Pushdown, match_unfiltered: bool, end: int) -> dict[str, str]:
     """The Subscribe properties that carry ``pd`` and the range's ``end`` (docs/stream-protocol.md)."""
     props = {f"filter.{i}": v for i, v in enumerate(pd.filter_values or ())}
@@ -103,8 +150,12 @@ def subscribe_properties(pd: Pushdown, match_unfiltered: bool, end: int) -> dict
     return props
 
 
-def read_range_stream(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, declared) -> Iterator[tuple]:
-    """The rows of ``[rng.start, rng.end)`` that pass ``pd``, read over the stream protocol."""
+def read_range_stream(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, declared,
+                      stream: str | None = None) -> Iterator[Any]:
+    """The rows of ``[rng.start, rng.end)`` that pass ``pd``, read over the stream protocol, as
+    Arrow record batches: of at most ``BATCH_ROWS`` rows, and the rows that came are yielded
+    before the read waits for more (``stream``: a super stream's partition, the ``stream``
+    column)."""
     if rng.end <= rng.start or pd.empty:
         return
     chunks: list[bytes] = []
@@ -121,41 +172,47 @@ def read_range_stream(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, decla
         except amqp.ClientError as exc:
             raise amqp.ConsumerError(f"cannot read stream {opts.stream!r} over {opts.stream_url}: "
                                      f"{exc} (invalid SQL filter?)") from exc
+        columns = Columns(declared, stream)
         done = False
         while not done:
+            if not chunks and len(columns):  # what came so far, before waiting for more
+                yield columns.batch()
             if not chunks and not client.pump(opts.timeout):
                 raise amqp.ConsumerError(
                     f"reading stream {opts.stream!r} over {opts.stream_url}: nothing came for "
                     f"{opts.timeout:g} s before offset {rng.end} (option timeout; a broker without "
                     f"this broker's {END_OFFSET_PROPERTY} extension never says where a range ends)")
             while chunks:
-                chunk = chunks.pop(0)
-                rows, done = _rows(chunk, rng, pd, declared)
-                yield from rows
+                done = _rows(chunks.pop(0), rng, pd, columns)
+                if len(columns) >= BATCH_ROWS:
+                    yield columns.batch()
                 if done:
                     break
+        if len(columns):
+            yield columns.batch()
     finally:
         client.close()
 
 
-def _rows(chunk: bytes, rng: OffsetRange, pd: Pushdown, declared) -> tuple[list[tuple], bool]:
-    """The rows of one delivered chunk within the range, and whether the range is done."""
+def _rows(chunk: bytes, rng: OffsetRange, pd: Pushdown, columns: Columns) -> bool:
+    """Add the rows of one delivered chunk within the range to ``columns``; whether the range
+    is done."""
     if CHUNK_HEADER.unpack_from(chunk)[2] == 0:  # entries: the broker's end-offset chunk
-        return [], True
+        return True
     h = decode_header(chunk, path="deliver")
     # the data section follows the header; the Bloom filter and the trailer stay on the
     # broker's side (the header still gives their sizes)
     start = CHUNK_HEADER_BYTES
     if len(chunk) < start + h.data_length:
         raise amqp.ConsumerError(f"a delivered chunk of {len(chunk)} bytes is shorter than its header says")
-    rows: list[tuple] = []
+    add, accepts = columns.add, pd.accepts
     for offset, data in decode_records(chunk[start:start + h.data_length], h.chunk_id,
                                        entries=h.entries if h.entries == h.records else 0):
         if offset < rng.start:
             continue
         if offset >= rng.end:
-            return rows, True
-        m = wire_message(data, offset)
-        if pd.accepts(m.filter_value):
-            rows.append(message_to_row(m, declared))  # type: ignore[arg-type]
-    return rows, h.chunk_id + h.records >= rng.end
+            return True
+        m = stored_message(data, offset)
+        if accepts(m.filter_value):
+            add(m)
+    return h.chunk_id + h.records >= rng.end

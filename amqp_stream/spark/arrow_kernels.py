@@ -1,0 +1,223 @@
+"""``ArrowEncoder``'s messages built with Arrow's compute kernels, for the usual batches.
+
+Why: ``ArrowEncoder.encode`` still runs Python per value (an encoder call, a section per row,
+the JSON body's fragments). For the columns most writes have (strings, 32/64-bit integers,
+doubles, booleans) every piece of a message has a layout Arrow can build a whole column at a
+time: a constructor byte, a length byte (a lookup in a 256-entry table), big-endian numbers
+(the column's buffer byte-swapped by ``array``), joined row by row with
+``binary_join_element_wise``. No Python runs per row except the final ``to_pylist``.
+
+The bytes are ``ArrowEncoder.encode``'s, byte for byte (``tests/spark/test_arrow_kernels.py``
+compares them over random batches). What would need a form this module does not write (a
+string or section of 256 bytes or more, a map with 256 entries or more, a JSON string that
+``json`` escapes, a float ``json`` writes with an exponent, NaN or an infinity, a property
+column other than a string one, a non-JSON body other than binary) makes ``encode`` return
+None for the batch, and ``ArrowEncoder`` writes it the per-value way.
+"""
+
+from __future__ import annotations
+
+import array
+import time
+from json.encoder import encode_basestring_ascii as _json_string
+from typing import Any
+
+from pyspark.sql.types import BinaryType, BooleanType, DoubleType, IntegerType, LongType, StringType
+
+__all__ = ["Kernels"]
+
+_APP_TYPES = (StringType, IntegerType, LongType, DoubleType, BooleanType)
+#: string property columns written as str8 that come before creation_time (so every row's list
+#: ends at creation_time, which is never null)
+_STR8_PROPERTIES = {"message_id", "to", "subject", "reply_to", "correlation_id"}
+_CREATION_TIME = 9
+
+
+class _Slow(Exception):
+    """This batch needs a form the kernels do not write."""
+
+
+def _pa() -> tuple[Any, Any]:
+    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+    return pa, pc
+
+
+class Kernels:
+    """The messages of an ``ArrowEncoder``'s plan, column at a time; ``for_encoder`` gives None
+    when the schema has a column the kernels do not write."""
+
+    def __init__(self, encoder: Any):
+        pa, _ = _pa()
+        self.encoder = encoder
+        self.byte = pa.array([bytes((i,)) for i in range(256)], pa.binary())  # n -> its byte
+
+    @classmethod
+    def for_encoder(cls, encoder: Any) -> "Kernels | None":
+        plan, schema = encoder.plan, encoder.schema
+        if not encoder._fast:
+            return None
+        for i, name in plan.properties:
+            if name not in _STR8_PROPERTIES or not isinstance(schema.fields[i].dataType, StringType):
+                return None
+        for i, _, _ in plan.application:
+            if not isinstance(schema.fields[i].dataType, _APP_TYPES):
+                return None
+        if plan.body_is_json:
+            if not all(isinstance(f.dataType, _APP_TYPES) for f in schema.fields):
+                return None
+        elif not isinstance(schema.fields[plan.body_index].dataType, BinaryType):
+            return None
+        if plan.filter_index is not None and not isinstance(schema.fields[plan.filter_index].dataType, StringType):
+            return None
+        return cls(encoder)
+
+    # -- pieces ----------------------------------------------------------------------------
+    def _join(self, *parts: Any) -> Any:
+        _, pc = _pa()
+        return pc.binary_join_element_wise(*parts, b"")
+
+    def _len8(self, lengths: Any) -> Any:
+        """Each length (< 256) as its byte."""
+        _, pc = _pa()
+        if (pc.max(lengths).as_py() or 0) >= 256:
+            raise _Slow
+        return self.byte.take(lengths)
+
+    def _be(self, col: Any, code: str) -> Any:
+        """The column's values, nulls as 0, big-endian (``code``: the ``array`` type code)."""
+        pa, _ = _pa()
+        col = col.fill_null(0)
+        width = array.array(code).itemsize
+        raw = array.array(code)
+        raw.frombytes(col.buffers()[1].to_pybytes()[col.offset * width:(col.offset + len(col)) * width])
+        raw.byteswap()
+        return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(col), [None, pa.py_buffer(raw.tobytes())]) \
+            .cast(pa.binary())
+
+    def _sized(self, code8: int, raw: Any) -> Any:
+        """str8/vbin8 (``code8``) of each value (< 256 bytes); nulls stay null."""
+        pa, pc = _pa()
+        return self._join(pa.scalar(bytes((code8,))), self._len8(pc.binary_length(raw)), raw)
+
+    def _small(self, col: Any, small_code: bytes, big_code: bytes, code: str) -> Any:
+        """An integer as ``small_code`` + one byte when -128..127, else ``big_code`` + big-endian."""
+        pa, pc = _pa()
+        small = pc.and_(pc.greater_equal(col, -128), pc.less_equal(col, 127)).fill_null(False)
+        low = self.byte.take(pc.bit_wise_and(col.fill_null(0).cast(pa.int64()), 255))
+        out = pc.if_else(small, self._join(pa.scalar(small_code), low), self._join(pa.scalar(big_code), self._be(col, code)))
+        return pc.if_else(col.is_valid(), out, pa.scalar(None, pa.binary()))
+
+    def _value(self, col: Any, dtype: Any) -> Any:
+        """An application property value's encoding per row (null where the column is)."""
+        pa, pc = _pa()
+        if isinstance(dtype, StringType):
+            return self._sized(0xA1, col.cast(pa.binary()))
+        if isinstance(dtype, IntegerType):
+            return self._small(col, b"\x54", b"\x71", "i")
+        if isinstance(dtype, LongType):
+            return self._small(col, b"\x55", b"\x81", "q")
+        if isinstance(dtype, DoubleType):
+            return pc.if_else(col.is_valid(), self._join(pa.scalar(b"\x82"), self._be(col, "d")),
+                              pa.scalar(None, pa.binary()))
+        assert isinstance(dtype, BooleanType)
+        return pc.if_else(col, pa.scalar(b"\x41"), pa.scalar(b"\x42"))
+
+    def _map(self, code: bytes, entries: list[Any], n: int) -> Any:
+        """A map section per row of its (nullable) entries: absent where no entry is."""
+        pa, pc = _pa()
+        if not entries:
+            return pa.array([b""] * n, pa.binary())
+        body = self._join(*[e.fill_null(b"") for e in entries])
+        count = entries[0].is_valid().cast(pa.int32())
+        for e in entries[1:]:
+            count = pc.add(count, e.is_valid().cast(pa.int32()))
+        count = pc.multiply(count, 2)
+        size = pc.add(pc.binary_length(body), 1)
+        section = self._join(pa.scalar(b"\x00\x53" + code + b"\xc1"), self._len8(size), self.byte.take(count), body)
+        return pc.if_else(pc.equal(count, 0), pa.scalar(b""), section)
+
+    def _json_text(self, col: Any, dtype: Any) -> Any:
+        """A column's values as ``json`` writes them ("null" for nulls)."""
+        pa, pc = _pa()
+        null = pa.scalar("null")
+        if isinstance(dtype, StringType):
+            if len(col) and pc.any(pc.match_substring_regex(col, r"[^\x20-\x21\x23-\x5b\x5d-\x7e]")).as_py():
+                raise _Slow  # json escapes it
+            return pc.if_else(col.is_valid(), pc.binary_join_element_wise('"', col, '"', ""), null)
+        if isinstance(dtype, (IntegerType, LongType)):
+            return pc.if_else(col.is_valid(), pc.cast(col, pa.string()), null)
+        if isinstance(dtype, BooleanType):
+            return pc.if_else(col.is_valid(), pc.if_else(col, pa.scalar("true"), pa.scalar("false")), null)
+        assert isinstance(dtype, DoubleType)
+        text = pc.cast(col, pa.string())
+        magnitude = pc.abs(col)
+        plain = pc.or_(pc.equal(magnitude, 0.0), pc.and_(pc.greater_equal(magnitude, 1e-4), pc.less(magnitude, 1e16)))
+        if pc.any(pc.invert(plain.fill_null(True))).as_py() or pc.any(pc.match_substring(text, "e")).as_py():
+            raise _Slow  # NaN, an infinity, or a number json writes with an exponent
+        text = pc.if_else(pc.match_substring(text, "."), text, pc.binary_join_element_wise(text, ".0", ""))
+        return pc.if_else(col.is_valid(), text, null)
+
+    # -- the messages ----------------------------------------------------------------------
+    def encode(self, batch: Any, first_id: int | None = None) -> list[bytes] | None:
+        """``ArrowEncoder.encode(batch, first_id)``, or None when the batch needs the per-value way."""
+        try:
+            return self._encode(batch, first_id).to_pylist()
+        except _Slow:
+            return None
+
+    def _encode(self, batch: Any, first_id: int | None) -> Any:
+        pa, pc = _pa()
+        enc, n = self.encoder, batch.num_rows
+        plan, fields = enc.plan, enc.schema.fields
+        if not n:
+            return pa.array([], pa.binary())
+        empty = pa.nulls(n, pa.binary()).fill_null(b"")  # makes a join of constants a column
+        # message annotations
+        entries = []
+        if plan.filter_index is not None:
+            fv = self._sized(0xA1, batch.column(plan.filter_index).cast(pa.binary()))
+            entries.append(self._join(pa.scalar(enc._fv_key), fv))
+        if first_id is not None:
+            ids = pa.array(range(first_id, first_id + n), pa.uint64())
+            entries.append(self._small_ulong(ids))
+        annotations = self._map(b"\x72", entries, n)
+        # properties: up to creation_time (the publish time where no column gives one)
+        props: list[Any] = [pa.scalar(b"\x40")] * (_CREATION_TIME + 1)
+        for i, pos, _ in enc._props:
+            props[pos] = self._sized(0xA1, batch.column(i).cast(pa.binary())).fill_null(b"\x40")
+        if plan.body_is_json:
+            props[6] = pa.scalar(b"\xa3\x10application/json")
+        props[_CREATION_TIME] = pa.scalar(b"\x83" + int(time.time() * 1000).to_bytes(8, "big", signed=True))
+        fields_bytes = self._join(empty, *props)
+        size = pc.add(pc.binary_length(fields_bytes), 1)
+        properties = self._join(pa.scalar(b"\x00\x53\x73\xc0"), self._len8(size),
+                                pa.scalar(bytes((_CREATION_TIME + 1,))), fields_bytes)
+        # application properties
+        app = [self._join(pa.scalar(key), self._value(batch.column(i), fields[i].dataType))
+               for i, key, _ in enc._app]
+        application = self._map(b"\x74", app, n)
+        # the body: a data section
+        if plan.body_is_json:
+            frags = [empty.cast(pa.string()), pa.scalar("{")]
+            for k, (name, f) in enumerate(zip(plan.names, fields, strict=True)):
+                frags.append(pa.scalar(("," if k else "") + _json_string(name) + ":"))
+                frags.append(self._json_text(batch.column(k), f.dataType))
+            frags.append(pa.scalar("}"))
+            raw = pc.binary_join_element_wise(*frags, "").cast(pa.binary())
+        else:
+            raw = batch.column(plan.body_index).cast(pa.binary())
+        lengths = pc.binary_length(raw)
+        long_ = pc.greater_equal(lengths, 256).fill_null(False)
+        vbin = pc.if_else(long_, self._join(pa.scalar(b"\xb0"), self._be(lengths.cast(pa.uint32()), "I")),
+                          self._join(pa.scalar(b"\xa0"), self.byte.take(pc.if_else(long_, 0, lengths))))
+        body = self._join(pa.scalar(b"\x00\x53\x75"), vbin, raw).fill_null(b"")  # a null body: no section
+        return self._join(annotations, properties, application, body)
+
+    def _small_ulong(self, ids: Any) -> Any:
+        pa, pc = _pa()
+        small = pc.less(ids, 256)
+        low = self.byte.take(pc.if_else(small, ids, 0))
+        return self._join(pa.scalar(self.encoder._pid_key),
+                          pc.if_else(small, self._join(pa.scalar(b"\x53"), low),
+                                     self._join(pa.scalar(b"\x80"), self._be(ids, "Q"))))

@@ -1,0 +1,186 @@
+"""Delivered messages -> Arrow record batches of the read schema, column by column.
+
+Why: a reader that yields a tuple per row pays twice per value: ``message_to_row`` converts
+each value on its own (``to_spark``), then Spark's worker converts each tuple's values again
+into Arrow (``LocalDataToArrowConversion``, a call per value). Spark 4's Python data sources
+also take ``pyarrow.RecordBatch``es, so a task gathers its messages' fields in one list per
+column (``Columns.add``) and makes each column an Arrow array at once (``Columns.batch``).
+
+The values are ``message_to_row``'s, and the arrays what Spark's worker would make of those
+rows (``tests/spark/test_batches.py`` checks both paths against each other over random
+messages and schemas). A column whose values are all of the one Python type its Spark type
+takes as it is (every ``n`` an ``int`` in range for an INT column, every ``region`` a ``str``
+for a STRING column...) goes to Arrow as the list it is; any other column goes value by value
+through ``to_spark`` and Spark's own converter, as the tuple path did.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import Any, Callable
+
+from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, DoubleType, IntegerType,
+                               LongType, ShortType, StringType, StructField, StructType)
+
+from amqp_stream.client import PROPERTY_NAMES
+from amqp_stream.spark.mapping import _EPOCH, _STRING, BASE_COLUMNS, STREAM_COLUMN, _body_bytes, to_spark
+
+__all__ = ["Columns", "BATCH_ROWS", "read_arrow_schema"]
+
+#: rows per yielded batch at most (Spark's own default for Python UDF batches is 10,000)
+BATCH_ROWS = 10_000
+
+_BITS = {ByteType: 8, ShortType: 16, IntegerType: 32, LongType: 64}
+# the milliseconds a ``datetime`` can hold (years 1..9999): beyond, message_to_row's
+# ``_EPOCH + timedelta`` raises, and so does ``batch``
+_MIN_MS, _MAX_MS = -62135596800000, 253402300799999
+
+
+def read_arrow_schema(declared: StructType, super_stream: bool = False) -> Any:
+    """The Arrow schema Spark expects of a batch of the read schema (``records_to_arrow_batches``
+    compares them exactly)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    fields = list(BASE_COLUMNS.fields)
+    if super_stream:
+        fields.append(StructField(STREAM_COLUMN, StringType(), False))
+    return to_arrow_schema(StructType(fields + list(declared.fields)), timezone="UTC")
+
+
+def _spark_converter(dtype: DataType) -> Callable[[Any], Any] | None:
+    """Spark's Python value -> Arrow input conversion for ``dtype`` (what its worker applies to
+    a reader's tuples), None when it is the identity."""
+    from pyspark.sql.conversion import LocalDataToArrowConversion
+    return LocalDataToArrowConversion._create_converter(dtype, none_on_identity=True)
+
+
+def _text(v: Any) -> str | None:
+    """``to_spark(v, STRING)``, with the common types first (application property values)."""
+    t = type(v)
+    if t is str:
+        return v
+    if t is int:
+        return int.__repr__(v)
+    if t is float:
+        return float.__repr__(v) if math.isfinite(v) else None
+    if t is bool:
+        return "true" if v else "false"
+    return to_spark(v, _STRING)
+
+
+class Columns:
+    """The rows of one task's messages, one Python list per column, made into ``RecordBatch``es.
+
+    ``add`` takes what ``message_to_row`` takes (``offset``, ``chunk_timestamp``,
+    ``filter_value``, ``body``, ``properties``, ``application_properties``); ``batch`` gives
+    the rows added since the last one. ``stream``: a super stream's partition stream, the
+    ``stream`` column of every row."""
+
+    def __init__(self, declared: StructType, stream: str | None = None):
+        self.declared, self.stream = declared, stream
+        self.schema = read_arrow_schema(declared, stream is not None)
+        self._declared = [(f.name, f.dataType, f.name in PROPERTY_NAMES, _spark_converter(f.dataType))
+                          for f in declared.fields]
+        self._map_type = self.schema.field("application_properties").type
+        self._clear()
+
+    def _clear(self) -> None:
+        self.offsets: list[int] = []
+        self.times: list[int | None] = []
+        self.filter_values: list[Any] = []
+        self.bodies: list[Any] = []
+        self.apps: list[dict] = []
+        self.values: list[list[Any]] = [[] for _ in self._declared]
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def add(self, m: Any) -> None:
+        """One delivered message (a ``client.StreamMessage`` or ``stream_read``'s view)."""
+        self.offsets.append(m.offset)
+        ts_ms = m.chunk_timestamp
+        props = m.properties
+        if ts_ms is None:
+            ct = props.get("creation_time")
+            ts_ms = int(ct * 1000) if ct else None
+        self.times.append(ts_ms)
+        self.filter_values.append(m.filter_value)
+        self.bodies.append(m.body)
+        app = m.application_properties
+        self.apps.append(app)
+        for values, (name, _, is_property, _) in zip(self.values, self._declared, strict=True):
+            values.append((props if is_property else app).get(name))
+
+    def batch(self) -> Any:
+        """The rows added since the last batch as one ``pyarrow.RecordBatch`` of ``schema``."""
+        import pyarrow as pa  # type: ignore[import-untyped]
+        n = len(self.offsets)
+        columns: list[Any] = [pa.array(self.offsets, pa.int64()), self._timestamps(),
+                              pa.array(self.filter_values, pa.string()), self._bodies(), self._map()]
+        if self.stream is not None:
+            columns.append(pa.array([self.stream] * n, pa.string()))
+        for values, (_, dtype, _, conv) in zip(self.values, self._declared, strict=True):
+            columns.append(_column(values, dtype, conv, self.schema.field(len(columns)).type))
+        self._clear()
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+    def _timestamps(self) -> Any:
+        import pyarrow as pa
+        present = [ms for ms in self.times if ms is not None]
+        if present and (min(present) < _MIN_MS or max(present) > _MAX_MS):
+            for ms in present:  # message_to_row's OverflowError, as the tuple path raised it
+                _EPOCH + dt.timedelta(milliseconds=ms)
+        return pa.array([None if ms is None else ms * 1000 for ms in self.times], pa.timestamp("us", tz="UTC"))
+
+    def _bodies(self) -> Any:
+        import pyarrow as pa
+        bodies = self.bodies
+        if not set(map(type, bodies)) <= {bytes, type(None)}:
+            bodies = [_body_bytes(b) for b in bodies]
+        return pa.array(bodies, pa.binary())
+
+    def _map(self) -> Any:
+        """``{str(k): to_spark(v, STRING)}`` of every message's application properties."""
+        import pyarrow as pa
+        keys: list[str] = []
+        items: list[str | None] = []
+        offsets = [0]
+        other_keys = False
+        for app in self.apps:
+            for k, v in app.items():
+                if type(k) is not str:
+                    other_keys = True
+                keys.append(k)
+                items.append(_text(v))
+            offsets.append(len(keys))
+        if other_keys:  # keys made text (two may become one, the last winning, as in message_to_row)
+            return pa.array([list({str(k): to_spark(v, _STRING) for k, v in a.items()}.items())
+                             for a in self.apps], self._map_type)
+        return pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(keys, pa.string()),
+                                       pa.array(items, pa.string()), type=self._map_type)
+
+
+def _column(values: list, dtype: DataType, conv: Callable[[Any], Any] | None, arrow_type: Any) -> Any:
+    """A declared column: ``[to_spark(v, dtype) for v in values]`` as Spark's worker would make
+    it an Arrow array, without the per-value calls when the values need none."""
+    import pyarrow as pa
+    kinds = set(map(type, values))
+    kinds.discard(type(None))
+    t = type(dtype)
+    if t in _BITS and kinds <= {int}:
+        present = [v for v in values if v is not None]
+        bound = 1 << (_BITS[t] - 1)
+        if not present or (min(present) >= -bound and max(present) < bound):
+            return pa.array(values, arrow_type)
+    elif t is StringType and kinds <= {str}:
+        return pa.array(values, arrow_type)
+    elif t is DoubleType and kinds <= {float}:
+        return pa.array(values, arrow_type)
+    elif t is BooleanType and kinds <= {bool}:
+        return pa.array(values, arrow_type)
+    elif t is BinaryType and kinds <= {bytes}:
+        return pa.array(values, arrow_type)
+    converted = [to_spark(v, dtype) for v in values]
+    if conv is not None:
+        converted = [conv(v) for v in converted]
+    return pa.array(converted, arrow_type)

@@ -1,0 +1,93 @@
+"""A/B of the Spark data source's per-row Python work, outside Spark, interleaved in one run.
+
+Why: on a shared machine Spark-level figures move with the load; the task's own Python work
+per row can be compared old against new in one process. The bench's five columns
+(``n INT, region STRING, amount DOUBLE, message_id STRING, k BIGINT``), ``--rows`` rows:
+
+- write: ``ArrowEncoder.encode_values`` (per value) against ``encode`` (Arrow kernels);
+- read: the tuple path (``wire_message`` + ``message_to_row``, then Spark's worker turning the
+  tuples into Arrow, ``records_to_arrow_batches``) against the batch path (``stored_message``
+  + ``Columns``); and the floor: one ``struct.unpack`` per message.
+
+Run: ``PYTHONPATH=$PWD .venv/bin/python -m bench.spark_codec_ab --rows 100000``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import struct
+import time
+
+
+def main(argv=None) -> int:
+    import pyarrow as pa  # type: ignore[import-untyped]
+    from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
+    from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
+
+    from amqp_stream.spark.batches import BASE_COLUMNS, Columns
+    from amqp_stream.spark.encoding import ArrowEncoder
+    from amqp_stream.spark.mapping import WritePlan, declared_columns, message_to_row
+    from amqp_stream.spark.source import AmqpStreamDataSource
+    from amqp_stream.spark.stream_read import stored_message, wire_message
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    schema = StructType([StructField("n", IntegerType()), StructField("region", StringType()),
+                         StructField("amount", DoubleType()), StructField("message_id", StringType()),
+                         StructField("k", LongType())])
+    batches = []
+    for start in range(0, args.rows, 10_000):
+        ids = range(start, min(args.rows, start + 10_000))
+        batches.append(pa.RecordBatch.from_arrays([
+            pa.array(list(ids), pa.int32()), pa.array([f"r{(i * 7919) % 100:02d}" for i in ids]),
+            pa.array([i * 0.25 for i in ids]), pa.array([f"m-{i}" for i in ids]),
+            pa.array([i * 3 for i in ids], pa.int64())], names=schema.names))
+    enc = ArrowEncoder(WritePlan.for_schema(schema, "region"), schema)
+    messages = [m for b in batches for m in enc.encode_values(b)]
+    declared = declared_columns(StructType(list(BASE_COLUMNS.fields) + list(schema.fields)))
+    full = StructType(list(BASE_COLUMNS.fields) + list(declared.fields))
+
+    def rows_path() -> None:
+        for start in range(0, len(messages), 10_000):
+            rows = [message_to_row(wire_message(d, start + i), declared)  # type: ignore[arg-type]
+                    for i, d in enumerate(messages[start:start + 10_000])]
+            for _ in records_to_arrow_batches(iter(rows), 10_000, full, AmqpStreamDataSource):  # type: ignore[arg-type]
+                pass
+
+    def batch_path() -> None:
+        columns = Columns(declared)
+        for i, d in enumerate(messages):
+            columns.add(stored_message(d, i))
+            if len(columns) >= 10_000:
+                columns.batch()
+        if len(columns):
+            columns.batch()
+
+    unpack = struct.Struct(">B").unpack_from
+    cases = {
+        "write: per value (encode_values)": lambda: [enc.encode_values(b) for b in batches],
+        "write: Arrow kernels (encode)": lambda: [enc.encode(b) for b in batches],
+        "read: tuples + Spark's conversion": rows_path,
+        "read: Arrow batches (Columns)": batch_path,
+        "floor: one struct.unpack a message": lambda: [unpack(d, 0) for d in messages],
+    }
+    best = {k: float("inf") for k in cases}
+    for _ in range(args.repeat):  # interleaved: each round runs every case once
+        for label, fn in cases.items():
+            t = time.perf_counter()
+            fn()
+            best[label] = min(best[label], time.perf_counter() - t)
+    print(f"load {os.getloadavg()[0]:.1f}; {args.rows} rows; best of {args.repeat}, interleaved")
+    for label, secs in best.items():
+        print(f"  {label:<38} {args.rows / secs:>12,.0f} rows/s  {secs / args.rows * 1e6:7.2f} us a row")
+    w = best["write: per value (encode_values)"] / best["write: Arrow kernels (encode)"]
+    r = best["read: tuples + Spark's conversion"] / best["read: Arrow batches (Columns)"]
+    print(f"  write x{w:.2f}, read x{r:.2f} (new against old)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

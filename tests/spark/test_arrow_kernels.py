@@ -1,0 +1,98 @@
+"""``arrow_kernels.Kernels`` writes ``ArrowEncoder``'s messages byte for byte: random schemas of
+the columns it takes, random values (nulls, long and escaped strings, extreme numbers), with
+and without publishing ids; what it leaves to the per-value way is written that way."""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (BinaryType, BooleanType, DoubleType, IntegerType, LongType, StringType, StructField,
+                               StructType)
+
+from amqp_stream.spark.encoding import ArrowEncoder
+from amqp_stream.spark.mapping import WritePlan
+
+TYPES = {"string": StringType(), "int": IntegerType(), "long": LongType(), "double": DoubleType(),
+         "boolean": BooleanType()}
+PLAIN = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=5)
+# mostly values the kernels write, now and then one they leave to the per-value way
+VALUES = {
+    "string": PLAIN | PLAIN | PLAIN | st.text(max_size=4) | st.just("x" * 300)
+    | st.sampled_from(['q"uote', "back\\slash", "é", "tab\t"]),
+    "int": st.integers(-(2**31), 2**31 - 1) | st.integers(-130, 130) | st.sampled_from([-129, -128, 127, 128]),
+    "long": st.integers(-(2**63), 2**63 - 1) | st.integers(-130, 130) | st.sampled_from([-129, -128, 127, 128]),
+    "double": st.integers(-10**6, 10**6).map(lambda i: i / 4) | st.integers(-9, 9).map(float)
+    | st.sampled_from([0.1, -0.0, 1e15 + 0.5, 123456.789]) | st.floats(),
+    "boolean": st.booleans(),
+}
+NAMES = ["a", "b", "c", "region", "message_id", "subject", "correlation_id"]
+
+
+@st.composite
+def batches(draw):
+    names = draw(st.lists(st.sampled_from(NAMES), unique=True, min_size=1, max_size=5))
+    kinds = {n: ("string" if n in ("message_id", "subject", "correlation_id") else draw(st.sampled_from(list(TYPES))))
+             for n in names}
+    fields = [StructField(n, TYPES[kinds[n]]) for n in names]
+    if draw(st.booleans()):
+        fields.append(StructField("body", BinaryType()))
+    schema = StructType(fields)
+    rows = draw(st.integers(0, 6))
+    columns = {n: draw(st.lists(st.none() | VALUES[kinds[n]] if draw(st.booleans()) else VALUES[kinds[n]],
+                                min_size=rows, max_size=rows)) for n in names}
+    if "body" in schema.names:
+        columns["body"] = draw(st.lists(st.none() | st.binary(max_size=4) | st.just(b"y" * 300),
+                                        min_size=rows, max_size=rows))
+    batch = pa.RecordBatch.from_arrays([pa.array(columns[f.name], to_arrow_schema(StructType([f]))[0].type)
+                                        for f in schema.fields], schema=to_arrow_schema(schema, timezone="UTC"))
+    strings = [n for n in names if kinds[n] == "string"]
+    fv = draw(st.none() | st.sampled_from(strings)) if strings else None
+    offset = draw(st.integers(0, rows))
+    return schema, batch.slice(offset), fv, draw(st.none() | st.integers(1, 2**40))
+
+
+@pytest.fixture(autouse=True)
+def fixed_clock(monkeypatch):
+    """Both ways stamp creation_time with the clock: one clock for both."""
+    monkeypatch.setattr(time, "time", lambda: 1795823780.661)
+
+
+def test_kernels_write_the_encoders_bytes():
+    """Random batches; and most of them written by the kernels (else the check says little)."""
+    runs: list[bool] = []
+
+    @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(batches())
+    def check(case):
+        schema, batch, fv, first_id = case
+        enc = ArrowEncoder(WritePlan.for_schema(schema, fv), schema)
+        assert enc._kernels is not None
+        fast = enc._kernels.encode(batch, first_id)
+        runs.append(fast is not None)
+        values = enc.encode_values(batch, first_id)
+        assert enc.encode(batch, first_id) == values
+        assert fast is None or fast == values
+
+    check()
+    assert sum(runs) > len(runs) / 2, f"the kernels wrote {sum(runs)} of {len(runs)} batches"
+
+
+def test_the_usual_batch_is_written_by_the_kernels():
+    """The bench's five columns: a column at a time (no fall-back), the same bytes."""
+    schema = StructType([StructField("n", IntegerType()), StructField("region", StringType()),
+                         StructField("amount", DoubleType()), StructField("message_id", StringType()),
+                         StructField("k", LongType())])
+    ids = range(-300, 3000)
+    batch = pa.RecordBatch.from_arrays([
+        pa.array(list(ids), pa.int32()), pa.array([f"r{i % 100:02d}" for i in ids]),
+        pa.array([i * 0.25 for i in ids]), pa.array([f"m-{i}" for i in ids]), pa.array([i * 3 for i in ids], pa.int64())],
+        names=schema.names)
+    enc = ArrowEncoder(WritePlan.for_schema(schema, "region"), schema)
+    assert enc._kernels is not None
+    fast = enc._kernels.encode(batch, 1)
+    assert fast is not None and fast == enc.encode_values(batch, 1)
