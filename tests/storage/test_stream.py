@@ -100,6 +100,38 @@ def test_a_burst_from_idle_is_cut_as_osiris_batches_it(tmp_path):
     assert [h.records for _, _, h in chunks_on_disk(tmp_path / "t")] == [32, 64, 100, 100, 4]
 
 
+def test_a_large_client_frame_shares_no_chunk(tmp_path):
+    """``frames``: a batch holding several client frames (one loop turn's Publish frames). A
+    frame of at least min_chunk_entries (32) messages starts a chunk and shares none with
+    another frame; it is cut by the limit alone (32 + 18 after idle); smaller frames share
+    chunks as any records do. Deduplication keeps the frames of what it keeps."""
+    def sizes(d):
+        return [h.records for _, _, h in chunks_on_disk(d)]
+    with Stream.open(tmp_path / "s", StreamConfig(fsync="never")) as s:
+        s.append_batch([b"m"] * 500, frames=range(0, 500, 50))
+        s.flush()
+    assert sizes(tmp_path / "s") == [32, 18] + [50] * 9
+    with Stream.open(tmp_path / "t", StreamConfig(fsync="never")) as s:
+        s.append_batch([b"m"] * 500)  # without frames: cut anywhere
+        s.flush()
+    assert sizes(tmp_path / "t") == [32, 64, 128, 256, 20]
+    with Stream.open(tmp_path / "u", StreamConfig(fsync="never")) as s:
+        # 5 small frames, a large one, 2 small: the large one alone, the small ones together
+        s.append_batch([b"m"] * 90, frames=[0, 4, 8, 12, 16, 20, 80, 85])
+        s.flush()
+    assert sizes(tmp_path / "u") == [20, 32, 28, 10]
+    with Stream.open(tmp_path / "v", StreamConfig(fsync="never")) as s:
+        s.append_deduplicated("p", [b"m"] * 10, list(range(10)))
+        s.flush()
+        # ids 0..9 are stored: the first frame's first 10 go, the rest keep their frames
+        kept = s.append_deduplicated("p", [b"m"] * 150, list(range(150)), frames=[0, 50, 100])
+        s.flush()
+        for bad in ([1, 2], [0, 2, 1], [0, 3], []):
+            with pytest.raises(StorageError, match="frames"):
+                s.append_batch([b"m"] * 3, frames=bad)
+    assert len(kept) == 140 and sizes(tmp_path / "v") == [10, 32, 8, 50, 50]
+
+
 def test_many_concurrent_appenders_share_chunks(tmp_path):
     cfg = StreamConfig(fsync="always")
     with Stream.open(tmp_path / "s", cfg) as s:
