@@ -326,10 +326,14 @@ class Stream:
                match_unfiltered: bool = False, derived: Wanted | None = None,
                needles: Sequence[Sequence[bytes]] = (), bounds: Bounds | None = None) -> Reader:
         """``derived``, ``needles`` and ``bounds``: see ``Reader`` (what the caller's filter
-        requires)."""
+        requires). ``next`` while appends are queued starts after them, where the writer ends
+        a chunk for it (``Writer.break_chunk``): what the broker took before a subscription
+        is not delivered to it, however late the writer thread writes it (osiris's ``next``
+        is the log's tail, and its writer is as quick as a message to it)."""
+        queued_end = self._writer.break_chunk() if spec.kind == "next" else None
         return Reader(self, spec, filter_values, match_unfiltered,
                       filter_size_hint=self.config.filter_size or bloom.MIN_SIZE,
-                      derived=derived, needles=needles, bounds=bounds)
+                      derived=derived, needles=needles, bounds=bounds, queued_end=queued_end)
 
     # -- replication (a cluster member: ``amqp_stream.cluster``) --------------------------------
     def gate_commit(self, end: int, chunk_id: int = -1) -> None:

@@ -188,6 +188,8 @@ class Writer:
         # the queue's client frames of at least ``min_chunk_entries`` messages, as (first, end)
         # places in ``_bodies``: each gets chunks of its own (see ``_frame_cut``)
         self._frames: list[tuple[int, int]] = []
+        # places in ``_bodies`` where a chunk must end (``break_chunk``)
+        self._breaks: list[int] = []
         self.written = load(directory, last.start, last.tracking)
         self.offsets: dict[bytes, int] = dict(self.written.offsets)
         self.sequences: dict[bytes, int] = {k: v for k, (_, v) in self.written.sequences.items()}
@@ -266,6 +268,19 @@ class Writer:
         ends = itertools.chain(itertools.islice(frames, 1, None), (count,))
         self._frames.extend((base + a, base + b) for a, b in zip(frames, ends, strict=True)
                             if b - a >= least)
+
+    def break_chunk(self) -> int | None:
+        """The offset after everything appended, where a chunk will end (what is queued now is
+        not written in one chunk with what comes after); None when all of it is committed. For a
+        reader at ``next`` made while appends wait for the writer: it starts there, at a chunk
+        boundary, once they are committed (see ``Reader``)."""
+        with self.lock:
+            if self.next == self.end:  # nothing queued or being written
+                return None
+            n = len(self._bodies)  # (none: the writer's batch in hand ends a chunk anyway)
+            if n and (not self._breaks or self._breaks[-1] != n):
+                self._breaks.append(n)
+            return self.next
 
     def store_offset(self, name: bytes, offset: int,
                      on_durable: DurableCallback | None) -> None:
@@ -571,6 +586,7 @@ class Writer:
                 batch = _Tracking(self._marks, self._delta, self._writer_batches,
                                   self._delta_ts)
                 frames, self._frames = self._frames, []
+                breaks, self._breaks = self._breaks, []
                 self._marks, self._delta, self._writer_batches = {}, {}, []
                 self._delta_ts = {}
                 self._delta_at = None
@@ -581,7 +597,8 @@ class Writer:
                 continue
             try:
                 if bodies:
-                    self._write_all(first, bodies, values, callbacks, batch, batched, frames)
+                    self._write_all(first, bodies, values, callbacks, batch, batched, frames,
+                                    breaks)
                 elif callbacks:  # notify_durable while a taken batch was being written
                     for offset, cb in callbacks:
                         _call(cb, offset, None)
@@ -620,7 +637,7 @@ class Writer:
             self._retry_at = time.monotonic() + self._next_backoff()
             pending = list(self._pending_failed) + self._callbacks
             self._callbacks, self._bodies, self._values = [], [], []
-            self._frames = []
+            self._frames, self._breaks = [], []
             self._marks, self._delta, self._writer_batches = {}, {}, []
             self._delta_ts = {}
             self._delta_at = self._snapshot_at = None
@@ -699,7 +716,7 @@ class Writer:
                    values: list[FilterValue],
                    callbacks: list[tuple[int, DurableCallback]],
                    batch: _Tracking, batched: bool = False,
-                   frames: Sequence[tuple[int, int]] = ()) -> None:
+                   frames: Sequence[tuple[int, int]] = (), breaks: Sequence[int] = ()) -> None:
         """Write ``bodies`` (offsets ``first ..``) as chunks, committing group by group.
 
         Tracking: a reserved offset becomes its delta or snapshot chunk; a publisher's batch
@@ -712,7 +729,8 @@ class Writer:
         Retention waits until the snapshot is written. ``batched``: some bodies are
         ``SubBatchEntry``s, written as they are, taking ``records`` offsets each (offsets and
         bodies then differ: ``off`` is the offset of body ``i``). ``frames``: the client
-        frames that get chunks of their own, as ``(first, end)`` places in ``bodies``."""
+        frames that get chunks of their own, as ``(first, end)`` places in ``bodies``;
+        ``breaks``: places in ``bodies`` where a chunk ends (``break_chunk``)."""
         cfg = self.config
         max_bytes = cfg.max_chunk_bytes
         fsize, scheme = cfg.filter_size, cfg.filter_scheme
@@ -725,7 +743,7 @@ class Writer:
         # the batches that stay in one chunk (no publishing id per body), in offset order
         fixed = [b for b in wbs if b.ids is None]
         fx_i = 0
-        fr_i = 0
+        fr_i = br_i = 0
         written = self.written
         i = 0
         off = first  # the offset of body i
@@ -788,6 +806,10 @@ class Writer:
                     if fr_i < len(frames):  # a large client frame: chunks of its own
                         a, b = frames[fr_i]
                         n = min(n, b - i if a <= i else a - i)
+                    while br_i < len(breaks) and breaks[br_i] <= i:
+                        br_i += 1
+                    if br_i < len(breaks):
+                        n = min(n, breaks[br_i] - i)
                     while fx_i < len(fixed) and fixed[fx_i].last < off:
                         fx_i += 1
                     fb = fixed[fx_i] if fx_i < len(fixed) else None

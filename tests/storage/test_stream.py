@@ -320,6 +320,36 @@ def test_last_made_while_appends_are_queued_is_their_last_chunk(tmp_path, monkey
             assert chunk is not None and [o for o, _ in chunk.records] == list(range(106, 110))
 
 
+def test_next_made_while_appends_are_queued_starts_after_them(tmp_path, monkeypatch):
+    """A reader for ``next`` made while appends wait for the writer (some written and held
+    before their fdatasync, some still queued) starts after all of them, once they are
+    committed: rstream's test_offset_type_next subscribes right after an unconfirmed
+    send_batch and must get only what it sends after; the writer ends a chunk there, so a
+    record appended later never shares a chunk with them."""
+    import storage.writer as mod
+    real_sync = os.fdatasync
+    in_sync, go = threading.Event(), threading.Event()
+
+    def held(fd):
+        in_sync.set()
+        go.wait(10)
+        real_sync(fd)
+    with Stream.open(tmp_path / "s", StreamConfig(fsync="always")) as s:
+        s.append_batch([b"a"] * 10)
+        s.flush()
+        monkeypatch.setattr(mod.os, "fdatasync", held)
+        s.append_batch([b"b"] * 5)  # taken by the writer, held in its fdatasync
+        assert in_sync.wait(10)
+        s.append_batch([b"c"] * 5)  # queued behind it
+        with s.reader(OffsetSpec.next()) as r:
+            assert r.read_chunk() is None
+            s.append(b"d")  # after the reader: may be taken with the c's, never in their chunk
+            go.set()
+            s.flush()
+            chunk = r.read_chunk()
+            assert chunk is not None and chunk.records == [(20, b"d")]
+
+
 def test_a_confirmed_record_is_readable(tmp_path, thread_switches):
     """The committed end moves before the callbacks run (docs/storage.md): once
     ``on_durable(o)`` runs, ``o`` is committed, so whoever is told a record is durable can read
