@@ -135,7 +135,9 @@ class Stream:
         of one loop turn), starting at these places in ``bodies`` (ascending, 0 first). A
         frame of at least ``min_chunk_entries`` messages shares no chunk with another frame,
         as its messages reach osiris's writer together when it keeps up (cut by the chunk
-        limits only); without ``frames``, chunks are cut anywhere."""
+        limits only), unless the writer takes more than ``storage.writer.FRAMES_APART_MAX``
+        entries at once (it is behind: cut across frames); without ``frames``, chunks are cut
+        anywhere."""
         n = len(bodies)
         if filter_values is not None and len(filter_values) != n:
             raise StorageError("filter_values must have one entry per body")

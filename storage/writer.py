@@ -6,7 +6,8 @@ Strategy:
   gen_batch_server sizes its batches: ``min_chunk_entries`` after idle, doubling after each
   full chunk up to ``max_chunk_entries``, halving when a chunk empties the queue; about
   ``max_chunk_bytes`` bytes each; the end of a long run of one filter value ends a chunk; a
-  client's frame of at least ``min_chunk_entries`` messages shares no chunk with another),
+  client's frame of at least ``min_chunk_entries`` messages shares no chunk with another
+  unless the writer is behind, ``FRAMES_APART_MAX``),
   builds each chunk's filter with ``bloom.build``, and writes a group of chunks with one
   ``os.writev`` on the segment and one ``os.write`` on the index (segment first). Chunk size
   never changes durability: a group is one write and one fsync however many chunks it holds.
@@ -736,6 +737,8 @@ class Writer:
         fsize, scheme = cfg.filter_size, cfg.filter_scheme
         derive, dcache = cfg.derive, self._dcache
         total = len(bodies)
+        if total > FRAMES_APART_MAX:  # a writer this far behind cuts by the limits alone
+            frames = ()
         marks = sorted(batch.marks)
         mark_i = 0
         wbs = batch.writers
@@ -1089,6 +1092,11 @@ class _Tracking:
         self.writers = writers
         self.timestamps = timestamps
 
+
+#: client frames get chunks of their own only when the writer takes at most this many entries
+#: at once; more: it is behind, and cuts by the limits alone across frames (as osiris's writer
+#: with a full mailbox), so that a heavy load of frames of ~100 keeps large chunks
+FRAMES_APART_MAX = 1024
 
 #: a run of at least this many entries with one filter value ends its chunk (``_run_cut``)
 RUN_CUT_MIN = 256

@@ -104,7 +104,8 @@ def test_a_large_client_frame_shares_no_chunk(tmp_path):
     """``frames``: a batch holding several client frames (one loop turn's Publish frames). A
     frame of at least min_chunk_entries (32) messages starts a chunk and shares none with
     another frame; it is cut by the limit alone (32 + 18 after idle); smaller frames share
-    chunks as any records do. Deduplication keeps the frames of what it keeps."""
+    chunks as any records do. Deduplication keeps the frames of what it keeps. A writer that
+    takes more than FRAMES_APART_MAX entries at once is behind: it cuts across frames."""
     def sizes(d):
         return [h.records for _, _, h in chunks_on_disk(d)]
     with Stream.open(tmp_path / "s", StreamConfig(fsync="never")) as s:
@@ -130,6 +131,11 @@ def test_a_large_client_frame_shares_no_chunk(tmp_path):
             with pytest.raises(StorageError, match="frames"):
                 s.append_batch([b"m"] * 3, frames=bad)
     assert len(kept) == 140 and sizes(tmp_path / "v") == [10, 32, 8, 50, 50]
+    with Stream.open(tmp_path / "w", StreamConfig(fsync="never")) as s:
+        # more than FRAMES_APART_MAX taken at once: a writer behind cuts across frames
+        s.append_batch([b"m"] * 2000, frames=range(0, 2000, 100))
+        s.flush()
+    assert sizes(tmp_path / "w") == [32, 64, 128, 256, 512, 1008]
 
 
 def test_many_concurrent_appenders_share_chunks(tmp_path):
