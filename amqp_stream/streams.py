@@ -108,17 +108,19 @@ class StreamEntry:
 
     def append(self, reference: str | None, bodies: list, ids: list[int], values: list,
                on_durable: Callable[[int, Exception | None], None], records: int | None = None,
-               nbytes: int | None = None) -> None:
+               nbytes: int | None = None, frames: list[int] | None = None) -> None:
         """Queue one publisher's messages of a loop turn, for both protocols' publishers: a
         named publisher's (``reference``) go through deduplication (``ids``, its publishing
         ids); the stream's metrics count what is stored (``records``: when a sub-entry batch
         holds several; ``nbytes``: the bytes to count, default the bodies' lengths) and what
-        deduplication dropped. Raises ``ResourceDeleted`` or what storage raises."""
+        deduplication dropped; ``frames``: where each client frame starts in ``bodies``
+        (``storage.Stream.append_batch``). Raises ``ResourceDeleted`` or what storage raises."""
         if self.deleted:
             raise ResourceDeleted(f"stream '{self.name}' was deleted")
         given = records or len(bodies)
         if reference:
-            kept = self.stream.append_deduplicated(reference, bodies, ids, values, on_durable)
+            kept = self.stream.append_deduplicated(reference, bodies, ids, values, on_durable,
+                                                   frames)
             if len(kept) < len(bodies):
                 log.debug("%d duplicate(s) from publisher %r on %r confirmed, not stored",
                           len(bodies) - len(kept), reference, self.name)
@@ -126,7 +128,8 @@ class StreamEntry:
                 records = sum(b.records if type(b) is SubBatchEntry else 1 for b in bodies)
                 nbytes = None
         else:
-            self.stream.append_batch(bodies, values, on_durable=on_durable, records=records)
+            self.stream.append_batch(bodies, values, on_durable=on_durable, records=records,
+                                     frames=frames)
         m = self.metrics
         if m is not None:
             stored = records or len(bodies)

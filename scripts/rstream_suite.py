@@ -15,7 +15,10 @@ free). rstream's tests need ``pytest-asyncio``, which the project does not insta
 The suite's HEAD may use rstream functions newer than the installed release (its
 ``Consumer.get_stream``): put the checkout's own ``rstream`` package first on ``--extra-path``
 (``--extra-path /tmp/rstream-src:/tmp/extra``, paths joined with ``:``). The management-dependent
-tests (``-k connection_broke``) need ``--stream-port 5552``.
+tests (``-k connection_broke``) need ``--stream-port 5552``. When another process holds 5552 or
+15672, run it in a network namespace of its own, where both are free and the suite cannot
+reach another broker: ``unshare -n sh -c 'ip link set lo up && python scripts/rstream_suite.py
+... --stream-port 5552 --management-port 15672'`` (root).
 """
 
 from __future__ import annotations

@@ -246,7 +246,7 @@ class Reader:
     def __init__(self, source: LogSource, spec: OffsetSpec, filter_values: Iterable[str | bytes] = (),
                  match_unfiltered: bool = False, *, filter_size_hint: int = bloom.MIN_SIZE,
                  derived: Wanted | None = None, needles: Sequence[Sequence[bytes]] = (),
-                 bounds: Bounds | None = None) -> None:
+                 bounds: Bounds | None = None, queued_end: int | None = None) -> None:
         self.source = source
         self.stats = ReaderStats()
         self._wanted = derived or None
@@ -261,15 +261,22 @@ class Reader:
         self._next_id = 0
         self._min = 0
         self._closed = False
-        # ``last`` while appends are queued: resolved once they are committed (see ``_next``)
+        # ``last`` while appends are queued: resolved once they are committed (see ``_next``);
+        # ``next`` given the ``queued_end`` of appends queued when it was asked for (where the
+        # writer ends a chunk: ``Writer.break_chunk``): the chunk there, once they are
+        # committed, so that what came before the subscription is not delivered
         self._last_at: int | None = None
-        if spec.kind == "last":
+        self._pending = spec
+        nxt = spec.kind == "next" and queued_end is not None
+        if spec.kind == "last" or nxt:
             appended, committed = source.appended_end(), source.committed_end()
+            if nxt:
+                appended, self._pending = queued_end, OffsetSpec.offset(cast(int, queued_end))
             if appended is not None and committed is not None and committed < appended:
                 self._last_at = appended
                 self._next_id = committed
                 return
-        self._seek_retrying(spec)
+        self._seek_retrying(self._pending)
 
     def _seek_retrying(self, spec: OffsetSpec) -> None:
         for attempt in range(3):
@@ -325,7 +332,7 @@ class Reader:
             if lim is not None and lim < min(self._last_at, appended or 0):
                 return None  # (a write error drops the queue: then it resolves at once)
             self._last_at = None
-            self._seek_retrying(OffsetSpec.last())
+            self._seek_retrying(self._pending)
         while True:
             lim = source.committed_end()
             if lim is not None and self._next_id >= lim:

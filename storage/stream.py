@@ -113,7 +113,8 @@ class Stream:
                      on_durable: DurableCallback | None = None,
                      records: int | None = None, *,
                      writer: tuple[str | bytes, int] | None = None,
-                     sequences: Sequence[int] | None = None) -> int:
+                     sequences: Sequence[int] | None = None,
+                     frames: Sequence[int] | None = None) -> int:
         """Queue many records at once; returns the first offset (they get consecutive offsets).
         ``on_durable(last_offset, error)`` is called once, when all of them are durable.
 
@@ -128,10 +129,21 @@ class Stream:
         (drop what is not above it before calling: that is deduplication). With
         ``sequences``, the publishing id of each body (ascending, the last one ``sequence``),
         the batch may span chunks of any size, as osiris writes them: the trailer of each
-        records the id of the batch's last body in it."""
+        records the id of the batch's last body in it.
+
+        ``frames``: the batch holds several client frames (a stream publisher's Publish frames
+        of one loop turn), starting at these places in ``bodies`` (ascending, 0 first). A
+        frame of at least ``min_chunk_entries`` messages shares no chunk with another frame,
+        as its messages reach osiris's writer together when it keeps up (cut by the chunk
+        limits only), unless the writer takes more than ``storage.writer.FRAMES_APART_MAX``
+        entries at once (it is behind: cut across frames); without ``frames``, chunks are cut
+        anywhere."""
         n = len(bodies)
         if filter_values is not None and len(filter_values) != n:
             raise StorageError("filter_values must have one entry per body")
+        if frames is not None and (not frames or frames[0] != 0 or frames[-1] >= max(n, 1)
+                                   or not _ascending(frames)):
+            raise StorageError("frames: where each frame starts in bodies, ascending from 0")
         if n and max(map(len, bodies)) > MAX_RECORD_BYTES:
             raise StorageError(f"a record is at most {MAX_RECORD_BYTES} bytes")
         if filter_values is not None and not set(map(type, filter_values)) <= _VALUE_TYPES \
@@ -143,7 +155,8 @@ class Stream:
                 raise StorageError(f"records = {records}, the bodies hold {expected}")
         on_durable = self._hold(on_durable)
         if writer is None:
-            return self._writer.append_batch(bodies, filter_values, on_durable, records=records)
+            return self._writer.append_batch(bodies, filter_values, on_durable, records=records,
+                                             frames=frames)
         reference, sequence = writer
         ref = tracking_id(reference, "publisher reference")
         _check_u64(sequence, "publishing id")
@@ -160,7 +173,7 @@ class Stream:
             raise StorageError(f"a publisher's batch is 1..{cfg.max_chunk_entries} records and "
                                f"at most {cfg.max_chunk_bytes} bytes (one chunk)")
         return self._writer.append_batch(bodies, filter_values, on_durable, (ref, sequence),
-                                         records=records, sequences=sequences)
+                                         records=records, sequences=sequences, frames=frames)
 
     def notify_durable(self, on_durable: DurableCallback) -> None:
         """``on_durable(last offset, error)`` once everything appended so far is durable (from
@@ -174,7 +187,8 @@ class Stream:
     def append_deduplicated(self, reference: str | bytes, bodies: Sequence[bytes],
                             publishing_ids: Sequence[int],
                             filter_values: Sequence[FilterValue] | None = None,
-                            on_durable: DurableCallback | None = None) -> list[int]:
+                            on_durable: DurableCallback | None = None,
+                            frames: Sequence[int] | None = None) -> list[int]:
         """A named publisher's messages, deduplicated as RabbitMQ does: those whose publishing
         id is above the last one stored for ``reference`` (any id, 0 too, when none is: as in
         osiris) and above every id before them here are appended, in one batch with their ids
@@ -186,7 +200,7 @@ class Stream:
 
         A body may be a ``SubBatchEntry`` (a client's sub-entry batch: one publishing id for
         its records, as RabbitMQ deduplicates them); the records each batch takes are counted
-        here."""
+        here. ``frames``: as for ``append_batch``, places in ``bodies``."""
         n = len(bodies)
         if len(publishing_ids) != n or (filter_values is not None and len(filter_values) != n):
             raise StorageError("publishing_ids and filter_values must have one entry per body")
@@ -209,12 +223,15 @@ class Stream:
             bodies = [bodies[i] for i in keep]
             if filter_values is not None:
                 filter_values = [filter_values[i] for i in keep]
+            if frames is not None:  # where each frame's first kept body now is
+                frames = sorted({k for k in (bisect.bisect_left(keep, f) for f in frames)
+                                 if k < len(keep)})
         ids = [publishing_ids[i] for i in keep] if len(keep) < n else list(publishing_ids)
         records = sum(x.records if type(x) is SubBatchEntry else 1 for x in bodies)
         # one batch: the writer cuts it into chunks, each trailer holding its last id here
         self.append_batch(bodies, filter_values, on_durable,
                           records if records != len(bodies) else None,
-                          writer=(reference, ids[-1]), sequences=ids)
+                          writer=(reference, ids[-1]), sequences=ids, frames=frames)
         return keep
 
     # -- tracking ------------------------------------------------------------------------------
@@ -311,10 +328,14 @@ class Stream:
                match_unfiltered: bool = False, derived: Wanted | None = None,
                needles: Sequence[Sequence[bytes]] = (), bounds: Bounds | None = None) -> Reader:
         """``derived``, ``needles`` and ``bounds``: see ``Reader`` (what the caller's filter
-        requires)."""
+        requires). ``next`` while appends are queued starts after them, where the writer ends
+        a chunk for it (``Writer.break_chunk``): what the broker took before a subscription
+        is not delivered to it, however late the writer thread writes it (osiris's ``next``
+        is the log's tail, and its writer is as quick as a message to it)."""
+        queued_end = self._writer.break_chunk() if spec.kind == "next" else None
         return Reader(self, spec, filter_values, match_unfiltered,
                       filter_size_hint=self.config.filter_size or bloom.MIN_SIZE,
-                      derived=derived, needles=needles, bounds=bounds)
+                      derived=derived, needles=needles, bounds=bounds, queued_end=queued_end)
 
     # -- replication (a cluster member: ``amqp_stream.cluster``) --------------------------------
     def gate_commit(self, end: int, chunk_id: int = -1) -> None:

@@ -5,7 +5,9 @@ Strategy:
   I/O. One writer thread per stream takes everything waiting, cuts it into chunks (as osiris's
   gen_batch_server sizes its batches: ``min_chunk_entries`` after idle, doubling after each
   full chunk up to ``max_chunk_entries``, halving when a chunk empties the queue; about
-  ``max_chunk_bytes`` bytes each; the end of a long run of one filter value ends a chunk),
+  ``max_chunk_bytes`` bytes each; the end of a long run of one filter value ends a chunk; a
+  client's frame of at least ``min_chunk_entries`` messages shares no chunk with another
+  unless the writer is behind, ``FRAMES_APART_MAX``),
   builds each chunk's filter with ``bloom.build``, and writes a group of chunks with one
   ``os.writev`` on the segment and one ``os.write`` on the index (segment first). Chunk size
   never changes durability: a group is one write and one fsync however many chunks it holds.
@@ -184,6 +186,11 @@ class Writer:
         # last entries written with the length of their run (up to ``RUN_CUT_MIN``)
         self._chunk_entries = min(config.min_chunk_entries, config.max_chunk_entries)
         self._tail: tuple[FilterValue, int] = (None, 0)
+        # the queue's client frames of at least ``min_chunk_entries`` messages, as (first, end)
+        # places in ``_bodies``: each gets chunks of its own (see ``_frame_cut``)
+        self._frames: list[tuple[int, int]] = []
+        # places in ``_bodies`` where a chunk must end (``break_chunk``)
+        self._breaks: list[int] = []
         self.written = load(directory, last.start, last.tracking)
         self.offsets: dict[bytes, int] = dict(self.written.offsets)
         self.sequences: dict[bytes, int] = {k: v for k, (_, v) in self.written.sequences.items()}
@@ -215,11 +222,13 @@ class Writer:
                      filter_values: Sequence[FilterValue] | None,
                      on_durable: DurableCallback | None,
                      writer: tuple[bytes, int] | None = None, records: int | None = None,
-                     sequences: Sequence[int] | None = None) -> int:
+                     sequences: Sequence[int] | None = None,
+                     frames: Sequence[int] | None = None) -> int:
         """``writer``: a named publisher's (reference, last publishing id) for the chunk's
         trailer; ``records``: the offsets ``bodies`` take when some are ``SubBatchEntry``s;
         ``sequences``: the publishing id of each body (then the batch may span chunks, each
-        trailer holding the id of its last body there; without them it stays in one chunk)."""
+        trailer holding the id of its last body there; without them it stays in one chunk);
+        ``frames``: where each client frame starts in ``bodies`` (ascending, 0 first)."""
         n = len(bodies) if records is None else records
         with self.lock:
             if self._refused and not self._may_retry():
@@ -238,6 +247,8 @@ class Writer:
             if records is not None:
                 self._extra += records - len(bodies)
                 self._batched = True
+            if frames is not None:
+                self._add_frames(frames, len(bodies))
             self._bodies.extend(bodies)
             if filter_values is None:
                 self._values.extend(itertools.repeat(None, n))
@@ -249,6 +260,28 @@ class Writer:
                 self._idle = False
                 self._wake.notify()
             return first
+
+    def _add_frames(self, frames: Sequence[int], count: int) -> None:
+        """Holding ``lock``, before the ``count`` bodies of ``frames`` are queued: note those
+        frames that hold at least ``min_chunk_entries`` messages."""
+        least = self.config.min_chunk_entries
+        base = len(self._bodies)
+        ends = itertools.chain(itertools.islice(frames, 1, None), (count,))
+        self._frames.extend((base + a, base + b) for a, b in zip(frames, ends, strict=True)
+                            if b - a >= least)
+
+    def break_chunk(self) -> int | None:
+        """The offset after everything appended, where a chunk will end (what is queued now is
+        not written in one chunk with what comes after); None when all of it is committed. For a
+        reader at ``next`` made while appends wait for the writer: it starts there, at a chunk
+        boundary, once they are committed (see ``Reader``)."""
+        with self.lock:
+            if self.next == self.end:  # nothing queued or being written
+                return None
+            n = len(self._bodies)  # (none: the writer's batch in hand ends a chunk anyway)
+            if n and (not self._breaks or self._breaks[-1] != n):
+                self._breaks.append(n)
+            return self.next
 
     def store_offset(self, name: bytes, offset: int,
                      on_durable: DurableCallback | None) -> None:
@@ -553,6 +586,8 @@ class Writer:
                 batched, self._extra, self._batched = self._batched, 0, False
                 batch = _Tracking(self._marks, self._delta, self._writer_batches,
                                   self._delta_ts)
+                frames, self._frames = self._frames, []
+                breaks, self._breaks = self._breaks, []
                 self._marks, self._delta, self._writer_batches = {}, {}, []
                 self._delta_ts = {}
                 self._delta_at = None
@@ -563,7 +598,8 @@ class Writer:
                 continue
             try:
                 if bodies:
-                    self._write_all(first, bodies, values, callbacks, batch, batched)
+                    self._write_all(first, bodies, values, callbacks, batch, batched, frames,
+                                    breaks)
                 elif callbacks:  # notify_durable while a taken batch was being written
                     for offset, cb in callbacks:
                         _call(cb, offset, None)
@@ -602,6 +638,7 @@ class Writer:
             self._retry_at = time.monotonic() + self._next_backoff()
             pending = list(self._pending_failed) + self._callbacks
             self._callbacks, self._bodies, self._values = [], [], []
+            self._frames, self._breaks = [], []
             self._marks, self._delta, self._writer_batches = {}, {}, []
             self._delta_ts = {}
             self._delta_at = self._snapshot_at = None
@@ -679,7 +716,8 @@ class Writer:
     def _write_all(self, first: int, bodies: list[bytes],
                    values: list[FilterValue],
                    callbacks: list[tuple[int, DurableCallback]],
-                   batch: _Tracking, batched: bool = False) -> None:
+                   batch: _Tracking, batched: bool = False,
+                   frames: Sequence[tuple[int, int]] = (), breaks: Sequence[int] = ()) -> None:
         """Write ``bodies`` (offsets ``first ..``) as chunks, committing group by group.
 
         Tracking: a reserved offset becomes its delta or snapshot chunk; a publisher's batch
@@ -691,12 +729,16 @@ class Writer:
         full segment takes what is queued before it (up to ``_HARD_SEGMENT_BYTES``).
         Retention waits until the snapshot is written. ``batched``: some bodies are
         ``SubBatchEntry``s, written as they are, taking ``records`` offsets each (offsets and
-        bodies then differ: ``off`` is the offset of body ``i``)."""
+        bodies then differ: ``off`` is the offset of body ``i``). ``frames``: the client
+        frames that get chunks of their own, as ``(first, end)`` places in ``bodies``;
+        ``breaks``: places in ``bodies`` where a chunk ends (``break_chunk``)."""
         cfg = self.config
         max_bytes = cfg.max_chunk_bytes
         fsize, scheme = cfg.filter_size, cfg.filter_scheme
         derive, dcache = cfg.derive, self._dcache
         total = len(bodies)
+        if total > FRAMES_APART_MAX:  # a writer this far behind cuts by the limits alone
+            frames = ()
         marks = sorted(batch.marks)
         mark_i = 0
         wbs = batch.writers
@@ -704,6 +746,7 @@ class Writer:
         # the batches that stay in one chunk (no publishing id per body), in offset order
         fixed = [b for b in wbs if b.ids is None]
         fx_i = 0
+        fr_i = br_i = 0
         written = self.written
         i = 0
         off = first  # the offset of body i
@@ -761,6 +804,15 @@ class Writer:
                 else:
                     limit = self._chunk_entries
                     n = min(total - i, limit)
+                    while fr_i < len(frames) and frames[fr_i][1] <= i:
+                        fr_i += 1
+                    if fr_i < len(frames):  # a large client frame: chunks of its own
+                        a, b = frames[fr_i]
+                        n = min(n, b - i if a <= i else a - i)
+                    while br_i < len(breaks) and breaks[br_i] <= i:
+                        br_i += 1
+                    if br_i < len(breaks):
+                        n = min(n, breaks[br_i] - i)
                     while fx_i < len(fixed) and fixed[fx_i].last < off:
                         fx_i += 1
                     fb = fixed[fx_i] if fx_i < len(fixed) else None
@@ -1040,6 +1092,11 @@ class _Tracking:
         self.writers = writers
         self.timestamps = timestamps
 
+
+#: client frames get chunks of their own only when the writer takes at most this many entries
+#: at once; more: it is behind, and cuts by the limits alone across frames (as osiris's writer
+#: with a full mailbox), so that a heavy load of frames of ~100 keeps large chunks
+FRAMES_APART_MAX = 1024
 
 #: a run of at least this many entries with one filter value ends its chunk (``_run_cut``)
 RUN_CUT_MIN = 256

@@ -7,7 +7,8 @@ messages published over AMQP with ``x-stream-filter-value``. A frame of messages
 (``streamproto.PackedEntries``) is taken whole: its ids and bodies in one C call each, no
 Python code per message (the bytes stored and the confirms are those of the walk). The messages of one loop turn go
 to the writer in one ``append_batch`` (``flush``, called by the core once per turn: group
-commit across connections); the writer's ``on_durable`` callback only posts to the mailbox,
+commit across connections), with where each frame starts (a large frame gets chunks of its
+own, see ``docs/storage.md``, "Chunk sizes"); the writer's ``on_durable`` callback only posts to the mailbox,
 and back on the loop the batch's publishing ids go out in one PublishConfirm (or a
 PublishError with ``INTERNAL_ERROR`` when storage failed).
 
@@ -82,6 +83,7 @@ class StreamPublisher:
         self.bodies: list[Any] = []
         self.values: list[Any] = []
         self.ids: list[int] = []
+        self.frames: list[int] = []  # where each Publish frame starts in ``bodies``
         self.batch_bytes = 0  # bytes of the messages in ``bodies`` as they came
         self.extra = 0  # records in ``bodies`` beyond one per item (sub-entry batches)
         self.batched = False  # ``bodies`` holds SubBatchEntry items
@@ -143,6 +145,7 @@ class StreamPublisher:
         if len(self.bodies) > start:
             if start == 0:
                 self.mark_dirty(self)
+            self.frames.append(start)
             self.held += n
             self.batch_bytes += n
             self.budget.take(n)
@@ -167,7 +170,8 @@ class StreamPublisher:
         bodies, values, ids = self.bodies, self.values, self.ids
         if not bodies:
             return
-        self.bodies, self.values, self.ids = [], [], []
+        frames = self.frames
+        self.bodies, self.values, self.ids, self.frames = [], [], [], []
         held, self.batch_bytes = self.batch_bytes, 0
         records = len(bodies) + self.extra if self.batched else None
         self.extra, self.batched = 0, False
@@ -178,7 +182,8 @@ class StreamPublisher:
         def callback(offset: int, error: Exception | None, key: int = key) -> None:
             post(_durable, key, error)
         try:
-            self.entry.append(self.reference, bodies, ids, values, callback, records, held)
+            self.entry.append(self.reference, bodies, ids, values, callback, records, held,
+                              frames)
         except Exception as exc:  # storage refused (closed, writer failed, disk full)
             _batches.pop(key, None)
             self.durable(ids, exc, held)

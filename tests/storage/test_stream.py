@@ -100,6 +100,44 @@ def test_a_burst_from_idle_is_cut_as_osiris_batches_it(tmp_path):
     assert [h.records for _, _, h in chunks_on_disk(tmp_path / "t")] == [32, 64, 100, 100, 4]
 
 
+def test_a_large_client_frame_shares_no_chunk(tmp_path):
+    """``frames``: a batch holding several client frames (one loop turn's Publish frames). A
+    frame of at least min_chunk_entries (32) messages starts a chunk and shares none with
+    another frame; it is cut by the limit alone (32 + 18 after idle); smaller frames share
+    chunks as any records do. Deduplication keeps the frames of what it keeps. A writer that
+    takes more than FRAMES_APART_MAX entries at once is behind: it cuts across frames."""
+    def sizes(d):
+        return [h.records for _, _, h in chunks_on_disk(d)]
+    with Stream.open(tmp_path / "s", StreamConfig(fsync="never")) as s:
+        s.append_batch([b"m"] * 500, frames=range(0, 500, 50))
+        s.flush()
+    assert sizes(tmp_path / "s") == [32, 18] + [50] * 9
+    with Stream.open(tmp_path / "t", StreamConfig(fsync="never")) as s:
+        s.append_batch([b"m"] * 500)  # without frames: cut anywhere
+        s.flush()
+    assert sizes(tmp_path / "t") == [32, 64, 128, 256, 20]
+    with Stream.open(tmp_path / "u", StreamConfig(fsync="never")) as s:
+        # 5 small frames, a large one, 2 small: the large one alone, the small ones together
+        s.append_batch([b"m"] * 90, frames=[0, 4, 8, 12, 16, 20, 80, 85])
+        s.flush()
+    assert sizes(tmp_path / "u") == [20, 32, 28, 10]
+    with Stream.open(tmp_path / "v", StreamConfig(fsync="never")) as s:
+        s.append_deduplicated("p", [b"m"] * 10, list(range(10)))
+        s.flush()
+        # ids 0..9 are stored: the first frame's first 10 go, the rest keep their frames
+        kept = s.append_deduplicated("p", [b"m"] * 150, list(range(150)), frames=[0, 50, 100])
+        s.flush()
+        for bad in ([1, 2], [0, 2, 1], [0, 3], []):
+            with pytest.raises(StorageError, match="frames"):
+                s.append_batch([b"m"] * 3, frames=bad)
+    assert len(kept) == 140 and sizes(tmp_path / "v") == [10, 32, 8, 50, 50]
+    with Stream.open(tmp_path / "w", StreamConfig(fsync="never")) as s:
+        # more than FRAMES_APART_MAX taken at once: a writer behind cuts across frames
+        s.append_batch([b"m"] * 2000, frames=range(0, 2000, 100))
+        s.flush()
+    assert sizes(tmp_path / "w") == [32, 64, 128, 256, 512, 1008]
+
+
 def test_many_concurrent_appenders_share_chunks(tmp_path):
     cfg = StreamConfig(fsync="always")
     with Stream.open(tmp_path / "s", cfg) as s:
@@ -286,6 +324,36 @@ def test_last_made_while_appends_are_queued_is_their_last_chunk(tmp_path, monkey
             s.flush()
             chunk = r.read_chunk()
             assert chunk is not None and [o for o, _ in chunk.records] == list(range(106, 110))
+
+
+def test_next_made_while_appends_are_queued_starts_after_them(tmp_path, monkeypatch):
+    """A reader for ``next`` made while appends wait for the writer (some written and held
+    before their fdatasync, some still queued) starts after all of them, once they are
+    committed: rstream's test_offset_type_next subscribes right after an unconfirmed
+    send_batch and must get only what it sends after; the writer ends a chunk there, so a
+    record appended later never shares a chunk with them."""
+    import storage.writer as mod
+    real_sync = os.fdatasync
+    in_sync, go = threading.Event(), threading.Event()
+
+    def held(fd):
+        in_sync.set()
+        go.wait(10)
+        real_sync(fd)
+    with Stream.open(tmp_path / "s", StreamConfig(fsync="always")) as s:
+        s.append_batch([b"a"] * 10)
+        s.flush()
+        monkeypatch.setattr(mod.os, "fdatasync", held)
+        s.append_batch([b"b"] * 5)  # taken by the writer, held in its fdatasync
+        assert in_sync.wait(10)
+        s.append_batch([b"c"] * 5)  # queued behind it
+        with s.reader(OffsetSpec.next()) as r:
+            assert r.read_chunk() is None
+            s.append(b"d")  # after the reader: may be taken with the c's, never in their chunk
+            go.set()
+            s.flush()
+            chunk = r.read_chunk()
+            assert chunk is not None and chunk.records == [(20, b"d")]
 
 
 def test_a_confirmed_record_is_readable(tmp_path, thread_switches):

@@ -130,6 +130,31 @@ def test_offset_specs(broker):
     assert nxt == [(20 + i, b"c%d" % i) for i in range(3)]
 
 
+def test_next_right_after_an_unconfirmed_send_batch_gets_only_what_follows(broker):
+    """rstream's test_offset_type_next: send_batch (no wait for its confirm), then subscribe
+    with next on another connection, then send_wait one more: only that one is delivered,
+    however late the writer thread writes the batch (the Subscribe often came first)."""
+    async def go(stream: str) -> list[bytes]:
+        async with producer(broker) as p:
+            await p.create_stream(stream)
+            c = consumer(broker)
+            await c.start()
+            try:
+                got: list[bytes] = []
+                await p.send_batch(stream, [b"%d" % i for i in range(3000)])
+                await c.subscribe(stream, lambda m, ctx: got.append(bytes(m)), offset_specification=
+                                  ConsumerOffsetSpecification(OffsetType.NEXT, None))
+                await p.send_wait(stream, b"last")
+                while not got:
+                    await asyncio.sleep(0.02)
+                await asyncio.sleep(0.1)  # anything after it would come in this chunk or the next
+                return got
+            finally:
+                await c.close()
+    for _ in range(5):
+        assert run(go(name())) == [b"last"]
+
+
 def test_a_send_batch_of_4999_is_cut_as_rabbitmq_cuts_it_and_last_gives_its_last_chunk(broker):
     """rstream's own test_offset_type_last expects RabbitMQ's chunks: a send_batch of 4,999
     (one Publish frame) is stored as 32, 64 ... 2,048 and 935, as osiris's writer batches it,

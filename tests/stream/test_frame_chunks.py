@@ -1,0 +1,74 @@
+"""A client's Publish frame of at least ``min_chunk_entries`` (32) messages shares no chunk with
+another frame, even when several frames reach the broker in one read (one loop turn, one
+append). rstream's ``test_consume_filtering`` needs it: rstream's post-filter stops at the
+first record of a chunk it cannot decode, so a chunk that starts inside one 50-message
+``send_batch`` and goes on into the next loses the next one's match. A frame larger than the
+chunk limit is still cut as osiris's writer batches it (issue 25 item 5: ``send_batch`` of
+4,999 ends in a chunk of 935), and frames of a few messages still share chunks."""
+
+from __future__ import annotations
+
+from amqp_stream.client.stream import StreamClient, offset_spec, publish_frame
+from amqp_stream.streamproto.traffic import chunk_header
+
+MESSAGE = b"\x00\x53\x75\xa0\x03abc"  # an AMQP data section
+
+
+def _chunks(broker, stream: str, frames: list[int], reference: str = "") -> list[tuple[int, int]]:
+    """Publish frames of these sizes in one write (filter value: the message's place in its
+    frame), wait for every confirm, and read the stream back: (chunk id, records) of each
+    chunk."""
+    url = broker.stream_url
+    with StreamClient(url) as c:
+        c.create(stream)
+        c.declare_publisher(1, stream, reference)
+        data, pid = [], 1
+        for size in frames:
+            data.append(publish_frame(1, [(pid + k, str(k), MESSAGE) for k in range(size)]))
+            pid += size
+        c.send(b"".join(data))
+        while c.confirmed < sum(frames):
+            assert c.pump(10), "confirms stopped"
+    got: list[tuple[int, int]] = []
+    with StreamClient(url, on_chunk=lambda chunk: got.append(
+            (chunk_header(chunk).chunk_id, chunk_header(chunk).num_records))) as c:
+        c.subscribe(1, stream, offset_spec("first"))
+        while c.records < sum(frames):
+            assert c.pump(10), "deliveries stopped"
+    return got
+
+
+def _frame_starts(frames: list[int]) -> list[int]:
+    starts, at = [], 0
+    for size in frames:
+        starts.append(at)
+        at += size
+    return starts
+
+
+def _spans(chunks: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    return [(first, first + n) for first, n in chunks]
+
+
+def test_frames_of_fifty_sent_together_each_start_a_chunk_and_share_none(broker, stream_name):
+    for reference in ("", "named"):  # both the plain and the deduplicating path
+        frames = [50] * 10
+        chunks = _chunks(broker, f"{stream_name}{reference}", frames, reference)
+        firsts = {first for first, _ in chunks}
+        for start in _frame_starts(frames):
+            assert start in firsts, (reference, start, chunks)
+        for first, end in _spans(chunks):  # no chunk holds parts of two frames
+            assert first // 50 == (end - 1) // 50, (reference, chunks)
+
+
+def test_a_frame_above_the_limit_is_cut_as_osiris_batches_it(broker, stream_name):
+    """One frame of 4,999 (rstream's send_batch): 32, 64 ... 2,048 and 935, as RabbitMQ."""
+    chunks = _chunks(broker, stream_name, [4999])
+    assert [n for _, n in chunks] == [32, 64, 128, 256, 512, 1024, 2048, 935]
+
+
+def test_small_frames_still_share_chunks(broker, stream_name):
+    """Frames below 32 messages are no chunk unit: 40 frames of 5 sent together are not 40
+    chunks (the first chunk after idle takes 32 of them, whatever their frames)."""
+    chunks = _chunks(broker, stream_name, [5] * 40)
+    assert len(chunks) < 10 and chunks[0] == (0, 32), chunks
