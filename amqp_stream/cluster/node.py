@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Callable
 
 from amqp_stream import arguments as stream_arguments
@@ -197,11 +198,13 @@ class ClusterNode:
         None when the cluster has no such stream (or ZooKeeper cannot say)."""
         layout = self.view.layouts.get(name)
         if layout is None:
+            began = time.monotonic()
             layout = self.coordinator.look_up(name, LOOKUP_TIMEOUT)
             if layout is None:
                 return None
-            log.info("stream %r: not in this node's view yet; read from ZooKeeper (leader "
-                     "%s, epoch %d)", name, layout.leader, layout.epoch)
+            log.info("stream %r: not in this node's view yet; read from ZooKeeper in %.1f ms "
+                     "(leader %s, epoch %d)", name, (time.monotonic() - began) * 1000,
+                     layout.leader, layout.epoch)
         if name not in self.applied.layouts:
             self._apply(self.view)
         return layout
