@@ -175,20 +175,33 @@ class Core:
         return self.registry.exists(name)
 
     def stream(self, name: str) -> StreamEntry:
-        entry = self.registry.get(name)
+        entry = self.local(name)
         if entry is None:
             raise NotFound(f"no stream '{name}'")
+        return entry
+
+    def local(self, name: str) -> StreamEntry | None:
+        """This node's log of ``name``. On a cluster node a miss first asks ZooKeeper
+        (``ClusterNode.look_up``): a stream declared through another node a moment ago
+        gets its member log here before its watch fires."""
+        entry = self.registry.get(name)
+        if entry is None and self.cluster is not None:
+            if self.cluster.look_up(name) is not None:
+                entry = self.registry.get(name)
         return entry
 
     def get(self, name: str) -> StreamEntry | None:
         return self.registry.get(name)
 
-    def publish_entry(self, name: str) -> Any:
+    def publish_entry(self, name: str, look_up: bool = True) -> Any:
         """What an AMQP publisher of ``name`` appends to: its entry; on a cluster node one
         that forwards to the stream's leader where this node does not lead it
-        (``amqp_stream.cluster.forwarder``). ``NotFound`` when there is no such stream."""
+        (``amqp_stream.cluster.forwarder``). ``NotFound`` when there is no such stream.
+        ``look_up``: a stream this node does not know yet is asked of ZooKeeper (``local``)."""
         forwarding = getattr(self.cluster, "forwarding", None)
         if forwarding is not None:
+            if look_up:
+                self.local(name)
             return forwarding.entry(name)
         return self.stream(name)
 
@@ -196,16 +209,17 @@ class Core:
         """What an AMQP consumer of ``name`` reads: this node's log; on a cluster node that
         holds no member of it, one read from a member elsewhere
         (``amqp_stream.cluster.remote_reader``). ``NotFound`` when there is no such stream."""
-        entry = self.registry.get(name)
+        entry = self.local(name)
         reading = getattr(self.cluster, "reading", None)
         if entry is None and reading is not None:
             return reading.entry(name)
         return self.stream(name)
 
     def publish_lookup(self, name: str) -> Any:
-        """``publish_entry``, None when there is no such stream (a message's ``to``)."""
+        """``publish_entry``, None when there is no such stream (a message's ``to``: per
+        message, so a miss does not ask ZooKeeper)."""
         try:
-            return self.publish_entry(name)
+            return self.publish_entry(name, look_up=False)
         except NotFound:
             return None
 

@@ -398,14 +398,17 @@ class Coordinator:
                                     f"(connection lost {since:.0f} s ago); the streams keep "
                                     f"being served as they are")
 
-    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``fn`` (a kazoo ``*_async``) once connected, waited for at most ``op_timeout``."""
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any,
+              timeout: float | None = None, **kwargs: Any) -> Any:
+        """``fn`` (a kazoo ``*_async``) once connected, waited for at most ``timeout``
+        (default ``op_timeout``)."""
         self._ready(what)
+        timeout = self.op_timeout if timeout is None else timeout
         try:
-            return fn(*args, **kwargs).get(timeout=self.op_timeout)
+            return fn(*args, **kwargs).get(timeout=timeout)
         except KazooTimeoutError:
             raise CoordinationError(f"cannot {what}: ZooKeeper at {self.hosts} did not answer "
-                                    f"within {self.op_timeout:g} s") from None
+                                    f"within {timeout:g} s") from None
         except (NodeExistsError, NoNodeError, BadVersionError, NotEmptyError):
             raise
         except KazooException as exc:
@@ -422,6 +425,26 @@ class Coordinator:
             return False
         self._adopt(layout.stream, layout, arguments)
         return True
+
+    def look_up(self, name: str, timeout: float) -> StreamLayout | None:
+        """Stream ``name``'s layout read from ZooKeeper (one round trip, at most ``timeout``)
+        and put in the view at once, for a name this node's view lacks: another node may
+        have declared it a moment ago, before our watch fired. None when ZooKeeper has no
+        such stream or cannot answer now (the caller answers from the view, as before)."""
+        try:
+            data, _ = self._call(f"look up stream {name!r}", self.client.get_async,
+                                 self._path("streams", name), timeout=timeout)
+        except NoNodeError:
+            return None
+        except (CoordinationError, ValueError) as exc:  # ValueError: not a znode name
+            log.debug("stream %r not looked up in ZooKeeper: %s", name, exc)
+            return None
+        doc = json.loads(data)
+        layout = StreamLayout.from_json(doc)
+        self._adopt(name, layout, doc.get("arguments", {}))
+        # a refresh that began before this read must not leave it stale for long: one after
+        self._wake.set()
+        return layout
 
     def _adopt(self, name: str, layout: StreamLayout | None, arguments: dict) -> None:
         """Our own write (a declare: ``layout``; a delete: None), in the view at once. A

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Callable
 
 from amqp_stream import arguments as stream_arguments
@@ -40,6 +41,10 @@ if TYPE_CHECKING:
 __all__ = ["ClusterNode"]
 
 log = logging.getLogger(__name__)
+
+# how long a lookup on a miss (``ClusterNode.look_up``) may hold the loop for ZooKeeper's
+# answer (a round trip on a LAN: a millisecond or less)
+LOOKUP_TIMEOUT = 0.5
 
 LayoutHook = Callable[[str, "StreamLayout | None", "StreamLayout | None"], None]
 
@@ -182,6 +187,28 @@ class ClusterNode:
     def layout(self, name: str) -> StreamLayout | None:
         return self.view.layouts.get(name)
 
+    def look_up(self, name: str) -> StreamLayout | None:
+        """On the loop, where a client names a stream (Subscribe, Metadata, an AMQP attach)
+        and this node has no log of it: its layout, read from ZooKeeper when the view lacks
+        it, and applied now (this node's member log opened, the hooks told) rather than when
+        the mailbox brings the view. A stream declared through another node is named by
+        that node's Metadata at once, before this node's watch fires; as RabbitMQ answers
+        from its cluster-wide metadata store, a client sent here must find it. Only on a
+        miss, one round trip bounded by ``LOOKUP_TIMEOUT`` (ZooKeeper unreachable: at once);
+        None when the cluster has no such stream (or ZooKeeper cannot say)."""
+        layout = self.view.layouts.get(name)
+        if layout is None:
+            began = time.monotonic()
+            layout = self.coordinator.look_up(name, LOOKUP_TIMEOUT)
+            if layout is None:
+                return None
+            log.info("stream %r: not in this node's view yet; read from ZooKeeper in %.1f ms "
+                     "(leader %s, epoch %d)", name, (time.monotonic() - began) * 1000,
+                     layout.leader, layout.epoch)
+        if name not in self.applied.layouts:
+            self._apply(self.view)
+        return layout
+
     def declare(self, name: str, arguments: dict) -> bool:
         """Place and record stream ``name``; False when it exists with the same arguments.
         This node opens its member log at once; the others when they see the layout."""
@@ -192,6 +219,7 @@ class ClusterNode:
         layout = placement.place(name, arguments, sorted(view.nodes), self.name,
                                  view.layouts.values())
         if not self.coordinator.create_stream(layout, arguments):  # declared elsewhere meanwhile
+            self.look_up(name)  # its layout, rather than waiting for the watch
             return self.declare(name, arguments)
         log.info("stream %r placed: leader %s, members %s", name, layout.leader,
                  ", ".join(layout.members))

@@ -337,7 +337,11 @@ class StreamAdapter:
     def _cluster_metadata(self, frame: f.Metadata) -> f.MetadataResponse:
         """As RabbitMQ's: each stream's leader and replicas among the endpoints of the live
         nodes that hold them (a leader that is down is 0xFFFF, its stream still OK)."""
-        view = self.core.cluster.view
+        cluster = self.core.cluster
+        for name in frame.streams:  # one this node does not know yet: asked of ZooKeeper
+            if cluster.layout(name) is None:
+                cluster.look_up(name)
+        view = cluster.view
         brokers: dict[str, f.Broker] = {}
 
         def ref(node: str) -> int:

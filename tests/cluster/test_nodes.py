@@ -11,7 +11,7 @@ import sys
 import pytest
 from rstream import AMQPMessage, schema
 from rstream.client import Client
-from rstream.exceptions import LeaderNotAvailable, ServerError
+from rstream.exceptions import LeaderNotAvailable, ServerError, StreamDoesNotExist
 
 from amqp_stream.testing import BrokerProcess, free_port
 from tests.cluster.checker import local_end
@@ -193,6 +193,15 @@ def test_zookeeper_lost_leaders_serve_declares_fail(tmp_path, stream_name):
                 await publish_confirmed(c, stream_name, 10)  # the leader serves
                 with pytest.raises(ServerError):
                     await c.create_stream(stream_name + "-new")
+            # a name the view lacks is not found in ZooKeeper either: answered as before, at
+            # once (the lookup on a miss gives up while the session is disconnected); a
+            # member still serves its log
+            async with admin(brokers[1]) as c:
+                began = asyncio.get_running_loop().time()
+                with pytest.raises(StreamDoesNotExist):
+                    await c.subscribe(stream_name + "-none", 1)
+                assert asyncio.get_running_loop().time() - began < 5
+                await c.subscribe(stream_name, 2)
 
         run(publish_while_lost(), 60)
         out = subprocess.run([sys.executable, "-m", "amqp_stream", "declare", stream_name + "-b",
