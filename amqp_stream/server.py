@@ -209,8 +209,12 @@ class Broker:
                       "port": p} for protocol, p in (
             ("amqp", self.config.port), ("stream", self.config.stream_port),
             ("http", port), ("http/prometheus", self.config.metrics_port)) if p]
+        # in a cluster the node's name there (``--node-name``): the name other nodes' API
+        # lists this node's connections under
+        node = (self.config.node_name if self.core.cluster is not None else None) \
+            or self.core.registry.node
         state = BrokerState(self.config, self.core, self.adapter, self.stream_adapter,
-                            self.core.registry.node, listeners, self.security.store)
+                            node, listeners, self.security.store)
         self.management = ManagementServer(state, host, port)
         try:
             self.management.start(self.eloop.loop)

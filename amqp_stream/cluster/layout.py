@@ -21,15 +21,20 @@ class Node:
     amqp_port: int
     stream_port: int
     replication_port: int
+    # the management HTTP API's port (0: off, or a node that did not advertise it): the
+    # other nodes' API asks it for this node's connections
+    management_port: int = 0
 
     def to_json(self) -> dict:
         return {"name": self.name, "host": self.host, "amqp_port": self.amqp_port,
-                "stream_port": self.stream_port, "replication_port": self.replication_port}
+                "stream_port": self.stream_port, "replication_port": self.replication_port,
+                "management_port": self.management_port}
 
     @classmethod
     def from_json(cls, doc: dict) -> Node:
         return cls(str(doc["name"]), str(doc["host"]), int(doc["amqp_port"]),
-                   int(doc["stream_port"]), int(doc["replication_port"]))
+                   int(doc["stream_port"]), int(doc["replication_port"]),
+                   int(doc.get("management_port", 0)))
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ class ClusterNode:
         self.config = config
         self.name = config.node_name
         self.node = Node(self.name, advertised_host, config.port, advertised_stream_port,
-                         config.replication_port)
+                         config.replication_port, config.management_port)
         # this node's log tail of a stream, (epoch, next offset) or None, asked on the
         # coordinator's thread when the stream's leader is gone; replication may replace it
         # with one that knows the epoch of the last chunk it holds

@@ -1,6 +1,8 @@
 """``/api/connections`` (AMQP 1.0 and stream connections side by side, as RabbitMQ lists them;
 DELETE closes one) and ``/api/consumers`` (AMQP 1.0 consumer links and stream subscriptions).
-A user without the monitoring or administrator tag sees only their own (``users.Users.own``)."""
+A user without the monitoring or administrator tag sees only their own (``users.Users.own``).
+In a cluster the connections are the whole cluster's, as RabbitMQ's: the other nodes are
+asked for theirs (``peers``), and a connection held by another node is shown or closed there."""
 
 from __future__ import annotations
 
@@ -8,11 +10,11 @@ from typing import Any
 
 from aiohttp import web
 
-from amqp_stream.http import filtering
+from amqp_stream.http import filtering, peers
 from amqp_stream.http.errors import not_found, reply
 from amqp_stream.http.state import VHOST, BrokerState, Conn
 
-__all__ = ["connection_json", "consumer_json", "channel_details", "routes"]
+__all__ = ["connection_json", "consumer_json", "channel_details", "elsewhere", "routes"]
 
 CTAG_PREFIX = "stream.subid-"  # rabbit_stream_metrics' consumer tag of a subscription
 
@@ -85,6 +87,16 @@ def all_consumers(state: BrokerState) -> list[dict[str, Any]]:
     return out
 
 
+async def elsewhere(state: BrokerState, request: web.Request) -> web.Response:
+    """A connection this node does not hold: the answer of the peer that holds it (its JSON,
+    its 204, or its refusal); 404 when no peer that answers holds it."""
+    answer = await peers.first(state, request)
+    if answer is None:
+        raise not_found()
+    status, body = answer
+    return web.Response(status=status) if body is None else reply(body, status=status)
+
+
 def routes(state: BrokerState, add: Any) -> None:
     users = state.users
 
@@ -100,13 +112,18 @@ def routes(state: BrokerState, add: Any) -> None:
             state.check_vhost(request.match_info["vhost"])
         mine = users.own(request["user"], state.connections(), lambda c: c.user)
         octets = state.octet_stats()
-        return reply([connection_json(c, state.node, octets.get(c.name)) for c in mine])
+        local = [connection_json(c, state.node, octets.get(c.name)) for c in mine]
+        return reply(local + await peers.gather(state, request))
 
     async def get_connection(request: web.Request) -> web.Response:
+        if state.connection(request.match_info["name"]) is None:
+            return await elsewhere(state, request)
         conn = conn_of(request)
         return reply(connection_json(conn, state.node, state.octet_stats().get(conn.name)))
 
     async def delete_connection(request: web.Request) -> web.Response:
+        if state.connection(request.match_info["name"]) is None:
+            return await elsewhere(state, request)
         state.close(conn_of(request))
         return web.Response(status=204)
 

@@ -1,6 +1,7 @@
 """``/api/stream/...``: the stream plugin's management extension (``rabbitmq_stream_management``):
 stream connections, their publishers and consumers (subscriptions); a user without the
-monitoring or administrator tag sees only their own (``users.Users.own``)."""
+monitoring or administrator tag sees only their own (``users.Users.own``). In a cluster the
+stream connections are the whole cluster's (``peers``), as in ``connections``."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Any
 
 from aiohttp import web
 
-from amqp_stream.http import filtering
-from amqp_stream.http.connections import activity_status, connection_json
+from amqp_stream.http import filtering, peers
+from amqp_stream.http.connections import activity_status, connection_json, elsewhere
 from amqp_stream.http.errors import not_found, reply
 from amqp_stream.http.state import VHOST, BrokerState, Conn
 
@@ -90,13 +91,24 @@ def routes(state: BrokerState, add: Any) -> None:
         vhost(request)
         mine = users.own(request["user"], state.stream_connections(), lambda c: c.user)
         octets = state.octet_stats()
-        return reply([stream_connection_json(c, node, octets.get(c.name)) for c in mine])
+        local = [stream_connection_json(c, node, octets.get(c.name)) for c in mine]
+        return reply(local + await peers.gather(state, request))
+
+    def held(request: web.Request) -> bool:
+        name = request.match_info["name"]
+        return any(c.name == name for c in state.stream_connections())
 
     async def connection(request: web.Request) -> web.Response:
+        if not held(request):
+            vhost(request)
+            return await elsewhere(state, request)
         conn = conn_of(request)
         return reply(stream_connection_json(conn, node, state.octet_stats().get(conn.name)))
 
     async def delete_connection(request: web.Request) -> web.Response:
+        if not held(request):
+            vhost(request)
+            return await elsewhere(state, request)
         state.close(conn_of(request))
         return web.Response(status=204)
 
