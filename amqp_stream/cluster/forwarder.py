@@ -38,13 +38,12 @@ from __future__ import annotations
 
 import collections
 import logging
-import select
-import socket
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from amqp_stream.client.errors import ClientError
+from amqp_stream.cluster.wakeup import Wakeup
 from amqp_stream.client.stream import StreamClient, publish_frame
 from amqp_stream.errors import BrokerError, NotFound, Released, ResourceDeleted
 from amqp_stream.streamproto import ResponseCode
@@ -120,9 +119,7 @@ class StreamForwarder:
         self.stuck_since: float | None = None  # since when work waits for a leader
         self.again = False  # the leader refused as a non-leader: reconnect
         self.forwarded = self.resent = 0
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
+        self.wakeup = Wakeup()
         self.thread = threading.Thread(target=self._run, name=f"forward-{stream}", daemon=True)
 
     # -- the loop's side -------------------------------------------------------------------
@@ -140,7 +137,7 @@ class StreamForwarder:
                                               f"has stopped")
             self.queue.append((reference, list(bodies), list(ids), list(values), on_durable))
             self.outstanding += 1
-        self._wake()
+        self.wakeup.wake()
 
     def close(self, ending: BrokerError) -> None:
         """Stop; every batch not confirmed is answered with ``ending``."""
@@ -148,13 +145,7 @@ class StreamForwarder:
             if self.closed:
                 return
             self.closed, self.ending = True, ending
-        self._wake()
-
-    def _wake(self) -> None:
-        try:
-            self._wake_w.send(b"\0")
-        except (BlockingIOError, OSError):  # a wake-up is pending already (or it closed)
-            pass
+        self.wakeup.wake()
 
     # -- the thread ------------------------------------------------------------------------
     def _run(self) -> None:
@@ -164,7 +155,7 @@ class StreamForwarder:
                     self._turn()
                 except (ClientError, OSError, _Moved) as exc:
                     self._drop(exc)
-                    self._wait(None, _RETRY_S)  # not a tight loop against a refusing node
+                    self.wakeup.wait(None, _RETRY_S)  # not a tight loop against a refusing node
                 self._expire()
         except Exception:  # a bug: say it, and answer what waits rather than hold it
             log.exception("forwarding to the leader of %r failed", self.stream)
@@ -173,8 +164,7 @@ class StreamForwarder:
         finally:
             self._drop(None)
             self._fail_all(self.ending or Released("forwarding stopped"))
-            self._wake_r.close()
-            self._wake_w.close()
+            self.wakeup.close()
 
     def _has_work(self) -> bool:
         return bool(self.queue) or any(p.inflight for p in self.producers.values())
@@ -182,12 +172,12 @@ class StreamForwarder:
     def _turn(self) -> None:
         if self.client is None:
             if not self._has_work():
-                self._wait(None, 1.0)
+                self.wakeup.wait(None, 1.0)
                 return
             if self.stuck_since is None:
                 self.stuck_since = time.monotonic()
             if not self._connect():
-                self._wait(None, _RETRY_S)
+                self.wakeup.wait(None, _RETRY_S)
                 return
         client = self.client
         assert client is not None
@@ -195,23 +185,11 @@ class StreamForwarder:
         if leader is None or leader.name != self.connected_to:
             raise _Moved(f"the view names {leader.name if leader else 'no live leader'}")
         self._send_queued()
-        self._wait(client, 0.5)
+        self.wakeup.wait(client, 0.5)
         if self.stream in client.gone:
             raise _Moved("MetadataUpdate")
         if self.again:
             raise _Moved("a PublishError from a node that no longer leads")
-
-    def _wait(self, client: StreamClient | None, timeout: float) -> None:
-        """Until a wake-up, traffic from the leader, or ``timeout``."""
-        socks: list[Any] = [self._wake_r] if client is None else [self._wake_r, client.sock]
-        ready, _, _ = select.select(socks, [], [], timeout)
-        if self._wake_r in ready:
-            try:
-                self._wake_r.recv(4096)
-            except BlockingIOError:
-                pass
-        if client is not None and client.sock in ready:
-            client.pump(0)
 
     def _connect(self) -> bool:
         leader = self.leader()

@@ -29,13 +29,12 @@ from __future__ import annotations
 
 import collections
 import logging
-import select
-import socket
 import threading
 import zlib
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from amqp_stream.client.errors import ClientError
+from amqp_stream.cluster.wakeup import Wakeup
 from amqp_stream.client.stream import StreamClient
 from amqp_stream.errors import NotFound, NotImplementedByBroker, ResourceDeleted
 from amqp_stream.streamproto import OffsetSpec as WireSpec
@@ -90,9 +89,7 @@ class RemoteReader:
         self.closed = False
         self.client: StreamClient | None = None
         self.source: str | None = None
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
+        self.wakeup = Wakeup()
         self.thread = threading.Thread(target=self._run, name=f"remote-read-{stream}",
                                        daemon=True)
         self.thread.start()
@@ -103,18 +100,12 @@ class RemoteReader:
             chunk = self.chunks.popleft() if self.chunks else None
         if chunk is not None:
             self.position = chunk.next_offset
-            self._wake()  # room for more credit
+            self.wakeup.wake()  # room for more credit
         return chunk
 
     def close(self) -> None:
         self.closed = True
-        self._wake()
-
-    def _wake(self) -> None:
-        try:
-            self._wake_w.send(b"\0")
-        except OSError:  # a wake-up is pending already (or the thread ended)
-            pass
+        self.wakeup.wake()
 
     # -- the thread ------------------------------------------------------------------------
     def _run(self) -> None:
@@ -122,29 +113,17 @@ class RemoteReader:
             while not self.closed:
                 try:
                     if self.client is None and not self._connect():
-                        self._wait(None, _RETRY_S)
+                        self.wakeup.wait(None, _RETRY_S)
                         continue
                     self._credit()
-                    self._wait(self.client, 0.5)
+                    self.wakeup.wait(self.client, 0.5)
                 except (ClientError, OSError, CorruptionError) as exc:
                     self._drop(exc)
         except Exception:
             log.exception("reading %r from a member failed", self.stream)
         finally:
             self._drop(None)
-            self._wake_r.close()
-            self._wake_w.close()
-
-    def _wait(self, client: StreamClient | None, timeout: float) -> None:
-        socks: list[Any] = [self._wake_r] if client is None else [self._wake_r, client.sock]
-        ready, _, _ = select.select(socks, [], [], timeout)
-        if self._wake_r in ready:
-            try:
-                self._wake_r.recv(4096)
-            except BlockingIOError:
-                pass
-        if client is not None and client.sock in ready:
-            client.pump(0)
+            self.wakeup.close()
 
     def _connect(self) -> bool:
         for member in self.members():
