@@ -519,13 +519,9 @@ class LayoutRefused(ValueError):
     """An operator's layout change that the cluster's rules refuse (the message says why)."""
 
 
-def change_layout(url: str, timeout: float, stream: str,
-                  change: Callable[[StreamLayout, ClusterView], StreamLayout]
-                  ) -> tuple[StreamLayout, StreamLayout]:
-    """The CLI's ``add-replica`` / ``delete-replica``: read ``stream``'s layout and the live
-    nodes, write ``change(layout, view)`` by a versioned set (read again and retried when
-    another node wrote meanwhile); returns (old, new). ``change`` raises ``LayoutRefused``;
-    a stream that does not exist is refused too."""
+def _observer(url: str, timeout: float) -> tuple[KazooClient, str]:
+    """A started client for the CLI's one-off reads and writes (it joins no membership), and
+    the cluster's root path; the caller stops and closes it."""
     hosts, root = parse_url(url)
     client = KazooClient(hosts=hosts, timeout=max(timeout, 1.0))
     try:
@@ -533,6 +529,17 @@ def change_layout(url: str, timeout: float, stream: str,
     except KazooTimeoutError:
         client.close()
         raise CoordinationError(f"cannot reach ZooKeeper at {hosts} within {timeout:g} s") from None
+    return client, root
+
+
+def change_layout(url: str, timeout: float, stream: str,
+                  change: Callable[[StreamLayout, ClusterView], StreamLayout]
+                  ) -> tuple[StreamLayout, StreamLayout]:
+    """The CLI's ``add-replica`` / ``delete-replica``: read ``stream``'s layout and the live
+    nodes, write ``change(layout, view)`` by a versioned set (read again and retried when
+    another node wrote meanwhile); returns (old, new). ``change`` raises ``LayoutRefused``;
+    a stream that does not exist is refused too."""
+    client, root = _observer(url, timeout)
     path = f"{root}/streams/{stream}"
     try:
         for _ in range(10):
@@ -584,13 +591,7 @@ def _read(client: KazooClient, root: str) -> ClusterView:
 def read_view(url: str, timeout: float) -> ClusterView:
     """The cluster as ZooKeeper holds it now, read by an observer that does not join it (the
     CLI's ``cluster status``)."""
-    hosts, root = parse_url(url)
-    client = KazooClient(hosts=hosts, timeout=max(timeout, 1.0))
-    try:
-        client.start(timeout=timeout)
-    except KazooTimeoutError:
-        client.close()
-        raise CoordinationError(f"cannot reach ZooKeeper at {hosts} within {timeout:g} s") from None
+    client, root = _observer(url, timeout)
     try:
         return _read(client, root)
     except KazooException as exc:
