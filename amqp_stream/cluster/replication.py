@@ -96,6 +96,10 @@ class Replication:
         for name, layout in current.items():
             if self.node not in layout.members or len(layout.members) < 2:
                 continue
+            if self.core.get(name) is None and self.core.exists(name):
+                # a cluster node opens member logs one by one and reconciles after each: a
+                # stream of the same view whose log is not open yet waits for its turn
+                continue
             applied = self.applied.get(name)
             if applied == layout:
                 continue
