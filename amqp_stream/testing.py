@@ -9,6 +9,7 @@ the broker's internals.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -24,17 +25,39 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct such ports: each stays bound until all are picked (one at a time, the
-    kernel may hand out a port it just gave back, and a broker given one port twice for two
-    listeners exits while the first one already accepts)."""
-    socks: list[socket.socket] = []
+def _ephemeral_low() -> int:
     try:
-        for _ in range(n):
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports on 127.0.0.1 that nothing is bound to right now, chosen below the
+    kernel's ephemeral range: a port from ``bind(0)`` lies in that range, where any client
+    socket on the machine may take it as its local port between the pick and the broker's
+    bind (or between a broker's kill and its restart on the same ports): seen as "Address
+    already in use" in a fresh-clone run. Each stays bound until all are picked (a broker
+    given one port twice for two listeners exits while the first one already accepts)."""
+    high = _ephemeral_low()
+    low = max(1024, high - 16384)
+    socks: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < n:
+            port = random.randrange(low, high)
+            if port in ports:
+                continue
             s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
             socks.append(s)
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
+            ports.append(port)
+        return ports
     finally:
         for s in socks:
             s.close()
