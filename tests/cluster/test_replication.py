@@ -169,7 +169,7 @@ def test_a_deposed_leader_gets_nothing_confirmed_and_its_chunks_are_cut(cluster)
     epoch2 = StreamLayout(STREAM, 2, "n2", MEMBERS)
     cluster.set_layouts([(epoch2, {})], only=["n2", "n3"])
     wait_for(lambda: "leading 'replicated' (epoch 2" in cluster.log("n2")
-             and "following n2 (epoch 2)" in cluster.log("n3"), 20, "epoch 2 taken up")
+             and "following n2 (epoch 2)" in cluster.log("n3"), 60, "epoch 2 taken up")
     lost: list[bytes] = []
 
     async def deposed():
@@ -354,7 +354,7 @@ def test_the_leader_killed_mid_publish_a_new_leader_takes_over_and_it_converges(
     epoch2 = StreamLayout(STREAM, 2, "n2", MEMBERS)
     cluster.set_layouts([(epoch2, {})])
     wait_for(lambda: "leading 'replicated' (epoch 2" in cluster.log("n2")
-             and "following n2 (epoch 2)" in cluster.log("n3"), 20, "epoch 2 taken up")
+             and "following n2 (epoch 2)" in cluster.log("n3"), 60, "epoch 2 taken up")
     async def after():
         async with producer(cluster, "n2") as p:
             for k in range(5):
