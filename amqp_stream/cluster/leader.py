@@ -395,32 +395,30 @@ def admin_request(host: str, port: int, request: dict, timeout: float) -> dict:
     with socket.create_connection((host, port), timeout=timeout) as sock:
         sock.settimeout(timeout)
         sock.sendall(wire.encode_admin(request))
-        buf = bytearray()
-        while True:
-            data = sock.recv(65536)
-            if not data:
-                raise wire.WireError("closed before the answer")
-            buf += data
-            got, _ = wire.frames(buf)
-            if got:
-                kind, payload = got[0]
-                if kind != wire.ADMIN:
-                    raise wire.WireError(f"frame type {kind} in answer to a request")
-                return wire.decode_admin(payload)
+        kind, payload = _first_frame(sock, "the answer")
+        if kind != wire.ADMIN:
+            raise wire.WireError(f"frame type {kind} in answer to a request")
+        return wire.decode_admin(payload)
 
 
-def _read_hello(sock: socket.socket) -> wire.Hello:
+def _first_frame(sock: socket.socket, what: str) -> tuple[int, bytes]:
+    """The first whole frame ``sock`` brings (``what`` names it in the error when the peer
+    closes first)."""
     buf = bytearray()
     while True:
         data = sock.recv(65536)
         if not data:
-            raise wire.WireError("closed before HELLO")
+            raise wire.WireError(f"closed before {what}")
         buf += data
         got, _ = wire.frames(buf)
         if got:
-            kind, payload = got[0]
-            if kind == wire.ADMIN:
-                raise _Admin(wire.decode_admin(payload))
-            if kind != wire.HELLO:
-                raise wire.WireError(f"frame type {kind} before HELLO")
-            return wire.decode_hello(payload)
+            return got[0]
+
+
+def _read_hello(sock: socket.socket) -> wire.Hello:
+    kind, payload = _first_frame(sock, "HELLO")
+    if kind == wire.ADMIN:
+        raise _Admin(wire.decode_admin(payload))
+    if kind != wire.HELLO:
+        raise wire.WireError(f"frame type {kind} before HELLO")
+    return wire.decode_hello(payload)
