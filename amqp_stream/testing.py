@@ -33,34 +33,36 @@ def _ephemeral_low() -> int:
         return 32768  # Linux's default
 
 
+_cursor: int | None = None  # the next port this process offers (see free_ports)
+
+
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct ports on 127.0.0.1 that nothing is bound to right now, chosen below the
-    kernel's ephemeral range: a port from ``bind(0)`` lies in that range, where any client
-    socket on the machine may take it as its local port between the pick and the broker's
-    bind (or between a broker's kill and its restart on the same ports): seen as "Address
-    already in use" in a fresh-clone run. Each stays bound until all are picked (a broker
-    given one port twice for two listeners exits while the first one already accepts)."""
+    """``n`` distinct ports on 127.0.0.1 that nothing is bound to right now.
+
+    They lie below the kernel's ephemeral range: a port from ``bind(0)`` lies in that range,
+    where any client socket on the machine may take it as its local port between the pick and
+    the broker's bind (or between a broker's kill and its restart on the same ports). And the
+    picks walk the range from a random start, so this process never offers a port twice until
+    it has offered all 16k: a test that picks ports for three nodes before starting any of
+    them would otherwise be offered the first node's ports again for the second (both seen as
+    "Address already in use" in fresh-clone runs)."""
+    global _cursor
     high = _ephemeral_low()
     low = max(1024, high - 16384)
-    socks: list[socket.socket] = []
+    if _cursor is None or not low <= _cursor < high:
+        _cursor = random.randrange(low, high)
     ports: list[int] = []
-    try:
-        while len(ports) < n:
-            port = random.randrange(low, high)
-            if port in ports:
-                continue
-            s = socket.socket()
+    for _ in range(high - low):
+        port, _cursor = _cursor, low + (_cursor + 1 - low) % (high - low)
+        with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
-                s.close()
                 continue
-            socks.append(s)
-            ports.append(port)
-        return ports
-    finally:
-        for s in socks:
-            s.close()
+        ports.append(port)
+        if len(ports) == n:
+            return ports
+    raise OSError(f"fewer than {n} free ports in {low}..{high - 1}")
 
 
 def wait_for_port(host: str, port: int, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
