@@ -1,4 +1,4 @@
-"""Repeated faults, Jepsen-style: for ``CLUSTER_FAULTS_SECONDS`` (default 30) a seeded nemesis
+"""Repeated faults, Jepsen-style: for ``CLUSTER_FAULTS_SECONDS`` (default 20) a seeded nemesis
 kills and restarts the leader (and replicas) and pauses nodes at random moments while a named
 stream-protocol producer and a named AMQP 1.0 publisher publish with confirms and a consumer
 reads; then the checker (``tests/cluster/faults.py``). Once per fsync policy: ``always`` (an
@@ -16,7 +16,7 @@ from tests.cluster.nodes import SESSION_TIMEOUT, node
 
 pytestmark = pytest.mark.timeout(900)
 
-DURATION = float(os.environ.get("CLUSTER_FAULTS_SECONDS", "30"))
+DURATION = float(os.environ.get("CLUSTER_FAULTS_SECONDS", "20"))
 
 
 @pytest.mark.parametrize("fsync", ["always", "never"])
