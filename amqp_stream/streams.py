@@ -108,16 +108,19 @@ class StreamEntry:
 
     def append(self, reference: str | None, bodies: list, ids: list[int], values: list,
                on_durable: Callable[[int, Exception | None], None], records: int | None = None,
-               nbytes: int | None = None, frames: list[int] | None = None) -> None:
+               nbytes: int | None = None, frames: list[int] | None = None,
+               entries: int | None = None) -> None:
         """Queue one publisher's messages of a loop turn, for both protocols' publishers: a
         named publisher's (``reference``) go through deduplication (``ids``, its publishing
         ids); the stream's metrics count what is stored (``records``: when a sub-entry batch
         holds several; ``nbytes``: the bytes to count, default the bodies' lengths) and what
         deduplication dropped; ``frames``: where each client frame starts in ``bodies``
-        (``storage.Stream.append_batch``). Raises ``ResourceDeleted`` or what storage raises."""
+        (``storage.Stream.append_batch``); ``entries``: some bodies are ``EntryRun``s (an
+        unnamed publisher's), and the entries all take. Raises ``ResourceDeleted`` or what
+        storage raises."""
         if self.deleted:
             raise ResourceDeleted(f"stream '{self.name}' was deleted")
-        given = records or len(bodies)
+        given = records or entries or len(bodies)
         if reference:
             kept = self.stream.append_deduplicated(reference, bodies, ids, values, on_durable,
                                                    frames)
@@ -129,10 +132,10 @@ class StreamEntry:
                 nbytes = None
         else:
             self.stream.append_batch(bodies, values, on_durable=on_durable, records=records,
-                                     frames=frames)
+                                     frames=frames, entries=entries)
         m = self.metrics
         if m is not None:
-            stored = records or len(bodies)
+            stored = records or entries or len(bodies)
             if stored < given:
                 m.deduplicated_messages.inc(given - stored)
             m.published_messages.inc(stored)

@@ -5,7 +5,10 @@ Why: the machine is shared and noisy, so a change to the publish path is judged 
 old and the new broker in turns (A B A B ...) in the same minutes and comparing medians. Each
 round publishes ``--messages`` on a fresh stream of each broker with ``bench.stream_protocol``'s
 load generator (frames pre-encoded before the clock starts, ``--frame`` messages each, at most
-200,000 unconfirmed): throughput and broker CPU per message (``/proc``).
+200,000 unconfirmed): throughput and broker CPU per message (``/proc``), and the load
+generator's own CPU per message (this process: it must not be the limit). RabbitMQ (Debian's,
+``bench.peer.RabbitMQNode``, a throw-away node) takes its turn in the same rounds when it is
+installed (``--no-rabbitmq``: not): its streams never fsync, whatever ``--fsync`` says here.
 
     mkdir /tmp/publish-base && git archive <baseline> | tar -x -C /tmp/publish-base
     .venv/bin/python -m bench.publish_ab --baseline /tmp/publish-base [--fsync never] [--rounds 5]
@@ -17,22 +20,35 @@ import argparse
 import os
 import statistics
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from amqp_stream.client.stream import StreamClient
 from amqp_stream.testing import BrokerProcess
+from bench.peer import RabbitMQNode
 from bench.stream_protocol import Result, publish, publish_frames
 
 HERE = Path(__file__).resolve().parent.parent
 
 
-def _round(broker: BrokerProcess, stream: str, frames: list[tuple[bytes, int]]) -> Result:
-    with StreamClient(f"rabbitmq-stream://{broker.host}:{broker.stream_port}", timeout=60) as c:
+@dataclass
+class Target:
+    host: str
+    port: int
+    pid: int
+
+
+def _round(target: Target, stream: str, frames: list[tuple[bytes, int]]) -> tuple[Result, float]:
+    """One publish; its result and the load generator's CPU µs per message."""
+    with StreamClient(f"rabbitmq-stream://{target.host}:{target.port}", timeout=60) as c:
         c.create(stream)
         c.declare_publisher(1, stream)
-        result = publish(c, frames, broker.proc.pid)
+        c0 = time.process_time()
+        result = publish(c, frames, target.pid)
+        client = (time.process_time() - c0) / result.messages * 1e6
         c.delete(stream)
-    return result
+    return result, client
 
 
 def main() -> int:
@@ -42,36 +58,53 @@ def main() -> int:
     parser.add_argument("--frame", type=int, default=1000, help="messages per Publish frame")
     parser.add_argument("--fsync", default="never", choices=("never", "always"))
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--no-rabbitmq", action="store_true", help="leave RabbitMQ out")
     args = parser.parse_args()
     frames = publish_frames(1, 0, args.messages, args.frame)
-    results: dict[str, list[Result]] = {"baseline": [], "this checkout": []}
+    results: dict[str, list[tuple[Result, float]]] = {}
+    loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="bench-publish-") as tmp:
         cwd = os.getcwd()
         os.chdir(tmp)  # ``-m amqp_stream`` then imports from PYTHONPATH, not from here
-        brokers = {}
+        brokers: list[BrokerProcess] = []
+        node = None
+        targets: dict[str, Target] = {}
         try:
             for name, code in (("baseline", args.baseline.resolve()), ("this checkout", HERE)):
-                brokers[name] = BrokerProcess(Path(tmp, name.split()[0]),
-                                              extra_args=["--fsync", args.fsync],
-                                              env={"PYTHONPATH": str(code)})
-                brokers[name].start()
+                b = BrokerProcess(Path(tmp, name.split()[0]), extra_args=["--fsync", args.fsync],
+                                  env={"PYTHONPATH": str(code)})
+                brokers.append(b)
+                b.start()
+                targets[name] = Target(b.host, b.stream_port, b.proc.pid)
+            if not args.no_rabbitmq and RabbitMQNode.available():
+                node = RabbitMQNode().start()
+                targets[f"RabbitMQ {node.version().split('-')[0]}"] = Target(
+                    node.host, node.stream_port, node.pid())
             for k in range(args.rounds):
-                for name, broker in brokers.items():
-                    results[name].append(_round(broker, f"ab-{k}", frames))
+                for name, target in targets.items():
+                    results.setdefault(name, []).append(_round(target, f"ab-{k}", frames))
+                loads.append(os.getloadavg()[0])
         finally:
-            for broker in brokers.values():
-                broker.stop()
+            for b in brokers:
+                b.stop()
+            if node is not None:
+                node.stop()
             os.chdir(cwd)
-    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {args.messages} "
-          f"messages a round, {args.frame} per frame, fsync {args.fsync}, {args.rounds} rounds "
-          f"alternating (2 shared cores)")
+    print(f"load average (1 min) {min(loads):.1f}-{max(loads):.1f} over the rounds; "
+          f"{args.messages} messages a round, {args.frame} per frame, fsync {args.fsync}, "
+          f"{args.rounds} rounds alternating (2 shared cores)")
+    rates = {}
     for name, rs in results.items():
-        print(f"  {name:14s} median {statistics.median(r.rate for r in rs):>11,.0f} msg/s "
-              f"{statistics.median(r.cpu_us for r in rs):6.3f} CPU µs/msg  (rounds: "
-              f"{', '.join(f'{r.rate / 1e6:.2f}M' for r in rs)})")
-    ratio = (statistics.median(r.rate for r in results["this checkout"])
-             / statistics.median(r.rate for r in results["baseline"]))
-    print(f"  ratio (this checkout / baseline, median throughput): {ratio:.2f}x")
+        rates[name] = statistics.median(r.rate for r, _ in rs)
+        print(f"  {name:16s} median {rates[name]:>11,.0f} msg/s "
+              f"{statistics.median(r.cpu_us for r, _ in rs):6.3f} broker CPU µs/msg "
+              f"{statistics.median(c for _, c in rs):6.3f} load generator CPU µs/msg  (rounds: "
+              f"{', '.join(f'{r.rate / 1e6:.2f}M' for r, _ in rs)})")
+    print(f"  ratio (this checkout / baseline, median throughput): "
+          f"{rates['this checkout'] / rates['baseline']:.2f}x")
+    for name in rates.keys() - {"this checkout", "baseline"}:
+        print(f"  ratio to {name}: this checkout {rates['this checkout'] / rates[name]:.2f}x, "
+              f"baseline {rates['baseline'] / rates[name]:.2f}x")
     return 0
 
 

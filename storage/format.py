@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import operator
 import re
 import struct
 import zlib
@@ -91,7 +92,7 @@ __all__ = [
     "segment_name", "index_name", "parse_file_name",
     "segment_header", "index_header", "encode_entries", "encode_chunk", "encode_index_record",
     "decode_header", "chunk_size", "decode_records", "decode_tracking", "encode_subbatch",
-    "encode_tracking", "SubBatchEntry", "encode_mixed_entries", "records_holding",
+    "encode_tracking", "SubBatchEntry", "EntryRun", "encode_mixed_entries", "records_holding",
 ]
 
 # -- layouts -----------------------------------------------------------------------------------
@@ -255,6 +256,50 @@ class SubBatchEntry(bytes):
         entry = super().__new__(cls, head + bytes(body))
         entry.records = records
         return entry
+
+
+class EntryRun:
+    """``count`` simple entries of ``size``-byte records as a client's frame holds them, each
+    after ``skip`` bytes that are not stored (a Publish v1 frame's publishing id): ``raw`` is
+    exactly ``count * (skip + 4 + size)`` bytes. ``Stream.append_batch`` takes it as one item
+    for ``count`` records (``entries=``), and the writer cuts it into chunks as it cuts bodies.
+
+    Why: a frame of messages of one size already lies as a data section's simple entries bar
+    the ids; copying a chunk's part of it once and dropping the ids with ``skip`` strided
+    ``del``s (C loops over the buffer) stores it with no Python object per record, where a
+    body per record costs an object, a list slot and a join. Every entry's size field must be
+    ``size``: the caller checks it (``streamproto``'s decoder does, with strided slices)."""
+
+    __slots__ = ("raw", "count", "size", "skip")
+
+    def __init__(self, raw: bytes | memoryview, count: int, size: int, skip: int = 0) -> None:
+        if not 0 <= size <= 0x7FFF_FFFF or count < 1 or skip < 0 or \
+                len(raw) != count * (skip + 4 + size):
+            raise StorageError(f"an entry run of {count} records of {size} bytes after {skip} "
+                               f"bytes each is not {len(raw)} bytes")
+        self.raw, self.count, self.size, self.skip = raw, count, size, skip
+
+    def entries(self, first: int, n: int) -> bytes | bytearray:
+        """The data section bytes of entries ``first .. first + n`` (one copy)."""
+        stride = self.skip + 4 + self.size
+        part = self.raw[first * stride:(first + n) * stride]
+        if not self.skip:
+            return bytes(part)
+        out = bytearray(part)
+        for k in range(self.skip):  # byte k of every entry is at each (stride - k)th now
+            del out[::stride - k]
+        return out
+
+    def bodies(self, first: int, n: int) -> list[bytes]:
+        """The records of entries ``first .. first + n``, one bytes each (for the paths that
+        need them one by one: a stream's derived keys, a chunk with sub-batch entries)."""
+        stride = self.skip + 4 + self.size
+        one = struct.Struct(f"{self.skip + 4}x{self.size}s")
+        view = memoryview(self.raw)[first * stride:(first + n) * stride]
+        return list(map(operator.itemgetter(0), one.iter_unpack(view)))
+
+    def __repr__(self) -> str:
+        return f"EntryRun({self.count} records of {self.size} bytes, skip {self.skip})"
 
 
 def encode_mixed_entries(items: Sequence[bytes]) -> bytes:

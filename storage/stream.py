@@ -26,7 +26,7 @@ import bloom
 from storage.config import FsyncPolicy, StreamConfig
 from storage.derived import Bounds, Wanted
 from storage.errors import StorageError, StreamClosedError
-from storage.format import SEGMENT_HEADER_BYTES, SubBatchEntry
+from storage.format import SEGMENT_HEADER_BYTES, EntryRun, SubBatchEntry
 from storage.offsets import OffsetSpec
 from storage.reader import Reader
 from storage.recovery import SegmentInfo, recover
@@ -52,6 +52,12 @@ MAX_RECORD_BYTES = 0x7FFFFFFF - 4  # a simple entry's length is 31 bits; the dat
 def _ascending(values: Sequence[int]) -> bool:
     """Strictly ascending (in C, no Python code per value)."""
     return len(values) < 2 or all(map(operator.lt, values, itertools.islice(values, 1, None)))
+
+
+def _check_frames(frames: Sequence[int] | None, n: int) -> None:
+    if frames is not None and (not frames or frames[0] != 0 or frames[-1] >= max(n, 1)
+                               or not _ascending(frames)):
+        raise StorageError("frames: where each frame starts in bodies, ascending from 0")
 
 
 def _check_u64(value: int, what: str) -> None:
@@ -114,7 +120,7 @@ class Stream:
                      records: int | None = None, *,
                      writer: tuple[str | bytes, int] | None = None,
                      sequences: Sequence[int] | None = None,
-                     frames: Sequence[int] | None = None) -> int:
+                     frames: Sequence[int] | None = None, entries: int | None = None) -> int:
         """Queue many records at once; returns the first offset (they get consecutive offsets).
         ``on_durable(last_offset, error)`` is called once, when all of them are durable.
 
@@ -137,13 +143,20 @@ class Stream:
         as its messages reach osiris's writer together when it keeps up (cut by the chunk
         limits only), unless the writer takes more than ``storage.writer.FRAMES_APART_MAX``
         entries at once (it is behind: cut across frames); without ``frames``, chunks are cut
-        anywhere."""
+        anywhere.
+
+        ``entries``: some bodies are ``storage.format.EntryRun``s (a client frame's records of
+        one size, left in the frame's bytes: no object per record), and the number of entries
+        all of them take, a run its ``count``; ``filter_values``, ``frames`` and ``records``
+        then count entries, not items. The chunks, indexes and callbacks are those of the same
+        records given one body each."""
+        if entries is not None:
+            return self._append_runs(bodies, filter_values, on_durable, records, entries,  # type: ignore[arg-type]
+                                     writer, frames)
         n = len(bodies)
         if filter_values is not None and len(filter_values) != n:
             raise StorageError("filter_values must have one entry per body")
-        if frames is not None and (not frames or frames[0] != 0 or frames[-1] >= max(n, 1)
-                                   or not _ascending(frames)):
-            raise StorageError("frames: where each frame starts in bodies, ascending from 0")
+        _check_frames(frames, n)
         if n and max(map(len, bodies)) > MAX_RECORD_BYTES:
             raise StorageError(f"a record is at most {MAX_RECORD_BYTES} bytes")
         if filter_values is not None and not set(map(type, filter_values)) <= _VALUE_TYPES \
@@ -174,6 +187,40 @@ class Stream:
                                f"at most {cfg.max_chunk_bytes} bytes (one chunk)")
         return self._writer.append_batch(bodies, filter_values, on_durable, (ref, sequence),
                                          records=records, sequences=sequences, frames=frames)
+
+    def _append_runs(self, items: Sequence[bytes | EntryRun],
+                     filter_values: Sequence[FilterValue] | None,
+                     on_durable: DurableCallback | None, records: int | None, entries: int,
+                     writer: object, frames: Sequence[int] | None) -> int:
+        """``append_batch`` with ``EntryRun`` items: the same checks, per item, not per
+        record (a run's records are of one size)."""
+        if writer is not None:
+            raise StorageError("a named publisher's batch is given one body per record")
+        counted = largest = extra = 0
+        for x in items:
+            if isinstance(x, EntryRun):
+                counted += x.count
+                largest = max(largest, x.size)
+            else:
+                counted += 1
+                largest = max(largest, len(x))
+                if type(x) is SubBatchEntry:
+                    extra += x.records - 1
+        if counted != entries:
+            raise StorageError(f"entries = {entries}, the items hold {counted}")
+        if largest > MAX_RECORD_BYTES:
+            raise StorageError(f"a record is at most {MAX_RECORD_BYTES} bytes")
+        if records is not None and records != entries + extra:
+            raise StorageError(f"records = {records}, the bodies hold {entries + extra}")
+        if filter_values is not None:
+            if len(filter_values) != entries:
+                raise StorageError("filter_values must have one entry per record")
+            if not set(map(type, filter_values)) <= _VALUE_TYPES \
+                    and any(map(_bad_value, filter_values)):
+                raise StorageError("filter values are str, bytes, a tuple of them, or None")
+        _check_frames(frames, entries)
+        return self._writer.append_batch(items, filter_values, self._hold(on_durable),
+                                         records=records, frames=frames, entries=entries)
 
     def notify_durable(self, on_durable: DurableCallback) -> None:
         """``on_durable(last offset, error)`` once everything appended so far is durable (from

@@ -69,10 +69,12 @@ from storage.format import (
     INDEX_RECORD,
     INDEX_RECORD_BYTES,
     SEGMENT_HEADER_BYTES,
+    SIMPLE_ENTRY,
     TRACKING_OFFSET,
     TRACKING_SEQUENCE,
     TRACKING_TYPE_TIMESTAMP,
     SubBatchEntry,
+    EntryRun,
     ChunkHeader,
     IndexRecord,
     TrackingRecord,
@@ -100,6 +102,7 @@ FilterValue = Union[str, bytes, bytearray, tuple, None]
 
 LOCK_FILE = ".writer.lock"
 _IOV_MAX = 1020
+_pack_len = SIMPLE_ENTRY.pack
 _GROUP_BYTES = 4 << 20  # bytes written per writev group before committing
 # a full segment waits for its tracking snapshot's offset (see ``_write_all``) up to this size;
 # beyond it, it rolls over at once and the snapshot follows later in the new segment
@@ -140,7 +143,9 @@ class Writer:
         self._callbacks: list[tuple[int, DurableCallback]] = []
         self.next = last.end  # next offset to hand out
         self.user_next = last.end  # the offset after the last record appended (not tracking)
-        self._extra = 0  # records queued beyond one per body (sub-batch entries)
+        self._extra = 0  # records queued beyond one per entry (sub-batch entries)
+        self._spread = 0  # entries queued beyond one per item of ``_bodies`` (``EntryRun``s)
+        self._runs = False  # the queue holds ``EntryRun`` items
         self._batched = False  # the queue holds SubBatchEntry items
         self._closing = False
         self.error: Exception | None = None
@@ -218,18 +223,21 @@ class Writer:
         lock.release()
         return offset
 
-    def append_batch(self, bodies: Sequence[bytes],
+    def append_batch(self, bodies: Sequence[bytes | EntryRun],
                      filter_values: Sequence[FilterValue] | None,
                      on_durable: DurableCallback | None,
                      writer: tuple[bytes, int] | None = None, records: int | None = None,
                      sequences: Sequence[int] | None = None,
-                     frames: Sequence[int] | None = None) -> int:
+                     frames: Sequence[int] | None = None, entries: int | None = None) -> int:
         """``writer``: a named publisher's (reference, last publishing id) for the chunk's
         trailer; ``records``: the offsets ``bodies`` take when some are ``SubBatchEntry``s;
         ``sequences``: the publishing id of each body (then the batch may span chunks, each
         trailer holding the id of its last body there; without them it stays in one chunk);
-        ``frames``: where each client frame starts in ``bodies`` (ascending, 0 first)."""
-        n = len(bodies) if records is None else records
+        ``frames``: where each client frame starts in ``bodies`` (ascending, 0 first);
+        ``entries``: some bodies are ``EntryRun``s, and the entries all take (each run its
+        ``count``; places, ``sequences`` and filter values then count entries)."""
+        count = len(bodies) if entries is None else entries
+        n = count if records is None else records
         with self.lock:
             if self._refused and not self._may_retry():
                 raise self._refusal()
@@ -242,16 +250,20 @@ class Writer:
                                        f"one stored ({last})")
                 self.sequences[ref] = seq
                 self._writer_batches.append(_Batch(first, first + n - 1, ref, seq,
-                                                   len(self._bodies), len(bodies), sequences))
+                                                   len(self._bodies) + self._spread, count,
+                                                   sequences))
             self.next = self.user_next = first + n
             if records is not None:
-                self._extra += records - len(bodies)
+                self._extra += records - count
                 self._batched = True
             if frames is not None:
-                self._add_frames(frames, len(bodies))
-            self._bodies.extend(bodies)
+                self._add_frames(frames, count)
+            if entries is not None:
+                self._spread += entries - len(bodies)
+                self._runs = True
+            self._bodies.extend(bodies)  # type: ignore[arg-type]
             if filter_values is None:
-                self._values.extend(itertools.repeat(None, n))
+                self._values.extend(itertools.repeat(None, count))
             else:
                 self._values.extend(filter_values)
             if on_durable is not None and n:
@@ -265,7 +277,7 @@ class Writer:
         """Holding ``lock``, before the ``count`` bodies of ``frames`` are queued: note those
         frames that hold at least ``min_chunk_entries`` messages."""
         least = self.config.min_chunk_entries
-        base = len(self._bodies)
+        base = len(self._bodies) + self._spread
         ends = itertools.chain(itertools.islice(frames, 1, None), (count,))
         self._frames.extend((base + a, base + b) for a, b in zip(frames, ends, strict=True)
                             if b - a >= least)
@@ -278,7 +290,7 @@ class Writer:
         with self.lock:
             if self.next == self.end:  # nothing queued or being written
                 return None
-            n = len(self._bodies)  # (none: the writer's batch in hand ends a chunk anyway)
+            n = len(self._bodies) + self._spread  # (none: the batch in hand ends a chunk anyway)
             if n and (not self._breaks or self._breaks[-1] != n):
                 self._breaks.append(n)
             return self.next
@@ -580,9 +592,11 @@ class Writer:
                         self._idle = True
                         self._wake.wait()
                 self._idle = False
-                bodies, values, callbacks = self._bodies, self._values, self._callbacks
+                taken, values, callbacks = self._bodies, self._values, self._callbacks
                 self._bodies, self._values, self._callbacks = [], [], []
-                first = self.next - len(bodies) - self._extra
+                first = self.next - len(taken) - self._spread - self._extra
+                bodies: Sequence[bytes] | _Entries = _Entries(taken) if self._runs else taken
+                self._spread, self._runs = 0, False
                 batched, self._extra, self._batched = self._batched, 0, False
                 batch = _Tracking(self._marks, self._delta, self._writer_batches,
                                   self._delta_ts)
@@ -638,6 +652,7 @@ class Writer:
             self._retry_at = time.monotonic() + self._next_backoff()
             pending = list(self._pending_failed) + self._callbacks
             self._callbacks, self._bodies, self._values = [], [], []
+            self._spread, self._runs, self._extra, self._batched = 0, False, 0, False
             self._frames, self._breaks = [], []
             self._marks, self._delta, self._writer_batches = {}, {}, []
             self._delta_ts = {}
@@ -713,7 +728,7 @@ class Writer:
         log.info("stream %s: files reopened after a write error (end %d)", self.directory,
                  last.end)
 
-    def _write_all(self, first: int, bodies: list[bytes],
+    def _write_all(self, first: int, bodies: Sequence[bytes] | _Entries,
                    values: list[FilterValue],
                    callbacks: list[tuple[int, DurableCallback]],
                    batch: _Tracking, batched: bool = False,
@@ -731,7 +746,9 @@ class Writer:
         ``SubBatchEntry``s, written as they are, taking ``records`` offsets each (offsets and
         bodies then differ: ``off`` is the offset of body ``i``). ``frames``: the client
         frames that get chunks of their own, as ``(first, end)`` places in ``bodies``;
-        ``breaks``: places in ``bodies`` where a chunk ends (``break_chunk``)."""
+        ``breaks``: places in ``bodies`` where a chunk ends (``break_chunk``). ``bodies`` is
+        an ``_Entries`` when the queue held ``EntryRun``s: its data sections are cut from the
+        runs' bytes (``span``, ``fit``), the same bytes as those of a body per record."""
         cfg = self.config
         max_bytes = cfg.max_chunk_bytes
         fsize, scheme = cfg.filter_size, cfg.filter_scheme
@@ -752,6 +769,19 @@ class Writer:
         off = first  # the offset of body i
         last_id = self.committed_chunk_id
         encode = encode_mixed_entries if batched else encode_entries
+        span: Callable[[int, int], bytes]
+        fit: Callable[[int, int, int], int]
+        if isinstance(bodies, _Entries):
+            span, fit = bodies.span, bodies.fit
+        else:
+            listed = bodies
+
+            def span(i: int, n: int) -> bytes:
+                return encode(listed[i:i + n])
+
+            def fit(i: int, n: int, limit: int) -> int:
+                acc = list(itertools.accumulate(len(b) + 4 for b in listed[i:i + n]))
+                return max(1, bisect_right(acc, limit))
         cb_i = 0
         self._pending_failed = callbacks
         info = self._infos[-1]
@@ -820,24 +850,21 @@ class Writer:
                         n = max(n, fb.count)
                     if fsize and not batched and n > 1 and (fb is None or fb.first >= off + n):
                         n = _run_cut(values, i, n, self._tail)  # bursts of a value: own chunks
-                    chunk_bodies = bodies[i:i + n]
                     # the offset of each candidate entry and the one after (sub-batch entries
                     # take several); ``ends[k]``: the offset after the first k entries
                     ends: Sequence[int]
                     if batched:
                         ends = list(itertools.accumulate(
-                            (b.records if type(b) is SubBatchEntry else 1 for b in chunk_bodies),
-                            initial=off))
+                            (b.records if type(b) is SubBatchEntry else 1
+                             for b in bodies[i:i + n]), initial=off))
                     else:
                         ends = range(off, off + n + 1)
                     if mark_i < len(marks):  # a reserved tracking offset ends the chunk
                         n = bisect_right(ends, marks[mark_i]) - 1
-                        chunk_bodies = bodies[i:i + n]
-                    data = encode(chunk_bodies)
+                    data = span(i, n)
                     cut = n
                     if len(data) > max_bytes and n > 1:  # rare: fewer entries fit the byte bound
-                        acc = list(itertools.accumulate(len(b) + 4 for b in chunk_bodies))
-                        cut = max(1, bisect_right(acc, max_bytes))
+                        cut = fit(i, n, max_bytes)
                     if fb is not None:  # a batch without ids stays in one chunk
                         j = fx_i
                         while j < len(fixed) and fixed[j].last < ends[cut]:
@@ -846,7 +873,7 @@ class Writer:
                             cut = bisect_right(ends, fixed[j].first) - 1
                     if cut != n:
                         n = cut
-                        data = encode(bodies[i:i + n])
+                        data = span(i, n)
                     recs = ends[n] - off
                     if fsize:
                         chunk_values = values[i:i + n]
@@ -1091,6 +1118,81 @@ class _Tracking:
         self.delta = delta
         self.writers = writers
         self.timestamps = timestamps
+
+
+class _Entries:
+    """The queue as the writer took it when it held ``EntryRun``s: a sequence of entries (a
+    run counts as its ``count``) whose data sections are cut from the runs' bytes.
+
+    Why: the run's records never become objects on the common path (``span``: one copy per
+    chunk part, ids dropped by strided deletes; ``fit``: arithmetic per run), and the chunking
+    loop stays the one loop, counting entries as it does over a list of bodies. A slice gives
+    the records one by one (``EntryRun.bodies``), for the rarer paths that need them (derived
+    keys, sub-batch entries)."""
+
+    __slots__ = ("items", "starts")
+
+    def __init__(self, items: list) -> None:
+        self.items = items
+        self.starts = list(itertools.accumulate(
+            (x.count if type(x) is EntryRun else 1 for x in items), initial=0))
+
+    def __len__(self) -> int:
+        return self.starts[-1]
+
+    def _parts(self, i: int, n: int) -> Iterable[tuple[bytes | EntryRun, int, int]]:
+        """``(item, first, count)``: the items covering entries ``i .. i + n``, a run's part
+        from its entry ``first``."""
+        items, starts = self.items, self.starts
+        j = bisect_right(starts, i) - 1
+        end = i + n
+        while i < end:
+            item = items[j]
+            if isinstance(item, EntryRun):
+                k = min(end, starts[j + 1]) - i
+                yield item, i - starts[j], k
+                i += k
+            else:
+                yield item, 0, 1
+                i += 1
+            j += 1
+
+    def span(self, i: int, n: int) -> bytes:
+        """The data section of entries ``i .. i + n``: as ``encode_entries`` (or, with
+        sub-batch entries, ``encode_mixed_entries``) gives it for their bodies."""
+        parts: list[bytes] = []
+        for item, a, k in self._parts(i, n):
+            if isinstance(item, EntryRun):
+                parts.append(item.entries(a, k))  # type: ignore[arg-type]
+            elif type(item) is SubBatchEntry:
+                parts.append(item)
+            else:
+                parts.append(_pack_len(len(item)))
+                parts.append(item)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def fit(self, i: int, n: int, limit: int) -> int:
+        """How many of the entries from ``i`` (at most ``n``, at least 1) fit ``limit`` bytes,
+        counting 4 per entry beside its record, as a list of bodies is cut."""
+        total = taken = 0
+        for item, _, k in self._parts(i, n):
+            each = item.size + 4 if isinstance(item, EntryRun) else len(item) + 4
+            if total + each * k > limit:
+                taken += (limit - total) // each
+                break
+            total += each * k
+            taken += k
+        return max(1, taken)
+
+    def __getitem__(self, span: slice) -> list[bytes]:
+        i, end, _ = span.indices(len(self))
+        out: list[bytes] = []
+        for item, a, k in self._parts(i, max(0, end - i)):
+            if isinstance(item, EntryRun):
+                out += item.bodies(a, k)
+            else:
+                out.append(item)
+        return out
 
 
 #: client frames get chunks of their own only when the writer takes at most this many entries

@@ -126,7 +126,7 @@ class StreamConnection(SocketConnection):
 
     def received(self, buf: bytearray, n: int) -> None:
         self.last_read = self.loop.time()
-        self.proto.receive_data(bytes(buf[:n]))
+        self.proto.receive_data(memoryview(buf)[:n])  # copied there: no copy before that
         self.process()
 
     def input_closed(self) -> None:

@@ -4,8 +4,11 @@ Strategy: as ``amqp_stream.amqp.publishing`` does it. The messages of a Publish 
 encoded already, as RabbitMQ's clients send them) are stored as they come, with Publish v2's
 filter value as the record's stage-1 value, so AMQP consumers see them and filter on them like
 messages published over AMQP with ``x-stream-filter-value``. A frame of messages of one size
-(``streamproto.PackedEntries``) is taken whole: its ids and bodies in one C call each, no
-Python code per message (the bytes stored and the confirms are those of the walk). The messages of one loop turn go
+(``streamproto.PackedEntries``) is taken whole: storage gets it as one ``EntryRun`` (the
+frame's bytes; the writer drops the ids as it copies each chunk's part) and its ids go to the
+confirm as the frame's bytes, so no object is made per message (a named publisher's frame
+gives its ids and bodies in one C call each: deduplication compares the ids). The bytes
+stored and the confirms are those of the walk. The messages of one loop turn go
 to the writer in one ``append_batch`` (``flush``, called by the core once per turn: group
 commit across connections), with where each frame starts (a large frame gets chunks of its
 own, see ``docs/storage.md``, "Chunk sizes"); the writer's ``on_durable`` callback only posts to the mailbox,
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import struct
 from typing import TYPE_CHECKING, Any, Callable
 
 from amqp_stream.core import ByteBudget
@@ -50,8 +54,9 @@ __all__ = ["StreamPublisher"]
 
 log = logging.getLogger("amqp_stream.stream_listener")
 
-# batches waiting for the disk: key -> (publisher, publishing ids, bytes held); loop only
-_batches: dict[int, tuple["StreamPublisher", list[int], int]] = {}
+# batches waiting for the disk: key -> (publisher, publishing ids as a PublishConfirm holds
+# them, bytes held); loop only
+_batches: dict[int, tuple["StreamPublisher", bytes, int]] = {}
 _keys = itertools.count()
 
 
@@ -80,10 +85,14 @@ class StreamPublisher:
         self.closed = False
         self.held = 0  # bytes of messages not yet durable
         self.throttled = False
-        self.bodies: list[Any] = []
-        self.values: list[Any] = []
-        self.ids: list[int] = []
-        self.frames: list[int] = []  # where each Publish frame starts in ``bodies``
+        self.bodies: list[Any] = []  # bodies, SubBatchEntrys and EntryRuns
+        self.values: list[Any] = []  # one per entry (a run: one per message)
+        self.valued = False  # some value in ``values`` is not None
+        self.ids: list[int] = []  # a named publisher's, for deduplication
+        self.confirm = bytearray()  # every publishing id of the turn, 8 bytes each
+        self.entries = 0  # entries in ``bodies``, an EntryRun counting its messages
+        self.runs = False  # ``bodies`` holds EntryRuns
+        self.frames: list[int] = []  # where each Publish frame starts, in entries
         self.batch_bytes = 0  # bytes of the messages in ``bodies`` as they came
         self.extra = 0  # records in ``bodies`` beyond one per item (sub-entry batches)
         self.batched = False  # ``bodies`` holds SubBatchEntry items
@@ -102,17 +111,25 @@ class StreamPublisher:
     # -- in --------------------------------------------------------------------------------
     def publish(self, messages: tuple | PackedEntries) -> None:
         """A Publish frame's ``(publishing_id, filter_value, data, batch)`` entries."""
-        bodies, values, ids = self.bodies, self.values, self.ids
-        start = len(bodies)
+        bodies, values = self.bodies, self.values
+        start = self.entries
         if type(messages) is PackedEntries and messages.size <= self.max_message_size:
-            # messages of one size, none too large: ids and bodies in one C call each
-            bodies += messages.bodies()
-            ids += messages.ids()
-            values += itertools.repeat(None, messages.count)
-            self.published += messages.count
-            self._taken(start, messages.count * messages.size)
+            # messages of one size, none too large: no object per message
+            count = messages.count
+            if self.reference:  # deduplication compares the ids: one C call each
+                bodies += messages.bodies()
+                self.ids += messages.ids()
+            else:
+                bodies.append(messages.run())
+                self.runs = True
+            values += itertools.repeat(None, count)
+            self.confirm += messages.id_bytes()
+            self.entries += count
+            self.published += count
+            self._taken(start, count * messages.size)
             return
         errors: list[tuple[int, int]] = []
+        ids: list[int] = []
         n = 0
         for publishing_id, value, data, batch in messages:
             if batch is None:
@@ -121,6 +138,8 @@ class StreamPublisher:
                     continue
                 bodies.append(bytes(data))
                 values.append(value)
+                if value is not None:
+                    self.valued = True
                 n += len(data)
             else:
                 entry = self._check_batch(data, batch)
@@ -133,6 +152,11 @@ class StreamPublisher:
                 self.extra += entry.records - 1
                 self.batched = True
             ids.append(publishing_id)
+        if ids:
+            self.confirm += struct.pack(f">{len(ids)}Q", *ids)
+            self.entries += len(ids)
+            if self.reference:
+                self.ids += ids
         self.published += len(messages)
         if errors:
             self.errored += len(errors)
@@ -141,8 +165,9 @@ class StreamPublisher:
         self._taken(start, n)
 
     def _taken(self, start: int, n: int) -> None:
-        """``bodies`` holds the frame's messages from ``start`` on, ``n`` bytes: hold them."""
-        if len(self.bodies) > start:
+        """``bodies`` holds the frame's messages from entry ``start`` on, ``n`` bytes: hold
+        them."""
+        if self.entries > start:
             if start == 0:
                 self.mark_dirty(self)
             self.frames.append(start)
@@ -170,43 +195,48 @@ class StreamPublisher:
         bodies, values, ids = self.bodies, self.values, self.ids
         if not bodies:
             return
-        frames = self.frames
+        frames, confirm, entries = self.frames, bytes(self.confirm), self.entries
+        runs, valued = self.runs, self.valued
         self.bodies, self.values, self.ids, self.frames = [], [], [], []
+        self.confirm, self.entries, self.runs, self.valued = bytearray(), 0, False, False
         held, self.batch_bytes = self.batch_bytes, 0
-        records = len(bodies) + self.extra if self.batched else None
+        records = entries + self.extra if self.batched else None
         self.extra, self.batched = 0, False
         key = next(_keys)
-        _batches[key] = (self, ids, held)
+        _batches[key] = (self, confirm, held)
         post = self.post
 
         def callback(offset: int, error: Exception | None, key: int = key) -> None:
             post(_durable, key, error)
         try:
-            self.entry.append(self.reference, bodies, ids, values, callback, records, held,
-                              frames)
+            self.entry.append(self.reference, bodies, ids, values if valued else None, callback,
+                              records, held, frames, entries if runs else None)
         except Exception as exc:  # storage refused (closed, writer failed, disk full)
             _batches.pop(key, None)
-            self.durable(ids, exc, held)
+            self.durable(confirm, exc, held)
 
-    def durable(self, ids: list[int], error: Exception | None, held: int) -> None:
-        """On the loop: a batch is durable (or failed)."""
+    def durable(self, ids: bytes, error: Exception | None, held: int) -> None:
+        """On the loop: a batch is durable (or failed); ``ids``: its publishing ids, 8 bytes
+        each."""
         self.held -= held
         self.budget.give(held)
         conn = self.conn
-        if not self.closed and conn.serving and ids:
+        count = len(ids) // 8
+        if not self.closed and conn.serving and count:
             if error is None:
-                conn.send(PublishConfirm(self.id, tuple(ids)))
-                self.confirmed += len(ids)
-                conn.adapter.count("confirmed", len(ids))
-                conn.adapter.core.metrics.confirmed("stream", len(ids))
+                conn.send(PublishConfirm(self.id, ids))
+                self.confirmed += count
+                conn.adapter.count("confirmed", count)
+                conn.adapter.core.metrics.confirmed("stream", count)
             else:
                 log.warning("stream publisher %s on %r: storing failed: %s", conn.peer,
                             self.entry.name, error)
                 code = (ResponseCode.STREAM_DOES_NOT_EXIST if self.entry.deleted
                         else ResponseCode.INTERNAL_ERROR)
-                conn.send(PublishError(self.id, tuple((i, code) for i in ids)))
-                self.errored += len(ids)
-                conn.adapter.count("publish_errors", len(ids))
+                conn.send(PublishError(self.id, tuple(
+                    (i, code) for i in struct.unpack(f">{count}Q", ids))))
+                self.errored += count
+                conn.adapter.count("publish_errors", count)
             conn.adapter.to_write.add(conn)
         self._recheck()
 

@@ -153,8 +153,9 @@ class ServerConnection:
         self._correlation = 0
 
     # ---- inbound --------------------------------------------------------------------------
-    def receive_data(self, data: bytes) -> None:
-        """Add bytes read from the socket; ``b""`` means the client closed its side."""
+    def receive_data(self, data: bytes | memoryview) -> None:
+        """Add bytes read from the socket (copied: a view of a reused buffer will do);
+        ``b""`` means the client closed its side."""
         if not data:
             self._eof = True
         elif self.state is not State.CLOSED:

@@ -34,6 +34,7 @@ from typing import ClassVar, Iterator, NamedTuple
 
 from amqp_stream.streamproto._types import _REGISTRY, U8, U32, U64, Frame, _bad
 from amqp_stream.streamproto.constants import Key
+from storage.format import EntryRun
 
 PUBLISH_HEAD = struct.Struct(">Bi")         # publisher id, message count
 SIMPLE_ENTRY = struct.Struct(">QI")         # publishing id, 0:1 size:31
@@ -78,13 +79,30 @@ class PackedEntries:
     still a sequence of ``(publishing_id, None, data, None)`` tuples (built on first use), so
     code that walks a Publish's messages sees no difference."""
 
-    __slots__ = ("view", "count", "size", "_messages")
+    __slots__ = ("view", "count", "size", "_messages", "_src", "_at")
 
-    def __init__(self, view: memoryview, count: int, size: int):
+    def __init__(self, view: memoryview, count: int, size: int, src: bytes | None = None,
+                 at: int = 0):
         self.view = view  # the entries, exactly: count * (12 + size) bytes
         self.count = count
         self.size = size  # every message's size
         self._messages: tuple[PublishedMessage, ...] | None = None
+        # the bytes ``view`` is part of, from ``at`` (strided slices of bytes are C loops)
+        self._src, self._at = (bytes(view), 0) if src is None else (src, at)
+
+    def run(self) -> EntryRun:
+        """The entries as storage takes them whole (``storage.format.EntryRun``: the ids are
+        dropped as each chunk's part is copied; no object per message)."""
+        return EntryRun(self.view, self.count, self.size, 8)
+
+    def id_bytes(self) -> bytes:
+        """The publishing ids as a PublishConfirm holds them (8 bytes each, big-endian), in 8
+        strided slices: no int per message."""
+        src, at, stride, count = self._src, self._at, 12 + self.size, self.count
+        out = bytearray(8 * count)
+        for k in range(8):
+            out[k::8] = src[at + k:at + count * stride:stride]
+        return bytes(out)
 
     def ids(self) -> tuple[int, ...]:
         return _columns(self.count, self.size, False).unpack_from(self.view)
@@ -135,7 +153,7 @@ def _packed(buf: memoryview, pos: int, count: int) -> PackedEntries | None:
     for k in range(4):  # byte k of every entry's size field, in one strided slice each
         if src[pos + 8 + k:end:stride].count(head[k]) != count:
             return None
-    return PackedEntries(buf[pos:end], count, size)
+    return PackedEntries(buf[pos:end], count, size, src, pos)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,13 +254,22 @@ _REGISTRY[(Key.PUBLISH, 1)] = _REGISTRY[(Key.PUBLISH, 2)] = Publish
 
 @dataclass(frozen=True, slots=True)
 class PublishConfirm(Frame):
+    """``publishing_ids``: the ids, or (to send) the ids already encoded, 8 bytes each
+    (``PackedEntries.id_bytes``: a publisher of packed frames makes no int per message)."""
+
     publisher_id: int
-    publishing_ids: tuple[int, ...]
+    publishing_ids: tuple[int, ...] | bytes
 
     KEY: ClassVar[int] = Key.PUBLISH_CONFIRM
 
     def encode_content(self, out: bytearray) -> None:
         ids = self.publishing_ids
+        if type(ids) is bytes:
+            if len(ids) % 8:
+                raise ValueError(f"encoded publishing ids of {len(ids)} bytes")
+            out += PUBLISH_HEAD.pack(self.publisher_id, len(ids) // 8)
+            out += ids
+            return
         out += PUBLISH_HEAD.pack(self.publisher_id, len(ids))
         out += struct.pack(f">{len(ids)}Q", *ids)
 

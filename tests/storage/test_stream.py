@@ -19,6 +19,7 @@ from storage import (
     open_reader,
 )
 from storage.files import list_segments
+from tests.polling import wait_for
 from storage.format import CHUNK_HEADER_BYTES, INDEX_RECORD_BYTES, SEGMENT_HEADER_BYTES, decode_header
 
 
@@ -712,3 +713,51 @@ def test_run_cut_ends_a_chunk_after_the_first_long_run_that_ends_inside_it():
         i = rnd.randrange(len(values))
         n = rnd.randrange(1, len(values) - i + 1)
         assert _run_cut(values, i, n) == rule(values, i, n), (i, n)
+
+
+def test_a_sub_batch_queued_when_a_write_fails_leaves_no_count_behind(tmp_path, monkeypatch):
+    """What was queued while a write failed is dropped with its record counts: a sub-batch
+    entry's extra records counted on after the reopen put the next chunk at a wrong offset
+    (negative here: it could not be written at all). A failing ``os.writev`` is mocked: a
+    write error on demand, after something else was queued behind it."""
+    import errno
+
+    from storage.format import SubBatchEntry, encode_entries
+    monkeypatch.setattr("storage.writer.RETRY_MIN_S", 0.05)
+    entered, go = threading.Event(), threading.Event()
+    real_writev = os.writev
+    failing = [True]
+
+    def writev(fd, bufs):
+        if failing[0]:
+            failing[0] = False
+            entered.set()
+            go.wait(10)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_writev(fd, bufs)
+    monkeypatch.setattr("storage.writer.os.writev", writev)
+    errors: list = []
+    s = Stream.open(tmp_path / "s", StreamConfig(fsync="never"))
+    try:
+        s.append(b"a", on_durable=lambda o, e: errors.append((o, e)))
+        assert entered.wait(10)  # the writer is in the write that fails
+        raw = encode_entries([b"r0", b"r1", b"r2"])
+        s.append_batch([SubBatchEntry(0, 3, len(raw), raw)], records=3,
+                       on_durable=lambda o, e: errors.append((o, e)))
+        go.set()
+        wait_for(lambda: len(errors) == 2, 10, "both appends failed")
+        assert [e is not None for _, e in errors] == [True, True]
+        taken: list = []
+
+        def append() -> bool:  # refused until the backoff has passed
+            try:
+                taken.append(s.append(b"c"))
+            except StreamClosedError:
+                return False
+            return True
+        wait_for(append, 10, "appends taken again")
+        s.flush(10)
+        assert taken == [0] and s.next_offset == 1
+    finally:
+        s.close()
+    assert all_records(tmp_path / "s") == [(0, b"c")]

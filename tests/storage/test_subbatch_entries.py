@@ -60,3 +60,21 @@ def test_a_wrong_record_count_is_refused(tmp_path):
         with pytest.raises(StorageError):
             s.append_batch([gz_entry([b"a", b"b"])], records=3)
         assert s.append_batch([b"ok"]) == 0
+
+
+def test_values_stay_with_their_bodies_after_a_batch_without_values(tmp_path):
+    """A sub-batch entry appended with no filter values takes one value slot (None) per body,
+    not per record: the next append's values, written in the same chunk, stay with their
+    bodies (one slot per record shifted them: "blue" fell off the Bloom filter)."""
+    import threading
+    release = threading.Event()
+    with Stream.open(tmp_path / "s", StreamConfig(filter_size=16)) as s:
+        # the writer thread runs this callback: while it waits, what follows queues up and
+        # is taken in one batch
+        s.append_batch([b"first"], on_durable=lambda o, e: release.wait(10))
+        s.append_batch([gz_entry([b"r0", b"r1", b"r2"])], None, records=3)
+        s.append_batch([b"x"], ["blue"])
+        release.set()
+        s.flush(10)
+        with s.reader(OffsetSpec.first(), ["blue"]) as r:
+            assert (4, b"x") in [(o, bytes(b)) for c in r for o, b in c.records]

@@ -1,5 +1,6 @@
-"""A Publish frame of one message size (``PackedEntries``, no Python code per message) is
-stored as the per-message walk stores it: for random frames (v1 of one size or not, v2 with
+"""A Publish frame of one message size (``PackedEntries``, no Python code per message: an
+unnamed publisher hands storage the frame's bytes as one ``EntryRun`` and confirms with the
+frame's id bytes) is stored as the per-message walk stores it: for random frames (v1 of one size or not, v2 with
 and without filter values, messages too large, publishing ids overlapping what a named
 publisher stored or not, chunks cut small), the segments and indexes are byte-identical
 chunk by chunk (timestamps aside) and the PublishConfirms and PublishErrors are the same.
@@ -13,6 +14,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import os
+import struct
 import tempfile
 from pathlib import Path
 
@@ -23,10 +25,10 @@ import storage
 from amqp_stream.metrics import Metrics
 from amqp_stream.core import ByteBudget
 from amqp_stream.stream_listener.publishing import StreamPublisher
-from amqp_stream.streamproto import PackedEntries, Publish
+from amqp_stream.streamproto import PackedEntries, Publish, PublishConfirm
 from amqp_stream.streamproto.frames import decode, encode
 from amqp_stream.streams import StreamEntry
-from storage.format import (CHUNK_HEADER, CHUNK_HEADER_BYTES, INDEX_HEADER_BYTES,
+from storage.format import (CHUNK_HEADER, EntryRun, CHUNK_HEADER_BYTES, INDEX_HEADER_BYTES,
                             INDEX_RECORD_BYTES, SEGMENT_HEADER_BYTES)
 
 
@@ -151,3 +153,28 @@ def test_packed_frames_store_the_bytes_and_send_the_confirms_of_the_plain_path(s
     assert fast[1].keys() == plain[1].keys()
     for name in fast[1]:
         assert fast[1][name] == plain[1][name], name
+
+
+def test_an_unnamed_publisher_hands_storage_the_frame_whole(tmp_path):
+    """The fast path is taken: no body per message, the ids as the frame's bytes (the test
+    above would pass on the walk too)."""
+    stream = storage.Stream.open(tmp_path / "s", storage.StreamConfig())
+    entry = StreamEntry("s", {}, tmp_path / "s", stream)
+    sock, posted = _Socket(), []
+    pub = StreamPublisher(sock, 1, "", entry, ByteBudget(1 << 40), 1 << 40, 100,
+                          lambda fn, *a: posted.append((fn, a)), lambda p: None,
+                          lambda p, e: None)
+    try:
+        for first in (5, 105):
+            pub.publish(decode(_ids(first, first + 99)).messages)
+        assert [type(b) for b in pub.bodies] == [EntryRun, EntryRun]
+        assert bytes(pub.confirm) == struct.pack(">200Q", *range(5, 205))
+        pub.flush()
+        stream.flush(10)
+        while posted:
+            fn, a = posted.pop(0)
+            fn(*a)
+        assert sock.sent == [encode(PublishConfirm(1, tuple(range(5, 205))))]
+        assert stream.next_offset == 200
+    finally:
+        stream.close()

@@ -1,0 +1,136 @@
+"""``EntryRun``s (a client frame's records of one size, left in the frame's bytes) are stored as
+the same records given one body each: for random queues of runs (with and without id bytes to
+drop), plain bodies, sub-batch entries, filter values, consumer offsets, a named publisher's
+batches and chunk, segment and byte limits small enough to cut runs anywhere (rollovers with
+tracking snapshots, derived keys), the segments, indexes and sidecars are byte-identical
+(timestamps aside) and the callbacks see the same offsets."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from amqp_stream.derived_keys import deriver
+from storage import StorageError, Stream, StreamConfig
+from storage.format import EntryRun, SubBatchEntry, encode_entries
+from tests.stream.test_publish_packed import _files
+
+
+def _run(bodies: list[bytes], skip: int) -> EntryRun:
+    pad = bytes(range(skip))  # what is dropped: a publishing id
+    raw = b"".join(pad + struct.pack(">I", len(b)) + b for b in bodies)
+    return EntryRun(memoryview(raw), len(bodies), len(bodies[0]), skip)
+
+
+@st.composite
+def _item(draw):
+    """``("run", bodies, skip)``, ``("body", body)`` or ``("batch", records)``."""
+    kind = draw(st.sampled_from(("run", "run", "body", "batch")))
+    if kind == "run":
+        size = draw(st.integers(0, 30))
+        count = draw(st.integers(1, 50))
+        return ("run", [bytes([(k * 7) % 256]) * size for k in range(count)],
+                draw(st.sampled_from((0, 8))))
+    if kind == "body":
+        return ("body", draw(st.binary(max_size=30)))
+    return ("batch", [bytes([k]) * 3 for k in range(draw(st.integers(1, 4)))])
+
+
+@st.composite
+def _scenario(draw):
+    turns = []
+    for _ in range(draw(st.integers(1, 5))):
+        action = draw(st.sampled_from(("append", "append", "append", "named", "offset")))
+        items = draw(st.lists(_item(), min_size=1, max_size=4)) if action == "append" else []
+        turns.append((action, items, draw(st.booleans())))  # values for each record?
+    lo = draw(st.integers(1, 40))
+    derived = draw(st.booleans())
+    config = StreamConfig(min_chunk_entries=lo, max_chunk_entries=draw(st.integers(lo, 100)),
+                          max_chunk_bytes=draw(st.sampled_from((150, 600, 1 << 20))),
+                          max_segment_bytes=draw(st.sampled_from((2_000, 1 << 30))),
+                          filter_size=draw(st.sampled_from((0, 16))),
+                          derived_keys=("k",) if derived else (),
+                          derive=deriver(("k",)) if derived else None)
+    return config, turns
+
+
+def _store(directory: Path, config: StreamConfig, turns: list, runs: bool) -> tuple[list, dict]:
+    """Append ``turns`` one at a time (each committed before the next), the ``EntryRun``s as
+    they are (``runs``) or as one body per record; the callbacks' offsets and the files."""
+    seen: list = []
+    named = 0
+    with Stream.open(directory, config) as s:
+        for action, items, valued in turns:
+            if action == "offset":
+                s.store_offset("consumer", len(seen))
+            elif action == "named":  # a writer batch: tracking state, snapshots at rollovers
+                named += 2
+                s.append_deduplicated("producer", [b"n0", b"n1"], [named - 1, named],
+                                      on_durable=lambda o, e: seen.append(("named", o, e)))
+            else:
+                given: list = []
+                flat: list = []
+                frames, extra = [], 0
+                for item in items:
+                    frames.append(len(flat))
+                    if item[0] == "run":
+                        flat += item[1]
+                        given += [_run(item[1], item[2])] if runs else item[1]
+                    elif item[0] == "body":
+                        flat.append(item[1])
+                        given.append(item[1])
+                    else:
+                        raw = encode_entries(item[1])
+                        entry = SubBatchEntry(1, len(item[1]), len(raw), gzip.compress(raw, mtime=0))
+                        flat.append(entry)
+                        given.append(entry)
+                        extra += len(item[1]) - 1
+                values = [("v", None, b"w")[k % 3] for k in range(len(flat))] if valued else None
+                records = len(flat) + extra if any(i[0] == "batch" for i in items) else None
+                s.append_batch(given, values, lambda o, e: seen.append((o, e)), records,
+                               frames=frames, entries=len(flat) if runs else None)
+            s.flush(10)
+    return seen, _files(directory)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_scenario())
+@example((StreamConfig(min_chunk_entries=3, max_chunk_entries=7, max_chunk_bytes=150),
+          [("append", [("run", [b"abcdefghij"] * 40, 8), ("body", b"x"),
+                       ("run", [b"yz"] * 9, 0)], False)]))
+def test_runs_store_the_bytes_of_one_body_per_record(scenario):
+    config, turns = scenario
+    with tempfile.TemporaryDirectory() as tmp:
+        fast = _store(Path(tmp, "runs"), config, turns, runs=True)
+        plain = _store(Path(tmp, "plain"), config, turns, runs=False)
+        sidecars = {name: [Path(tmp, d, name).read_bytes() for d in ("runs", "plain")]
+                    for name in os.listdir(Path(tmp, "plain")) if name.endswith((".derived", ".skip"))}
+    assert fast[0] == plain[0]
+    assert fast[1].keys() == plain[1].keys() and fast[1]
+    for name in fast[1]:
+        assert fast[1][name] == plain[1][name], name
+    for name, (a, b) in sidecars.items():
+        assert a == b, name
+
+
+def test_a_run_that_does_not_add_up_is_refused(tmp_path):
+    with pytest.raises(StorageError):
+        EntryRun(b"\0" * 9, 2, 1, 0)  # 2 entries of 1 byte take 10 bytes
+    with Stream.open(tmp_path / "s") as s:
+        run = _run([b"ab"] * 3, 8)
+        with pytest.raises(StorageError):
+            s.append_batch([run, b"c"], entries=3)  # 4 entries
+        with pytest.raises(StorageError):
+            s.append_batch([run], [None], entries=3)  # a value per record
+        with pytest.raises(StorageError):
+            s.append_batch([run], writer=("p", 1), entries=3)  # named: one body per record
+        assert s.append_batch([b"c", run], entries=4) == 0
+        s.flush(10)
+        assert s.next_offset == 4
