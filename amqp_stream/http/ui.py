@@ -135,7 +135,8 @@ def routes(state: BrokerState, add: Any) -> None:
                 offset = body["offset"]
                 if type(offset) is not int or offset < 0:
                     raise bad_request("offset must be an integer, 0 or above")
-            stream.store_offset(name, offset)
+            leader = core.offsets_elsewhere(entry.name)  # a replica: stored on the leader
+            (stream if leader is None else leader).store_offset(name, offset)
         except BadRequest as exc:
             raise bad_request(exc.description) from None
         except StreamClosedError as exc:

@@ -1,0 +1,98 @@
+"""Consumer offsets through any node, as RabbitMQ keeps them on the leader: a StoreOffset on a
+replica is stored on the leader, a QueryOffset on another node answers the leader's value
+(over rstream, the frames a named consumer sends wherever it connected), the offset is
+replicated with the log, and after the leader's SIGKILL the new leader answers it and takes
+new ones through the remaining replica (the stream protocol's StoreOffset, and the management
+API's offset reset)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+from rstream.client import Client
+from rstream.exceptions import OffsetNotFound
+
+from tests.cluster.nodes import SESSION_TIMEOUT
+from tests.http.api import call
+from tests.stream.rstream_low import run, until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def connect(broker) -> Client:
+    c = Client(broker.host, broker.stream_port, frame_max=1024 * 1024, heartbeat=60)
+    await c.start()
+    await c.authenticate("/", "guest", "guest")
+    return c
+
+
+async def stored(client: Client, stream: str, name: str) -> int | None:
+    try:
+        return await client.query_offset(stream, name)
+    except OffsetNotFound:
+        return None
+
+
+async def eventually(client: Client, stream: str, name: str, want: int, what: str) -> None:
+    """Query through ``client`` until it answers ``want`` (a StoreOffset has no answer: it
+    reaches the leader when the sending node's forwarder sends it)."""
+    deadline = asyncio.get_running_loop().time() + 20
+    seen = None
+    while (seen := await stored(client, stream, name)) != want:
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{what}: {seen!r}, not {want}")
+        await asyncio.sleep(0.05)
+
+
+def local_offsets(broker, stream: str) -> dict[str, int]:
+    """The offsets ``broker``'s own log of ``stream`` holds (replicated tracking)."""
+    answer = call(broker, "GET", f"/api/stream/offsets/%2F/{stream}")
+    return {o["consumer"]: o["offset"] for o in answer.json} if answer.status == 200 else {}
+
+
+def leader_of(broker, stream: str) -> str | None:
+    """The leader ``broker``'s API names for ``stream`` (the layout it holds)."""
+    return call(broker, "GET", f"/api/queues/%2F/{stream}").json.get("leader")
+
+
+def test_offsets_stored_and_queried_through_replicas_survive_failover(nodes):
+    _, brokers = nodes
+    n1, n2, n3 = brokers
+
+    async def scenario() -> None:
+        on1 = await connect(n1)
+        await on1.create_stream("tracked")  # client-local: n1 leads, n2 and n3 replicate
+        on2, on3 = await connect(n2), await connect(n3)
+        try:
+            assert await stored(on3, "tracked", "app") is None  # NO_OFFSET, from the leader
+            await on2.store_offset("tracked", "app", 41)
+            assert await stored(on2, "tracked", "app") == 41  # after its store, same node
+            await eventually(on3, "tracked", "app", 41, "n3 asked after n2 stored")
+            assert await stored(on1, "tracked", "app") == 41
+            # the leader's tracking chunk reaches every member's log
+            for b in brokers:
+                await until(lambda b=b: local_offsets(b, "tracked").get("app") == 41,
+                            f"offset 41 in {b.data_dir}'s log")
+
+            os.kill(n1.proc.pid, signal.SIGKILL)
+            await until(lambda: leader_of(n2, "tracked") in ("n2", "n3"), "a new leader",
+                        10 * SESSION_TIMEOUT)
+            leader = leader_of(n2, "tracked")
+            replica = on3 if leader == "n2" else on2
+            other = on2 if leader == "n2" else on3
+            await eventually(replica, "tracked", "app", 41, "the replica asked after failover")
+            await replica.store_offset("tracked", "app", 99)
+            await eventually(other, "tracked", "app", 99, "the new leader after a replica's store")
+            # the management API's offset reset, through the replica, is the leader's too
+            replica_node = n3 if leader == "n2" else n2
+            put = call(replica_node, "PUT", "/api/stream/offsets/%2F/tracked/app", {"offset": 120})
+            assert put.status == 200, put.body
+            await eventually(other, "tracked", "app", 120, "the leader after an HTTP reset")
+        finally:
+            for c in (on2, on3):
+                await c.close()
+
+    run(scenario(), 100)
