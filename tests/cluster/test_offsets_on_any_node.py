@@ -3,7 +3,8 @@ replica is stored on the leader, a QueryOffset on another node answers the leade
 (over rstream, the frames a named consumer sends wherever it connected), the offset is
 replicated with the log, and after the leader's SIGKILL the new leader answers it and takes
 new ones through the remaining replica (the stream protocol's StoreOffset, and the management
-API's offset reset)."""
+API's offset reset); and a named AMQP consumer on a node with no member of its stream, and
+on a replica, resumes after the offset the leader holds and stores what it accepted there."""
 
 from __future__ import annotations
 
@@ -15,11 +16,18 @@ import pytest
 from rstream.client import Client
 from rstream.exceptions import OffsetNotFound
 
+from amqp_stream.client import Client as AmqpClient
+from amqp_stream.client import connect as amqp_connect
 from tests.cluster.nodes import SESSION_TIMEOUT
 from tests.http.api import call
+from tests.polling import wait_for
 from tests.stream.rstream_low import run, until
 
 pytestmark = pytest.mark.timeout(120)
+
+
+def amqp_client(broker) -> AmqpClient:
+    return amqp_connect(f"amqp://guest:guest@127.0.0.1:{broker.port}", timeout=60)
 
 
 async def connect(broker) -> Client:
@@ -96,3 +104,53 @@ def test_offsets_stored_and_queried_through_replicas_survive_failover(nodes):
                 await c.close()
 
     run(scenario(), 100)
+
+
+def test_a_named_amqp_consumer_resumes_on_any_node(nodes):
+    """A named AMQP consumer (``x-consumer-name``) of a two-member stream, on the node with no
+    member (read from a member elsewhere) and on the replica, alternately: each attach starts
+    after the offset the leader holds, and what each accepted is stored on the leader."""
+    _, brokers = nodes
+    n1 = brokers[0]
+    with amqp_client(n1) as c:
+        c.declare("named", {"x-initial-cluster-size": 2})
+        layout = call(n1, "GET", "/api/queues/%2F/named").json
+        with c.publisher("named", window=64) as pub:
+            for i in range(60):
+                pub.publish(b"m-%02d" % i)
+            assert all(o.accepted for o in pub.flush())
+    assert layout["leader"] == "n1" and len(layout["members"]) == 2
+    by_name = {b_name: b for b_name, b in zip(("n1", "n2", "n3"), brokers)}
+    names = {b: b_name for b_name, b in by_name.items()}
+    replica = by_name[next(m for m in layout["members"] if m != "n1")]
+    outside = by_name[next(n for n in by_name if n not in layout["members"])]
+
+    def take(broker, count: int) -> list[int]:
+        """Attach as "app" on ``broker``, accept ``count`` messages, detach: their offsets."""
+        with amqp_client(broker) as c, c.consumer("named", consumer_name="app",
+                                                  credit=10) as consumer:
+            listed = call(n1, "GET", "/api/consumers")  # the cluster's, asked of the leader
+            assert listed.status == 200, listed.body
+            assert [r["channel_details"]["node"] for r in listed.json
+                    if r["queue"]["name"] == "named"] == [names[broker]]
+            got = []
+            for _ in range(count):
+                m = consumer.receive(timeout=30)
+                assert m is not None, f"{len(got)} of {count} on {broker.port}"
+                got.append(m.offset)
+                consumer.accept(m)
+            return got
+
+    def leader_holds(offset: int) -> None:
+        with amqp_client(n1) as c:
+            wait_for(lambda: c.stored_offset("named", "app") == offset, 20,
+                     f"the leader to hold {offset}")
+
+    assert take(outside, 10) == list(range(0, 10))  # none stored: from the link's start
+    leader_holds(9)
+    assert take(outside, 10) == list(range(10, 20))  # after the leader's, read from a member
+    leader_holds(19)
+    assert take(replica, 10) == list(range(20, 30))  # a replica stores on the leader too
+    leader_holds(29)
+    assert take(outside, 5) == list(range(30, 35))
+    leader_holds(34)
