@@ -120,7 +120,7 @@ def test_a_named_amqp_consumer_resumes_on_any_node(nodes):
                 pub.publish(b"m-%02d" % i)
             assert all(o.accepted for o in pub.flush())
     assert layout["leader"] == "n1" and len(layout["members"]) == 2
-    by_name = {b_name: b for b_name, b in zip(("n1", "n2", "n3"), brokers)}
+    by_name = dict(zip(("n1", "n2", "n3"), brokers, strict=True))
     names = {b: b_name for b_name, b in by_name.items()}
     replica = by_name[next(m for m in layout["members"] if m != "n1")]
     outside = by_name[next(n for n in by_name if n not in layout["members"])]
