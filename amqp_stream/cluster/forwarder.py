@@ -64,6 +64,7 @@ from amqp_stream.client.stream import StreamClient, publish_frame
 from amqp_stream.errors import BrokerError, InternalError, NotFound, Released, ResourceDeleted
 from amqp_stream.streamproto import ResponseCode
 from storage.errors import StorageError, StreamClosedError
+from storage.tracking import tracking_id
 
 if TYPE_CHECKING:
     from amqp_stream.cluster.layout import Node
@@ -533,18 +534,27 @@ class ForwardEntry:
     def store_offset(self, consumer: str, offset: int) -> None:
         """Store ``consumer``'s offset on the stream's leader (``storage.Stream``'s
         signature, for ``amqp.tracking.ConsumerOffsets``): in this node's log when it leads,
-        else through the forwarder."""
+        else through the forwarder. ``StorageError`` for a name or offset that cannot be
+        stored, as a local store."""
         local = self._leading()
         if local is not None:
             local.stream.store_offset(consumer, offset)
-        else:
-            self._forwarder().store_offset(consumer, offset)
+            return
+        tracking_id(consumer, "consumer name")  # refused here as a local store refuses it
+        if type(offset) is not int or not 0 <= offset < 1 << 64:
+            raise StorageError(f"an offset is an integer in 0..2^64-1, not {offset!r}")
+        self._forwarder().store_offset(consumer, offset)
 
     def query_offset(self, consumer: str, answer: OnOffset) -> None:
         """``consumer``'s offset as the leader holds it; ``answer(offset or None, error)``
         runs on the loop, later (never within this call)."""
         post = self.forwarding.core.mailbox.post
         local = self._leading()
+        try:
+            tracking_id(consumer, "consumer name")
+        except StorageError:  # a name that cannot be stored has nothing stored
+            post(answer, None, None)
+            return
         if local is None:
             self._forwarder().query_offset(consumer, lambda *result: post(answer, *result))
             return

@@ -43,7 +43,7 @@ from amqp_stream.stream_listener.tls import TlsStreamConnection, server_context
 from amqp_stream.streamproto import COMMAND_VERSIONS, Key, OffsetType, ResponseCode, ServerConnection, State
 from amqp_stream.streamproto import frames as f
 from amqp_stream.users import CONFIGURE, READ, WRITE
-from storage import OffsetSpec
+from storage import OffsetSpec, StorageError
 
 __all__ = ["StreamAdapter", "SERVER_PROPERTIES"]
 
@@ -401,7 +401,11 @@ class StreamAdapter:
             return
         leader = self._offsets_elsewhere(conn, frame.stream)
         if leader is not None:
-            leader.store_offset(frame.reference, frame.offset)
+            try:
+                leader.store_offset(frame.reference, frame.offset)
+            except StorageError as exc:
+                log.info("stream connection %s: StoreOffset on %r ignored: %s", conn.peer,
+                         frame.stream, exc)
             return
         tracking.store_offset(self.core.get(frame.stream), frame.reference, frame.offset,
                               conn.peer)

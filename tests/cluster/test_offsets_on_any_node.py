@@ -3,8 +3,9 @@ replica is stored on the leader, a QueryOffset on another node answers the leade
 (over rstream, the frames a named consumer sends wherever it connected), the offset is
 replicated with the log, and after the leader's SIGKILL the new leader answers it and takes
 new ones through the remaining replica (the stream protocol's StoreOffset, and the management
-API's offset reset); and a named AMQP consumer on a node with no member of its stream, and
-on a replica, resumes after the offset the leader holds and stores what it accepted there."""
+API's offset reset). A named AMQP consumer on a node with no member of its stream, and on a
+replica, resumes after the offset the leader holds and stores what it accepted there; so does
+the AMQP management node's offset store on a replica."""
 
 from __future__ import annotations
 
@@ -131,8 +132,12 @@ def test_a_named_amqp_consumer_resumes_on_any_node(nodes):
                                                   credit=10) as consumer:
             listed = call(n1, "GET", "/api/consumers")  # the cluster's, asked of the leader
             assert listed.status == 200, listed.body
-            assert [r["channel_details"]["node"] for r in listed.json
-                    if r["queue"]["name"] == "named"] == [names[broker]]
+            # the AMQP link, on its node (a member serving it from elsewhere lists the
+            # remote reader's stream subscription too)
+            links = [r["channel_details"]["node"] for r in listed.json
+                     if r["queue"]["name"] == "named"
+                     and not r["consumer_tag"].startswith("stream.subid-")]
+            assert links == [names[broker]]
             got = []
             for _ in range(count):
                 m = consumer.receive(timeout=30)
@@ -154,3 +159,7 @@ def test_a_named_amqp_consumer_resumes_on_any_node(nodes):
     leader_holds(29)
     assert take(outside, 5) == list(range(30, 35))
     leader_holds(34)
+    with amqp_client(replica) as c:  # the management node's offset store, on the replica
+        c.store_offset("named", "app", 50)
+    leader_holds(50)
+    assert take(outside, 1) == [51]
