@@ -39,10 +39,10 @@ forwarder connection, after its publishes, and follow it when it moves. A StoreO
 answer, so the forwarder asks for the offset after it: a store is kept (the latest per consumer
 name) until a leader answered that query, so one sent to a leader that died, or to a new leader
 whose log does not take appends yet, goes again to the next; a query waits for a leader as a
-publish does (``hold``). The forwarder's own connection is not
-forwarded again by the node it reaches (``FORWARDER_PRODUCT``): a node that no longer leads
-answers its query ``STREAM_NOT_AVAILABLE`` and the forwarder asks the leader the view names
-next, so two nodes with different views cannot pass a request back and forth.
+publish does (``hold``). The forwarder's own connection is not forwarded again by the node it
+reaches (``FORWARDER_PRODUCT``): a node that does not lead (or not yet) answers its query
+``STREAM_NOT_AVAILABLE`` and the forwarder asks the leader the view names next, so two nodes
+with different views cannot pass a request back and forth.
 
 Memory: what is unconfirmed is bounded by the AMQP links' credit (their unconfirmed messages
 and bytes), as for a local publish; the forwarder keeps the bytes until they are confirmed.
