@@ -4,8 +4,9 @@ replica is stored on the leader, a QueryOffset on another node answers the leade
 replicated with the log, and after the leader's SIGKILL the new leader answers it and takes
 new ones through the remaining replica (the stream protocol's StoreOffset, and the management
 API's offset reset). A named AMQP consumer on a node with no member of its stream, and on a
-replica, resumes after the offset the leader holds and stores what it accepted there; so does
-the AMQP management node's offset store on a replica."""
+replica, resumes after the offset the leader holds and stores what it accepted there; so do
+the AMQP management node's offset store on a replica and a StoreOffset / QueryOffset on the
+node with no member."""
 
 from __future__ import annotations
 
@@ -163,3 +164,17 @@ def test_a_named_amqp_consumer_resumes_on_any_node(nodes):
         c.store_offset("named", "app", 50)
     leader_holds(50)
     assert take(outside, 1) == [51]
+    leader_holds(51)
+
+    async def over_the_stream_protocol() -> None:
+        """rstream's Consumer stores and queries on its locator connection, whatever node
+        that is: here the one with no member."""
+        c = await connect(outside)
+        try:
+            assert await stored(c, "named", "app") == 51
+            await c.store_offset("named", "app", 57)
+            assert await stored(c, "named", "app") == 57
+        finally:
+            await c.close()
+    run(over_the_stream_protocol(), 30)
+    leader_holds(57)
