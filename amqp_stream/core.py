@@ -215,6 +215,14 @@ class Core:
             return reading.entry(name)
         return self.stream(name)
 
+    def offsets_elsewhere(self, name: str) -> Any:
+        """Where consumer offsets of ``name`` are stored and read when another cluster node
+        leads it, as RabbitMQ keeps them on the leader: its ``ForwardEntry``
+        (``amqp_stream.cluster.forwarder``); None on a single node, where this node leads
+        it, or when there is no such stream (then answered here, as before)."""
+        forwarding = getattr(self.cluster, "forwarding", None)
+        return forwarding.offsets_elsewhere(name) if forwarding is not None else None
+
     def publish_lookup(self, name: str) -> Any:
         """``publish_entry``, None when there is no such stream (a message's ``to``: per
         message, so a miss does not ask ZooKeeper)."""

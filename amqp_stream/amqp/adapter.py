@@ -574,7 +574,9 @@ class Adapter:
         link.target.copy(link.remote_target)
         consumer = Consumer(link, entry, filters, self._schedule_turn,
                             end=lambda error: self._end_link(state, link._impl, error),
-                            name=name, store_policy=self.store_policy)
+                            name=name, store_policy=self.store_policy,
+                            offsets_at=self.core.offsets_elsewhere(parsed.name)
+                            if name is not None else None)
         link.open()
         self._register(state, link, consumer)
         consumer.conn = state

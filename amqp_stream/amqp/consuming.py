@@ -44,7 +44,7 @@ from amqp_stream.amqp.tags import TagCell
 from amqp_stream.amqp.tracking import ConsumerOffsets, StorePolicy
 from amqp_stream.errors import BrokerError
 from amqp_stream.wire import with_stream_offset
-from storage.reader import SCAN_PAUSED
+from storage.reader import SCAN_PAUSED, ReaderStats
 
 __all__ = ["Consumer", "offset_spec", "SCAN_BUDGET"]
 
@@ -53,6 +53,19 @@ log = logging.getLogger(__name__)
 # chunks a stage-1 scan may pass over in one turn: one header pread each, ~2 µs from the page
 # cache (one run), so a slice is about as long as the 200 stage-2 drops a turn allows
 SCAN_BUDGET = 1000
+
+
+class _NotStarted:
+    """A named consumer's reader until the leader answered its stored offset: nothing yet."""
+
+    position = 0
+    stats = ReaderStats()
+
+    def read_chunk(self, max_skips: int | None = None) -> None:
+        return None
+
+
+_NOT_STARTED = _NotStarted()
 
 
 def offset_spec(filters: SourceFilters) -> Any:
@@ -64,7 +77,8 @@ class Consumer:
     def __init__(self, link: Any, entry: Any, filters: SourceFilters,
                  schedule: Callable[["Consumer", bool], None],
                  end: Callable[[BrokerError], None] | None = None,
-                 name: str | None = None, store_policy: StorePolicy | None = None):
+                 name: str | None = None, store_policy: StorePolicy | None = None,
+                 offsets_at: Any = None):
         self.link = link
         try:  # the lag metric's ``consumer`` (a plain str)
             self.metrics_label = f"{link.name}"
@@ -78,13 +92,20 @@ class Consumer:
         self.match = filters.stage2.bytes_matcher() if filters.stage2 is not None else None
         self.schedule = schedule  # schedule(consumer, soon): ask for another turn
         # a named consumer (``tracking.CONSUMER_NAME`` on attach): starts after its stored
-        # offset and stores what the client accepts
-        self.offsets = ConsumerOffsets(entry.stream, name, store_policy) if name is not None else None
+        # offset and stores what the client accepts; where another cluster node leads the
+        # stream, on that leader (``offsets_at``: asked first, the reader opened on its answer)
         start = offset_spec(filters)
-        if self.offsets is not None:
-            start = self.offsets.start(start)
-        self.reader = entry.reader(start, filters.filter_values, filters.match_unfiltered,
-                                   filters.stage2)
+        self.offsets: ConsumerOffsets | None = None
+        self.reader: Any = _NOT_STARTED
+        if name is not None and offsets_at is not None:
+            self.offsets = ConsumerOffsets(offsets_at, name, store_policy, query=False)
+            offsets_at.query_offset(name, lambda stored, error: self._begin(start, stored, error))
+        else:
+            if name is not None:
+                self.offsets = ConsumerOffsets(entry.stream, name, store_policy)
+                start = self.offsets.start(start)
+            self.reader = entry.reader(start, filters.filter_values, filters.match_unfiltered,
+                                       filters.stage2)
         self.presettled = link.snd_settle_mode == 1  # Link.SND_SETTLED
         self.records: list = []
         self.pos = 0
@@ -99,6 +120,24 @@ class Consumer:
         self.closed = False
         self._stats = (0, 0, 0)
         self.sent_messages = self.sent_bytes = 0  # since it attached (the HTTP API's savings)
+
+    def _begin(self, start: Any, stored: int | None, error: BrokerError | None) -> None:
+        """On the loop: the leader answered a named consumer's stored offset: read from
+        after it (or from the link's own start when none is stored); no answer ends the
+        link with the reason."""
+        if self.closed:
+            return
+        if error is not None:
+            self.end(error)
+            return
+        assert self.offsets is not None
+        self.offsets.learned(stored)
+        self.reader = self.entry.reader(self.offsets.start(start), self.filters.filter_values,
+                                        self.filters.match_unfiltered, self.filters.stage2)
+        self.next_offset = int(self.reader.position)
+        if not self.scheduled:
+            self.scheduled = True
+            self.schedule(self, False)
 
     def close(self) -> None:
         self.closed = True

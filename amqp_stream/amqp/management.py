@@ -44,6 +44,7 @@ class Streams(Protocol):
     def delete(self, name: str) -> int | None: ...
     def info(self, name: str) -> dict: ...
     def stream(self, name: str) -> Any: ...  # a StreamEntry (``.stream``: storage's Stream)
+    def offsets_elsewhere(self, name: str) -> Any: ...  # the leader's, on a cluster replica
     definitions: Definitions
 
 
@@ -191,16 +192,18 @@ def _tracking(method: str, address: addresses.Address, body: Any, streams: Strea
                 raise NotFound(f"no offset stored for consumer '{key}' on stream '{address.name}'")
             return Response(200, {"offset": offset})
         if method == "PUT":
+            # a cluster node that does not lead the stream stores it on the leader
+            target = streams.offsets_elsewhere(address.name) or stream
             if isinstance(body, dict) and "spec" in body and "offset" not in body:
                 spec = parse_start(body["spec"], now_ms=int(time.time() * 1000))
                 stored = max(tracking.resume_offset(stream, spec) - 1, 0)
-                stream.store_offset(key, stored)
+                target.store_offset(key, stored)
                 return Response(200, {"offset": stored, "resumes_at": stored + 1})
             value = body.get("offset") if isinstance(body, dict) else None
-            if type(value) is bool or not isinstance(value, int):
+            if type(value) is bool or not isinstance(value, int) or not 0 <= value < 1 << 64:
                 raise BadRequest('store an offset with the body {"offset": <ulong>}, or move one '
                                  'with {"spec": <offset spec>}')
-            stream.store_offset(key, int(value))
+            target.store_offset(key, int(value))
             return Response(200, {"offset": int(value)})
         raise NotAllowed(f"{method} is not allowed on a consumer offset")
     except StreamClosedError as exc:

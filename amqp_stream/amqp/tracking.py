@@ -154,19 +154,32 @@ class ConsumerOffsets:
     __slots__ = ("stream", "name", "sent", "accepted", "stored", "count", "policy", "timer",
                  "closed")
 
-    def __init__(self, stream: Any, name: str, policy: StorePolicy | None = None) -> None:
+    def __init__(self, stream: Any, name: str, policy: StorePolicy | None = None,
+                 query: bool = True) -> None:
+        """``stream``: where the offset is read and stored (storage's ``Stream``, or on a
+        cluster node that does not lead the stream its ``ForwardEntry``, which stores on
+        the leader); ``query`` False: the stored offset comes later (``learned``)."""
         self.stream = stream
         self.name = name
         self.policy = policy or StorePolicy()
         self.sent: dict[int, int] = {}
-        try:
-            self.stored = stream.query_offset(name)
-        except StorageError as exc:  # the stream's writer failed: try again later
-            raise InternalError(f"cannot read the offset of consumer {name!r}: {exc}") from None
+        self.stored: int | None = None
+        if query:
+            try:
+                self.stored = stream.query_offset(name)
+            except StorageError as exc:  # the stream's writer failed: try again later
+                raise InternalError(f"cannot read the offset of consumer {name!r}: "
+                                    f"{exc}") from None
         self.accepted = -1 if self.stored is None else self.stored
         self.count = 0
         self.timer: Any = None
         self.closed = False
+
+    def learned(self, stored: int | None) -> None:
+        """The stored offset, answered after the attach (by the leader, elsewhere), before
+        anything was delivered."""
+        self.stored = stored
+        self.accepted = -1 if stored is None else stored
 
     def start(self, default: Any) -> Any:
         """The reader's start: after the stored offset, else ``default`` (the link's own)."""

@@ -30,8 +30,24 @@ releases a message whose queue went without confirming it. Order per link is kep
 out in the order appended, are sent again in that order, and a link's appends go to the local
 log only once nothing forwarded is unconfirmed.
 
+Consumer offsets go the same way (``ForwardEntry.store_offset``, ``query_offset``): RabbitMQ
+stores and reads a consumer's offset on the stream's leader (``rabbit_stream_reader``'s
+``store_offset``/``query_offset`` call ``osiris:write_tracking``/``read_tracking`` on the
+leader's writer), so a stream-protocol StoreOffset or QueryOffset on a node that does not lead
+the stream, and a named AMQP consumer's offsets there, are sent to the leader over the stream's
+forwarder connection, after its publishes, and follow it when it moves. A StoreOffset has no
+answer, so the forwarder asks for the offset after it: a store is kept (the latest per consumer
+name) until a leader answered that query, so one sent to a leader that died, or to a new leader
+whose log does not take appends yet, goes again to the next; a query waits for a leader as a
+publish does (``hold``). The forwarder's own connection is not forwarded again by the node it
+reaches (``FORWARDER_PRODUCT``): a node that does not lead (or not yet) answers its query
+``STREAM_NOT_AVAILABLE`` and the forwarder asks the leader the view names next, so two nodes
+with different views cannot pass a request back and forth.
+
 Memory: what is unconfirmed is bounded by the AMQP links' credit (their unconfirmed messages
 and bytes), as for a local publish; the forwarder keeps the bytes until they are confirmed.
+Offsets waiting for a leader are bounded by the consumers asking (one store kept per consumer
+name, the latest; one query per waiting request).
 """
 
 from __future__ import annotations
@@ -45,20 +61,23 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from amqp_stream.client.errors import ClientError
 from amqp_stream.cluster.wakeup import Wakeup
 from amqp_stream.client.stream import StreamClient, publish_frame
-from amqp_stream.errors import BrokerError, NotFound, Released, ResourceDeleted
+from amqp_stream.errors import BrokerError, InternalError, NotFound, Released, ResourceDeleted
 from amqp_stream.streamproto import ResponseCode
-from storage.errors import StreamClosedError
+from storage.errors import StorageError, StreamClosedError
+from storage.tracking import tracking_id
 
 if TYPE_CHECKING:
     from amqp_stream.cluster.layout import Node
     from amqp_stream.cluster.node import ClusterNode
     from amqp_stream.core import Core
 
-__all__ = ["Forwarding", "ForwardEntry", "StreamForwarder", "FORWARD_REFERENCE"]
+__all__ = ["Forwarding", "ForwardEntry", "StreamForwarder", "FORWARD_REFERENCE",
+           "FORWARDER_PRODUCT"]
 
 log = logging.getLogger(__name__)
 
 FORWARD_REFERENCE = "amqp-forward:"  # + node name: the named producer of unnamed links
+FORWARDER_PRODUCT = "amqp-stream forwarder"  # its connections' peer property ``product``
 # PublishError codes that say "not the leader (any more)": send again to the next leader
 _MOVED = {ResponseCode.STREAM_NOT_AVAILABLE, ResponseCode.INTERNAL_ERROR,
           ResponseCode.PUBLISHER_DOES_NOT_EXIST, ResponseCode.STREAM_DOES_NOT_EXIST}
@@ -67,6 +86,7 @@ _RETRY_S = 0.2  # between connection attempts while no leader answers
 _FRAME_ROOM = 64  # a Publish frame's bytes beyond its messages' (size, key, version, ...)
 
 OnDurable = Callable[[int, "Exception | None"], None]
+OnOffset = Callable[["int | None", "BrokerError | None"], None]  # (stored offset, error)
 
 
 class _Batch:
@@ -110,6 +130,10 @@ class StreamForwarder:
         self.queue: collections.deque[tuple[str | None, list, list, list, OnDurable]] = \
             collections.deque()
         self.outstanding = 0  # batches submitted and not yet answered (loop reads it)
+        # consumer offsets for the leader: the latest store per consumer name, and queries
+        # with their answers (both under ``lock``)
+        self.stores: dict[str, int] = {}
+        self.queries: collections.deque[tuple[str, OnOffset]] = collections.deque()
         self.closed = False
         self.ending: BrokerError | None = None  # what the batches left get when it closes
         self.client: StreamClient | None = None
@@ -137,6 +161,26 @@ class StreamForwarder:
                                               f"has stopped")
             self.queue.append((reference, list(bodies), list(ids), list(values), on_durable))
             self.outstanding += 1
+        self.wakeup.wake()
+
+    def store_offset(self, consumer: str, offset: int) -> None:
+        """Store ``consumer``'s offset on the leader (no answer, as StoreOffset has none)."""
+        with self.lock:
+            if self.closed:
+                log.info("offset %d of %r on %r not stored: forwarding has stopped", offset,
+                         consumer, self.stream)
+                return
+            self.stores[consumer] = offset
+        self.wakeup.wake()
+
+    def query_offset(self, consumer: str, answer: OnOffset) -> None:
+        """Ask the leader for ``consumer``'s stored offset; ``answer(offset or None, None)``
+        runs on this forwarder's thread, ``answer(None, error)`` when no leader answered."""
+        with self.lock:
+            if self.closed:
+                raise self.ending or Released(f"forwarding to the leader of '{self.stream}' "
+                                              f"has stopped")
+            self.queries.append((consumer, answer))
         self.wakeup.wake()
 
     def close(self, ending: BrokerError) -> None:
@@ -167,7 +211,8 @@ class StreamForwarder:
             self.wakeup.close()
 
     def _has_work(self) -> bool:
-        return bool(self.queue) or any(p.inflight for p in self.producers.values())
+        return (bool(self.queue or self.stores or self.queries)
+                or any(p.inflight for p in self.producers.values()))
 
     def _turn(self) -> None:
         if self.client is None:
@@ -185,6 +230,7 @@ class StreamForwarder:
         if leader is None or leader.name != self.connected_to:
             raise _Moved(f"the view names {leader.name if leader else 'no live leader'}")
         self._send_queued()
+        self._send_offsets()
         self.wakeup.wait(client, 0.5)
         if self.stream in client.gone:
             raise _Moved("MetadataUpdate")
@@ -199,7 +245,7 @@ class StreamForwarder:
         try:
             client = StreamClient(url, user=self.user, password=self.password, timeout=5.0,
                                   on_confirm=self._confirmed, on_error=self._refused,
-                                  product="amqp-stream forwarder")
+                                  product=FORWARDER_PRODUCT)
         except (ClientError, OSError) as exc:
             log.debug("forwarding %r: cannot reach leader %s at %s: %s", self.stream,
                       leader.name, url, exc)
@@ -283,6 +329,66 @@ class StreamForwarder:
             self.forwarded += len(items)
             self._publish(producer, items)
 
+    def _send_offsets(self) -> None:
+        """The consumer offsets waiting, after the publishes queued before them. A query
+        leaves the queue only once answered: a lost connection asks the next leader."""
+        client = self.client
+        assert client is not None
+        with self.lock:
+            stores = dict(self.stores)
+        for consumer, offset in stores.items():
+            client.store_offset(consumer, self.stream, offset)
+            # StoreOffset has no answer: a query after it says the leader took it (a node
+            # not yet taking appends as the new leader answers STREAM_NOT_AVAILABLE: again)
+            held = self._query(client, consumer)
+            with self.lock:
+                if self.stores.get(consumer) == offset:
+                    del self.stores[consumer]
+            if held != offset:
+                log.info("forwarding %r: the leader holds %r for %r after storing %d", self.stream,
+                         held, consumer, offset)
+        while True:
+            with self.lock:
+                if not self.queries:
+                    break
+                consumer, answer = self.queries[0]
+            error: BrokerError | None = None
+            stored: int | None = None
+            try:
+                stored = self._query(client, consumer)
+            except BrokerError as exc:
+                error = exc
+            with self.lock:
+                self.queries.popleft()
+            if not self._busy():
+                self.stuck_since = None
+            self._tell(answer, stored, error)
+
+    def _query(self, client: StreamClient, consumer: str) -> int | None:
+        """The leader's stored offset of ``consumer``; ``BrokerError`` for its refusal,
+        ``_Moved`` when the node does not (yet) lead, ``ClientError`` without an answer."""
+        try:
+            return client.query_offset(consumer, self.stream)
+        except ClientError as exc:
+            if exc.condition is None:  # no answer: the connection, not the leader
+                raise
+            if exc.condition == ResponseCode.STREAM_NOT_AVAILABLE.name:
+                raise _Moved("an offset query answered by a node that does not lead") from None
+            error = BrokerError(f"the leader of '{self.stream}' refused the query of "
+                                f"{consumer!r}: {exc.condition}")
+            error.stream_code = ResponseCode[exc.condition]
+            raise error from None
+
+    def _busy(self) -> bool:
+        """Publishes wait for the leader's confirms."""
+        return bool(self.queue) or any(p.inflight for p in self.producers.values())
+
+    def _tell(self, answer: OnOffset, stored: int | None, error: BrokerError | None) -> None:
+        try:
+            answer(stored, error)
+        except Exception:
+            log.exception("answering an offset query of %r", self.stream)
+
     def _publish(self, producer: _Producer, items: list[tuple[int, str | None, bytes]]) -> None:
         """Publish frames of at most the leader's frame size."""
         client = self.client
@@ -364,6 +470,13 @@ class StreamForwarder:
             producer.inflight.clear()
         with self.lock:
             queued, self.queue = list(self.queue), collections.deque()
+            queries, self.queries = list(self.queries), collections.deque()
+            stores, self.stores = self.stores, {}
+        if queries or stores:
+            log.warning("forwarding %r: %d offset queries answered and %d stores dropped: %s",
+                        self.stream, len(queries), len(stores), error)
+        for _, answer in queries:
+            self._tell(answer, None, error)
         if batches or queued:
             log.warning("forwarding %r: %d batch(es) answered %s: %s", self.stream,
                         len(batches) + len(queued), type(error).__name__, error)
@@ -399,16 +512,10 @@ class ForwardEntry:
     def _local(self) -> Any:
         """This node's entry when it leads the stream and takes appends, and nothing
         forwarded waits (so a link's messages stay in order), else None."""
-        cluster = self.forwarding.cluster
-        layout = cluster.layout(self.name)
-        if layout is None or layout.leader != cluster.name:
-            return None
         if self.forwarder is not None and self.forwarder.outstanding:
             return None
-        replication = cluster.replication
-        if len(layout.members) > 1 and (replication is None
-                                        or self.name not in replication.leaders):
-            return None  # the leader role is not applied yet: the log still refuses appends
+        if not self.forwarding.takes_appends(self.name):
+            return None
         return self.forwarding.core.get(self.name)
 
     def append(self, reference: str | None, bodies: list, ids: list[int], values: list,
@@ -423,6 +530,46 @@ class ForwardEntry:
                          records, nbytes)
             return
         self._forwarder().submit(reference, bodies, ids, values, on_durable)
+
+    def store_offset(self, consumer: str, offset: int) -> None:
+        """Store ``consumer``'s offset on the stream's leader (``storage.Stream``'s
+        signature, for ``amqp.tracking.ConsumerOffsets``): in this node's log when it leads,
+        else through the forwarder. ``StorageError`` for a name or offset that cannot be
+        stored, as a local store."""
+        local = self._leading()
+        if local is not None:
+            local.stream.store_offset(consumer, offset)
+            return
+        tracking_id(consumer, "consumer name")  # refused here as a local store refuses it
+        if type(offset) is not int or not 0 <= offset < 1 << 64:
+            raise StorageError(f"an offset is an integer in 0..2^64-1, not {offset!r}")
+        self._forwarder().store_offset(consumer, offset)
+
+    def query_offset(self, consumer: str, answer: OnOffset) -> None:
+        """``consumer``'s offset as the leader holds it; ``answer(offset or None, error)``
+        runs on the loop, later (never within this call)."""
+        post = self.forwarding.core.mailbox.post
+        local = self._leading()
+        try:
+            tracking_id(consumer, "consumer name")
+        except StorageError:  # a name that cannot be stored has nothing stored
+            post(answer, None, None)
+            return
+        if local is None:
+            self._forwarder().query_offset(consumer, lambda *result: post(answer, *result))
+            return
+        try:
+            post(answer, local.stream.query_offset(consumer), None)
+        except StorageError as exc:
+            post(answer, None, InternalError(f"stream '{self.name}': {exc}"))
+
+    def _leading(self) -> Any:
+        """This node's entry when the layout names it leader (its log stores offsets)."""
+        cluster = self.forwarding.cluster
+        layout = cluster.layout(self.name)
+        if layout is None or layout.leader != cluster.name:
+            return None
+        return self.forwarding.core.get(self.name)
 
     def _forwarder(self) -> StreamForwarder:
         forwarder = self.forwarder
@@ -494,6 +641,26 @@ class Forwarding:
             return self.entry(name)
         except NotFound:
             return None
+
+    def takes_appends(self, name: str) -> bool:
+        """Whether this node leads ``name`` and its log takes appends (the leader role is
+        applied: until then a new leader's log still refuses them, as a replica's)."""
+        cluster = self.cluster
+        layout = cluster.layout(name)
+        if layout is None or layout.leader != cluster.name:
+            return False
+        replication = cluster.replication
+        return len(layout.members) == 1 or (replication is not None
+                                            and name in replication.leaders)
+
+    def offsets_elsewhere(self, name: str) -> ForwardEntry | None:
+        """On the loop: where consumer offsets of ``name`` go when another node leads it
+        (its entry here); None when this node leads it or the cluster has no such stream
+        (a stream this node does not know yet is looked up in ZooKeeper first)."""
+        layout = self.cluster.look_up(name)
+        if layout is None or layout.leader == self.cluster.name:
+            return None
+        return self.lookup(name)
 
     def forwarder(self, name: str) -> StreamForwarder:
         cluster = self.cluster

@@ -21,8 +21,11 @@ offset after the last chunk it took: the consumer goes on, no record lost or rep
 AMQP link is told nothing. Memory: at most ``MAX_CHUNKS`` chunks are held (credit is given
 only for room; a chunk is at most the storage's chunk size).
 
-Not served here: a named consumer (offset tracking, ``rabbitmq:consumer-name``) is refused on
-a node that holds no member (its offsets live in the member's log); attach it to a member.
+A named consumer (offset tracking, ``x-consumer-name``) works here as on a member: its stored
+offset is asked of the leader before its reader starts, and what it accepts is stored on the
+leader (``amqp.consuming.Consumer``'s ``offsets_at``: the stream's ``cluster.forwarder``
+entry), as for a named consumer on a replica. The entry has no local log (no ``stream``): the
+consumer's lag is not known here.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from amqp_stream.client.errors import ClientError
 from amqp_stream.cluster.wakeup import Wakeup
 from amqp_stream.client.stream import StreamClient
-from amqp_stream.errors import NotFound, NotImplementedByBroker, ResourceDeleted
+from amqp_stream.errors import NotFound, ResourceDeleted
 from amqp_stream.streamproto import OffsetSpec as WireSpec
 from amqp_stream.streamproto import OffsetType
 from amqp_stream.streamproto.constants import FILTER_PROPERTY_PREFIX, MATCH_UNFILTERED_PROPERTY
@@ -209,12 +212,6 @@ class RemoteEntry:
         self.name = name
         self.consumers: set[Any] = set()
         self.deleted = False
-
-    @property
-    def stream(self) -> Any:
-        raise NotImplementedByBroker(
-            f"a named consumer (offset tracking) of stream '{self.name}' must attach to a node "
-            f"holding a member of it: this node reads it from another node")
 
     def reader(self, spec: OffsetSpec, filter_values: Any = (), match_unfiltered: bool = False,
                stage2: Any = None) -> RemoteReader:

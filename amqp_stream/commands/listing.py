@@ -69,7 +69,8 @@ KINDS: dict[str, tuple[str, dict[str, Column], tuple[str, ...]]] = {
     "consumers": ("/api/consumers", _columns(
         "consumer_tag", "ack_required", "prefetch_count", "active", "activity_status", "arguments",
         queue_name=_queue, connection_name=lambda r: _details(r, "connection_name"),
-        user=lambda r: _details(r, "user"), offset=_key("offset"), offset_lag=_key("offset_lag"),
+        user=lambda r: _details(r, "user"), node=lambda r: _details(r, "node"),
+        offset=_key("offset"), offset_lag=_key("offset_lag"),
         credits=_key("credits"), messages_consumed=_key("consumed")),
         ("queue_name", "consumer_tag", "ack_required", "prefetch_count", "active", "arguments")),
     "publishers": ("/api/stream/publishers", _columns(

@@ -1,8 +1,9 @@
 """``/api/connections`` (AMQP 1.0 and stream connections side by side, as RabbitMQ lists them;
 DELETE closes one) and ``/api/consumers`` (AMQP 1.0 consumer links and stream subscriptions).
 A user without the monitoring or administrator tag sees only their own (``users.Users.own``).
-In a cluster the connections are the whole cluster's, as RabbitMQ's: the other nodes are
-asked for theirs (``peers``), and a connection held by another node is shown or closed there."""
+In a cluster the connections and consumers are the whole cluster's, as RabbitMQ's: the other
+nodes are asked for theirs (``peers``), and a connection held by another node is shown or
+closed there."""
 
 from __future__ import annotations
 
@@ -128,14 +129,17 @@ def routes(state: BrokerState, add: Any) -> None:
         return web.Response(status=204)
 
     async def channels(request: web.Request) -> web.Response:
+        if state.connection(request.match_info["name"]) is None:
+            return await elsewhere(state, request)
         conn_of(request)
         return reply([])
 
     async def consumers(request: web.Request) -> web.Response:
         if "vhost" in request.match_info:
             state.check_vhost(request.match_info["vhost"])
-        return reply(users.own(request["user"], all_consumers(state),
-                               lambda c: c["channel_details"]["user"]))
+        local = users.own(request["user"], all_consumers(state),
+                          lambda c: c["channel_details"]["user"])
+        return reply(local + await peers.gather(state, request))
 
     add("GET", "/api/connections", list_connections)
     add("GET", "/api/vhosts/{vhost}/connections", list_connections)

@@ -65,6 +65,10 @@ def savings(consumer: Any) -> dict[str, Any]:
             "bytes_sent": consumer.sent_bytes}
 
 
-def lag(consumer: Any) -> int:
-    """Offsets between the stream's committed end and the next one the consumer is sent."""
-    return max(0, int(consumer.entry.stream.next_offset) - int(consumer.next_offset))
+def lag(consumer: Any) -> int | None:
+    """Offsets between the stream's committed end and the next one the consumer is sent;
+    None for an AMQP consumer a cluster node serves from a member elsewhere (no log here)."""
+    stream = getattr(consumer.entry, "stream", None)
+    if stream is None:
+        return None
+    return max(0, int(stream.next_offset) - int(consumer.next_offset))

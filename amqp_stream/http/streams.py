@@ -1,11 +1,13 @@
 """``/api/stream/...``: the stream plugin's management extension (``rabbitmq_stream_management``):
 stream connections, their publishers and consumers (subscriptions); a user without the
 monitoring or administrator tag sees only their own (``users.Users.own``). In a cluster the
-stream connections are the whole cluster's (``peers``), as in ``connections``."""
+stream connections, publishers and consumers are the whole cluster's (``peers``), as in
+``connections``: each row names its node, and a connection held elsewhere is answered
+there."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
@@ -15,6 +17,8 @@ from amqp_stream.http.errors import not_found, reply
 from amqp_stream.http.state import VHOST, BrokerState, Conn
 
 __all__ = ["stream_connection_json", "publisher_json", "subscription_json", "routes"]
+
+Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
 def connection_details(conn: Conn, node: str) -> dict[str, Any]:
@@ -94,29 +98,34 @@ def routes(state: BrokerState, add: Any) -> None:
         local = [stream_connection_json(c, node, octets.get(c.name)) for c in mine]
         return reply(local + await peers.gather(state, request))
 
-    def held(request: web.Request) -> bool:
-        name = request.match_info["name"]
-        return any(c.name == name for c in state.stream_connections())
+    def held_here(handler: Handler) -> Handler:
+        """``handler`` for a connection of this node; one held by another node is answered
+        there (``elsewhere``)."""
+        async def answer(request: web.Request) -> web.Response:
+            name = request.match_info["name"]
+            if not any(c.name == name for c in state.stream_connections()):
+                vhost(request)
+                return await elsewhere(state, request)
+            return await handler(request)
+        return answer
 
+    @held_here
     async def connection(request: web.Request) -> web.Response:
-        if not held(request):
-            vhost(request)
-            return await elsewhere(state, request)
         conn = conn_of(request)
         return reply(stream_connection_json(conn, node, state.octet_stats().get(conn.name)))
 
+    @held_here
     async def delete_connection(request: web.Request) -> web.Response:
-        if not held(request):
-            vhost(request)
-            return await elsewhere(state, request)
         state.close(conn_of(request))
         return web.Response(status=204)
 
+    @held_here
     async def connection_publishers(request: web.Request) -> web.Response:
         conn = conn_of(request)
         return reply([publisher_json(conn, node, p) for p in list(conn.obj.publishers.values())
                       if not p.closed])
 
+    @held_here
     async def connection_consumers(request: web.Request) -> web.Response:
         conn = conn_of(request)
         return reply([subscription_json(conn, node, s)
@@ -125,13 +134,15 @@ def routes(state: BrokerState, add: Any) -> None:
     async def publishers(request: web.Request) -> web.Response:
         vhost(request)
         stream = request.match_info.get("stream")
-        return reply([publisher_json(c, node, p) for c, p in own(request, state.stream_publishers())
-                      if stream is None or p.entry.name == stream])
+        local = [publisher_json(c, node, p) for c, p in own(request, state.stream_publishers())
+                 if stream is None or p.entry.name == stream]
+        return reply(local + await peers.gather(state, request))
 
     async def consumers(request: web.Request) -> web.Response:
         vhost(request)
-        return reply([subscription_json(c, node, s)
-                      for c, s in own(request, state.stream_subscriptions())])
+        local = [subscription_json(c, node, s)
+                 for c, s in own(request, state.stream_subscriptions())]
+        return reply(local + await peers.gather(state, request))
 
     add("GET", "/api/stream/connections", connections)
     add("GET", "/api/stream/connections/{vhost}", connections)

@@ -133,9 +133,10 @@ def routes(state: BrokerState, add: Any) -> None:
                 offset = max(tracking.resume_offset(stream, spec) - 1, 0)
             else:
                 offset = body["offset"]
-                if type(offset) is not int or offset < 0:
-                    raise bad_request("offset must be an integer, 0 or above")
-            stream.store_offset(name, offset)
+                if type(offset) is not int or not 0 <= offset < 1 << 64:
+                    raise bad_request("offset must be an integer in 0..2^64-1")
+            leader = core.offsets_elsewhere(entry.name)  # a replica: stored on the leader
+            (stream if leader is None else leader).store_offset(name, offset)
         except BadRequest as exc:
             raise bad_request(exc.description) from None
         except StreamClosedError as exc:

@@ -43,7 +43,7 @@ from amqp_stream.stream_listener.tls import TlsStreamConnection, server_context
 from amqp_stream.streamproto import COMMAND_VERSIONS, Key, OffsetType, ResponseCode, ServerConnection, State
 from amqp_stream.streamproto import frames as f
 from amqp_stream.users import CONFIGURE, READ, WRITE
-from storage import OffsetSpec
+from storage import OffsetSpec, StorageError
 
 __all__ = ["StreamAdapter", "SERVER_PROPERTIES"]
 
@@ -399,16 +399,63 @@ class StreamAdapter:
             log.warning("stream connection %s: user %r may not store an offset on %r",
                         conn.peer, conn.user, frame.stream)
             return
+        leader = self._offsets_elsewhere(conn, frame.stream)
+        if leader is not None:
+            try:
+                leader.store_offset(frame.reference, frame.offset)
+            except StorageError as exc:
+                log.info("stream connection %s: StoreOffset on %r ignored: %s", conn.peer,
+                         frame.stream, exc)
+            return
         tracking.store_offset(self.core.get(frame.stream), frame.reference, frame.offset,
                               conn.peer)
 
     def _query_offset(self, conn: StreamConnection, frame: f.QueryOffset) -> None:
         self.allow(conn, READ, frame.stream)
+        leader = self._offsets_elsewhere(conn, frame.stream)
+        if leader is not None:
+            leader.query_offset(frame.reference, lambda offset, error: self._offset_answer(
+                conn, frame.correlation_id, offset, error))
+            return
+        cluster = self.core.cluster
+        if (cluster is not None and self._forwarded_here(conn)
+                and cluster.layout(frame.stream) is not None
+                and not cluster.forwarding.takes_appends(frame.stream)):
+            # another node's forwarder, sent here as to the leader, and this node does not
+            # lead it (yet: its log would refuse the store before this query): ask again
+            conn.send(f.QueryOffsetResponse(frame.correlation_id,
+                                            ResponseCode.STREAM_NOT_AVAILABLE, 0))
+            return
         offset = tracking.query_offset(self.core.stream(frame.stream), frame.reference)
-        if offset is None:
-            conn.send(f.QueryOffsetResponse(frame.correlation_id, ResponseCode.NO_OFFSET, 0))
+        self._offset_answer(conn, frame.correlation_id, offset, None)
+
+    def _offset_answer(self, conn: StreamConnection, correlation_id: int, offset: int | None,
+                       error: BrokerError | None) -> None:
+        """QueryOffset's response (now, or from the leader's answer on the loop)."""
+        if not conn.serving:
+            return
+        if error is not None:
+            conn.send(f.QueryOffsetResponse(correlation_id, error.stream_code, 0))
+        elif offset is None:
+            conn.send(f.QueryOffsetResponse(correlation_id, ResponseCode.NO_OFFSET, 0))
         else:
-            conn.send(f.QueryOffsetResponse(frame.correlation_id, ResponseCode.OK, offset))
+            conn.send(f.QueryOffsetResponse(correlation_id, ResponseCode.OK, offset))
+        self.to_write.add(conn)
+
+    @staticmethod
+    def _forwarded_here(conn: StreamConnection) -> bool:
+        """On a cluster node: whether ``conn`` is another node's forwarder
+        (``cluster.forwarder``; imported here only: a single node imports nothing of it)."""
+        from amqp_stream.cluster.forwarder import FORWARDER_PRODUCT
+        return conn.proto.client_properties.get("product") == FORWARDER_PRODUCT
+
+    def _offsets_elsewhere(self, conn: StreamConnection, stream: str) -> Any:
+        """Where ``stream``'s consumer offsets go when another node leads it, as RabbitMQ
+        stores and reads them on the leader (``cluster.forwarder.ForwardEntry``); None on a
+        single node, on the leader, and for a connection that is itself forwarded here."""
+        if self.core.cluster is None or self._forwarded_here(conn):
+            return None
+        return self.core.offsets_elsewhere(stream)
 
     def _query_publisher_sequence(self, conn: StreamConnection,
                                   frame: f.QueryPublisherSequence) -> None:

@@ -162,8 +162,10 @@ function consumersTable(consumers, now) {
       el("td", {class: "savings"}, savingsText(c.filtering)),
       el("td", {class: "rate"}, `${r.toFixed(1)}/s`,
         sparkline(record("consumer-rate:" + key, r), "rate")),
-      el("td", {class: "lag"}, el("span", {class: "value"}, num(c.offset_lag)),
-        sparkline(record("consumer-lag:" + key, c.offset_lag), "lag")));
+      // null: read from a member on another node, no log here to measure the lag against
+      c.offset_lag == null ? el("td", {class: "lag"}, el("span", {class: "value"}, "n/a"))
+        : el("td", {class: "lag"}, el("span", {class: "value"}, num(c.offset_lag)),
+          sparkline(record("consumer-lag:" + key, c.offset_lag), "lag")));
   }), 7, "no consumers");
 }
 
