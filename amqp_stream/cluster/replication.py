@@ -34,8 +34,9 @@ POLL_S = 0.2
 
 
 class Replication:
-    def __init__(self, core: Any, layouts: Layouts, bind_host: str):
+    def __init__(self, core: Any, layouts: Layouts, bind_host: str, secret: bytes):
         self.core = core
+        self.secret = secret  # the cluster's (``auth``): both ends of every connection prove it
         self.layouts = layouts
         self.node = layouts.node_name
         self.bind_host = bind_host
@@ -53,7 +54,7 @@ class Replication:
     def start(self) -> None:
         me = self.layouts.nodes()[self.node]
         self.server = ReplicationServer(self.bind_host, me.replication_port, self.leaders.get,
-                                        self.admin)
+                                        self.secret, self.admin)
         self.server.start()
         log.info("replication: node %s listening on %s:%d", self.node, self.bind_host,
                  me.replication_port)
@@ -143,7 +144,8 @@ class Replication:
                          layout.leader)
                 return
             sync_s = core.config.fsync_interval_ms / 1000.0
-            link = ReplicaLink(name, stream, layout.epoch, leader, self.node, sync_s)
+            link = ReplicaLink(name, stream, layout.epoch, leader, self.node, self.secret,
+                               sync_s)
             self.replicas[name] = link
             link.start()
             log.info("replication: following %r from %s (epoch %d)", name, layout.leader,
