@@ -422,8 +422,9 @@ def consume_count(cluster: Cluster, node: str, n: int) -> None:
 
 
 def test_all_nodes_restarted_at_once_serve_what_was_confirmed_before_any_publish(cluster):
-    """After a restart of every node under a new epoch, the leader's first chunk of its epoch (written at takeover, a tracking chunk) commits what the
-    old epoch left, so consumers on every member see the confirmed messages at once."""
+    """After a restart of every node under a new epoch, the leader's first chunk of its
+    epoch (written at takeover, a tracking chunk) commits what the old epoch left, so
+    consumers on every member see the confirmed messages at once."""
     confirmed: list[bytes] = []
 
     async def go(tag):
