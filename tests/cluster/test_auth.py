@@ -129,3 +129,20 @@ def raw_chunks_end(payload: bytes) -> int:
     """A CHUNK frame's chunk: the offset after its last record (chunk id + records)."""
     fields = CHUNK_HEADER.unpack_from(payload, 1)
     return int(fields[6] + fields[3])
+
+
+def test_a_static_node_without_a_secret_or_with_an_empty_one_does_not_start(tmp_path):
+    import subprocess
+    import sys
+
+    c = Cluster(tmp_path, names=("n1", "n2"))
+    c.set_layouts([])
+    doc = json.loads(c.files["n1"].read_text("utf-8"))
+    del doc["secret"]
+    c.files["n1"].write_text(json.dumps(doc), "utf-8")
+    command = c.brokers["n1"].command()
+    out = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--cluster-static needs the cluster's secret" in out.stderr
+    out = subprocess.run(command + ["--cluster-secret", " "], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2 and "cluster_secret must not be empty" in out.stderr
