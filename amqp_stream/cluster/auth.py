@@ -27,10 +27,11 @@ import socket
 
 from amqp_stream.cluster import replication_wire as wire
 
-__all__ = ["AuthError", "NONCE", "new_secret", "secret_bytes", "FrameReader", "client_auth",
-           "check_auth", "check_welcome", "send_challenge"]
+__all__ = ["AuthError", "NONCE", "HANDSHAKE_FRAME", "new_secret", "secret_bytes", "FrameReader",
+           "client_auth", "check_auth", "check_welcome", "send_challenge"]
 
 NONCE = 32
+HANDSHAKE_FRAME = 2048  # CHALLENGE, AUTH, WELCOME and a REFUSE are far shorter
 _CLIENT = b"amqp-stream replication: client proof\x00"
 _SERVER = b"amqp-stream replication: server proof\x00"
 
@@ -64,8 +65,12 @@ class FrameReader:
         self.sock = sock
         self.buf = bytearray()
 
-    def next(self, what: str) -> tuple[int, bytes]:
+    def next(self, what: str, limit: int = wire.MAX_FRAME) -> tuple[int, bytes]:
+        """The next frame; ``WireError`` when the peer closes first or announces a frame
+        longer than ``limit`` (before the proof: nothing large is buffered for a stranger)."""
         while True:
+            if len(self.buf) >= wire.HEAD.size and wire.HEAD.unpack_from(self.buf)[0] > limit:
+                raise wire.WireError(f"a frame longer than {limit} bytes as {what}")
             got, at = wire.frames(self.buf)
             if got:
                 kind, payload = got[0]
@@ -90,7 +95,7 @@ def send_challenge(sock: socket.socket) -> bytes:
 def client_auth(reader: FrameReader, secret: bytes) -> tuple[bytes, bytes]:
     """The connecting side: read the CHALLENGE; returns the AUTH frame to send (before
     HELLO or ADMIN) and the WELCOME payload the node must answer with."""
-    kind, payload = reader.next("the challenge")
+    kind, payload = reader.next("the challenge", HANDSHAKE_FRAME)
     if kind == wire.REFUSE:
         code, reason = wire.decode_refuse(payload)
         raise AuthError(f"refused ({code}): {reason}")

@@ -327,7 +327,7 @@ class ReplicationServer:
             sock.settimeout(10.0)
             nonce = auth.send_challenge(sock)
             reader = auth.FrameReader(sock)
-            kind, payload = reader.next("AUTH")
+            kind, payload = reader.next("AUTH", auth.HANDSHAKE_FRAME)
             try:
                 welcome = auth.check_auth(self.secret, nonce, kind, payload)
             except auth.AuthError as exc:
@@ -415,7 +415,7 @@ def admin_request(host: str, port: int, request: dict, timeout: float, secret: b
         reader = auth.FrameReader(sock)
         auth_frame, welcome = auth.client_auth(reader, secret)
         sock.sendall(auth_frame + wire.encode_admin(request))
-        auth.check_welcome(*reader.next("the node's proof"), welcome)
+        auth.check_welcome(*reader.next("the node's proof", auth.HANDSHAKE_FRAME), welcome)
         kind, payload = reader.next("the answer")
         if kind != wire.ADMIN:
             raise wire.WireError(f"frame type {kind} in answer to a request")

@@ -130,7 +130,7 @@ class ReplicaLink:
         sock.sendall(auth_frame + wire.encode_hello(wire.Hello(
             self.name, self.node, self.epoch, stream.local_end, tuple(stream.epoch_ends()))))
         # the leader proves the secret too: no chunk is taken from a node that lacks it
-        auth.check_welcome(*reader.next("the leader's proof"), welcome)
+        auth.check_welcome(*reader.next("the leader's proof", auth.HANDSHAKE_FRAME), welcome)
         rest = reader.rest()  # a partial frame carried to the next read
         started = False
         # wake at least every sync interval: chunks left unsynced (``interval``) get their

@@ -199,6 +199,7 @@ class Replication:
             entry.stream.ungate()  # first: what waited is durable here, so confirmed
         self._end_role(name)
         del self.applied[name]
+        self._stored.pop(name, None)
         if entry is not None:
             entry.stream.set_follower(not alone)
             if alone and layout is not None and layout.epoch > entry.stream.last_epoch:

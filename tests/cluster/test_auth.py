@@ -34,7 +34,7 @@ def _frames_until_closed(sock: socket.socket, reader: auth.FrameReader) -> list[
     while True:
         try:
             out.append(reader.next("more"))
-        except wire.WireError:  # closed
+        except (wire.WireError, ConnectionResetError):  # closed (reset: bytes left unread)
             return out
 
 
@@ -69,6 +69,13 @@ def test_only_the_cluster_secret_opens_the_replication_port(tmp_path):
         assert [k for k, _ in got] == [wire.REFUSE], got
         code, reason = wire.decode_refuse(got[0][1])
         assert code == wire.REFUSE_AUTH and "authentication failed" in reason
+
+        # a stranger's frame announcing 50 MiB: closed at once, nothing buffered for it
+        with socket.create_connection(address, timeout=10) as sock:
+            reader = auth.FrameReader(sock)
+            reader.next("challenge")
+            sock.sendall(wire.HEAD.pack(50 << 20, wire.AUTH) + b"\0" * 4096)
+            assert _frames_until_closed(sock, reader) == []
 
         # a wrong secret: refused before HELLO is looked at
         with socket.create_connection(address, timeout=10) as sock:
@@ -133,7 +140,6 @@ def raw_chunks_end(payload: bytes) -> int:
 
 def test_a_static_node_without_a_secret_or_with_an_empty_one_does_not_start(tmp_path):
     import subprocess
-    import sys
 
     c = Cluster(tmp_path, names=("n1", "n2"))
     c.set_layouts([])
