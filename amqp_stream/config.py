@@ -73,6 +73,7 @@ class BrokerConfig:
     cluster_static: Path | None = None
     cluster_user: str = "guest"
     cluster_password: str = "guest"
+    cluster_secret: str | None = None
 
     def __post_init__(self) -> None:
         check(self)
@@ -137,6 +138,10 @@ HELP: dict[str, str] = {
                     "publishes to a stream's leader (write on every stream; guest works on "
                     "loopback only)",
     "cluster_password": "that user's password (prefer the environment or the config file)",
+    "cluster_secret": "the secret the cluster's nodes prove to each other (and the cluster "
+                      "commands to them) on the replication port; default: the one under "
+                      "--cluster's ZooKeeper path, made by the first node (prefer the "
+                      "environment or the config file)",
     "cluster_static": "internal (tests, hand-made clusters): a JSON file of nodes and stream "
                       "layouts standing in for coordination, with this node's name "
                       "(amqp_stream.cluster.layouts.StaticLayouts; docs/cluster.md)",
@@ -252,6 +257,9 @@ def check(config: BrokerConfig) -> None:
 def _check_cluster(config: BrokerConfig) -> None:
     if not 0 <= config.replication_port < 65536:
         raise ConfigError(f"replication_port must be 0..65535, not {config.replication_port}")
+    if config.cluster_secret is not None and not config.cluster_secret.strip():
+        raise ConfigError("cluster_secret must not be empty (leave it out to use the one under "
+                          "--cluster's ZooKeeper path)")
     if not 1.0 <= config.cluster_session_timeout <= 120.0:
         raise ConfigError(f"cluster_session_timeout must be 1..120 seconds, not "
                           f"{config.cluster_session_timeout}")

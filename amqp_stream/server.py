@@ -119,7 +119,11 @@ class Broker:
             layouts = StaticLayouts(self.config.cluster_static)
         if layouts is not None:
             from amqp_stream.cluster.replication import Replication
-            self.replication = Replication(self.core, layouts, self.config.host)
+            secret = self._cluster_secret(layouts)
+            if secret is None:
+                self._close_storage()
+                return 2
+            self.replication = Replication(self.core, layouts, self.config.host, secret)
             if cluster is not None:
                 cluster.replicate(self.replication)
                 from amqp_stream.cluster.forwarder import Forwarding
@@ -226,6 +230,28 @@ class Broker:
             return 1
         log.info("management API on http://%s:%d/api/", host, port)
         return 0
+
+    def _cluster_secret(self, layouts: object) -> bytes | None:
+        """The secret the replication port's connections prove (docs/cluster.md,
+        "Authentication"): a ZooKeeper cluster's (given or in ZooKeeper), else the given one
+        or the static file's; None (logged) when a static layout has none."""
+        if self.core.cluster is not None:
+            return bytes(self.core.cluster.secret)
+        from amqp_stream.cluster.auth import secret_bytes
+
+        given = self.config.cluster_secret
+        found = given if given is not None else getattr(layouts, "secret", None)
+        if found is None:
+            log.error("--cluster-static needs the cluster's secret: --cluster-secret (or "
+                      "AMQP_STREAM_CLUSTER_SECRET) or a \"secret\" in %s, the same on every node",
+                      self.config.cluster_static)
+            return None
+        try:
+            return secret_bytes(found, "--cluster-secret" if given is not None
+                                else str(self.config.cluster_static))
+        except ValueError as exc:
+            log.error("%s", exc)
+            return None
 
     def _close_storage(self) -> None:
         if self.replication is not None:

@@ -302,6 +302,30 @@ class EntryRun:
         return f"EntryRun({self.count} records of {self.size} bytes, skip {self.skip})"
 
 
+def data_entries(data: bytes, entries: int) -> list[bytes]:
+    """A data section's ``entries`` entries as a writer was given them: a simple entry's
+    record, a sub-batch entry as a ``SubBatchEntry`` (what ``derived.encode_entry`` indexes:
+    a replica builds its sidecar from the chunks it takes). ``StorageError`` when the
+    section does not hold them."""
+    out: list[bytes] = []
+    pos, end = 0, len(data)
+    for _ in range(entries):
+        if pos + 4 > end:
+            raise StorageError("data section shorter than its entries")
+        if data[pos] & 0x80:
+            flags, records, uncompressed, length = SUBBATCH_HEADER.unpack_from(data, pos)
+            body = data[pos + SUBBATCH_HEADER_BYTES:pos + SUBBATCH_HEADER_BYTES + length]
+            out.append(SubBatchEntry((flags >> 4) & 0x7, records, uncompressed, body))
+            pos += SUBBATCH_HEADER_BYTES + length
+        else:
+            (size,) = _unpack_len(data, pos)
+            out.append(data[pos + 4:pos + 4 + size])
+            pos += 4 + size
+    if pos != end:
+        raise StorageError("data section's entries do not fill it")
+    return out
+
+
 def encode_mixed_entries(items: Sequence[bytes]) -> bytes:
     """``encode_entries`` for items of which some are ``SubBatchEntry``s (written as they are)."""
     parts: list[bytes] = []

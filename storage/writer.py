@@ -78,6 +78,7 @@ from storage.format import (
     ChunkHeader,
     IndexRecord,
     TrackingRecord,
+    data_entries,
     decode_header,
     decode_tracking,
     encode_chunk,
@@ -363,9 +364,6 @@ class Writer:
         which must be the log's only appender (nothing may be queued)."""
         if not chunks:
             return self.end
-        if self.config.derived_keys:
-            raise StorageError("replicated chunks on a stream with derived keys: not supported "
-                               "(the sidecar would miss them)")
         with self.lock:
             if self._closing or (self.error is not None and not self._may_retry()
                                  and self.error is not None):
@@ -402,13 +400,20 @@ class Writer:
         info = self._infos[-1]
         iov: list[bytes | memoryview] = []
         idx: list[bytes] = []
+        # broker-derived keys: each chunk's sidecar entry and skip-table rows, built here from
+        # its data section as the leader's writer built them from the bodies (same deriver)
+        dents: list[bytes] = []
+        trows: list[bytes] = []
+        dpend = 0
         last_id = self.committed_chunk_id
         try:
             for chunk, first, h, records in checked:
                 if first and info.chunks:
-                    self._write_raw(iov, idx)
-                    iov, idx = [], []
+                    self._write_raw(iov, idx, dents, trows)
+                    iov, idx, dents, trows, dpend = [], [], [], [], 0
                     info = self._rollover(h.chunk_id)
+                if self.config.derive is not None:
+                    dpend += self._derive_raw(chunk, h, info, dpend, dents, trows)
                 idx.append(_pack_index(h.chunk_id, h.timestamp, h.epoch, info.size, h.type))
                 iov.append(chunk)
                 info.size += h.size
@@ -418,7 +423,7 @@ class Writer:
                 last_id = h.chunk_id
                 if records is not None:
                     self._apply_tracking(h, records)
-            self._write_raw(iov, idx)
+            self._write_raw(iov, idx, dents, trows)
         except Exception as exc:
             self._fail(exc)
             self._reopen()
@@ -431,11 +436,36 @@ class Writer:
         self._commit(expect, last_id)
         return expect
 
-    def _write_raw(self, iov: list[bytes | memoryview], idx: list[bytes]) -> None:
-        """Segment, then index, then durable per policy (replicated chunks)."""
+    def _derive_raw(self, chunk: bytes | memoryview, h: ChunkHeader, info: SegmentInfo,
+                    dpend: int, dents: list[bytes], trows: list[bytes]) -> int:
+        """A replicated chunk's sidecar entry (user chunks) and skip-table rows, as
+        ``_write_all`` makes them, into ``dents`` / ``trows``; returns the entry's bytes.
+        ``info``: the segment it goes into, before the chunk is counted there."""
+        cfg = self.config
+        keys = len(cfg.derived_keys)
+        if h.type != CHUNK_USER:  # a tracking chunk: a row nothing matches
+            trows.append(skiptable.rows_of(info.chunks, 0, h.chunk_id, None, keys))
+            return 0
+        at = CHUNK_HEADER_BYTES + h.filter_size
+        data = bytes(chunk[at:at + h.data_length])
+        blocks: list[BlockRow] = []
+        assert cfg.derive is not None
+        entry = encode_entry(h.chunk_id, info.size, h.records, h.filter_size, data,
+                             data_entries(data, h.entries), cfg.derive, self._dcache,
+                             blocks, skiptable.ROW_BLOOM_BYTES, cfg.derive_number, keys)
+        dents.append(entry)
+        trows.append(skiptable.rows_of(info.chunks, self._dsize + dpend, h.chunk_id, blocks,
+                                       keys))
+        return len(entry)
+
+    def _write_raw(self, iov: list[bytes | memoryview], idx: list[bytes],
+                   dents: list[bytes], trows: list[bytes]) -> None:
+        """Segment, then the derived sidecar and skip table, then index, then durable per
+        policy (replicated chunks)."""
         if not iov:
             return
         _writev_all(self._sfd, iov)  # type: ignore[arg-type]
+        self._write_derived(dents, trows)
         _writev_all(self._ifd, [b"".join(idx)])
         policy = self.config.fsync
         if policy == FsyncPolicy.ALWAYS or (
@@ -1034,12 +1064,15 @@ class Writer:
             return
         self._unsynced = True
         _writev_all(self._sfd, iov)
+        self._write_derived(dents, trows)
+        _writev_all(self._ifd, [b"".join(idx)])
+
+    def _write_derived(self, dents: list[bytes], trows: list[bytes]) -> None:
         if dents and self._dfd >= 0:
             _writev_all(self._dfd, dents)
             self._dsize += sum(map(len, dents))
         if trows and self._table is not None:
             self._table.append(trows, self._dsize)
-        _writev_all(self._ifd, [b"".join(idx)])
 
     def _commit(self, end: int, chunk_id: int) -> None:
         self.end = end

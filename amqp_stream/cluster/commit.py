@@ -8,14 +8,49 @@ bare count), a leader counts only tails that reach into its own epoch (``floor``
 end when it took over): chunks of older epochs become committed with the first chunk of its
 epoch that a quorum holds, never by counting members alone, so a later leader (chosen by
 highest epoch, then offset) always holds what was committed.
+
+The commit end a member learnt is also kept in a small file beside its log (``store`` /
+``load``), so a restarted member serves what was committed at once, not only once its
+leader (or a quorum's tails) tells it again.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import threading
-from typing import Callable
+from typing import Any, Callable
 
-__all__ = ["CommitTracker"]
+__all__ = ["CommitTracker", "COMMIT_FILE", "store", "load"]
+
+COMMIT_FILE = "replication-commit.json"  # in the stream's log directory
+
+
+def store(directory: str, end: int, chunk_id: int) -> None:
+    """Record a commit end this member learnt (from its leader, or as leader from a quorum's
+    tails), atomically (a temporary file renamed over the last one). Not fsynced: a value
+    lost to a machine crash leaves an older one, or none, and an older commit end is always
+    safe to serve (a commit end only grows); a process crash loses nothing written."""
+    path = os.path.join(directory, COMMIT_FILE)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"end": end, "chunk_id": chunk_id}))
+    os.replace(tmp, path)
+
+
+def load(stream: Any) -> tuple[int, int]:
+    """The commit end ``stream``'s member stored last, never beyond what its log holds now
+    (an fsync policy other than ``always`` can lose a tail to a machine crash); (0, -1) when
+    there is none."""
+    try:
+        with open(os.path.join(stream.directory, COMMIT_FILE), encoding="utf-8") as f:
+            doc = json.load(f)
+        end, chunk_id = int(doc["end"]), int(doc["chunk_id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0, -1
+    if end >= stream.local_end:
+        return int(stream.local_end), int(stream.last_chunk_id)
+    return max(0, end), chunk_id
 
 
 class CommitTracker:

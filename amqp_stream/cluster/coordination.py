@@ -12,6 +12,8 @@ What lives where, under the cluster's path (``zk://HOSTS/PATH``):
 - ``PATH/streams/<name>/tails/<node>``: ephemeral, the log tail ``(epoch, offset)`` a member
   reports once it sees the stream's leader gone, tagged with the layout epoch it reports for.
 - ``PATH/definitions``: the exchanges and bindings document (``ZkStore``).
+- ``PATH/secret``: persistent, the cluster's secret for the replication port (``auth``),
+  made with a random value by the first node that starts without ``--cluster-secret``.
 
 Election: a stream whose leader's node is not live is leaderless. Each of its live members
 reports its tail; once a majority of the members (the dead leader counted among them) has
@@ -47,7 +49,7 @@ from amqp_stream.cluster.layout import Node, StreamLayout
 from amqp_stream.errors import ClusterUnavailable
 
 __all__ = ["Coordinator", "ClusterView", "CoordinationError", "ZkStore", "read_view",
-           "choose_leader_by_tail", "change_layout", "LayoutRefused"]
+           "choose_leader_by_tail", "change_layout", "LayoutRefused", "read_secret"]
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +171,15 @@ class Coordinator:
             raise CoordinationError(f"ZooKeeper at {self.hosts}: {type(exc).__name__} {exc}") from None
         self._worker = threading.Thread(target=self._run, name="coordination", daemon=True)
         self._worker.start()
+
+    def secret(self) -> str:
+        """The cluster's secret (``PATH/secret``), made now when no node made it yet."""
+        try:
+            found = _secret(self.client, self.root, create=True)
+        except KazooException as exc:
+            raise CoordinationError(f"ZooKeeper at {self.hosts}: {type(exc).__name__} {exc}") from None
+        assert found is not None
+        return found
 
     def _register(self, timeout: float) -> None:
         """Our ephemeral node. One left by this name's previous process (a crash, a restart
@@ -586,6 +597,38 @@ def _read(client: KazooClient, root: str) -> ClusterView:
             else:
                 layouts[name] = StreamLayout.from_json(doc)
     return ClusterView(nodes, layouts)
+
+
+def _secret(client: KazooClient, root: str, create: bool) -> str | None:
+    """``root/secret``'s value; made with a random one when absent and ``create`` (the first
+    of several nodes starting at once wins: the others read its value)."""
+    from amqp_stream.cluster.auth import new_secret
+
+    path = f"{root}/secret"
+    try:
+        return bytes(client.get(path)[0]).decode("utf-8")
+    except NoNodeError:
+        if not create:
+            return None
+    try:
+        client.create(path, new_secret().encode("utf-8"), makepath=True)
+        log.info("made the cluster's secret at %s (the first node without --cluster-secret)", path)
+    except NodeExistsError:
+        pass
+    return bytes(client.get(path)[0]).decode("utf-8")
+
+
+def read_secret(url: str, timeout: float) -> str | None:
+    """The cluster's secret as ZooKeeper holds it (None: no node made one), read by an
+    observer (the operations commands prove it to the nodes)."""
+    client, root = _observer(url, timeout)
+    try:
+        return _secret(client, root, create=False)
+    except KazooException as exc:
+        raise CoordinationError(f"reading the cluster at {url}: {type(exc).__name__} {exc}") from None
+    finally:
+        client.stop()
+        client.close()
 
 
 def read_view(url: str, timeout: float) -> ClusterView:

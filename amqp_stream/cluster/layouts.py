@@ -9,7 +9,8 @@ again when it changes, so a test moves a leader by rewriting it::
      "nodes": [{"name": "n1", "host": "127.0.0.1", "amqp_port": 5672, "stream_port": 5552,
                 "replication_port": 5560}, ...],
      "streams": [{"stream": "s", "epoch": 1, "leader": "n1", "members": ["n1", "n2", "n3"],
-                  "arguments": {}}]}
+                  "arguments": {}}],
+     "secret": "the cluster's secret (auth.py; --cluster-secret overrides it)"}
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class StaticLayouts:
         self._layouts: dict[str, StreamLayout] = {}
         self._arguments: dict[str, dict] = {}
         self.node_name = ""
+        self.secret: str | None = None  # the file's "secret" (read once, at start)
         self.refresh()
 
     def refresh(self) -> bool:
@@ -61,6 +63,8 @@ class StaticLayouts:
         with open(self.path, encoding="utf-8") as f:
             doc = json.load(f)
         self.node_name = str(doc["node"])
+        if self.secret is None and doc.get("secret") is not None:
+            self.secret = str(doc["secret"])
         self._nodes = {n.name: n for n in map(Node.from_json, doc.get("nodes", []))}
         self._layouts = {}
         self._arguments = {}

@@ -29,6 +29,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from amqp_stream.cluster import auth
 from amqp_stream.cluster import replication_wire as wire
 from amqp_stream.cluster.commit import CommitTracker
 from storage.files import segment_path
@@ -279,14 +280,16 @@ class Feed:
 
 
 class ReplicationServer:
-    """The node's replication listener: each connection's HELLO names a stream this node
-    must lead (``roles(name)``), else it is refused. A connection that opens with an ADMIN
+    """The node's replication listener. Each connection first proves the cluster's
+    ``secret`` (``auth``: refused and logged otherwise); then its HELLO names a stream this
+    node must lead (``roles(name)``), else it is refused. A connection that sends an ADMIN
     frame instead is an operator's request (``admin(request)``: ``stream status``, a
     leadership transfer), answered with one ADMIN frame and closed."""
 
     def __init__(self, host: str, port: int, roles: Callable[[str], LeaderRole | None],
-                 admin: AdminFn | None = None):
+                 secret: bytes, admin: AdminFn | None = None):
         self.roles = roles
+        self.secret = secret
         self.admin = admin
         self.sock = socket.create_server((host, port), reuse_port=False)
         self.closed = False
@@ -317,14 +320,35 @@ class ReplicationServer:
     def _serve(self, sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
+            peer = "%s:%s" % sock.getpeername()[:2]
+        except OSError:
+            peer = "?"
+        try:
             sock.settimeout(10.0)
-            hello = _read_hello(sock)
+            nonce = auth.send_challenge(sock)
+            reader = auth.FrameReader(sock)
+            kind, payload = reader.next("AUTH", auth.HANDSHAKE_FRAME)
+            try:
+                welcome = auth.check_auth(self.secret, nonce, kind, payload)
+            except auth.AuthError as exc:
+                # the peer learns only that it failed; the log says who and why
+                log.warning("replication connection from %s refused: %s", peer, exc)
+                sock.sendall(wire.encode_refuse(
+                    wire.REFUSE_AUTH, "authentication failed: the cluster secret does not "
+                    "match this node's (--cluster-secret, or the cluster's ZooKeeper path)"))
+                sock.close()
+                return
+            sock.sendall(welcome)
+            kind, payload = reader.next("HELLO")
+            if kind == wire.ADMIN:
+                self._answer(sock, wire.decode_admin(payload))
+                return
+            if kind != wire.HELLO:
+                raise wire.WireError(f"frame type {kind} before HELLO")
+            hello = wire.decode_hello(payload)
             sock.settimeout(None)
-        except _Admin as request:
-            self._answer(sock, request.request)
-            return
         except (OSError, wire.WireError) as exc:
-            log.info("replication handshake failed: %s", exc)
+            log.info("replication handshake with %s failed: %s", peer, exc)
             sock.close()
             return
         role = self.roles(hello.stream)
@@ -381,44 +405,18 @@ class ReplicationServer:
             sock.close()
 
 
-class _Admin(Exception):
-    """The connection opened with an ADMIN frame (an operator's request), not HELLO."""
-
-    def __init__(self, request: dict):
-        super().__init__("admin")
-        self.request = request
-
-
-def admin_request(host: str, port: int, request: dict, timeout: float) -> dict:
-    """Send an operator's ``request`` to a node's replication port; its answer (a JSON
-    object; ``{"error": ...}`` when refused). ``OSError`` when the node cannot be reached."""
+def admin_request(host: str, port: int, request: dict, timeout: float, secret: bytes) -> dict:
+    """Send an operator's ``request`` to a node's replication port, proving the cluster's
+    ``secret``; its answer (a JSON object; ``{"error": ...}`` when refused). ``OSError``
+    when the node cannot be reached, ``WireError`` (``AuthError``) when it refuses or fails
+    to prove the secret itself."""
     with socket.create_connection((host, port), timeout=timeout) as sock:
         sock.settimeout(timeout)
-        sock.sendall(wire.encode_admin(request))
-        kind, payload = _first_frame(sock, "the answer")
+        reader = auth.FrameReader(sock)
+        auth_frame, welcome = auth.client_auth(reader, secret)
+        sock.sendall(auth_frame + wire.encode_admin(request))
+        auth.check_welcome(*reader.next("the node's proof", auth.HANDSHAKE_FRAME), welcome)
+        kind, payload = reader.next("the answer")
         if kind != wire.ADMIN:
             raise wire.WireError(f"frame type {kind} in answer to a request")
         return wire.decode_admin(payload)
-
-
-def _first_frame(sock: socket.socket, what: str) -> tuple[int, bytes]:
-    """The first whole frame ``sock`` brings (``what`` names it in the error when the peer
-    closes first)."""
-    buf = bytearray()
-    while True:
-        data = sock.recv(65536)
-        if not data:
-            raise wire.WireError(f"closed before {what}")
-        buf += data
-        got, _ = wire.frames(buf)
-        if got:
-            return got[0]
-
-
-def _read_hello(sock: socket.socket) -> wire.Hello:
-    kind, payload = _first_frame(sock, "HELLO")
-    if kind == wire.ADMIN:
-        raise _Admin(wire.decode_admin(payload))
-    if kind != wire.HELLO:
-        raise wire.WireError(f"frame type {kind} before HELLO")
-    return wire.decode_hello(payload)

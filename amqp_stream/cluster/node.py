@@ -30,6 +30,7 @@ from amqp_stream import arguments as stream_arguments
 from amqp_stream.cluster import placement
 from amqp_stream.cluster.layout import Node, StreamLayout
 from amqp_stream.config import BrokerConfig
+from amqp_stream.errors import ClusterUnavailable
 
 if TYPE_CHECKING:
     from amqp_stream.cluster.coordination import ClusterView
@@ -72,6 +73,7 @@ class ClusterNode:
         # None) after a delete
         self.layout_hooks: list[LayoutHook] = []
         self.replication: Replication | None = None
+        self.secret = b""  # the replication port's (``auth``), known once started
         # AMQP publishes to streams led elsewhere (set by the server: cluster.forwarder)
         self.forwarding: Forwarding | None = None
         # AMQP consumers of streams with no member here (set by the server: remote_reader)
@@ -83,6 +85,16 @@ class ClusterNode:
         the definitions then come from ZooKeeper."""
         self.coordinator.start(self.config.cluster_session_timeout)
         self.core.definitions.store = self.coordinator.store()
+        from amqp_stream.cluster.auth import secret_bytes
+
+        given = self.config.cluster_secret
+        # the replication port's secret: given, or the cluster's in ZooKeeper (made once)
+        try:
+            self.secret = secret_bytes(given, "--cluster-secret") if given is not None else \
+                secret_bytes(self.coordinator.secret(), f"{self.config.cluster}/secret")
+        except ValueError as exc:
+            self.coordinator.stop()
+            raise ClusterUnavailable(str(exc)) from None
 
     def stop(self) -> None:
         if self.forwarding is not None:

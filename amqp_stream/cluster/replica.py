@@ -1,5 +1,6 @@
 """The replica's side of replication: one thread per stream this node follows. It connects
-to the leader's replication port, says what its log holds, truncates where the leader says
+to the leader's replication port, proves the cluster's secret and checks the leader's proof
+(``auth``), says what its log holds, truncates where the leader says
 (only unconfirmed chunks of an older epoch can be there), then appends the leader's chunks as
 they come (the same bytes at the same offsets: ``storage.Stream.append_chunks`` checks the
 offset, the epoch and the CRCs), durable per this node's fsync policy, and answers each batch
@@ -24,6 +25,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from amqp_stream.cluster import auth
 from amqp_stream.cluster import replication_wire as wire
 from amqp_stream.cluster.layout import Node
 from storage.errors import StaleEpochError, StorageError
@@ -40,9 +42,10 @@ class ReplicaLink:
     """Follows ``stream`` from ``leader`` under ``epoch`` until ``close``."""
 
     def __init__(self, name: str, stream: Any, epoch: int, leader: Node, node: str,
-                 sync_interval_s: float = 0.2,
+                 secret: bytes, sync_interval_s: float = 0.2,
                  on_event: Callable[[str], None] | None = None):
         self.name = name
+        self.secret = secret
         self.stream = stream
         self.epoch = epoch
         self.leader = leader
@@ -87,12 +90,20 @@ class ReplicaLink:
         self.fenced = False
 
     def _run(self) -> None:
+        refused = False
         while not self.closed:
             if self.fenced:
                 time.sleep(RETRY_S)  # waiting for a new layout (this link is then closed)
                 continue
             try:
                 self._follow()
+            except auth.AuthError as exc:
+                if not self.closed:  # every retry meets it again: said once, loudly
+                    if not refused:
+                        log.warning("replica of %r: the leader %s refused this node's "
+                                    "authentication: %s", self.name, self.leader.name, exc)
+                    refused = True
+                    self.on_event(f"AuthError: {exc}")
             except (OSError, wire.WireError, StorageError, EOFError) as exc:
                 if not self.closed:
                     log.info("replica of %r from %s: %s: %s", self.name, self.leader.name,
@@ -114,10 +125,13 @@ class ReplicaLink:
                                         timeout=5)
         self.sock = sock
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.sendall(wire.encode_hello(wire.Hello(self.name, self.node, self.epoch,
-                                                  stream.local_end,
-                                                  tuple(stream.epoch_ends()))))
-        rest = b""  # a partial frame carried to the next read
+        reader = auth.FrameReader(sock)
+        auth_frame, welcome = auth.client_auth(reader, self.secret)
+        sock.sendall(auth_frame + wire.encode_hello(wire.Hello(
+            self.name, self.node, self.epoch, stream.local_end, tuple(stream.epoch_ends()))))
+        # the leader proves the secret too: no chunk is taken from a node that lacks it
+        auth.check_welcome(*reader.next("the leader's proof", auth.HANDSHAKE_FRAME), welcome)
+        rest = reader.rest()  # a partial frame carried to the next read
         started = False
         # wake at least every sync interval: chunks left unsynced (``interval``) get their
         # fsync even when nothing more comes

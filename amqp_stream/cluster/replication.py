@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from amqp_stream.cluster import commit
 from amqp_stream.cluster.layout import StreamLayout
 from amqp_stream.cluster.layouts import Layouts
 from amqp_stream.cluster.leader import LeaderRole, ReplicationServer
@@ -34,14 +35,16 @@ POLL_S = 0.2
 
 
 class Replication:
-    def __init__(self, core: Any, layouts: Layouts, bind_host: str):
+    def __init__(self, core: Any, layouts: Layouts, bind_host: str, secret: bytes):
         self.core = core
+        self.secret = secret  # the cluster's (``auth``): both ends of every connection prove it
         self.layouts = layouts
         self.node = layouts.node_name
         self.bind_host = bind_host
         self.leaders: dict[str, LeaderRole] = {}
         self.replicas: dict[str, ReplicaLink] = {}
         self.applied: dict[str, StreamLayout] = {}
+        self._stored: dict[str, int] = {}  # the commit end last stored, by stream
         self.server: ReplicationServer | None = None
         self.closed = False
         # a catching-up member reached the commit end (on the loop): coordination writes
@@ -53,7 +56,7 @@ class Replication:
     def start(self) -> None:
         me = self.layouts.nodes()[self.node]
         self.server = ReplicationServer(self.bind_host, me.replication_port, self.leaders.get,
-                                        self.admin)
+                                        self.secret, self.admin)
         self.server.start()
         log.info("replication: node %s listening on %s:%d", self.node, self.bind_host,
                  me.replication_port)
@@ -66,9 +69,29 @@ class Replication:
         try:
             self.reconcile()
             self._promote()
+            self._persist()
         except Exception:
             log.exception("replication: applying the layouts")
         self.core.mailbox.loop.call_later(POLL_S, self.poll)
+
+    def _persist(self) -> None:
+        """Store each replicated stream's commit end that moved since the last poll (a small
+        file per stream, ``commit.store``: at most one write per stream per poll)."""
+        for name in self.applied:
+            entry = self.core.get(name)
+            if entry is None:
+                continue
+            stream = entry.stream
+            chunk_id = stream.committed_chunk_id  # first: never newer than the end read next
+            end = stream.commit_gate
+            if end is None or self._stored.get(name) == end:
+                continue
+            try:
+                commit.store(stream.directory, end, chunk_id)
+            except OSError as exc:
+                log.warning("replication: cannot store the commit end of %r: %s", name, exc)
+                continue
+            self._stored[name] = end
 
     def _promote(self) -> None:
         """The leader's side of a new member's catch-up: tell coordination of each
@@ -127,7 +150,8 @@ class Replication:
         stream = core.stream(name).stream
         self._end_role(name)
         if stream.commit_gate is None:
-            stream.gate_commit(0)
+            # what this member knew committed before a restart is served at once
+            stream.gate_commit(*commit.load(stream))
         if layout.leader == self.node:
             stream.set_follower(False)
             stream.set_epoch(layout.epoch)
@@ -143,7 +167,8 @@ class Replication:
                          layout.leader)
                 return
             sync_s = core.config.fsync_interval_ms / 1000.0
-            link = ReplicaLink(name, stream, layout.epoch, leader, self.node, sync_s)
+            link = ReplicaLink(name, stream, layout.epoch, leader, self.node, self.secret,
+                               sync_s)
             self.replicas[name] = link
             link.start()
             log.info("replication: following %r from %s (epoch %d)", name, layout.leader,
@@ -174,6 +199,7 @@ class Replication:
             entry.stream.ungate()  # first: what waited is durable here, so confirmed
         self._end_role(name)
         del self.applied[name]
+        self._stored.pop(name, None)
         if entry is not None:
             entry.stream.set_follower(not alone)
             if alone and layout is not None and layout.epoch > entry.stream.last_epoch:
@@ -256,6 +282,7 @@ class Replication:
 
     def close(self) -> None:
         self.closed = True
+        self._persist()
         if self.server is not None:
             self.server.close()
         for name in list(self.leaders) + list(self.replicas):

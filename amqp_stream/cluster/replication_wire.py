@@ -28,6 +28,13 @@ commit end as it moves (it bounds the replica's own consumers). Every frame::
     ADMIN  7  operator <-> node   a JSON object (UTF-8): instead of HELLO, an operator's
                                   request (``stream status``, a leadership transfer); the
                                   node answers with one ADMIN frame and closes
+    CHALLENGE 8  node -> peer     u8 version | 32-byte nonce: the node's first frame
+    AUTH   9  peer -> node        32-byte nonce | 32-byte HMAC-SHA256 proof of the cluster
+                                  secret (``auth.py``); before HELLO or ADMIN
+    WELCOME 10 node -> peer       32-byte HMAC-SHA256: the node's proof of the secret
+
+A connection: CHALLENGE, AUTH, WELCOME (or REFUSE ``REFUSE_AUTH`` and close), then HELLO ...
+or ADMIN ... as above.
 
 A CHUNK frame's head (``chunk_head``) goes out by ``send``, its chunk by ``os.sendfile``.
 """
@@ -44,11 +51,14 @@ __all__ = [
     "Hello", "Start", "WireError", "encode_hello", "decode_hello", "encode_start",
     "decode_start", "encode_refuse", "decode_refuse", "chunk_head", "encode_commit",
     "decode_position", "encode_ack", "frames", "frame_views", "ADMIN", "encode_admin",
-    "decode_admin",
+    "decode_admin", "CHALLENGE", "AUTH", "WELCOME", "REFUSE_AUTH", "encode_challenge",
+    "decode_challenge", "encode_auth", "decode_auth", "encode_welcome",
 ]
 
 VERSION = 1
 HELLO, START, REFUSE, CHUNK, COMMIT, ACK, ADMIN = 1, 2, 3, 4, 5, 6, 7
+CHALLENGE, AUTH, WELCOME = 8, 9, 10
+_NONCE = 32
 HEAD = struct.Struct(">IB")  # length (type + payload), type
 _POSITION = struct.Struct(">Qq")  # an end and a chunk id (COMMIT, ACK)
 _START = struct.Struct(">QQQqB")
@@ -59,6 +69,7 @@ REFUSE_NOT_LEADER = 1
 REFUSE_UNKNOWN_STREAM = 2
 REFUSE_STALE_EPOCH = 3
 REFUSE_BAD_FRAME = 4
+REFUSE_AUTH = 5
 
 
 class WireError(ValueError):
@@ -185,6 +196,33 @@ def decode_admin(payload: bytes | memoryview) -> dict:
     if not isinstance(doc, dict):
         raise WireError("bad ADMIN: not a JSON object")
     return doc
+
+
+def encode_challenge(nonce: bytes) -> bytes:
+    return _frame(CHALLENGE, bytes([VERSION]) + nonce)
+
+
+def decode_challenge(payload: bytes | memoryview) -> bytes:
+    if len(payload) != 1 + _NONCE:
+        raise WireError("bad CHALLENGE")
+    if payload[0] != VERSION:
+        raise WireError(f"replication version {payload[0]}, expected {VERSION}")
+    return bytes(payload[1:])
+
+
+def encode_auth(nonce: bytes, proof: bytes) -> bytes:
+    return _frame(AUTH, nonce + proof)
+
+
+def decode_auth(payload: bytes | memoryview) -> tuple[bytes, bytes]:
+    """An AUTH's (nonce, proof)."""
+    if len(payload) != 2 * _NONCE:
+        raise WireError("bad AUTH")
+    return bytes(payload[:_NONCE]), bytes(payload[_NONCE:])
+
+
+def encode_welcome(proof: bytes) -> bytes:
+    return _frame(WELCOME, proof)
 
 
 def frames(buf: bytearray | bytes, at: int = 0) -> tuple[list[tuple[int, bytes]], int]:

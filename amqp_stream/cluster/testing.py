@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
+from amqp_stream.cluster.auth import new_secret
 from amqp_stream.cluster.layout import Node, StreamLayout
 from amqp_stream.testing import BrokerProcess, free_ports
 
@@ -38,6 +39,7 @@ class Cluster:
             self.files[name] = path
             self.nodes[name] = Node(name, b.host, b.port, b.stream_port, repl_port)
         self.layouts: dict[str, list[tuple[StreamLayout, dict]]] = {n: [] for n in self.brokers}
+        self.secret = new_secret()  # every node's file holds it (auth.py)
 
     def set_layouts(self, layouts: list[tuple[StreamLayout, dict]],
                     only: Iterable[str] | None = None) -> None:
@@ -45,7 +47,8 @@ class Cluster:
         for name in (only if only is not None else self.brokers):
             self.layouts[name] = layouts
             doc = {"node": name, "nodes": [n.to_json() for n in self.nodes.values()],
-                   "streams": [{**lay.to_json(), "arguments": args} for lay, args in layouts]}
+                   "streams": [{**lay.to_json(), "arguments": args} for lay, args in layouts],
+                   "secret": self.secret}
             tmp = self.files[name].with_suffix(".tmp")
             tmp.write_text(json.dumps(doc), "utf-8")
             os.replace(tmp, self.files[name])

@@ -10,16 +10,21 @@
 
 The layout is read from (and changed in) ZooKeeper as ``cluster status`` reads it; each
 member's figures come from its node's replication port (an ADMIN request), as RabbitMQ asks
-each member's node over RPC. A transfer is asked of the leader, which moves it safely.
+each member's node over RPC. A transfer is asked of the leader, which moves it safely. Those
+requests prove the cluster's secret (``amqp_stream.cluster.auth``: ``--cluster-secret``, the
+config file's or ``AMQP_STREAM_CLUSTER_SECRET``, else the one under the ZooKeeper path), as
+``rabbitmqctl`` proves the Erlang cookie.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
+from amqp_stream import config as config_mod
 from amqp_stream.commands.cluster import add_cluster_arguments, cluster_url
 
 COLUMNS = ("node", "role", "alive", "epoch", "offset", "committed_offset", "first_offset",
@@ -40,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             help="seconds the leader waits for the new leader to hold its "
                                  "whole log (default: 10)")
     add_cluster_arguments(parser)
+    parser.add_argument("--cluster-secret", metavar="SECRET",
+                        help="the cluster's secret, proven to the nodes (default: "
+                             "AMQP_STREAM_CLUSTER_SECRET, the config file's, or the one "
+                             "under the cluster's ZooKeeper path)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,9 +56,12 @@ def run(args: argparse.Namespace) -> int:
     url = cluster_url(args, prog)
     if url is None:
         return 2
-    from amqp_stream.cluster.coordination import CoordinationError, LayoutRefused
+    from amqp_stream.cluster.coordination import CoordinationError
 
     try:
+        # add-replica changes only ZooKeeper; the others ask nodes
+        args.secret = None if prog == "add-replica" else \
+            cluster_secret(url, _given_secret(args), args.timeout)
         if prog == "stream":
             return _status(url, args)
         if prog == "add-replica":
@@ -57,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         if prog == "delete-replica":
             return _delete(url, args)
         return _transfer(url, args)
-    except (CoordinationError, LayoutRefused, _Failed) as exc:
+    except (CoordinationError, ValueError, _Failed) as exc:  # LayoutRefused: a ValueError
         print(f"amqp-stream {prog}: error: {exc}", file=sys.stderr)
         return 1
 
@@ -66,19 +78,54 @@ class _Failed(Exception):
     """A node refused or could not be asked (the message says which)."""
 
 
-def _ask(node: Any, request: dict, timeout: float) -> dict:
+class _Refused(_Failed):
+    """A node refused this command's proof of the cluster's secret."""
+
+
+def _given_secret(args: argparse.Namespace) -> str | None:
+    """``--cluster-secret``, else the environment's or the config file's, as serve reads it."""
+    try:
+        return config_mod.load({"cluster_secret": args.cluster_secret},
+                               config_file=args.config).cluster_secret
+    except config_mod.ConfigError:  # serve's other settings need not be complete here
+        return args.cluster_secret or os.environ.get(config_mod.ENV_PREFIX + "CLUSTER_SECRET")
+
+
+def cluster_secret(url: str, given: str | None, timeout: float) -> bytes:
+    """The secret the requests prove: ``given``, else the cluster's in ZooKeeper."""
+    from amqp_stream.cluster.auth import secret_bytes
+    from amqp_stream.cluster.coordination import read_secret
+
+    if given is not None:
+        return secret_bytes(given, "--cluster-secret")
+    found = read_secret(url, timeout)
+    if found is None:
+        raise _Failed(f"the cluster at {url} has no secret in ZooKeeper (its nodes were "
+                      f"started with --cluster-secret): give the same --cluster-secret")
+    return secret_bytes(found, f"{url}/secret")
+
+
+def _ask(node: Any, request: dict, timeout: float, secret: bytes) -> dict:
+    from amqp_stream.cluster.auth import AuthError
     from amqp_stream.cluster.leader import admin_request
     from amqp_stream.cluster.replication_wire import WireError
 
+    where = f"node {node.name} ({node.host}:{node.replication_port})"
     try:
-        return admin_request(node.host, node.replication_port, request, timeout)
+        return admin_request(node.host, node.replication_port, request, timeout, secret)
+    except AuthError as exc:
+        raise _Refused(f"{where}: {exc}") from None
     except (OSError, WireError) as exc:
-        raise _Failed(f"node {node.name} ({node.host}:{node.replication_port}): {exc}") from None
+        raise _Failed(f"{where}: {exc}") from None
 
 
-def stream_status(url: str, name: str, timeout: float) -> dict:
-    """The layout and each member's figures (members down: alive false, no figures)."""
+def stream_status(url: str, name: str, timeout: float, secret: bytes | None = None) -> dict:
+    """The layout and each member's figures (members down: alive false, no figures).
+    ``secret``: the cluster's (default: read from ZooKeeper)."""
     from amqp_stream.cluster.coordination import LayoutRefused, read_view
+
+    if secret is None:
+        secret = cluster_secret(url, None, timeout)
 
     view = read_view(url, timeout)
     layout = view.layouts.get(name)
@@ -93,7 +140,9 @@ def stream_status(url: str, name: str, timeout: float) -> dict:
             answers[member] = {}
             continue
         try:
-            answers[member] = _ask(node, {"op": "status", "stream": name}, timeout)
+            answers[member] = _ask(node, {"op": "status", "stream": name}, timeout, secret)
+        except _Refused:
+            raise  # the secret is wrong: every member would say so
         except _Failed as exc:
             answers[member] = {"error": str(exc)}
     lead = answers.get(layout.leader, {})
@@ -126,7 +175,7 @@ def stream_status(url: str, name: str, timeout: float) -> dict:
 
 
 def _status(url: str, args: argparse.Namespace) -> int:
-    status = stream_status(url, args.name, args.timeout)
+    status = stream_status(url, args.name, args.timeout, args.secret)
     if args.json:
         print(json.dumps(status, indent=1))
         return 0
@@ -174,7 +223,7 @@ def _delete(url: str, args: argparse.Namespace) -> int:
 
     layout = read_view(url, args.timeout).layouts.get(args.name)
     if layout is not None and layout.leader == args.node and len(layout.members) > 1:
-        status = stream_status(url, args.name, args.timeout)
+        status = stream_status(url, args.name, args.timeout, args.secret)
         candidates = [r for r in status["members"] if r["node"] != args.node and r["alive"]
                       and not r["catching_up"] and r["durable_end"] is not None]
         if not candidates:
@@ -198,7 +247,7 @@ def _move(url: str, args: argparse.Namespace, target: str) -> dict:
         raise _Failed(f"the leader of {args.name!r}, {layout.leader}, is down: an election "
                       f"will choose the next one")
     answer = _ask(leader, {"op": "transfer", "stream": args.name, "node": target,
-                           "timeout": args.wait}, args.timeout + args.wait)
+                           "timeout": args.wait}, args.timeout + args.wait, args.secret)
     if "error" in answer:
         raise _Failed(answer["error"])
     return answer

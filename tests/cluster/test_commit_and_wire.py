@@ -86,3 +86,19 @@ def test_common_end_cuts_a_replica_back_to_the_last_chunk_both_logs_hold(tmp_pat
     finally:
         leader.close()
         replica.close()
+
+
+def test_a_stored_commit_end_is_never_served_beyond_the_log(tmp_path):
+    """``commit.load`` gives the stored end, cut to what the log holds now (a tail lost to a
+    machine crash under a lax fsync policy), and nothing for a log that stored none."""
+    from amqp_stream.cluster import commit
+
+    with Stream.open(tmp_path / "s", StreamConfig()) as s:
+        for i in range(3):
+            s.append_batch([b"m%d" % i] * 10)
+            s.flush()
+        assert commit.load(s) == (0, -1)
+        commit.store(s.directory, 20, 10)
+        assert commit.load(s) == (20, 10)
+        commit.store(s.directory, 50, 40)  # beyond the 30 records the log holds
+        assert commit.load(s) == (30, s.last_chunk_id) and s.last_chunk_id == 20

@@ -19,7 +19,7 @@ import pytest
 from amqp_stream.cluster import membership
 from amqp_stream.cluster.coordination import change_layout, read_view
 from amqp_stream.cluster.leader import admin_request
-from amqp_stream.commands.replicas import stream_status
+from amqp_stream.commands.replicas import cluster_secret, stream_status
 from tests.cluster.checker import check, log_dir, raw_chunks
 from tests.cluster.nodes import holds_log, node
 from tests.cluster.test_replicated_nodes import Publisher, body, converged, declare
@@ -148,6 +148,8 @@ def test_stream_status_metrics_and_retention_on_every_member(slow_nodes, stream_
     assert text.returncode == 0 and "leader n1" in text.stdout and "\tlag_bytes" in text.stdout
     missing = cli("stream", "status", stream_name + "-none", "--cluster", url)
     assert missing.returncode == 1 and "does not exist" in missing.stderr
+    wrong = cli("stream", "status", stream_name, "--cluster", url, "--cluster-secret", "wrong")
+    assert wrong.returncode == 1 and "authentication failed" in wrong.stderr, wrong.stderr
     # n3 paused (a live member still): lagging on the leader's metrics once n1 goes on
     n1_node = read_view(url, 10).nodes["n1"]
     n3.proc.send_signal(signal.SIGSTOP)
@@ -163,7 +165,7 @@ def test_stream_status_metrics_and_retention_on_every_member(slow_nodes, stream_
         # a transfer to the lagging n3 fails within its wait, and n1 takes publishes again
         answer = admin_request(n1_node.host, n1_node.replication_port,
                                {"op": "transfer", "stream": stream_name, "node": "n3",
-                                "timeout": 0.5}, 10)
+                                "timeout": 0.5}, 10, cluster_secret(url, None, 10))
         assert "did not catch up" in answer.get("error", ""), answer
 
         async def after() -> None:
@@ -258,6 +260,11 @@ def test_delete_replica_and_transfer_leadership_lose_no_confirmed_publish(nodes,
 
     async def publish_through_a_transfer() -> dict[int, bytes]:
         await declare(n1, stream_name)
+        # without the cluster's secret (made in ZooKeeper by the first node) no transfer
+        wrong = await asyncio.to_thread(cli, "transfer-leadership", stream_name, "n2",
+                                        "--cluster", url, "--cluster-secret", "wrong")
+        assert wrong.returncode == 1 and "authentication failed" in wrong.stderr, wrong.stderr
+        assert "refused: wrong cluster secret" in n1.log_text()
         p = Publisher(stream_name, brokers.values())
         await p.connect()
         await p.publish(range(1, 1001))

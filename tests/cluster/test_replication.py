@@ -6,6 +6,8 @@ nothing confirmed, and its chunks of the old epoch are cut when it comes back as
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import socket
 
 import pytest
@@ -14,6 +16,7 @@ rstream = pytest.importorskip("rstream")
 from rstream import AMQPMessage, ConfirmationStatus, Consumer, Producer, amqp_decoder  # noqa: E402
 from rstream import ConsumerOffsetSpecification, OffsetType  # noqa: E402
 
+from amqp_stream.cluster import auth  # noqa: E402
 from amqp_stream.cluster import replication_wire as wire  # noqa: E402
 from amqp_stream.cluster.layout import Node, StreamLayout  # noqa: E402
 from storage.format import HEADER_CHUNK_ID_AT  # noqa: E402
@@ -197,15 +200,21 @@ def test_a_deposed_leader_gets_nothing_confirmed_and_its_chunks_are_cut(cluster)
     assert {c[1] for c in raw_chunks(log_dir(dirs["n1"], STREAM))} == {1, 2}
 
 
-def _serve_once(listener, handle):
+def _accept_replica(listener, secret: bytes) -> tuple[socket.socket, wire.Hello]:
+    """A replica's connection, taken as a leader takes it: the challenge, its proof of the
+    cluster's secret checked and answered, its HELLO."""
     conn, _ = listener.accept()
     conn.settimeout(10)
-    buf = bytearray()
-    while not (got := wire.frames(buf)[0]):
-        data = conn.recv(65536)
-        assert data, "closed before HELLO"
-        buf += data
-    handle(conn, wire.decode_hello(got[0][1]))
+    nonce = auth.send_challenge(conn)
+    reader = auth.FrameReader(conn)
+    conn.sendall(auth.check_auth(secret, nonce, *reader.next("AUTH")))
+    kind, payload = reader.next("HELLO")
+    assert kind == wire.HELLO and not reader.rest()
+    return conn, wire.decode_hello(payload)
+
+
+def _serve_once(listener, secret: bytes, handle):
+    handle(*_accept_replica(listener, secret))
 
 
 def _recv_frames(conn, timeout: float) -> list[tuple[int, bytes]]:
@@ -242,9 +251,11 @@ def test_a_chunk_of_an_older_epoch_is_refused_and_a_leader_of_another_epoch_too(
     # a real leader (n2, epoch 2) refuses a replica that says epoch 1 or 3
     for epoch in (1, 3):
         with socket.create_connection(("127.0.0.1", cluster.nodes["n2"].replication_port)) as s:
-            s.sendall(wire.encode_hello(wire.Hello(STREAM, "n3", epoch, 0, ())))
+            frame, _ = auth.client_auth(auth.FrameReader(s), cluster.secret.encode())
+            s.sendall(frame + wire.encode_hello(wire.Hello(STREAM, "n3", epoch, 0, ())))
             got = _recv_frames(s, 5)
-        assert [k for k, _ in got] == [wire.REFUSE], got
+        assert [k for k, _ in got] == [wire.WELCOME, wire.REFUSE], got
+        got = got[1:]
         code, _ = wire.decode_refuse(got[0][1])
         assert code == (wire.REFUSE_STALE_EPOCH if epoch == 1 else wire.REFUSE_NOT_LEADER)
 
@@ -264,19 +275,16 @@ def test_a_chunk_of_an_older_epoch_is_refused_and_a_leader_of_another_epoch_too(
         conn.sendall(wire.chunk_head(len(chunk), False) + bytes(chunk))  # epoch 1: refused
         outcome["stale"] = first + _recv_frames(conn, 3)
         conn.close()
-        conn2, _ = listener.accept()  # it comes back; now a chunk of epoch 3
-        conn2.settimeout(10)
-        buf = bytearray()
-        while not wire.frames(buf)[0]:
-            buf += conn2.recv(65536)
+        conn2, _ = _accept_replica(listener, secret)  # it comes back; now a chunk of epoch 3
         chunk[16:24] = (3).to_bytes(8, "big")  # the header's epoch field
         conn2.sendall(wire.encode_start(wire.Start(3, hello.end, 0, -1))
                       + wire.chunk_head(len(chunk), False) + bytes(chunk))
         outcome["fresh"] = _recv_frames(conn2, 2)
         outcome["end"] = hello.end
         conn2.close()
+    secret = cluster.secret.encode()
     try:
-        _serve_once(listener, as_leader)
+        _serve_once(listener, secret, as_leader)
     finally:
         listener.close()
     acks = [wire.decode_position(p)[0] for k, p in outcome["stale"] if k == wire.ACK]
@@ -420,9 +428,9 @@ def consume_count(cluster: Cluster, node: str, n: int) -> None:
 
 
 def test_all_nodes_restarted_at_once_serve_what_was_confirmed_before_any_publish(cluster):
-    """The commit end is not stored: after a restart of every node under a new epoch, the
-    leader's first chunk of its epoch (written at takeover, a tracking chunk) commits what the
-    old epoch left, so consumers on every member see the confirmed messages at once."""
+    """After a restart of every node under a new epoch, the leader's first chunk of its
+    epoch (written at takeover, a tracking chunk) commits what the old epoch left, so
+    consumers on every member see the confirmed messages at once."""
     confirmed: list[bytes] = []
 
     async def go(tag):
@@ -492,3 +500,34 @@ def test_a_stream_shrunk_to_one_member_confirms_on_local_durability_again(cluste
             await publish(p, bodies("alone", 100), confirmed)
     asyncio.run(go())
     assert len(confirmed) == 200
+
+
+def test_a_replica_restarted_alone_serves_what_was_committed_before(cluster):
+    """The commit end is stored beside each member's log: n3, restarted while the leader and
+    the other replica are down (no COMMIT can reach it), lets a consumer read every message
+    committed before, at once (without the stored commit end it served nothing)."""
+    confirmed: list[bytes] = []
+
+    async def go():
+        async with producer(cluster, "n1") as p:
+            await publish(p, bodies("kept", 1000), confirmed)
+    asyncio.run(go())
+    n3_log = str(log_dir(cluster.data_dirs()["n3"], STREAM))
+    # the stream's file, read as the node reads it at start: up to the end n3 holds
+    wait_for(lambda: stored_end(n3_log) == 1000, 10, "n3's stored commit end")
+    cluster.brokers["n1"].kill()
+    cluster.brokers["n2"].kill()
+    cluster.brokers["n3"].kill()
+    cluster.start("n3")
+    consume_count(cluster, "n3", 1000)
+
+
+def stored_end(directory: str) -> int:
+    """The commit end ``commit.store`` last wrote in ``directory`` (0: none yet)."""
+    from amqp_stream.cluster.commit import COMMIT_FILE
+
+    try:
+        with open(os.path.join(directory, COMMIT_FILE), encoding="utf-8") as f:
+            return int(json.load(f)["end"])
+    except (OSError, ValueError):
+        return 0

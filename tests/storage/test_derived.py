@@ -26,6 +26,7 @@ from sqlfilter.required import needles_of
 from storage import OffsetSpec, Stream, StreamConfig
 from storage.derived import Cursor, derived_path, read_keys
 from tests.sqlfilter.test_required import A, P, _number_messages, _range_filters, filters, messages
+from tests.polling import wait_for
 
 KEYS = ("k", "m", "n", "p.subject")
 
@@ -245,7 +246,7 @@ def test_recovery_cuts_entries_whose_chunk_is_gone_and_retention_deletes_sidecar
     os.truncate(seg, last_pos)
     os.truncate(idx, len(records) - 29)
     keys = ("customer",)
-    cfg = StreamConfig(max_chunk_entries=500, min_chunk_entries=500, max_segment_bytes=40_000, retention_bytes=80_000,
+    cfg = StreamConfig(max_chunk_entries=500, min_chunk_entries=500, max_segment_bytes=15_000, retention_bytes=80_000,
                        derived_keys=keys, derive=deriver(keys))
     with Stream.open(d, cfg) as s:
         assert os.path.getsize(derived_path(d, 0)) < size_before
@@ -411,3 +412,57 @@ def test_block_filters_set_exactly_each_tokens_bits(blocks, sizes, seen_max):
             assert all(len(c) <= seen_max + len(tokens) for c in caches.values())
     finally:
         derived._SEEN_MAX = old
+
+
+def test_a_replica_builds_the_leaders_sidecars_from_the_chunks_it_takes(tmp_path):
+    """``append_chunks`` on a stream with derived keys (a cluster replica): the chunks as the
+    leader wrote them, simple and sub-batch entries, tracking chunks and segment splits, give
+    the same ``.derived`` and ``.skip`` files as the leader's, and a filtered read on the
+    replica skips as on the leader and finds the same records."""
+    import gzip
+
+    from storage.format import COMPRESSION_GZIP, SubBatchEntry, encode_entries
+
+    keys = ("customer",)
+    config = StreamConfig(max_chunk_entries=50, min_chunk_entries=50, max_segment_bytes=15_000,
+                          **storage_settings(keys))
+    plain = _customers(900, 100_000)
+    inner = [proton.Message(body="y", properties={"customer": "c1"}).encode() for _ in range(10)]
+    raw = encode_entries(inner)
+    sub = SubBatchEntry(COMPRESSION_GZIP, len(inner), len(raw), gzip.compress(raw))
+    leader = Stream.open(str(tmp_path / "leader"), config)
+    replica = Stream.open(str(tmp_path / "replica"), config)
+    try:
+        for k in range(0, 900, 300):
+            leader.append_batch(plain[k:k + 100] + [sub] + plain[k + 100:k + 300],
+                                records=300 + len(inner))
+            leader.store_offset("reader", k)  # a tracking chunk
+            leader.flush()
+        # the last rollover's snapshot chunk is written after the batch that filled the segment
+        wait_for(lambda: leader.local_end == leader._writer.next, 10, "the leader's snapshot")
+        with leader.replication_reader(0) as r:
+            chunks = []
+            while (c := r.read_raw()) is not None:
+                chunks.append((os.pread(c.fd, c.size, c.position), c.first))
+        assert sum(first for _, first in chunks[1:]) >= 2  # several segments
+        replica.set_follower(True)
+        for at in range(0, len(chunks), 7):  # batches as the replica's link takes them
+            replica.append_chunks(chunks[at:at + 7])
+        files = {}
+        for name, stream in (("leader", leader), ("replica", replica)):
+            files[name] = {f: open(os.path.join(stream.directory, f), "rb").read()
+                           for f in sorted(os.listdir(stream.directory))
+                           if f.endswith((".derived", ".skip"))}
+        assert files["replica"] == files["leader"] and files["leader"]
+        f = compile_sql("customer = 'c1'")
+        match = f.bytes_matcher()
+        found = {}
+        for name, stream in (("leader", leader), ("replica", replica)):
+            r = stream.reader(OffsetSpec.first(), derived=wanted(keys, f))
+            found[name] = ([o for c in r for o, b in c.records if match(b)],
+                           r.stats.derived_blocks_skipped + r.stats.chunks_skipped)
+        assert found["replica"] == found["leader"]
+        assert len(found["leader"][0]) >= 30 and found["leader"][1] > 0
+    finally:
+        leader.close()
+        replica.close()
