@@ -16,11 +16,12 @@ from typing import Iterable, Mapping
 
 from amqp_stream.wire import decode, split_sections
 from storage import OffsetSpec
+from storage.errors import CorruptionError
 from storage.reader import DirectorySource, Reader
 
 DATA_SECTION = 0x75
 
-__all__ = ["log_dir", "local_end", "raw_chunks", "records", "body_of", "Report", "check"]
+__all__ = ["log_dir", "local_end", "log_end", "raw_chunks", "records", "body_of", "Report", "check"]
 
 
 def log_dir(data_dir: str | os.PathLike[str], stream: str) -> Path:
@@ -40,6 +41,16 @@ def raw_chunks(directory: str | os.PathLike[str]) -> list[tuple[int, int, int, b
         while (c := r.read_raw()) is not None:
             out.append((c.chunk_id, c.epoch, c.next_offset, os.pread(c.fd, c.size, c.position)))
     return out
+
+
+def log_end(directory: str | os.PathLike[str]) -> int | None:
+    """The end of the log in ``directory``, for polling a live member: ``None`` while it reads
+    as cut short (a member truncating its tail under the reader, as a deposed leader does)."""
+    try:
+        chunks = raw_chunks(directory)
+    except CorruptionError:
+        return None
+    return chunks[-1][2] if chunks else 0
 
 
 def local_end(broker, stream: str) -> int:

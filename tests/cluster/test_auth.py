@@ -21,7 +21,7 @@ from amqp_stream.cluster.layout import StreamLayout  # noqa: E402
 from amqp_stream.cluster.leader import admin_request  # noqa: E402
 from amqp_stream.cluster.testing import Cluster  # noqa: E402
 from storage.format import CHUNK_HEADER  # noqa: E402
-from tests.cluster.checker import check, log_dir, raw_chunks  # noqa: E402
+from tests.cluster.checker import check, log_dir, log_end, raw_chunks  # noqa: E402
 from tests.cluster.test_replication import STREAM, bodies, producer, publish  # noqa: E402
 from tests.polling import wait_for  # noqa: E402
 
@@ -124,7 +124,7 @@ def test_only_the_cluster_secret_opens_the_replication_port(tmp_path):
         # n2 was never disturbed: more publishes are confirmed, the two logs identical
         asyncio.run(go("b"))
         dirs = c.data_dirs()
-        wait_for(lambda: raw_chunks(log_dir(dirs["n2"], STREAM))[-1][2] == 1000, 20,
+        wait_for(lambda: log_end(log_dir(dirs["n2"], STREAM)) == 1000, 20,
                  "n2 at the leader's end")
         check({n: dirs[n] for n in ("n1", "n2")}, STREAM, confirmed, at_least=1000)
         assert raw_chunks(log_dir(dirs["n3"], STREAM)) == []

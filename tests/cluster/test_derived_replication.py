@@ -18,7 +18,7 @@ from amqp_stream.client.stream import StreamClient, offset_spec, publish_frame
 from amqp_stream.cluster.layout import StreamLayout
 from amqp_stream.cluster.testing import Cluster
 from storage.format import decode_records
-from tests.cluster.checker import check, log_dir, raw_chunks
+from tests.cluster.checker import check, log_dir, log_end, raw_chunks
 from tests.polling import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -83,7 +83,7 @@ def test_replicas_index_derived_keys_as_the_leader_and_filter_alike(tmp_path):
         _publish(c, "n1", bodies, 1)
         dirs = {n: log_dir(d, STREAM) for n, d in c.data_dirs().items()}
         end = raw_chunks(dirs["n1"])[-1][2]
-        wait_for(lambda: all(raw_chunks(d)[-1][2] == end for d in dirs.values()), 20,
+        wait_for(lambda: all(log_end(d) == end for d in dirs.values()), 20,
                  "every member at the leader's end")
         leader_files = _index_files(dirs["n1"])
         assert len([n for n in leader_files if n.endswith(".derived")]) >= 3  # several segments
@@ -106,7 +106,7 @@ def test_replicas_index_derived_keys_as_the_leader_and_filter_alike(tmp_path):
         _publish(c, "n2", more, 2001)
         bodies += more
         end = raw_chunks(dirs["n2"])[-1][2]
-        wait_for(lambda: raw_chunks(dirs["n3"])[-1][2] == end, 20, "n3 at n2's end")
+        wait_for(lambda: log_end(dirs["n3"]) == end, 20, "n3 at n2's end")
         assert _index_files(dirs["n3"]) == _index_files(dirs["n2"])
         for props, match in [({"sql-filter": f"customer = '{customers[2499]}'"},
                                lambda i: customers[i] == customers[2499])]:

@@ -20,7 +20,7 @@ from amqp_stream.cluster import auth  # noqa: E402
 from amqp_stream.cluster import replication_wire as wire  # noqa: E402
 from amqp_stream.cluster.layout import Node, StreamLayout  # noqa: E402
 from storage.format import HEADER_CHUNK_ID_AT  # noqa: E402
-from tests.cluster.checker import check, log_dir, raw_chunks, records  # noqa: E402
+from tests.cluster.checker import check, log_dir, log_end, raw_chunks, records  # noqa: E402
 from amqp_stream.cluster.testing import Cluster  # noqa: E402
 from tests.polling import wait_for  # noqa: E402
 
@@ -86,7 +86,7 @@ def test_confirmed_publishes_are_on_a_quorum_and_every_log_is_identical(cluster)
     dirs = cluster.data_dirs()
     # the replicas catch up with the leader (their tails are acked; the commit is behind)
     leader_end = raw_chunks(log_dir(dirs["n1"], STREAM))[-1][2]
-    wait_for(lambda: all(raw_chunks(log_dir(d, STREAM))[-1][2] == leader_end
+    wait_for(lambda: all(log_end(log_dir(d, STREAM)) == leader_end
                          for d in dirs.values()), 20, "every member at the leader's end")
     report = check(dirs, STREAM, confirmed, at_least=leader_end)
     assert report.found == 3000 and report.common == leader_end
@@ -150,7 +150,7 @@ def test_a_replica_killed_mid_publish_catches_up(cluster):
     leader_end = raw_chunks(log_dir(dirs["n1"], STREAM))[-1][2]
     assert raw_chunks(log_dir(dirs["n3"], STREAM))[-1][2] < leader_end
     cluster.start("n3")
-    wait_for(lambda: raw_chunks(log_dir(dirs["n3"], STREAM))[-1][2] == leader_end, 30,
+    wait_for(lambda: log_end(log_dir(dirs["n3"], STREAM)) == leader_end, 30,
              "the restarted replica at the leader's end")
     check(dirs, STREAM, confirmed, at_least=leader_end)
 
@@ -167,7 +167,7 @@ def test_a_deposed_leader_gets_nothing_confirmed_and_its_chunks_are_cut(cluster)
     asyncio.run(first())
     dirs = cluster.data_dirs()
     common = raw_chunks(log_dir(dirs["n1"], STREAM))[-1][2]
-    wait_for(lambda: all(raw_chunks(log_dir(d, STREAM))[-1][2] == common
+    wait_for(lambda: all(log_end(log_dir(d, STREAM)) == common
                          for d in dirs.values()), 20, "every member at the leader's end")
     epoch2 = StreamLayout(STREAM, 2, "n2", MEMBERS)
     cluster.set_layouts([(epoch2, {})], only=["n2", "n3"])
@@ -190,7 +190,7 @@ def test_a_deposed_leader_gets_nothing_confirmed_and_its_chunks_are_cut(cluster)
     asyncio.run(second())
     cluster.set_layouts([(epoch2, {})], only=["n1"])
     leader_end = raw_chunks(log_dir(dirs["n2"], STREAM))[-1][2]
-    wait_for(lambda: raw_chunks(log_dir(dirs["n1"], STREAM))[-1][2] == leader_end, 30,
+    wait_for(lambda: log_end(log_dir(dirs["n1"], STREAM)) == leader_end, 30,
              "the deposed leader at the new leader's end")
     assert "truncating" in cluster.log("n1")
     report = check(dirs, STREAM, confirmed, at_least=leader_end)
@@ -371,7 +371,7 @@ def test_the_leader_killed_mid_publish_a_new_leader_takes_over_and_it_converges(
     cluster.start("n1")
     dirs = cluster.data_dirs()
     leader_end = raw_chunks(log_dir(dirs["n2"], STREAM))[-1][2]
-    wait_for(lambda: all(raw_chunks(log_dir(d, STREAM))[-1][2] == leader_end
+    wait_for(lambda: all(log_end(log_dir(d, STREAM)) == leader_end
                          for d in dirs.values()), 30, "every member at the new leader's end")
     report = check(dirs, STREAM, confirmed, at_least=leader_end)
     assert report.found == len(confirmed)
@@ -398,7 +398,7 @@ def test_a_named_producer_is_deduplicated_by_the_new_leader(cluster):
     send("n1", range(1, 2001))
     dirs = cluster.data_dirs()
     end = raw_chunks(log_dir(dirs["n1"], STREAM))[-1][2]
-    wait_for(lambda: all(raw_chunks(log_dir(d, STREAM))[-1][2] == end for d in dirs.values()),
+    wait_for(lambda: all(log_end(log_dir(d, STREAM)) == end for d in dirs.values()),
              20, "every member at the leader's end")
     cluster.brokers["n1"].kill()
     cluster.set_layouts([(StreamLayout(STREAM, 2, "n2", MEMBERS), {})], only=["n2", "n3"])
@@ -409,7 +409,7 @@ def test_a_named_producer_is_deduplicated_by_the_new_leader(cluster):
     send("n2", range(1501, 2501))  # 500 again, 500 new: all confirmed
     dirs.pop("n1")
     leader_end = raw_chunks(log_dir(dirs["n2"], STREAM))[-1][2]
-    wait_for(lambda: raw_chunks(log_dir(dirs["n3"], STREAM))[-1][2] == leader_end, 20,
+    wait_for(lambda: log_end(log_dir(dirs["n3"], STREAM)) == leader_end, 20,
              "n3 at the leader's end")
     report = check(dirs, STREAM, [f"<p1-{i:06d}>".encode() for i in range(1, 2501)],
                    at_least=leader_end)
@@ -446,7 +446,7 @@ def test_all_nodes_restarted_at_once_serve_what_was_confirmed_before_any_publish
     asyncio.run(go("after"))
     dirs = cluster.data_dirs()
     end = raw_chunks(log_dir(dirs["n1"], STREAM))[-1][2]
-    wait_for(lambda: all(raw_chunks(log_dir(d, STREAM))[-1][2] == end for d in dirs.values()),
+    wait_for(lambda: all(log_end(log_dir(d, STREAM)) == end for d in dirs.values()),
              20, "every member at the leader's end")
     check(dirs, STREAM, confirmed, at_least=end)
 
@@ -473,7 +473,7 @@ def test_a_new_member_behind_the_leaders_retention_starts_at_its_first_offset(tm
         c.set_layouts([(StreamLayout(STREAM, 1, "n1", MEMBERS), args)])
         asyncio.run(go("b", 2))
         end = raw_chunks(log_dir(dirs["n1"], STREAM))[-1][2]
-        wait_for(lambda: all(raw_chunks(log_dir(d, STREAM))[-1][2] == end
+        wait_for(lambda: all(log_end(log_dir(d, STREAM)) == end
                              for d in dirs.values()), 30, "every member at the leader's end")
         assert "starting the log again there" in c.log("n3")
         check(dirs, STREAM, [], at_least=end)

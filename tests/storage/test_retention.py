@@ -22,10 +22,10 @@ def _segments(spec):
 
 
 def _by_bytes(segs, max_bytes):
-    """The fewest oldest segments to drop so that the rest fit in ``max_bytes`` (the newest
-    stays even when it alone is too big)."""
+    """The fewest oldest segments to drop so that the rest, the newest counted as empty (as at
+    the roll), fit in ``max_bytes`` (the newest always stays)."""
     for k in range(len(segs) - 1):
-        if sum(s.size for s in segs[k:]) <= max_bytes:
+        if sum(s.size for s in segs[k:-1]) <= max_bytes:
             return k
     return len(segs) - 1
 
@@ -51,21 +51,21 @@ def test_retention_rules(spec, max_bytes, max_age, now):
                0 if max_age is None else _by_age(segs, max_age, now))
     assert drop == want
     if max_bytes is not None and len(kept) > 1:
-        assert sum(s.size for s in kept) <= max_bytes
+        assert sum(s.size for s in kept[:-1]) <= max_bytes
     if max_age is not None:
         assert all(s.last_timestamp >= now - max_age for s in kept[:-1])
     if drop:  # the segment before the kept ones breaks a policy that is set
         prev = segs[drop - 1]
-        too_big = max_bytes is not None and sum(s.size for s in segs[drop - 1:]) > max_bytes
+        too_big = max_bytes is not None and sum(s.size for s in segs[drop - 1:-1]) > max_bytes
         too_old = max_age is not None and prev.last_timestamp < now - max_age
         assert too_big or too_old
 
 
 def test_examples():
     segs = _segments([(100, 0), (100, 10), (100, 10), (100, 10)])  # ts 0, 10, 20, 30
-    assert segments_to_drop(segs, 250, None, 0) == 2
-    assert segments_to_drop(segs, 50, None, 0) == 3  # the newest stays even if too big
+    assert segments_to_drop(segs, 250, None, 0) == 1  # the newest counts as empty
+    assert segments_to_drop(segs, 50, None, 0) == 3  # the newest stays
     assert segments_to_drop(segs, None, 15, 30) == 2  # last chunks at 0 and 10 are older than 15
     assert segments_to_drop(segs, None, 0, 10**6) == 3
     assert segments_to_drop(segs, 1000, 15, 30) == 2
-    assert segments_to_drop(segs, 150, 15, 30) == 3  # both set: bytes deletes more and wins
+    assert segments_to_drop(segs, 90, 15, 30) == 3  # both set: bytes deletes more and wins
