@@ -195,6 +195,10 @@ class Coordinator:
                 gone.wait(self.session_timeout + timeout)
                 waited = True
 
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
     def stop(self) -> None:
         """Close the session: our ephemeral node and tails go at once (a clean stop lets
         the others elect without waiting for the session timeout)."""

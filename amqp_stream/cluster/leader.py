@@ -39,6 +39,9 @@ log = logging.getLogger("amqp_stream.cluster.leader")
 
 BATCH_BYTES = 1 << 20  # chunks sent before the feed looks at the commit end again
 WAIT_S = 0.5  # a feed at the end wakes this often at most to send a moved commit end
+# an idle feed sends its commit end again this often: the replica answers with an ACK, so the
+# leader hears from each member even when nothing is published (``LeaderRole.in_contact``)
+HEARTBEAT_S = 1.0
 # commit latency histogram (seconds): Prometheus's default buckets, finer at the low end
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                    2.5, 5.0, 10.0, float("inf"))
@@ -81,6 +84,10 @@ class LeaderRole:
         self.latency_sum = 0.0
         self.catch_up_targets: dict[str, int] = {}  # a catching-up member -> commit to reach
         self.promoting: set[str] = set()
+        # when each member's last ACK came (any feed of it, by monotonic time), and when this
+        # role began: how long ago a quorum was in contact (``in_contact``)
+        self.started_at = time.monotonic()
+        self.heard: dict[str, float] = {}
         floor = stream.local_end if stream.last_epoch < epoch else 0
         commit = stream.commit_gate or 0
         self.tracker = CommitTracker(members, quorum, floor, commit, self._committed, voters)
@@ -141,6 +148,21 @@ class LeaderRole:
             self.catch_up_targets[member] = commit
         return done
 
+    def in_contact(self) -> float:
+        """The last moment (monotonic) at which a quorum of the voters, this leader counted
+        as always heard, had been heard from: a leader cut off from its replicas sees it fall
+        behind and gives up its leadership (``Replication``). The role's start counts as
+        contact, so replicas have time to connect."""
+        tracker = self.tracker
+        need = tracker.quorum - (1 if self.node in tracker.voters else 0)
+        if need <= 0:
+            return time.monotonic()
+        heard = sorted((self.heard[m] for m in tracker.voters
+                        if m != self.node and m in self.heard), reverse=True)
+        if len(heard) < need:
+            return self.started_at
+        return max(self.started_at, heard[need - 1])
+
     def lag_bytes(self) -> dict[str, int]:
         """Bytes of this leader's log each connected member does not hold yet (sent and not
         acknowledged, and not sent yet)."""
@@ -198,6 +220,7 @@ class Feed:
         reader_thread.start()
         stream = role.stream
         sent_commit = -1
+        sent_at = 0.0
         reader = None
         try:
             reader = stream.replication_reader(self.start)
@@ -221,9 +244,10 @@ class Feed:
                     self._unacked.append((c.next_offset, self.sent_bytes))
                     self._read_at = (c.chunk_id, c.position + c.size)
                 commit = stream.commit_gate or 0
-                if commit != sent_commit:
+                if commit != sent_commit or time.monotonic() - sent_at >= HEARTBEAT_S:
                     self.sock.sendall(wire.encode_commit(commit, stream.committed_chunk_id))
                     sent_commit = commit
+                    sent_at = time.monotonic()
                 if sent:
                     continue
                 position = reader.position
@@ -254,6 +278,7 @@ class Feed:
                         raise wire.WireError(f"frame type {kind} from a replica")
                     end, chunk_id = wire.decode_position(payload)
                     self.acked = (end, chunk_id)
+                    self.role.heard[self.hello.node] = time.monotonic()
                     unacked = self._unacked
                     while unacked and unacked[0][0] <= end:
                         self.acked_bytes = unacked.popleft()[1]
@@ -324,7 +349,9 @@ class ReplicationServer:
             self._answer(sock, request.request)
             return
         except (OSError, wire.WireError) as exc:
-            log.info("replication handshake failed: %s", exc)
+            # a peer closing before saying anything is a reachability probe (an election's)
+            log.log(logging.DEBUG if "closed before" in str(exc) else logging.INFO,
+                    "replication handshake failed: %s", exc)
             sock.close()
             return
         role = self.roles(hello.stream)

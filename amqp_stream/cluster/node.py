@@ -21,7 +21,9 @@ node was down) is deleted: the layout is the evidence.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import socket
 import threading
 import time
 from typing import TYPE_CHECKING, Callable
@@ -76,6 +78,7 @@ class ClusterNode:
         self.forwarding: Forwarding | None = None
         # AMQP consumers of streams with no member here (set by the server: remote_reader)
         self.reading: RemoteReading | None = None
+        self._not_standing: dict[str, int] = {}  # stream -> epoch it was logged for
 
     # -- life ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -103,7 +106,46 @@ class ClusterNode:
         self.tail_of = self.replicated_tail
         replication.on_caught_up = self._count_member
         replication.on_transfer = self.transfer
+        replication.on_step_down = self.step_down
+        replication.quorum_timeout = (self.config.cluster_quorum_timeout
+                                      or 3 * self.config.cluster_session_timeout)
         self.coordinator.on_withdraw = replication.unfence
+
+    def step_down(self, layout: StreamLayout) -> None:
+        """On the loop: this node gave up leading ``layout`` (no quorum heard from; its role
+        has ended). Write the layout with no leader, on a thread of its own (kazoo blocks),
+        so the members elect one; tried again every second while ZooKeeper is unreachable
+        and the layout unchanged (if the session ends meanwhile, the others elect anyway)."""
+        new = dataclasses.replace(layout, leader="")
+
+        def write() -> None:
+            while not self.coordinator.stopped and self.view.layouts.get(layout.stream) == layout:
+                if self.coordinator.replace_layout(layout, new):
+                    log.warning("stream %r: %s gave up the leadership of epoch %d: the "
+                                "members elect again", layout.stream, self.name, layout.epoch)
+                    return
+                time.sleep(1.0)  # a retry's back-off (ZooKeeper unreachable), not a sync
+
+        threading.Thread(target=write, daemon=True, name=f"step-down:{layout.stream}").start()
+
+    def reaches_quorum(self, layout: StreamLayout) -> bool:
+        """From the coordinator's thread, before this node reports its tail for a stream
+        whose leader gave up: whether it reaches a quorum of the voters itself (a TCP connect
+        to each live voter's replication port, Raft's pre-vote). A member cut off from the
+        others (the leader that gave up, typically) stays out of the election: it could not
+        lead them, and elected it would only give up again."""
+        reached = 1 if self.name in layout.voters else 0
+        timeout = min(1.0, self.config.cluster_session_timeout / 4)
+        for member in layout.voters:
+            node = self.view.nodes.get(member)
+            if member == self.name or node is None:
+                continue
+            try:
+                with socket.create_connection((node.host, node.replication_port), timeout):
+                    reached += 1
+            except OSError:
+                continue
+        return reached >= layout.quorum
 
     # -- operations (``add-replica``'s catch-up, ``transfer-leadership``) -----------------
     def _count_member(self, layout: StreamLayout, member: str) -> None:
@@ -317,6 +359,13 @@ class ClusterNode:
         and after it."""
         entry = self.core.registry.entries.get(name)
         if entry is None:
+            return None
+        layout = self.view.layouts.get(name)
+        if layout is not None and not layout.leader and not self.reaches_quorum(layout):
+            if self._not_standing.get(name) != layout.epoch:  # once per epoch, not per look
+                self._not_standing[name] = layout.epoch
+                log.info("stream %r: not standing in its election (epoch %d): this node "
+                         "reaches no quorum of its members", name, layout.epoch)
             return None
         if self.replication is not None:
             self.replication.fence(name)
