@@ -48,6 +48,11 @@ log = logging.getLogger(__name__)
 # answer (a round trip on a LAN: a millisecond or less)
 LOOKUP_TIMEOUT = 0.5
 
+# a drained node looks this often for leaderships to hand over, each transfer waiting at most
+# DRAIN_TRANSFER_S for its target to hold the whole log
+DRAIN_POLL_S = 1.0
+DRAIN_TRANSFER_S = 10.0
+
 LayoutHook = Callable[[str, "StreamLayout | None", "StreamLayout | None"], None]
 
 
@@ -79,6 +84,8 @@ class ClusterNode:
         # AMQP consumers of streams with no member here (set by the server: remote_reader)
         self.reading: RemoteReading | None = None
         self._not_standing: dict[str, int] = {}  # stream -> epoch it was logged for
+        self._handing_over: set[str] = set()  # streams a drain's transfer is moving now
+        self._not_handed: dict[str, int] = {}  # stream -> epoch "no candidate" was logged for
 
     # -- life ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -110,6 +117,48 @@ class ClusterNode:
         replication.quorum_timeout = (self.config.cluster_quorum_timeout
                                       or 3 * self.config.cluster_session_timeout)
         self.coordinator.on_withdraw = replication.unfence
+        self.core.mailbox.loop.call_later(DRAIN_POLL_S, self._hand_over)
+
+    def _hand_over(self) -> None:
+        """On the loop, every ``DRAIN_POLL_S``: while this node is drained (``cluster
+        drain``), hand each leadership it holds to the running, undrained voter whose durable
+        tail is highest (``transfer``: nothing confirmed lost, nothing cut), one thread per
+        stream. Also after a restart, or when an election had to choose this node (it alone
+        held the most complete log)."""
+        replication = self.replication
+        if replication is None or replication.closed:
+            return
+        self.core.mailbox.loop.call_later(DRAIN_POLL_S, self._hand_over)
+        view = self.view
+        if self.name not in view.drained:
+            return
+        for name, layout in view.layouts.items():
+            role = replication.leaders.get(name)
+            if layout.leader != self.name or name in self._handing_over or role is None \
+                    or role.epoch != layout.epoch:
+                continue
+            tails = dict(role.tracker.tails)
+            candidates = [m for m in layout.voters if m != self.name and m in view.nodes
+                          and m not in view.drained]
+            if not candidates:
+                if self._not_handed.get(name) != layout.epoch:  # once per epoch
+                    self._not_handed[name] = layout.epoch
+                    log.warning("stream %r: this node is drained but no running, undrained "
+                                "member can take its leadership", name)
+                continue
+            target = max(candidates, key=lambda m: (tails.get(m, (-1, -1))[0], m))
+            self._handing_over.add(name)
+
+            def move(name: str = name, target: str = target) -> None:
+                try:
+                    answer = self.transfer(name, target, DRAIN_TRANSFER_S)
+                    if "error" in answer:
+                        log.warning("stream %r: drained node's leadership not handed to %s: %s",
+                                    name, target, answer["error"])
+                finally:
+                    self.core.mailbox.post(self._handing_over.discard, name)
+
+            threading.Thread(target=move, daemon=True, name=f"drain:{name}").start()
 
     def step_down(self, layout: StreamLayout) -> None:
         """On the loop: this node gave up leading ``layout`` (no quorum heard from; its role
@@ -188,6 +237,9 @@ class ClusterNode:
             return {"error": f"{target} is still catching up on {name!r}: it cannot lead yet"}
         if target not in self.view.nodes:
             return {"error": f"node {target} is not running in the cluster"}
+        if target in self.view.drained:
+            return {"error": f"node {target} is drained for maintenance: it takes no "
+                             f"leadership until it is revived (amqp-stream cluster revive)"}
         role = self.replication.leaders.get(name) if self.replication is not None else None
         if role is None or role.epoch != layout.epoch:
             return {"error": f"{self.name} is not leading {name!r} yet; try again"}
@@ -259,7 +311,7 @@ class ClusterNode:
             stream_arguments.equivalent(view.arguments.get(name, {}), arguments, name)
             return False
         layout = placement.place(name, arguments, sorted(view.nodes), self.name,
-                                 view.layouts.values())
+                                 view.layouts.values(), view.drained)
         if not self.coordinator.create_stream(layout, arguments):  # declared elsewhere meanwhile
             self.look_up(name)  # its layout, rather than waiting for the watch
             return self.declare(name, arguments)

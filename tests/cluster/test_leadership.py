@@ -9,11 +9,14 @@ import json
 
 import pytest
 
+from amqp_stream.cluster.coordination import read_view
 from tests.cluster.checker import check
 from tests.cluster.faults import ZkLayout
 from tests.cluster.publisher import Publisher
 from tests.cluster.test_replicated_nodes import converged, declare
-from tests.cluster.nodes import SESSION_TIMEOUT, holds_log
+from tests.cluster.nodes import SESSION_TIMEOUT, cluster_status, holds_log
+from tests.cluster.test_operations import cli
+from tests.polling import wait_for
 from tests.stream.rstream_low import run, until
 
 pytestmark = pytest.mark.timeout(180)
@@ -77,3 +80,72 @@ def test_a_leader_whose_replicas_are_down_gives_up_once_and_leads_again(nodes, z
     report = check({n: b.data_dir for n, b in brokers.items()}, stream_name,
                    list(confirmed.values()), at_least=end)
     assert report.found == 2000
+
+
+def test_drain_moves_every_leadership_and_keeps_the_node_from_leading_until_revived(
+        nodes, stream_name):
+    """``cluster drain n1``: the two streams n1 leads move to in-sync members (epoch 2, a
+    named producer's confirmed messages all there), the one n2 leads stays; n1 is then
+    chosen by no placement, no transfer and no election (its log as complete as the other
+    survivor's, it would win the tie by name), across a restart of n1; ``cluster status``
+    shows it; ``revive`` lets it lead again."""
+    url, (n1, n2, n3) = nodes
+    brokers = {"n1": n1, "n2": n2, "n3": n3}
+    a, b, c, d = (f"{stream_name}-{x}" for x in "abcd")
+
+    async def scenario() -> dict[int, bytes]:
+        await declare(n1, a)
+        await declare(n1, b)
+        await declare(n2, c)
+        for x in (a, b, c):
+            for node in brokers.values():
+                await until(lambda node=node, x=x: holds_log(node, x), "members' logs")
+        p = Publisher(a, brokers.values())
+        await p.connect()
+        await p.publish(range(1, 1001))
+        await p.drop()
+        return p.confirmed
+
+    confirmed = run(scenario(), 60)
+    out = cli("cluster", "drain", "n1", "--cluster", url, "--wait", "30")
+    assert out.returncode == 0, out.stderr
+    assert "n1 leads no stream" in out.stdout
+    view = read_view(url, 10)
+    assert {x: (view.layouts[x].leader != "n1", view.layouts[x].epoch) for x in (a, b)} == \
+        {a: (True, 2), b: (True, 2)}
+    assert (view.layouts[c].leader, view.layouts[c].epoch) == ("n2", 1)
+    (row,) = [r for r in cluster_status(url)["nodes"] if r["name"] == "n1"]
+    assert (row["drained"], row["leaders"]) == (True, 0)
+    # no transfer to it, no placement on it (client-local through n1)
+    between = cli("transfer-leadership", a, "n2" if view.layouts[a].leader == "n3" else "n3",
+                  "--cluster", url)
+    assert between.returncode == 0, between.stderr  # between undrained members: fine
+    refused = cli("transfer-leadership", a, "n1", "--cluster", url)
+    assert refused.returncode == 1 and "drained" in refused.stderr, refused.stderr
+    run(declare(n1, d), 30)
+    wait_for(lambda: d in read_view(url, 10).layouts, 10, "the new stream's layout")
+    assert read_view(url, 10).layouts[d].leader != "n1"
+    # n1 restarted: still drained; then no election chooses it over an equal log
+    n1.stop()
+    n1.start()
+    wait_for(lambda: "n1" in read_view(url, 10).nodes, 30, "n1 back")
+    before = read_view(url, 10).layouts[a]
+    leader = before.leader
+    other = ({"n2", "n3"} - {leader}).pop()
+    converged(brokers, a, leader)
+    brokers[leader].kill()
+    wait_for(lambda: read_view(url, 10).layouts[a].leader == other, SESSION_TIMEOUT + 30,
+             f"{other} elected, not the drained n1")
+    # elected at once (n1 elected would hand the leadership over: one epoch more)
+    assert read_view(url, 10).layouts[a].epoch == before.epoch + 1
+    assert "n1" in read_view(url, 10).drained
+    brokers[leader].start()
+    out = cli("cluster", "revive", "n1", "--cluster", url)
+    assert out.returncode == 0 and "n1 revived" in out.stdout, out.stderr
+    moved = cli("transfer-leadership", a, "n1", "--cluster", url)
+    assert moved.returncode == 0, moved.stderr
+    assert read_view(url, 10).layouts[a].leader == "n1"
+    end = converged(brokers, a, "n1")
+    report = check({n: x.data_dir for n, x in brokers.items()}, a, list(confirmed.values()),
+                   at_least=end)
+    assert report.found == 1000

@@ -65,3 +65,13 @@ def test_admin_frames_carry_a_json_object():
         wire.decode_admin(b"[1]")
     with pytest.raises(wire.WireError):
         wire.decode_admin(b"\xff")
+
+
+def test_an_election_passes_over_a_drained_node_unless_it_alone_holds_the_most():
+    """A leader that gave up (``leader`` empty) stands like the others; a drained node goes
+    last among the most complete logs, and is chosen only when no other holds as much."""
+    gave_up = StreamLayout("s", 3, "", ("n1", "n2", "n3"))
+    assert choose_leader_by_tail(gave_up, {"n1": (3, 50), "n2": (3, 10)}) == "n1"
+    assert choose_leader_by_tail(gave_up, {"n1": (3, 50), "n2": (3, 50)}, {"n1"}) == "n2"
+    assert choose_leader_by_tail(gave_up, {"n1": (3, 50), "n2": (3, 10)}, {"n1"}) == "n1"
+    assert choose_leader_by_tail(gave_up, {"n1": (3, 50)}) is None
