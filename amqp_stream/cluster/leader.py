@@ -132,6 +132,22 @@ class LeaderRole:
             elif feed.acked[1] >= 0:  # a new member connected before this leader saw it
                 self.tracker.report(feed.hello.node, *feed.acked)
 
+    def reepoch(self, epoch: int, members: tuple[str, ...], voters: tuple[str, ...],
+                quorum: int) -> None:
+        """A member change under this leader raised the epoch: chunks carry ``epoch`` from
+        here, the new voters count only tails past this log's end now (the epoch's first
+        chunk, written at once, commits what came before once they hold it), and the feeds of
+        the old epoch end (each replica comes back under the new one)."""
+        self.stream.set_epoch(epoch)
+        self.epoch = epoch
+        self.tracker.reconfigure(members, voters, quorum, floor=self.stream.local_end)
+        self.stream.mark_epoch()
+        for gone in [m for m in self.catch_up_targets if m in voters or m not in members]:
+            del self.catch_up_targets[gone]
+        self.promoting &= set(members) - set(voters)
+        for feed in list(self.feeds):
+            feed.close()
+
     def caught_up(self, catching_up: tuple[str, ...]) -> list[str]:
         """Polled on the loop: the catching-up members whose durable tail reached the commit
         end this leader had at the previous poll (with a steady publish load the live commit

@@ -159,6 +159,13 @@ class Replication:
                                                                             layout.epoch):
                 self._reconfigure(layout)
                 continue
+            role = self.leaders.get(name)
+            if applied is not None and role is not None and applied.leader == layout.leader \
+                    and layout.epoch == applied.epoch + 1 and role.epoch == applied.epoch \
+                    and (applied.members, applied.catching_up) != (layout.members,
+                                                                   layout.catching_up):
+                self._reepoch(role, layout)
+                continue
             self._apply(layout)
 
     def _reconfigure(self, layout: StreamLayout) -> None:
@@ -169,6 +176,15 @@ class Replication:
             role.reconfigure(layout.members, layout.voters, layout.quorum)
         log.info("replication: %r: members %s (catching up: %s)", layout.stream,
                  ",".join(layout.members), ",".join(layout.catching_up) or "none")
+        self.applied[layout.stream] = layout
+
+    def _reepoch(self, role: LeaderRole, layout: StreamLayout) -> None:
+        """A member change raised the epoch under this leader (``membership``): the role
+        carries on under the new epoch with the new voters (no publish failed, nothing cut);
+        the replicas reconnect under it."""
+        role.reepoch(layout.epoch, layout.members, layout.voters, layout.quorum)
+        log.info("replication: %r: members %s (catching up: %s), epoch %d", layout.stream,
+                 ",".join(layout.members), ",".join(layout.catching_up) or "none", layout.epoch)
         self.applied[layout.stream] = layout
 
     def _apply(self, layout: StreamLayout) -> None:

@@ -5,14 +5,15 @@ a leadership transfer."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 
 from amqp_stream.cluster.coordination import read_view
-from tests.cluster.checker import check
+from tests.cluster.checker import check, log_dir, raw_chunks
 from tests.cluster.faults import ZkLayout
-from tests.cluster.publisher import Publisher
+from tests.cluster.publisher import Publisher, body
 from tests.cluster.test_replicated_nodes import converged, declare
 from tests.cluster.nodes import SESSION_TIMEOUT, cluster_status, holds_log
 from tests.cluster.test_operations import cli
@@ -149,3 +150,62 @@ def test_drain_moves_every_leadership_and_keeps_the_node_from_leading_until_revi
     report = check({n: x.data_dir for n, x in brokers.items()}, a, list(confirmed.values()),
                    at_least=end)
     assert report.found == 1000
+
+
+def test_a_member_change_raises_the_epoch_and_the_leader_carries_on(nodes, stream_name):
+    """``delete-replica`` then ``add-replica`` while a named producer keeps publishing to the
+    leader: each raises the epoch (1, 2, 3, as RabbitMQ's coordinator restarts the members
+    under a new one), n1 leads throughout on the same connection (no MetadataUpdate, no
+    publish answered with an error), the chunks after each change carry the new epoch,
+    nothing is cut, every log is identical and every confirm there once."""
+    url, (n1, n2, n3) = nodes
+    brokers = {"n1": n1, "n2": n2, "n3": n3}
+
+    async def scenario() -> dict[int, bytes]:
+        await declare(n1, stream_name)
+        for b in (n2, n3):
+            await until(lambda b=b: holds_log(b, stream_name), "members' logs")
+        p = Publisher(stream_name, brokers.values())
+        await p.connect()
+        client = p.client
+        assert p.leader is n1
+        stop = asyncio.Event()
+
+        async def publish() -> None:  # a batch every 20 ms on the same connection
+            k = 1
+            while not stop.is_set():
+                ids = list(range(k, k + 20))
+                p.pending.update({i: body(i) for i in ids})
+                await p._send(ids)
+                k += 20
+                await asyncio.sleep(0.02)  # the producer's pace
+
+        task = asyncio.create_task(publish())
+        try:
+            for args, epoch in ((("delete-replica", stream_name, "n3"), 2),
+                                (("add-replica", stream_name, "n3"), 3)):
+                await until(lambda: len(p.confirmed) >= 200 * epoch, "confirms", 20)
+                out = await asyncio.to_thread(cli, *args, "--cluster", url)
+                assert out.returncode == 0, out.stderr
+                layout = read_view(url, 10).layouts[stream_name]
+                assert (layout.leader, layout.epoch) == ("n1", epoch)
+            await until(lambda: read_view(url, 10).layouts[stream_name].catching_up == (),
+                        "n3 counted again", 30)
+            await until(lambda: len(p.confirmed) >= 1000, "confirms after the changes", 20)
+        finally:
+            stop.set()
+            await task
+        await until(lambda: not p.pending, "every publish confirmed", 20)
+        assert p.client is client and not p.errors
+        await p.drop()
+        return p.confirmed
+
+    confirmed = run(scenario(), 120)
+    end = converged(brokers, stream_name, "n1")
+    report = check({n: b.data_dir for n, b in brokers.items()}, stream_name,
+                   list(confirmed.values()), at_least=end)
+    assert report.found == len(confirmed)
+    epochs = [c[1] for c in raw_chunks(log_dir(n1.data_dir, stream_name))]
+    assert epochs == sorted(epochs) and set(epochs) == {1, 2, 3}
+    for b in brokers.values():
+        assert "truncating from" not in b.log_text()
