@@ -76,7 +76,8 @@ class ClusterNode:
         self.applied: ClusterView = ClusterView()
         # on the loop: (stream, None, layout) when this node first sees a stream (at start,
         # or declared), (stream, old, new) after a change of leader or epoch, (stream, old,
-        # None) after a delete
+        # None) after a delete, (stream, layout, layout) when this node, leading it, begins
+        # handing the leadership over (``transfer``: its publishers must move)
         self.layout_hooks: list[LayoutHook] = []
         self.replication: Replication | None = None
         # AMQP publishes to streams led elsewhere (set by the server: cluster.forwarder)
@@ -244,7 +245,22 @@ class ClusterNode:
         if role is None or role.epoch != layout.epoch:
             return {"error": f"{self.name} is not leading {name!r} yet; try again"}
         stream = role.stream
-        stream.set_follower(True)  # publishes are refused from here (clients retry)
+        # as RabbitMQ's transfer (it restarts the stream's writer): from here appends are
+        # refused, and the stream-protocol publishers of the stream are dropped with a
+        # MetadataUpdate, so a publish sent meanwhile is answered PUBLISHER_DOES_NOT_EXIST
+        # at once and the client asks Metadata for the new leader; both on the loop, between
+        # two frames
+        begun = threading.Event()
+
+        def begin() -> None:
+            try:
+                stream.set_follower(True)
+                self._run_hooks(name, layout, layout)
+            finally:
+                begun.set()
+
+        self.core.mailbox.post(begin)
+        begun.wait(timeout)
 
         def target_holds_all() -> bool:
             end = stream.local_end

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 
 import pytest
+from rstream import schema
 
 from amqp_stream.cluster.coordination import read_view
+from amqp_stream.streamproto.constants import ResponseCode
 from tests.cluster.checker import check, log_dir, raw_chunks
 from tests.cluster.faults import ZkLayout
 from tests.cluster.publisher import Publisher, body
@@ -209,3 +212,64 @@ def test_a_member_change_raises_the_epoch_and_the_leader_carries_on(nodes, strea
     assert epochs == sorted(epochs) and set(epochs) == {1, 2, 3}
     for b in brokers.values():
         assert "truncating from" not in b.log_text()
+
+
+def test_publishes_during_a_leadership_transfer_are_refused_as_rabbitmq_refuses_them(
+        nodes, stream_name):
+    """A transfer to a member that lags and cannot catch up (paused) keeps the leader in its
+    hand-over for the whole wait. As RabbitMQ, whose transfer restarts the stream's writer:
+    the publisher gets a MetadataUpdate (STREAM_NOT_AVAILABLE) when it begins and is
+    dropped, so a publish sent meanwhile is answered PublishError PUBLISHER_DOES_NOT_EXIST
+    at once (not held for the wait); the producer reconnects where Metadata says and sends
+    it again; confirmed once."""
+    url, (n1, n2, n3) = nodes
+    brokers = {"n1": n1, "n2": n2, "n3": n3}
+
+    async def scenario() -> dict[int, bytes]:
+        await declare(n1, stream_name)
+        for b in (n2, n3):
+            await until(lambda b=b: holds_log(b, stream_name), "members' logs")
+        p = Publisher(stream_name, brokers.values())
+        await p.connect()
+        assert p.leader is n1 and p.client is not None
+        updates: list[int] = []
+
+        async def on_update(frame: schema.MetadataUpdate) -> None:
+            updates.append(frame.metadata_info.code)
+
+        async def on_error(frame: schema.PublishError) -> None:
+            codes.update(e.response_code for e in frame.errors)
+
+        codes: set[int] = set()
+        p.client.add_handler(schema.MetadataUpdate, on_update)
+        p.client.add_handler(schema.PublishError, on_error)
+        await p.publish(range(1, 401))
+        n2.proc.send_signal(signal.SIGSTOP)
+        try:
+            await p.publish(range(401, 501))  # confirmed by n1 and n3: n2 lags behind
+            transfer = asyncio.create_task(asyncio.to_thread(
+                cli, "transfer-leadership", stream_name, "n2", "--wait", "4", "--cluster", url))
+            await until(lambda: bool(updates), "a MetadataUpdate as the transfer begins", 10)
+            assert updates == [ResponseCode.STREAM_NOT_AVAILABLE]
+            p.pending.update({i: body(i) for i in range(501, 601)})
+            await p._send(list(range(501, 601)))
+            await until(lambda: len(p.errors) == 100, "the publishes refused", 2)
+            assert codes == {ResponseCode.PUBLISHER_DOES_NOT_EXIST}
+            assert not transfer.done(), "refused during the wait, not after it"
+            out = await transfer
+            assert out.returncode == 1 and "did not catch up" in out.stderr, out.stderr
+        finally:
+            n2.proc.send_signal(signal.SIGCONT)
+        assert set(p.confirmed) == set(range(1, 501))
+        await p.connect()
+        await p.settle()
+        await p.publish(range(601, 1001))
+        await p.drop()
+        return p.confirmed
+
+    confirmed = run(scenario(), 90)
+    assert len(confirmed) == 1000
+    end = converged(brokers, stream_name, "n1")
+    report = check({n: b.data_dir for n, b in brokers.items()}, stream_name,
+                   list(confirmed.values()), at_least=end)
+    assert report.found == 1000
