@@ -251,16 +251,24 @@ class ClusterNode:
         # at once and the client asks Metadata for the new leader; both on the loop, between
         # two frames
         begun = threading.Event()
+        cancelled: list[bool] = []
+        lock = threading.Lock()
 
         def begin() -> None:
-            try:
+            with lock:
+                if cancelled:  # the transfer gave up waiting for the loop: nothing to do
+                    return
                 stream.set_follower(True)
                 self._run_hooks(name, layout, layout)
-            finally:
                 begun.set()
 
         self.core.mailbox.post(begin)
-        begun.wait(timeout)
+        if not begun.wait(timeout):
+            with lock:
+                if not begun.is_set():
+                    cancelled.append(True)
+                    return {"error": f"{self.name} was too busy to begin the transfer within "
+                                     f"{timeout:g} s; leadership not moved"}
 
         def target_holds_all() -> bool:
             end = stream.local_end
