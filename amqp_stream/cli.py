@@ -43,7 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reset-offset": ("tracking", "move a consumer name's stored offset (where it resumes)"),
     "perf": ("perf", "a load generator for publishers and filtered consumers"),
     "cluster": ("cluster", "a cluster's nodes, their liveness and the leaders they hold "
-                           "(read from ZooKeeper)"),
+                           "(read from ZooKeeper); drain or revive a node for maintenance"),
     "stream": ("replicas", "a replicated stream's members, leader, epoch, tails and lag "
                            "(stream status NAME), as rabbitmq-streams stream_status"),
     "add-replica": ("replicas", "add a member to a replicated stream on a node (catches up, "

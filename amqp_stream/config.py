@@ -70,6 +70,7 @@ class BrokerConfig:
     node_name: str | None = None
     replication_port: int = 5553
     cluster_session_timeout: float = 6.0
+    cluster_quorum_timeout: float = 0.0
     cluster_static: Path | None = None
     cluster_user: str = "guest"
     cluster_password: str = "guest"
@@ -134,6 +135,10 @@ HELP: dict[str, str] = {
     "cluster_session_timeout": "seconds of silence after which ZooKeeper ends a node's session "
                                "(its streams then elect new leaders); also how long a start, "
                                "a declare or a delete waits for an unreachable ZooKeeper",
+    "cluster_quorum_timeout": "seconds a stream's leader goes without hearing from a quorum "
+                              "of its members before it gives the leadership up, so the "
+                              "members that reach each other elect another (0: 3 x "
+                              "--cluster-session-timeout)",
     "cluster_user": "the stream-protocol user a cluster node logs in as to forward AMQP "
                     "publishes to a stream's leader (write on every stream; guest works on "
                     "loopback only)",
@@ -263,6 +268,9 @@ def _check_cluster(config: BrokerConfig) -> None:
     if not 1.0 <= config.cluster_session_timeout <= 120.0:
         raise ConfigError(f"cluster_session_timeout must be 1..120 seconds, not "
                           f"{config.cluster_session_timeout}")
+    if config.cluster_quorum_timeout != 0 and not 1.0 <= config.cluster_quorum_timeout <= 600.0:
+        raise ConfigError(f"cluster_quorum_timeout must be 0 (3 x the session timeout) or "
+                          f"1..600 seconds, not {config.cluster_quorum_timeout}")
     if config.cluster is None:
         return
     from amqp_stream.cluster.address import check_node_name, parse_url  # no kazoo

@@ -94,13 +94,16 @@ class CommitTracker:
         self.commit = end
         return end, chunk_id
 
-    def reconfigure(self, members: tuple[str, ...], voters: tuple[str, ...], quorum: int) -> None:
+    def reconfigure(self, members: tuple[str, ...], voters: tuple[str, ...], quorum: int,
+                    floor: int | None = None) -> None:
         """The stream's members changed under the same leader and epoch (a replica added,
         caught up or deleted): count the new voters from now on (one voter more or less at
         a time, so the old and new majorities share a member, as Raft's single-server
-        changes)."""
+        changes). ``floor``: a new epoch began at this end (``LeaderRole.reepoch``)."""
         with self._lock:
             self.members, self.voters, self.quorum = members, voters, quorum
+            if floor is not None:
+                self.floor = max(self.floor, floor)
             for gone in [m for m in self.tails if m not in members]:
                 del self.tails[gone]
             moved = self._advance()

@@ -14,6 +14,9 @@ What lives where, under the cluster's path (``zk://HOSTS/PATH``):
 - ``PATH/definitions``: the exchanges and bindings document (``ZkStore``).
 - ``PATH/secret``: persistent, the cluster's secret for the replication port (``auth``),
   made with a random value by the first node that starts without ``--cluster-secret``.
+- ``PATH/drained/<node>``: persistent, a node drained for maintenance (``cluster drain``):
+  it is not chosen to lead (placement, elections, transfers) and gives up what it leads,
+  until ``cluster revive`` deletes it.
 
 Election: a stream whose leader's node is not live is leaderless. Each of its live members
 reports its tail; once a majority of the members (the dead leader counted among them) has
@@ -37,7 +40,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (BadVersionError, KazooException, NodeExistsError,
@@ -49,7 +52,8 @@ from amqp_stream.cluster.layout import Node, StreamLayout
 from amqp_stream.errors import ClusterUnavailable
 
 __all__ = ["Coordinator", "ClusterView", "CoordinationError", "ZkStore", "read_view",
-           "choose_leader_by_tail", "change_layout", "LayoutRefused", "read_secret"]
+           "choose_leader_by_tail", "change_layout", "LayoutRefused", "read_secret",
+           "set_drained"]
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +72,17 @@ class ClusterView:
     layouts: dict[str, StreamLayout] = field(default_factory=dict)
     arguments: dict[str, dict] = field(default_factory=dict)
     definitions_version: int = -1
+    drained: frozenset[str] = frozenset()  # nodes drained for maintenance
 
     def leaderless(self) -> list[StreamLayout]:
         return [x for x in self.layouts.values() if x.leader not in self.nodes]
 
     def live_replicas(self, layout: StreamLayout) -> tuple[str, ...]:
         return tuple(m for m in layout.replicas if m in self.nodes)
+
+    def known(self) -> set[str]:
+        """Every node named: live, a member of a stream (maybe down), or drained."""
+        return set(self.nodes).union(self.drained, *(x.members for x in self.layouts.values()))
 
     def leaders_held(self) -> dict[str, int]:
         held = dict.fromkeys(self.nodes, 0)
@@ -86,25 +95,31 @@ class ClusterView:
         """``cluster status``: every node known (live, or a member of a stream while down),
         whether it is alive and the leaderships it holds; each stream's layout."""
         held = self.leaders_held()
-        known = set(self.nodes).union(*(x.members for x in self.layouts.values()))
+        known = self.known()
         nodes = []
         for name in sorted(known):
             node = self.nodes.get(name)
             nodes.append({"name": name, "alive": node is not None,
-                          "leaders": held.get(name, 0),
+                          "leaders": held.get(name, 0), "drained": name in self.drained,
                           "address": f"{node.host}:{node.stream_port}" if node else None})
         return {"nodes": nodes,
                 "streams": [dict(x.to_json(), leader_alive=x.leader in self.nodes)
                             for _, x in sorted(self.layouts.items())]}
 
 
-def choose_leader_by_tail(layout: StreamLayout, tails: dict[str, tuple[int, int]]) -> str | None:
+def choose_leader_by_tail(layout: StreamLayout, tails: dict[str, tuple[int, int]],
+                          drained: Collection[str] = ()) -> str | None:
     """The member to lead after ``layout.leader`` is gone, from the tails ``(epoch, offset)``
-    that live members reported; None until a majority of the members has reported."""
+    that live members reported; None until a majority of the members has reported. Among
+    those holding the most complete log a node not ``drained`` goes first; a drained node is
+    chosen only when it alone holds it (safety before the preference: it then hands the
+    leadership over as soon as another member holds its log, ``ClusterNode``)."""
     reported = {n: t for n, t in tails.items() if n in layout.voters and n != layout.leader}
     if len(reported) < layout.quorum:
         return None
-    return min(reported, key=lambda n: (-reported[n][0], -reported[n][1], n))
+    best = max(reported.values())
+    return min((n for n, t in reported.items() if t == best),
+               key=lambda n: (n in drained, n))
 
 
 class Coordinator:
@@ -161,7 +176,7 @@ class Coordinator:
             raise CoordinationError(f"cannot reach ZooKeeper at {self.hosts} "
                                     f"(--cluster {self.url}) within {connect_timeout:g} s") from None
         try:
-            for part in ("nodes", "streams"):
+            for part in ("nodes", "streams", "drained"):
                 self.client.ensure_path(self._path(part))
             self._register(connect_timeout)
             self._refresh()
@@ -205,6 +220,10 @@ class Coordinator:
                             self.session_timeout + timeout)
                 gone.wait(self.session_timeout + timeout)
                 waited = True
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
 
     def stop(self) -> None:
         """Close the session: our ephemeral node and tails go at once (a clean stop lets
@@ -292,6 +311,10 @@ class Coordinator:
             layouts[name] = StreamLayout.from_json(doc)
             arguments[name] = doc.get("arguments", {})
         stat = client.exists(self._path("definitions"), watch=self._poke)
+        try:
+            drained = frozenset(client.get_children(self._path("drained"), watch=self._poke))
+        except NoNodeError:  # a cluster made before drains existed: none yet
+            drained = frozenset()
         with self._lock:
             for name, (seq, layout, args) in list(self._own.items()):
                 if seq <= start:  # written before this read began: the read has it
@@ -301,7 +324,7 @@ class Coordinator:
                     arguments.pop(name, None)
                 else:
                     layouts[name], arguments[name] = layout, args
-            view = ClusterView(nodes, layouts, arguments, stat.version if stat else -1)
+            view = ClusterView(nodes, layouts, arguments, stat.version if stat else -1, drained)
             self._publish(view)
         for name, reported_for in [(n, e) for n, e in self._reported.items()
                                    if n not in view.layouts or view.layouts[n].leader in view.nodes]:
@@ -333,7 +356,7 @@ class Coordinator:
             if tail is not None:
                 self._report_tail(layout, tail)
         tails = self._tails(layout)
-        leader = choose_leader_by_tail(layout, tails)
+        leader = choose_leader_by_tail(layout, tails, self.view.drained)
         if leader is None:
             waiting = (layout.epoch, len(tails))
             if self._waiting.get(layout.stream) != waiting:  # once per change, not per look
@@ -469,7 +492,8 @@ class Coordinator:
             args = {k: v for k, v in view.arguments.items() if k != name}
             if layout is not None:
                 layouts[name], args[name] = layout, arguments
-            self._publish(ClusterView(view.nodes, layouts, args, view.definitions_version))
+            self._publish(ClusterView(view.nodes, layouts, args, view.definitions_version,
+                                      view.drained))
 
     def delete_stream(self, name: str) -> bool:
         """Remove a stream's layout (and its members' tails); False when there was none."""
@@ -578,9 +602,37 @@ def change_layout(url: str, timeout: float, stream: str,
         client.close()
 
 
+def set_drained(url: str, timeout: float, node: str, drained: bool) -> bool:
+    """The CLI's ``cluster drain`` / ``revive``: mark ``node`` drained (a persistent znode,
+    so the state outlives restarts) or clear the mark; False when it was so already."""
+    client, root = _observer(url, timeout)
+    path = f"{root}/drained/{node}"
+    try:
+        if drained:
+            try:
+                client.create(path, json.dumps({"since": time.time()}).encode(), makepath=True)
+            except NodeExistsError:
+                return False
+        else:
+            try:
+                client.delete(path)
+            except NoNodeError:
+                return False
+        return True
+    except KazooException as exc:
+        raise CoordinationError(f"marking {node} at {url}: {type(exc).__name__} {exc}") from None
+    finally:
+        client.stop()
+        client.close()
+
+
 def _read(client: KazooClient, root: str) -> ClusterView:
     nodes: dict[str, Node] = {}
     layouts: dict[str, StreamLayout] = {}
+    try:
+        drained = frozenset(client.get_children(f"{root}/drained"))
+    except NoNodeError:
+        drained = frozenset()
     for kind in ("nodes", "streams"):
         try:
             names = client.get_children(f"{root}/{kind}")
@@ -596,7 +648,7 @@ def _read(client: KazooClient, root: str) -> ClusterView:
                 nodes[name] = Node.from_json(doc)
             else:
                 layouts[name] = StreamLayout.from_json(doc)
-    return ClusterView(nodes, layouts)
+    return ClusterView(nodes, layouts, drained=drained)
 
 
 def _secret(client: KazooClient, root: str, create: bool) -> str | None:

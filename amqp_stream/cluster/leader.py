@@ -40,6 +40,9 @@ log = logging.getLogger("amqp_stream.cluster.leader")
 
 BATCH_BYTES = 1 << 20  # chunks sent before the feed looks at the commit end again
 WAIT_S = 0.5  # a feed at the end wakes this often at most to send a moved commit end
+# an idle feed sends its commit end again this often: the replica answers with an ACK, so the
+# leader hears from each member even when nothing is published (``LeaderRole.in_contact``)
+HEARTBEAT_S = 1.0
 # commit latency histogram (seconds): Prometheus's default buckets, finer at the low end
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                    2.5, 5.0, 10.0, float("inf"))
@@ -82,6 +85,10 @@ class LeaderRole:
         self.latency_sum = 0.0
         self.catch_up_targets: dict[str, int] = {}  # a catching-up member -> commit to reach
         self.promoting: set[str] = set()
+        # when each member's last ACK came (any feed of it, by monotonic time), and when this
+        # role began: how long ago a quorum was in contact (``in_contact``)
+        self.started_at = time.monotonic()
+        self.heard: dict[str, float] = {}
         floor = stream.local_end if stream.last_epoch < epoch else 0
         commit = stream.commit_gate or 0
         self.tracker = CommitTracker(members, quorum, floor, commit, self._committed, voters)
@@ -126,6 +133,22 @@ class LeaderRole:
             elif feed.acked[1] >= 0:  # a new member connected before this leader saw it
                 self.tracker.report(feed.hello.node, *feed.acked)
 
+    def reepoch(self, epoch: int, members: tuple[str, ...], voters: tuple[str, ...],
+                quorum: int) -> None:
+        """A member change under this leader raised the epoch: chunks carry ``epoch`` from
+        here, the new voters count only tails past this log's end now (the epoch's first
+        chunk, written at once, commits what came before once they hold it), and the feeds of
+        the old epoch end (each replica comes back under the new one)."""
+        self.stream.set_epoch(epoch)
+        self.epoch = epoch
+        self.tracker.reconfigure(members, voters, quorum, floor=self.stream.local_end)
+        self.stream.mark_epoch()
+        for gone in [m for m in self.catch_up_targets if m in voters or m not in members]:
+            del self.catch_up_targets[gone]
+        self.promoting &= set(members) - set(voters)
+        for feed in list(self.feeds):
+            feed.close()
+
     def caught_up(self, catching_up: tuple[str, ...]) -> list[str]:
         """Polled on the loop: the catching-up members whose durable tail reached the commit
         end this leader had at the previous poll (with a steady publish load the live commit
@@ -141,6 +164,21 @@ class LeaderRole:
                 done.append(member)
             self.catch_up_targets[member] = commit
         return done
+
+    def in_contact(self) -> float:
+        """The last moment (monotonic) at which a quorum of the voters, this leader counted
+        as always heard, had been heard from: a leader cut off from its replicas sees it fall
+        behind and gives up its leadership (``Replication``). The role's start counts as
+        contact, so replicas have time to connect."""
+        tracker = self.tracker
+        need = tracker.quorum - (1 if self.node in tracker.voters else 0)
+        if need <= 0:
+            return time.monotonic()
+        heard = sorted((self.heard[m] for m in tracker.voters
+                        if m != self.node and m in self.heard), reverse=True)
+        if len(heard) < need:
+            return self.started_at
+        return max(self.started_at, heard[need - 1])
 
     def lag_bytes(self) -> dict[str, int]:
         """Bytes of this leader's log each connected member does not hold yet (sent and not
@@ -199,6 +237,7 @@ class Feed:
         reader_thread.start()
         stream = role.stream
         sent_commit = -1
+        sent_at = 0.0
         reader = None
         try:
             reader = stream.replication_reader(self.start)
@@ -222,9 +261,10 @@ class Feed:
                     self._unacked.append((c.next_offset, self.sent_bytes))
                     self._read_at = (c.chunk_id, c.position + c.size)
                 commit = stream.commit_gate or 0
-                if commit != sent_commit:
+                if commit != sent_commit or time.monotonic() - sent_at >= HEARTBEAT_S:
                     self.sock.sendall(wire.encode_commit(commit, stream.committed_chunk_id))
                     sent_commit = commit
+                    sent_at = time.monotonic()
                 if sent:
                     continue
                 position = reader.position
@@ -255,6 +295,7 @@ class Feed:
                         raise wire.WireError(f"frame type {kind} from a replica")
                     end, chunk_id = wire.decode_position(payload)
                     self.acked = (end, chunk_id)
+                    self.role.heard[self.hello.node] = time.monotonic()
                     unacked = self._unacked
                     while unacked and unacked[0][0] <= end:
                         self.acked_bytes = unacked.popleft()[1]
@@ -348,7 +389,9 @@ class ReplicationServer:
             hello = wire.decode_hello(payload)
             sock.settimeout(None)
         except (OSError, wire.WireError) as exc:
-            log.info("replication handshake with %s failed: %s", peer, exc)
+            # a peer closing before saying anything is a reachability probe (an election's)
+            log.log(logging.DEBUG if "closed before" in str(exc) else logging.INFO,
+                    "replication handshake with %s failed: %s", peer, exc)
             sock.close()
             return
         role = self.roles(hello.stream)

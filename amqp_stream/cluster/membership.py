@@ -11,7 +11,12 @@ rules (``rabbit_stream_queue:add_replica/3``, ``rabbit_stream_coordinator``'s
   stream"); deleting a node that is not a member changes nothing; the leader is deleted
   only after its leadership moved (the CLI moves it first, to the most caught-up voter);
 - one voter at a time: each write adds or removes at most one voter, so any majority of the
-  new voters shares a member with any majority of the old (Raft's single-server changes).
+  new voters shares a member with any majority of the old (Raft's single-server changes);
+- the epoch goes up by one, as RabbitMQ's stream coordinator restarts every member under a
+  new epoch on ``add_replica`` / ``delete_replica``: the leader carries on under it in place
+  (``LeaderRole.reepoch``: nothing failed or cut), the replicas follow it afresh, and a
+  replica link or report of the old membership is refused as stale. (The promotion of a
+  caught-up member completes the add and keeps the epoch.)
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ def add_replica(layout: StreamLayout, node: str, live: Mapping[str, Node]) -> St
     if layout.leader not in live:
         raise LayoutRefused(f"stream {layout.stream!r} has no running leader ({layout.leader} "
                             f"is down): try again once a leader is elected")
-    return StreamLayout(layout.stream, layout.epoch, layout.leader,
+    return StreamLayout(layout.stream, layout.epoch + 1, layout.leader,
                         tuple(sorted((*layout.members, node))), (*layout.catching_up, node))
 
 
@@ -46,6 +51,6 @@ def delete_replica(layout: StreamLayout, node: str) -> StreamLayout:
     if node == layout.leader:
         raise LayoutRefused(f"{node} leads {layout.stream!r}: move its leadership first "
                             f"(amqp-stream transfer-leadership)")
-    return StreamLayout(layout.stream, layout.epoch, layout.leader,
+    return StreamLayout(layout.stream, layout.epoch + 1, layout.leader,
                         tuple(m for m in layout.members if m != node),
                         tuple(m for m in layout.catching_up if m != node))

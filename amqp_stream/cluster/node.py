@@ -21,7 +21,9 @@ node was down) is deleted: the layout is the evidence.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import socket
 import threading
 import time
 from typing import TYPE_CHECKING, Callable
@@ -47,6 +49,11 @@ log = logging.getLogger(__name__)
 # answer (a round trip on a LAN: a millisecond or less)
 LOOKUP_TIMEOUT = 0.5
 
+# a drained node looks this often for leaderships to hand over, each transfer waiting at most
+# DRAIN_TRANSFER_S for its target to hold the whole log
+DRAIN_POLL_S = 1.0
+DRAIN_TRANSFER_S = 10.0
+
 LayoutHook = Callable[[str, "StreamLayout | None", "StreamLayout | None"], None]
 
 
@@ -70,7 +77,8 @@ class ClusterNode:
         self.applied: ClusterView = ClusterView()
         # on the loop: (stream, None, layout) when this node first sees a stream (at start,
         # or declared), (stream, old, new) after a change of leader or epoch, (stream, old,
-        # None) after a delete
+        # None) after a delete, (stream, layout, layout) when this node, leading it, begins
+        # handing the leadership over (``transfer``: its publishers must move)
         self.layout_hooks: list[LayoutHook] = []
         self.replication: Replication | None = None
         self.secret = b""  # the replication port's (``auth``), known once started
@@ -78,6 +86,9 @@ class ClusterNode:
         self.forwarding: Forwarding | None = None
         # AMQP consumers of streams with no member here (set by the server: remote_reader)
         self.reading: RemoteReading | None = None
+        self._not_standing: dict[str, int] = {}  # stream -> epoch it was logged for
+        self._handing_over: set[str] = set()  # streams a drain's transfer is moving now
+        self._not_handed: dict[str, int] = {}  # stream -> epoch "no candidate" was logged for
 
     # -- life ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -115,7 +126,88 @@ class ClusterNode:
         self.tail_of = self.replicated_tail
         replication.on_caught_up = self._count_member
         replication.on_transfer = self.transfer
+        replication.on_step_down = self.step_down
+        replication.quorum_timeout = (self.config.cluster_quorum_timeout
+                                      or 3 * self.config.cluster_session_timeout)
         self.coordinator.on_withdraw = replication.unfence
+        self.core.mailbox.loop.call_later(DRAIN_POLL_S, self._hand_over)
+
+    def _hand_over(self) -> None:
+        """On the loop, every ``DRAIN_POLL_S``: while this node is drained (``cluster
+        drain``), hand each leadership it holds to the running, undrained voter whose durable
+        tail is highest (``transfer``: nothing confirmed lost, nothing cut), one thread per
+        stream. Also after a restart, or when an election had to choose this node (it alone
+        held the most complete log)."""
+        replication = self.replication
+        if replication is None or replication.closed:
+            return
+        self.core.mailbox.loop.call_later(DRAIN_POLL_S, self._hand_over)
+        view = self.view
+        if self.name not in view.drained:
+            return
+        for name, layout in view.layouts.items():
+            role = replication.leaders.get(name)
+            if layout.leader != self.name or name in self._handing_over or role is None \
+                    or role.epoch != layout.epoch:
+                continue
+            tails = dict(role.tracker.tails)
+            candidates = [m for m in layout.voters if m != self.name and m in view.nodes
+                          and m not in view.drained]
+            if not candidates:
+                if self._not_handed.get(name) != layout.epoch:  # once per epoch
+                    self._not_handed[name] = layout.epoch
+                    log.warning("stream %r: this node is drained but no running, undrained "
+                                "member can take its leadership", name)
+                continue
+            target = max(candidates, key=lambda m: (tails.get(m, (-1, -1))[0], m))
+            self._handing_over.add(name)
+
+            def move(name: str = name, target: str = target) -> None:
+                try:
+                    answer = self.transfer(name, target, DRAIN_TRANSFER_S)
+                    if "error" in answer:
+                        log.warning("stream %r: drained node's leadership not handed to %s: %s",
+                                    name, target, answer["error"])
+                finally:
+                    self.core.mailbox.post(self._handing_over.discard, name)
+
+            threading.Thread(target=move, daemon=True, name=f"drain:{name}").start()
+
+    def step_down(self, layout: StreamLayout) -> None:
+        """On the loop: this node gave up leading ``layout`` (no quorum heard from; its role
+        has ended). Write the layout with no leader, on a thread of its own (kazoo blocks),
+        so the members elect one; tried again every second while ZooKeeper is unreachable
+        and the layout unchanged (if the session ends meanwhile, the others elect anyway)."""
+        new = dataclasses.replace(layout, leader="")
+
+        def write() -> None:
+            while not self.coordinator.stopped and self.view.layouts.get(layout.stream) == layout:
+                if self.coordinator.replace_layout(layout, new):
+                    log.warning("stream %r: %s gave up the leadership of epoch %d: the "
+                                "members elect again", layout.stream, self.name, layout.epoch)
+                    return
+                time.sleep(1.0)  # a retry's back-off (ZooKeeper unreachable), not a sync
+
+        threading.Thread(target=write, daemon=True, name=f"step-down:{layout.stream}").start()
+
+    def reaches_quorum(self, layout: StreamLayout) -> bool:
+        """From the coordinator's thread, before this node reports its tail for a stream
+        whose leader gave up: whether it reaches a quorum of the voters itself (a TCP connect
+        to each live voter's replication port, Raft's pre-vote). A member cut off from the
+        others (the leader that gave up, typically) stays out of the election: it could not
+        lead them, and elected it would only give up again."""
+        reached = 1 if self.name in layout.voters else 0
+        timeout = min(1.0, self.config.cluster_session_timeout / 4)
+        for member in layout.voters:
+            node = self.view.nodes.get(member)
+            if member == self.name or node is None:
+                continue
+            try:
+                with socket.create_connection((node.host, node.replication_port), timeout):
+                    reached += 1
+            except OSError:
+                continue
+        return reached >= layout.quorum
 
     # -- operations (``add-replica``'s catch-up, ``transfer-leadership``) -----------------
     def _count_member(self, layout: StreamLayout, member: str) -> None:
@@ -158,11 +250,37 @@ class ClusterNode:
             return {"error": f"{target} is still catching up on {name!r}: it cannot lead yet"}
         if target not in self.view.nodes:
             return {"error": f"node {target} is not running in the cluster"}
+        if target in self.view.drained:
+            return {"error": f"node {target} is drained for maintenance: it takes no "
+                             f"leadership until it is revived (amqp-stream cluster revive)"}
         role = self.replication.leaders.get(name) if self.replication is not None else None
         if role is None or role.epoch != layout.epoch:
             return {"error": f"{self.name} is not leading {name!r} yet; try again"}
         stream = role.stream
-        stream.set_follower(True)  # publishes are refused from here (clients retry)
+        # as RabbitMQ's transfer (it restarts the stream's writer): from here appends are
+        # refused, and the stream-protocol publishers of the stream are dropped with a
+        # MetadataUpdate, so a publish sent meanwhile is answered PUBLISHER_DOES_NOT_EXIST
+        # at once and the client asks Metadata for the new leader; both on the loop, between
+        # two frames
+        begun = threading.Event()
+        cancelled: list[bool] = []
+        lock = threading.Lock()
+
+        def begin() -> None:
+            with lock:
+                if cancelled:  # the transfer gave up waiting for the loop: nothing to do
+                    return
+                stream.set_follower(True)
+                self._run_hooks(name, layout, layout)
+                begun.set()
+
+        self.core.mailbox.post(begin)
+        if not begun.wait(timeout):
+            with lock:
+                if not begun.is_set():
+                    cancelled.append(True)
+                    return {"error": f"{self.name} was too busy to begin the transfer within "
+                                     f"{timeout:g} s; leadership not moved"}
 
         def target_holds_all() -> bool:
             end = stream.local_end
@@ -229,7 +347,7 @@ class ClusterNode:
             stream_arguments.equivalent(view.arguments.get(name, {}), arguments, name)
             return False
         layout = placement.place(name, arguments, sorted(view.nodes), self.name,
-                                 view.layouts.values())
+                                 view.layouts.values(), view.drained)
         if not self.coordinator.create_stream(layout, arguments):  # declared elsewhere meanwhile
             self.look_up(name)  # its layout, rather than waiting for the watch
             return self.declare(name, arguments)
@@ -329,6 +447,13 @@ class ClusterNode:
         and after it."""
         entry = self.core.registry.entries.get(name)
         if entry is None:
+            return None
+        layout = self.view.layouts.get(name)
+        if layout is not None and not layout.leader and not self.reaches_quorum(layout):
+            if self._not_standing.get(name) != layout.epoch:  # once per epoch, not per look
+                self._not_standing[name] = layout.epoch
+                log.info("stream %r: not standing in its election (epoch %d): this node "
+                         "reaches no quorum of its members", name, layout.epoch)
             return None
         if self.replication is not None:
             self.replication.fence(name)

@@ -9,13 +9,16 @@ As RabbitMQ's ``rabbit_queue_location`` places a stream (balanced placement, bel
   plus the nodes holding the fewest members;
 - leader (``x-queue-leader-locator``): ``client-local`` (RabbitMQ's default) the declaring
   node when it is a member; ``balanced`` the member leading the fewest streams;
-  ``least-leaders`` is RabbitMQ's older name for ``balanced`` and maps to it.
+  ``least-leaders`` is RabbitMQ's older name for ``balanced`` and maps to it;
+- a node drained for maintenance (``cluster drain``) is not chosen to lead while another
+  member can (RabbitMQ's ``rabbit_queue_location`` filters drained nodes out the same way);
+  it may still be a member.
 Ties go to the node name that sorts first, so every node computes the same answer.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from typing import Collection, Iterable, Mapping, Sequence
 
 from amqp_stream.cluster.layout import StreamLayout
 
@@ -52,19 +55,21 @@ def choose_members(size: int, nodes: Sequence[str], local: str,
 
 
 def choose_leader(locator: str, members: Sequence[str], local: str,
-                  layouts: Iterable[StreamLayout]) -> str:
-    """The member to lead a new stream under ``locator``."""
+                  layouts: Iterable[StreamLayout], drained: Collection[str] = ()) -> str:
+    """The member to lead a new stream under ``locator``, not a ``drained`` one unless
+    every member is."""
     locator = _ALIASES.get(locator, locator)
-    if locator == "client-local" and local in members:
-        return local
     if locator not in ("client-local", "balanced"):
         raise ValueError(f"unknown leader locator {locator!r}")
+    members = [m for m in members if m not in drained] or list(members)
+    if locator == "client-local" and local in members:
+        return local
     led = _counts(members, layouts, leaders_only=True)
     return min(members, key=lambda n: (led[n], n))
 
 
 def place(stream: str, arguments: Mapping, nodes: Sequence[str], local: str,
-          layouts: Iterable[StreamLayout]) -> StreamLayout:
+          layouts: Iterable[StreamLayout], drained: Collection[str] = ()) -> StreamLayout:
     """The first layout (epoch 1) of ``stream`` declared on node ``local`` with validated
     ``arguments`` (``amqp_stream.arguments``), among the live ``nodes``."""
     if not nodes:
@@ -73,5 +78,5 @@ def place(stream: str, arguments: Mapping, nodes: Sequence[str], local: str,
     size = int(arguments.get(SIZE_ARG, DEFAULT_SIZE))
     members = choose_members(size, nodes, local, layouts)
     leader = choose_leader(str(arguments.get(LOCATOR_ARG, "client-local")), members, local,
-                           layouts)
+                           layouts, drained)
     return StreamLayout(stream, 1, leader, members)

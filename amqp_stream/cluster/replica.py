@@ -35,6 +35,9 @@ __all__ = ["ReplicaLink"]
 log = logging.getLogger("amqp_stream.cluster.replica")
 
 RETRY_S = 0.5
+# answer the leader's idle COMMIT (its heartbeat) with an ACK when none went for this long:
+# the leader hears from this member even when nothing is published
+ACK_IDLE_S = 0.5
 RECV_BYTES = 4 << 20
 
 
@@ -136,7 +139,7 @@ class ReplicaLink:
         # wake at least every sync interval: chunks left unsynced (``interval``) get their
         # fsync even when nothing more comes
         sock.settimeout(self.sync_interval_s if self.sync_interval_s > 0 else None)
-        last_sync = time.monotonic()
+        last_sync = acked_at = time.monotonic()
         while not self.closed:
             try:
                 data = sock.recv(RECV_BYTES)
@@ -184,6 +187,13 @@ class ReplicaLink:
                         self.on_event(f"stale: {exc}")
                         raise
                     sock.sendall(wire.encode_ack(end, stream.last_chunk_id))
+                    acked_at = time.monotonic()
+            elif commit is not None and started and time.monotonic() - acked_at >= ACK_IDLE_S:
+                with self._fence:
+                    if self.fenced:
+                        raise EOFError("fenced: this node reported its tail for an election")
+                    sock.sendall(wire.encode_ack(stream.local_end, stream.last_chunk_id))
+                acked_at = time.monotonic()
             if commit is not None:
                 if commit[0] > stream.local_end:  # not here yet: up to what is
                     commit = (stream.local_end, stream.last_chunk_id)

@@ -15,6 +15,7 @@ A stream without a layout, or with one member, stays as on a single node.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -32,6 +33,9 @@ __all__ = ["Replication", "POLL_S"]
 log = logging.getLogger("amqp_stream.cluster.replication")
 
 POLL_S = 0.2
+# a gap this long between two polls means this process itself was stopped (SIGSTOP, a VM
+# paused, a starved loop): its replicas' silence meanwhile is not theirs, it counts again
+STALL_S = 2.0
 
 
 class Replication:
@@ -52,6 +56,16 @@ class Replication:
         self.on_caught_up: Callable[[StreamLayout, str], None] | None = None
         # an operator's leadership transfer (``ClusterNode.transfer``), on a server thread
         self.on_transfer: Callable[[str, str, float], dict] | None = None
+        # a leader that has not heard from a quorum of its members for ``quorum_timeout`` s
+        # gives the leadership up: its role ends here at once and ``on_step_down(layout)``
+        # (coordination) writes the layout without a leader, so the members that reach each
+        # other elect one; None: never (static layouts have no elections)
+        self.quorum_timeout = 0.0
+        self.on_step_down: Callable[[StreamLayout], None] | None = None
+        # stream -> the layout this node stepped down from: applied with no leader until the
+        # cluster's layout moves on (the write may not have landed yet, or may have failed)
+        self.stepped_down: dict[str, StreamLayout] = {}
+        self._checked_at = time.monotonic()
 
     def start(self) -> None:
         me = self.layouts.nodes()[self.node]
@@ -70,6 +84,7 @@ class Replication:
             self.reconcile()
             self._promote()
             self._persist()
+            self._check_quorum()
         except Exception:
             log.exception("replication: applying the layouts")
         self.core.mailbox.loop.call_later(POLL_S, self.poll)
@@ -108,10 +123,47 @@ class Replication:
                          name, member, role.tracker.tails.get(member), role.tracker.commit)
                 self.on_caught_up(layout, member)
 
+    def _check_quorum(self) -> None:
+        """Each stream this node leads: when no quorum of its voters has been heard from
+        for ``quorum_timeout`` s (its replicas are down, or cut off from it while its own
+        ZooKeeper session lives, so no election would happen), give the leadership up:
+        appends are refused from here and what waited for the quorum is answered with an
+        error (nothing taken after this is confirmed by this node), then coordination
+        writes the layout with no leader and the members elect again. This node stands in
+        that election too, but only once it reaches a quorum of the members itself
+        (``ClusterNode.replicated_tail``), so a leader cut off does not win again and
+        again, and one whose replicas were merely down leads again when they return."""
+        if self.on_step_down is None or self.quorum_timeout <= 0:
+            return
+        now = time.monotonic()
+        stalled = now - self._checked_at > STALL_S
+        self._checked_at = now
+        for name, role in list(self.leaders.items()):
+            if stalled:  # this process was stopped or starved: not its replicas' silence
+                role.started_at = now
+                continue
+            layout = self.applied.get(name)
+            if layout is None or layout.leader != self.node:
+                continue
+            silent = now - role.in_contact()
+            if silent < self.quorum_timeout:
+                continue
+            log.warning("replication: %r: no quorum of %s heard from for %.1f s (members %s, "
+                        "quorum %d): giving up the leadership of epoch %d", name, self.node,
+                        silent, ",".join(layout.members), layout.quorum, layout.epoch)
+            self.stepped_down[name] = layout
+            self._apply(dataclasses.replace(layout, leader=""))
+            self.on_step_down(layout)
+
     def reconcile(self, force: bool = False) -> None:
         if not self.layouts.refresh() and not force:
             return
-        current = self.layouts.layouts()
+        current = dict(self.layouts.layouts())
+        for name, gave_up in list(self.stepped_down.items()):
+            if current.get(name) == gave_up:  # the cluster has not moved on yet: no leader
+                current[name] = dataclasses.replace(gave_up, leader="")
+            else:
+                del self.stepped_down[name]
         for name in list(self.applied):
             layout = current.get(name)
             if layout is None or self.node not in layout.members or len(layout.members) < 2:
@@ -130,6 +182,13 @@ class Replication:
                                                                             layout.epoch):
                 self._reconfigure(layout)
                 continue
+            role = self.leaders.get(name)
+            if applied is not None and role is not None and applied.leader == layout.leader \
+                    and layout.epoch == applied.epoch + 1 and role.epoch == applied.epoch \
+                    and (applied.members, applied.catching_up) != (layout.members,
+                                                                   layout.catching_up):
+                self._reepoch(role, layout)
+                continue
             self._apply(layout)
 
     def _reconfigure(self, layout: StreamLayout) -> None:
@@ -142,12 +201,23 @@ class Replication:
                  ",".join(layout.members), ",".join(layout.catching_up) or "none")
         self.applied[layout.stream] = layout
 
+    def _reepoch(self, role: LeaderRole, layout: StreamLayout) -> None:
+        """A member change raised the epoch under this leader (``membership``): the role
+        carries on under the new epoch with the new voters (no publish failed, nothing cut);
+        the replicas reconnect under it."""
+        role.reepoch(layout.epoch, layout.members, layout.voters, layout.quorum)
+        log.info("replication: %r: members %s (catching up: %s), epoch %d", layout.stream,
+                 ",".join(layout.members), ",".join(layout.catching_up) or "none", layout.epoch)
+        self.applied[layout.stream] = layout
+
     def _apply(self, layout: StreamLayout) -> None:
         name = layout.stream
         core = self.core
         if not core.exists(name):
             core.declare(name, self.layouts.arguments(name))
         stream = core.stream(name).stream
+        if layout.leader != self.node:
+            stream.set_follower(True)  # first: nothing more is taken while the role ends
         self._end_role(name)
         if stream.commit_gate is None:
             # what this member knew committed before a restart is served at once
@@ -162,6 +232,11 @@ class Replication:
         else:
             stream.set_follower(True)
             leader = self.layouts.nodes().get(layout.leader)
+            if not layout.leader:  # the leader gave up its leadership: an election is due
+                log.info("replication: %r has no leader (epoch %d): waiting for the election",
+                         name, layout.epoch)
+                self.applied[name] = layout
+                return
             if leader is None:  # not seen yet (restarted while it is down): the next change
                 log.info("replication: %r: its leader %s is not known yet; waiting", name,
                          layout.leader)

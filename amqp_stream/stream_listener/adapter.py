@@ -371,6 +371,9 @@ class StreamAdapter:
         replica, which stays)."""
         if before is None:  # a stream seen for the first time: nothing attached moves
             return
+        if after is not None and after != before and after.leader == before.leader:
+            return  # a member change raised the epoch: the leader carries on in place
+        # after == before: this node begins handing its leadership over (publishers move)
         moved = RuntimeError(f"the leader of stream '{name}' moved")
         me = self.core.cluster.name
         subscriptions_move = after is None or (before is not None and before.leader == me

@@ -11,9 +11,12 @@ def test_cluster_settings_from_the_environment_and_the_file(tmp_path):
     config = load({}, env={"AMQP_STREAM_CLUSTER": "zk://a:2181,b:2181/c",
                            "AMQP_STREAM_NODE_NAME": "n1",
                            "AMQP_STREAM_REPLICATION_PORT": "6000",
-                           "AMQP_STREAM_CLUSTER_SESSION_TIMEOUT": "4.5"})
+                           "AMQP_STREAM_CLUSTER_SESSION_TIMEOUT": "4.5",
+                           "AMQP_STREAM_CLUSTER_QUORUM_TIMEOUT": "20"})
     assert (config.cluster, config.node_name, config.replication_port,
-            config.cluster_session_timeout) == ("zk://a:2181,b:2181/c", "n1", 6000, 4.5)
+            config.cluster_session_timeout, config.cluster_quorum_timeout) == \
+        ("zk://a:2181,b:2181/c", "n1", 6000, 4.5, 20.0)
+    assert load({}, env={}).cluster_quorum_timeout == 0  # 3 x the session timeout
     path = tmp_path / "broker.toml"
     path.write_text('cluster = "zk://z:1/p"\nnode-name = "n2"\n')
     config = load({"node_name": "n3"}, env={}, config_file=path)
@@ -28,6 +31,8 @@ def test_cluster_settings_from_the_environment_and_the_file(tmp_path):
     ({"cluster": "zk://a:1/p", "node_name": "a/b"}, "node name"),
     ({"cluster_session_timeout": "0.5"}, "cluster_session_timeout"),
     ({"replication_port": "70000"}, "replication_port"),
+    ({"cluster_quorum_timeout": "0.5"}, "cluster_quorum_timeout"),
+    ({"cluster_quorum_timeout": "-1"}, "cluster_quorum_timeout"),
 ])
 def test_bad_cluster_settings(settings, message):
     with pytest.raises(ConfigError, match=message):

@@ -17,7 +17,7 @@ LIVE = {n: Node(n, "127.0.0.1", 1, 2, 3) for n in ("n1", "n2", "n3")}
 def test_add_replica_joins_catching_up_and_follows_rabbitmqs_rules():
     one = StreamLayout("s", 4, "n1", ("n1",))
     two = membership.add_replica(one, "n3", LIVE)
-    assert (two.members, two.catching_up, two.epoch, two.quorum) == (("n1", "n3"), ("n3",), 4, 1)
+    assert (two.members, two.catching_up, two.epoch, two.quorum) == (("n1", "n3"), ("n3",), 5, 1)
     assert StreamLayout.from_json(two.to_json()) == two
     assert "catching_up" not in one.to_json()
     assert membership.add_replica(two, "n1", LIVE) is two  # a member already
@@ -30,7 +30,7 @@ def test_add_replica_joins_catching_up_and_follows_rabbitmqs_rules():
 def test_delete_replica_refuses_the_last_member_and_the_leader():
     three = StreamLayout("s", 2, "n1", ("n1", "n2", "n3"), ("n3",))
     after = membership.delete_replica(three, "n3")
-    assert (after.members, after.catching_up) == (("n1", "n2"), ())
+    assert (after.members, after.catching_up, after.epoch) == (("n1", "n2"), (), 3)
     assert membership.delete_replica(three, "n9") is three
     with pytest.raises(membership.LayoutRefused, match="move its leadership first"):
         membership.delete_replica(three, "n1")
@@ -65,3 +65,13 @@ def test_admin_frames_carry_a_json_object():
         wire.decode_admin(b"[1]")
     with pytest.raises(wire.WireError):
         wire.decode_admin(b"\xff")
+
+
+def test_an_election_passes_over_a_drained_node_unless_it_alone_holds_the_most():
+    """A leader that gave up (``leader`` empty) stands like the others; a drained node goes
+    last among the most complete logs, and is chosen only when no other holds as much."""
+    gave_up = StreamLayout("s", 3, "", ("n1", "n2", "n3"))
+    assert choose_leader_by_tail(gave_up, {"n1": (3, 50), "n2": (3, 10)}) == "n1"
+    assert choose_leader_by_tail(gave_up, {"n1": (3, 50), "n2": (3, 50)}, {"n1"}) == "n2"
+    assert choose_leader_by_tail(gave_up, {"n1": (3, 50), "n2": (3, 10)}, {"n1"}) == "n1"
+    assert choose_leader_by_tail(gave_up, {"n1": (3, 50)}) is None

@@ -88,35 +88,50 @@ def converged_and_checked(brokers: dict, stream: str, confirmed: dict[int, bytes
 
 
 def test_leader_cut_off_from_the_other_nodes_but_not_zookeeper(cluster, stream_name):
-    """The leader keeps its ZooKeeper session, so no election: without its replicas it has no
-    quorum and confirms nothing; healed, everything it took is confirmed once, the logs agree."""
+    """The leader keeps its ZooKeeper session but hears from no replica: after the quorum
+    timeout (3 session timeouts) it gives the leadership up, the two members that reach each
+    other elect one of them (epoch 2) and publishing resumes there; the old leader, reaching
+    no quorum itself, does not stand, so it is not elected again (no flapping). Nothing it
+    took while cut off is confirmed; healed, it cuts those chunks and follows; the logs agree."""
     net, zk, root, brokers = cluster
 
-    async def scenario() -> dict[int, bytes]:
-        p = await declared(brokers, stream_name)
-        await p.publish(range(1, 1001))
+    async def scenario() -> tuple[dict[int, bytes], Publisher]:
+        old = await declared(brokers, stream_name)
+        await old.publish(range(1, 1001))
+        layout = ZkLayout(zk.hosts, root, stream_name)
         net.cut_peers("n1")
         try:
-            p.pending.update({i: body(i) for i in range(1001, 1501)})
-            await p._send(list(range(1001, 1501)))
-            with pytest.raises(AssertionError):  # three session timeouts: not one confirm
-                await until(lambda: len(p.confirmed) > 1000, "a confirm without a quorum",
-                            3 * SESSION_TIMEOUT)
-            layout = ZkLayout(zk.hosts, root, stream_name)
-            try:
-                assert layout.leader() == ("n1", 1), "n1 kept its session: no election"
-            finally:
-                layout.close()
+            old.pending.update({i: body(i) for i in range(1001, 1501)})
+            await old._send(list(range(1001, 1501)))
+            await until(lambda: layout.leader()[0] in ("n2", "n3"),
+                        "the members that reach each other to elect a leader",
+                        4 * SESSION_TIMEOUT + 30)
+            assert layout.leader()[1] == 2
+            assert "giving up the leadership of epoch 1" in brokers["n1"].log_text()
+            assert set(old.confirmed) == set(range(1, 1001)), "confirmed without a quorum"
+            # the same named producer on the new leader: what n1 never confirmed goes again
+            new = Publisher(stream_name, (brokers["n2"], brokers["n3"]))
+            new.pending.update(old.pending)
+            await new.connect(timeout=30)
+            await new.settle(stall=2.0, timeout=60)
+            await new.publish(range(1501, 2501))
+            assert layout.leader()[1] == 2, "a leader was elected again while n1 is cut off"
         finally:
             net.heal("n1")
-        await p.settle(stall=2.0, timeout=90)
-        await p.publish(range(1501, 2501))
-        await p.drop()
-        return p.confirmed
+            layout.close()
+        await until(lambda: "truncating from" in brokers["n1"].log_text(),
+                    "n1 to cut what it took without a quorum", 60)
+        await new.publish(range(2501, 3001))
+        await new.drop()
+        await old.drop()
+        return {**old.confirmed, **new.confirmed}, old
 
-    confirmed = run(scenario(), 200)
-    assert len(confirmed) == 2500
+    confirmed, old = run(scenario(), 200)
+    assert set(old.confirmed) == set(range(1, 1001))
+    assert len(confirmed) == 3000
     converged_and_checked(brokers, stream_name, confirmed)
+    held = [body_of(r) for _, r in records(log_dir(brokers["n1"].data_dir, stream_name))]
+    assert len(held) == len(set(held)) == 3000, "n1's log is not the new leader's"
 
 
 def test_replica_cut_off_from_the_other_nodes_catches_up_after_the_heal(cluster, stream_name):

@@ -64,3 +64,11 @@ def test_bad_input():
         place("s", {}, [], "a", [])
     with pytest.raises(ValueError):
         choose_leader("nearest", ["a"], "a", [])
+
+
+def test_a_drained_node_is_not_chosen_to_lead_while_another_member_can():
+    members = ("n1", "n2", "n3")
+    assert choose_leader("client-local", members, "n1", [], drained={"n1"}) == "n2"
+    assert choose_leader("balanced", members, "n1", [], drained={"n1", "n2"}) == "n3"
+    assert choose_leader("client-local", ("n1",), "n1", [], drained={"n1"}) == "n1"  # alone
+    assert place("s", {}, members, "n2", [], drained={"n2"}).leader == "n1"
