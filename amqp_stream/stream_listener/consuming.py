@@ -9,13 +9,15 @@ the trailer are not sent (the header still gives their sizes, as RabbitMQ's does
 below the requested offset in the first chunk are the client's to drop, as with RabbitMQ.
 
 One credit is one chunk. Consecutive stored chunks that are there to read now go out joined
-into one (``stream_join_bytes``, 1 MiB by default: their data sections one after the other,
-``sendfile``d each; a header of their own with the entry and record counts added and the CRC
-combined from theirs, ``storage.crc``, nothing read): a client's cost is per chunk and per
-credit (a credit it grants then brings ~5x the bytes), and the loop's per chunk. Stored chunks
-join only if their offsets follow on (stage 1 skipped none between them), their epochs agree
-and their entries fit the header's 16 bits; the first record of a joined chunk is the first
-of its first stored chunk, so offsets are as before. A turn ends when the credit is used up, at the committed end (the
+into one (``stream_join_bytes``, 1 MiB by default, and within the client's frame max): their
+data sections one after the other, ``sendfile``d each, under a header of their own with the
+entry and record counts added and the CRC combined from theirs (``storage.crc``, nothing
+read). A client's cost is per chunk and per credit (a credit then brings ~3.5x the bytes), and
+so is the loop's. Stored chunks join only if their offsets follow on (stage 1 skipped none
+between them), their epochs agree and their entries fit the header's 16 bits; a joined chunk
+begins where a stored one does, so offsets are as before. Only a chunk is held over to the
+next Deliver (``held``), never "at the end", which the stream may outgrow before the next
+credit. A turn ends when the credit is used up, at the committed end (the
 core's ``wake()`` resumes it when the stream grows), when the socket is behind (``MAX_PENDING``
 queued bytes: the connection's ``drained()`` resumes it), after ``CHUNKS_PER_TURN`` chunks or
 a sliced stage-1 scan (``SCAN_BUDGET`` chunks passed over; the next turn comes after the events
@@ -74,6 +76,7 @@ _OURS_AT = HEADER_FILTER_SCHEME_AT
 _RESERVED = bytes(CHUNK_HEADER.size - _OURS_AT)
 _pack_len = SIMPLE_ENTRY.pack
 _EPOCH = slice(16, 24)  # the epoch's bytes in a chunk header
+_DELIVER_HEAD_MAX = 4 + 2 + 2 + 1 + 8  # a Deliver v2: size, key, version, subscription, committed id
 _NOTHING = object()  # no reader result held over (``Subscription.held``)
 
 
@@ -113,7 +116,7 @@ class Subscription:
         self._stats = (0, 0, 0)
         self.sent_messages = self.sent_bytes = 0  # since it subscribed (the HTTP API's savings)
         self.join_bytes = int(getattr(conn.adapter.config, "stream_join_bytes", 0))
-        self.held: Any = _NOTHING  # a reader result read past a joined chunk, sent next
+        self.held: Any = _NOTHING  # a chunk read past a joined one, sent next
 
     def end(self, error: Exception) -> None:
         """The core ends this subscription (its stream was deleted)."""
@@ -260,6 +263,10 @@ class Subscription:
         join is held for the next Deliver (``held``)."""
         reader = self.reader
         end = self.end_offset
+        limit = self.join_bytes
+        frame_max = self.conn.proto.frame_max
+        if frame_max > 0:  # a joined Deliver stays within the client's frame max
+            limit = min(limit, frame_max - _DELIVER_HEAD_MAX - CHUNK_HEADER.size)
         ranges = [(os.dup(loc.fd), loc.position, loc.length)]  # the reader moves on: our own
         entries, records, length, crc = loc.entries, loc.records, loc.length, loc.crc
         epoch = loc.header[_EPOCH]
@@ -267,10 +274,11 @@ class Subscription:
         try:
             while end is None or reader.position < end:
                 nxt = reader.read_location(SCAN_BUDGET)
-                if (type(nxt) is not ChunkLocation or nxt.chunk_id != following
-                        or nxt.header[_EPOCH] != epoch or entries + nxt.entries > 0xFFFF
-                        or length + nxt.length > self.join_bytes):
-                    self.held = nxt  # (the end, a paused scan, a gap, or no room: next)
+                if type(nxt) is not ChunkLocation:
+                    break  # the end or a paused scan: not kept (the stream may grow meanwhile)
+                if (nxt.chunk_id != following or nxt.header[_EPOCH] != epoch
+                        or entries + nxt.entries > 0xFFFF or length + nxt.length > limit):
+                    self.held = nxt  # (a gap or no room: sent next)
                     break
                 ranges.append((os.dup(nxt.fd), nxt.position, nxt.length))
                 entries += nxt.entries

@@ -130,3 +130,37 @@ def test_crc32_combine_is_the_crc_of_the_joined_bytes(parts):
     for p in parts[1:]:
         crc = crc32_combine(crc, zlib.crc32(p), len(p))
     assert crc == zlib.crc32(b"".join(parts))
+
+
+def test_a_consumer_at_the_end_gets_what_is_written_after_its_credit_ran_out(brokers):
+    """At the committed end the look for a chunk to join finds none; that must not be kept as
+    'at the end' past the turn: a chunk written while the consumer has no credit comes with
+    its next credit."""
+    joined = brokers[1]
+    c = StreamClient("127.0.0.1", joined.stream_port, timeout=10)
+    assert c.create_stream("joined-tail") == OK
+    assert c.declare_publisher(1, "joined-tail") == OK
+    assert c.subscribe(0, "joined-tail", offset_first(), credit=1) == OK
+    for i in range(3):  # each written while the consumer has no credit, then credit
+        c.publish(1, [(i, b"m%d" % i)])
+        c.wait_confirms(1, [i])
+        if i:
+            c.credit(0, 1)
+        chunk = c.next_chunk()
+        assert (chunk.chunk_id, chunk.records()) == (i, [(i, b"m%d" % i)])
+    c.close()
+
+
+def test_a_joined_chunk_stays_within_the_clients_frame_max(brokers):
+    """Six stored chunks of 60 data bytes: up to ten would join (``JOIN``), but a client with a
+    frame max of 300 gets Delivers of three (180 data bytes + header + Deliver head <= 300)."""
+    plain, joined = brokers
+    frames = [(None, [b"y%d-%d" % (i, j) + bytes(22) for j in range(2)], False) for i in range(6)]
+    _publish(joined.stream_port, "joined-frame-max", frames)
+    c = StreamClient("127.0.0.1", joined.stream_port, timeout=10, frame_max=300, record=True)
+    assert c.subscribe(0, "joined-frame-max", offset_first(), credit=10) == OK
+    got = [c.next_chunk() for _ in range(2)]
+    assert [(ch.chunk_id, ch.num_records, ch.data_length) for ch in got] == [(0, 6, 180), (6, 6, 180)]
+    assert _checked(got) == [(i * 2 + j, b"y%d-%d" % (i, j) + bytes(22)) for i in range(6) for j in range(2)]
+    assert c.received is not None and max(len(f) for f in c.received) <= 300 + 4
+    c.close()
