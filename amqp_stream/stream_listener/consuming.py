@@ -15,7 +15,10 @@ entry and record counts added and the CRC combined from theirs (``storage.crc``,
 read). A client's cost is per chunk and per credit (a credit then brings ~3.5x the bytes), and
 so is the loop's. Stored chunks join only if their offsets follow on (stage 1 skipped none
 between them), their epochs agree and their entries fit the header's 16 bits; a joined chunk
-begins where a stored one does, so offsets are as before. Only a chunk is held over to the
+begins where a stored one does, so offsets are as before. A subscription with stage-1 filter
+values gets its chunks as stored: clients post-filter a chunk at a time, and rstream's stops
+at the first record its decoder fails on, so a chunk holding two of its ``send_batch``es
+loses the second's matches (its ``test_consume_filtering``). Only a chunk is held over to the
 next Deliver (``held``), never "at the end", which the stream may outgrow before the next
 credit. A turn ends when the credit is used up, at the committed end (the
 core's ``wake()`` resumes it when the stream grows), when the socket is behind (``MAX_PENDING``
@@ -233,7 +236,7 @@ class Subscription:
                         sent += 1  # nothing matched: it still counts towards the turn
                     continue
                 committed = max(stream.committed_chunk_id, loc.chunk_id) if v2 else None
-                if self.join_bytes > loc.length:
+                if self.join_bytes > loc.length and not (self.filters and self.filters.values):
                     n, size = self._send_joined(loc, committed)
                     records += n
                     nbytes += size
