@@ -63,6 +63,7 @@ class BrokerConfig:
     stream_advertised_host: str | None = None
     stream_advertised_port: int = 0
     stream_send_threads: int = -1
+    stream_join_bytes: int = 1 << 20
     auth_failure_delay: float = 3.0
     offset_store_every: int = 10_000
     offset_store_interval_ms: int = 5000
@@ -119,6 +120,8 @@ HELP: dict[str, str] = {
     "stream_advertised_port": "port stream clients are told to connect to (0 = --stream-port)",
     "stream_send_threads": "threads that send stream consumers' chunks (os.sendfile) off the "
                            "event loop: -1 = one per core, 0 = the loop sends them itself",
+    "stream_join_bytes": "stored chunks that follow on go to a stream consumer joined into one "
+                         "Deliver of up to this many data bytes (one credit; 0 = each as stored)",
     "auth_failure_delay": "seconds a stream client waits for the answer to a failed login or an "
                           "unknown vhost before its connection is closed, and an AMQP client "
                           "for its unknown vhost's socket to close (RabbitMQ: 3; slows "
@@ -224,6 +227,8 @@ def check(config: BrokerConfig) -> None:
                           f"{config.stream_port} and {config.stream_tls_port}")
     if not -1 <= config.stream_send_threads <= 256:
         raise ConfigError(f"stream_send_threads must be -1..256, not {config.stream_send_threads}")
+    if not 0 <= config.stream_join_bytes <= 1 << 30:
+        raise ConfigError(f"stream_join_bytes must be 0..{1 << 30}, not {config.stream_join_bytes}")
     if not 0 <= config.stream_advertised_port < 65536:
         raise ConfigError(f"stream_advertised_port must be 0..65535, not "
                           f"{config.stream_advertised_port}")

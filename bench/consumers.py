@@ -1,6 +1,6 @@
-"""Many stream-protocol consumers of one stream at once: this broker with its chunks sent by the
-event loop (``--stream-send-threads 0``, the path before issue 28), with sender threads, and
-RabbitMQ 3.10, in turns in one run.
+"""Many stream-protocol consumers of one stream at once: a baseline (another checkout given by
+``--baseline``, else this one with ``--stream-join-bytes 0``: stored chunks sent one by one), this
+checkout, and RabbitMQ 3.10, in turns in one run.
 
 Why: with ``os.sendfile`` issued from the loop thread only, consumers past the first share one
 core (issue 28: 0.82x RabbitMQ at 16 consumers). Each round subscribes ``n`` consumers (1, 4,
@@ -8,9 +8,12 @@ core (issue 28: 0.82x RabbitMQ at 16 consumers). Each round subscribes ``n`` con
 one has counted all the records; the brokers take turns within each round. The consumers are
 ``bench.stream_protocol``'s load generator (credit per chunk, ten ahead; records counted from
 chunk headers, the chunk's bytes skipped in one reused buffer), one process and connection
-each (no GIL shared between them); their CPU together is printed beside the broker's. Cores used = broker CPU time / wall time.
+each (no GIL shared between them); their CPU together is printed beside the broker's, and the
+number of chunks each received. Cores used = broker CPU time / wall time.
 
-    python -m bench.consumers [--messages 1000000] [--counts 1,4,16] [--rounds 3]
+    mkdir /tmp/consumers-base && git archive main | tar -x -C /tmp/consumers-base
+    python -m bench.consumers [--baseline /tmp/consumers-base] [--messages 1000000]
+        [--counts 1,4,16] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class Pass:
     seconds: float
     broker_cpu: float
     client_cpu: float
+    chunks: int  # chunks one consumer received
 
     @property
     def rate(self) -> float:
@@ -62,7 +66,7 @@ def _consumer(url: str, stream: str, expected: int, start: Any, results: Any) ->
         while c.records < expected:
             if not c.pump(30):
                 raise RuntimeError("deliveries stopped")
-        results.put((c.records, time.perf_counter(), time.process_time() - cpu0))
+        results.put((c.records, time.perf_counter(), time.process_time() - cpu0, c.chunks))
         c.sock.close()  # mid-stream (credit granted ahead): no Close handshake
     except BaseException as exc:
         results.put(exc)
@@ -89,7 +93,7 @@ def consume_many(url: str, stream: str, expected: int, count: int, pid: int) -> 
         raise errors[0]
     # CLOCK_MONOTONIC (perf_counter) is one clock for every process of the machine
     return Pass(sum(g[0] for g in got), max(g[1] for g in got) - t0, cpu1 - cpu0,
-                sum(g[2] for g in got))
+                sum(g[2] for g in got), got[0][3])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--counts", default="1,4,16", help="consumers at once, comma-separated")
     parser.add_argument("--rounds", type=int, default=3, help="passes per count and broker (median)")
-    parser.add_argument("--threads", type=int, default=-1,
-                        help="--stream-send-threads of the 'after' broker (-1: one per core)")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="a checkout to compare with (default: this one, chunks not joined)")
     parser.add_argument("--no-rabbitmq", action="store_true", help="leave RabbitMQ out")
     args = parser.parse_args(argv)
     counts = [int(x) for x in args.counts.split(",")]
@@ -108,10 +112,18 @@ def main(argv: list[str] | None = None) -> int:
     stops: list[Callable[[], None]] = []
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
           f"{args.messages} messages of 105 bytes, {os.cpu_count()} cores", flush=True)
+    here = Path(__file__).resolve().parent.parent
+    before = "baseline" if args.baseline else "not joined"
+    cwd = os.getcwd()
+    os.chdir(root)  # ``-m amqp_stream`` then imports from PYTHONPATH, not from the cwd
     try:
-        for label, threads in (("loop sends (before)", 0), ("sender threads", args.threads)):
-            b = BrokerProcess(root / f"data-{threads}", log_path=root / f"broker-{threads}.log",
-                              extra_args=["--fsync", "never", "--stream-send-threads", str(threads)])
+        for label, code, extra in ((before, args.baseline or here,
+                                    [] if args.baseline else ["--stream-join-bytes", "0"]),
+                                   ("this checkout", here, [])):
+            name = label.split()[0]
+            b = BrokerProcess(root / f"data-{name}", log_path=root / f"broker-{name}.log",
+                              extra_args=["--fsync", "never", *extra],
+                              env={"PYTHONPATH": str(Path(code).resolve())})
             b.start()
             stops.append(b.stop)
             targets[label] = (f"rabbitmq-stream://{b.host}:{b.stream_port}", b.proc.pid)
@@ -143,19 +155,20 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {label:22} {med.rate:>12,.0f} msg/s  {med.seconds:6.3f} s  broker "
                       f"{statistics.median(r.cores for r in rs):4.2f} cores, "
                       f"{statistics.median(r.broker_cpu / r.messages * 1e9 for r in rs):5.1f} ns "
-                      f"CPU/msg; client CPU {med.client_cpu:5.2f} s  (rounds: "
+                      f"CPU/msg; client CPU {med.client_cpu:5.2f} s, {med.chunks} chunks each  (rounds: "
                       f"{', '.join(f'{r.rate / 1e6:.1f}M' for r in rs)})")
             rates = {label: statistics.median(r.rate for r in results[n, label]) for label in targets}
-            after = rates["sender threads"]
-            line = f"  sender threads / loop sends: {after / rates['loop sends (before)']:.2f}x"
+            after = rates["this checkout"]
+            line = f"  this checkout / {before}: {after / rates[before]:.2f}x"
             for label, rate in rates.items():
                 if label.startswith("RabbitMQ"):
-                    line += (f"; vs {label}: sender threads {after / rate:.2f}x, loop sends "
-                             f"{rates['loop sends (before)'] / rate:.2f}x")
+                    line += (f"; vs {label}: this checkout {after / rate:.2f}x, {before} "
+                             f"{rates[before] / rate:.2f}x")
             print(line, flush=True)
     finally:
         for stop in reversed(stops):
             stop()
+        os.chdir(cwd)
     return 0
 
 

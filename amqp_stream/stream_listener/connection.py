@@ -236,6 +236,19 @@ class StreamConnection(SocketConnection):
         if self.out and not self.closed:
             self._own_files()
 
+    def queue_owned(self, fd: int, pos: int, length: int) -> None:
+        """``queue_file`` for a descriptor that is the connection's from now on (the caller's
+        own ``os.dup``: no second one), closed once sent or dropped."""
+        if self.closed:
+            os.close(fd)
+            return
+        self.pending += length
+        item = FileRange(fd, pos, length)
+        item.owned = True
+        self._take_buf().append(item)
+        if self.adapter.senders is None:
+            self.write()
+
     def _take_buf(self) -> Any:
         """The output queue, with this turn's small frames appended to it as one buffer."""
         if self.buf:

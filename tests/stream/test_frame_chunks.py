@@ -8,10 +8,21 @@ chunk limit is still cut as osiris's writer batches it (issue 25 item 5: ``send_
 
 from __future__ import annotations
 
+import pytest
+
 from amqp_stream.client.stream import StreamClient, offset_spec, publish_frame
 from amqp_stream.streamproto.traffic import chunk_header
+from amqp_stream.testing import BrokerProcess
 
 MESSAGE = b"\x00\x53\x75\xa0\x03abc"  # an AMQP data section
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """Stored chunks as they are (``--stream-join-bytes 0``: none joined on the way out)."""
+    with BrokerProcess(tmp_path_factory.mktemp("frame-chunks") / "data",
+                       extra_args=["--stream-join-bytes", "0"]) as b:
+        yield b
 
 
 def _chunks(broker, stream: str, frames: list[int], reference: str = "") -> list[tuple[int, int]]:
