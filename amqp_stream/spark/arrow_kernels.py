@@ -5,7 +5,8 @@ the JSON body's fragments). For the columns most writes have (strings, 32/64-bit
 doubles, booleans) every piece of a message has a layout Arrow can build a whole column at a
 time: a constructor byte, a length byte (a lookup in a 256-entry table), big-endian numbers
 (the column's buffer byte-swapped by ``array``), joined row by row with
-``binary_join_element_wise``. No Python runs per row except the final ``to_pylist``.
+``binary_join_element_wise``. No Python runs per row except the final ``to_pylist``, and over
+the stream protocol not even that (``encode_array``: ``framing.batch_frames`` frames the array).
 
 The bytes are ``ArrowEncoder.encode``'s, byte for byte (``tests/spark/test_arrow_kernels.py``
 compares them over random batches). What would need a form this module does not write (a
@@ -18,6 +19,7 @@ None for the batch, and ``ArrowEncoder`` writes it the per-value way.
 from __future__ import annotations
 
 import array
+import sys
 import time
 from json.encoder import encode_basestring_ascii as _json_string
 from typing import Any
@@ -43,12 +45,36 @@ def _pa() -> tuple[Any, Any]:
     return pa, pc
 
 
+def be_bytes(col: Any, code: str) -> Any:
+    """An integer or float column's values, nulls as 0, big-endian, as a binary column
+    (``code``: the ``array`` type code of the column's width)."""
+    pa, _ = _pa()
+    col = col.fill_null(0)
+    width = array.array(code).itemsize
+    raw = array.array(code)
+    raw.frombytes(col.buffers()[1].to_pybytes()[col.offset * width:(col.offset + len(col)) * width])
+    raw.byteswap()
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(col), [None, pa.py_buffer(raw.tobytes())]) \
+        .cast(pa.binary())
+
+
+def _no_failing_import() -> None:
+    """Each pyarrow compute call imports ``dateutil.relativedelta`` (to recognise such
+    arguments); without python-dateutil that import fails, after a walk of ``sys.path``: ~0.1 ms
+    a call, several times the kernel itself on a 10,000-row column, and a batch takes ~80
+    calls. Marked missing once, the import fails at once, as it would anyway."""
+    import importlib.util
+    if "dateutil.relativedelta" not in sys.modules and importlib.util.find_spec("dateutil") is None:
+        sys.modules["dateutil.relativedelta"] = None  # type: ignore[assignment]
+
+
 class Kernels:
     """The messages of an ``ArrowEncoder``'s plan, column at a time; ``for_encoder`` gives None
     when the schema has a column the kernels do not write."""
 
     def __init__(self, encoder: Any):
         pa, _ = _pa()
+        _no_failing_import()
         self.encoder = encoder
         self.byte = pa.array([bytes((i,)) for i in range(256)], pa.binary())  # n -> its byte
 
@@ -85,15 +111,7 @@ class Kernels:
         return self.byte.take(lengths)
 
     def _be(self, col: Any, code: str) -> Any:
-        """The column's values, nulls as 0, big-endian (``code``: the ``array`` type code)."""
-        pa, _ = _pa()
-        col = col.fill_null(0)
-        width = array.array(code).itemsize
-        raw = array.array(code)
-        raw.frombytes(col.buffers()[1].to_pybytes()[col.offset * width:(col.offset + len(col)) * width])
-        raw.byteswap()
-        return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(col), [None, pa.py_buffer(raw.tobytes())]) \
-            .cast(pa.binary())
+        return be_bytes(col, code)
 
     def _sized(self, code8: int, raw: Any) -> Any:
         """str8/vbin8 (``code8``) of each value (< 256 bytes); nulls stay null."""
@@ -161,8 +179,13 @@ class Kernels:
     # -- the messages ----------------------------------------------------------------------
     def encode(self, batch: Any, first_id: int | None = None) -> list[bytes] | None:
         """``ArrowEncoder.encode(batch, first_id)``, or None when the batch needs the per-value way."""
+        out = self.encode_array(batch, first_id)
+        return None if out is None else out.to_pylist()
+
+    def encode_array(self, batch: Any, first_id: int | None = None) -> Any:
+        """``encode``'s messages as an Arrow binary array (one row a message), or None."""
         try:
-            return self._encode(batch, first_id).to_pylist()
+            return self._encode(batch, first_id)
         except _Slow:
             return None
 

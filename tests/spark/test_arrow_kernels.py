@@ -34,7 +34,7 @@ NAMES = ["a", "b", "c", "region", "message_id", "subject", "correlation_id"]
 
 
 @st.composite
-def batches(draw):
+def batches(draw, max_rows: int = 6):
     names = draw(st.lists(st.sampled_from(NAMES), unique=True, min_size=1, max_size=5))
     kinds = {n: ("string" if n in ("message_id", "subject", "correlation_id") else draw(st.sampled_from(list(TYPES))))
              for n in names}
@@ -42,7 +42,7 @@ def batches(draw):
     if draw(st.booleans()):
         fields.append(StructField("body", BinaryType()))
     schema = StructType(fields)
-    rows = draw(st.integers(0, 6))
+    rows = draw(st.integers(0, max_rows))
     columns = {n: draw(st.lists(st.none() | VALUES[kinds[n]] if draw(st.booleans()) else VALUES[kinds[n]],
                                 min_size=rows, max_size=rows)) for n in names}
     if "body" in schema.names:
@@ -52,7 +52,7 @@ def batches(draw):
                                         for f in schema.fields], schema=to_arrow_schema(schema, timezone="UTC"))
     strings = [n for n in names if kinds[n] == "string"]
     fv = draw(st.none() | st.sampled_from(strings)) if strings else None
-    offset = draw(st.integers(0, rows))
+    offset = draw(st.integers(0, rows) if max_rows <= 6 else st.integers(0, 3))
     return schema, batch.slice(offset), fv, draw(st.none() | st.integers(1, 2**40))
 
 
