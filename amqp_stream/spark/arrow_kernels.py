@@ -2,7 +2,7 @@
 
 Why: ``ArrowEncoder.encode`` still runs Python per value (an encoder call, a section per row,
 the JSON body's fragments). For the columns most writes have (strings, 32/64-bit integers,
-doubles, booleans) every piece of a message has a layout Arrow can build a whole column at a
+doubles, booleans, decimals: their text, as ``str`` of a ``Decimal``) every piece of a message has a layout Arrow can build a whole column at a
 time: a constructor byte, a length byte (a lookup in a 256-entry table), big-endian numbers
 (the column's buffer byte-swapped by ``array``), joined row by row with
 ``binary_join_element_wise``. No Python runs per row except the final ``to_pylist``, and over
@@ -24,11 +24,12 @@ import time
 from json.encoder import encode_basestring_ascii as _json_string
 from typing import Any
 
-from pyspark.sql.types import BinaryType, BooleanType, DoubleType, IntegerType, LongType, StringType
+from pyspark.sql.types import (BinaryType, BooleanType, DecimalType, DoubleType, IntegerType, LongType,
+                               StringType)
 
 __all__ = ["Kernels"]
 
-_APP_TYPES = (StringType, IntegerType, LongType, DoubleType, BooleanType)
+_APP_TYPES = (StringType, IntegerType, LongType, DoubleType, BooleanType, DecimalType)
 #: string property columns written as str8 that come before creation_time (so every row's list
 #: ends at creation_time, which is never null)
 _STR8_PROPERTIES = {"message_id", "to", "subject", "reply_to", "correlation_id"}
@@ -131,6 +132,8 @@ class Kernels:
         pa, pc = _pa()
         if isinstance(dtype, StringType):
             return self._sized(0xA1, col.cast(pa.binary()))
+        if isinstance(dtype, DecimalType):  # its text, as str() of the Decimal (mapping's converter)
+            return self._sized(0xA1, col.cast(pa.string()).cast(pa.binary()))
         if isinstance(dtype, IntegerType):
             return self._small(col, b"\x54", b"\x71", "i")
         if isinstance(dtype, LongType):
@@ -167,6 +170,8 @@ class Kernels:
             return pc.if_else(col.is_valid(), pc.cast(col, pa.string()), null)
         if isinstance(dtype, BooleanType):
             return pc.if_else(col.is_valid(), pc.if_else(col, pa.scalar("true"), pa.scalar("false")), null)
+        if isinstance(dtype, DecimalType):  # a JSON string of str() of the Decimal (``mapping._json_default``)
+            return pc.if_else(col.is_valid(), pc.binary_join_element_wise('"', col.cast(pa.string()), '"', ""), null)
         assert isinstance(dtype, DoubleType)
         text = pc.cast(col, pa.string())
         magnitude = pc.abs(col)
