@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -43,6 +44,7 @@ from proton.reactor import Container  # noqa: E402
 
 from amqp_stream import client as amqp  # noqa: E402
 from amqp_stream.testing import BrokerProcess  # noqa: E402
+from bench.stream_protocol import cpu_seconds  # noqa: E402
 
 SCHEMA = "n INT, region STRING, amount DOUBLE, message_id STRING"
 REGIONS = 100
@@ -103,6 +105,8 @@ def main(argv=None) -> int:
     ap.add_argument("--parquet", action="store_true", help="only the comparison with Spark's Parquet write and read")
     ap.add_argument("--skip-amqp", action="store_true",
                     help="with --parquet: leave out the AMQP 1.0 write and read (streamUrl only)")
+    ap.add_argument("--write-only", action="store_true",
+                    help="with --parquet: writes only (no reads, no read ceiling, no per-message floor)")
     args = ap.parse_args(argv)
 
     from pyspark.sql import SparkSession
@@ -214,8 +218,11 @@ def parquet_phase(args, spark, tmp: str) -> None:
         (spark.read.format("bench-ceiling").option("schema", read_schema.json()).option("rows", args.rows)
          .option("numPartitions", parts).load().write.format("noop").mode("overwrite").save())
 
-    ceiling_read(1)
+    reads = not args.write_only
+    if reads:
+        ceiling_read(1)
     lines, floors = [], []
+    broker_cpu: dict[tuple[int, str], list[float]] = {}
     for parts in (1, 2):
         df = base.repartition(parts).cache() if parts > 1 else base.coalesce(1).cache()
         assert df.count() == args.rows
@@ -232,15 +239,19 @@ def parquet_phase(args, spark, tmp: str) -> None:
             with BrokerProcess(os.path.join(tmp, f"b{next(runs)}")) as broker:
                 try:
                     def write(stream: str, stream_url: str | None) -> None:
+                        before = cpu_seconds(broker.proc.pid)
                         w = (df.write.format("amqp-stream").option("url", broker.url).option("stream", stream)
                              .option("declare", "true").option("filterValueColumn", "region")
                              .option("window", args.window).mode("append"))
                         (w.option("streamUrl", stream_url) if stream_url else w).save()
+                        broker_cpu.setdefault((parts, stream), []).append(cpu_seconds(broker.proc.pid) - before)
                         with amqp.connect(broker.url) as client:
                             assert client.info(stream)["next_offset"] == args.rows
                     if amqp_too:
                         note("amqp-stream write", timed(lambda: write("a", None))[1])
                     note("streamUrl write", timed(lambda: write("w", broker.stream_url))[1])
+                    if not reads:
+                        continue
                     note("parquet read", timed(lambda: spark.read.parquet(path).write.format("noop")
                                                .mode("overwrite").save())[1])
                     note("ceiling read", timed(lambda: ceiling_read(parts))[1])
@@ -255,7 +266,7 @@ def parquet_phase(args, spark, tmp: str) -> None:
                     print("broker log (tail):\n" + broker.log_text()[-3000:], file=sys.stderr)
                     raise
         df.unpersist()
-        for what in ("write", "read"):
+        for what in ("write", "read") if reads else ("write",):
             pq = best[f"parquet {what}"]
             for ours_label in (f"ceiling {what}", f"amqp-stream {what}", f"streamUrl {what}"):
                 if ours_label not in best:
@@ -269,6 +280,12 @@ def parquet_phase(args, spark, tmp: str) -> None:
     print(f"\nagainst Parquet ({args.rows} rows of {PARQUET_SCHEMA}; best of {args.repeat}; the ceiling: a "
           "Python data source that yields ready-made Arrow batches of the read schema / drops the written ones)")
     print("\n".join(lines))
+    for (parts, stream), secs in sorted(broker_cpu.items()):
+        print(f"  broker CPU, {parts} partition(s), {'streamUrl' if stream == 'w' else 'amqp-stream'} write: "
+              f"{statistics.median(secs) / args.rows * 1e6:.2f} us a row (median of {len(secs)})")
+    print(f"load: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1/5/15 min) at the end")
+    if not floors:
+        return
     print("\nper-message Python floor, one thread outside Spark, the stream's stored messages (best of "
           f"{len(floors)}):")
     for label in floors[0]:

@@ -2,10 +2,13 @@
 
 Why: ``ArrowEncoder.encode`` still runs Python per value (an encoder call, a section per row,
 the JSON body's fragments). For the columns most writes have (strings, 32/64-bit integers,
-doubles, booleans) every piece of a message has a layout Arrow can build a whole column at a
-time: a constructor byte, a length byte (a lookup in a 256-entry table), big-endian numbers
-(the column's buffer byte-swapped by ``array``), joined row by row with
-``binary_join_element_wise``. No Python runs per row except the final ``to_pylist``.
+doubles, booleans, decimals: their text, as ``str`` of a ``Decimal``) every piece of a message
+has a layout Arrow can build a whole column at a time: a constructor byte, a length byte (a
+lookup in a 256-entry table), big-endian numbers (the column's buffer byte-swapped by
+``array``), joined row by row with ``binary_join_element_wise`` (each join costs per row and
+argument: constants are merged and pieces joined once where they can be). No Python runs per
+row except the final ``to_pylist``, and over the stream protocol not even that
+(``encode_array``: ``framing.batch_frames`` frames the array).
 
 The bytes are ``ArrowEncoder.encode``'s, byte for byte (``tests/spark/test_arrow_kernels.py``
 compares them over random batches). What would need a form this module does not write (a
@@ -18,15 +21,17 @@ None for the batch, and ``ArrowEncoder`` writes it the per-value way.
 from __future__ import annotations
 
 import array
+import sys
 import time
 from json.encoder import encode_basestring_ascii as _json_string
 from typing import Any
 
-from pyspark.sql.types import BinaryType, BooleanType, DoubleType, IntegerType, LongType, StringType
+from pyspark.sql.types import (BinaryType, BooleanType, DecimalType, DoubleType, IntegerType, LongType,
+                               StringType)
 
 __all__ = ["Kernels"]
 
-_APP_TYPES = (StringType, IntegerType, LongType, DoubleType, BooleanType)
+_APP_TYPES = (StringType, IntegerType, LongType, DoubleType, BooleanType, DecimalType)
 #: string property columns written as str8 that come before creation_time (so every row's list
 #: ends at creation_time, which is never null)
 _STR8_PROPERTIES = {"message_id", "to", "subject", "reply_to", "correlation_id"}
@@ -43,12 +48,36 @@ def _pa() -> tuple[Any, Any]:
     return pa, pc
 
 
+def be_bytes(col: Any, code: str) -> Any:
+    """An integer or float column's values, nulls as 0, big-endian, as a binary column
+    (``code``: the ``array`` type code of the column's width)."""
+    pa, _ = _pa()
+    col = col.fill_null(0)
+    width = array.array(code).itemsize
+    raw = array.array(code)
+    raw.frombytes(col.buffers()[1].to_pybytes()[col.offset * width:(col.offset + len(col)) * width])
+    raw.byteswap()
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(col), [None, pa.py_buffer(raw.tobytes())]) \
+        .cast(pa.binary())
+
+
+def _no_failing_import() -> None:
+    """Each pyarrow compute call imports ``dateutil.relativedelta`` (to recognise such
+    arguments); without python-dateutil that import fails, after a walk of ``sys.path``: ~0.1 ms
+    a call, several times the kernel itself on a 10,000-row column, and a batch takes ~80
+    calls. Marked missing once, the import fails at once, as it would anyway."""
+    import importlib.util
+    if "dateutil.relativedelta" not in sys.modules and importlib.util.find_spec("dateutil") is None:
+        sys.modules["dateutil.relativedelta"] = None  # type: ignore[assignment]
+
+
 class Kernels:
     """The messages of an ``ArrowEncoder``'s plan, column at a time; ``for_encoder`` gives None
     when the schema has a column the kernels do not write."""
 
     def __init__(self, encoder: Any):
         pa, _ = _pa()
+        _no_failing_import()
         self.encoder = encoder
         self.byte = pa.array([bytes((i,)) for i in range(256)], pa.binary())  # n -> its byte
 
@@ -74,8 +103,23 @@ class Kernels:
 
     # -- pieces ----------------------------------------------------------------------------
     def _join(self, *parts: Any) -> Any:
-        _, pc = _pa()
-        return pc.binary_join_element_wise(*parts, b"")
+        """Row by row concatenation; neighbouring constants are joined first (a join costs per
+        row and argument)."""
+        pa, pc = _pa()
+        merged: list[Any] = []
+        for part in parts:
+            if merged and isinstance(part, pa.Scalar) and isinstance(merged[-1], pa.Scalar) \
+                    and part.type == merged[-1].type and part.is_valid and merged[-1].is_valid:
+                merged[-1] = pa.scalar(merged[-1].as_py() + part.as_py(), part.type)
+            else:
+                merged.append(part)
+        return pc.binary_join_element_wise(*merged, b"" if merged[-1].type == pa.binary() else "")
+
+    @staticmethod
+    def _valid(col: Any, out: Any) -> Any:
+        """``out`` with nulls where ``col`` has them."""
+        pa, pc = _pa()
+        return pc.if_else(col.is_valid(), out, pa.scalar(None, out.type)) if col.null_count else out
 
     def _len8(self, lengths: Any) -> Any:
         """Each length (< 256) as its byte."""
@@ -85,41 +129,62 @@ class Kernels:
         return self.byte.take(lengths)
 
     def _be(self, col: Any, code: str) -> Any:
-        """The column's values, nulls as 0, big-endian (``code``: the ``array`` type code)."""
-        pa, _ = _pa()
-        col = col.fill_null(0)
-        width = array.array(code).itemsize
-        raw = array.array(code)
-        raw.frombytes(col.buffers()[1].to_pybytes()[col.offset * width:(col.offset + len(col)) * width])
-        raw.byteswap()
-        return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(col), [None, pa.py_buffer(raw.tobytes())]) \
-            .cast(pa.binary())
+        return be_bytes(col, code)
 
     def _sized(self, code8: int, raw: Any) -> Any:
         """str8/vbin8 (``code8``) of each value (< 256 bytes); nulls stay null."""
+        return self._join(*self._sized_parts(code8, raw))
+
+    def _sized_parts(self, code8: int, raw: Any) -> list[Any]:
+        """``_sized``'s pieces, for a caller's own join (a null value nulls the join)."""
         pa, pc = _pa()
-        return self._join(pa.scalar(bytes((code8,))), self._len8(pc.binary_length(raw)), raw)
+        return [pa.scalar(bytes((code8,))), self._len8(pc.binary_length(raw)), raw]
 
     def _small(self, col: Any, small_code: bytes, big_code: bytes, code: str) -> Any:
         """An integer as ``small_code`` + one byte when -128..127, else ``big_code`` + big-endian."""
         pa, pc = _pa()
         small = pc.and_(pc.greater_equal(col, -128), pc.less_equal(col, 127)).fill_null(False)
+        if not pc.any(small).as_py():  # the usual column: all of one form, one join
+            return self._valid(col, self._join(*self._big(col, big_code, code)))
         low = self.byte.take(pc.bit_wise_and(col.fill_null(0).cast(pa.int64()), 255))
+        if pc.all(small).as_py():
+            return self._valid(col, self._join(pa.scalar(small_code), low))
         out = pc.if_else(small, self._join(pa.scalar(small_code), low), self._join(pa.scalar(big_code), self._be(col, code)))
-        return pc.if_else(col.is_valid(), out, pa.scalar(None, pa.binary()))
+        return self._valid(col, out)
+
+    def _big(self, col: Any, big_code: bytes, code: str) -> list[Any]:
+        pa, _ = _pa()
+        return [pa.scalar(big_code), self._be(col, code)]
+
+    def _value_parts(self, col: Any, dtype: Any) -> list[Any]:
+        """``_value``'s pieces, for a caller's own join (fewer joins: each costs per row and
+        argument)."""
+        pa, pc = _pa()
+        if isinstance(dtype, StringType):
+            return self._sized_parts(0xA1, col.cast(pa.binary()))
+        if isinstance(dtype, DecimalType):
+            return self._sized_parts(0xA1, col.cast(pa.string()).cast(pa.binary()))
+        if not col.null_count:
+            if isinstance(dtype, DoubleType):
+                return self._big(col, b"\x82", "d")
+            if isinstance(dtype, (IntegerType, LongType)) and not pc.any(
+                    pc.and_(pc.greater_equal(col, -128), pc.less_equal(col, 127))).as_py():
+                return self._big(col, b"\x71", "i") if isinstance(dtype, IntegerType) else self._big(col, b"\x81", "q")
+        return [self._value(col, dtype)]
 
     def _value(self, col: Any, dtype: Any) -> Any:
         """An application property value's encoding per row (null where the column is)."""
         pa, pc = _pa()
         if isinstance(dtype, StringType):
             return self._sized(0xA1, col.cast(pa.binary()))
+        if isinstance(dtype, DecimalType):  # its text, as str() of the Decimal (mapping's converter)
+            return self._sized(0xA1, col.cast(pa.string()).cast(pa.binary()))
         if isinstance(dtype, IntegerType):
             return self._small(col, b"\x54", b"\x71", "i")
         if isinstance(dtype, LongType):
             return self._small(col, b"\x55", b"\x81", "q")
         if isinstance(dtype, DoubleType):
-            return pc.if_else(col.is_valid(), self._join(pa.scalar(b"\x82"), self._be(col, "d")),
-                              pa.scalar(None, pa.binary()))
+            return self._valid(col, self._join(pa.scalar(b"\x82"), self._be(col, "d")))
         assert isinstance(dtype, BooleanType)
         return pc.if_else(col, pa.scalar(b"\x41"), pa.scalar(b"\x42"))
 
@@ -128,6 +193,11 @@ class Kernels:
         pa, pc = _pa()
         if not entries:
             return pa.array([b""] * n, pa.binary())
+        if not any(e.null_count for e in entries):  # every row has every entry
+            body = self._join(*entries)
+            size = pc.add(pc.binary_length(body), 1)
+            return self._join(pa.scalar(b"\x00\x53" + code + b"\xc1"), self._len8(size),
+                              pa.scalar(bytes((2 * len(entries),))), body)
         body = self._join(*[e.fill_null(b"") for e in entries])
         count = entries[0].is_valid().cast(pa.int32())
         for e in entries[1:]:
@@ -137,18 +207,28 @@ class Kernels:
         section = self._join(pa.scalar(b"\x00\x53" + code + b"\xc1"), self._len8(size), self.byte.take(count), body)
         return pc.if_else(pc.equal(count, 0), pa.scalar(b""), section)
 
+    def _json_parts(self, col: Any, dtype: Any) -> list[Any]:
+        """``_json_text``'s pieces, for the body's own join."""
+        pa, _ = _pa()
+        if not col.null_count and isinstance(dtype, (StringType, DecimalType)):
+            if isinstance(dtype, StringType):
+                self._plain_json_string(col)
+            return [pa.scalar('"'), col if isinstance(dtype, StringType) else col.cast(pa.string()), pa.scalar('"')]
+        return [self._json_text(col, dtype)]
+
     def _json_text(self, col: Any, dtype: Any) -> Any:
         """A column's values as ``json`` writes them ("null" for nulls)."""
         pa, pc = _pa()
         null = pa.scalar("null")
         if isinstance(dtype, StringType):
-            if len(col) and pc.any(pc.match_substring_regex(col, r"[^\x20-\x21\x23-\x5b\x5d-\x7e]")).as_py():
-                raise _Slow  # json escapes it
-            return pc.if_else(col.is_valid(), pc.binary_join_element_wise('"', col, '"', ""), null)
+            self._plain_json_string(col)
+            return self._or_null(col, self._join(pa.scalar('"'), col, pa.scalar('"')))
         if isinstance(dtype, (IntegerType, LongType)):
-            return pc.if_else(col.is_valid(), pc.cast(col, pa.string()), null)
+            return self._or_null(col, pc.cast(col, pa.string()))
         if isinstance(dtype, BooleanType):
             return pc.if_else(col.is_valid(), pc.if_else(col, pa.scalar("true"), pa.scalar("false")), null)
+        if isinstance(dtype, DecimalType):  # a JSON string of str() of the Decimal (``mapping._json_default``)
+            return self._or_null(col, self._join(pa.scalar('"'), col.cast(pa.string()), pa.scalar('"')))
         assert isinstance(dtype, DoubleType)
         text = pc.cast(col, pa.string())
         magnitude = pc.abs(col)
@@ -156,13 +236,31 @@ class Kernels:
         if pc.any(pc.invert(plain.fill_null(True))).as_py() or pc.any(pc.match_substring(text, "e")).as_py():
             raise _Slow  # NaN, an infinity, or a number json writes with an exponent
         text = pc.if_else(pc.match_substring(text, "."), text, pc.binary_join_element_wise(text, ".0", ""))
-        return pc.if_else(col.is_valid(), text, null)
+        return self._or_null(col, text)
+
+    @staticmethod
+    def _plain_json_string(col: Any) -> None:
+        """_Slow when ``json`` would escape a character of a value."""
+        _, pc = _pa()
+        if len(col) and pc.any(pc.match_substring_regex(col, r"[^\x20-\x21\x23-\x5b\x5d-\x7e]")).as_py():
+            raise _Slow
+
+    @staticmethod
+    def _or_null(col: Any, text: Any) -> Any:
+        """``text`` with "null" where ``col`` is null."""
+        pa, pc = _pa()
+        return pc.if_else(col.is_valid(), text, pa.scalar("null")) if col.null_count else text
 
     # -- the messages ----------------------------------------------------------------------
     def encode(self, batch: Any, first_id: int | None = None) -> list[bytes] | None:
         """``ArrowEncoder.encode(batch, first_id)``, or None when the batch needs the per-value way."""
+        out = self.encode_array(batch, first_id)
+        return None if out is None else out.to_pylist()
+
+    def encode_array(self, batch: Any, first_id: int | None = None) -> Any:
+        """``encode``'s messages as an Arrow binary array (one row a message), or None."""
         try:
-            return self._encode(batch, first_id).to_pylist()
+            return self._encode(batch, first_id)
         except _Slow:
             return None
 
@@ -194,7 +292,7 @@ class Kernels:
         properties = self._join(pa.scalar(b"\x00\x53\x73\xc0"), self._len8(size),
                                 pa.scalar(bytes((_CREATION_TIME + 1,))), fields_bytes)
         # application properties
-        app = [self._join(pa.scalar(key), self._value(batch.column(i), fields[i].dataType))
+        app = [self._join(pa.scalar(key), *self._value_parts(batch.column(i), fields[i].dataType))
                for i, key, _ in enc._app]
         application = self._map(b"\x74", app, n)
         # the body: a data section
@@ -202,12 +300,15 @@ class Kernels:
             frags = [empty.cast(pa.string()), pa.scalar("{")]
             for k, (name, f) in enumerate(zip(plan.names, fields, strict=True)):
                 frags.append(pa.scalar(("," if k else "") + _json_string(name) + ":"))
-                frags.append(self._json_text(batch.column(k), f.dataType))
+                frags.extend(self._json_parts(batch.column(k), f.dataType))
             frags.append(pa.scalar("}"))
-            raw = pc.binary_join_element_wise(*frags, "").cast(pa.binary())
+            raw = self._join(*frags).cast(pa.binary())
         else:
             raw = batch.column(plan.body_index).cast(pa.binary())
         lengths = pc.binary_length(raw)
+        if not raw.null_count and (pc.max(lengths).as_py() or 0) < 256:  # the usual: vbin8, one join
+            return self._join(annotations, properties, application, pa.scalar(b"\x00\x53\x75\xa0"),
+                              self.byte.take(lengths), raw)
         long_ = pc.greater_equal(lengths, 256).fill_null(False)
         vbin = pc.if_else(long_, self._join(pa.scalar(b"\xb0"), self._be(lengths.cast(pa.uint32()), "I")),
                           self._join(pa.scalar(b"\xa0"), self.byte.take(pc.if_else(long_, 0, lengths))))

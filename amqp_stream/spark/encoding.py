@@ -258,6 +258,11 @@ class ArrowEncoder:
                 return out
         return self.encode_values(batch, first_id)
 
+    def encode_array(self, batch: Any) -> Any:
+        """``encode(batch)`` as an Arrow binary array (one row a message) when the kernels write
+        the batch; None when it goes value by value."""
+        return self._kernels.encode_array(batch) if self._kernels is not None else None
+
     def encode_values(self, batch: Any, first_id: int | None = None) -> list[bytes]:
         """``encode`` value by value (what the kernels fall back to, and what they are checked
         against)."""

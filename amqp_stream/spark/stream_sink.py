@@ -18,16 +18,19 @@ from __future__ import annotations
 from typing import Iterable, Iterator
 
 from amqp_stream import client as amqp
-from amqp_stream.client.stream import StreamClient, publish_frame
+from amqp_stream.client.stream import StreamClient
 from amqp_stream.spark.encoding import ArrowEncoder
+from amqp_stream.spark.framing import FRAME_MESSAGES, batch_frames, entry_frames
 from amqp_stream.spark.numbering import Numbering
 from amqp_stream.spark.options import OptionError
 from amqp_stream.spark.super_stream import KeyRouter, route_indices
 
 __all__ = ["publish_over_stream", "publish_routed", "Numbered", "FRAME_MESSAGES"]
 
-FRAME_MESSAGES = 1000  # messages in one Publish frame at most (and fewer when frame_max says so)
 _PUBLISHER_ID = 1
+#: Publish frames in flight at least: a Spark batch (10,000 rows) makes ~10 frames at once, and
+#: the broker stores them while the task encodes the next batch (with 2 it waited after 2)
+WINDOW_FRAMES = 10
 
 
 def publish_over_stream(opts, encoder: ArrowEncoder, numbered: "Numbered", where: str) -> int:
@@ -84,7 +87,7 @@ def publish_routed(opts, encoder: ArrowEncoder, batches: Iterable, partitions: l
 
 class _Sender:
     """One stream-protocol connection publishing Arrow batches: Publish frames of at most
-    ``FRAME_MESSAGES`` messages and ``frame_max`` bytes, at most ``window`` (or two frames)
+    ``FRAME_MESSAGES`` messages and ``frame_max`` bytes, at most ``window`` (or ``WINDOW_FRAMES`` frames)
     messages unconfirmed, every PublishError frame counted as a failure."""
 
     def __init__(self, opts, encoder: ArrowEncoder, where: str):
@@ -96,7 +99,7 @@ class _Sender:
                                     f"{exc}") from exc
         self.sent = 0
         self.limit = (self.client.frame_max or 1 << 20) - 64
-        self.window = max(opts.window, 2 * FRAME_MESSAGES)
+        self.window = max(opts.window, WINDOW_FRAMES * FRAME_MESSAGES)
 
     def __enter__(self) -> "_Sender":
         return self
@@ -117,13 +120,25 @@ class _Sender:
         self.client.declare_publisher(publisher_id, stream, reference or "")
 
     def send(self, publisher_id: int, batch, first: int) -> None:
-        encoder = self.encoder
-        for frame, count in _frames(encoder.encode(batch), encoder.filter_values(batch), first, self.limit,
-                                    publisher_id):
+        for frame, count in self.frames(publisher_id, batch, first):
             while self.sent - self.client.confirmed - self.client.errors > self.window - count:
                 _pump(self.client, self.opts.timeout, self.sent)
             self.client.send(frame)
             self.sent += count
+
+    def frames(self, publisher_id: int, batch, first: int) -> Iterable[tuple[bytes, int]]:
+        """The Publish frames of ``batch`` (its first row with publishing id ``first``): built a
+        batch at a time where the kernels wrote its messages, else message by message."""
+        encoder = self.encoder
+        messages = encoder.encode_array(batch)
+        if messages is None:
+            return entry_frames(encoder.encode(batch), encoder.filter_values(batch), first, self.limit, publisher_id)
+        index = encoder.plan.filter_index
+        frames = batch_frames(messages, None if index is None else batch.column(index), first, self.limit,
+                              publisher_id)
+        if frames is not None:
+            return frames
+        return entry_frames(messages.to_pylist(), encoder.filter_values(batch), first, self.limit, publisher_id)
 
     def finish(self) -> int:
         """Wait for every confirm; the count sent (PublishError when the broker refused any)."""
@@ -139,23 +154,6 @@ class _Sender:
 def _pump(client: StreamClient, timeout: float, sent: int) -> None:
     if not client.pump(timeout):
         raise amqp.ClientError(f"no confirm in {timeout:.0f} s ({client.confirmed} of {sent} confirmed)")
-
-
-def _frames(datas: list[bytes], values: list[str | None] | None, first: int, limit: int,
-            publisher_id: int = _PUBLISHER_ID) -> Iterable[tuple[bytes, int]]:
-    """Publish frames of at most ``FRAME_MESSAGES`` messages and ``limit`` bytes each."""
-    batch: list[tuple[int, str | None, bytes]] = []
-    size = 0
-    for i, data in enumerate(datas):
-        value = values[i] if values is not None else None
-        entry = 14 + len(data) + (len(value.encode()) if value else 0)
-        if batch and (len(batch) >= FRAME_MESSAGES or size + entry > limit):
-            yield publish_frame(publisher_id, batch), len(batch)
-            batch, size = [], 0
-        batch.append((first + i, value, data))
-        size += entry
-    if batch:
-        yield publish_frame(publisher_id, batch), len(batch)
 
 
 class Numbered:

@@ -5,20 +5,22 @@ and without publishing ids; what it leaves to the per-value way is written that 
 from __future__ import annotations
 
 import time
+from decimal import Decimal
 
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import (BinaryType, BooleanType, DoubleType, IntegerType, LongType, StringType, StructField,
+from pyspark.sql.types import (BinaryType, BooleanType, DecimalType, DoubleType, IntegerType, LongType, StringType, StructField,
                                StructType)
 
 from amqp_stream.spark.encoding import ArrowEncoder
 from amqp_stream.spark.mapping import WritePlan
 
 TYPES = {"string": StringType(), "int": IntegerType(), "long": LongType(), "double": DoubleType(),
-         "boolean": BooleanType()}
+         "boolean": BooleanType(), "decimal": DecimalType(23, 2), "decimal0": DecimalType(10, 0),
+         "decimal9": DecimalType(20, 9)}
 PLAIN = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=5)
 # mostly values the kernels write, now and then one they leave to the per-value way
 VALUES = {
@@ -29,12 +31,16 @@ VALUES = {
     "double": st.integers(-10**6, 10**6).map(lambda i: i / 4) | st.integers(-9, 9).map(float)
     | st.sampled_from([0.1, -0.0, 1e15 + 0.5, 123456.789]) | st.floats(),
     "boolean": st.booleans(),
+    "decimal": st.decimals(-10**20, 10**20, places=2) | st.sampled_from([Decimal("0.00"), Decimal("-0.01")]),
+    "decimal0": st.decimals(-10**9, 10**9, places=0),
+    "decimal9": st.decimals(-10**10, 10**10, places=9) | st.sampled_from([Decimal("0E-9"), Decimal("1E-9"),
+                                                                        Decimal("-0.000001")]),
 }
 NAMES = ["a", "b", "c", "region", "message_id", "subject", "correlation_id"]
 
 
 @st.composite
-def batches(draw):
+def batches(draw, max_rows: int = 6):
     names = draw(st.lists(st.sampled_from(NAMES), unique=True, min_size=1, max_size=5))
     kinds = {n: ("string" if n in ("message_id", "subject", "correlation_id") else draw(st.sampled_from(list(TYPES))))
              for n in names}
@@ -42,7 +48,7 @@ def batches(draw):
     if draw(st.booleans()):
         fields.append(StructField("body", BinaryType()))
     schema = StructType(fields)
-    rows = draw(st.integers(0, 6))
+    rows = draw(st.integers(0, max_rows))
     columns = {n: draw(st.lists(st.none() | VALUES[kinds[n]] if draw(st.booleans()) else VALUES[kinds[n]],
                                 min_size=rows, max_size=rows)) for n in names}
     if "body" in schema.names:
@@ -52,7 +58,7 @@ def batches(draw):
                                         for f in schema.fields], schema=to_arrow_schema(schema, timezone="UTC"))
     strings = [n for n in names if kinds[n] == "string"]
     fv = draw(st.none() | st.sampled_from(strings)) if strings else None
-    offset = draw(st.integers(0, rows))
+    offset = draw(st.integers(0, rows) if max_rows <= 6 else st.integers(0, 3))
     return schema, batch.slice(offset), fv, draw(st.none() | st.integers(1, 2**40))
 
 
@@ -82,16 +88,19 @@ def test_kernels_write_the_encoders_bytes():
     assert sum(runs) > len(runs) / 2, f"the kernels wrote {sum(runs)} of {len(runs)} batches"
 
 
-def test_the_usual_batch_is_written_by_the_kernels():
-    """The bench's five columns: a column at a time (no fall-back), the same bytes."""
+@pytest.mark.parametrize("amount", [DoubleType(), DecimalType(23, 2)], ids=["double", "decimal"])
+def test_the_usual_batch_is_written_by_the_kernels(amount):
+    """The bench's five columns (``spark.range``'s ``id * 0.25`` is a DECIMAL(23,2)): a column at
+    a time (no fall-back), the same bytes."""
     schema = StructType([StructField("n", IntegerType()), StructField("region", StringType()),
-                         StructField("amount", DoubleType()), StructField("message_id", StringType()),
+                         StructField("amount", amount), StructField("message_id", StringType()),
                          StructField("k", LongType())])
     ids = range(-300, 3000)
+    amounts = [i * 0.25 for i in ids] if isinstance(amount, DoubleType) else [Decimal(i) / 4 for i in ids]
     batch = pa.RecordBatch.from_arrays([
         pa.array(list(ids), pa.int32()), pa.array([f"r{i % 100:02d}" for i in ids]),
-        pa.array([i * 0.25 for i in ids]), pa.array([f"m-{i}" for i in ids]), pa.array([i * 3 for i in ids], pa.int64())],
-        names=schema.names)
+        pa.array(amounts, to_arrow_schema(StructType([schema["amount"]]))[0].type), pa.array([f"m-{i}" for i in ids]),
+        pa.array([i * 3 for i in ids], pa.int64())], names=schema.names)
     enc = ArrowEncoder(WritePlan.for_schema(schema, "region"), schema)
     assert enc._kernels is not None
     fast = enc._kernels.encode(batch, 1)
