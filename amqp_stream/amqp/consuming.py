@@ -1,10 +1,14 @@
 """A consumer link (our sender): stored records out under link credit, filtered in two stages.
 
 Strategy (the hot path): a ``storage`` reader hands over whole chunks that passed stage 1 (the
-chunk's Bloom filter, decided from its header and filter bytes without reading the data). Each
-record of a chunk is offered to the compiled stage-2 filter over its stored bytes; a match gets
-``x-stream-offset`` spliced into its message annotations (``amqp_stream.wire``) and goes out as
-raw bytes (``link.send``). Dropped records use no credit and leave the delivery count alone.
+chunk's Bloom filter, decided from its header and filter bytes without reading the data). The
+compiled stage-2 filter (``fast_match.bytes_matcher``: a one-pass matcher for the commonest
+shapes) is applied to a slice of the chunk's records at a time, in one comprehension
+(``selection``: no loop iteration of the pump per dropped record); the matches then go out in
+one tight loop, each with ``x-stream-offset`` spliced into its message annotations (in line for
+the usual shapes, else ``amqp_stream.wire.with_stream_offset``) as raw bytes (``link.send``).
+Matches that credit or the turn leave unsent wait in ``ready`` for the next turn. Dropped
+records use no credit and leave the delivery count alone.
 
 The loop calls proton's C functions directly (``cproton_ffi.lib``) for the per-message steps
 (create the delivery, send, advance, settle): the ``proton`` wrappers would build a Python object
@@ -14,7 +18,8 @@ The delivery tag comes from one cell per link (``tags.TagCell``).
 Turns: ``pump`` runs until the credit is used up, the stream's end is reached (then the consumer
 waits for the broker to wake it when the committed end moves; a drain request is answered with
 ``drained()``), or the turn's budget is spent (``ConsumerTurn``: a batch of deliveries, 200
-dropped records in a row, or its time for stage-2 evaluation); then it asks the adapter for
+dropped records in a row counted per slice, or its time for stage-2 evaluation, the clock read
+before each slice of 1, 1, 2, 4, ... up to 128 records); then it asks the adapter for
 another turn after the events already waiting, so other links and connections are served in
 between. When the session already holds ``max_buffered`` bytes for the socket the consumer
 sends nothing more (checked before each send) and waits until the socket has taken them: a

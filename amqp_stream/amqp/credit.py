@@ -14,7 +14,8 @@ client's and the kernel's buffers) until confirms bring it back under.
 
 A consumer's turn: a consumer link is served in bounded turns so one link cannot starve the
 others on the single event loop. A turn ends after ``max_batch`` deliveries, or after
-``max_scanned`` messages in a row that the filters dropped (RabbitMQ yields after 200), or after
+``max_scanned`` messages in a row that the filters dropped (RabbitMQ yields after 200; an AMQP
+consumer counts them per slice of records it evaluates at once, ``next_slice``), or after
 ``max_eval_seconds`` of stage-2 evaluation (a costly filter on large messages: the budget is in
 work, not only in messages), or when the session has more than ``max_buffered`` bytes waiting
 for the socket, or when the socket is backed up and proton already holds ``max_held`` of the
