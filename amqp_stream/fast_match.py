@@ -181,7 +181,7 @@ def fast_matcher(stage2: Any, general: Callable[[bytes], bool]) -> Callable[[byt
             if at is unsure:
                 return general(data)
             k = kind[data[at]]
-            if k == 0:
+            if k != 1 and k != 2:
                 return general(data)  # not a string: the runtime decides
             if data[at] & 0x10:  # str32 / sym32
                 start = at + 5
