@@ -175,6 +175,8 @@ def fast_matcher(stage2: Any, general: Callable[[bytes], bool]) -> Callable[[byt
         symbols = frozenset(t for t in texts if t.isascii())
 
         def match_text(data: bytes) -> bool:
+            if type(data) is not bytes:  # (stored records are bytes; anything else the
+                return general(data)     # general way, which copies it)
             at = value(data)
             if at is None:
                 return False
@@ -200,6 +202,8 @@ def fast_matcher(stage2: Any, general: Callable[[bytes], bool]) -> Callable[[byt
     literal = literals[0]
 
     def match_int(data: bytes) -> bool:
+        if type(data) is not bytes:
+            return general(data)
         at = value(data)
         if at is None:
             return False
