@@ -11,7 +11,7 @@ import sys
 
 # Lower layers first, so a broken foundation shows before the layers that use it.
 BENCHMARKS = ["bloom_fpr", "storage", "tracking", "message_codec", "sql_filter", "proton_floor", "broker",
-              "stream_protocol", "super_stream", "spark", "spark_crash", "derived_keys"]
+              "stream_protocol", "super_stream", "spark", "spark_crash", "derived_keys", "amqp_filtered"]
 
 
 def main(argv: list[str]) -> int:

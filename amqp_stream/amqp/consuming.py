@@ -1,10 +1,14 @@
 """A consumer link (our sender): stored records out under link credit, filtered in two stages.
 
 Strategy (the hot path): a ``storage`` reader hands over whole chunks that passed stage 1 (the
-chunk's Bloom filter, decided from its header and filter bytes without reading the data). Each
-record of a chunk is offered to the compiled stage-2 filter over its stored bytes; a match gets
-``x-stream-offset`` spliced into its message annotations (``amqp_stream.wire``) and goes out as
-raw bytes (``link.send``). Dropped records use no credit and leave the delivery count alone.
+chunk's Bloom filter, decided from its header and filter bytes without reading the data). The
+compiled stage-2 filter (``fast_match.bytes_matcher``: a one-pass matcher for the commonest
+shapes) is applied to a slice of the chunk's records at a time, in one comprehension
+(``selection``: no loop iteration of the pump per dropped record); the matches then go out in
+one tight loop, each with ``x-stream-offset`` spliced into its message annotations (in line for
+the usual shapes, else ``amqp_stream.wire.with_stream_offset``) as raw bytes (``link.send``).
+Matches that credit or the turn leave unsent wait in ``ready`` for the next turn. Dropped
+records use no credit and leave the delivery count alone.
 
 The loop calls proton's C functions directly (``cproton_ffi.lib``) for the per-message steps
 (create the delivery, send, advance, settle): the ``proton`` wrappers would build a Python object
@@ -14,7 +18,8 @@ The delivery tag comes from one cell per link (``tags.TagCell``).
 Turns: ``pump`` runs until the credit is used up, the stream's end is reached (then the consumer
 waits for the broker to wake it when the committed end moves; a drain request is answered with
 ``drained()``), or the turn's budget is spent (``ConsumerTurn``: a batch of deliveries, 200
-dropped records in a row, or its time for stage-2 evaluation); then it asks the adapter for
+dropped records in a row counted per slice, or its time for stage-2 evaluation, the clock read
+before each slice of 1, 1, 2, 4, ... up to 128 records); then it asks the adapter for
 another turn after the events already waiting, so other links and connections are served in
 between. When the session already holds ``max_buffered`` bytes for the socket the consumer
 sends nothing more (checked before each send) and waits until the socket has taken them: a
@@ -38,17 +43,24 @@ from typing import Any, Callable
 
 from cproton_ffi import lib
 
+from amqp_stream import fast_match
 from amqp_stream.amqp.credit import ConsumerTurn
 from amqp_stream.amqp.source_filters import SourceFilters
 from amqp_stream.amqp.tags import TagCell
 from amqp_stream.amqp.tracking import ConsumerOffsets, StorePolicy
 from amqp_stream.errors import BrokerError
 from amqp_stream.wire import with_stream_offset
+from amqp_stream.wire._codec import I64
+from amqp_stream.wire._stored import _NEW_SECTION_HEAD
 from storage.reader import SCAN_PAUSED, ReaderStats
 
-__all__ = ["Consumer", "offset_spec", "SCAN_BUDGET"]
+__all__ = ["Consumer", "offset_spec", "selection", "SCAN_BUDGET"]
 
 log = logging.getLogger(__name__)
+
+#: a message that opens with proton's empty header (a list0), then a section
+_AFTER_EMPTY_HEADER = b"\x00\x53\x70\x45\x00\x53"
+_SPLICE_EMPTY_HEADER = _AFTER_EMPTY_HEADER[:4] + _NEW_SECTION_HEAD
 
 # chunks a stage-1 scan may pass over in one turn: one header pread each, ~2 µs from the page
 # cache (one run), so a slice is about as long as the 200 stage-2 drops a turn allows
@@ -66,6 +78,28 @@ class _NotStarted:
 
 
 _NOT_STARTED = _NotStarted()
+
+
+def selection(match: Callable[[bytes], bool] | None
+              ) -> Callable[[list[tuple[int, bytes]]], list[tuple[int, bytes]]] | None:
+    """The records of a slice that ``match`` (stage 2) keeps, in one comprehension per slice
+    (a record the filter cannot read is not a match); None without a filter."""
+    if match is None:
+        return None
+
+    def one(data: bytes) -> bool:
+        try:
+            return match(data)
+        except Exception:
+            return False
+
+    def select(part: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+        try:
+            return [r for r in part if match(r[1])]
+        except Exception:  # a record the filter cannot read: that slice again, one by one
+            return [r for r in part if one(r[1])]
+
+    return select
 
 
 def offset_spec(filters: SourceFilters) -> Any:
@@ -88,8 +122,10 @@ class Consumer:
         self.conn: Any = None  # the adapter's state of this link's connection
         self.entry = entry
         self.filters = filters
-        # stage 2 as one function of the stored bytes (no dispatch per record)
-        self.match = filters.stage2.bytes_matcher() if filters.stage2 is not None else None
+        # stage 2 as one function of the stored bytes (no dispatch per record), applied to
+        # a slice of records at a time (``selection``)
+        self.match = fast_match.bytes_matcher(filters.stage2)
+        self.select = selection(self.match)
         self.schedule = schedule  # schedule(consumer, soon): ask for another turn
         # a named consumer (``tracking.CONSUMER_NAME`` on attach): starts after its stored
         # offset and stores what the client accepts; where another cluster node leads the
@@ -107,8 +143,10 @@ class Consumer:
             self.reader = entry.reader(start, filters.filter_values, filters.match_unfiltered,
                                        filters.stage2)
         self.presettled = link.snd_settle_mode == 1  # Link.SND_SETTLED
-        self.records: list = []
+        self.records: list = []  # the chunk being read, stage 2 not applied yet from pos
         self.pos = 0
+        self.ready: list = []  # records of it that matched, not yet sent from ri
+        self.ri = 0
         self.tag = 0
         self.tag_cell = TagCell()
         self.turn = ConsumerTurn()
@@ -141,7 +179,7 @@ class Consumer:
 
     def close(self) -> None:
         self.closed = True
-        self.records = []
+        self.records = self.ready = []
         if self.offsets is not None:
             self.offsets.close(store=not self.entry.deleted)
         close = getattr(self.reader, "close", None)
@@ -160,11 +198,14 @@ class Consumer:
         link = self.link
         turn = self.turn
         turn.start()
-        match = self.match
+        select = self.select
         splice = with_stream_offset
+        pack = I64.pack
         records = self.records
         pos = self.pos
         n = len(records)
+        ready = self.ready  # records that passed stage 2 and wait for credit: ready[ri:]
+        ri = self.ri
         delivered = delivered_bytes = dropped = 0
         tag = self.tag
         presettled = self.presettled
@@ -186,81 +227,97 @@ class Consumer:
         new_delivery, send, advance, settle = (lib.pn_delivery, lib.pn_link_send,
                                                lib.pn_link_advance, lib.pn_delivery_settle)
         cell, tag_bytes = self.tag_cell.cell, self.tag_cell.tag
+        last = False  # a slice ended the turn: send what it matched, then yield
         try:
-            while True:
-                if credit <= 0:
-                    break
-                if pos >= n:
-                    chunk = self.reader.read_chunk(SCAN_BUDGET)
-                    if chunk is SCAN_PAUSED:  # a long stage-1 scan: let others in, go on
+            while credit > 0:
+                if ri >= len(ready):
+                    if pos >= n:
+                        chunk = self.reader.read_chunk(SCAN_BUDGET)
+                        if chunk is SCAN_PAUSED:  # a long stage-1 scan: let others in, go on
+                            self.scheduled = True
+                            self.schedule(self, False)
+                            break
+                        if chunk is None:
+                            self.waiting = True
+                            if link.drain_mode:
+                                link.drained()
+                            break
+                        records = chunk.records
+                        pos = 0
+                        n = len(records)
+                        if select is None:  # no stage 2: every record is ready
+                            ready, ri, pos = records, 0, n
+                        continue
+                    assert select is not None  # (without one, pos reached n above)
+                    size = turn.next_slice()
+                    if not size:  # this turn's evaluation time is spent
                         self.scheduled = True
                         self.schedule(self, False)
                         break
-                    if chunk is None:
-                        self.waiting = True
-                        if link.drain_mode:
-                            link.drained()
-                        break
-                    records = chunk.records
-                    pos = 0
-                    n = len(records)
-                    continue
-                offset, data = records[pos]
-                if match is not None:
-                    try:
-                        ok = match(data)
-                    except Exception:  # a record the filter cannot read: not a match
-                        ok = False
-                    if not ok:
-                        pos += 1
-                        dropped += 1
-                        if not turn.on_dropped():  # let the others in, then go on at once
+                    part = records[pos:pos + size]
+                    pos += len(part)
+                    ready, ri = select(part), 0
+                    dropped += len(part) - len(ready)
+                    if not turn.on_slice(len(part), len(ready)):  # let the others in, go on
+                        last = True  # (after sending what matched)
+                    if not ready:
+                        if last:
                             self.scheduled = True
                             self.schedule(self, False)
                             break
                         continue
-                    if not turn.on_evaluated():  # this turn's evaluation time is spent: the
-                        self.scheduled = True   # match is evaluated again next turn
-                        self.schedule(self, False)
+                # send ready[ri:], as much as credit and the turn allow
+                sent = 0
+                for offset, data in ready[ri:ri + min(credit, turn.max_batch - turn.delivered)]:
+                    if outgoing_bytes(session) > max_buffered or (backed_up and held(impl) >= max_held):
+                        # the client is behind: send nothing more until its socket takes what
+                        # waits (checked before each send, so a reader that never reads costs
+                        # at most max_buffered bytes, or max_held deliveries, and this record
+                        # waits for the next turn)
+                        self.scheduled = True
+                        self.schedule(self, True)
                         break
-                if outgoing_bytes(session) > max_buffered:
-                    # the client is behind: send nothing more until its socket takes what
-                    # waits (checked before sending, so a reader that never reads costs at
-                    # most max_buffered bytes and this record waits in the chunk)
-                    self.scheduled = True
-                    self.schedule(self, True)
-                    break
-                if backed_up and held(impl) >= max_held:
-                    # the same for deliveries: their client is behind, and proton holds
-                    # max_held of them; go on when the socket has taken what waits
-                    self.scheduled = True
-                    self.schedule(self, True)
-                    break
-                pos += 1
-                out = splice(data, offset)
-                tag += 1
-                cell[0] = tag
-                delivery = new_delivery(impl, tag_bytes)
-                send(impl, out, len(out))
-                advance(impl)
-                if presettled:
-                    settle(delivery)
-                if offsets is not None:
-                    if presettled:
-                        offsets.delivered(offset)
+                    # the new annotations section in front of the first section after
+                    # the header, for the two shapes nearly every message has (no header, or
+                    # proton's empty one; then no annotations): ``with_stream_offset``'s own
+                    # fast path without its call, else that function
+                    if data.startswith(_AFTER_EMPTY_HEADER) and len(data) > 7 and 0x72 < data[6] <= 0x78:
+                        out = b"".join((_SPLICE_EMPTY_HEADER, pack(offset), data[4:]))
+                    elif data.startswith(b"\x00\x53") and len(data) > 3 and 0x72 < data[2] <= 0x78:
+                        out = b"".join((_NEW_SECTION_HEAD, pack(offset), data))
                     else:
-                        offsets.sent[tag] = offset
-                credit -= 1
-                delivered += 1
-                delivered_bytes += len(out)
-                if not turn.on_delivered():
+                        out = splice(data, offset)
+                    size = len(out)
+                    tag += 1
+                    cell[0] = tag
+                    delivery = new_delivery(impl, tag_bytes)
+                    send(impl, out, size)
+                    advance(impl)
+                    if presettled:
+                        settle(delivery)
+                    if offsets is not None:
+                        if presettled:
+                            offsets.delivered(offset)
+                        else:
+                            offsets.sent[tag] = offset
+                    sent += 1
+                    delivered_bytes += size
+                ri += sent
+                credit -= sent
+                delivered += sent
+                if self.scheduled:  # backed up
+                    break
+                if not turn.on_sent(sent) or last:
                     self.scheduled = True
                     self.schedule(self, False)
                     break
         finally:
             self.records = records
             self.pos = pos
-            self.next_offset = records[pos][0] if pos < len(records) else int(self.reader.position)
+            self.ready = ready
+            self.ri = ri
+            self.next_offset = (ready[ri][0] if ri < len(ready) else records[pos][0]
+                                if pos < len(records) else int(self.reader.position))
             self.tag = tag
             self._account(delivered, delivered_bytes, dropped)
 

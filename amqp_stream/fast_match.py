@@ -1,0 +1,229 @@
+"""Stage 2 for the commonest filters in one pass over the stored bytes, the general matcher behind.
+
+Why: a consumer's filter is most often one application property against literals
+(``region = 'r42'``, ``region IN ('a', 'b')``, ``k = 7``, ``k < 10``). The general matcher
+(``Filter.bytes_matcher``: the needles, a ``MessageView``, the generated ``_evaluate``, the
+pick) costs ~2 µs a record in six Python calls, more than proton's engine needs to send the
+record (``bench.proton_floor``); a delivered record pays it once more than it pays proton.
+Here one function walks the sections to the application properties, finds the key's last
+value (a map keeps the last of a repeated key, as the decoded dict does) and compares its
+bytes, or its integer, with the literals.
+
+Exactness: the fast path answers only where the answer is plain. A value of a string
+(str8/str32; a symbol when the literal is ASCII) or integer constructor (not char, not
+timestamp: the runtime turns those into numbers its own way) is compared; a message without
+the application properties or without the key gives False (NULL compares unknown, and only
+TRUE matches); anything else (a float, a described value, a key in another encoding, framing
+this walk does not take) goes to the general matcher, which decides. ``test_fast_match``
+checks the two agree on random messages and filters.
+"""
+
+from __future__ import annotations
+
+import operator
+import struct
+from typing import Any, Callable
+
+from amqp_stream.wire._codec import WIDTH
+from sqlfilter import ast
+from sqlfilter.required import prefiltered
+
+__all__ = ["bytes_matcher", "fast_matcher"]
+
+#: a section's value, by constructor: bytes in front of its size (0: fixed width ``_FIXED``)
+_U32 = struct.Struct(">I").unpack_from
+_MAP32 = struct.Struct(">II").unpack_from
+#: integer constructors (value width, struct format; None: the value is 0)
+_INTS: dict[int, tuple[int, Any]] = {
+    0x43: (0, None), 0x44: (0, None),
+    0x50: (1, struct.Struct(">B").unpack_from), 0x52: (1, struct.Struct(">B").unpack_from),
+    0x53: (1, struct.Struct(">B").unpack_from), 0x51: (1, struct.Struct(">b").unpack_from),
+    0x54: (1, struct.Struct(">b").unpack_from), 0x55: (1, struct.Struct(">b").unpack_from),
+    0x60: (2, struct.Struct(">H").unpack_from), 0x61: (2, struct.Struct(">h").unpack_from),
+    0x70: (4, struct.Struct(">I").unpack_from), 0x71: (4, struct.Struct(">i").unpack_from),
+    0x80: (8, struct.Struct(">Q").unpack_from), 0x81: (8, struct.Struct(">q").unpack_from)}
+_OPS = {"=": operator.eq, "<>": operator.ne, "<": operator.lt, "<=": operator.le,
+        ">": operator.gt, ">=": operator.ge}
+_FLIP = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+#: per constructor, the bytes after it of a fixed-width item (>= 0), -1 (a u8 size follows),
+#: -4 (a u32 size follows) or -9 (described, or no such constructor: not walked here)
+_STEP = tuple(-9 if w is None else w for w in WIDTH)
+#: the value's kind by constructor: 1 string, 2 symbol, 3 integer, 0 another
+_KIND = bytes(1 if c in (0xA1, 0xB1) else 2 if c in (0xA3, 0xB3) else 3 if c in _INTS else 0
+              for c in range(256))
+_UNSURE = object()
+
+
+def _value_of(name: bytes, sym_ok: bool) -> Callable[[bytes], Any]:
+    """A function of a stored message: the position of the constructor of application
+    property ``name``'s last value, None when the message has no such key (or no application
+    properties), ``_UNSURE`` when this walk cannot tell."""
+    size = len(name)
+    step = _STEP
+    u32 = _U32
+    map32 = _MAP32
+
+    def value(buf: bytes) -> Any:
+        pos = 0
+        n = len(buf)
+        while pos < n:
+            if buf[pos] != 0 or buf[pos + 1] != 0x53:
+                return _UNSURE
+            code = buf[pos + 2]
+            c = buf[pos + 3]
+            if code == 0x74:
+                if c == 0xC1:
+                    end = pos + 5 + buf[pos + 4]
+                    count = buf[pos + 5]
+                    q = pos + 6
+                elif c == 0xD1:
+                    length, count = map32(buf, pos + 4)
+                    end = pos + 8 + length
+                    q = pos + 12
+                elif c == 0x40:
+                    return None
+                else:
+                    return _UNSURE
+                if end > n or count & 1:
+                    return _UNSURE
+                found = None
+                for _ in range(count >> 1):
+                    k = buf[q]
+                    if k != 0xA1 and k != 0xA3:
+                        return _UNSURE  # a key in another encoding could still be ``name``
+                    m = buf[q + 1]
+                    q += 2 + m
+                    if m == size and buf.startswith(name, q - m) and (k == 0xA1 or sym_ok):
+                        if found is not None:
+                            return _UNSURE  # a repeated key: which value counts is the
+                        found = q           # general matcher's business
+                    s = step[buf[q]]
+                    if s >= 0:
+                        q += 1 + s
+                    elif s == -1:
+                        q += 2 + buf[q + 1]
+                    elif s == -4:
+                        q += 5 + u32(buf, q + 1)[0]
+                    else:
+                        return _UNSURE
+                return found if q == end else _UNSURE
+            if code < 0x70 or code > 0x78:
+                return _UNSURE
+            s = step[c]  # another section: jump over its value
+            if s >= 0:
+                pos += 4 + s
+            elif s == -1:
+                pos += 5 + buf[pos + 4]
+            elif s == -4:
+                pos += 8 + u32(buf, pos + 4)[0]
+            else:
+                return _UNSURE
+        return None
+
+    return value
+
+
+def _shape(tree: Any) -> tuple[str, str, tuple] | None:
+    """(key, operator, literals) of ``key OP literal`` / ``key IN (literals)`` on one
+    application property, the literals all str or all int (not bool); else None."""
+    field: Any
+    if isinstance(tree, ast.Compare) and tree.op in _OPS:
+        field, lit, op = tree.left, tree.right, tree.op
+        if isinstance(field, ast.Literal):
+            field, lit, op = lit, field, _FLIP[op]
+        if not isinstance(lit, ast.Literal):
+            return None
+        literals: tuple = (lit.value,)
+    elif isinstance(tree, ast.In) and tree.items:
+        field, op = tree.subject, "IN"
+        literals = tuple(i.value if isinstance(i, ast.Literal) else _UNSURE for i in tree.items)
+    else:
+        return None
+    if not (isinstance(field, ast.Field) and field.section == "application_properties"):
+        return None
+    if all(type(v) is str for v in literals):
+        return (field.name, op, literals) if op in ("=", "IN") else None
+    if all(type(v) is int for v in literals):
+        return field.name, op, literals
+    return None
+
+
+def fast_matcher(stage2: Any, general: Callable[[bytes], bool]) -> Callable[[bytes], bool] | None:
+    """The one-pass matcher for ``stage2`` (a compiled SQL filter of a shape ``_shape`` takes),
+    ``general`` answering what it cannot tell; None for any other filter."""
+    from sqlfilter.sql import SqlFilter  # (exactly SQL: a JMS selector's rules differ)
+
+    if type(stage2) is not SqlFilter:
+        return None
+    shape = _shape(stage2.tree)
+    if shape is None:
+        return None
+    key, op, literals = shape
+    try:
+        name = key.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: left to the general matcher
+        return None
+    if len(name) > 255:
+        return None
+    value = _value_of(name, key.isascii())
+    kind = _KIND
+    unsure = _UNSURE
+    if type(literals[0]) is str:
+        texts = frozenset(v.encode("utf-8") for v in literals)
+        symbols = frozenset(t for t in texts if t.isascii())
+
+        def match_text(data: bytes) -> bool:
+            if type(data) is not bytes:  # (stored records are bytes; anything else the
+                return general(data)     # general way, which copies it)
+            at = value(data)
+            if at is None:
+                return False
+            if at is unsure:
+                return general(data)
+            k = kind[data[at]]
+            if k != 1 and k != 2:
+                return general(data)  # not a string: the runtime decides
+            if data[at] & 0x10:  # str32 / sym32
+                start = at + 5
+                end = start + _U32(data, at + 1)[0]
+            else:
+                start = at + 2
+                end = start + data[at + 1]
+            raw = data[start:end]
+            return raw in (texts if k == 1 else symbols) or (k == 2 and not raw.isascii()
+                                                                 and general(data))
+
+        return match_text
+    ints = _INTS
+    compare = _OPS.get(op)
+    wanted = frozenset(literals)
+    literal = literals[0]
+
+    def match_int(data: bytes) -> bool:
+        if type(data) is not bytes:
+            return general(data)
+        at = value(data)
+        if at is None:
+            return False
+        if at is unsure:
+            return general(data)
+        c = data[at]
+        if kind[c] != 3:
+            return general(data)
+        _, read = ints[c]
+        v = read(data, at + 1)[0] if read is not None else 0
+        return v in wanted if compare is None else compare(v, literal)
+
+    return match_int
+
+
+def bytes_matcher(stage2: Any) -> Callable[[bytes], bool] | None:
+    """What a consumer calls per stored record: ``fast_matcher`` where the filter allows,
+    else the filter's own ``bytes_matcher``; None without a filter."""
+    if stage2 is None:
+        return None
+    general = stage2.bytes_matcher()
+    fast = fast_matcher(stage2, general)
+    return general if fast is None else prefiltered(stage2, fast)  # (the needles first)
