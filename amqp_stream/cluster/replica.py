@@ -134,21 +134,27 @@ class ReplicaLink:
             self.name, self.node, self.epoch, stream.local_end, tuple(stream.epoch_ends()))))
         # the leader proves the secret too: no chunk is taken from a node that lacks it
         auth.check_welcome(*reader.next("the leader's proof", auth.HANDSHAKE_FRAME), welcome)
-        rest = reader.rest()  # a partial frame carried to the next read
+        # what came with the proof (START and chunks may share its read) is handled before
+        # the next recv: the leader may have nothing more to send until it hears an ACK
+        early = reader.rest()
+        rest = b""  # a partial frame carried to the next read
         started = False
         # wake at least every sync interval: chunks left unsynced (``interval``) get their
         # fsync even when nothing more comes
         sock.settimeout(self.sync_interval_s if self.sync_interval_s > 0 else None)
         last_sync = acked_at = time.monotonic()
         while not self.closed:
-            try:
-                data = sock.recv(RECV_BYTES)
-            except TimeoutError:
-                stream.sync()
-                last_sync = time.monotonic()
-                continue
-            if not data:
-                raise EOFError("the leader closed the connection")
+            if early:
+                data, early = early, b""
+            else:
+                try:
+                    data = sock.recv(RECV_BYTES)
+                except TimeoutError:
+                    stream.sync()
+                    last_sync = time.monotonic()
+                    continue
+                if not data:
+                    raise EOFError("the leader closed the connection")
             if rest:
                 data = rest + data
             # the chunks are views into ``data`` (immutable: no copy, nothing to release)

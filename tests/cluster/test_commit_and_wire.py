@@ -102,3 +102,50 @@ def test_a_stored_commit_end_is_never_served_beyond_the_log(tmp_path):
         assert commit.load(s) == (20, 10)
         commit.store(s.directory, 50, 40)  # beyond the 30 records the log holds
         assert commit.load(s) == (30, s.last_chunk_id) and s.last_chunk_id == 20
+
+
+def test_a_replica_takes_what_came_in_the_same_read_as_the_leaders_proof(tmp_path):
+    """The leader's proof, START and the first chunks may reach a replica in one read (the
+    leader sends them back to back); the replica handles them before it reads again: the
+    leader sends nothing more until it hears an ACK, so waiting for more bytes first hung
+    both (seen in a cluster test: a restarted replica followed nothing for 30 s)."""
+    import socket
+
+    from amqp_stream.cluster import auth
+    from amqp_stream.cluster.layout import Node
+    from amqp_stream.cluster.replica import ReplicaLink
+
+    secret = b"a cluster secret"
+    cfg = StreamConfig(fsync="never")
+    with Stream.open(tmp_path / "l", cfg) as leader:
+        leader.append_batch([b"x"] * 5, None)
+        leader.flush()
+        with leader.replication_reader(0) as r:
+            c = r.read_raw()
+            assert c is not None
+            chunk = wire.chunk_head(c.size, c.first) + os.pread(c.fd, c.size, c.position)
+    replica = Stream.open(tmp_path / "r", cfg)
+    replica.set_follower(True)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(10)
+        node = Node("n1", "127.0.0.1", 0, 0, server.getsockname()[1])
+        link = ReplicaLink("s", replica, 1, node, "n2", secret, sync_interval_s=0)
+        link.start()
+        conn, _ = server.accept()
+        try:
+            conn.settimeout(10)  # no ACK within it fails the test
+            nonce = auth.send_challenge(conn)
+            frames = auth.FrameReader(conn)
+            welcome = auth.check_auth(secret, nonce, *frames.next("AUTH", auth.HANDSHAKE_FRAME))
+            assert frames.next("HELLO")[0] == wire.HELLO
+            conn.sendall(welcome + wire.encode_start(wire.Start(1, 0, 0, -1, False)) + chunk)
+            acked = []
+            while not acked or acked[-1][0] < 5:
+                kind, payload = frames.next("an ACK")
+                assert kind == wire.ACK
+                acked.append(wire.decode_position(payload))
+            assert replica.local_end == 5
+        finally:
+            link.close()
+            conn.close()
+            replica.close()
