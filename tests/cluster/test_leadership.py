@@ -44,9 +44,7 @@ def test_a_leader_whose_replicas_are_down_gives_up_once_and_leads_again(nodes, z
     brokers = {"n1": n1, "n2": n2, "n3": n3}
 
     async def scenario() -> dict[int, bytes]:
-        await declare(n1, stream_name)
-        for b in (n2, n3):
-            await until(lambda b=b: holds_log(b, stream_name), "members' logs")
+        await declare(n1, stream_name, n2, n3)
         p = Publisher(stream_name, brokers.values())
         await p.connect()
         assert p.leader is n1
@@ -165,9 +163,7 @@ def test_a_member_change_raises_the_epoch_and_the_leader_carries_on(nodes, strea
     brokers = {"n1": n1, "n2": n2, "n3": n3}
 
     async def scenario() -> dict[int, bytes]:
-        await declare(n1, stream_name)
-        for b in (n2, n3):
-            await until(lambda b=b: holds_log(b, stream_name), "members' logs")
+        await declare(n1, stream_name, n2, n3)
         p = Publisher(stream_name, brokers.values())
         await p.connect()
         client = p.client
@@ -226,9 +222,7 @@ def test_publishes_during_a_leadership_transfer_are_refused_as_rabbitmq_refuses_
     brokers = {"n1": n1, "n2": n2, "n3": n3}
 
     async def scenario() -> dict[int, bytes]:
-        await declare(n1, stream_name)
-        for b in (n2, n3):
-            await until(lambda b=b: holds_log(b, stream_name), "members' logs")
+        await declare(n1, stream_name, n2, n3)
         p = Publisher(stream_name, brokers.values())
         await p.connect()
         assert p.leader is n1 and p.client is not None

@@ -20,9 +20,12 @@ from tests.stream.rstream_low import admin, run, until
 pytestmark = pytest.mark.timeout(180)
 
 
-async def declare(broker: BrokerProcess, stream: str) -> None:
+async def declare(broker: BrokerProcess, stream: str, *members: BrokerProcess) -> None:
+    """Declare ``stream`` through ``broker``; then wait until each of ``members`` holds its log."""
     async with admin(broker) as c:
         await c.create_stream(stream)
+    for b in members:
+        await until(lambda b=b: holds_log(b, stream), "members' logs")
 
 
 def layout_of(url: str, stream: str) -> dict:
@@ -84,9 +87,7 @@ def test_leader_killed_while_publishing_a_new_leader_takes_over_without_loss(nod
     brokers = {"n1": n1, "n2": n2, "n3": n3}
 
     async def scenario() -> dict[int, bytes]:
-        await declare(n1, stream_name)
-        for b in (n2, n3):
-            await until(lambda b=b: holds_log(b, stream_name), "members' logs")
+        await declare(n1, stream_name, n2, n3)
         p = Publisher(stream_name, brokers.values())
         await p.connect()
         assert p.leader is n1
@@ -127,9 +128,7 @@ def test_a_paused_leader_gets_nothing_confirmed_after_it_is_deposed(nodes, strea
     stale = range(100001, 100501)
 
     async def scenario() -> tuple[dict[int, bytes], BrokerProcess | None, Publisher]:
-        await declare(n1, stream_name)
-        for b in (n2, n3):
-            await until(lambda b=b: holds_log(b, stream_name), "members' logs")
+        await declare(n1, stream_name, n2, n3)
         old = Publisher(stream_name, brokers.values())
         await old.connect()
         assert old.leader is n1
@@ -183,9 +182,7 @@ def test_every_node_restarted_the_leader_last_serves_and_converges(nodes, stream
         return p.confirmed
 
     async def declared() -> None:
-        await declare(n1, stream_name)
-        for b in (n2, n3):
-            await until(lambda b=b: holds_log(b, stream_name), "members' logs")
+        await declare(n1, stream_name, n2, n3)
     run(declared(), 30)
     confirmed = run(publish(range(1, 1001)), 60)
     for b in (n2, n3, n1):  # the leader last: no election meanwhile, n1 stays the leader
@@ -212,9 +209,7 @@ def test_a_leader_back_before_any_election_is_followed_again(nodes, stream_name)
     brokers = {"n1": n1, "n2": n2, "n3": n3}
 
     async def scenario() -> dict[int, bytes]:
-        await declare(n1, stream_name)
-        for b in (n2, n3):
-            await until(lambda b=b: holds_log(b, stream_name), "members' logs")
+        await declare(n1, stream_name, n2, n3)
         p = Publisher(stream_name, brokers.values())
         await p.connect()
         assert p.leader is n1
