@@ -95,7 +95,10 @@ def test_metrics_endpoint_counts_per_stream(tmp_path):
 
 def _serve(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     import os
-    return subprocess.run([sys.executable, "-m", "amqp_stream", "serve", "--management-port", "0", *args],
+    # the default stream and management ports off: the outcome must not depend on whether
+    # 5552/15672 are free on the machine (a fresh-clone run failed while another broker held 5552)
+    return subprocess.run([sys.executable, "-m", "amqp_stream", "serve", "--management-port", "0",
+                           "--stream-port", "0", *args],
                           capture_output=True, text=True, timeout=60,
                           env=dict(os.environ, **(env or {})))
 

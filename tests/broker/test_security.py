@@ -207,7 +207,7 @@ def test_tls_amqps_with_plain(tmp_path, certificate, users_file):
 
 def _serve(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "amqp_stream", "serve", "--port", str(free_port()),
-                           "--metrics-port", "0", "--management-port", "0", *args],
+                           "--metrics-port", "0", "--management-port", "0", "--stream-port", "0", *args],
                           capture_output=True, text=True, timeout=timeout)
 
 
