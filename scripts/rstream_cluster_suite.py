@@ -1,17 +1,27 @@
 """Run rstream's own cluster tests (``tests/test_cluster.py`` of a checkout of
 github.com/rabbitmq-community/rstream, the ones its CI skips) against three nodes of this tree.
 
-What the suite assumes (its ``conftest.py`` and ``Makefile``'s ``rabbitmq-ha-proxy``): a
-three-node cluster behind a load balancer, the stream port at ``--rmq-cluster-host``/
-``--rmq-cluster-port`` (default localhost:5553) and the management API at
-``--rmq-cluster-http-port`` (15673), guest/guest; its clients run in ``load_balancer_mode``
-(connect through the balancer until the node whose ``advertised_host``/``advertised_port``
-is the leader, or a replica, answers); the file's other tests use ``--rmq-host``/
-``--rmq-port`` (some the default 5552) and the management API on localhost:15672. So here: a
-real ZooKeeper, three ``--cluster`` nodes on loopback (n1's stream port 5552 and management
-API 15672: ``--stream-port``, ``--management-port``), and a
-round-robin TCP balancer in this process in front of the three stream ports and of the three
-management ports.
+What the suite assumes (its ``conftest.py``, ``Makefile``'s ``rabbitmq-ha-proxy`` and
+``compose/README.md``): a three-node cluster behind a load balancer, the stream port at
+``--rmq-cluster-host``/``--rmq-cluster-port`` (default localhost:5553) and the management API at
+``--rmq-cluster-http-port`` (15673), guest/guest; its cluster clients run in
+``load_balancer_mode`` (connect through the balancer until the node whose ``advertised_host``/
+``advertised_port`` is the leader, or a replica, answers). The file's other 9 tests (no
+``skipif``, so its CI runs them) use ``--rmq-host``/``--rmq-port`` (some the default 5552) and
+the management API on localhost:15672: a single node, as in its CI (one ``rabbitmq:4.1``
+service on 5552/15672) and its compose README (a single node on 5552/15672 beside the cluster
+on 5553/15673; the cluster's nodes advertise ``node0:5562`` and so on, which a client outside
+the compose network could not even reach without the balancer). So here: a real ZooKeeper,
+three ``--cluster`` nodes on loopback behind a round-robin TCP balancer in this process (one
+for the three stream ports, one for the three management ports), and one node without
+``--cluster`` on 5552 and 15672 (``--stream-port``, ``--management-port``).
+
+Why the single node matters: ``test_spin_new_connection_for_consumer_stream`` counts one
+connection for 4 subscriptions, while rstream's consumer subscribes through a random replica
+of each stream (``random.choice(replicas)``) and keys its connections by the advertised
+host/port Metadata names. On three nodes (ours, or RabbitMQ's, whose Metadata names every
+running member but the leader as a replica) the 4 draws seldom agree. ``--plain-on-cluster``
+points those 9 tests at n1 of the cluster instead, to see that.
 
     python scripts/rstream_cluster_suite.py --tests /tmp/rstream/tests \\
         --extra-path /tmp/rstream-src:/tmp/extra -- -rA
@@ -35,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from amqp_stream.testing import free_ports  # noqa: E402
+from amqp_stream.testing import BrokerProcess, free_ports  # noqa: E402
 from tests.cluster.nodes import node  # noqa: E402
 from tests.cluster.zookeeper import ZooKeeperServer  # noqa: E402
 
@@ -93,9 +103,14 @@ def main() -> int:
     parser.add_argument("--tests", required=True, help="rstream's tests directory")
     parser.add_argument("--extra-path", default="", help="rstream's package, pytest-asyncio ...")
     parser.add_argument("--management-port", type=int, default=15672,
-                        help="n1's management port (the file's non-cluster tests use 15672)")
+                        help="the single node's management port (the file's non-cluster tests "
+                             "use 15672)")
     parser.add_argument("--stream-port", type=int, default=5552,
-                        help="n1's stream port (some of the file's tests hardcode 5552)")
+                        help="the single node's stream port (some of the file's tests "
+                             "hardcode 5552)")
+    parser.add_argument("--plain-on-cluster", action="store_true",
+                        help="no single node: the non-cluster tests go to n1 of the cluster "
+                             "(on --stream-port/--management-port)")
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to pytest")
     args = parser.parse_args()
     tests = Path(args.tests).resolve()
@@ -104,17 +119,20 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rstream-cluster-suite-") as d:
         url = f"zk://{zk.hosts}/rstream-cluster-suite"
         brokers = [node(Path(d), url, name) for name in ("n1", "n2", "n3")]
-        brokers[0].management_port = args.management_port
-        brokers[0].stream_port = args.stream_port
-        taken = {p for b in brokers for p in (b.port, b.stream_port, b.management_port,
-                                                b.metrics_port, b.stream_tls_port)}
+        # the node of the file's non-cluster tests: a single node of its own, as rstream's CI
+        plain = brokers[0] if args.plain_on_cluster else BrokerProcess(Path(d) / "single")
+        plain.management_port = args.management_port
+        plain.stream_port = args.stream_port
+        everyone = brokers if args.plain_on_cluster else [*brokers, plain]
+        taken = {p for b in everyone for p in (b.port, b.stream_port, b.management_port,
+                                                 b.metrics_port, b.stream_tls_port)}
         stream_lb, http_lb = free_ports(2)
         while {stream_lb, http_lb} & taken:  # chosen, not yet bound by the brokers
             stream_lb, http_lb = free_ports(2)
         balancer = Balancer({stream_lb: [b.stream_port for b in brokers],
                              http_lb: [b.management_port for b in brokers]})
         try:
-            for b in brokers:
+            for b in everyone:
                 b.start()
             balancer.start()
             paths = [p for p in (args.extra_path, str(tests.parent), str(ROOT / "scripts")) if p]
@@ -123,14 +141,14 @@ def main() -> int:
                 [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                  "-p", "rstream_suite_port", "-o", "asyncio_mode=auto",
                  "--rootdir", str(tests.parent),
-                 "--rmq-host", "127.0.0.1", "--rmq-port", str(brokers[0].stream_port),
+                 "--rmq-host", plain.host, "--rmq-port", str(plain.stream_port),
                  "--rmq-cluster-host", "127.0.0.1", "--rmq-cluster-port", str(stream_lb),
                  "--rmq-cluster-http-port", str(http_lb),
                  *args.pytest_args, str(tests / "test_cluster.py")],
                 cwd=tests.parent, env=env)
         finally:
             balancer.stop()
-            for b in brokers:
+            for b in everyone:
                 b.close()
             zk.close()
 
