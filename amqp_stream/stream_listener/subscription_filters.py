@@ -70,6 +70,7 @@ def _property_value(name: str, text: str) -> object:
 
 
 def parse(properties: Mapping[str, str]) -> SubscriptionFilters:
+    from amqp_stream import fast_match
     from amqp_stream.filtering import install
     from sqlfilter import FilterError, compile_property_filter, compile_sql
 
@@ -101,8 +102,7 @@ def parse(properties: Mapping[str, str]) -> SubscriptionFilters:
             out.compiled = compile_sql(sql)
         elif kind is not None:
             out.compiled = compile_property_filter(props or None, app or None)
-        if out.compiled is not None:
-            out.match = out.compiled.bytes_matcher()
+        out.match = fast_match.bytes_matcher(out.compiled)  # (None without a filter)
     except FilterError as exc:
         raise BadRequest(f"invalid {kind} filter: {exc}") from None
     out.stage2 = kind
