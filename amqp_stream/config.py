@@ -63,7 +63,7 @@ class BrokerConfig:
     stream_advertised_host: str | None = None
     stream_advertised_port: int = 0
     stream_send_threads: int = -1
-    stream_join_bytes: int = 1 << 20
+    stream_join_bytes: int = 0  # off: each stored chunk as it is, as RabbitMQ sends it
     auth_failure_delay: float = 3.0
     offset_store_every: int = 10_000
     offset_store_interval_ms: int = 5000

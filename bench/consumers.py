@@ -1,6 +1,7 @@
 """Many stream-protocol consumers of one stream at once: a baseline (another checkout given by
 ``--baseline``, else this one with ``--stream-join-bytes 0``: stored chunks sent one by one), this
-checkout, and RabbitMQ 3.10, in turns in one run.
+checkout with stored chunks joined per Deliver (``--stream-join-bytes 1048576``: off by default,
+as RabbitMQ sends each stored chunk), and RabbitMQ 3.10, in turns in one run.
 
 Why: with ``os.sendfile`` issued from the loop thread only, consumers past the first share one
 core (issue 28: 0.82x RabbitMQ at 16 consumers). Each round subscribes ``n`` consumers (1, 4,
@@ -36,6 +37,8 @@ from bench.peer import RabbitMQNode
 from bench.stream_protocol import cpu_seconds, publish, publish_frames
 
 __all__ = ["main", "consume_many"]
+
+JOINED = 1 << 20  # the data bytes of a joined Deliver, "this checkout"
 
 
 @dataclass
@@ -119,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for label, code, extra in ((before, args.baseline or here,
                                     [] if args.baseline else ["--stream-join-bytes", "0"]),
-                                   ("this checkout", here, [])):
+                                   ("this checkout", here, ["--stream-join-bytes", str(JOINED)])):
             name = label.split()[0]
             b = BrokerProcess(root / f"data-{name}", log_path=root / f"broker-{name}.log",
                               extra_args=["--fsync", "never", *extra],

@@ -74,9 +74,7 @@ def test_filtered_subscription_ends_with_an_empty_chunk_past_skipped_chunks(brok
 def test_end_inside_a_chunk_and_nothing_after_the_end(broker, stream_name):
     publish_chunks(broker.stream_url, stream_name, [(None, 10)] * 5)
     got = subscribe_until_end(broker.stream_url, stream_name, {"end-offset": "25"})
-    # the three stored chunks below the end come joined in one Deliver (--stream-join-bytes),
-    # the last reaching past the end, whole
-    assert got == [(0, 30, 30), (25, 0, 0)]
+    assert got == [(0, 10, 10), (10, 10, 10), (20, 10, 10), (25, 0, 0)]
     # more credit does not bring anything past the end
     delivered: list = []
     with StreamClient(broker.stream_url, on_chunk=lambda c: delivered.append(_head(c))) as c:
