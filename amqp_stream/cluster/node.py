@@ -255,7 +255,9 @@ class ClusterNode:
                              f"leadership until it is revived (amqp-stream cluster revive)"}
         role = self.replication.leaders.get(name) if self.replication is not None else None
         if role is None or role.epoch != layout.epoch:
-            return {"error": f"{self.name} is not leading {name!r} yet; try again"}
+            # the layout names it, its role is not taken up yet (it follows within ~0.5 s of
+            # an election or a transfer): the CLI asks again
+            return {"error": f"{self.name} is not leading {name!r} yet; try again", "retry": True}
         stream = role.stream
         # as RabbitMQ's transfer (it restarts the stream's writer): from here appends are
         # refused, and the stream-protocol publishers of the stream are dropped with a

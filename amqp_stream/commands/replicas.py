@@ -236,18 +236,27 @@ def _delete(url: str, args: argparse.Namespace) -> int:
 
 
 def _move(url: str, args: argparse.Namespace, target: str) -> dict:
+    """Ask the leader to hand over; asked again (up to ``--timeout``) while the node the
+    layout names has not taken the role up yet (just after an election or a transfer)."""
+    import time
+
     from amqp_stream.cluster.coordination import LayoutRefused, read_view
 
-    view = read_view(url, args.timeout)
-    layout = view.layouts.get(args.name)
-    if layout is None:
-        raise LayoutRefused(f"stream {args.name!r} does not exist")
-    leader = view.nodes.get(layout.leader)
-    if leader is None:
-        raise _Failed(f"the leader of {args.name!r}, {layout.leader}, is down: an election "
-                      f"will choose the next one")
-    answer = _ask(leader, {"op": "transfer", "stream": args.name, "node": target,
-                           "timeout": args.wait}, args.timeout + args.wait, args.secret)
+    deadline = time.monotonic() + args.timeout
+    while True:
+        view = read_view(url, args.timeout)
+        layout = view.layouts.get(args.name)
+        if layout is None:
+            raise LayoutRefused(f"stream {args.name!r} does not exist")
+        leader = view.nodes.get(layout.leader)
+        if leader is None:
+            raise _Failed(f"the leader of {args.name!r}, {layout.leader}, is down: an election "
+                          f"will choose the next one")
+        answer = _ask(leader, {"op": "transfer", "stream": args.name, "node": target,
+                               "timeout": args.wait}, args.timeout + args.wait, args.secret)
+        if not answer.get("retry") or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)  # a back-off while the role is taken up, not a synchronisation
     if "error" in answer:
         raise _Failed(answer["error"])
     return answer
