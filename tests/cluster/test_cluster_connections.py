@@ -27,15 +27,17 @@ def named(listing: list[dict]) -> dict[str, dict]:
             if c["client_properties"].get("connection_name")}
 
 
+async def connect(broker, name: str) -> Client:
+    """A named stream connection to ``broker``, logged in."""
+    c = Client(broker.host, broker.stream_port, frame_max=1024 * 1024, heartbeat=60,
+               connection_name=name)
+    await c.start()
+    await c.authenticate("/", "guest", "guest")
+    return c
+
+
 def test_any_node_lists_and_closes_every_nodes_connections(nodes):
     _, (n1, n2, n3) = nodes
-
-    async def connect(broker, name: str) -> Client:
-        c = Client(broker.host, broker.stream_port, frame_max=1024 * 1024, heartbeat=60,
-                   connection_name=name)
-        await c.start()
-        await c.authenticate("/", "guest", "guest")
-        return c
 
     async def get(broker, path: str):
         return await asyncio.to_thread(call, broker, "GET", path)
@@ -98,13 +100,6 @@ def test_any_node_lists_every_nodes_consumers_and_publishers(nodes):
     consumers, asked of a node that holds none of them: each row from its node, named so,
     and the CLI's listings read the same."""
     _, (n1, n2, n3) = nodes
-
-    async def connect(broker, name: str) -> Client:
-        c = Client(broker.host, broker.stream_port, frame_max=1024 * 1024, heartbeat=60,
-                   connection_name=name)
-        await c.start()
-        await c.authenticate("/", "guest", "guest")
-        return c
 
     async def get(broker, path: str):
         answer = await asyncio.to_thread(call, broker, "GET", path)

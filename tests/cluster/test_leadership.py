@@ -17,7 +17,7 @@ from amqp_stream.streamproto.constants import ResponseCode
 from tests.cluster.checker import check, log_dir, raw_chunks
 from tests.cluster.faults import ZkLayout
 from tests.cluster.publisher import Publisher, body
-from tests.cluster.test_replicated_nodes import converged, declare
+from tests.cluster.test_replicated_nodes import converged, declare, published
 from tests.cluster.nodes import SESSION_TIMEOUT, cluster_status, holds_log
 from tests.cluster.test_operations import cli
 from tests.polling import wait_for
@@ -45,11 +45,7 @@ def test_a_leader_whose_replicas_are_down_gives_up_once_and_leads_again(nodes, z
 
     async def scenario() -> dict[int, bytes]:
         await declare(n1, stream_name, n2, n3)
-        p = Publisher(stream_name, brokers.values())
-        await p.connect()
-        assert p.leader is n1
-        await p.publish(range(1, 1001))
-        await p.drop()
+        p = await published(stream_name, brokers, n1, 1000)
         first = p.confirmed
         layout = ZkLayout(zookeeper.hosts, zk_path, stream_name)
         try:

@@ -28,6 +28,18 @@ async def declare(broker: BrokerProcess, stream: str, *members: BrokerProcess) -
         await until(lambda b=b: holds_log(b, stream), "members' logs")
 
 
+async def published(stream: str, brokers: dict[str, BrokerProcess], leader: BrokerProcess,
+                    n: int) -> Publisher:
+    """A named producer that found ``leader`` leading, ``n`` messages confirmed, its
+    connection dropped (the scenarios' common start)."""
+    p = Publisher(stream, brokers.values())
+    await p.connect()
+    assert p.leader is leader
+    await p.publish(range(1, n + 1))
+    await p.drop()
+    return p
+
+
 def layout_of(url: str, stream: str) -> dict:
     (layout,) = [s for s in cluster_status(url)["streams"] if s["stream"] == stream]
     return layout
@@ -210,11 +222,7 @@ def test_a_leader_back_before_any_election_is_followed_again(nodes, stream_name)
 
     async def scenario() -> dict[int, bytes]:
         await declare(n1, stream_name, n2, n3)
-        p = Publisher(stream_name, brokers.values())
-        await p.connect()
-        assert p.leader is n1
-        await p.publish(range(1, 1001))
-        await p.drop()
+        p = await published(stream_name, brokers, n1, 1000)
         n3.kill()
         n1.proc.send_signal(signal.SIGSTOP)
         try:
