@@ -1,6 +1,12 @@
-"""CRC-32 (zlib's) of two byte strings joined, from their own CRCs and the second's length.
+"""CRC-32 (zlib's polynomial, as osiris and RabbitMQ's clients check it): one function for the
+whole project, and the CRC of two byte strings joined from their own CRCs.
 
-Why: a consumer's Deliver may carry several stored chunks joined into one (fewer, larger chunks
+``crc32`` is ISA-L's (``isal``): the same values as ``zlib.crc32`` at 3-4x its speed on this
+machine's CPUs (PCLMULQDQ folding: 7.9 against 26.9 µs for 100 KB; 89 against 220 ns for 100
+bytes). Every chunk is checksummed when written and again when stage 2 reads it, so this is on
+the publish path and on the filtered consume path (~43 -> ~13 ns per 158-byte record).
+
+Why ``crc32_combine``: a consumer's Deliver may carry several stored chunks joined into one (fewer, larger chunks
 per credit, as RabbitMQ's larger chunks give; ``stream_listener.consuming``). The joined chunk's
 header needs the CRC of the joined data sections; reading them to compute it would cost what
 ``sendfile`` saves. zlib has ``crc32_combine`` but Python's ``zlib`` module does not offer it.
@@ -18,7 +24,9 @@ from __future__ import annotations
 
 import functools
 
-__all__ = ["crc32_combine"]
+from isal.isal_zlib import crc32
+
+__all__ = ["crc32", "crc32_combine"]
 
 _P = 0x104C11DB7  # the CRC-32 polynomial, x^32 + ... + 1 (bit i: the coefficient of x^i)
 _TO_BYTES = bytes.maketrans(b"01", b"\x00\x01")

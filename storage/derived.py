@@ -55,7 +55,6 @@ from __future__ import annotations
 import math
 import os
 import struct
-import zlib
 from bisect import bisect_left
 from functools import reduce
 from itertools import accumulate
@@ -64,6 +63,7 @@ from typing import Callable, Collection, Iterable, Mapping, NamedTuple, Sequence
 
 from bloom.schemes import mmh3_pair
 
+from storage.crc import crc32
 from storage.errors import StorageError
 from storage.files import advise, index_path, read_index_tuples
 from storage.format import CHUNK_HEADER_BYTES, SubBatchEntry
@@ -342,7 +342,7 @@ def encode_entry(chunk_id: int, position: int, records: int, filter_size: int, d
     for k, start in enumerate(starts):
         length = ends[k] - start
         entries = min(BLOCK_RECORDS, n - k * BLOCK_RECORDS)
-        crc = zlib.crc32(view[start:start + length])
+        crc = crc32(view[start:start + length])
         if unknown[k]:
             parts.append(DERIVED_BLOCK.pack(entries, block_records[k], length, crc, 0, 0))
             if rows is not None:
@@ -360,7 +360,7 @@ def encode_entry(chunk_id: int, position: int, records: int, filter_size: int, d
             parts.append(bits)
     body = _CHUNK_REST.pack(chunk_id, position, records, CHUNK_HEADER_BYTES + filter_size,
                             len(starts)) + b"".join(parts)
-    return _LEN.pack(len(body) + 4) + _LEN.pack(zlib.crc32(body)) + body
+    return _LEN.pack(len(body) + 4) + _LEN.pack(crc32(body)) + body
 
 
 _FOUR = 4  # an entry's length prefix
@@ -401,7 +401,7 @@ class _Spans(Sequence[tuple[int, int]]):
 
 _new_tuple = tuple.__new__
 _unpack_chunk = DERIVED_CHUNK.unpack_from
-_crc = zlib.crc32
+_crc = crc32
 _CHUNK_SIZE = DERIVED_CHUNK.size
 _MAX_ENTRY = 16 << 20  # an entry of 65,535 entries' blocks stays far below
 _BLOCK_SIZE = DERIVED_BLOCK.size

@@ -74,6 +74,7 @@ from typing import Callable, Iterable, NamedTuple, Sequence
 
 import bloom
 
+from storage.crc import crc32
 from storage.errors import CorruptionError, StorageError
 
 __all__ = [
@@ -381,7 +382,7 @@ def encode_chunk(
         raise StorageError(f"filter larger than {bloom.MAX_SIZE} bytes")
     header = CHUNK_HEADER.pack(
         CHUNK_MAGIC_VERSION, chunk_type, entries, records, timestamp, epoch, chunk_id,
-        zlib.crc32(data), len(data), len(trailer), len(filter_bits),
+        crc32(data), len(data), len(trailer), len(filter_bits),
         filter_scheme if filter_bits else 0, filter_param if filter_bits else 0, flags,
     )
     out = [header]

@@ -36,12 +36,12 @@ import bisect
 import operator
 import os
 import time
-import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Protocol, Sequence, cast, overload
 
 import bloom
 
+from storage.crc import crc32
 from storage.derived import Block, Bounds, ChunkEntry, Cursor, Wanted
 from storage.skiptable import Table
 from storage.errors import CorruptionError
@@ -407,7 +407,7 @@ class Reader:
         read) that hold the ``needles``, else all of them; None when its bytes fail its CRC
         or disagree with the sidecar on its records: then the chunk is read whole, under its
         own CRC. For ``read_chunk`` and for a caller that reads ``ChunkLocation.blocks``."""
-        if len(data) != b.length or zlib.crc32(data) != b.crc:
+        if len(data) != b.length or crc32(data) != b.crc:
             return None
         first = chunk_id + b.first
         part = self.holding(data, first, b.entries, simple=b.k > 0)  # (k: indexed, all simple)
@@ -498,7 +498,7 @@ class Reader:
         self._check_id(h, rec, seg)
         if len(data) != h.data_length:
             raise CorruptionError(seg.spath, pos, "chunk runs past the end of the segment")
-        if zlib.crc32(data) != h.crc:
+        if crc32(data) != h.crc:
             raise CorruptionError(seg.spath, pos, "CRC mismatch in the data section")
         records = self.candidates(data, h.chunk_id, h.entries, h.flags)
         if records is None:

@@ -60,11 +60,11 @@ import re
 import struct
 import sys
 import threading
-import zlib
 from bisect import bisect_left
 from collections import OrderedDict
 from typing import Collection, Mapping, Sequence
 
+from storage.crc import crc32
 from storage.derived import BlockRow, Bound, token_probes
 
 __all__ = ["SKIP_HEADER", "SKIP_ROW", "ROW_BOUND", "ROW_BLOOM_BYTES", "row_bytes", "skip_path",
@@ -95,7 +95,7 @@ def skip_path(directory: str, start: int) -> str:
 
 
 def keys_crc(keys: Sequence[str]) -> int:
-    return zlib.crc32("\n".join(keys).encode("utf-8"))
+    return crc32("\n".join(keys).encode("utf-8"))
 
 
 def row_bytes(keys: int) -> int:
@@ -166,7 +166,7 @@ def describe(directory: str, start: int) -> dict | None:
     _, rows, crc, _, keys = head
     row = row_bytes(keys)
     body = raw[SKIP_HEADER.size:SKIP_HEADER.size + rows * row]
-    ok = len(body) == rows * row and zlib.crc32(body) == crc
+    ok = len(body) == rows * row and crc32(body) == crc
     numbers = _numbers(body, rows, row) if ok and rows else None
     return {"rows": rows, "bytes": len(raw), "first": numbers[0] if numbers else None,
             "last": numbers[rows - 1] if numbers else None, "ok": ok}
@@ -216,13 +216,13 @@ class TableWriter:
                 kc, rows, crc, _, nkeys = head
                 if kc == kcrc and nkeys == len(keys) and rows:
                     raw = os.pread(fd, rows * row, SKIP_HEADER.size)
-                    if len(raw) == rows * row and zlib.crc32(raw) == crc:
+                    if len(raw) == rows * row and crc32(raw) == crc:
                         keep = bisect_left(_numbers(raw, rows, row), index_records)
                         if keep:
                             number, _, chunk_id, _, _ = SKIP_ROW.unpack_from(raw, (keep - 1) * row)
                             if number == index_records - 1 and chunk_id == last_chunk:
                                 w = cls(fd, kcrc, len(keys), keep,
-                                        zlib.crc32(memoryview(raw)[:keep * row]), sidecar_size)
+                                        crc32(memoryview(raw)[:keep * row]), sidecar_size)
                                 os.ftruncate(fd, SKIP_HEADER.size + keep * row)
                                 w._header()
                                 return w
@@ -244,7 +244,7 @@ class TableWriter:
         while done < len(raw):
             done += os.pwrite(self.fd, memoryview(raw)[done:], at + done)
         self.rows += len(raw) // self.row
-        self.crc = zlib.crc32(raw, self.crc)
+        self.crc = crc32(raw, self.crc)
         self.sidecar_end = sidecar_end
         self._header()
 
@@ -312,7 +312,7 @@ def _verified(fd: int, rows: int, crc: int, row: int
         base, prior = cached[2], cached[1]
     new = os.pread(fd, rows * row - len(base), SKIP_HEADER.size + len(base))
     read = len(new)
-    if len(base) + len(new) != rows * row or zlib.crc32(new, prior) != crc:
+    if len(base) + len(new) != rows * row or crc32(new, prior) != crc:
         if not base:
             return None, read
         with _CACHE_LOCK:

@@ -16,9 +16,9 @@ that runs past the end of the file.
 from __future__ import annotations
 
 import os
-import zlib
 from typing import Iterator, NamedTuple
 
+from storage.crc import crc32
 from storage.errors import CorruptionError
 from storage.files import pread_exact
 from storage.format import (
@@ -80,7 +80,7 @@ def check_chunk(fd: int, position: int, file_size: int, path: str, *,
     if with_filter and h.filter_size:
         bits = pread_exact(fd, h.filter_size, position + CHUNK_HEADER_BYTES)
     data = pread_exact(fd, h.data_length, position + CHUNK_HEADER_BYTES + h.filter_size)
-    crc_ok = len(data) == h.data_length and zlib.crc32(data) == h.crc
+    crc_ok = len(data) == h.data_length and crc32(data) == h.crc
     problem = None
     if not crc_ok:
         problem = "CRC mismatch in the data section"

@@ -48,7 +48,6 @@ import logging
 import os
 import threading
 import time
-import zlib
 from bisect import bisect_right
 from typing import Callable, Iterable, Sequence, Union
 
@@ -56,6 +55,7 @@ import bloom
 
 from storage.config import FsyncPolicy, StreamConfig
 from storage import skiptable
+from storage.crc import crc32
 from storage.derived import BlockRow, create_sidecar, derived_path, encode_entry, repair
 from storage.errors import CorruptionError, StaleEpochError, StorageError, StreamClosedError
 from storage.files import fsync_dir, index_count, index_path, read_index_record, segment_path
@@ -386,7 +386,7 @@ class Writer:
                                       f"the log's last epoch {epoch}")
             at = CHUNK_HEADER_BYTES + h.filter_size
             data = chunk[at:at + h.data_length]
-            if zlib.crc32(data) != h.crc:
+            if crc32(data) != h.crc:
                 raise StorageError(f"chunk {h.chunk_id}: CRC mismatch in the data section")
             records: list[TrackingRecord] | None = None
             if h.type != CHUNK_USER:

@@ -33,7 +33,6 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-import zlib
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from amqp_stream.client.errors import ClientError
@@ -43,6 +42,7 @@ from amqp_stream.errors import NotFound, ResourceDeleted
 from amqp_stream.streamproto import OffsetSpec as WireSpec
 from amqp_stream.streamproto import OffsetType
 from amqp_stream.streamproto.constants import FILTER_PROPERTY_PREFIX, MATCH_UNFILTERED_PROPERTY
+from storage.crc import crc32
 from storage.errors import CorruptionError
 from storage.format import CHUNK_HEADER_BYTES, CHUNK_USER, decode_header, decode_records
 from storage.offsets import OffsetSpec
@@ -186,7 +186,7 @@ class RemoteReader:
             self.resume = h.next_offset
             return
         data = bytes(chunk[CHUNK_HEADER_BYTES:CHUNK_HEADER_BYTES + h.data_length])
-        if len(data) != h.data_length or zlib.crc32(data) != h.crc:  # read again elsewhere
+        if len(data) != h.data_length or crc32(data) != h.crc:  # read again elsewhere
             raise CorruptionError(f"member of {self.stream}", h.chunk_id,
                                   "CRC mismatch in a chunk read from a member")
         records = decode_records(data, h.chunk_id, entries=h.entries)

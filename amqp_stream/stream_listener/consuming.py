@@ -52,11 +52,10 @@ from __future__ import annotations
 import collections
 import logging
 import os
-import zlib
 from typing import TYPE_CHECKING, Any, Callable
 
 from amqp_stream.stream_listener.connection import MAX_PENDING
-from storage.crc import crc32_combine
+from storage.crc import crc32, crc32_combine
 from storage.format import (CHUNK_HEADER, CHUNK_MAGIC_VERSION, CHUNK_USER, HEADER_FILTER_SCHEME_AT,
                             HEADER_FLAGS_AT, SIMPLE_ENTRY, decode_records, encode_chunk,
                             encode_entries)
@@ -379,7 +378,7 @@ class Subscription:
             else:
                 return out
         data = os.pread(loc.fd, loc.length, loc.position)
-        if len(data) != loc.length or zlib.crc32(data) != loc.crc:
+        if len(data) != loc.length or crc32(data) != loc.crc:
             raise OSError(f"chunk {loc.chunk_id} of stream {self.entry.name!r}: CRC mismatch "
                           f"or short read")
         found = self.reader.candidates(data, loc.chunk_id, loc.entries, loc.header[HEADER_FLAGS_AT])
@@ -430,7 +429,7 @@ class Subscription:
             size = _pack_len(len(body))
             return 1, b"".join((CHUNK_HEADER.pack(
                 CHUNK_MAGIC_VERSION, CHUNK_USER, 1, 1, timestamp, epoch, first,
-                zlib.crc32(body, zlib.crc32(size)), 4 + len(body), 0, 0, 0, 0, 0), size, body))
+                crc32(body, crc32(size)), 4 + len(body), 0, 0, 0, 0, 0), size, body))
         return len(bodies), b"".join(encode_chunk(first, timestamp, encode_entries(bodies),
                                                   len(bodies), len(bodies), epoch=epoch))
 
