@@ -422,7 +422,7 @@ def test_stuck_consumers_give_their_memory_back_when_they_go(tmp_path):
     try:
         with Client(b.url) as c:
             c.declare("small")
-        _publish_small(b, "small", 200_000)
+        _publish_small(b, "small", 60_000)  # past what the kernel buffers ten links
         base = _status_kib(b.proc.pid, "VmRSS")
         stuck = [EngineClient(b.host, b.port) for _ in range(10)]
         for e in stuck:
@@ -430,10 +430,12 @@ def test_stuck_consumers_give_their_memory_back_when_they_go(tmp_path):
             _attach_receiver(e, "small", credit=1_000_000)
         _wait_sent_all(b, "small")
         grown = _status_kib(b.proc.pid, "VmRSS") - base
+        print(f"ten stuck consumers held +{grown} KiB")
+        assert grown > 8 * 1024, f"the stuck consumers held only {grown} KiB: nothing to give back"
         for e in stuck:
             e.close()
         wait_for(lambda: connection_count(b.proc.pid) == 0, 15, "the stuck sockets closed")
-        wait_for(lambda: _status_kib(b.proc.pid, "VmRSS") - base < min(grown, 16 * 1024), 20,
+        wait_for(lambda: _status_kib(b.proc.pid, "VmRSS") - base < min(grown // 4, 16 * 1024), 20,
                  f"RSS back near its baseline (grew {grown} KiB while they were stuck)")
     finally:
         b.close()
