@@ -243,8 +243,6 @@ def stored_adder(columns: Columns, wanted: Collection[str] | None = None) -> Cal
                     raise _Unusual
                 if count > _CREATION:
                     ct = props[_CREATION]
-                    if ct is not None and type(ct) is not _timestamp:
-                        raise _Unusual
                     if ct:
                         ts_ms = int(int(ct) / 1000.0 * 1000)
             for _append, index in property_columns:

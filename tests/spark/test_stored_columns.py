@@ -42,7 +42,7 @@ _values = _scalars | st.lists(st.integers(-3, 3) | st.text(max_size=2), max_size
 def _descriptor(draw, code: int) -> bytes:
     """A section's descriptor: the usual smallulong, or a ulong, or a symbol name now and then
     (which ``amqp_stream.wire`` does not read: both ways fail alike)."""
-    kind = draw(st.sampled_from(["small"] * 6 + ["ulong", "symbol"]))
+    kind = draw(st.sampled_from(["small"] * 20 + ["ulong", "symbol"]))
     if kind == "small":
         return bytes((0x00, 0x53, code))
     if kind == "ulong":
@@ -62,19 +62,21 @@ def _key(draw, k: str, symbol: bool = False) -> bytes:
     wide = draw(st.integers(0, 4)) == 0
     if symbol:
         return _text32(0xB3, k) if wide else encode(proton.symbol(k))
-    if k.isascii() and draw(st.integers(0, 9)) == 0:
+    if k.isascii() and draw(st.integers(0, 19)) == 0:
         return encode(proton.symbol(k))  # not a str: the map column makes it text
     return _text32(0xB1, k) if wide else encode(k)
 
 
 def _compound(draw, kind: str, items: list[bytes]) -> bytes:
-    """A map or list of encoded items: the smallest form, or the 32-bit one now and then."""
+    """A map (``items``: its entries, key and value each) or list of encoded items: the smallest
+    form, or the 32-bit one now and then."""
     body = b"".join(items)
+    count = 2 * len(items) if kind == "map" else len(items)
     if kind == "list" and not items and draw(st.booleans()):
         return b"\x45"
     if draw(st.integers(0, 3)) == 0 or len(body) > 250:
-        return (b"\xd1" if kind == "map" else b"\xd0") + struct.pack(">II", len(body) + 4, len(items)) + body
-    return (b"\xc1" if kind == "map" else b"\xc0") + struct.pack(">BB", len(body) + 1, len(items)) + body
+        return (b"\xd1" if kind == "map" else b"\xd0") + struct.pack(">II", len(body) + 4, count) + body
+    return (b"\xc1" if kind == "map" else b"\xc0") + struct.pack(">BB", len(body) + 1, count) + body
 
 
 @st.composite
@@ -88,21 +90,21 @@ def messages(draw) -> bytes:
         if fv is not None:
             entries.append(_key(draw, FILTER_VALUE, symbol=True) + encode(fv))
         if draw(st.booleans()):
-            entries.append(_key(draw, "x-other", symbol=True) + encode(draw(_scalars)))
+            entries.append(_key(draw, "x-stream-other", symbol=True) + encode(draw(_scalars)))
         entries = draw(st.permutations(entries))
-        sections.append(_descriptor(draw, 0x72) + _compound(draw, "map", [b for e in entries for b in [e]]))
+        sections.append(_descriptor(draw, 0x72) + _compound(draw, "map", entries))
     if draw(st.booleans()):
         fields = [draw(st.none() | st.text(max_size=4) | st.integers(0, 300).map(proton.ulong) | st.uuids()),
                   draw(st.none() | st.binary(max_size=4)), None, draw(st.none() | st.text(max_size=3)),
                   None, None, draw(st.none() | st.sampled_from(["application/json", ""]).map(proton.symbol)), None,
-                  draw(st.none() | st.integers(0, 2**41).map(proton.timestamp)),
+                  draw(st.none() | st.integers(0, 2**41).map(proton.timestamp) | st.just("x")),
                   draw(st.none() | st.sampled_from([0, 1001, 1795823780661]).map(proton.timestamp)
-                       | st.integers(-(2**40), 2**42).map(proton.timestamp)),
+                       | st.integers(-(2**40), 2**42).map(proton.timestamp) | st.sampled_from([proton.ulong(5), "7", "x"])),
                   None, draw(st.none() | st.integers(0, 3).map(proton.uint)), None]
         fields = fields[:draw(st.integers(0, len(fields)))]
         sections.append(_descriptor(draw, 0x73) + _compound(draw, "list", [encode(f) for f in fields]))
     if draw(st.booleans()):
-        keys = draw(st.lists(st.sampled_from(KEYS), max_size=5))  # a repeated key now and then
+        keys = draw(st.lists(st.sampled_from(KEYS), max_size=5, unique=draw(st.integers(0, 3)) > 0))
         items = [_key(draw, k) + encode(draw(_values)) for k in keys]
         sections.append(_descriptor(draw, 0x74) + _compound(draw, "map", items))
         if draw(st.integers(0, 9)) == 0:  # a second one: the first counts
@@ -195,9 +197,12 @@ def test_the_usual_messages_take_the_walk(monkeypatch):
 @pytest.mark.parametrize("data", [
     b"\x00\x53\x74\xc1\x05\x02\xa1\x01a",  # a map entry cut short
     b"\x00\x53\x74\xc1\x04\x01\xa1\x01a",  # an odd count
+    b"\x00\x53\x74\xc1\x07\x03\xa1\x01a\xa1\x01b",  # an odd count, the bytes one entry
+    b"\x00\x53\x72\xc1\x07\x03\xa3\x01a\xa1\x01b",  # the same in the annotations
     b"\x00\x53\x73\xc0\x03\x01\xa1\x05",  # a string past its list
     b"\x00\x53\x72\xc1\x06\x02\xa3\x02\xff\xfe\x40",  # a symbol that is not ASCII
     b"\x00\x53\x75\xa0\x09ab",  # a body past the message
+    b"\x00\x53\x74\xc1\x0f\x02\xa1\x01a\xa1\x09b",  # a map and its last string past the message
 ])
 def test_bad_bytes_fail_as_today(data):
     """Bytes the walk cannot read go to ``stored_message``: the read fails as it did."""
