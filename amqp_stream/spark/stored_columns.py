@@ -47,6 +47,10 @@ _timestamp = proton.timestamp
 _isfinite = math.isfinite
 
 
+_SEEN = 4096  # sections remembered, of each kind
+_MISS = object()
+
+
 class _Unusual(Exception):
     """A message the walk leaves to ``stored_message``."""
 
@@ -74,6 +78,62 @@ def _compound(data: bytes, pos: int) -> tuple[int, int, int]:
     raise _Unusual
 
 
+def _fields(data: bytes, pos: int, end: int, count: int) -> tuple:
+    """The ``count`` values of a list filling ``data[pos:end]``."""
+    out: list[Any] = []
+    add = out.append
+    for _ in range(count):
+        c = data[pos]
+        if c == 0x40:
+            add(None)
+            pos += 1
+        elif c == 0xA1:
+            s = pos + 2
+            pos = s + data[pos + 1]
+            add(data[s:pos].decode())
+        elif c == 0xA3:
+            s = pos + 2
+            pos = s + data[pos + 1]
+            add(_symbol(data[s:pos].decode("ascii")))
+        elif c == 0x83:
+            add(_timestamp(_i64(data, pos + 1)[0]))
+            pos += 9
+        else:
+            v, pos = decode(data, pos)
+            add(v)
+    if pos != end:
+        raise _Unusual
+    return tuple(out)
+
+
+def _filter_value(data: bytes, pos: int, end: int, count: int) -> Any:
+    """The filter value (None if none) of the annotations map of ``count`` items filling
+    ``data[pos:end]``; the other entries read to check them."""
+    if count & 1:
+        raise _Unusual
+    fv = None
+    for _ in range(count >> 1):
+        c = data[pos]
+        if c != 0xA3 and c != 0xA1:
+            raise _Unusual
+        s = pos + 2
+        pos = s + data[pos + 1]
+        key = data[s:pos]
+        if not key.isascii():
+            raise _Unusual
+        if data[pos] == 0xA1:
+            s = pos + 2
+            pos = s + data[pos + 1]
+            v: Any = data[s:pos].decode()
+        else:
+            v, pos = decode(data, pos)
+        if key == _FILTER_KEY:
+            fv = v
+    if pos != end:
+        raise _Unusual
+    return None if fv is None else str(fv)
+
+
 def stored_adder(columns: Columns, wanted: Collection[str] | None = None) -> Callable[[bytes, int], None]:
     """``add(data, offset)``: the stored message ``data`` at ``offset`` as a row of ``columns``
     when its filter value is in ``wanted`` (None: every message), as
@@ -90,6 +150,10 @@ def stored_adder(columns: Columns, wanted: Collection[str] | None = None) -> Cal
         else:
             app_columns.append((values.append, name))
     no_app: dict[str, Any] = {}
+    # sections seen before (a writer's messages repeat their annotations, and their properties
+    # after the message id): bytes -> what they hold, emptied when full
+    seen_annotations: dict[bytes, Any] = {}
+    seen_properties: dict[bytes, tuple] = {}
 
     def walk(data: bytes, offset: int) -> None:
         n = len(data)
@@ -122,8 +186,6 @@ def stored_adder(columns: Columns, wanted: Collection[str] | None = None) -> Cal
                         key, pos = decode(data, pos)
                         if type(key) is not str:
                             raise _Unusual
-                    if key in app:
-                        raise _Unusual
                     c = data[pos]
                     if c == 0xA1:  # str8
                         s = pos + 2
@@ -163,61 +225,42 @@ def stored_adder(columns: Columns, wanted: Collection[str] | None = None) -> Cal
                         t = _text(v)
                     app[key] = v
                     texts.append(t)
-                if pos != end:
+                if pos != end or len(app) != count >> 1:  # a repeated key: today's path
                     raise _Unusual
             elif code == 0x73:  # properties
                 if props is not None:
                     raise _Unusual
-                props = []
-                add = props.append
                 pos, end, count = _compound(data, pos)
-                for _ in range(count):
-                    c = data[pos]
-                    if c == 0x40:
-                        add(None)
-                        pos += 1
-                    elif c == 0xA1:
-                        s = pos + 2
-                        pos = s + data[pos + 1]
-                        add(data[s:pos].decode())
-                    elif c == 0xA3:
-                        s = pos + 2
-                        pos = s + data[pos + 1]
-                        add(_symbol(data[s:pos].decode("ascii")))
-                    elif c == 0x83:
-                        add(_timestamp(_i64(data, pos + 1)[0]))
-                        pos += 9
-                    else:
-                        v, pos = decode(data, pos)
-                        add(v)
-                if pos != end:
-                    raise _Unusual
+                if count and data[pos] == 0xA1:  # a str8 message id; the rest looked up
+                    s = pos + 2
+                    pos = s + data[pos + 1]
+                    if pos > end:
+                        raise _Unusual
+                    key = data[pos:end]
+                    rest = seen_properties.get(key)
+                    if rest is None or len(rest) != count - 1:
+                        rest = _fields(data, pos, end, count - 1)
+                        if len(seen_properties) >= _SEEN:
+                            seen_properties.clear()
+                        seen_properties[key] = rest
+                    props = [data[s:pos].decode(), *rest]
+                else:
+                    props = list(_fields(data, pos, end, count))
+                pos = end
             elif code == 0x72:  # message-annotations
                 if annotations_seen:
                     raise _Unusual
                 annotations_seen = True
+                start = pos
                 pos, end, count = _compound(data, pos)
-                if count & 1:
-                    raise _Unusual
-                for _ in range(count >> 1):
-                    c = data[pos]
-                    if c != 0xA3 and c != 0xA1:
-                        raise _Unusual
-                    s = pos + 2
-                    pos = s + data[pos + 1]
-                    key = data[s:pos]
-                    if not key.isascii():
-                        raise _Unusual
-                    if data[pos] == 0xA1:
-                        s = pos + 2
-                        pos = s + data[pos + 1]
-                        v = data[s:pos].decode()
-                    else:
-                        v, pos = decode(data, pos)
-                    if key == _FILTER_KEY:
-                        fv = v
-                if pos != end:
-                    raise _Unusual
+                key = data[start:end]
+                fv = seen_annotations.get(key, _MISS)
+                if fv is _MISS:
+                    fv = _filter_value(data, pos, end, count)
+                    if len(seen_annotations) >= _SEEN:
+                        seen_annotations.clear()
+                    seen_annotations[key] = fv
+                pos = end
             elif code == 0x75 and not have_body and data[pos] == 0xA0:  # data: vbin8
                 s = pos + 2
                 pos = s + data[pos + 1]
@@ -249,8 +292,6 @@ def stored_adder(columns: Columns, wanted: Collection[str] | None = None) -> Cal
                 declared_props.append(_property(index, props[index]) if index < count else None)
         else:
             declared_props = [None] * len(property_columns)
-        if fv is not None:
-            fv = str(fv)
         if wanted is not None and fv not in wanted:
             return
         add_offset(offset)
