@@ -97,8 +97,9 @@ class Columns:
             self.map_items: list[str | None] = []
             self.map_ends: list[int] = [0]
             self.values: list[list[Any]] = [[] for _ in self._declared]
-        for column in (self.offsets, self.times, self.filter_values, self.bodies, self.map_keys,
-                       self.map_items, *self.values):
+        columns: list[list[Any]] = [self.offsets, self.times, self.filter_values, self.bodies,
+                                    self.map_keys, self.map_items, *self.values]
+        for column in columns:
             column.clear()
         del self.map_ends[1:]
 

@@ -164,6 +164,9 @@ def stored_adder(columns: Columns, wanted: Collection[str] | None = None) -> Cal
         app: dict[str, Any] | None = None
         texts: list[str | None] = []
         body: Any = None
+        key: Any
+        v: Any
+        t: str | None
         while pos < n:
             if data[pos] or data[pos + 1] != 0x53:
                 raise _Unusual
