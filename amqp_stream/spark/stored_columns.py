@@ -155,147 +155,163 @@ def stored_adder(columns: Columns, wanted: Collection[str] | None = None) -> Cal
     seen_annotations: dict[bytes, Any] = {}
     seen_properties: dict[bytes, tuple] = {}
 
-    def walk(data: bytes, offset: int) -> None:
-        n = len(data)
-        pos = 0
-        fv: Any = None
-        annotations_seen = have_body = False
-        props: list[Any] | None = None
-        app: dict[str, Any] | None = None
-        texts: list[str | None] = []
-        body: Any = None
-        key: Any
-        v: Any
-        t: str | None
-        while pos < n:
-            if data[pos] or data[pos + 1] != 0x53:
-                raise _Unusual
-            code = data[pos + 2]
-            pos += 3
-            if code == 0x74:  # application-properties
-                if app is not None:
+    add_message = columns.add
+
+    def add(data: bytes, offset: int) -> None:
+        try:
+            n = len(data)
+            pos = 0
+            fv: Any = None
+            annotations_seen = have_body = False
+            props: list[Any] | None = None
+            app: dict[str, Any] | None = None
+            texts: list[str | None] = []
+            body: Any = None
+            key: Any
+            v: Any
+            t: str | None
+            while pos < n:
+                if data[pos] or data[pos + 1] != 0x53:
                     raise _Unusual
-                app = {}
-                pos, end, count = _compound(data, pos)
-                if count & 1:
-                    raise _Unusual
-                for _ in range(count >> 1):
-                    c = data[pos]
-                    if c == 0xA1:
+                code = data[pos + 2]
+                pos += 3
+                if code == 0x74:  # application-properties
+                    if app is not None:
+                        raise _Unusual
+                    app = {}
+                    if data[pos] == 0xC1:  # map8
+                        end, count = pos + 2 + data[pos + 1], data[pos + 2]
+                        pos += 3
+                    else:
+                        pos, end, count = _compound(data, pos)
+                    if count & 1:
+                        raise _Unusual
+                    for _ in range(count >> 1):
+                        c = data[pos]
+                        if c == 0xA1:
+                            s = pos + 2
+                            pos = s + data[pos + 1]
+                            key = data[s:pos].decode()
+                        else:
+                            key, pos = decode(data, pos)
+                            if type(key) is not str:
+                                raise _Unusual
+                        c = data[pos]
+                        if c == 0xA1:  # str8
+                            s = pos + 2
+                            pos = s + data[pos + 1]
+                            v = t = data[s:pos].decode()
+                        elif c == 0x54 or c == 0x55 or c == 0x51:  # smallint, smalllong, byte
+                            v = data[pos + 1]
+                            t = _SMALL_TEXT[v]
+                            if v > 127:
+                                v -= 256
+                            pos += 2
+                        elif c == 0x82:  # double
+                            v = _f64(data, pos + 1)[0]
+                            t = float.__repr__(v) if _isfinite(v) else None
+                            pos += 9
+                        elif c == 0x81:  # long
+                            v = _i64(data, pos + 1)[0]
+                            t = int.__repr__(v)
+                            pos += 9
+                        elif c == 0x71:  # int
+                            v = _i32(data, pos + 1)[0]
+                            t = int.__repr__(v)
+                            pos += 5
+                        elif c == 0x53 or c == 0x52 or c == 0x50:  # smallulong, smalluint, ubyte
+                            v = data[pos + 1]
+                            t = _UNSIGNED_TEXT[v]
+                            pos += 2
+                        elif c == 0x41 or c == 0x42:
+                            v = c == 0x41
+                            t = "true" if v else "false"
+                            pos += 1
+                        elif c == 0x40:
+                            v = t = None
+                            pos += 1
+                        else:
+                            v, pos = decode(data, pos)
+                            t = _text(v)
+                        app[key] = v
+                        texts.append(t)
+                    if pos != end or len(app) != count >> 1:  # a repeated key: today's path
+                        raise _Unusual
+                elif code == 0x73:  # properties
+                    if props is not None:
+                        raise _Unusual
+                    if data[pos] == 0xC0:  # list8
+                        end, count = pos + 2 + data[pos + 1], data[pos + 2]
+                        pos += 3
+                    else:
+                        pos, end, count = _compound(data, pos)
+                    if count and data[pos] == 0xA1:  # a str8 message id; the rest looked up
                         s = pos + 2
                         pos = s + data[pos + 1]
-                        key = data[s:pos].decode()
-                    else:
-                        key, pos = decode(data, pos)
-                        if type(key) is not str:
+                        if pos > end:
                             raise _Unusual
-                    c = data[pos]
-                    if c == 0xA1:  # str8
-                        s = pos + 2
-                        pos = s + data[pos + 1]
-                        v = t = data[s:pos].decode()
-                    elif c == 0x54 or c == 0x55 or c == 0x51:  # smallint, smalllong, byte
-                        v = data[pos + 1]
-                        t = _SMALL_TEXT[v]
-                        if v > 127:
-                            v -= 256
-                        pos += 2
-                    elif c == 0x82:  # double
-                        v = _f64(data, pos + 1)[0]
-                        t = float.__repr__(v) if _isfinite(v) else None
-                        pos += 9
-                    elif c == 0x81:  # long
-                        v = _i64(data, pos + 1)[0]
-                        t = int.__repr__(v)
-                        pos += 9
-                    elif c == 0x71:  # int
-                        v = _i32(data, pos + 1)[0]
-                        t = int.__repr__(v)
-                        pos += 5
-                    elif c == 0x53 or c == 0x52 or c == 0x50:  # smallulong, smalluint, ubyte
-                        v = data[pos + 1]
-                        t = _UNSIGNED_TEXT[v]
-                        pos += 2
-                    elif c == 0x41 or c == 0x42:
-                        v = c == 0x41
-                        t = "true" if v else "false"
-                        pos += 1
-                    elif c == 0x40:
-                        v = t = None
-                        pos += 1
+                        key = data[pos:end]
+                        rest = seen_properties.get(key)
+                        if rest is None or len(rest) != count - 1:
+                            rest = _fields(data, pos, end, count - 1)
+                            if len(seen_properties) >= _SEEN:
+                                seen_properties.clear()
+                            seen_properties[key] = rest
+                        props = [data[s:pos].decode(), *rest]
                     else:
-                        v, pos = decode(data, pos)
-                        t = _text(v)
-                    app[key] = v
-                    texts.append(t)
-                if pos != end or len(app) != count >> 1:  # a repeated key: today's path
-                    raise _Unusual
-            elif code == 0x73:  # properties
-                if props is not None:
-                    raise _Unusual
-                pos, end, count = _compound(data, pos)
-                if count and data[pos] == 0xA1:  # a str8 message id; the rest looked up
+                        props = list(_fields(data, pos, end, count))
+                    pos = end
+                elif code == 0x72:  # message-annotations
+                    if annotations_seen:
+                        raise _Unusual
+                    annotations_seen = True
+                    start = pos
+                    pos, end, count = _compound(data, pos)
+                    key = data[start:end]
+                    fv = seen_annotations.get(key, _MISS)
+                    if fv is _MISS:
+                        fv = _filter_value(data, pos, end, count)
+                        if len(seen_annotations) >= _SEEN:
+                            seen_annotations.clear()
+                        seen_annotations[key] = fv
+                    pos = end
+                elif code == 0x75 and not have_body and data[pos] == 0xA0:  # data: vbin8
                     s = pos + 2
                     pos = s + data[pos + 1]
-                    if pos > end:
+                    if pos > n:
                         raise _Unusual
-                    key = data[pos:end]
-                    rest = seen_properties.get(key)
-                    if rest is None or len(rest) != count - 1:
-                        rest = _fields(data, pos, end, count - 1)
-                        if len(seen_properties) >= _SEEN:
-                            seen_properties.clear()
-                        seen_properties[key] = rest
-                    props = [data[s:pos].decode(), *rest]
-                else:
-                    props = list(_fields(data, pos, end, count))
-                pos = end
-            elif code == 0x72:  # message-annotations
-                if annotations_seen:
-                    raise _Unusual
-                annotations_seen = True
-                start = pos
-                pos, end, count = _compound(data, pos)
-                key = data[start:end]
-                fv = seen_annotations.get(key, _MISS)
-                if fv is _MISS:
-                    fv = _filter_value(data, pos, end, count)
-                    if len(seen_annotations) >= _SEEN:
-                        seen_annotations.clear()
-                    seen_annotations[key] = fv
-                pos = end
-            elif code == 0x75 and not have_body and data[pos] == 0xA0:  # data: vbin8
-                s = pos + 2
-                pos = s + data[pos + 1]
-                if pos > n:
-                    raise _Unusual
-                body = data[s:pos]
-                have_body = True
-            else:  # another body section, or one the columns do not read: read to check it
-                v, pos = decode(data, pos)
-                if not have_body and (code == 0x75 or code == 0x76 or code == 0x77):
-                    body = bytes(v) if isinstance(v, (bytearray, memoryview)) else v
+                    body = data[s:pos]
                     have_body = True
-        if pos != n:
-            raise _Unusual
-        # everything that may raise, before anything is appended
-        ts_ms = None
-        declared_props: list[Any] = []
-        if props is not None:
-            count = len(props)
-            if count > _EXPIRY:
-                expiry = props[_EXPIRY]
-                if expiry is not None and type(expiry) is not _timestamp:
-                    raise _Unusual
-                if count > _CREATION:
-                    ct = props[_CREATION]
-                    if ct:
-                        ts_ms = int(int(ct) / 1000.0 * 1000)
-            for _append, index in property_columns:
-                declared_props.append(_property(index, props[index]) if index < count else None)
-        else:
-            declared_props = [None] * len(property_columns)
-        if wanted is not None and fv not in wanted:
+                else:  # another body section, or one the columns do not read: read to check it
+                    v, pos = decode(data, pos)
+                    if not have_body and (code == 0x75 or code == 0x76 or code == 0x77):
+                        body = bytes(v) if isinstance(v, (bytearray, memoryview)) else v
+                        have_body = True
+            if pos != n:
+                raise _Unusual
+            # everything that may raise, before anything is appended
+            ts_ms = None
+            declared_props: list[Any] = []
+            if props is not None:
+                count = len(props)
+                if count > _EXPIRY:
+                    expiry = props[_EXPIRY]
+                    if expiry is not None and type(expiry) is not _timestamp:
+                        raise _Unusual
+                    if count > _CREATION:
+                        ct = props[_CREATION]
+                        if ct:
+                            ts_ms = int(int(ct) / 1000.0 * 1000)
+                for _append, index in property_columns:
+                    declared_props.append(_property(index, props[index]) if index < count else None)
+            else:
+                declared_props = [None] * len(property_columns)
+            if wanted is not None and fv not in wanted:
+                return
+        except Exception:  # noqa: BLE001 - today's path decides, and names what is wrong
+            m = stored_message(data, offset)
+            if wanted is None or m.filter_value in wanted:
+                add_message(m)
             return
         add_offset(offset)
         add_time(ts_ms)
@@ -313,13 +329,4 @@ def stored_adder(columns: Columns, wanted: Collection[str] | None = None) -> Cal
         for (append, _index), v in zip(property_columns, declared_props, strict=True):
             append(v)
 
-    add_message = columns.add
-
-    def add(data: bytes, offset: int) -> None:
-        try:
-            walk(data, offset)
-        except Exception:  # noqa: BLE001 - today's path decides, and names what is wrong
-            m = stored_message(data, offset)
-            if wanted is None or m.filter_value in wanted:
-                add_message(m)
     return add
