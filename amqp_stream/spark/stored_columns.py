@@ -245,6 +245,8 @@ def stored_adder(columns: Columns, wanted: Collection[str] | None = None) -> Cal
                         pos += 3
                     else:
                         pos, end, count = _compound(data, pos)
+                    if end > n:  # only whole sections are remembered (a cut one fails today's path too)
+                        raise _Unusual
                     if count and data[pos] == 0xA1:  # a str8 message id; the rest looked up
                         s = pos + 2
                         pos = s + data[pos + 1]
@@ -267,6 +269,8 @@ def stored_adder(columns: Columns, wanted: Collection[str] | None = None) -> Cal
                     annotations_seen = True
                     start = pos
                     pos, end, count = _compound(data, pos)
+                    if end > n:
+                        raise _Unusual
                     key = data[start:end]
                     fv = seen_annotations.get(key, _MISS)
                     if fv is _MISS:
