@@ -6,7 +6,11 @@ decoded every section into dicts and lists with ``amqp_stream.wire``'s general d
 reads the usual encodings inline (``0x00 0x53`` smallulong section descriptors, map8/map32 and
 list8/list32/list0 sections, str8 and sym8 keys and values, the small and fixed-width numbers,
 booleans, null, timestamps, a data section's vbin8/vbin32) and appends its fields to the
-columns' lists, the application properties' values already as the map column's text. Any other
+columns' lists, the application properties' values already as the map column's text. A writer
+repeats its message-annotations sections and its properties after the message id: the walk
+remembers what it read of those bytes (4,096 sections of each kind, then starts again) and
+looks them up instead of reading them again (~20.4 -> ~9.3 µs a message for the bench's rows:
+bench/RESULTS.md, Run 8). Any other
 constructor is read by ``amqp_stream.wire.decode`` in place; anything the walk does not take as
 it is (another descriptor form, a repeated section, a non-text key, a repeated key, an odd
 count, bytes that do not add up) makes it give the message to ``stored_message`` and
