@@ -110,6 +110,22 @@ def _fields(data: bytes, pos: int, end: int, count: int) -> tuple:
     return tuple(out)
 
 
+def _read_properties(props: tuple, indexes: tuple[int, ...]) -> tuple[int | None, tuple]:
+    """(the row's timestamp in ms, the values of the property columns at ``indexes``) of a
+    properties section's fields, as ``stored_message`` and ``Columns.add`` make them."""
+    count = len(props)
+    ts_ms = None
+    if count > _EXPIRY:
+        expiry = props[_EXPIRY]
+        if expiry is not None and type(expiry) is not _timestamp:
+            raise _Unusual  # today's path decides (int() of it, for every message)
+        if count > _CREATION:
+            ct = props[_CREATION]
+            if ct:
+                ts_ms = int(int(ct) / 1000.0 * 1000)
+    return ts_ms, tuple(_property(i, props[i]) if i < count else None for i in indexes)
+
+
 def _filter_value(data: bytes, pos: int, end: int, count: int) -> Any:
     """The filter value (None if none) of the annotations map of ``count`` items filling
     ``data[pos:end]``; the other entries read to check them."""
@@ -154,6 +170,9 @@ def stored_adder(columns: Columns, wanted: Collection[str] | None = None) -> Cal
         else:
             app_columns.append((values.append, name))
     no_app: dict[str, Any] = {}
+    indexes = tuple(index for _, index in property_columns)
+    no_properties = (None,) * len(indexes)
+    id_slots = [j for j, index in enumerate(indexes) if index == 0]  # message_id columns
     # sections seen before (a writer's messages repeat their annotations, and their properties
     # after the message id): bytes -> what they hold, emptied when full
     seen_annotations: dict[bytes, Any] = {}
@@ -167,7 +186,9 @@ def stored_adder(columns: Columns, wanted: Collection[str] | None = None) -> Cal
             pos = 0
             fv: Any = None
             annotations_seen = have_body = False
-            props: list[Any] | None = None
+            props_seen = False
+            ts_ms = None
+            declared_props: Any = no_properties
             app: dict[str, Any] | None = None
             texts: list[str | None] = []
             body: Any = None
@@ -242,8 +263,9 @@ def stored_adder(columns: Columns, wanted: Collection[str] | None = None) -> Cal
                     if pos != end or len(app) != count >> 1:  # a repeated key: today's path
                         raise _Unusual
                 elif code == 0x73:  # properties
-                    if props is not None:
+                    if props_seen:
                         raise _Unusual
+                    props_seen = True
                     if data[pos] == 0xC0:  # list8
                         end, count = pos + 2 + data[pos + 1], data[pos + 2]
                         pos += 3
@@ -257,15 +279,20 @@ def stored_adder(columns: Columns, wanted: Collection[str] | None = None) -> Cal
                         if pos > end:
                             raise _Unusual
                         key = data[pos:end]
-                        rest = seen_properties.get(key)
-                        if rest is None or len(rest) != count - 1:
-                            rest = _fields(data, pos, end, count - 1)
+                        seen = seen_properties.get(key)
+                        if seen is None or seen[0] != count:
+                            seen = (count, *_read_properties((None, *_fields(data, pos, end, count - 1)), indexes))
                             if len(seen_properties) >= _SEEN:
                                 seen_properties.clear()
-                            seen_properties[key] = rest
-                        props = [data[s:pos].decode(), *rest]
+                            seen_properties[key] = seen
+                        _, ts_ms, declared_props = seen
+                        message_id = data[s:pos].decode()
+                        if id_slots:
+                            declared_props = list(declared_props)
+                            for j in id_slots:
+                                declared_props[j] = message_id if message_id else None
                     else:
-                        props = list(_fields(data, pos, end, count))
+                        ts_ms, declared_props = _read_properties(_fields(data, pos, end, count), indexes)
                     pos = end
                 elif code == 0x72:  # message-annotations
                     if annotations_seen:
@@ -297,23 +324,6 @@ def stored_adder(columns: Columns, wanted: Collection[str] | None = None) -> Cal
                         have_body = True
             if pos != n:
                 raise _Unusual
-            # everything that may raise, before anything is appended
-            ts_ms = None
-            declared_props: list[Any] = []
-            if props is not None:
-                count = len(props)
-                if count > _EXPIRY:
-                    expiry = props[_EXPIRY]
-                    if expiry is not None and type(expiry) is not _timestamp:
-                        raise _Unusual
-                    if count > _CREATION:
-                        ct = props[_CREATION]
-                        if ct:
-                            ts_ms = int(int(ct) / 1000.0 * 1000)
-                for _append, index in property_columns:
-                    declared_props.append(_property(index, props[index]) if index < count else None)
-            else:
-                declared_props = [None] * len(property_columns)
             if wanted is not None and fv not in wanted:
                 return
         except Exception:  # noqa: BLE001 - today's path decides, and names what is wrong
