@@ -214,6 +214,19 @@ def test_bad_bytes_fail_as_today(data):
         _batches([data], declared, None, None, True)
 
 
+def test_a_remembered_properties_section_with_another_count_fails_as_today():
+    """The same bytes after the message id under another item count are read again (and fail
+    as on today's path), not taken from what the walk remembers."""
+    declared = declared_columns(StructType.fromJson({"type": "struct", "fields": [
+        {"name": "subject", "type": "string", "nullable": True, "metadata": {}}]}))
+    items = b"\xa1\x02m1\x40\x40\xa1\x01s"
+    good, bad = (b"\x00\x53\x73\xc0" + bytes((len(items) + 1, count)) + items + b"\x00\x53\x75\xa0\x00"
+                 for count in (4, 5))
+    got = _rows([good, bad], declared, None, None, True)
+    assert got == _rows([good, bad], declared, None, None, False)
+    assert got.startswith("MessageFormatError")
+
+
 def test_uuid_ids_and_times_in_seconds():
     """Properties as ``StreamMessage`` has them: uuid ids kept, zero times absent, times in seconds."""
     declared = declared_columns(StructType.fromJson({"type": "struct", "fields": [
