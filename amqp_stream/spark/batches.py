@@ -85,12 +85,23 @@ class Columns:
         self._clear()
 
     def _clear(self) -> None:
-        self.offsets: list[int] = []
-        self.times: list[int | None] = []
-        self.filter_values: list[Any] = []
-        self.bodies: list[Any] = []
-        self.apps: list[dict] = []
-        self.values: list[list[Any]] = [[] for _ in self._declared]
+        """Empty every column list in place (``stored_columns`` holds their ``append``s)."""
+        if not hasattr(self, "offsets"):
+            self.offsets: list[int] = []
+            self.times: list[int | None] = []
+            self.filter_values: list[Any] = []
+            self.bodies: list[Any] = []
+            # the application_properties map column: every message's keys and their values as
+            # text, one run a message; map_ends[i] is where message i's run ends
+            self.map_keys: list[str] = []
+            self.map_items: list[str | None] = []
+            self.map_ends: list[int] = [0]
+            self.values: list[list[Any]] = [[] for _ in self._declared]
+        columns: list[list[Any]] = [self.offsets, self.times, self.filter_values, self.bodies,
+                                    self.map_keys, self.map_items, *self.values]
+        for column in columns:
+            column.clear()
+        del self.map_ends[1:]
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -107,7 +118,14 @@ class Columns:
         self.filter_values.append(m.filter_value)
         self.bodies.append(m.body)
         app = m.application_properties
-        self.apps.append(app)
+        if all(type(k) is str for k in app):
+            self.map_keys.extend(app)
+            self.map_items.extend(map(_text, app.values()))
+        else:  # keys made text (two may become one, the last winning, as in message_to_row)
+            text = {str(k): to_spark(v, _STRING) for k, v in app.items()}
+            self.map_keys.extend(text)
+            self.map_items.extend(text.values())
+        self.map_ends.append(len(self.map_keys))
         for values, (name, _, is_property, _) in zip(self.values, self._declared, strict=True):
             values.append((props if is_property else app).get(name))
 
@@ -142,22 +160,8 @@ class Columns:
     def _map(self) -> Any:
         """``{str(k): to_spark(v, STRING)}`` of every message's application properties."""
         import pyarrow as pa
-        keys: list[str] = []
-        items: list[str | None] = []
-        offsets = [0]
-        other_keys = False
-        for app in self.apps:
-            for k, v in app.items():
-                if type(k) is not str:
-                    other_keys = True
-                keys.append(k)
-                items.append(_text(v))
-            offsets.append(len(keys))
-        if other_keys:  # keys made text (two may become one, the last winning, as in message_to_row)
-            return pa.array([list({str(k): to_spark(v, _STRING) for k, v in a.items()}.items())
-                             for a in self.apps], self._map_type)
-        return pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(keys, pa.string()),
-                                       pa.array(items, pa.string()), type=self._map_type)
+        return pa.MapArray.from_arrays(pa.array(self.map_ends, pa.int32()), pa.array(self.map_keys, pa.string()),
+                                       pa.array(self.map_items, pa.string()), type=self._map_type)
 
 
 def _column(values: list, dtype: DataType, conv: Callable[[Any], Any] | None, arrow_type: Any) -> Any:

@@ -5,8 +5,8 @@ delivery (~4,600 rows/s for 2 partitions). Here a task subscribes at its range's
 pushed-down filters (``filter.N``, ``match-unfiltered``, and this broker's ``sql-filter``:
 docs/stream-protocol.md), takes Deliver chunks whole, splits their records with the storage
 format's own ``decode_records`` (sub-batches too), decodes each message's sections with
-``amqp_stream.wire`` and gathers the rows column by column into Arrow record batches
-(``batches.Columns``, as the AMQP path does).
+``stored_columns`` (one walk a message straight into the column lists of ``batches.Columns``,
+today's ``stored_message`` for anything unusual) and yields Arrow record batches.
 
 ``stored_message`` decodes a message in one walk over its sections (the usual smallulong
 descriptors); anything else, and any message it cannot read, goes to ``wire_message`` (the
@@ -29,7 +29,7 @@ as osiris sends them), so the data starts right after the header.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from amqp_stream import client as amqp
 from amqp_stream.client.names import _ZERO_IS_ABSENT, FILTER_VALUE
@@ -38,6 +38,7 @@ from amqp_stream.spark.batches import BATCH_ROWS, Columns
 from amqp_stream.spark.offsets import OffsetRange
 from amqp_stream.spark.options import SourceOptions
 from amqp_stream.spark.pushdown import Pushdown
+from amqp_stream.spark.stored_columns import stored_adder
 from amqp_stream.streamproto import OffsetSpec
 from amqp_stream.streamproto.constants import END_OFFSET_PROPERTY
 from amqp_stream.wire import MessageView, decode, split_sections
@@ -173,6 +174,7 @@ def read_range_stream(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, decla
             raise amqp.ConsumerError(f"cannot read stream {opts.stream!r} over {opts.stream_url}: "
                                      f"{exc} (invalid SQL filter?)") from exc
         columns = Columns(declared, stream)
+        add = stored_adder(columns, pd.filter_values)
         done = False
         while not done:
             if not chunks and len(columns):  # what came so far, before waiting for more
@@ -183,7 +185,7 @@ def read_range_stream(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, decla
                     f"{opts.timeout:g} s before offset {rng.end} (option timeout; a broker without "
                     f"this broker's {END_OFFSET_PROPERTY} extension never says where a range ends)")
             while chunks:
-                done = _rows(chunks.pop(0), rng, pd, columns)
+                done = _rows(chunks.pop(0), rng, add)
                 if len(columns) >= BATCH_ROWS:
                     yield columns.batch()
                 if done:
@@ -194,9 +196,9 @@ def read_range_stream(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, decla
         client.close()
 
 
-def _rows(chunk: bytes, rng: OffsetRange, pd: Pushdown, columns: Columns) -> bool:
-    """Add the rows of one delivered chunk within the range to ``columns``; whether the range
-    is done."""
+def _rows(chunk: bytes, rng: OffsetRange, add: Callable[[bytes, int], None]) -> bool:
+    """Add the rows of one delivered chunk within the range (``add``: ``stored_adder``'s);
+    whether the range is done."""
     if CHUNK_HEADER.unpack_from(chunk)[2] == 0:  # entries: the broker's end-offset chunk
         return True
     h = decode_header(chunk, path="deliver")
@@ -205,14 +207,12 @@ def _rows(chunk: bytes, rng: OffsetRange, pd: Pushdown, columns: Columns) -> boo
     start = CHUNK_HEADER_BYTES
     if len(chunk) < start + h.data_length:
         raise amqp.ConsumerError(f"a delivered chunk of {len(chunk)} bytes is shorter than its header says")
-    add, accepts = columns.add, pd.accepts
+    start_offset, end_offset = rng.start, rng.end
     for offset, data in decode_records(chunk[start:start + h.data_length], h.chunk_id,
                                        entries=h.entries if h.entries == h.records else 0):
-        if offset < rng.start:
+        if offset < start_offset:
             continue
-        if offset >= rng.end:
+        if offset >= end_offset:
             return True
-        m = stored_message(data, offset)
-        if accepts(m.filter_value):
-            add(m)
+        add(data, offset)
     return h.chunk_id + h.records >= rng.end
