@@ -44,7 +44,9 @@ import struct
 from typing import TYPE_CHECKING, Any, Callable
 
 from amqp_stream.core import ByteBudget
-from amqp_stream.streamproto import PackedEntries, PublishConfirm, PublishError, ResponseCode
+from amqp_stream.streamproto import (
+    PackedEntries, PublishConfirm, PublishError, ResponseCode, SpannedEntries,
+)
 from storage.format import SubBatchEntry, decode_records
 
 if TYPE_CHECKING:
@@ -109,24 +111,41 @@ class StreamPublisher:
         self.budget.waiting.pop(self, None)
 
     # -- in --------------------------------------------------------------------------------
-    def publish(self, messages: tuple | PackedEntries) -> None:
+    def publish(self, messages: tuple | PackedEntries | SpannedEntries) -> None:
         """A Publish frame's ``(publishing_id, filter_value, data, batch)`` entries."""
         bodies, values = self.bodies, self.values
         start = self.entries
-        if type(messages) is PackedEntries and messages.size <= self.max_message_size:
+        kind = type(messages)
+        if kind is PackedEntries and messages.size <= self.max_message_size:
             # messages of one size, none too large: no object per message
             count = messages.count
-            if self.reference:  # deduplication compares the ids: one C call each
-                bodies += messages.bodies()
+            bodies.append(messages.run())
+            if self.reference:  # deduplication compares the ids: one C call
                 self.ids += messages.ids()
-            else:
-                bodies.append(messages.run())
-                self.runs = True
+            self.runs = True
             values += itertools.repeat(None, count)
             self.confirm += messages.id_bytes()
             self.entries += count
             self.published += count
             self._taken(start, count * messages.size)
+            return
+        if kind is SpannedEntries and messages.largest <= self.max_message_size:
+            # messages of varying sizes, none too large: found by one walk, left in the frame
+            count = messages.count
+            bodies.append(messages.run())
+            if self.reference:
+                self.ids += messages.ids
+            self.runs = True
+            if messages.values is None:
+                values += itertools.repeat(None, count)
+            else:
+                values += messages.values
+                self.valued = True
+            self.confirm += messages.id_bytes()
+            self.entries += count
+            self.published += count
+            starts = messages.starts
+            self._taken(start, starts[-1] - starts[0] - count * (messages.skip + 4))
             return
         errors: list[tuple[int, int]] = []
         ids: list[int] = []
