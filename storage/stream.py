@@ -198,10 +198,10 @@ class Stream:
         one publishing id per entry."""
         counted = largest = extra = 0
         for x in items:
-            if type(x) is EntryRun:
+            if isinstance(x, EntryRun):
                 counted += x.count
                 largest = max(largest, x.size)
-            elif type(x) is EntrySpans:
+            elif isinstance(x, EntrySpans):
                 counted += x.count
                 largest = max(largest, x.largest())
             else:

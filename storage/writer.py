@@ -225,7 +225,7 @@ class Writer:
         lock.release()
         return offset
 
-    def append_batch(self, bodies: Sequence[bytes | EntryRun],
+    def append_batch(self, bodies: Sequence[bytes | EntryRun | EntrySpans],
                      filter_values: Sequence[FilterValue] | None,
                      on_durable: DurableCallback | None,
                      writer: tuple[bytes, int] | None = None, records: int | None = None,
@@ -1185,7 +1185,7 @@ class _Entries:
         end = i + n
         while i < end:
             item = items[j]
-            if type(item) in _RUNS:
+            if isinstance(item, (EntryRun, EntrySpans)):
                 k = min(end, starts[j + 1]) - i
                 yield item, i - starts[j], k
                 i += k
@@ -1199,8 +1199,8 @@ class _Entries:
         sub-batch entries, ``encode_mixed_entries``) gives it for their bodies."""
         parts: list[bytes] = []
         for item, a, k in self._parts(i, n):
-            if type(item) in _RUNS:
-                parts.append(item.entries(a, k))  # type: ignore[union-attr]
+            if isinstance(item, (EntryRun, EntrySpans)):
+                parts.append(item.entries(a, k))  # type: ignore[arg-type]
             elif type(item) is SubBatchEntry:
                 parts.append(item)
             else:
@@ -1213,7 +1213,7 @@ class _Entries:
         counting 4 per entry beside its record, as a list of bodies is cut."""
         total = taken = 0
         for item, a, k in self._parts(i, n):
-            if type(item) is EntrySpans:
+            if isinstance(item, EntrySpans):
                 for each in item.sizes(a, k):
                     if total + each > limit:
                         return max(1, taken)
@@ -1232,8 +1232,8 @@ class _Entries:
         i, end, _ = span.indices(len(self))
         out: list[bytes] = []
         for item, a, k in self._parts(i, max(0, end - i)):
-            if type(item) in _RUNS:
-                out += item.bodies(a, k)  # type: ignore[union-attr]
+            if isinstance(item, (EntryRun, EntrySpans)):
+                out += item.bodies(a, k)
             else:
                 out.append(item)
         return out

@@ -115,8 +115,7 @@ class StreamPublisher:
         """A Publish frame's ``(publishing_id, filter_value, data, batch)`` entries."""
         bodies, values = self.bodies, self.values
         start = self.entries
-        kind = type(messages)
-        if kind is PackedEntries and messages.size <= self.max_message_size:
+        if type(messages) is PackedEntries and messages.size <= self.max_message_size:
             # messages of one size, none too large: no object per message
             count = messages.count
             bodies.append(messages.run())
@@ -129,7 +128,7 @@ class StreamPublisher:
             self.published += count
             self._taken(start, count * messages.size)
             return
-        if kind is SpannedEntries and messages.largest <= self.max_message_size:
+        if type(messages) is SpannedEntries and messages.largest <= self.max_message_size:
             # messages of varying sizes, none too large: found by one walk, left in the frame
             count = messages.count
             bodies.append(messages.run())

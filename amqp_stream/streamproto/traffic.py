@@ -205,7 +205,7 @@ class SpannedEntries:
             view, starts, at = memoryview(self.src), self.starts, self.skip + 4
             values = self.values if self.values is not None else itertools.repeat(None)
             self._messages = tuple((pid, value, view[a + at:b], None) for pid, value, a, b in zip(
-                self.ids, values, starts, itertools.islice(starts, 1, None)))
+                self.ids, values, starts, itertools.islice(starts, 1, None), strict=False))
         return self._messages
 
     def __len__(self) -> int:
@@ -263,7 +263,7 @@ def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntr
         return None
     if at != end:
         return None
-    columns = tuple(zip(*walked))
+    columns = tuple(zip(*walked, strict=True))
     sizes = columns[-1]
     largest = max(sizes)
     if largest & 0x8000_0000:  # a sub-entry batch (v1), or a v2 error: the caller's walk
