@@ -6,9 +6,13 @@ filter value as the record's stage-1 value, so AMQP consumers see them and filte
 messages published over AMQP with ``x-stream-filter-value``. A frame of messages of one size
 (``streamproto.PackedEntries``) is taken whole: storage gets it as one ``EntryRun`` (the
 frame's bytes; the writer drops the ids as it copies each chunk's part) and its ids go to the
-confirm as the frame's bytes, so no object is made per message (a named publisher's frame
-gives its ids and bodies in one C call each: deduplication compares the ids). The bytes
-stored and the confirms are those of the walk. The messages of one loop turn go
+confirm as the frame's bytes, so no object is made per message. A frame of messages of varying
+sizes (``streamproto.SpannedEntries``: v1 without sub-entry batches, v2 whose filter values have
+one length: the Spark sink's) is walked once by the decoder and stored as one ``EntrySpans``,
+its values one list, its ids one ``struct.pack``. A named publisher's runs go to storage whole
+too, its ids one list a turn (deduplication compares them, in C when all are kept). The bytes
+stored and the confirms are those of the walk (``tests/stream/test_publish_packed.py``,
+``test_publish_spanned.py``). The messages of one loop turn go
 to the writer in one ``append_batch`` (``flush``, called by the core once per turn: group
 commit across connections), with where each frame starts (a large frame gets chunks of its
 own, see ``docs/storage.md``, "Chunk sizes"); the writer's ``on_durable`` callback only posts to the mailbox,
