@@ -317,13 +317,15 @@ class EntrySpans:
     chunk's part is cut with C-level maps over ``starts``. The caller checks that each entry's
     size field matches its span (``streamproto``'s decoder finds ``starts`` by those fields)."""
 
-    __slots__ = ("raw", "starts", "skip", "count")
+    __slots__ = ("raw", "starts", "skip", "count", "_largest")
 
-    def __init__(self, raw: bytes, starts: list[int], skip: int) -> None:
+    def __init__(self, raw: bytes, starts: list[int], skip: int,
+                 largest: int | None = None) -> None:
         if len(starts) < 2 or skip < 0 or starts[-1] > len(raw) or starts[0] < 0:
             raise StorageError(f"entry spans of {len(starts) - 1} entries do not lie in "
                                f"{len(raw)} bytes")
         self.raw, self.starts, self.skip, self.count = raw, starts, skip, len(starts) - 1
+        self._largest = largest  # the largest record's size, when the caller knows it
 
     def _from(self, first: int, n: int, extra: int) -> Iterable[slice]:
         starts = self.starts
@@ -343,8 +345,10 @@ class EntrySpans:
 
     def largest(self) -> int:
         """The size of the largest record."""
-        starts = self.starts
-        return max(map(operator.sub, starts[1:], starts[:-1])) - self.skip - 4
+        if self._largest is None:
+            starts = self.starts
+            self._largest = max(map(operator.sub, starts[1:], starts[:-1])) - self.skip - 4
+        return self._largest
 
     def bodies(self, first: int, n: int) -> list[bytes]:
         """The records of entries ``first .. first + n``, one bytes each (the rarer paths)."""

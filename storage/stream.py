@@ -192,10 +192,10 @@ class Stream:
                      filter_values: Sequence[FilterValue] | None,
                      on_durable: DurableCallback | None, records: int | None, entries: int,
                      writer: tuple[str | bytes, int] | None, frames: Sequence[int] | None,
-                     sequences: Sequence[int] | None = None) -> int:
+                     sequences: Sequence[int] | None = None, ascending: bool = False) -> int:
         """``append_batch`` with ``EntryRun`` / ``EntrySpans`` items: the same checks, per
         item, not per record. A named publisher's batch (``writer``) comes with ``sequences``,
-        one publishing id per entry."""
+        one publishing id per entry (``ascending``: the caller checked that they are)."""
         counted = largest = extra = 0
         for x in items:
             if isinstance(x, EntryRun):
@@ -226,7 +226,7 @@ class Stream:
         if writer is not None:
             reference, sequence = writer
             if sequences is None or len(sequences) != entries or not entries \
-                    or sequences[-1] != sequence or not _ascending(sequences):
+                    or sequences[-1] != sequence or not (ascending or _ascending(sequences)):
                 raise StorageError("a named publisher's entries come with one publishing id "
                                    "each, ascending, the last one the writer's sequence")
             _check_u64(sequences[0], "publishing id")
@@ -282,7 +282,7 @@ class Stream:
                 records = entries + sum(x.records - 1 for x in bodies if type(x) is SubBatchEntry)
                 self._append_runs(bodies, filter_values, on_durable,
                                   records if records != entries else None, entries,
-                                  (reference, ids[-1]), frames, ids)
+                                  (reference, ids[-1]), frames, ids, ascending=True)
                 return list(range(n))
             keep = list(range(n))  # the common case, checked in C: all kept
         else:

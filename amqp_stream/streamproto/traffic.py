@@ -194,7 +194,7 @@ class SpannedEntries:
 
     def run(self) -> EntrySpans:
         """The entries as storage takes them whole (no object per message)."""
-        return EntrySpans(self.src, self.starts, self.skip)
+        return EntrySpans(self.src, self.starts, self.skip, self.largest)
 
     def id_bytes(self) -> bytes:
         """The publishing ids as a PublishConfirm holds them (8 bytes each, big-endian)."""
@@ -226,6 +226,12 @@ class SpannedEntries:
 
     def __repr__(self) -> str:
         return f"SpannedEntries({self.count} messages, skip {self.skip})"
+
+
+#: filter values decoded lately, their bytes to the ``str`` (loop thread only): a publisher's
+#: few values are decoded once, not once a frame; cleared when it would hold more
+VALUES_KEPT = 4096
+_VALUES: dict[bytes, str] = {}
 
 
 def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntries | None:
@@ -274,10 +280,16 @@ def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntr
         if columns[1].count(first) != count:  # values of several lengths
             return None
         if first != _NO_FILTER:
-            try:
-                table = {raw: str(raw, "utf-8") for raw in set(columns[2])}
-            except UnicodeDecodeError:
-                return None
+            table = _VALUES
+            new = set(columns[2]).difference(table)
+            if new:
+                if len(table) + len(new) > VALUES_KEPT:
+                    table.clear()
+                    new = set(columns[2])
+                try:
+                    table.update({raw: str(raw, "utf-8") for raw in new})
+                except UnicodeDecodeError:
+                    return None
             values = list(map(table.__getitem__, columns[2]))
     starts = list(itertools.accumulate(map(operator.add, sizes, itertools.repeat(head)),
                                        initial=pos))
