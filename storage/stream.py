@@ -203,7 +203,8 @@ class Stream:
                 largest = max(largest, x.size)
             elif isinstance(x, EntrySpans):
                 counted += x.count
-                largest = max(largest, x.largest())
+                total = x.starts[-1] - x.starts[0] - x.count * (x.skip + 4)  # all its records
+                largest = max(largest, total if total <= MAX_RECORD_BYTES else x.largest())
             else:
                 counted += 1
                 largest = max(largest, len(x))

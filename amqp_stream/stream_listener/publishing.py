@@ -132,7 +132,7 @@ class StreamPublisher:
             self.published += count
             self._taken(start, count * messages.size)
             return
-        if type(messages) is SpannedEntries and messages.largest <= self.max_message_size:
+        if type(messages) is SpannedEntries and messages.fits(self.max_message_size):
             # messages of varying sizes, none too large: found by one walk, left in the frame
             count = messages.count
             bodies.append(messages.run())

@@ -179,22 +179,36 @@ class SpannedEntries:
     of ``(publishing_id, filter_value, data, None)`` tuples (built on first use), as
     ``PackedEntries`` is."""
 
-    __slots__ = ("src", "starts", "skip", "count", "ids", "values", "largest", "_messages")
+    __slots__ = ("src", "starts", "skip", "count", "ids", "values", "_largest", "_messages")
 
     def __init__(self, src: bytes, starts: list[int], skip: int, ids: tuple[int, ...],
-                 values: list[str] | None, largest: int):
+                 values: list[str] | None):
         self.src = src  # the frame's bytes; entry k lies at starts[k] .. starts[k + 1]
         self.starts = starts
         self.skip = skip  # bytes before each entry's size field
         self.count = len(ids)
         self.ids = ids
         self.values = values  # one per message, or None when no message has one
-        self.largest = largest  # the largest message's size
+        self._largest: int | None = None
         self._messages: tuple[PublishedMessage, ...] | None = None
+
+    def fits(self, limit: int) -> bool:
+        """No message is larger than ``limit`` bytes (a frame no larger says so at once)."""
+        starts = self.starts
+        if starts[-1] - starts[0] - self.count * (self.skip + 4) <= limit:
+            return True
+        return self.largest() <= limit
+
+    def largest(self) -> int:
+        """The largest message's size."""
+        if self._largest is None:
+            starts = self.starts
+            self._largest = max(map(operator.sub, starts[1:], starts[:-1])) - self.skip - 4
+        return self._largest
 
     def run(self) -> EntrySpans:
         """The entries as storage takes them whole (no object per message)."""
-        return EntrySpans(self.src, self.starts, self.skip, self.largest)
+        return EntrySpans(self.src, self.starts, self.skip, self._largest)
 
     def id_bytes(self) -> bytes:
         """The publishing ids as a PublishConfirm holds them (8 bytes each, big-endian)."""
@@ -269,11 +283,10 @@ def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntr
         return None
     if at != end:
         return None
+    # (a size with its top bit set, a sub-entry batch or a v2 error, would have taken ``at``
+    # 2 GiB on: the caller's walk tells what it is)
     columns = tuple(zip(*walked, strict=True))
     sizes = columns[-1]
-    largest = max(sizes)
-    if largest & 0x8000_0000:  # a sub-entry batch (v1), or a v2 error: the caller's walk
-        return None
     values: list[str] | None = None
     if version == 2:
         first = U16.unpack_from(src, pos + 8)[0]
@@ -281,8 +294,10 @@ def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntr
             return None
         if first != _NO_FILTER:
             table = _VALUES
-            new = set(columns[2]).difference(table)
-            if new:
+            try:  # the values seen before: no set made
+                values = list(map(table.__getitem__, columns[2]))
+            except KeyError:
+                new = set(columns[2]).difference(table)
                 if len(table) + len(new) > VALUES_KEPT:
                     table.clear()
                     new = set(columns[2])
@@ -290,10 +305,10 @@ def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntr
                     table.update({raw: str(raw, "utf-8") for raw in new})
                 except UnicodeDecodeError:
                     return None
-            values = list(map(table.__getitem__, columns[2]))
+                values = list(map(table.__getitem__, columns[2]))
     starts = list(itertools.accumulate(map(operator.add, sizes, itertools.repeat(head)),
                                        initial=pos))
-    return SpannedEntries(src, starts, head - 4, columns[0], values, largest)
+    return SpannedEntries(src, starts, head - 4, columns[0], values)
 
 
 @dataclass(frozen=True, slots=True)
