@@ -161,10 +161,10 @@ def _packed(buf: memoryview, pos: int, count: int) -> PackedEntries | None:
 @lru_cache(maxsize=64)
 def _walker(value_length: int) -> struct.Struct:
     """A simple entry's head: publishing id, then (Publish v2, ``value_length`` >= 0) the
-    filter value's length and bytes, then the size field."""
+    filter value's length field and ``value_length`` bytes as one field, then the size."""
     if value_length < 0:
         return SIMPLE_ENTRY
-    return struct.Struct(f">QH{value_length}sI")
+    return struct.Struct(f">Q{2 + value_length}sI")
 
 
 class SpannedEntries:
@@ -182,7 +182,7 @@ class SpannedEntries:
     __slots__ = ("src", "starts", "skip", "count", "ids", "values", "_largest", "_messages")
 
     def __init__(self, src: bytes, starts: list[int], skip: int, ids: tuple[int, ...],
-                 values: list[str] | None):
+                 values: list[str | None] | None):
         self.src = src  # the frame's bytes; entry k lies at starts[k] .. starts[k + 1]
         self.starts = starts
         self.skip = skip  # bytes before each entry's size field
@@ -242,10 +242,43 @@ class SpannedEntries:
         return f"SpannedEntries({self.count} messages, skip {self.skip})"
 
 
-#: filter values decoded lately, their bytes to the ``str`` (loop thread only): a publisher's
-#: few values are decoded once, not once a frame; cleared when it would hold more
+#: filter values decoded lately, each as a v2 entry holds it (length field and bytes) to the
+#: ``str`` (None for no value), loop thread only: a publisher's few values are decoded once,
+#: not once a frame; cleared when it would hold more. Every key's length field is its length:
+#: a frame walked for values of one length finds an entry whose value is of another length
+#: nowhere in it, so the lookup checks each entry's field as it gives its value.
 VALUES_KEPT = 4096
-_VALUES: dict[bytes, str] = {}
+_VALUES: dict[bytes, str | None] = {}
+
+
+def _value(key: bytes) -> str | None:
+    """The filter value of a v2 entry's length field and bytes (``ValueError``: they do not
+    agree, or the bytes are not UTF-8)."""
+    (n,) = U16.unpack_from(key)
+    if n == _NO_FILTER and len(key) == 2:
+        return None
+    if n != len(key) - 2:
+        raise ValueError("a filter value of another length")
+    return str(key[2:], "utf-8")
+
+
+def _values(keys: tuple[bytes, ...]) -> list[str | None] | None:
+    """The filter values of a frame's entries (see ``_VALUES``); None when an entry's length
+    field is not that of the others, or a value is not UTF-8."""
+    table = _VALUES
+    try:  # the values seen before: no set made
+        return list(map(table.__getitem__, keys))
+    except KeyError:
+        pass
+    new = set(keys).difference(table)
+    if len(table) + len(new) > VALUES_KEPT:
+        table.clear()
+        new = set(keys)
+    try:
+        table.update({key: _value(key) for key in new})
+    except ValueError:  # UnicodeDecodeError too
+        return None
+    return list(map(table.__getitem__, keys))
 
 
 def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntries | None:
@@ -268,6 +301,8 @@ def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntr
     at = pos
     walked: list[tuple] = []
     append = walked.append
+    # a size with its top bit set (a sub-entry batch, or a v2 error) takes ``at`` 2 GiB on:
+    # the frame does not add up, and the caller's walk tells what it is
     try:
         if version == 1:
             for _ in range(count):
@@ -278,35 +313,20 @@ def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntr
             for _ in range(count):
                 t = unpack(src, at)
                 append(t)
-                at += head + t[3]
+                at += head + t[2]
     except struct.error:  # an entry's head runs past the frame
         return None
     if at != end:
         return None
-    # (a size with its top bit set, a sub-entry batch or a v2 error, would have taken ``at``
-    # 2 GiB on: the caller's walk tells what it is)
     columns = tuple(zip(*walked, strict=True))
-    sizes = columns[-1]
-    values: list[str] | None = None
+    values: list[str | None] | None = None
     if version == 2:
-        first = U16.unpack_from(src, pos + 8)[0]
-        if columns[1].count(first) != count:  # values of several lengths
+        values = _values(columns[1])
+        if values is None:
             return None
-        if first != _NO_FILTER:
-            table = _VALUES
-            try:  # the values seen before: no set made
-                values = list(map(table.__getitem__, columns[2]))
-            except KeyError:
-                new = set(columns[2]).difference(table)
-                if len(table) + len(new) > VALUES_KEPT:
-                    table.clear()
-                    new = set(columns[2])
-                try:
-                    table.update({raw: str(raw, "utf-8") for raw in new})
-                except UnicodeDecodeError:
-                    return None
-                values = list(map(table.__getitem__, columns[2]))
-    starts = list(itertools.accumulate(map(operator.add, sizes, itertools.repeat(head)),
+        if length == 0 and values.count(None) == count:
+            values = None
+    starts = list(itertools.accumulate(map(operator.add, columns[-1], itertools.repeat(head)),
                                        initial=pos))
     return SpannedEntries(src, starts, head - 4, columns[0], values)
 
