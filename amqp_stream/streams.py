@@ -33,7 +33,7 @@ from storage.files import fsync_dir, index_path, read_index_tuples, replace_file
 from amqp_stream.config import BrokerConfig
 from amqp_stream.errors import ResourceDeleted
 from sqlfilter.required import needles_of
-from storage.format import CHUNK_USER, SubBatchEntry
+from storage.format import CHUNK_USER, SubBatchEntry, run_entries
 
 __all__ = ["StreamEntry", "Registry", "stream_config"]
 
@@ -115,18 +115,21 @@ class StreamEntry:
         ids); the stream's metrics count what is stored (``records``: when a sub-entry batch
         holds several; ``nbytes``: the bytes to count, default the bodies' lengths) and what
         deduplication dropped; ``frames``: where each client frame starts in ``bodies``
-        (``storage.Stream.append_batch``); ``entries``: some bodies are ``EntryRun``s (an
-        unnamed publisher's), and the entries all take. Raises ``ResourceDeleted`` or what
+        (``storage.Stream.append_batch``); ``entries``: some bodies are ``EntryRun``s or
+        ``EntrySpans`` (a frame's records left in its bytes), and the entries all take. Raises ``ResourceDeleted`` or what
         storage raises."""
         if self.deleted:
             raise ResourceDeleted(f"stream '{self.name}' was deleted")
         given = records or entries or len(bodies)
         if reference:
             kept = self.stream.append_deduplicated(reference, bodies, ids, values, on_durable,
-                                                   frames)
-            if len(kept) < len(bodies):
+                                                   frames, entries)
+            if len(kept) < (entries or len(bodies)):
                 log.debug("%d duplicate(s) from publisher %r on %r confirmed, not stored",
-                          len(bodies) - len(kept), reference, self.name)
+                          (entries or len(bodies)) - len(kept), reference, self.name)
+                if entries is not None:
+                    bodies = run_entries(bodies)
+                    entries = None
                 bodies = [bodies[i] for i in kept]
                 records = sum(b.records if type(b) is SubBatchEntry else 1 for b in bodies)
                 nbytes = None

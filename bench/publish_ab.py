@@ -12,12 +12,17 @@ installed (``--no-rabbitmq``: not): its streams never fsync, whatever ``--fsync`
 
     mkdir /tmp/publish-base && git archive <baseline> | tar -x -C /tmp/publish-base
     .venv/bin/python -m bench.publish_ab --baseline /tmp/publish-base [--fsync never] [--rounds 5]
+
+``--sink``: the Spark sink's traffic (``amqp_stream.spark``'s ``streamUrl`` writer): a named
+publisher (deduplication), Publish v2 with a filter value each (100 regions, ``r00``..``r99``,
+interleaved) and messages of varying sizes (150-190 bytes).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import tempfile
 import time
@@ -39,11 +44,12 @@ class Target:
     pid: int
 
 
-def _round(target: Target, stream: str, frames: list[tuple[bytes, int]]) -> tuple[Result, float]:
+def _round(target: Target, stream: str, frames: list[tuple[bytes, int]],
+           reference: str = "") -> tuple[Result, float]:
     """One publish; its result and the load generator's CPU µs per message."""
     with StreamClient(f"rabbitmq-stream://{target.host}:{target.port}", timeout=60) as c:
         c.create(stream)
-        c.declare_publisher(1, stream)
+        c.declare_publisher(1, stream, reference)
         c0 = time.process_time()
         result = publish(c, frames, target.pid)
         client = (time.process_time() - c0) / result.messages * 1e6
@@ -59,8 +65,18 @@ def main() -> int:
     parser.add_argument("--fsync", default="never", choices=("never", "always"))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-rabbitmq", action="store_true", help="leave RabbitMQ out")
+    parser.add_argument("--sink", action="store_true",
+                        help="the Spark sink's traffic: named, v2, a value each, sizes varying")
     args = parser.parse_args()
-    frames = publish_frames(1, 0, args.messages, args.frame)
+    if args.sink:
+        rnd = random.Random(1)
+        messages = [b"\x00\x53\x75\xa0" + bytes([n]) + rnd.randbytes(n)  # an AMQP data section
+                    for n in (rnd.randrange(145, 185) for _ in range(997))]
+        values = [f"r{(i * 7919) % 100:02d}" for i in range(args.messages)]
+        frames = publish_frames(1, 0, args.messages, args.frame, values, messages)
+    else:
+        frames = publish_frames(1, 0, args.messages, args.frame)
+    reference = "sink-bench" if args.sink else ""
     results: dict[str, list[tuple[Result, float]]] = {}
     loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="bench-publish-") as tmp:
@@ -82,7 +98,7 @@ def main() -> int:
                     node.host, node.stream_port, node.pid())
             for k in range(args.rounds):
                 for name, target in targets.items():
-                    results.setdefault(name, []).append(_round(target, f"ab-{k}", frames))
+                    results.setdefault(name, []).append(_round(target, f"ab-{k}", frames, reference))
                 loads.append(os.getloadavg()[0])
         finally:
             for b in brokers:
@@ -92,7 +108,8 @@ def main() -> int:
             os.chdir(cwd)
     print(f"load average (1 min) {min(loads):.1f}-{max(loads):.1f} over the rounds; "
           f"{args.messages} messages a round, {args.frame} per frame, fsync {args.fsync}, "
-          f"{args.rounds} rounds alternating (2 shared cores)")
+          f"{args.rounds} rounds alternating (2 shared cores)"
+          + ("; the Spark sink's traffic (named, v2, sizes varying)" if args.sink else ""))
     rates = {}
     for name, rs in results.items():
         rates[name] = statistics.median(r.rate for r, _ in rs)

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import itertools
 import operator
 import re
 import struct
@@ -93,7 +94,7 @@ __all__ = [
     "segment_name", "index_name", "parse_file_name",
     "segment_header", "index_header", "encode_entries", "encode_chunk", "encode_index_record",
     "decode_header", "chunk_size", "decode_records", "decode_tracking", "encode_subbatch",
-    "encode_tracking", "SubBatchEntry", "EntryRun", "encode_mixed_entries", "records_holding",
+    "encode_tracking", "SubBatchEntry", "EntryRun", "EntrySpans", "run_entries", "encode_mixed_entries", "records_holding",
 ]
 
 # -- layouts -----------------------------------------------------------------------------------
@@ -301,6 +302,72 @@ class EntryRun:
 
     def __repr__(self) -> str:
         return f"EntryRun({self.count} records of {self.size} bytes, skip {self.skip})"
+
+
+class EntrySpans:
+    """Simple entries of varying sizes as a client's frame holds them: entry ``k`` is
+    ``raw[starts[k] + skip:starts[k + 1]]`` (its size field and record), after ``skip`` bytes
+    that are not stored (a Publish frame's publishing id, and in Publish v2 the filter value
+    and its length, when every entry's is as long). ``starts`` holds ``count + 1`` ascending
+    places. Taken as ``EntryRun`` is (``Stream.append_batch(..., entries=)``).
+
+    Why: a frame of messages of varying sizes holds a data section's simple entries apart by
+    the same few bytes each; the decoder walks the frame once to find where each entry starts
+    (unavoidable: sizes chain), and the records then never become objects of their own: a
+    chunk's part is cut with C-level maps over ``starts``. The caller checks that each entry's
+    size field matches its span (``streamproto``'s decoder finds ``starts`` by those fields)."""
+
+    __slots__ = ("raw", "starts", "skip", "count", "_largest")
+
+    def __init__(self, raw: bytes, starts: list[int], skip: int,
+                 largest: int | None = None) -> None:
+        if len(starts) < 2 or skip < 0 or starts[-1] > len(raw) or starts[0] < 0:
+            raise StorageError(f"entry spans of {len(starts) - 1} entries do not lie in "
+                               f"{len(raw)} bytes")
+        self.raw, self.starts, self.skip, self.count = raw, starts, skip, len(starts) - 1
+        self._largest = largest  # the largest record's size, when the caller knows it
+
+    def _from(self, first: int, n: int, extra: int) -> Iterable[slice]:
+        starts = self.starts
+        return map(slice, map(operator.add, starts[first:first + n],
+                              itertools.repeat(self.skip + extra)), starts[first + 1:first + n + 1])
+
+    def entries(self, first: int, n: int) -> bytes:
+        """The data section bytes of entries ``first .. first + n`` (one join)."""
+        return b"".join(map(self.raw.__getitem__, self._from(first, n, 0)))
+
+    def sizes(self, first: int, n: int) -> list[int]:
+        """The bytes each of entries ``first .. first + n`` takes in a data section (4 and its
+        record)."""
+        starts = self.starts
+        return [d - self.skip for d in map(operator.sub, starts[first + 1:first + n + 1],
+                                             starts[first:first + n])]
+
+    def largest(self) -> int:
+        """The size of the largest record."""
+        if self._largest is None:
+            starts = self.starts
+            self._largest = max(map(operator.sub, starts[1:], starts[:-1])) - self.skip - 4
+        return self._largest
+
+    def bodies(self, first: int, n: int) -> list[bytes]:
+        """The records of entries ``first .. first + n``, one bytes each (the rarer paths)."""
+        return list(map(self.raw.__getitem__, self._from(first, n, 4)))
+
+    def __repr__(self) -> str:
+        return f"EntrySpans({self.count} records, skip {self.skip})"
+
+
+def run_entries(items: Iterable[object]) -> list:
+    """``items`` with every ``EntryRun`` / ``EntrySpans`` given as its records, one bytes
+    each: the list of bodies the same entries are as plain items."""
+    out: list = []
+    for x in items:
+        if type(x) is EntryRun or type(x) is EntrySpans:
+            out += x.bodies(0, x.count)
+        else:
+            out.append(x)
+    return out
 
 
 def data_entries(data: bytes, entries: int) -> list[bytes]:

@@ -26,7 +26,7 @@ import bloom
 from storage.config import FsyncPolicy, StreamConfig
 from storage.derived import Bounds, Wanted
 from storage.errors import StorageError, StreamClosedError
-from storage.format import SEGMENT_HEADER_BYTES, EntryRun, SubBatchEntry
+from storage.format import SEGMENT_HEADER_BYTES, EntryRun, EntrySpans, SubBatchEntry, run_entries
 from storage.offsets import OffsetSpec
 from storage.reader import Reader
 from storage.recovery import SegmentInfo, recover
@@ -152,7 +152,7 @@ class Stream:
         records given one body each."""
         if entries is not None:
             return self._append_runs(bodies, filter_values, on_durable, records, entries,  # type: ignore[arg-type]
-                                     writer, frames)
+                                     writer, frames, sequences)
         n = len(bodies)
         if filter_values is not None and len(filter_values) != n:
             raise StorageError("filter_values must have one entry per body")
@@ -188,19 +188,23 @@ class Stream:
         return self._writer.append_batch(bodies, filter_values, on_durable, (ref, sequence),
                                          records=records, sequences=sequences, frames=frames)
 
-    def _append_runs(self, items: Sequence[bytes | EntryRun],
+    def _append_runs(self, items: Sequence[bytes | EntryRun | EntrySpans],
                      filter_values: Sequence[FilterValue] | None,
                      on_durable: DurableCallback | None, records: int | None, entries: int,
-                     writer: object, frames: Sequence[int] | None) -> int:
-        """``append_batch`` with ``EntryRun`` items: the same checks, per item, not per
-        record (a run's records are of one size)."""
-        if writer is not None:
-            raise StorageError("a named publisher's batch is given one body per record")
+                     writer: tuple[str | bytes, int] | None, frames: Sequence[int] | None,
+                     sequences: Sequence[int] | None = None, ascending: bool = False) -> int:
+        """``append_batch`` with ``EntryRun`` / ``EntrySpans`` items: the same checks, per
+        item, not per record. A named publisher's batch (``writer``) comes with ``sequences``,
+        one publishing id per entry (``ascending``: the caller checked that they are)."""
         counted = largest = extra = 0
         for x in items:
             if isinstance(x, EntryRun):
                 counted += x.count
                 largest = max(largest, x.size)
+            elif isinstance(x, EntrySpans):
+                counted += x.count
+                total = x.starts[-1] - x.starts[0] - x.count * (x.skip + 4)  # all its records
+                largest = max(largest, total if total <= MAX_RECORD_BYTES else x.largest())
             else:
                 counted += 1
                 largest = max(largest, len(x))
@@ -219,8 +223,19 @@ class Stream:
                     and any(map(_bad_value, filter_values)):
                 raise StorageError("filter values are str, bytes, a tuple of them, or None")
         _check_frames(frames, entries)
+        ref_seq: tuple[bytes, int] | None = None
+        if writer is not None:
+            reference, sequence = writer
+            if sequences is None or len(sequences) != entries or not entries \
+                    or sequences[-1] != sequence or not (ascending or _ascending(sequences)):
+                raise StorageError("a named publisher's entries come with one publishing id "
+                                   "each, ascending, the last one the writer's sequence")
+            _check_u64(sequences[0], "publishing id")
+            _check_u64(sequence, "publishing id")
+            ref_seq = (tracking_id(reference, "publisher reference"), sequence)
         return self._writer.append_batch(items, filter_values, self._hold(on_durable),
-                                         records=records, frames=frames, entries=entries)
+                                         ref_seq, records=records, sequences=sequences,
+                                         frames=frames, entries=entries)
 
     def notify_durable(self, on_durable: DurableCallback) -> None:
         """``on_durable(last offset, error)`` once everything appended so far is durable (from
@@ -235,7 +250,8 @@ class Stream:
                             publishing_ids: Sequence[int],
                             filter_values: Sequence[FilterValue] | None = None,
                             on_durable: DurableCallback | None = None,
-                            frames: Sequence[int] | None = None) -> list[int]:
+                            frames: Sequence[int] | None = None,
+                            entries: int | None = None) -> list[int]:
         """A named publisher's messages, deduplicated as RabbitMQ does: those whose publishing
         id is above the last one stored for ``reference`` (any id, 0 too, when none is: as in
         osiris) and above every id before them here are appended, in one batch with their ids
@@ -247,8 +263,14 @@ class Stream:
 
         A body may be a ``SubBatchEntry`` (a client's sub-entry batch: one publishing id for
         its records, as RabbitMQ deduplicates them); the records each batch takes are counted
-        here. ``frames``: as for ``append_batch``, places in ``bodies``."""
-        n = len(bodies)
+        here. ``frames``: as for ``append_batch``, places in ``bodies``.
+
+        ``entries``: some bodies are ``EntryRun``s or ``EntrySpans`` (a client frame's records
+        left in its bytes), and the entries all take; ``publishing_ids``, ``filter_values``,
+        ``frames`` and the indices returned then count entries. When all are kept (a
+        publisher's ids ascending from above the last stored: checked in C) the runs go to
+        the writer whole; otherwise they are taken apart first (the rare path)."""
+        n = len(bodies) if entries is None else entries
         if len(publishing_ids) != n or (filter_values is not None and len(filter_values) != n):
             raise StorageError("publishing_ids and filter_values must have one entry per body")
         key = tracking_id(reference, "publisher reference")
@@ -256,12 +278,21 @@ class Stream:
         last = self._writer.sequences.get(key, -1)  # as osiris: an unknown one takes any id
         keep: list[int] = []
         if n and publishing_ids[0] > last and _ascending(publishing_ids):
+            if entries is not None:  # the common case, checked in C: all kept, runs whole
+                ids = publishing_ids if type(publishing_ids) is list else list(publishing_ids)
+                records = entries + sum(x.records - 1 for x in bodies if type(x) is SubBatchEntry)
+                self._append_runs(bodies, filter_values, on_durable,
+                                  records if records != entries else None, entries,
+                                  (reference, ids[-1]), frames, ids, ascending=True)
+                return list(range(n))
             keep = list(range(n))  # the common case, checked in C: all kept
         else:
             for i, pid in enumerate(publishing_ids):
                 if pid > last:
                     last = pid
                     keep.append(i)
+        if entries is not None:
+            bodies = run_entries(bodies)  # one body per entry, as the indices count
         if not keep:
             if on_durable is not None:
                 self.notify_durable(on_durable)

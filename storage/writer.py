@@ -75,6 +75,7 @@ from storage.format import (
     TRACKING_TYPE_TIMESTAMP,
     SubBatchEntry,
     EntryRun,
+    EntrySpans,
     ChunkHeader,
     IndexRecord,
     TrackingRecord,
@@ -224,7 +225,7 @@ class Writer:
         lock.release()
         return offset
 
-    def append_batch(self, bodies: Sequence[bytes | EntryRun],
+    def append_batch(self, bodies: Sequence[bytes | EntryRun | EntrySpans],
                      filter_values: Sequence[FilterValue] | None,
                      on_durable: DurableCallback | None,
                      writer: tuple[bytes, int] | None = None, records: int | None = None,
@@ -1153,9 +1154,12 @@ class _Tracking:
         self.timestamps = timestamps
 
 
+_RUNS = (EntryRun, EntrySpans)
+
+
 class _Entries:
-    """The queue as the writer took it when it held ``EntryRun``s: a sequence of entries (a
-    run counts as its ``count``) whose data sections are cut from the runs' bytes.
+    """The queue as the writer took it when it held ``EntryRun``s or ``EntrySpans``: a
+    sequence of entries (a run counts as its ``count``) whose data sections are cut from the runs' bytes.
 
     Why: the run's records never become objects on the common path (``span``: one copy per
     chunk part, ids dropped by strided deletes; ``fit``: arithmetic per run), and the chunking
@@ -1168,12 +1172,12 @@ class _Entries:
     def __init__(self, items: list) -> None:
         self.items = items
         self.starts = list(itertools.accumulate(
-            (x.count if type(x) is EntryRun else 1 for x in items), initial=0))
+            (x.count if type(x) in _RUNS else 1 for x in items), initial=0))
 
     def __len__(self) -> int:
         return self.starts[-1]
 
-    def _parts(self, i: int, n: int) -> Iterable[tuple[bytes | EntryRun, int, int]]:
+    def _parts(self, i: int, n: int) -> Iterable[tuple[bytes | EntryRun | EntrySpans, int, int]]:
         """``(item, first, count)``: the items covering entries ``i .. i + n``, a run's part
         from its entry ``first``."""
         items, starts = self.items, self.starts
@@ -1181,7 +1185,7 @@ class _Entries:
         end = i + n
         while i < end:
             item = items[j]
-            if isinstance(item, EntryRun):
+            if isinstance(item, (EntryRun, EntrySpans)):
                 k = min(end, starts[j + 1]) - i
                 yield item, i - starts[j], k
                 i += k
@@ -1195,7 +1199,7 @@ class _Entries:
         sub-batch entries, ``encode_mixed_entries``) gives it for their bodies."""
         parts: list[bytes] = []
         for item, a, k in self._parts(i, n):
-            if isinstance(item, EntryRun):
+            if isinstance(item, (EntryRun, EntrySpans)):
                 parts.append(item.entries(a, k))  # type: ignore[arg-type]
             elif type(item) is SubBatchEntry:
                 parts.append(item)
@@ -1208,7 +1212,14 @@ class _Entries:
         """How many of the entries from ``i`` (at most ``n``, at least 1) fit ``limit`` bytes,
         counting 4 per entry beside its record, as a list of bodies is cut."""
         total = taken = 0
-        for item, _, k in self._parts(i, n):
+        for item, a, k in self._parts(i, n):
+            if isinstance(item, EntrySpans):
+                for each in item.sizes(a, k):
+                    if total + each > limit:
+                        return max(1, taken)
+                    total += each
+                    taken += 1
+                continue
             each = item.size + 4 if isinstance(item, EntryRun) else len(item) + 4
             if total + each * k > limit:
                 taken += (limit - total) // each
@@ -1221,7 +1232,7 @@ class _Entries:
         i, end, _ = span.indices(len(self))
         out: list[bytes] = []
         for item, a, k in self._parts(i, max(0, end - i)):
-            if isinstance(item, EntryRun):
+            if isinstance(item, (EntryRun, EntrySpans)):
                 out += item.bodies(a, k)
             else:
                 out.append(item)

@@ -6,9 +6,13 @@ filter value as the record's stage-1 value, so AMQP consumers see them and filte
 messages published over AMQP with ``x-stream-filter-value``. A frame of messages of one size
 (``streamproto.PackedEntries``) is taken whole: storage gets it as one ``EntryRun`` (the
 frame's bytes; the writer drops the ids as it copies each chunk's part) and its ids go to the
-confirm as the frame's bytes, so no object is made per message (a named publisher's frame
-gives its ids and bodies in one C call each: deduplication compares the ids). The bytes
-stored and the confirms are those of the walk. The messages of one loop turn go
+confirm as the frame's bytes, so no object is made per message. A frame of messages of varying
+sizes (``streamproto.SpannedEntries``: v1 without sub-entry batches, v2 whose filter values have
+one length: the Spark sink's) is walked once by the decoder and stored as one ``EntrySpans``,
+its values one list, its ids one ``struct.pack``. A named publisher's runs go to storage whole
+too, its ids one list a turn (deduplication compares them, in C when all are kept). The bytes
+stored and the confirms are those of the walk (``tests/stream/test_publish_packed.py``,
+``test_publish_spanned.py``). The messages of one loop turn go
 to the writer in one ``append_batch`` (``flush``, called by the core once per turn: group
 commit across connections), with where each frame starts (a large frame gets chunks of its
 own, see ``docs/storage.md``, "Chunk sizes"); the writer's ``on_durable`` callback only posts to the mailbox,
@@ -44,7 +48,9 @@ import struct
 from typing import TYPE_CHECKING, Any, Callable
 
 from amqp_stream.core import ByteBudget
-from amqp_stream.streamproto import PackedEntries, PublishConfirm, PublishError, ResponseCode
+from amqp_stream.streamproto import (
+    PackedEntries, PublishConfirm, PublishError, ResponseCode, SpannedEntries,
+)
 from storage.format import SubBatchEntry, decode_records
 
 if TYPE_CHECKING:
@@ -109,24 +115,40 @@ class StreamPublisher:
         self.budget.waiting.pop(self, None)
 
     # -- in --------------------------------------------------------------------------------
-    def publish(self, messages: tuple | PackedEntries) -> None:
+    def publish(self, messages: tuple | PackedEntries | SpannedEntries) -> None:
         """A Publish frame's ``(publishing_id, filter_value, data, batch)`` entries."""
         bodies, values = self.bodies, self.values
         start = self.entries
         if type(messages) is PackedEntries and messages.size <= self.max_message_size:
             # messages of one size, none too large: no object per message
             count = messages.count
-            if self.reference:  # deduplication compares the ids: one C call each
-                bodies += messages.bodies()
+            bodies.append(messages.run())
+            if self.reference:  # deduplication compares the ids: one C call
                 self.ids += messages.ids()
-            else:
-                bodies.append(messages.run())
-                self.runs = True
+            self.runs = True
             values += itertools.repeat(None, count)
             self.confirm += messages.id_bytes()
             self.entries += count
             self.published += count
             self._taken(start, count * messages.size)
+            return
+        if type(messages) is SpannedEntries and messages.fits(self.max_message_size):
+            # messages of varying sizes, none too large: found by one walk, left in the frame
+            count = messages.count
+            bodies.append(messages.run())
+            if self.reference:
+                self.ids += messages.ids
+            self.runs = True
+            if messages.values is None:
+                values += itertools.repeat(None, count)
+            else:
+                values += messages.values
+                self.valued = True
+            self.confirm += messages.id_bytes()
+            self.entries += count
+            self.published += count
+            starts = messages.starts
+            self._taken(start, starts[-1] - starts[0] - count * (messages.skip + 4))
             return
         errors: list[tuple[int, int]] = []
         ids: list[int] = []

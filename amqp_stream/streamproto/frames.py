@@ -37,7 +37,7 @@ from amqp_stream.streamproto._types import (
 from amqp_stream.streamproto.constants import RESPONSE_FLAG, Key
 from amqp_stream.streamproto.errors import FrameError
 from amqp_stream.streamproto.traffic import (
-    CHUNK_HEADER, ChunkHeader, Deliver, PackedEntries, Publish, PublishConfirm, PublishedMessage,
+    CHUNK_HEADER, ChunkHeader, Deliver, PackedEntries, Publish, SpannedEntries, PublishConfirm, PublishedMessage,
     chunk_header, deliver_head,
 )
 
@@ -48,7 +48,7 @@ PUBLISHING_ERROR = struct.Struct(">QH")     # publishing id, code
 COMMAND_VERSION = struct.Struct(">HHH")     # key, min version, max version
 
 __all__ = [
-    "Frame", "Response", "Publish", "PublishedMessage", "PackedEntries", "PublishConfirm", "PublishError",
+    "Frame", "Response", "Publish", "PublishedMessage", "PackedEntries", "SpannedEntries", "PublishConfirm", "PublishError",
     "Deliver", "OffsetSpec", "ChunkHeader", "chunk_header", "deliver_head", "encode", "decode",
     "error_response", "CHUNK_HEADER", "FRAME_SIZE",
     "DeclarePublisher", "QueryPublisherSequence", "DeletePublisher", "Subscribe", "Credit",

@@ -27,14 +27,16 @@ has no sub-entry batches in Publish v2.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import struct
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import ClassVar, Iterator, NamedTuple
 
-from amqp_stream.streamproto._types import _REGISTRY, U8, U32, U64, Frame, _bad
+from amqp_stream.streamproto._types import _REGISTRY, U8, U16, U32, U64, Frame, _bad
 from amqp_stream.streamproto.constants import Key
-from storage.format import EntryRun
+from storage.format import EntryRun, EntrySpans
 
 PUBLISH_HEAD = struct.Struct(">Bi")         # publisher id, message count
 SIMPLE_ENTRY = struct.Struct(">QI")         # publishing id, 0:1 size:31
@@ -48,7 +50,7 @@ CHUNK_HEADER = struct.Struct(">BBHIqQQIIIB3x")  # 48 bytes, see ChunkHeader
 
 _BATCH_BIT = 0x80
 
-__all__ = ["Publish", "PublishedMessage", "PackedEntries", "PublishConfirm", "Deliver",
+__all__ = ["Publish", "PublishedMessage", "PackedEntries", "SpannedEntries", "PublishConfirm", "Deliver",
            "ChunkHeader", "chunk_header", "deliver_head"]
 
 
@@ -156,12 +158,185 @@ def _packed(buf: memoryview, pos: int, count: int) -> PackedEntries | None:
     return PackedEntries(buf[pos:end], count, size, src, pos)
 
 
+@lru_cache(maxsize=64)
+def _walker(value_length: int) -> struct.Struct:
+    """A simple entry's head: publishing id, then (Publish v2, ``value_length`` >= 0) the
+    filter value's length field and ``value_length`` bytes as one field, then the size."""
+    if value_length < 0:
+        return SIMPLE_ENTRY
+    return struct.Struct(f">Q{2 + value_length}sI")
+
+
+class SpannedEntries:
+    """The simple entries of a Publish frame of messages of varying sizes (v1 without sub-entry
+    batches, or v2 whose filter values all have one length, or none), found by one walk and
+    left in the frame's bytes: what the decoder gives instead of a tuple per message.
+
+    Why: the walk is the one Python step per message (one ``struct`` call: sizes chain, so it
+    cannot be skipped); the ids, the filter values (each distinct one decoded once) and where
+    each entry starts come out of it as flat sequences, storage takes the records as one
+    ``EntrySpans`` and the confirm takes the ids in one ``struct.pack``. It is still a sequence
+    of ``(publishing_id, filter_value, data, None)`` tuples (built on first use), as
+    ``PackedEntries`` is."""
+
+    __slots__ = ("src", "starts", "skip", "count", "ids", "values", "_largest", "_messages")
+
+    def __init__(self, src: bytes, starts: list[int], skip: int, ids: tuple[int, ...],
+                 values: list[str | None] | None):
+        self.src = src  # the frame's bytes; entry k lies at starts[k] .. starts[k + 1]
+        self.starts = starts
+        self.skip = skip  # bytes before each entry's size field
+        self.count = len(ids)
+        self.ids = ids
+        self.values = values  # one per message, or None when no message has one
+        self._largest: int | None = None
+        self._messages: tuple[PublishedMessage, ...] | None = None
+
+    def fits(self, limit: int) -> bool:
+        """No message is larger than ``limit`` bytes (a frame no larger says so at once)."""
+        starts = self.starts
+        if starts[-1] - starts[0] - self.count * (self.skip + 4) <= limit:
+            return True
+        return self.largest() <= limit
+
+    def largest(self) -> int:
+        """The largest message's size."""
+        if self._largest is None:
+            starts = self.starts
+            self._largest = max(map(operator.sub, starts[1:], starts[:-1])) - self.skip - 4
+        return self._largest
+
+    def run(self) -> EntrySpans:
+        """The entries as storage takes them whole (no object per message)."""
+        return EntrySpans(self.src, self.starts, self.skip, self._largest)
+
+    def id_bytes(self) -> bytes:
+        """The publishing ids as a PublishConfirm holds them (8 bytes each, big-endian)."""
+        return struct.pack(f">{self.count}Q", *self.ids)
+
+    def messages(self) -> tuple[PublishedMessage, ...]:
+        if self._messages is None:
+            view, starts, at = memoryview(self.src), self.starts, self.skip + 4
+            values = self.values if self.values is not None else itertools.repeat(None)
+            self._messages = tuple((pid, value, view[a + at:b], None) for pid, value, a, b in zip(
+                self.ids, values, starts, itertools.islice(starts, 1, None), strict=False))
+        return self._messages
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[PublishedMessage]:
+        return iter(self.messages())
+
+    def __getitem__(self, i: int) -> PublishedMessage:
+        return self.messages()[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (PackedEntries, SpannedEntries, tuple)):
+            return self.messages() == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"SpannedEntries({self.count} messages, skip {self.skip})"
+
+
+#: filter values decoded lately, each as a v2 entry holds it (length field and bytes) to the
+#: ``str`` (None for no value), loop thread only: a publisher's few values are decoded once,
+#: not once a frame; cleared when it would hold more. Every key's length field is its length:
+#: a frame walked for values of one length finds an entry whose value is of another length
+#: nowhere in it, so the lookup checks each entry's field as it gives its value.
+VALUES_KEPT = 4096
+_VALUES: dict[bytes, str | None] = {}
+
+
+def _value(key: bytes) -> str | None:
+    """The filter value of a v2 entry's length field and bytes (``ValueError``: they do not
+    agree, or the bytes are not UTF-8)."""
+    (n,) = U16.unpack_from(key)
+    if n == _NO_FILTER and len(key) == 2:
+        return None
+    if n != len(key) - 2:
+        raise ValueError("a filter value of another length")
+    return str(key[2:], "utf-8")
+
+
+def _values(keys: tuple[bytes, ...]) -> list[str | None] | None:
+    """The filter values of a frame's entries (see ``_VALUES``); None when an entry's length
+    field is not that of the others, or a value is not UTF-8."""
+    table = _VALUES
+    try:  # the values seen before: no set made
+        return list(map(table.__getitem__, keys))
+    except KeyError:
+        pass
+    new = set(keys).difference(table)
+    if len(table) + len(new) > VALUES_KEPT:
+        table.clear()
+        new = set(keys)
+    try:
+        table.update({key: _value(key) for key in new})
+    except ValueError:  # UnicodeDecodeError too
+        return None
+    return list(map(table.__getitem__, keys))
+
+
+def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntries | None:
+    """The frame's entries from ``pos`` as ``SpannedEntries`` when they are ``count`` simple
+    entries filling the frame, in v2 with filter values of one length (or none); None
+    otherwise (the caller's walk then says what is wrong, or gives the tuples)."""
+    end = len(buf)
+    if count < 1:
+        return None
+    src = buf.obj if type(buf.obj) is bytes and len(buf.obj) == end else bytes(buf)
+    if version == 1:
+        length = -1
+        head = SIMPLE_ENTRY.size
+    else:
+        (length,) = U16.unpack_from(src, pos + 8)
+        if length == _NO_FILTER:
+            length = 0
+        head = FILTERED_ENTRY.size + length + 4
+    unpack = _walker(length).unpack_from
+    at = pos
+    walked: list[tuple] = []
+    append = walked.append
+    # a size with its top bit set (a sub-entry batch, or a v2 error) takes ``at`` 2 GiB on:
+    # the frame does not add up, and the caller's walk tells what it is
+    try:
+        if version == 1:
+            for _ in range(count):
+                t = unpack(src, at)
+                append(t)
+                at += head + t[1]
+        else:
+            for _ in range(count):
+                t = unpack(src, at)
+                append(t)
+                at += head + t[2]
+    except struct.error:  # an entry's head runs past the frame
+        return None
+    if at != end:
+        return None
+    columns = tuple(zip(*walked, strict=True))
+    values: list[str | None] | None = None
+    if version == 2:
+        values = _values(columns[1])
+        if values is None:
+            return None
+        if length == 0 and values.count(None) == count:
+            values = None
+    starts = list(itertools.accumulate(map(operator.add, columns[-1], itertools.repeat(head)),
+                                       initial=pos))
+    return SpannedEntries(src, starts, head - 4, columns[0], values)
+
+
 @dataclass(frozen=True, slots=True)
 class Publish(Frame):
     """Publish v1 (no filter values, sub-entry batches allowed) or v2 (a filter value each)."""
 
     publisher_id: int
-    messages: tuple[PublishedMessage, ...] | PackedEntries  # the latter from ``decode``
+    messages: tuple[PublishedMessage, ...] | PackedEntries | SpannedEntries  # the latter from ``decode``
     publish_version: int = 1
 
     KEY: ClassVar[int] = Key.PUBLISH
@@ -210,6 +385,10 @@ class Publish(Frame):
             packed = _packed(buf, pos, count)
             if packed is not None:
                 return cls(publisher_id, packed, version)
+        spanned = _spanned(buf, pos, count, version)
+        if spanned is not None:
+            return cls(publisher_id, spanned, version)
+        if version == 1:
             unpack = SIMPLE_ENTRY.unpack_from
             for _ in range(count):
                 publishing_id, size = unpack(buf, pos)

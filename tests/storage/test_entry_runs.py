@@ -1,13 +1,16 @@
-"""``EntryRun``s (a client frame's records of one size, left in the frame's bytes) are stored as
-the same records given one body each: for random queues of runs (with and without id bytes to
-drop), plain bodies, sub-batch entries, filter values, consumer offsets, a named publisher's
-batches and chunk, segment and byte limits small enough to cut runs anywhere (rollovers with
-tracking snapshots, derived keys), the segments, indexes and sidecars are byte-identical
-(timestamps aside) and the callbacks see the same offsets."""
+"""``EntryRun``s (a client frame's records of one size, left in the frame's bytes) and
+``EntrySpans`` (records of varying sizes, likewise) are stored as the same records given one
+body each: for random queues of runs (with and without bytes to drop before each entry), plain
+bodies, sub-batch entries, filter values, consumer offsets, a named publisher's batches (of
+bodies, and of runs deduplicated against what was stored: all kept, some or none) and chunk,
+segment and byte limits small enough to cut runs anywhere (rollovers with tracking snapshots,
+derived keys), the segments, indexes and sidecars are byte-identical (timestamps aside) and
+the callbacks see the same offsets."""
 
 from __future__ import annotations
 
 import gzip
+import itertools
 import os
 import struct
 import tempfile
@@ -19,7 +22,7 @@ from hypothesis import strategies as st
 
 from amqp_stream.derived_keys import deriver
 from storage import StorageError, Stream, StreamConfig
-from storage.format import EntryRun, SubBatchEntry, encode_entries
+from storage.format import EntryRun, EntrySpans, SubBatchEntry, encode_entries
 from tests.stream.test_publish_packed import _files
 
 
@@ -29,10 +32,26 @@ def _run(bodies: list[bytes], skip: int) -> EntryRun:
     return EntryRun(memoryview(raw), len(bodies), len(bodies[0]), skip)
 
 
+def _spans(bodies: list[bytes], skip: int) -> EntrySpans:
+    pad = bytes(range(skip))  # what is dropped: a publishing id, a filter value and its length
+    entries = [pad + struct.pack(">I", len(b)) + b for b in bodies]
+    raw = b"#" + b"".join(entries) + b"##"  # a frame's head before, bytes after
+    return EntrySpans(raw, list(itertools.accumulate(map(len, entries), initial=1)), skip)
+
+
+def _given(item: tuple) -> EntryRun | EntrySpans:
+    return _run(item[1], item[2]) if item[0] == "run" else _spans(item[1], item[2])
+
+
 @st.composite
 def _item(draw):
-    """``("run", bodies, skip)``, ``("body", body)`` or ``("batch", records)``."""
-    kind = draw(st.sampled_from(("run", "run", "body", "batch")))
+    """``("run", bodies, skip)``, ``("spans", bodies, skip)``, ``("body", body)`` or
+    ``("batch", records)``."""
+    kind = draw(st.sampled_from(("run", "run", "spans", "spans", "body", "batch")))
+    if kind == "spans":
+        return ("spans", [bytes([(k * 7) % 256]) * draw(st.integers(0, 30))
+                          for k in range(draw(st.integers(1, 50)))],
+                draw(st.sampled_from((0, 8, 13))))
     if kind == "run":
         size = draw(st.integers(0, 30))
         count = draw(st.integers(1, 50))
@@ -47,8 +66,12 @@ def _item(draw):
 def _scenario(draw):
     turns = []
     for _ in range(draw(st.integers(1, 5))):
-        action = draw(st.sampled_from(("append", "append", "append", "named", "offset")))
+        action = draw(st.sampled_from(("append", "append", "append", "named", "offset",
+                                       "named runs", "named runs")))
         items = draw(st.lists(_item(), min_size=1, max_size=4)) if action == "append" else []
+        if action == "named runs":  # runs and bodies; ids from ``back`` below the last stored
+            items = draw(st.lists(_item().filter(lambda i: i[0] != "batch"), min_size=1,
+                                  max_size=3)) + [draw(st.sampled_from((0, 0, 1, 5, 200)))]
         turns.append((action, items, draw(st.booleans())))  # values for each record?
     lo = draw(st.integers(1, 40))
     derived = draw(st.booleans())
@@ -74,15 +97,26 @@ def _store(directory: Path, config: StreamConfig, turns: list, runs: bool) -> tu
                 named += 2
                 s.append_deduplicated("producer", [b"n0", b"n1"], [named - 1, named],
                                       on_durable=lambda o, e: seen.append(("named", o, e)))
+            elif action == "named runs":
+                *parts, back = items
+                flat = [b for i in parts for b in (i[1] if i[0] != "body" else [i[1]])]
+                given = [_given(i) if i[0] != "body" else i[1] for i in parts] if runs else flat
+                ids = list(range(max(0, named + 1 - back), max(0, named + 1 - back) + len(flat)))
+                named = max(named, ids[-1])
+                values = [("v", None, b"w")[k % 3] for k in range(len(flat))] if valued else None
+                kept = s.append_deduplicated("producer", given, ids, values,
+                                             lambda o, e: seen.append(("runs", o, e)),
+                                             entries=len(flat) if runs else None)
+                seen.append(("kept", kept))
             else:
                 given: list = []
                 flat: list = []
                 frames, extra = [], 0
                 for item in items:
                     frames.append(len(flat))
-                    if item[0] == "run":
+                    if item[0] in ("run", "spans"):
                         flat += item[1]
-                        given += [_run(item[1], item[2])] if runs else item[1]
+                        given += [_given(item)] if runs else item[1]
                     elif item[0] == "body":
                         flat.append(item[1])
                         given.append(item[1])
@@ -130,7 +164,9 @@ def test_a_run_that_does_not_add_up_is_refused(tmp_path):
         with pytest.raises(StorageError):
             s.append_batch([run], [None], entries=3)  # a value per record
         with pytest.raises(StorageError):
-            s.append_batch([run], writer=("p", 1), entries=3)  # named: one body per record
+            s.append_batch([run], writer=("p", 1), entries=3)  # named: an id per record
+        with pytest.raises(StorageError):
+            s.append_batch([run], writer=("p", 1), entries=3, sequences=[1, 0, 1])  # ascending
         assert s.append_batch([b"c", run], entries=4) == 0
         s.flush(10)
         assert s.next_offset == 4

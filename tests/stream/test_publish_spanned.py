@@ -1,0 +1,114 @@
+"""A Publish frame of messages of varying sizes (``SpannedEntries``: v1 without sub-entry
+batches, v2 whose filter values all have one length or none) is walked once and stored as one
+``storage.format.EntrySpans``, for named publishers too (deduplication over the ids), and gives
+the bytes and confirms of the per-message walk: for random turns of frames (v1 and v2, sizes
+varying, filter values of one length, of several or none, sub-entry batches, messages too
+large, ids going back into what was stored or not ascending inside a frame, chunks cut small),
+the segments and indexes are byte-identical chunk by chunk (timestamps aside) and the
+PublishConfirms and PublishErrors the same. The harness is ``test_publish_packed``'s."""
+
+from __future__ import annotations
+
+import struct
+
+from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import strategies as st
+
+import storage
+from amqp_stream.core import ByteBudget
+from amqp_stream.stream_listener.publishing import StreamPublisher
+from amqp_stream.streamproto import Publish, PublishConfirm, SpannedEntries
+from amqp_stream.streamproto.frames import decode, encode
+from amqp_stream.streams import StreamEntry
+from storage.format import EntrySpans, encode_entries
+from tests.stream.test_publish_packed import _Socket, _store
+
+import tempfile
+from pathlib import Path
+
+
+@st.composite
+def _frame(draw, next_id: list[int]) -> bytes:
+    kind = draw(st.sampled_from(("v1", "v2 one length", "v2 one length", "v2 none",
+                                 "v2 lengths", "v1 batch")))
+    count = draw(st.integers(1, 60))
+    if draw(st.integers(0, 4)) == 0:  # back into ids already used (deduplicated if named)
+        next_id[0] = max(0, next_id[0] - draw(st.sampled_from((1, 1, 2, 10, 50))))
+    step = draw(st.sampled_from((1, 1, 2)))
+    values = {"v2 one length": st.sampled_from(("r01", "r02", "é1")),
+              "v2 lengths": st.none() | st.sampled_from(("a", "bb", ""))}.get(kind, st.none())
+    messages = []
+    for k in range(count):
+        data = bytes([k % 251]) * draw(st.integers(0, 45))
+        batch = None
+        if kind == "v1 batch" and draw(st.integers(0, 3)) == 0:
+            records = [data, data[:3]]
+            data, batch = encode_entries(records), (0, len(records), len(encode_entries(records)))
+        messages.append((next_id[0], draw(values), data, batch))
+        next_id[0] += step
+    if draw(st.integers(0, 6)) == 0:  # ids not ascending inside the frame
+        messages.reverse()
+    return encode(Publish(1, tuple(messages), 2 if kind.startswith("v2") else 1))[4:]
+
+
+@st.composite
+def _scenario(draw):
+    next_id = [draw(st.integers(0, 5))]
+    turns = [[draw(_frame(next_id)) for _ in range(draw(st.integers(1, 3)))]
+             for _ in range(draw(st.integers(1, 4)))]
+    lo = draw(st.integers(1, 64))
+    config = storage.StreamConfig(min_chunk_entries=lo,
+                                  max_chunk_entries=draw(st.integers(lo, 128)),
+                                  max_chunk_bytes=draw(st.sampled_from((200, 1000, 1 << 20))),
+                                  filter_size=draw(st.sampled_from((0, 16))))
+    return (config, draw(st.sampled_from(("", "producer-a"))),
+            draw(st.sampled_from((45, 30, 0))), turns)
+
+
+def _v2(first: int, last: int, value: str = "r07") -> bytes:
+    return encode(Publish(1, tuple((i, value, b"m" * (i % 7), None)
+                                   for i in range(first, last + 1)), 2))[4:]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_scenario())
+@example((storage.StreamConfig(filter_size=16), "producer-a", 45,
+          [[_v2(0, 9)], [_v2(9, 18), _v2(12, 30)]]))  # 9 again next turn, 12-18 in the same one
+def test_spanned_frames_store_the_bytes_and_send_the_confirms_of_the_plain_path(scenario):
+    config, reference, max_size, turns = scenario
+    spanned = sum(type(decode(raw).messages) is SpannedEntries for frames in turns for raw in frames)
+    event(f"spanned frames: {min(spanned, 3)}{'+' if spanned >= 3 else ''}")
+    with tempfile.TemporaryDirectory() as tmp:
+        fast = _store(Path(tmp, "fast"), config, reference, max_size, turns, packed=True)
+        plain = _store(Path(tmp, "plain"), config, reference, max_size, turns, packed=False)
+    assert fast[0] == plain[0]  # the same PublishConfirms and PublishErrors, in order
+    assert fast[1].keys() == plain[1].keys()
+    for name in fast[1]:
+        assert fast[1][name] == plain[1][name], name
+
+
+def test_a_named_v2_publisher_hands_storage_the_frames_whole(tmp_path):
+    """The fast path is taken for the Spark sink's traffic (a named publisher, Publish v2, a
+    filter value each, sizes varying): no body per message, one ``EntrySpans`` a frame, the
+    ids and values as flat sequences; the frames are stored and confirmed."""
+    stream = storage.Stream.open(tmp_path / "s", storage.StreamConfig(filter_size=16))
+    entry = StreamEntry("s", {}, tmp_path / "s", stream)
+    sock, posted = _Socket(), []
+    pub = StreamPublisher(sock, 1, "sink-0", entry, ByteBudget(1 << 40), 1 << 40, 100,
+                          lambda fn, *a: posted.append((fn, a)), lambda p: None,
+                          lambda p, e: None)
+    try:
+        for first in (5, 105):
+            pub.publish(decode(_v2(first, first + 99)).messages)
+        assert [type(b) for b in pub.bodies] == [EntrySpans, EntrySpans]
+        assert pub.ids == list(range(5, 205)) and pub.values == ["r07"] * 200
+        assert bytes(pub.confirm) == struct.pack(">200Q", *range(5, 205))
+        pub.flush()
+        stream.flush(10)
+        while posted:
+            fn, a = posted.pop(0)
+            fn(*a)
+        assert sock.sent == [encode(PublishConfirm(1, tuple(range(5, 205))))]
+        assert stream.next_offset == 200 and stream.query_sequence("sink-0") == 204
+    finally:
+        stream.close()
