@@ -90,7 +90,7 @@ __all__ = [
     "CHUNK_USER", "CHUNK_TRACKING_DELTA", "CHUNK_TRACKING_SNAPSHOT",
     "COMPRESSION_NONE", "COMPRESSION_GZIP", "COMPRESSION_SNAPPY", "COMPRESSION_LZ4",
     "COMPRESSION_ZSTD", "COMPRESSION_USER",
-    "ChunkHeader", "IndexRecord", "TrackingRecord",
+    "ChunkHeader", "IndexRecord", "TrackingRecord", "entry_stride",
     "segment_name", "index_name", "parse_file_name",
     "segment_header", "index_header", "encode_entries", "encode_chunk", "encode_index_record",
     "decode_header", "chunk_size", "decode_records", "decode_tracking", "encode_subbatch",
@@ -539,7 +539,7 @@ def _simple_run(data: bytes, start: int, end: int, out: list[bytes], path: str,
         raise CorruptionError(path, position, "entry runs past the end of its section")
 
 
-def _stride(data: bytes, entries: int) -> int:
+def entry_stride(data: bytes, entries: int) -> int:
     """The size of every entry (header included) when the data section is ``entries`` simple
     entries of one length, else 0: four strided byte comparisons (the 4-byte headers, checked
     column by column) instead of a header decode per entry."""
@@ -557,8 +557,8 @@ def _stride(data: bytes, entries: int) -> int:
 
 def _uniform(data: bytes, entries: int) -> list[bytes] | None:
     """Bodies of a data section made of ``entries`` simple entries of one length, else None:
-    the common case of same-sized records costs one slice per record (``_stride``)."""
-    stride = _stride(data, entries)
+    the common case of same-sized records costs one slice per record (``entry_stride``)."""
+    stride = entry_stride(data, entries)
     if not stride:
         return None
     return [data[i:i + stride - 4] for i in range(4, 4 + entries * stride, stride)]
@@ -675,7 +675,7 @@ def records_holding(data: bytes, chunk_id: int, groups: Sequence[Sequence[bytes]
 
     holds = _holder(tuple(map(tuple, groups)))  # a candidate, checked whole
     if hits:
-        stride = _stride(data, entries)
+        stride = entry_stride(data, entries)
         if stride:  # same-sized entries: a hit's record is its position over the stride
             bodies = ((index, data[index * stride + 4:(index + 1) * stride])
                       for index in sorted({i // stride for i in hits}))

@@ -58,7 +58,7 @@ from amqp_stream.stream_listener.connection import MAX_PENDING
 from storage.crc import crc32, crc32_combine
 from storage.format import (CHUNK_HEADER, CHUNK_MAGIC_VERSION, CHUNK_USER, HEADER_FILTER_SCHEME_AT,
                             HEADER_FLAGS_AT, SIMPLE_ENTRY, decode_records, encode_chunk,
-                            encode_entries)
+                            encode_entries, entry_stride)
 from storage.reader import SCAN_PAUSED, ChunkLocation
 
 if TYPE_CHECKING:
@@ -365,8 +365,10 @@ class Subscription:
             self.scheduled = True
             self.conn.loop.call_soon(self._turn)
 
-    def _records(self, loc: ChunkLocation) -> list[tuple[int, bytes]]:
-        """The chunk's records, or only those of its blocks that may match (``loc.blocks``)."""
+    def _records(self, loc: ChunkLocation) -> tuple[list[tuple[int, bytes]], bool]:
+        """The chunk's records, or only those of its blocks that may match (``loc.blocks``),
+        and whether they are the matches already: the records of a chunk of one layout are
+        matched as columns (``amqp_stream.columns``), not one by one."""
         if loc.blocks is not None:
             out: list[tuple[int, bytes]] = []
             for b in loc.blocks:
@@ -376,15 +378,22 @@ class Subscription:
                     break  # the index is stale or damaged: the chunk's own CRC decides
                 out.extend(part)
             else:
-                return out
+                return out, False
         data = os.pread(loc.fd, loc.length, loc.position)
         if len(data) != loc.length or crc32(data) != loc.crc:
             raise OSError(f"chunk {loc.chunk_id} of stream {self.entry.name!r}: CRC mismatch "
                           f"or short read")
+        columns = self.filters.columns if self.filters is not None else None
+        if columns is not None:
+            stride = entry_stride(data, loc.entries)
+            hits = columns(data, stride, loc.entries) if stride else None
+            if hits is not None:
+                first = loc.chunk_id
+                return [(first + i, data[i * stride + 4:(i + 1) * stride]) for i in hits], True
         found = self.reader.candidates(data, loc.chunk_id, loc.entries, loc.header[HEADER_FLAGS_AT])
         if found is not None:
-            return found
-        return decode_records(data, loc.chunk_id, entries=loc.entries)
+            return found, False
+        return decode_records(data, loc.chunk_id, entries=loc.entries), False
 
     def _rebuild(self, loc: ChunkLocation) -> list[tuple[int, bytes]]:
         """Stage 2: the runs of matching records of the chunk at ``loc``, as chunks (a run
@@ -395,10 +404,11 @@ class Subscription:
         out: list[tuple[int, bytes]] = []
         run: list[bytes] = []
         first = -1
-        dropped = 0
-        for offset, body in self._records(loc):
+        records, matched = self._records(loc)
+        dropped = loc.entries - len(records) if matched else 0  # (those the columns left out)
+        for offset, body in records:
             try:
-                ok = offset >= self.start and match(body)
+                ok = offset >= self.start and (matched or match(body))
             except Exception:  # a record the filter cannot read: not a match
                 ok = False
             if ok:
