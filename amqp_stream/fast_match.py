@@ -237,7 +237,7 @@ def fast_matcher(stage2: Any, general: Callable[[bytes], bool]) -> Callable[[byt
 
 
 #: ``memoized``: heads it keeps (then it starts again), the longest it keeps, how many head
-#: lengths it tries per record, and the misses after which it gives up when fewer than one
+#: lengths it tries per record, and the walks after which it gives up when fewer than one
 #: record in ten was a hit (messages with a message id or a time stamp each: then the memo
 #: would only cost, ~0.2 µs a record)
 MEMO_HEADS = 1024
@@ -260,28 +260,30 @@ def memoized(decide: Callable[[bytes], tuple[bool, int]],
     header, properties and application properties layout, and a filtered key takes few values
     (that is what makes it worth filtering on), so runs of records share their head: a
     consumer's stage 2 then costs about a look-up per record, not a walk. Where every message
-    carries its own message id the heads never repeat: after ``MEMO_TRIAL`` misses with fewer
-    than one hit in ten it stops looking."""
+    carries its own message id the heads never repeat: after ``MEMO_TRIAL`` walks with fewer
+    than one hit in ten records walked or remembered it stops looking (records the needles
+    reject count neither way: they cost no walk, and their heads are not kept)."""
     heads: dict[bytes, bool] = {}
     lengths: list[int] = []
-    calls = misses = 0
+    hits = walks = 0
     on = True
 
     def match(data: bytes) -> bool:
-        nonlocal calls, misses, on
+        nonlocal hits, walks, on
         if on and type(data) is bytes:
-            calls += 1
             for n in lengths:
                 hit = heads.get(data[:n])
                 if hit is not None:
+                    hits += 1
                     return hit
-            misses += 1
-            if misses >= MEMO_TRIAL and misses * 10 > calls * 9:
+        if holds is not None and not holds(data):
+            return False  # (not a miss: a record without the needles is never walked)
+        if on:
+            walks += 1
+            if walks >= MEMO_TRIAL and walks * 10 > (walks + hits) * 9:
                 on = False
                 heads.clear()
                 lengths.clear()
-        if holds is not None and not holds(data):
-            return False
         verdict, n = decide(data)
         if n and on and n <= MEMO_HEAD_BYTES and type(data) is bytes:  # (bytes: hashable)
             if n not in lengths:

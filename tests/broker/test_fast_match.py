@@ -214,3 +214,20 @@ def test_the_memo_gives_up_when_heads_do_not_repeat():
     for _ in range(3):
         assert match(repeated)
     assert len(calls) == len(unique) + 3  # off: every record walked (nothing kept)
+
+
+def test_records_the_needles_reject_do_not_turn_the_memo_off():
+    """A derived key's blocks or a chunk read whole give records without the needles first
+    (false positives of the index): they cost no walk and must not count as misses."""
+    from amqp_stream import fast_match
+    from sqlfilter.required import prefiltered
+
+    f = compile_sql("region = 'r42'")
+    decide, calls = _counting(fast_match._decider(f, f.bytes_matcher()))
+    match = fast_match.memoized(decide, prefiltered(f, lambda data: True))
+    others = [bytes(Message(id=i, properties={"region": "r7"}).encode())
+              for i in range(fast_match.MEMO_TRIAL * 2)]
+    r42 = bytes(Message(properties={"region": "r42"}, body="a").encode())
+    assert not any(match(data) for data in others)
+    assert all(match(r42) for _ in range(10))
+    assert calls == [r42]
