@@ -8,7 +8,9 @@ shapes) is applied to a slice of the chunk's records at a time, in one comprehen
 one tight loop, each with ``x-stream-offset`` spliced into its message annotations (in line for
 the usual shapes, else ``amqp_stream.wire.with_stream_offset``) as raw bytes (``link.send``).
 Matches that credit or the turn leave unsent wait in ``ready`` for the next turn. Dropped
-records use no credit and leave the delivery count alone.
+records use no credit and leave the delivery count alone. Where ``whole`` is set (a function of
+a chunk giving the indexes of its matching records, or None), a chunk it answers is decided in
+one step, before any slice: the place for a per-chunk (columnar) matcher.
 
 The loop calls proton's C functions directly (``cproton_ffi.lib``) for the per-message steps
 (create the delivery, send, advance, settle): the ``proton`` wrappers would build a Python object
