@@ -56,10 +56,12 @@ _KIND = bytes(1 if c in (0xA1, 0xB1) else 2 if c in (0xA3, 0xB3) else 3 if c in 
 _UNSURE = object()
 
 
-def _value_of(name: bytes, sym_ok: bool) -> Callable[[bytes], Any]:
-    """A function of a stored message: the position of the constructor of application
+def _value_of(name: bytes, sym_ok: bool) -> Callable[[bytes], tuple[Any, int]]:
+    """A function of a stored message: (the position of the constructor of application
     property ``name``'s last value, None when the message has no such key (or no application
-    properties), ``_UNSURE`` when this walk cannot tell."""
+    properties), ``_UNSURE`` when this walk cannot tell; the length of the message's head, the
+    bytes up to the end of its application properties, from which alone the first answer
+    came, or 0 when that is not known)."""
     size = len(name)
     step = _STEP
     u32 = _U32
@@ -70,7 +72,7 @@ def _value_of(name: bytes, sym_ok: bool) -> Callable[[bytes], Any]:
         n = len(buf)
         while pos < n:
             if buf[pos] != 0 or buf[pos + 1] != 0x53:
-                return _UNSURE
+                return _UNSURE, 0
             code = buf[pos + 2]
             c = buf[pos + 3]
             if code == 0x74:
@@ -83,21 +85,21 @@ def _value_of(name: bytes, sym_ok: bool) -> Callable[[bytes], Any]:
                     end = pos + 8 + length
                     q = pos + 12
                 elif c == 0x40:
-                    return None
+                    return None, pos + 4
                 else:
-                    return _UNSURE
+                    return _UNSURE, 0
                 if end > n or count & 1:
-                    return _UNSURE
+                    return _UNSURE, 0
                 found = None
                 for _ in range(count >> 1):
                     k = buf[q]
                     if k != 0xA1 and k != 0xA3:
-                        return _UNSURE  # a key in another encoding could still be ``name``
+                        return _UNSURE, 0  # a key in another encoding could still be ``name``
                     m = buf[q + 1]
                     q += 2 + m
                     if m == size and buf.startswith(name, q - m) and (k == 0xA1 or sym_ok):
                         if found is not None:
-                            return _UNSURE  # a repeated key: which value counts is the
+                            return _UNSURE, 0  # a repeated key: which value counts is the
                         found = q           # general matcher's business
                     s = step[buf[q]]
                     if s >= 0:
@@ -107,10 +109,10 @@ def _value_of(name: bytes, sym_ok: bool) -> Callable[[bytes], Any]:
                     elif s == -4:
                         q += 5 + u32(buf, q + 1)[0]
                     else:
-                        return _UNSURE
-                return found if q == end else _UNSURE
+                        return _UNSURE, 0
+                return (found, end) if q == end else (_UNSURE, 0)
             if code < 0x70 or code > 0x78:
-                return _UNSURE
+                return _UNSURE, 0
             s = step[c]  # another section: jump over its value
             if s >= 0:
                 pos += 4 + s
@@ -119,8 +121,8 @@ def _value_of(name: bytes, sym_ok: bool) -> Callable[[bytes], Any]:
             elif s == -4:
                 pos += 8 + u32(buf, pos + 4)[0]
             else:
-                return _UNSURE
-        return None
+                return _UNSURE, 0
+        return None, 0
 
     return value
 
@@ -150,9 +152,12 @@ def _shape(tree: Any) -> tuple[str, str, tuple] | None:
     return None
 
 
-def fast_matcher(stage2: Any, general: Callable[[bytes], bool]) -> Callable[[bytes], bool] | None:
-    """The one-pass matcher for ``stage2`` (a compiled SQL filter of a shape ``_shape`` takes),
-    ``general`` answering what it cannot tell; None for any other filter."""
+def _decider(stage2: Any, general: Callable[[bytes], bool]
+             ) -> Callable[[bytes], tuple[bool, int]] | None:
+    """For ``stage2`` (a compiled SQL filter of a shape ``_shape`` takes): a function of a
+    stored record giving (its verdict, the length of the head it was decided from: the bytes
+    up to the end of its application properties, 0 when ``general`` decided or the walk needed
+    more); ``general`` answers what the walk cannot tell. None for any other filter."""
     from sqlfilter.sql import SqlFilter  # (exactly SQL: a JMS selector's rules differ)
 
     if type(stage2) is not SqlFilter:
@@ -174,17 +179,17 @@ def fast_matcher(stage2: Any, general: Callable[[bytes], bool]) -> Callable[[byt
         texts = frozenset(v.encode("utf-8") for v in literals)
         symbols = frozenset(t for t in texts if t.isascii())
 
-        def match_text(data: bytes) -> bool:
+        def decide_text(data: bytes) -> tuple[bool, int]:
             if type(data) is not bytes:  # (stored records are bytes; anything else the
-                return general(data)     # general way, which copies it)
-            at = value(data)
+                return general(data), 0  # general way, which copies it)
+            at, head = value(data)
             if at is None:
-                return False
+                return False, head
             if at is unsure:
-                return general(data)
+                return general(data), 0
             k = kind[data[at]]
             if k != 1 and k != 2:
-                return general(data)  # not a string: the runtime decides
+                return general(data), 0  # not a string: the runtime decides
             if data[at] & 0x10:  # str32 / sym32
                 start = at + 5
                 end = start + _U32(data, at + 1)[0]
@@ -192,38 +197,120 @@ def fast_matcher(stage2: Any, general: Callable[[bytes], bool]) -> Callable[[byt
                 start = at + 2
                 end = start + data[at + 1]
             raw = data[start:end]
-            return raw in (texts if k == 1 else symbols) or (k == 2 and not raw.isascii()
-                                                                 and general(data))
+            if raw in (texts if k == 1 else symbols):
+                return True, head
+            if k == 2 and not raw.isascii():
+                return general(data), 0
+            return False, head
 
-        return match_text
+        return decide_text
     ints = _INTS
     compare = _OPS.get(op)
     wanted = frozenset(literals)
     literal = literals[0]
 
-    def match_int(data: bytes) -> bool:
+    def decide_int(data: bytes) -> tuple[bool, int]:
         if type(data) is not bytes:
-            return general(data)
-        at = value(data)
+            return general(data), 0
+        at, head = value(data)
         if at is None:
-            return False
+            return False, head
         if at is unsure:
-            return general(data)
+            return general(data), 0
         c = data[at]
         if kind[c] != 3:
-            return general(data)
+            return general(data), 0
         _, read = ints[c]
         v = read(data, at + 1)[0] if read is not None else 0
-        return v in wanted if compare is None else compare(v, literal)
+        return (v in wanted if compare is None else compare(v, literal)), head
 
-    return match_int
+    return decide_int
+
+
+def fast_matcher(stage2: Any, general: Callable[[bytes], bool]) -> Callable[[bytes], bool] | None:
+    """The one-pass matcher for ``stage2`` (a compiled SQL filter of a shape ``_shape`` takes),
+    ``general`` answering what it cannot tell; None for any other filter."""
+    decide = _decider(stage2, general)
+    if decide is None:
+        return None
+    return lambda data: decide(data)[0]
+
+
+#: ``memoized``: heads it keeps (then it starts again), the longest it keeps, how many head
+#: lengths it tries per record, and the walks after which it gives up when fewer than one
+#: record in ten was a hit (messages with a message id or a time stamp each: then the memo
+#: would only cost, ~0.2 µs a record)
+MEMO_HEADS = 1024
+MEMO_HEAD_BYTES = 256
+MEMO_LENGTHS = 3
+MEMO_TRIAL = 256
+
+
+def memoized(decide: Callable[[bytes], tuple[bool, int]],
+             holds: Callable[[bytes], bool] | None = None) -> Callable[[bytes], bool]:
+    """A matcher of stored records that remembers ``decide``'s verdicts by head (the bytes up
+    to the end of the application properties: ``decide``'s second answer): a record that
+    opens with a head seen before gets that head's verdict from one slice and one dictionary
+    look-up instead of the walk (~0.2 µs against ~2-3 µs here). Exact: ``decide`` read nothing
+    past the head, so a record with the same head bytes gets the same verdict. ``holds``: the
+    filter's needle test (``sqlfilter.required.prefiltered``), asked before ``decide`` on a
+    miss (a record without the needles is no match, and needs no head).
+
+    Why: the messages of a stream mostly come from few producers, each writing the same
+    header, properties and application properties layout, and a filtered key takes few values
+    (that is what makes it worth filtering on), so runs of records share their head: a
+    consumer's stage 2 then costs about a look-up per record, not a walk. Where every message
+    carries its own message id the heads never repeat: after ``MEMO_TRIAL`` walks with fewer
+    than one hit in ten records walked or remembered it stops looking (records the needles
+    reject count neither way: they cost no walk, and their heads are not kept)."""
+    heads: dict[bytes, bool] = {}
+    lengths: list[int] = []
+    hits = walks = 0
+    on = True
+
+    def match(data: bytes) -> bool:
+        nonlocal hits, walks, on
+        if on and type(data) is bytes:
+            for n in lengths:
+                hit = heads.get(data[:n])
+                if hit is not None:
+                    hits += 1
+                    return hit
+        if holds is not None and not holds(data):
+            return False  # (not a miss: a record without the needles is never walked)
+        if on:
+            walks += 1
+            if walks >= MEMO_TRIAL and walks * 10 > (walks + hits) * 9:
+                on = False
+                heads.clear()
+                lengths.clear()
+        verdict, n = decide(data)
+        if n and on and n <= MEMO_HEAD_BYTES and type(data) is bytes:  # (bytes: hashable)
+            if n not in lengths:
+                if len(lengths) >= MEMO_LENGTHS:
+                    return verdict
+                lengths.append(n)
+            if len(heads) >= MEMO_HEADS:
+                heads.clear()
+            heads[data[:n]] = verdict
+        return verdict
+
+    return match
+
+
+def _always(data: bytes) -> bool:
+    return True
 
 
 def bytes_matcher(stage2: Any) -> Callable[[bytes], bool] | None:
-    """What a consumer calls per stored record: ``fast_matcher`` where the filter allows,
-    else the filter's own ``bytes_matcher``; None without a filter."""
+    """What a consumer calls per stored record: the one-pass walk where the filter allows it
+    (behind the filter's needles and a memo of verdicts by head, ``memoized``), else the
+    filter's own ``bytes_matcher``; None without a filter."""
     if stage2 is None:
         return None
     general = stage2.bytes_matcher()
-    fast = fast_matcher(stage2, general)
-    return general if fast is None else prefiltered(stage2, fast)  # (the needles first)
+    decide = _decider(stage2, general)
+    if decide is None:
+        return general
+    holds = prefiltered(stage2, _always)  # the needle test alone (itself: no needles)
+    return memoized(decide, None if holds is _always else holds)

@@ -8,7 +8,9 @@ shapes) is applied to a slice of the chunk's records at a time, in one comprehen
 one tight loop, each with ``x-stream-offset`` spliced into its message annotations (in line for
 the usual shapes, else ``amqp_stream.wire.with_stream_offset``) as raw bytes (``link.send``).
 Matches that credit or the turn leave unsent wait in ``ready`` for the next turn. Dropped
-records use no credit and leave the delivery count alone.
+records use no credit and leave the delivery count alone. Where ``whole`` is set (a function of
+a chunk giving the indexes of its matching records, or None), a chunk it answers is decided in
+one step, before any slice: the place for a per-chunk (columnar) matcher.
 
 The loop calls proton's C functions directly (``cproton_ffi.lib``) for the per-message steps
 (create the delivery, send, advance, settle): the ``proton`` wrappers would build a Python object
@@ -61,6 +63,9 @@ log = logging.getLogger(__name__)
 #: a message that opens with proton's empty header (a list0), then a section
 _AFTER_EMPTY_HEADER = b"\x00\x53\x70\x45\x00\x53"
 _SPLICE_EMPTY_HEADER = _AFTER_EMPTY_HEADER[:4] + _NEW_SECTION_HEAD
+#: its first 7 bytes when the section after the header is one an annotations section goes
+#: before (properties .. body: 0x73-0x78): one set look-up per message, not three tests
+_EMPTY_HEADER_THEN = frozenset(_AFTER_EMPTY_HEADER + bytes([code]) for code in range(0x73, 0x79))
 
 # chunks a stage-1 scan may pass over in one turn: one header pread each, ~2 µs from the page
 # cache (one run), so a slice is about as long as the 200 stage-2 drops a turn allows
@@ -126,6 +131,10 @@ class Consumer:
         # a slice of records at a time (``selection``)
         self.match = fast_match.bytes_matcher(filters.stage2)
         self.select = selection(self.match)
+        # stage 2 for a whole chunk in one step, where one can tell (a chunk -> the indexes of
+        # its matching records, or None: then ``select`` slice by slice); the place for a
+        # columnar matcher of chunks whose records share one layout. None: none in place
+        self.whole: Callable[[Any], list[int] | None] | None = None
         self.schedule = schedule  # schedule(consumer, soon): ask for another turn
         # a named consumer (``tracking.CONSUMER_NAME`` on attach): starts after its stored
         # offset and stores what the client accepts; where another cluster node leads the
@@ -199,8 +208,10 @@ class Consumer:
         turn = self.turn
         turn.start()
         select = self.select
+        whole = self.whole
         splice = with_stream_offset
         pack = I64.pack
+        join = b"".join
         records = self.records
         pos = self.pos
         n = len(records)
@@ -247,6 +258,11 @@ class Consumer:
                         n = len(records)
                         if select is None:  # no stage 2: every record is ready
                             ready, ri, pos = records, 0, n
+                        elif whole is not None and (picked := whole(chunk)) is not None:
+                            # stage 2 decided for the whole chunk at once: the indexes of
+                            # its records that match, in order
+                            ready, ri, pos = [records[i] for i in picked], 0, n
+                            dropped += n - len(ready)
                         continue
                     assert select is not None  # (without one, pos reached n above)
                     size = turn.next_slice()
@@ -268,8 +284,12 @@ class Consumer:
                         continue
                 # send ready[ri:], as much as credit and the turn allow
                 sent = 0
+                # the session's bytes waiting for the socket, counted here (``pn_link_send``
+                # adds each message's size to them; asked again once past the limit)
+                room = max_buffered - outgoing_bytes(session)
                 for offset, data in ready[ri:ri + min(credit, turn.max_batch - turn.delivered)]:
-                    if outgoing_bytes(session) > max_buffered or (backed_up and held(impl) >= max_held):
+                    if (room < 0 and (room := max_buffered - outgoing_bytes(session)) < 0
+                            or backed_up and held(impl) >= max_held):
                         # the client is behind: send nothing more until its socket takes what
                         # waits (checked before each send, so a reader that never reads costs
                         # at most max_buffered bytes, or max_held deliveries, and this record
@@ -281,13 +301,14 @@ class Consumer:
                     # the header, for the two shapes nearly every message has (no header, or
                     # proton's empty one; then no annotations): ``with_stream_offset``'s own
                     # fast path without its call, else that function
-                    if data.startswith(_AFTER_EMPTY_HEADER) and len(data) > 7 and 0x72 < data[6] <= 0x78:
-                        out = b"".join((_SPLICE_EMPTY_HEADER, pack(offset), data[4:]))
+                    if data[:7] in _EMPTY_HEADER_THEN and len(data) > 7:
+                        out = join((_SPLICE_EMPTY_HEADER, pack(offset), data[4:]))
                     elif data.startswith(b"\x00\x53") and len(data) > 3 and 0x72 < data[2] <= 0x78:
-                        out = b"".join((_NEW_SECTION_HEAD, pack(offset), data))
+                        out = join((_NEW_SECTION_HEAD, pack(offset), data))
                     else:
                         out = splice(data, offset)
                     size = len(out)
+                    room -= size
                     tag += 1
                     cell[0] = tag
                     delivery = new_delivery(impl, tag_bytes)

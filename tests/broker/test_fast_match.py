@@ -4,6 +4,7 @@ matcher gives (random messages, random filters of the shapes it takes), and it d
 from __future__ import annotations
 
 import proton
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from proton import Data, Message, char, symbol
@@ -124,3 +125,109 @@ def test_the_fast_path_takes_the_common_shapes_only():
                 "p.subject = 'x'", "region = 'a' AND k = 1", "k + 1 = 2", "region LIKE 'r%'",
                 "k IN (1, k)"):
         assert fast_matcher(compile_sql(sql), general) is None, sql
+
+
+def _head_and_rest(data: bytes) -> tuple[bytes, bytes] | None:
+    """(the bytes up to the end of the application properties, the rest) of a stored message
+    the walk reads, None for one it does not decide from a head."""
+    from amqp_stream.fast_match import _value_of
+
+    at, head = _value_of(b"region", True)(data)
+    return (data[:head], data[head:]) if head else None
+
+
+BODIES = (b"", b"\x00\x53\x77\xa1\x01x", b"\x00\x53\x75\xa0\x03r42",
+          b"\x00\x53\x77\xa1\x06region")
+
+
+@settings(max_examples=200, deadline=None)
+@given(filters(), st.lists(messages(), min_size=1, max_size=6),
+       st.lists(st.tuples(st.integers(0, 5), st.sampled_from(BODIES)), min_size=1, max_size=30))
+def test_remembered_verdicts_agree_with_the_general_matcher(sql, records, picks):
+    """Records that share a head (other bodies after it), in any order: the remembered verdict
+    is the one the general matcher gives each."""
+    f = compile_sql(sql)
+    general = f.bytes_matcher()
+    fast = bytes_matcher(f)
+    for index, body in picks:
+        data = records[index % len(records)]
+        split = _head_and_rest(data)
+        if split is not None:
+            data = split[0] + body
+        assert fast(data) == general(data), (sql, data)
+
+
+def _counting(decide):
+    calls = []
+
+    def counted(data: bytes):
+        calls.append(data)
+        return decide(data)
+
+    return counted, calls
+
+
+def test_a_repeated_head_is_answered_without_the_walk():
+    from amqp_stream.fast_match import _decider, memoized
+
+    f = compile_sql("region = 'r42'")
+    decide, calls = _counting(_decider(f, f.bytes_matcher()))
+    match = memoized(decide)
+    r42 = bytes(Message(properties={"region": "r42", "k": 1}, body="a").encode())
+    r7 = bytes(Message(properties={"region": "r7", "k": 1}, body="a").encode())
+    head, _ = _head_and_rest(r42)
+    assert [match(r42), match(r7), match(head + b"\x00\x53\x77\xa1\x01b"), match(r7),
+            match(r42)] == [True, False, True, False, True]
+    assert calls == [r42, r7]  # the walk ran once per head
+
+
+@pytest.mark.parametrize("last", [{"region": "r43"}, {"k": 2}, {"k": 1, "x": "b"}])
+def test_heads_that_differ_in_their_last_byte_are_told_apart(last):
+    """The head ends where the application properties end: records whose properties differ
+    only in their last byte (the last value) keep their own verdicts."""
+    from amqp_stream.fast_match import _decider, memoized
+
+    for sql in ("region = 'r42'", "k = 1"):
+        f = compile_sql(sql)
+        general = f.bytes_matcher()
+        match = memoized(_decider(f, general))
+        first = {"k": 1, "region": "r42"} if "region" in last else {"region": "r42", "k": 1}
+        if "x" in last:
+            first = {"region": "r42", "k": 1, "x": "a"}
+        other = {**first, **last}
+        records = [bytes(Message(properties=p, body="a").encode()) for p in (first, other)]
+        assert len(records[0]) == len(records[1])
+        for data in records * 2:
+            assert match(data) == general(data), (sql, data)
+
+
+def test_the_memo_gives_up_when_heads_do_not_repeat():
+    from amqp_stream import fast_match
+
+    f = compile_sql("region = 'r42'")
+    decide, calls = _counting(fast_match._decider(f, f.bytes_matcher()))
+    match = fast_match.memoized(decide)
+    unique = [bytes(Message(id=i, properties={"region": "r42"}).encode())
+              for i in range(fast_match.MEMO_TRIAL + 10)]
+    assert all(match(data) for data in unique)
+    repeated = unique[-1]
+    for _ in range(3):
+        assert match(repeated)
+    assert len(calls) == len(unique) + 3  # off: every record walked (nothing kept)
+
+
+def test_records_the_needles_reject_do_not_turn_the_memo_off():
+    """A derived key's blocks or a chunk read whole give records without the needles first
+    (false positives of the index): they cost no walk and must not count as misses."""
+    from amqp_stream import fast_match
+    from sqlfilter.required import prefiltered
+
+    f = compile_sql("region = 'r42'")
+    decide, calls = _counting(fast_match._decider(f, f.bytes_matcher()))
+    match = fast_match.memoized(decide, prefiltered(f, lambda data: True))
+    others = [bytes(Message(id=i, properties={"region": "r7"}).encode())
+              for i in range(fast_match.MEMO_TRIAL * 2)]
+    r42 = bytes(Message(properties={"region": "r42"}, body="a").encode())
+    assert not any(match(data) for data in others)
+    assert all(match(r42) for _ in range(10))
+    assert calls == [r42]
