@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import storage
 from amqp_stream import derived_keys
+from amqp_stream.columns import column_matcher
 from storage.files import fsync_dir, index_path, read_index_tuples, replace_file
 from amqp_stream.config import BrokerConfig
 from amqp_stream.errors import ResourceDeleted
@@ -149,11 +150,14 @@ class StreamEntry:
         """A consumer's reader, for both protocols' consumers: stage 1 by ``filter_values``;
         for a compiled ``stage2`` filter, what it requires of a record, so that the reader
         skips chunks and blocks the stream's derived keys rule out and gives, of each chunk it
-        reads, only the records holding the filter's bytes (stage 2 still decides each one)."""
+        reads, only the records holding the filter's bytes (stage 2 still decides each one),
+        or, in a chunk of one layout, exactly the records that match (``amqp_stream.columns``:
+        ``storage.reader.Matches``, stage 2 done)."""
         return self.stream.reader(spec, filter_values, match_unfiltered,
                                   derived=derived_keys.wanted(self.stream.config.derived_keys, stage2),
                                   needles=needles_of(stage2),
-                                  bounds=derived_keys.bounds(self.stream.config.derived_keys, stage2))
+                                  bounds=derived_keys.bounds(self.stream.config.derived_keys, stage2),
+                                  columns=column_matcher(stage2))
 
 
 def dir_name(name: str) -> str:

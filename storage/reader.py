@@ -68,12 +68,13 @@ from storage.format import (
     IndexRecord,
     decode_header,
     decode_records,
+    entry_stride,
     records_holding,
 )
 from storage.offsets import OffsetSpec
 
 __all__ = ["LogSource", "DirectorySource", "Reader", "ReadChunk", "ChunkLocation", "ReaderStats",
-           "ScanPaused", "SCAN_PAUSED", "open_reader"]
+           "ScanPaused", "SCAN_PAUSED", "open_reader", "Matches", "Columns"]
 
 _INDEX_BATCH = 4096
 #: where a skip table covers the index, a fill reads up to a stop this near; one further away
@@ -153,6 +154,17 @@ class ReadChunk:
     timestamp: int
     records: list[tuple[int, bytes]]
     next_offset: int = 0
+
+
+#: a caller's filter over a run of same-sized entries (see ``Reader``'s ``columns``)
+Columns = Callable[[bytes, int, int], "list[int] | None"]
+
+
+class Matches(list):
+    """Records (``(offset, body)``) that the reader's ``columns`` chose: every one is wanted,
+    so the caller's stage 2 need not look at them again."""
+
+    __slots__ = ()
 
 
 @dataclass(slots=True)
@@ -241,13 +253,19 @@ class Reader:
         needles: groups of byte strings; a record the caller wants holds one string of every
             group (``sqlfilter.required.needles``): a chunk read gives only the records that
             hold them, when its bytes can tell (``candidates``); one that holds none, nothing.
+        columns: the caller's filter over a run of same-sized entries at once
+            (``columns(data, stride, entries)``: the indexes of the records it wants, or None
+            when it cannot tell; ``amqp_stream.columns``); where it tells, a chunk read gives
+            exactly those records, as ``Matches``: the caller's stage 2 is done for them.
     """
 
     def __init__(self, source: LogSource, spec: OffsetSpec, filter_values: Iterable[str | bytes] = (),
                  match_unfiltered: bool = False, *, filter_size_hint: int = bloom.MIN_SIZE,
                  derived: Wanted | None = None, needles: Sequence[Sequence[bytes]] = (),
-                 bounds: Bounds | None = None, queued_end: int | None = None) -> None:
+                 bounds: Bounds | None = None, queued_end: int | None = None,
+                 columns: Columns | None = None) -> None:
         self.source = source
+        self.columns = columns
         self.stats = ReaderStats()
         self._wanted = derived or None
         self._bounds = bounds or None
@@ -392,9 +410,13 @@ class Reader:
         """``candidates`` for any run of entries (a chunk's data section, or a block of it
         that a derived key selected; ``first``: the offset of its first record; ``simple``:
         known to hold simple entries only, as a block the sidecar indexes does), uncounted."""
-        if not self.needles:
-            return None
-        found = records_holding(data, first, self.needles, entries, simple)
+        found: list[tuple[int, bytes]] | None = None
+        stride = entry_stride(data, entries) if self.columns is not None else 0
+        hits = self.columns(data, stride, entries) if stride and self.columns else None
+        if hits is not None:
+            found = Matches((first + i, data[i * stride + 4:(i + 1) * stride]) for i in hits)
+        elif self.needles:
+            found = records_holding(data, first, self.needles, entries, simple)
         if found is not None:  # (all simple: an entry is a record)
             lo = max(first, self._min)
             kept = len(found) if lo == first else sum(1 for o, _ in found if o >= lo)
@@ -515,7 +537,7 @@ class Reader:
         if not records:
             return None
         if records[0][0] < self._min:
-            records = [r for r in records if r[0] >= self._min]
+            records = type(records)(r for r in records if r[0] >= self._min)  # (Matches stay)
             if not records:
                 return None
         return ReadChunk(h.chunk_id, h.timestamp, records, h.next_offset)

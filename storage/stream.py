@@ -28,7 +28,7 @@ from storage.derived import Bounds, Wanted
 from storage.errors import StorageError, StreamClosedError
 from storage.format import SEGMENT_HEADER_BYTES, EntryRun, EntrySpans, SubBatchEntry, run_entries
 from storage.offsets import OffsetSpec
-from storage.reader import Reader
+from storage.reader import Columns, Reader
 from storage.recovery import SegmentInfo, recover
 from storage.tracking import U64_MAX, tracking_id
 from storage.writer import DurableCallback, FilterValue, Writer, create_segment, lock_directory
@@ -404,8 +404,9 @@ class Stream:
 
     def reader(self, spec: OffsetSpec, filter_values: Iterable[str | bytes] = (),
                match_unfiltered: bool = False, derived: Wanted | None = None,
-               needles: Sequence[Sequence[bytes]] = (), bounds: Bounds | None = None) -> Reader:
-        """``derived``, ``needles`` and ``bounds``: see ``Reader`` (what the caller's filter
+               needles: Sequence[Sequence[bytes]] = (), bounds: Bounds | None = None,
+               columns: Columns | None = None) -> Reader:
+        """``derived``, ``needles``, ``bounds`` and ``columns``: see ``Reader`` (what the caller's filter
         requires). ``next`` while appends are queued starts after them, where the writer ends
         a chunk for it (``Writer.break_chunk``): what the broker took before a subscription
         is not delivered to it, however late the writer thread writes it (osiris's ``next``
@@ -413,7 +414,8 @@ class Stream:
         queued_end = self._writer.break_chunk() if spec.kind == "next" else None
         return Reader(self, spec, filter_values, match_unfiltered,
                       filter_size_hint=self.config.filter_size or bloom.MIN_SIZE,
-                      derived=derived, needles=needles, bounds=bounds, queued_end=queued_end)
+                      derived=derived, needles=needles, bounds=bounds, queued_end=queued_end,
+                      columns=columns)
 
     # -- replication (a cluster member: ``amqp_stream.cluster``) --------------------------------
     def gate_commit(self, end: int, chunk_id: int = -1) -> None:

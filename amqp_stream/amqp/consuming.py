@@ -8,7 +8,9 @@ shapes) is applied to a slice of the chunk's records at a time, in one comprehen
 one tight loop, each with ``x-stream-offset`` spliced into its message annotations (in line for
 the usual shapes, else ``amqp_stream.wire.with_stream_offset``) as raw bytes (``link.send``).
 Matches that credit or the turn leave unsent wait in ``ready`` for the next turn. Dropped
-records use no credit and leave the delivery count alone. Where ``whole`` is set (a function of
+records use no credit and leave the delivery count alone. A chunk whose records the reader
+chose by columns (``storage.reader.Matches``: ``amqp_stream.columns``, for a chunk whose records
+share one layout) is all matches: no slice is evaluated. Where ``whole`` is set (a function of
 a chunk giving the indexes of its matching records, or None), a chunk it answers is decided in
 one step, before any slice: the place for a per-chunk (columnar) matcher.
 
@@ -54,7 +56,7 @@ from amqp_stream.errors import BrokerError
 from amqp_stream.wire import with_stream_offset
 from amqp_stream.wire._codec import I64
 from amqp_stream.wire._stored import _NEW_SECTION_HEAD
-from storage.reader import SCAN_PAUSED, ReaderStats
+from storage.reader import SCAN_PAUSED, Matches, ReaderStats
 
 __all__ = ["Consumer", "offset_spec", "selection", "SCAN_BUDGET"]
 
@@ -256,8 +258,8 @@ class Consumer:
                         records = chunk.records
                         pos = 0
                         n = len(records)
-                        if select is None:  # no stage 2: every record is ready
-                            ready, ri, pos = records, 0, n
+                        if select is None or type(records) is Matches:  # no stage 2, or the
+                            ready, ri, pos = records, 0, n  # reader's columns chose them
                         elif whole is not None and (picked := whole(chunk)) is not None:
                             # stage 2 decided for the whole chunk at once: the indexes of
                             # its records that match, in order

@@ -58,8 +58,8 @@ from amqp_stream.stream_listener.connection import MAX_PENDING
 from storage.crc import crc32, crc32_combine
 from storage.format import (CHUNK_HEADER, CHUNK_MAGIC_VERSION, CHUNK_USER, HEADER_FILTER_SCHEME_AT,
                             HEADER_FLAGS_AT, SIMPLE_ENTRY, decode_records, encode_chunk,
-                            encode_entries, entry_stride)
-from storage.reader import SCAN_PAUSED, ChunkLocation
+                            encode_entries)
+from storage.reader import SCAN_PAUSED, ChunkLocation, Matches
 
 if TYPE_CHECKING:
     from amqp_stream.stream_listener.connection import StreamConnection
@@ -383,16 +383,9 @@ class Subscription:
         if len(data) != loc.length or crc32(data) != loc.crc:
             raise OSError(f"chunk {loc.chunk_id} of stream {self.entry.name!r}: CRC mismatch "
                           f"or short read")
-        columns = self.filters.columns if self.filters is not None else None
-        if columns is not None:
-            stride = entry_stride(data, loc.entries)
-            hits = columns(data, stride, loc.entries) if stride else None
-            if hits is not None:
-                first = loc.chunk_id
-                return [(first + i, data[i * stride + 4:(i + 1) * stride]) for i in hits], True
         found = self.reader.candidates(data, loc.chunk_id, loc.entries, loc.header[HEADER_FLAGS_AT])
         if found is not None:
-            return found, False
+            return found, type(found) is Matches
         return decode_records(data, loc.chunk_id, entries=loc.entries), False
 
     def _rebuild(self, loc: ChunkLocation) -> list[tuple[int, bytes]]:

@@ -51,7 +51,6 @@ class SubscriptionFilters:
     match: Callable[[bytes], bool] | None = None  # stage 2, over a record's stored bytes
     stage2: str | None = None  # "sql" or "properties", for the log
     compiled: Any = None  # the compiled stage-2 filter (its requirement: broker-derived keys)
-    columns: Any = None  # stage 2 over a chunk of one layout (``amqp_stream.columns``), or None
     end_offset: int | None = None  # ``end-offset``: where the subscription ends
 
 
@@ -71,7 +70,7 @@ def _property_value(name: str, text: str) -> object:
 
 
 def parse(properties: Mapping[str, str]) -> SubscriptionFilters:
-    from amqp_stream import columns, fast_match
+    from amqp_stream import fast_match
     from amqp_stream.filtering import install
     from sqlfilter import FilterError, compile_property_filter, compile_sql
 
@@ -104,7 +103,6 @@ def parse(properties: Mapping[str, str]) -> SubscriptionFilters:
         elif kind is not None:
             out.compiled = compile_property_filter(props or None, app or None)
         out.match = fast_match.bytes_matcher(out.compiled)  # (None without a filter)
-        out.columns = columns.column_matcher(out.compiled)
     except FilterError as exc:
         raise BadRequest(f"invalid {kind} filter: {exc}") from None
     out.stage2 = kind

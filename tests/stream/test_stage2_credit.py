@@ -28,11 +28,13 @@ def broker(tmp_path_factory):
         yield b
 
 
-def _message(k: int, i: int) -> bytes:
-    return bytes(Message(body=b"m%d" % i, properties={"k": k}).encode())
+def _message(k: int, i: int, uniform: bool = False) -> bytes:
+    """``uniform``: every message of one size and layout, so that the broker matches a chunk's
+    records as columns (``amqp_stream.columns``); else sizes vary, record by record."""
+    return bytes(Message(body=b"m%06d" % i if uniform else b"m%d" % i, properties={"k": k}).encode())
 
 
-def _expected(frames: list[list[int]], wanted: int) -> list[tuple[int, list[bytes]]]:
+def _expected(frames: list[list[int]], wanted: int, uniform: bool) -> list[tuple[int, list[bytes]]]:
     """(first offset, bodies) of each run of consecutive records with ``k = wanted`` within
     one stored chunk (one Publish frame each)."""
     out: list[tuple[int, list[bytes]]] = []
@@ -44,7 +46,7 @@ def _expected(frames: list[list[int]], wanted: int) -> list[tuple[int, list[byte
             if k == wanted:
                 if not run:
                     first = offset + i
-                run.append(_message(k, offset + i))
+                run.append(_message(k, offset + i, uniform))
             elif run:
                 out.append((first, run))
                 run = []
@@ -60,9 +62,9 @@ _names = itertools.count()
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(frames=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=60), min_size=1, max_size=8),
        wanted=st.integers(0, 3), initial=st.integers(1, 12), back=st.integers(1, 3),
-       every=st.integers(1, 4))
+       every=st.integers(1, 4), uniform=st.booleans())
 def test_filtered_deliveries_are_the_runs_of_matches_whatever_the_credit(
-        broker, frames, wanted, initial, back, every):
+        broker, frames, wanted, initial, back, every, uniform):
     """Credit ``initial`` at first, then ``back`` after every ``every`` chunks received (or
     sooner, when the client has none left)."""
     stream = f"stage2-{next(_names)}"
@@ -72,13 +74,13 @@ def test_filtered_deliveries_are_the_runs_of_matches_whatever_the_credit(
     offset = 0
     for ks in frames:  # one frame, confirmed before the next: one stored chunk each
         ids = list(range(offset, offset + len(ks)))
-        c.publish(1, [(i, _message(k, i)) for i, k in zip(ids, ks, strict=True)])
+        c.publish(1, [(i, _message(k, i, uniform)) for i, k in zip(ids, ks, strict=True)])
         c.wait_confirms(1, ids)
         offset += len(ks)
     # a last record that matches, in a chunk of its own: the read is over when it comes
-    c.publish(1, [(offset, _message(wanted, offset))])
+    c.publish(1, [(offset, _message(wanted, offset, uniform))])
     c.wait_confirms(1, [offset])
-    expected = _expected([*frames, [wanted]], wanted)
+    expected = _expected([*frames, [wanted]], wanted, uniform)
     assert c.subscribe(0, stream, offset_first(), credit=initial,
                        properties={"sql-filter": f"k = {wanted}"}) == OK
     got: list[tuple[int, list[bytes]]] = []
