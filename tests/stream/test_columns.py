@@ -153,3 +153,16 @@ def test_every_integer_constructor_under_every_operator():
                     "k > 127", "k <= -129"):
             got = column_matcher(compile_sql(sql))(data, len(padded[0]) + 4, len(padded))
             assert got == _truth(sql, padded), (kind, sql)
+
+
+def test_keys_of_one_length_in_another_order_are_another_layout():
+    """Records of one size whose keys of one length come in another order, or another key of
+    the filtered key's length in its place: the key bytes are determinants."""
+    for a, b in ((["k", "j"], ["j", "k"]), (["k"], ["j"]), (["j"], ["k"]), (["zone", "j"], ["j", "zone"])):
+        for kind, sql in (("int:54", "k = 7"), ("str8", "zone = 'z07'"), ("int:54", "k > 3")):
+            la = (False, False, [(key, False, kind) for key in a])
+            lb = (False, False, [(key, False, kind) for key in b])
+            records = [_record(la if i % 3 else lb, [7, 7, 7], 3, 0) for i in range(9)]
+            data, padded = _chunk(records)
+            got = column_matcher(compile_sql(sql))(data, len(padded[0]) + 4, len(padded))
+            assert got is None or got == _truth(sql, padded), (a, b, sql)
