@@ -14,8 +14,9 @@ it means (section descriptors and constructors, size and count fields, the const
 length of every key of the application properties, the filtered key's bytes, one byte where
 another key of its length differs from it, every value's constructor and length; not
 fixed-width payloads nor string contents: ~35 strided columns for a message with a header,
-properties and three application properties, ~1 ns a record each). If every record of the chunk holds the first record's determinants (one
-strided slice each, compared with a repeated byte), every record has the first's layout,
+properties and three application properties, ~1 ns a record each). If every record of the
+chunk holds the first record's determinants (one strided slice each, compared with a
+repeated byte), every record has the first's layout,
 and ``fast_match`` would read each at that place with that constructor: the value columns
 alone then decide, with Python per match only. Anything else (records of different
 layouts or sizes, a walk ``fast_match`` would leave to the general matcher, a symbol value)
