@@ -82,6 +82,9 @@ def _chunk(records: list[bytes]) -> bytes:
     return b"".join(struct.pack(">I", len(r)) + r for r in padded), padded
 
 
+_MATCHERS: dict = {}
+
+
 def _truth(sql: str, records: list[bytes]) -> list[int]:
     general = compile_sql(sql).bytes_matcher()
     out = []
@@ -104,9 +107,10 @@ def test_columns_answer_as_the_filter_does_record_by_record(layouts, picks, sql)
     data, padded = _chunk(records)
     stride = entry_stride(data, len(padded))
     assert stride == len(padded[0]) + 4
-    match = column_matcher(compile_sql(sql))
+    match = _MATCHERS.get(sql) or _MATCHERS.setdefault(sql, column_matcher(compile_sql(sql)))
     assert match is not None
-    got = match(data, stride, len(padded))
+    got = match(data, stride, len(padded))  # (one matcher over many chunks: the layout it
+    # remembers from the last chunk must not answer for another)
     if got is not None:
         assert got == _truth(sql, padded), (sql, layouts)
 
@@ -166,3 +170,14 @@ def test_keys_of_one_length_in_another_order_are_another_layout():
             data, padded = _chunk(records)
             got = column_matcher(compile_sql(sql))(data, len(padded[0]) + 4, len(padded))
             assert got is None or got == _truth(sql, padded), (a, b, sql)
+
+
+def test_one_matcher_over_chunks_of_other_layouts_of_one_size():
+    """The layout a matcher remembers from the last chunk answers for the next only if that
+    chunk's first record holds the same determinants."""
+    match = column_matcher(compile_sql("k = 7"))
+    a = (False, False, [("k", False, "int:54"), ("j", False, "int:54")])
+    b = (False, False, [("j", False, "int:54"), ("k", False, "int:54")])
+    for layout in (a, b, a, b):
+        data, padded = _chunk([_record(layout, [7, 1, 0], 3, 0) for _ in range(5)])
+        assert match(data, len(padded[0]) + 4, 5) == _truth("k = 7", padded)
