@@ -143,6 +143,8 @@ def _gather(data: bytes, start: int, width: int, stride: int, n: int) -> bytes:
 
 def _aligned(hay: bytes, needle: bytes, width: int) -> list[int]:
     """Indexes ``i`` where ``hay[i*width:(i+1)*width] == needle``."""
+    if hay.count(needle) * width == len(hay):  # n occurrences that do not overlap tile it:
+        return list(range(len(hay) // width))  # every record (a run of one value)
     out: list[int] = []
     find = hay.find
     i = find(needle)
@@ -214,8 +216,9 @@ def column_matcher(stage2: Any) -> Callable[[bytes, int, int], list[int] | None]
             if size == 0:
                 return list(range(n))
             column = _gather(data, 4 + start, size, stride, n)
-            hits = sorted({i for t in wanted for i in _aligned(column, t, size)})
-            return hits
+            if len(wanted) == 1:
+                return _aligned(column, wanted[0], size)
+            return sorted({i for t in wanted for i in _aligned(column, t, size)})
         if c not in _INTS:
             return None
         width, _ = _INTS[c]

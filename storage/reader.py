@@ -720,6 +720,7 @@ class Reader:
         records: list[tuple[int, bytes]] = []
         base = rec[3] + e.data_start
         got = 0
+        chosen = True  # every block's records chosen by ``columns``: the chunk's are too
         for b in sel:
             if rec[0] + b.first + b.records <= self._min:
                 continue
@@ -730,7 +731,8 @@ class Reader:
                 self.stats.bytes_read += got
                 return None
             records.extend(part)
-        return self._took_blocks(seg, rec, e, sel, records, got)
+            chosen = chosen and type(part) is Matches
+        return self._took_blocks(seg, rec, e, sel, Matches(records) if chosen else records, got)
 
     def _took_blocks(self, seg: _Open, rec: IndexTuple, e: ChunkEntry, sel: list[Block],
                      records: list[tuple[int, bytes]], got: int) -> ReadChunk:
@@ -744,7 +746,7 @@ class Reader:
         else:  # reached here only past ``_derived_run``'s budget or stage-1 run
             self._derived_skipped(1)
         if records and records[0][0] < self._min:
-            records = [r for r in records if r[0] >= self._min]
+            records = type(records)(r for r in records if r[0] >= self._min)  # (Matches stay)
         return ReadChunk(rec[0], rec[1], records, nxt)
 
     def _locate(self, seg: _Open, rec: IndexTuple, nxt: int) -> ChunkLocation | None:

@@ -371,14 +371,16 @@ class Subscription:
         matched as columns (``amqp_stream.columns``), not one by one."""
         if loc.blocks is not None:
             out: list[tuple[int, bytes]] = []
+            chosen = True
             for b in loc.blocks:
                 part = self.reader.block_records(
                     os.pread(loc.fd, b.length, loc.position + b.offset), loc.chunk_id, b)
                 if part is None:
                     break  # the index is stale or damaged: the chunk's own CRC decides
                 out.extend(part)
+                chosen = chosen and type(part) is Matches
             else:
-                return out, False
+                return out, chosen
         data = os.pread(loc.fd, loc.length, loc.position)
         if len(data) != loc.length or crc32(data) != loc.crc:
             raise OSError(f"chunk {loc.chunk_id} of stream {self.entry.name!r}: CRC mismatch "

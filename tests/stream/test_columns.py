@@ -181,3 +181,42 @@ def test_one_matcher_over_chunks_of_other_layouts_of_one_size():
     for layout in (a, b, a, b):
         data, padded = _chunk([_record(layout, [7, 1, 0], 3, 0) for _ in range(5)])
         assert match(data, len(padded[0]) + 4, 5) == _truth("k = 7", padded)
+
+
+def test_a_broker_answers_by_columns_as_it_does_record_by_record(tmp_path):
+    """A real broker, a stream with a derived key on ``region`` and one without, messages of
+    one size and layout (so chunks, and the derived key's blocks, are matched as columns):
+    AMQP consumers get exactly the matching offsets."""
+    from proton import Message
+
+    from amqp_stream.client import connect
+    from amqp_stream.derived_keys import ARGUMENT
+    from amqp_stream.testing import BrokerProcess
+    from conformance.streamclient import OK, StreamClient
+
+    total = 3000
+    ks = [i % 100 for i in range(total)]
+    regions = [f"r{i // 100 % 30:02d}" for i in range(total)]
+    with BrokerProcess(tmp_path / "data", extra_args=["--fsync", "never"]) as b:
+        c = StreamClient("127.0.0.1", b.stream_port, timeout=10)
+        for pid, (stream, arguments) in enumerate((("plain", {}), ("derived", {ARGUMENT: "region"})), 1):
+            assert c.create_stream(stream, arguments) == OK
+            assert c.declare_publisher(pid, stream) == OK
+            for start in range(0, total, 500):  # confirmed frame by frame: several chunks
+                ids = list(range(start, start + 500))
+                c.publish(pid, [(i, bytes(Message(body=b"m%06d" % i, properties={
+                    "region": regions[i], "k": ks[i]}).encode())) for i in ids])
+                c.wait_confirms(pid, ids)
+        c.close()
+        client = connect(b.url)
+        try:
+            for stream in ("plain", "derived"):
+                for sql, want in (("region = 'r07'", lambda i: regions[i] == "r07"),
+                                  ("k = 7", lambda i: ks[i] == 7), ("k < 3", lambda i: ks[i] < 3),
+                                  ("region IN ('r01', 'r29')", lambda i: regions[i] in ("r01", "r29"))):
+                    consumer = client.consumer(stream, offset="first", sql=sql, credit=500)
+                    got = [m.offset for m in consumer.read_available(end=total, timeout=30)]
+                    consumer.close()
+                    assert got == [i for i in range(total) if want(i)], (stream, sql)
+        finally:
+            client.close()
