@@ -32,7 +32,7 @@ import operator
 import struct
 from typing import Any, Callable
 
-from amqp_stream.fast_match import _INTS, _OPS, _STEP, _shape
+from amqp_stream.fast_match import _INTS, _OPS, _STEP, sql_shape
 
 __all__ = ["column_matcher"]
 
@@ -162,20 +162,10 @@ def column_matcher(stage2: Any) -> Callable[[bytes, int, int], list[int] | None]
     indexes of the matching records of a data section of ``n`` simple entries of ``stride``
     bytes each (headers included), or None when the records do not share one layout (then
     match them one by one). None for any other filter."""
-    from sqlfilter.sql import SqlFilter
-
-    if type(stage2) is not SqlFilter:
-        return None
-    shape = _shape(stage2.tree)
+    shape = sql_shape(stage2)
     if shape is None:
         return None
-    key, op, literals = shape
-    try:
-        name = key.encode("utf-8")
-    except UnicodeEncodeError:
-        return None
-    if len(name) > 255:
-        return None
+    _, name, op, literals = shape
     texts = tuple(v.encode("utf-8") for v in literals) if type(literals[0]) is str else None
     # the last layout: (record size, its determinants' places as an itemgetter, their bytes,
     # the layout); the walk decides on those bytes and the size alone, so a first record that

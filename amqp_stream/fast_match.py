@@ -28,7 +28,7 @@ from amqp_stream.wire._codec import WIDTH
 from sqlfilter import ast
 from sqlfilter.required import prefiltered
 
-__all__ = ["bytes_matcher", "fast_matcher"]
+__all__ = ["bytes_matcher", "fast_matcher", "sql_shape"]
 
 #: a section's value, by constructor: bytes in front of its size (0: fixed width ``_FIXED``)
 _U32 = struct.Struct(">I").unpack_from
@@ -152,13 +152,11 @@ def _shape(tree: Any) -> tuple[str, str, tuple] | None:
     return None
 
 
-def _decider(stage2: Any, general: Callable[[bytes], bool]
-             ) -> Callable[[bytes], tuple[bool, int]] | None:
-    """For ``stage2`` (a compiled SQL filter of a shape ``_shape`` takes): a function of a
-    stored record giving (its verdict, the length of the head it was decided from: the bytes
-    up to the end of its application properties, 0 when ``general`` decided or the walk needed
-    more); ``general`` answers what the walk cannot tell. None for any other filter."""
-    from sqlfilter.sql import SqlFilter  # (exactly SQL: a JMS selector's rules differ)
+def sql_shape(stage2: Any) -> tuple[str, bytes, str, tuple] | None:
+    """(key, its UTF-8 bytes, operator, literals) of a compiled SQL filter of a shape
+    ``_shape`` takes, the key short enough for a str8/sym8; None for anything else (a JMS
+    selector's rules differ; a lone surrogate or a longer key is the general matcher's)."""
+    from sqlfilter.sql import SqlFilter
 
     if type(stage2) is not SqlFilter:
         return None
@@ -168,10 +166,21 @@ def _decider(stage2: Any, general: Callable[[bytes], bool]
     key, op, literals = shape
     try:
         name = key.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate: left to the general matcher
+    except UnicodeEncodeError:
         return None
-    if len(name) > 255:
+    return (key, name, op, literals) if len(name) <= 255 else None
+
+
+def _decider(stage2: Any, general: Callable[[bytes], bool]
+             ) -> Callable[[bytes], tuple[bool, int]] | None:
+    """For ``stage2`` (a compiled SQL filter of a shape ``_shape`` takes): a function of a
+    stored record giving (its verdict, the length of the head it was decided from: the bytes
+    up to the end of its application properties, 0 when ``general`` decided or the walk needed
+    more); ``general`` answers what the walk cannot tell. None for any other filter."""
+    shape = sql_shape(stage2)
+    if shape is None:
         return None
+    key, name, op, literals = shape
     value = _value_of(name, key.isascii())
     kind = _KIND
     unsure = _UNSURE
