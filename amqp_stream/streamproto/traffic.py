@@ -71,7 +71,35 @@ def _columns(count: int, size: int, bodies: bool) -> struct.Struct:
     return struct.Struct(">" + one * count)
 
 
-class PackedEntries:
+class _Entries:
+    """What a Publish frame's messages answer as a sequence of ``(publishing_id, filter_value,
+    data, batch)`` (the frame decoder's tuple form), from the subclass's ``messages()``:
+    built only when asked (tests, the per-message path)."""
+
+    __slots__ = ()
+    count: int
+
+    def messages(self) -> tuple[PublishedMessage, ...]:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[PublishedMessage]:
+        return iter(self.messages())
+
+    def __getitem__(self, i: int) -> PublishedMessage:
+        return self.messages()[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (_Entries, tuple)):
+            return self.messages() == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class PackedEntries(_Entries):
     """The simple entries of a Publish v1 frame whose messages all have one size, left as the
     frame holds them: what the decoder gives for such a frame instead of a tuple per message.
 
@@ -119,21 +147,6 @@ class PackedEntries:
                 self.ids(), range(0, self.count * stride, stride), strict=True))
         return self._messages
 
-    def __len__(self) -> int:
-        return self.count
-
-    def __iter__(self) -> Iterator[PublishedMessage]:
-        return iter(self.messages())
-
-    def __getitem__(self, i: int) -> PublishedMessage:
-        return self.messages()[i]
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, (PackedEntries, tuple)):
-            return self.messages() == tuple(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"PackedEntries({self.count} messages of {self.size} bytes)"
@@ -167,7 +180,7 @@ def _walker(value_length: int) -> struct.Struct:
     return struct.Struct(f">Q{2 + value_length}sI")
 
 
-class SpannedEntries:
+class SpannedEntries(_Entries):
     """The simple entries of a Publish frame of messages of varying sizes (v1 without sub-entry
     batches, or v2 whose filter values all have one length, or none), found by one walk and
     left in the frame's bytes: what the decoder gives instead of a tuple per message.
@@ -222,21 +235,6 @@ class SpannedEntries:
                 self.ids, values, starts, itertools.islice(starts, 1, None), strict=False))
         return self._messages
 
-    def __len__(self) -> int:
-        return self.count
-
-    def __iter__(self) -> Iterator[PublishedMessage]:
-        return iter(self.messages())
-
-    def __getitem__(self, i: int) -> PublishedMessage:
-        return self.messages()[i]
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, (PackedEntries, SpannedEntries, tuple)):
-            return self.messages() == tuple(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"SpannedEntries({self.count} messages, skip {self.skip})"
