@@ -80,6 +80,19 @@ def _store(directory: Path, config: storage.StreamConfig, reference: str, max_si
     return sock.sent, _files(directory)
 
 
+def same_as_the_plain_path(config: storage.StreamConfig, reference: str, max_size: int,
+                           turns: list) -> None:
+    """The turns stored with the frame-at-once paths and with the walk: the same confirms and
+    errors in order, and byte-identical files."""
+    with tempfile.TemporaryDirectory() as tmp:
+        fast = _store(Path(tmp, "fast"), config, reference, max_size, turns, packed=True)
+        plain = _store(Path(tmp, "plain"), config, reference, max_size, turns, packed=False)
+    assert fast[0] == plain[0]  # the same PublishConfirms and PublishErrors, in order
+    assert fast[1].keys() == plain[1].keys()
+    for name in fast[1]:
+        assert fast[1][name] == plain[1][name], name
+
+
 def _files(directory: Path) -> dict[str, bytes]:
     """Each segment and index, the timestamps (chunk headers, index records) zeroed."""
     out = {}
@@ -146,13 +159,7 @@ def test_packed_frames_store_the_bytes_and_send_the_confirms_of_the_plain_path(s
     config, reference, max_size, turns = scenario
     packed = sum(type(decode(raw).messages) is PackedEntries for frames in turns for raw in frames)
     event(f"packed frames: {min(packed, 3)}{'+' if packed >= 3 else ''}")
-    with tempfile.TemporaryDirectory() as tmp:
-        fast = _store(Path(tmp, "fast"), config, reference, max_size, turns, packed=True)
-        plain = _store(Path(tmp, "plain"), config, reference, max_size, turns, packed=False)
-    assert fast[0] == plain[0]  # the same PublishConfirms and PublishErrors, in order
-    assert fast[1].keys() == plain[1].keys()
-    for name in fast[1]:
-        assert fast[1][name] == plain[1][name], name
+    same_as_the_plain_path(config, reference, max_size, turns)
 
 
 def test_an_unnamed_publisher_hands_storage_the_frame_whole(tmp_path):

@@ -21,10 +21,8 @@ from amqp_stream.streamproto import Publish, PublishConfirm, SpannedEntries
 from amqp_stream.streamproto.frames import decode, encode
 from amqp_stream.streams import StreamEntry
 from storage.format import EntrySpans, encode_entries
-from tests.stream.test_publish_packed import _Socket, _store
+from tests.stream.test_publish_packed import _Socket, same_as_the_plain_path
 
-import tempfile
-from pathlib import Path
 
 
 @st.composite
@@ -78,13 +76,7 @@ def test_spanned_frames_store_the_bytes_and_send_the_confirms_of_the_plain_path(
     config, reference, max_size, turns = scenario
     spanned = sum(type(decode(raw).messages) is SpannedEntries for frames in turns for raw in frames)
     event(f"spanned frames: {min(spanned, 3)}{'+' if spanned >= 3 else ''}")
-    with tempfile.TemporaryDirectory() as tmp:
-        fast = _store(Path(tmp, "fast"), config, reference, max_size, turns, packed=True)
-        plain = _store(Path(tmp, "plain"), config, reference, max_size, turns, packed=False)
-    assert fast[0] == plain[0]  # the same PublishConfirms and PublishErrors, in order
-    assert fast[1].keys() == plain[1].keys()
-    for name in fast[1]:
-        assert fast[1][name] == plain[1][name], name
+    same_as_the_plain_path(config, reference, max_size, turns)
 
 
 def test_a_named_v2_publisher_hands_storage_the_frames_whole(tmp_path):
