@@ -77,7 +77,7 @@ def _reference(datas: list[bytes], declared: StructType, stream: str | None):
 
 
 def _same(a, b) -> bool:
-    """Equal, NaN equal to NaN."""
+    """Equal, NaN equal to NaN, types too."""
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
     if isinstance(a, dict) and isinstance(b, dict):

@@ -6,7 +6,7 @@ every body kind), random declared schemas and filter values; no broker, no Spark
 
 from __future__ import annotations
 
-import math
+from tests.spark.test_batches import _same
 import struct
 import uuid
 
@@ -124,17 +124,6 @@ def schemas(draw) -> StructType:
     fields = [{"name": n, "type": draw(st.sampled_from(TYPES)), "nullable": True, "metadata": {}} for n in names]
     declared = StructType.fromJson({"type": "struct", "fields": fields})
     return declared_columns(StructType(list(BASE_COLUMNS.fields) + list(declared.fields)))
-
-
-def _same(a, b) -> bool:
-    """Equal, NaN equal to NaN, types too."""
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return type(a) is type(b) and a == b
 
 
 def _batches(datas: list[bytes], declared: StructType, stream: str | None, wanted, new: bool) -> list:
