@@ -414,7 +414,7 @@ class Reader:
         stride = entry_stride(data, entries) if self.columns is not None else 0
         hits = self.columns(data, stride, entries) if stride and self.columns else None
         if hits is not None:
-            found = Matches((first + i, data[i * stride + 4:(i + 1) * stride]) for i in hits)
+            found = Matches([(first + i, data[i * stride + 4:(i + 1) * stride]) for i in hits])
         elif self.needles:
             found = records_holding(data, first, self.needles, entries, simple)
         if found is not None:  # (all simple: an entry is a record)

@@ -430,11 +430,9 @@ class Subscription:
         """(records, the chunk's bytes) for a run; one record (every match, when values come
         in round robin) without building a data section first."""
         if len(bodies) == 1:
-            body = bodies[0]
-            size = _pack_len(len(body))
-            return 1, b"".join((CHUNK_HEADER.pack(
-                CHUNK_MAGIC_VERSION, CHUNK_USER, 1, 1, timestamp, epoch, first,
-                crc32(body, crc32(size)), 4 + len(body), 0, 0, 0, 0, 0), size, body))
+            entry = _pack_len(len(bodies[0])) + bodies[0]
+            return 1, CHUNK_HEADER.pack(CHUNK_MAGIC_VERSION, CHUNK_USER, 1, 1, timestamp, epoch,
+                                        first, crc32(entry), len(entry), 0, 0, 0, 0, 0) + entry
         return len(bodies), b"".join(encode_chunk(first, timestamp, encode_entries(bodies),
                                                   len(bodies), len(bodies), epoch=epoch))
 
