@@ -24,6 +24,7 @@ rstream = pytest.importorskip("rstream")
 selenium = pytest.importorskip("selenium")
 from rstream import (AMQPMessage, Consumer, ConsumerOffsetSpecification,  # noqa: E402
                      FilterConfiguration, OffsetType, Producer, SuperStreamProducer)
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
@@ -259,6 +260,34 @@ def test_resetting_a_stored_offset_from_the_page_changes_query_offset(broker, dr
     driver.find_element(By.CSS_SELECTOR, f"{offset_row} button.reset").click()
     until(driver, lambda d: text(d, f"{offset_row} td.offset") == "0", "the offset reset to 0")
     assert aio(store_and_query(None)) == 0
+
+
+def test_typing_in_a_reset_field_goes_on_across_polls(broker, driver, aio):
+    """The page redraws its tables on every poll, moving each row's reset field into the new
+    row: the field being typed in keeps the focus, so keys typed after a poll still reach it
+    (they went to the page before, and a reset sent what was typed so far)."""
+    stream, reader = name(), "typist-" + uuid.uuid4().hex[:6]
+    aio(publish(broker, stream, [AMQPMessage(body=b"m")]))
+
+    async def store() -> None:
+        c = consumer(broker)
+        await c.start()
+        try:
+            await c.store_offset(stream, reader, 0)
+        finally:
+            await c.close()
+    aio(store())
+    logged_in(driver, broker)
+    field_css = f'#offsets tr[data-offset="{stream}/{reader}"] input.reset-to'
+    field = until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, field_css), "the offset row")[0]
+    field.clear()
+    field.click()
+    for key in "12":  # into whatever has the focus, each after a redraw
+        polls = int(driver.find_element(By.ID, "main").get_attribute("data-polls") or 0)
+        until(driver, lambda d: int(d.find_element(By.ID, "main").get_attribute("data-polls") or 0)
+              > polls, "a poll")
+        ActionChains(driver).send_keys(key).perform()
+    assert driver.find_element(By.CSS_SELECTOR, field_css).get_attribute("value") == "12"
 
 
 def test_a_wrong_password_shows_the_login_error(broker, driver):

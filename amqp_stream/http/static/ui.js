@@ -97,6 +97,10 @@ function sparkline(points, kind) {
 // the same data-key takes them over.
 function fill(table, rows, columns, empty) {
   const body = $(table).tBodies[0];
+  // moving a kept cell takes the focus from a field being typed in (the keys after it went
+  // nowhere): give it back, with the caret, in this same task (no key comes in between)
+  const active = document.activeElement;
+  const caret = active && active.tagName === "INPUT" ? [active.selectionStart, active.selectionEnd] : null;
   const old = new Map([...body.rows].map((r) => [r.dataset.key, r]));
   for (const row of rows) {
     const before = old.get(row.dataset.key);
@@ -106,6 +110,10 @@ function fill(table, rows, columns, empty) {
   }
   body.replaceChildren(...(rows.length ? rows :
     [el("tr", {}, el("td", {class: "empty", colspan: columns}, empty))]));
+  if (active && active !== document.activeElement && active.isConnected) {
+    active.focus();
+    if (caret) active.setSelectionRange(...caret);
+  }
 }
 
 // -- what each table shows ------------------------------------------------------------------
