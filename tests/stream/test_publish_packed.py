@@ -135,17 +135,23 @@ def _frame(draw, next_id: list[int]) -> bytes:
 
 
 @st.composite
-def _scenario(draw):
+def scenario_of(draw, frame, max_sizes: tuple[int, ...]):
+    """(stream config, publisher reference, max message size, turns of ``frame``s): random
+    chunk cutting, named or not, some messages too large."""
     next_id = [draw(st.integers(0, 5))]
-    turns = [[draw(_frame(next_id)) for _ in range(draw(st.integers(1, 3)))]
+    turns = [[draw(frame(next_id)) for _ in range(draw(st.integers(1, 3)))]
              for _ in range(draw(st.integers(1, 4)))]
     lo = draw(st.integers(1, 64))
     config = storage.StreamConfig(min_chunk_entries=lo,
                                   max_chunk_entries=draw(st.integers(lo, 128)),
                                   max_chunk_bytes=draw(st.sampled_from((200, 1000, 1 << 20))),
                                   filter_size=draw(st.sampled_from((0, 16))))
-    return (config, draw(st.sampled_from(("", "producer-a"))),
-            draw(st.sampled_from((40, 20, 0))), turns)
+    return (config, draw(st.sampled_from(("", "producer-a"))), draw(st.sampled_from(max_sizes)),
+            turns)
+
+
+def _scenario():
+    return scenario_of(_frame, (40, 20, 0))
 
 
 def _ids(first: int, last: int) -> bytes:

@@ -21,7 +21,7 @@ from amqp_stream.streamproto import Publish, PublishConfirm, SpannedEntries
 from amqp_stream.streamproto.frames import decode, encode
 from amqp_stream.streams import StreamEntry
 from storage.format import EntrySpans, encode_entries
-from tests.stream.test_publish_packed import _Socket, same_as_the_plain_path
+from tests.stream.test_publish_packed import _Socket, same_as_the_plain_path, scenario_of
 
 
 
@@ -49,18 +49,8 @@ def _frame(draw, next_id: list[int]) -> bytes:
     return encode(Publish(1, tuple(messages), 2 if kind.startswith("v2") else 1))[4:]
 
 
-@st.composite
-def _scenario(draw):
-    next_id = [draw(st.integers(0, 5))]
-    turns = [[draw(_frame(next_id)) for _ in range(draw(st.integers(1, 3)))]
-             for _ in range(draw(st.integers(1, 4)))]
-    lo = draw(st.integers(1, 64))
-    config = storage.StreamConfig(min_chunk_entries=lo,
-                                  max_chunk_entries=draw(st.integers(lo, 128)),
-                                  max_chunk_bytes=draw(st.sampled_from((200, 1000, 1 << 20))),
-                                  filter_size=draw(st.sampled_from((0, 16))))
-    return (config, draw(st.sampled_from(("", "producer-a"))),
-            draw(st.sampled_from((45, 30, 0))), turns)
+def _scenario():
+    return scenario_of(_frame, (45, 30, 0))
 
 
 def _v2(first: int, last: int, value: str = "r07") -> bytes:
