@@ -365,13 +365,14 @@ class Subscription:
             self.scheduled = True
             self.conn.loop.call_soon(self._turn)
 
-    def _records(self, loc: ChunkLocation) -> tuple[list[tuple[int, bytes]], bool]:
+    def _records(self, loc: ChunkLocation) -> tuple[list[tuple[int, bytes]], int]:
         """The chunk's records, or only those of its blocks that may match (``loc.blocks``),
-        and whether they are the matches already: the records of a chunk of one layout are
-        matched as columns (``amqp_stream.columns``), not one by one."""
+        and, when they are the matches already (the records of a chunk of one layout are
+        matched as columns, ``amqp_stream.columns``), how many records that decided; else 0."""
         if loc.blocks is not None:
             out: list[tuple[int, bytes]] = []
             chosen = True
+            looked = 0
             for b in loc.blocks:
                 part = self.reader.block_records(
                     os.pread(loc.fd, b.length, loc.position + b.offset), loc.chunk_id, b)
@@ -379,16 +380,17 @@ class Subscription:
                     break  # the index is stale or damaged: the chunk's own CRC decides
                 out.extend(part)
                 chosen = chosen and type(part) is Matches
+                looked += b.entries
             else:
-                return out, chosen
+                return out, looked if chosen else 0
         data = os.pread(loc.fd, loc.length, loc.position)
         if len(data) != loc.length or crc32(data) != loc.crc:
             raise OSError(f"chunk {loc.chunk_id} of stream {self.entry.name!r}: CRC mismatch "
                           f"or short read")
         found = self.reader.candidates(data, loc.chunk_id, loc.entries, loc.header[HEADER_FLAGS_AT])
         if found is not None:
-            return found, type(found) is Matches
-        return decode_records(data, loc.chunk_id, entries=loc.entries), False
+            return found, loc.entries if type(found) is Matches else 0
+        return decode_records(data, loc.chunk_id, entries=loc.entries), 0
 
     def _rebuild(self, loc: ChunkLocation) -> list[tuple[int, bytes]]:
         """Stage 2: the runs of matching records of the chunk at ``loc``, as chunks (a run
@@ -399,8 +401,9 @@ class Subscription:
         out: list[tuple[int, bytes]] = []
         run: list[bytes] = []
         first = -1
-        records, matched = self._records(loc)
-        dropped = loc.entries - len(records) if matched else 0  # (those the columns left out)
+        records, looked = self._records(loc)
+        matched = looked > 0
+        dropped = looked - len(records) if matched else 0  # (those the columns left out)
         for offset, body in records:
             try:
                 ok = offset >= self.start and (matched or match(body))
