@@ -99,6 +99,11 @@ class Nemesis:
       holds publishes), then SIGCONT;
     - ``pause``: SIGSTOP any node for less than the session timeout (no election);
     - ``kill-replica``: SIGKILL a replica, restart it after a random time.
+
+    The first fault always deposes the leader (a pause past the session timeout, or a kill
+    held longer than it), so every run has at least one election: a schedule whose only
+    leader fault was a kill restarted within the session kept its leader and tested no
+    failover (a fresh-clone run failed "the leader never moved" on such a seed).
     """
 
     brokers: Mapping[str, BrokerProcess]
@@ -113,9 +118,12 @@ class Nemesis:
     def run(self, stop: threading.Event) -> None:
         t0 = time.monotonic()
         try:
+            first = True
             while not stop.wait(self.rng.uniform(*self.gap)):
-                kind = self.rng.choices([k for k, _ in self.KINDS], [w for _, w in self.KINDS])[0]
-                pick, held = self.rng.random(), self._held(kind)
+                kinds = [(k, w) for k, w in self.KINDS if not first or k.endswith("-leader")]
+                kind = self.rng.choices([k for k, _ in kinds], [w for _, w in kinds])[0]
+                pick, held = self.rng.random(), self._held(kind, deposes=first)
+                first = False
                 leader = self._leader(stop)
                 if leader is None:
                     break
@@ -138,9 +146,11 @@ class Nemesis:
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             self.error = exc
 
-    def _held(self, kind: str) -> float:
+    def _held(self, kind: str, deposes: bool = False) -> float:
+        """How long the fault lasts; ``deposes``: long enough for the others to elect."""
         t = self.session_timeout
-        return {"kill-leader": self.rng.uniform(0, 2 * t), "kill-replica": self.rng.uniform(0, 2 * t),
+        return {"kill-leader": self.rng.uniform(1.5 * t if deposes else 0, 2 * t),
+                "kill-replica": self.rng.uniform(0, 2 * t),
                 "pause-leader": t + self.rng.uniform(0.5, 2.0),
                 "pause": self.rng.uniform(0.1, 0.8 * t)}[kind]
 
