@@ -47,6 +47,7 @@ filter that matches almost nothing in a long stream does not hold the event loop
 from __future__ import annotations
 
 import logging
+import struct
 from typing import Any, Callable
 
 from cproton_ffi import lib
@@ -58,7 +59,6 @@ from amqp_stream.amqp.tags import TagCell
 from amqp_stream.amqp.tracking import ConsumerOffsets, StorePolicy
 from amqp_stream.errors import BrokerError
 from amqp_stream.wire import with_stream_offset
-from amqp_stream.wire._codec import I64
 from amqp_stream.wire._stored import _NEW_SECTION_HEAD
 from storage.reader import SCAN_PAUSED, Matches, ReaderStats
 
@@ -72,6 +72,10 @@ _SPLICE_EMPTY_HEADER = _AFTER_EMPTY_HEADER[:4] + _NEW_SECTION_HEAD
 #: its first 7 bytes when the section after the header is one an annotations section goes
 #: before (properties .. body: 0x73-0x78): one set look-up per message, not three tests
 _EMPTY_HEADER_THEN = frozenset(_AFTER_EMPTY_HEADER + bytes([code]) for code in range(0x73, 0x79))
+#: the empty header and the new annotations section with the offset, in one ``pack`` (then one
+#: concatenation with the rest of the message: ~60 ns less a delivery than a three-part join)
+_SPLICED_HEAD = struct.Struct(f">{len(_SPLICE_EMPTY_HEADER)}sq")
+_NEW_HEAD = struct.Struct(f">{len(_NEW_SECTION_HEAD)}sq")  # (the same for no header)
 
 # chunks a stage-1 scan may pass over in one turn: one header pread each, ~2 µs from the page
 # cache (one run), so a slice is about as long as the 200 stage-2 drops a turn allows
@@ -118,7 +122,7 @@ def spliced(data: bytes, offset: int) -> bytes:
     first section is one an annotations section goes before (properties .. body), the other
     shape nearly every message has besides proton's empty header (``Consumer.pump``)."""
     if data[:2] == b"\x00\x53" and len(data) > 3 and 0x72 < data[2] <= 0x78:
-        return b"".join((_NEW_SECTION_HEAD, I64.pack(offset), data))
+        return _NEW_HEAD.pack(_NEW_SECTION_HEAD, offset) + data
     return with_stream_offset(data, offset)
 
 
@@ -224,8 +228,7 @@ class Consumer:
         turn.start()
         select = self.select
         whole = self.whole
-        pack = I64.pack
-        join = b"".join
+        head = _SPLICED_HEAD.pack
         records = self.records
         pos = self.pos
         n = len(records)
@@ -299,7 +302,7 @@ class Consumer:
                 # send ready[ri:], as much as credit and the turn allow: the batch's messages
                 # with x-stream-offset spliced in, in one comprehension
                 batch = ready[ri:ri + min(credit, turn.max_batch - turn.delivered)]
-                outs = [join((_SPLICE_EMPTY_HEADER, pack(o), d[4:]))
+                outs = [head(_SPLICE_EMPTY_HEADER, o) + d[4:]
                         if d[:7] in _EMPTY_HEADER_THEN and len(d) > 7 else spliced(d, o)
                         for o, d in batch]
                 # the session's bytes waiting for the socket, counted here (``pn_link_send``
