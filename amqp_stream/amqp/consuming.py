@@ -76,6 +76,8 @@ _EMPTY_HEADER_THEN = frozenset(_AFTER_EMPTY_HEADER + bytes([code]) for code in r
 #: concatenation with the rest of the message: ~60 ns less a delivery than a three-part join)
 _SPLICED_HEAD = struct.Struct(f">{len(_SPLICE_EMPTY_HEADER)}sq")
 _NEW_HEAD = struct.Struct(f">{len(_NEW_SECTION_HEAD)}sq")  # (the same for no header)
+#: what the splice adds to a message at most (a new annotations section with the offset)
+_SPLICE_BYTES = len(_NEW_SECTION_HEAD) + 8
 
 # chunks a stage-1 scan may pass over in one turn: one header pread each, ~2 µs from the page
 # cache (one run), so a slice is about as long as the 200 stage-2 drops a turn allows
@@ -299,15 +301,19 @@ class Consumer:
                             self.schedule(self, False)
                             break
                         continue
-                # send ready[ri:], as much as credit and the turn allow: the batch's messages
-                # with x-stream-offset spliced in, in one comprehension
-                batch = ready[ri:ri + min(credit, turn.max_batch - turn.delivered)]
+                # send ready[ri:], as much as credit, the turn and the session's room allow:
+                # the batch's messages with x-stream-offset spliced in, in one comprehension.
+                # The room: the session's bytes waiting for the socket, counted here
+                # (``pn_link_send`` adds each message's size to them); the batch is cut to
+                # about what fits (by its first message's size: no copies made to be dropped)
+                room = max_buffered - outgoing_bytes(session)
+                k = min(credit, turn.max_batch - turn.delivered)
+                if (size := len(ready[ri][1]) + _SPLICE_BYTES) * k > room:
+                    k = max(1, room // size)
+                batch = ready[ri:ri + k]
                 outs = [head(_SPLICE_EMPTY_HEADER, o) + d[4:]
                         if d[:7] in _EMPTY_HEADER_THEN and len(d) > 7 else spliced(d, o)
                         for o, d in batch]
-                # the session's bytes waiting for the socket, counted here (``pn_link_send``
-                # adds each message's size to them; asked again once past the limit)
-                room = max_buffered - outgoing_bytes(session)
                 if offsets is None and not backed_up and (total := sum(map(len, outs))) <= room:
                     # the whole batch fits: nothing to check per delivery. Pre-settled, the
                     # settle advances the link too (proton settles the current delivery after

@@ -15,6 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from proton import Message
 
+from cproton_ffi import lib
+
 from amqp_stream.amqp.consuming import Consumer
 from amqp_stream.amqp.source_filters import SourceFilters
 from amqp_stream.wire import with_stream_offset
@@ -86,3 +88,30 @@ def test_both_ways_send_the_spliced_bytes(messages, settled):
             assert _consume(stream, settled, one_by_one=True) == expected
         finally:
             stream.close()
+
+
+def test_a_client_behind_is_sent_at_most_the_session_room(tmp_path):
+    """A pump with the client's bytes not taken: the session holds at most ``max_buffered``
+    and one message more, whichever way the batches went (cut to about what fits, then one
+    by one); the rest goes once the bytes are taken, all of it, in order."""
+    stream = Stream.open(tmp_path / "s", StreamConfig(fsync="never"))
+    stored = [_shaped(i, i % 4, bytes([i % 251]) * (1000 + 37 * (i % 50))) for i in range(400)]
+    stream.append_batch(stored)
+    stream.flush()
+    server_t, client_t, sender, receiver = proton_floor._pair()
+    consumer = Consumer(sender, _Entry(stream), SourceFilters(start=OffsetSpec.first()),
+                        lambda c, soon: None)
+    consumer.turn.max_buffered = 20_000
+    session = lib.pn_link_session(sender._impl)
+    out = []
+    while not consumer.waiting:
+        consumer.pump()
+        held = lib.pn_session_outgoing_bytes(session)
+        assert held <= 20_000 + max(map(len, stored)) + 64, held
+        proton_floor._pump(server_t, client_t)
+        while (d := receiver.current) is not None and not d.partial:
+            out.append(receiver.recv(d.pending))
+            receiver.advance()
+        proton_floor._pump(client_t, server_t)
+    assert out == [with_stream_offset(data, i) for i, data in enumerate(stored)]
+    stream.close()
