@@ -8,10 +8,9 @@ Here two proton engines talk over memory, no socket, no broker: the sending side
 delivery with exactly the calls the broker's consumer makes (``pn_delivery`` with the link's
 ``TagCell``, ``pn_link_send``, ``pn_delivery_settle``, which advances the link past the current
 delivery itself: pre-settled, as the load generator asks; proton's C functions called directly,
-as ``Consumer.pump`` does) and hands
-its transport's output over every 200 deliveries, as the broker does per turn; the receiving
-side only pushes the bytes into its engine (what ``bench.amqp_load`` does). Each side is timed
-on its own.
+as ``Consumer.pump`` does) and hands its transport's output over every 1,024 deliveries, as the
+broker does per turn; the receiving side only pushes the bytes into its engine (what
+``bench.amqp_load`` does). Each side is timed on its own.
 
 Run: ``PYTHONPATH=$PWD .venv/bin/python -m bench.proton_floor [--deliveries N] [--repeat R]``
 """
@@ -30,7 +29,7 @@ from amqp_stream.wire import with_stream_offset
 
 __all__ = ["measure"]
 
-BATCH = 200  # deliveries a consumer turn sends before the loop writes (``ConsumerTurn``)
+BATCH = 1024  # deliveries a consumer turn sends before the loop writes (``ConsumerTurn.max_batch``)
 
 
 def _take(a: Transport) -> list[bytes]:
