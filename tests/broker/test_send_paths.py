@@ -2,8 +2,9 @@
 in order: the batch at once (it fits in what the session may hold: nothing checked per
 delivery; pre-settled, the settle advances the link) and one by one (checked before each send:
 here forced by a session limit of 0 bytes). Random messages of every shape the splice tells
-apart (proton's empty header, no header, a header with fields, annotations already there), both
-settle modes. In-process: a real stream on disk, a real ``Consumer`` sending over proton's
+apart (proton's empty header before one section or another, or before the body alone; no
+header; a header with fields; annotations already there), mixed in a batch, both settle
+modes. In-process: a real stream on disk, a real ``Consumer`` sending over proton's
 engine to a receiving engine (no socket)."""
 
 from __future__ import annotations
@@ -60,12 +61,17 @@ def _consume(stream: Stream, settled: bool, one_by_one: bool) -> list[bytes]:
 
 
 def _shaped(i: int, shape: int, body: bytes) -> bytes:
-    m = Message(body=body, properties={"i": i})
+    m = Message(body=body, properties={"i": i} if shape < 4 else None)
+    if shape == 4:  # proton's empty header, then the properties section (not the application's)
+        m.subject = f"s{i}"
     if shape == 2:
         m.durable = True  # a header with fields (list8)
     if shape == 3:
         m.annotations = {"x-opt-a": i}
     data = bytes(m.encode())
+    if shape == 5:  # proton's empty header, then the body alone (its empty properties cut out)
+        assert data[4:8] == b"\x00\x53\x73\x45"
+        data = data[:4] + data[8:]
     if shape == 1:  # no header at all (as the stream protocol's clients send)
         assert data.startswith(b"\x00\x53\x70\x45")
         data = data[4:]
@@ -73,7 +79,7 @@ def _shaped(i: int, shape: int, body: bytes) -> bytes:
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 3), st.binary(max_size=40)), min_size=1, max_size=600),
+@given(st.lists(st.tuples(st.integers(0, 5), st.binary(max_size=40)), min_size=1, max_size=600),
        st.booleans())
 def test_both_ways_send_the_spliced_bytes(messages, settled):
     with tempfile.TemporaryDirectory() as tmp:
