@@ -6,11 +6,11 @@ of all of them (issue 15's `region = 'r42'`). However little the broker reads, e
 10,000 still goes out as its own transfer, and the broker's engine is proton (kept by design).
 Here two proton engines talk over memory, no socket, no broker: the sending side makes each
 delivery with exactly the calls the broker's consumer makes (``pn_delivery`` with the link's
-``TagCell``, ``pn_link_send``, ``pn_link_advance``, ``pn_delivery_settle``: pre-settled, as the
-load generator asks; proton's C functions called directly, as ``Consumer.pump`` does) and hands
-its transport's output over every 200 deliveries, as the broker does per turn; the receiving
-side only pushes the bytes into its engine (what ``bench.amqp_load`` does). Each side is timed
-on its own.
+``TagCell``, ``pn_link_send``, ``pn_delivery_settle``, which advances the link past the current
+delivery itself: pre-settled, as the load generator asks; proton's C functions called directly,
+as ``Consumer.pump`` does) and hands its transport's output over every 1,024 deliveries, as the
+broker does per turn; the receiving side only pushes the bytes into its engine (what
+``bench.amqp_load`` does). Each side is timed on its own.
 
 Run: ``PYTHONPATH=$PWD .venv/bin/python -m bench.proton_floor [--deliveries N] [--repeat R]``
 """
@@ -29,7 +29,7 @@ from amqp_stream.wire import with_stream_offset
 
 __all__ = ["measure"]
 
-BATCH = 200  # deliveries a consumer turn sends before the loop writes (``ConsumerTurn``)
+BATCH = 1024  # deliveries a consumer turn sends before the loop writes (``ConsumerTurn.max_batch``)
 
 
 def _take(a: Transport) -> list[bytes]:
@@ -56,9 +56,9 @@ def _pump(a: Transport, b: Transport) -> None:
     _give(b, _take(a))
 
 
-def _pair() -> tuple[Transport, Transport, Link, Link]:
+def _pair(settled: bool = True) -> tuple[Transport, Transport, Link, Link]:
     """A server engine with an open sending link to a client engine that gave it credit (the
-    transports, the sender, the receiver)."""
+    transports, the sender, the receiver); pre-settled unless not ``settled``."""
     server_t, client_t = Transport(Transport.SERVER), Transport(Transport.CLIENT)
     server_c, client_c = Connection(), Connection()
     server_t.bind(server_c)
@@ -67,14 +67,14 @@ def _pair() -> tuple[Transport, Transport, Link, Link]:
     session = client_c.session()
     session.open()
     receiver = session.receiver("floor")
-    receiver.snd_settle_mode = Link.SND_SETTLED
+    receiver.snd_settle_mode = Link.SND_SETTLED if settled else Link.SND_UNSETTLED
     receiver.open()
     receiver.flow(1 << 30)
     _pump(client_t, server_t)
     server_c.open()
     server_c.session_head(0).open()
     sender = server_c.link_head(0)
-    sender.snd_settle_mode = Link.SND_SETTLED
+    sender.snd_settle_mode = Link.SND_SETTLED if settled else Link.SND_UNSETTLED
     sender.open()
     for _ in range(3):
         _pump(server_t, client_t)
@@ -103,8 +103,7 @@ def measure(deliveries: int, message: bytes, clock: Callable[[], float] = time.p
             cell[0] = tag
             d = lib.pn_delivery(impl, tag_bytes)
             lib.pn_link_send(impl, payload, size)
-            lib.pn_link_advance(impl)
-            lib.pn_delivery_settle(d)
+            lib.pn_delivery_settle(d)  # (advances past it: the current delivery)
         out = _take(server_t)
         t2 = clock()
         _give(client_t, out)

@@ -13,7 +13,9 @@ already granted cannot be taken back, so that is the hard bound: the rest waits 
 client's and the kernel's buffers) until confirms bring it back under.
 
 A consumer's turn: a consumer link is served in bounded turns so one link cannot starve the
-others on the single event loop. A turn ends after ``max_batch`` deliveries, or after
+others on the single event loop. A turn ends after ``max_batch`` deliveries (1,024: ~2 ms of a
+loaded 2-core machine for small messages, within the 5 ms a turn may spend on stage 2; each turn
+costs a loop iteration, a socket write and the metrics, ~0.15-0.2 µs a delivery more at 256), or after
 ``max_scanned`` messages in a row that the filters dropped (RabbitMQ yields after 200; an AMQP
 consumer counts them per slice of records it evaluates at once, ``next_slice``), or after
 ``max_eval_seconds`` of stage-2 evaluation (a costly filter on large messages: the budget is in
@@ -90,7 +92,7 @@ class PublisherCredit:
 
 
 class ConsumerTurn:
-    def __init__(self, max_batch: int = 256, max_scanned: int = 200,
+    def __init__(self, max_batch: int = 1024, max_scanned: int = 200,
                  max_buffered: int = 1 << 20, max_eval_seconds: float = 0.005,
                  max_held: int = 1024, send_buffer: int = SEND_BUFFER,
                  max_slice: int = MAX_SLICE):

@@ -1,0 +1,123 @@
+"""``Consumer.pump``'s two ways of sending a batch give the bytes ``with_stream_offset`` gives,
+in order: the batch at once (it fits in what the session may hold: nothing checked per
+delivery; pre-settled, the settle advances the link) and one by one (checked before each send:
+here forced by a session limit of 0 bytes). Random messages of every shape the splice tells
+apart (proton's empty header before one section or another, or before the body alone; no
+header; a header with fields; annotations already there), mixed in a batch, both settle
+modes. In-process: a real stream on disk, a real ``Consumer`` sending over proton's
+engine to a receiving engine (no socket)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from proton import Message
+
+from cproton_ffi import lib
+
+from amqp_stream.amqp.consuming import Consumer
+from amqp_stream.amqp.source_filters import SourceFilters
+from amqp_stream.wire import with_stream_offset
+from bench import proton_floor
+from storage import OffsetSpec, Stream, StreamConfig
+
+
+class _Entry:
+    """What a consumer asks of a stream entry: its reader, no metrics."""
+
+    metrics = None
+    deleted = False
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+
+    def reader(self, spec, filter_values=(), match_unfiltered=False, stage2=None):
+        return self.stream.reader(spec, filter_values, match_unfiltered)
+
+
+def _consume(stream: Stream, settled: bool, one_by_one: bool) -> list[bytes]:
+    """The bytes of every delivery, in order (each settled by the receiver when not pre-settled)."""
+    server_t, client_t, sender, receiver = proton_floor._pair(settled)
+    consumer = Consumer(sender, _Entry(stream), SourceFilters(start=OffsetSpec.first()),
+                        lambda c, soon: None)
+    assert consumer.presettled == settled
+    if one_by_one:
+        consumer.turn.max_buffered = 0
+    out = []
+    while True:
+        consumer.pump()
+        proton_floor._pump(server_t, client_t)
+        while (d := receiver.current) is not None and not d.partial:
+            out.append(receiver.recv(d.pending))
+            receiver.advance()
+            if not settled:
+                d.settle()
+        proton_floor._pump(client_t, server_t)
+        if consumer.waiting:
+            return out
+
+
+def _shaped(i: int, shape: int, body: bytes) -> bytes:
+    m = Message(body=body, properties={"i": i} if shape < 4 else None)
+    if shape == 4:  # proton's empty header, then the properties section (not the application's)
+        m.subject = f"s{i}"
+    if shape == 2:
+        m.durable = True  # a header with fields (list8)
+    if shape == 3:
+        m.annotations = {"x-opt-a": i}
+    data = bytes(m.encode())
+    if shape == 5:  # proton's empty header, then the body alone (its empty properties cut out)
+        assert data[4:8] == b"\x00\x53\x73\x45"
+        data = data[:4] + data[8:]
+    if shape == 1:  # no header at all (as the stream protocol's clients send)
+        assert data.startswith(b"\x00\x53\x70\x45")
+        data = data[4:]
+    return data
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.binary(max_size=40)), min_size=1, max_size=600),
+       st.booleans())
+def test_both_ways_send_the_spliced_bytes(messages, settled):
+    with tempfile.TemporaryDirectory() as tmp:
+        stream = Stream.open(Path(tmp, "s"), StreamConfig(fsync="never"))
+        try:
+            stored = [_shaped(i, shape, body) for i, (shape, body) in enumerate(messages)]
+            for at in range(0, len(stored), 97):
+                stream.append_batch(stored[at:at + 97])
+            stream.flush()
+            expected = [with_stream_offset(data, i) for i, data in enumerate(stored)]
+            assert _consume(stream, settled, one_by_one=False) == expected
+            assert _consume(stream, settled, one_by_one=True) == expected
+        finally:
+            stream.close()
+
+
+def test_a_client_behind_is_sent_at_most_the_session_room(tmp_path):
+    """A pump with the client's bytes not taken: the session holds at most ``max_buffered``
+    and one message more, whichever way the batches went (cut to about what fits, then one
+    by one); the rest goes once the bytes are taken, all of it, in order."""
+    stream = Stream.open(tmp_path / "s", StreamConfig(fsync="never"))
+    stored = [_shaped(i, i % 4, bytes([i % 251]) * (1000 + 37 * (i % 50))) for i in range(400)]
+    stream.append_batch(stored)
+    stream.flush()
+    server_t, client_t, sender, receiver = proton_floor._pair()
+    consumer = Consumer(sender, _Entry(stream), SourceFilters(start=OffsetSpec.first()),
+                        lambda c, soon: None)
+    consumer.turn.max_buffered = 20_000
+    session = lib.pn_link_session(sender._impl)
+    out = []
+    while not consumer.waiting:
+        consumer.pump()
+        held = lib.pn_session_outgoing_bytes(session)
+        assert held <= 20_000 + max(map(len, stored)) + 64, held
+        proton_floor._pump(server_t, client_t)
+        while (d := receiver.current) is not None and not d.partial:
+            out.append(receiver.recv(d.pending))
+            receiver.advance()
+        proton_floor._pump(client_t, server_t)
+    assert out == [with_stream_offset(data, i) for i, data in enumerate(stored)]
+    stream.close()
