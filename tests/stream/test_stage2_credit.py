@@ -62,13 +62,16 @@ _names = itertools.count()
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(frames=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=60), min_size=1, max_size=8),
        wanted=st.integers(0, 3), initial=st.integers(1, 12), back=st.integers(1, 3),
-       every=st.integers(1, 4), uniform=st.booleans())
+       every=st.integers(1, 4), uniform=st.booleans(), v2=st.booleans())
 def test_filtered_deliveries_are_the_runs_of_matches_whatever_the_credit(
-        broker, frames, wanted, initial, back, every, uniform):
+        broker, frames, wanted, initial, back, every, uniform, v2):
     """Credit ``initial`` at first, then ``back`` after every ``every`` chunks received (or
-    sooner, when the client has none left)."""
+    sooner, when the client has none left); Deliver v1 or v2 (the stream's committed chunk
+    id in every frame: everything was published before the subscription)."""
     stream = f"stage2-{next(_names)}"
     c = StreamClient("127.0.0.1", broker.stream_port, timeout=10)
+    if v2:
+        assert c.exchange_command_versions([(8, 1, 2)])[0] == OK
     assert c.create_stream(stream) == OK
     assert c.declare_publisher(1, stream) == OK
     offset = 0
@@ -88,6 +91,7 @@ def test_filtered_deliveries_are_the_runs_of_matches_whatever_the_credit(
     while not got or got[-1][0] < offset:
         chunk = c.next_chunk()
         assert chunk.num_entries == chunk.num_records
+        assert chunk.committed_chunk_id == (offset if v2 else None)
         assert zlib.crc32(chunk.data) == chunk.crc
         records = chunk.records()
         assert [o for o, _ in records] == list(range(chunk.chunk_id, chunk.chunk_id + len(records)))
