@@ -16,9 +16,12 @@ from hypothesis import strategies as st
 from proton import Message
 
 from amqp_stream.stream_listener.consuming import Subscription
+from amqp_stream.streamproto import RemoteProtocolError, ServerConnection, State
+from amqp_stream.streamproto import frames as f
 from amqp_stream.testing import BrokerProcess
 from conformance.streamclient import OK, StreamClient, offset_first
 from storage.format import encode_chunk, encode_entries
+from tests.streamproto.test_connection import events, handshake
 
 
 @pytest.fixture(scope="module")
@@ -112,3 +115,40 @@ def test_a_rebuilt_chunk_is_the_encoders_chunk(first, timestamp, epoch, bodies):
     plain = b"".join(encode_chunk(first, timestamp, encode_entries(bodies), len(bodies),
                                   len(bodies), epoch=epoch))
     assert Subscription._chunk(first, timestamp, epoch, bodies) == (len(bodies), plain)
+
+
+_credit_bytes = st.one_of(
+    st.builds(lambda s, c: f.encode(f.Credit(s, c)), st.integers(0, 255), st.integers(0, 65535)),
+    st.binary(min_size=11, max_size=11),  # (what else 11 bytes may be)
+    st.builds(lambda v, b: b"\x00\x00\x00\x07\x00\x09" + v.to_bytes(2, "big") + b,
+              st.integers(0, 3), st.binary(min_size=3, max_size=3)),
+    st.binary(max_size=24))
+
+
+@given(data=_credit_bytes, before=st.sampled_from(["nothing", "part of a frame", "a Close"]))
+def test_a_credit_taken_without_decoding_is_what_the_decoder_gives(data, before):
+    """``ServerConnection.credit_frame`` (the listener takes a read that is one Credit frame
+    without buffering it): when it answers, ``receive_data`` and ``next_event`` would have
+    given that Credit and nothing more; on an idle open connection a Credit is taken so."""
+    conns = []
+    for _ in range(2):
+        conn = ServerConnection()
+        handshake(conn)
+        if before == "part of a frame":
+            conn.receive_data(f.encode(f.Credit(1, 1))[:5])
+        elif before == "a Close":
+            conn.receive_data(f.encode(f.Close(9, 0, "bye")))
+            assert isinstance(conn.next_event(), f.Close)
+        conns.append(conn)
+    fast, plain = conns
+    got = fast.credit_frame(data, len(data))
+    plain.receive_data(data)
+    try:
+        decoded = events(plain)
+    except RemoteProtocolError:
+        decoded = None
+    if got is not None:
+        assert before == "nothing" and decoded == [f.Credit(*got)]
+        assert fast.state is State.OPEN and fast.buffered == 0
+    if before == "nothing" and len(data) == 11 and data == f.encode(f.Credit(data[8], int.from_bytes(data[9:], "big"))):
+        assert got is not None
