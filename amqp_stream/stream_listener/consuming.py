@@ -87,6 +87,8 @@ _pack_len = SIMPLE_ENTRY.pack
 _EPOCH = slice(16, 24)  # the epoch's bytes in a chunk header
 _DELIVER_HEAD_MAX = 4 + 2 + 2 + 1 + 8  # a Deliver v2: size, key, version, subscription, committed id
 _NOTHING = object()  # no reader result held over (``Subscription.held``)
+_CHUNK_ID_AT = 24  # a chunk header's chunk id, then its CRC (``CHUNK_HEADER``)
+_ID_CRC = struct.Struct(">QI")
 _COMMITTED = struct.Struct(">Q")  # a Deliver v2's committed chunk id, at byte 9 of its frame
 #: a Deliver v1 / v2 of a one-record chunk before the record's body: the frame's head, the
 #: chunk's header (its last bytes zero: ``_RESERVED``), the entry's size
@@ -476,29 +478,29 @@ class Subscription:
                 and all(len(body) == size for _, body in records))
 
     def _ones(self, records: list[tuple[int, bytes]], timestamp: int, epoch: int) -> _Frames:
-        """The frames of one-record chunks, one per record (of one size): a pack, the CRC of
-        the body from that of its entry's size, the body; one join for them all."""
+        """The frames of one-record chunks, one per record (of one size): the frame's head
+        and the chunk's header from one template but for the chunk id and the CRC (one small
+        pack: half the time of packing the twenty fields), the CRC of the body from that of
+        its entry's size, the body; one join for them all."""
         v = self.conn.proto.deliver_version
         one = _ONE[v]
         size = len(records[0][1])
         head = one.size - CHUNK_HEADER.size - 4  # the frame's head before the chunk
         frame = one.size + size
+        template = one.pack(frame - 4, Key.DELIVER, v, self.id, *((0,) if v == 2 else ()),
+                            CHUNK_MAGIC_VERSION, CHUNK_USER, 1, 1, timestamp, epoch, 0, 0,
+                            size + 4, 0, 0, 0, 0, 0, size)
+        ids = head + _CHUNK_ID_AT
+        before, after = template[:ids], template[ids + _ID_CRC.size:]
         start = crc32(_pack_len(size))
-        sub = self.id
-        parts = []
-        pack = one.pack
-        if v == 2:
-            for offset, body in records:
-                parts.append(pack(frame - 4, Key.DELIVER, 2, sub, 0, CHUNK_MAGIC_VERSION, CHUNK_USER,
-                                  1, 1, timestamp, epoch, offset, crc32(body, start), size + 4,
-                                  0, 0, 0, 0, 0, size))
-                parts.append(body)
-        else:
-            for offset, body in records:
-                parts.append(pack(frame - 4, Key.DELIVER, 1, sub, CHUNK_MAGIC_VERSION, CHUNK_USER,
-                                  1, 1, timestamp, epoch, offset, crc32(body, start), size + 4,
-                                  0, 0, 0, 0, 0, size))
-                parts.append(body)
+        parts: list[bytes] = []
+        add = parts.append
+        pack = _ID_CRC.pack
+        for offset, body in records:
+            add(before)
+            add(pack(offset, crc32(body, start)))
+            add(after)
+            add(body)
         n = len(records)
         return _Frames(bytearray().join(parts), list(range(frame, frame * n + 1, frame)),
                        list(range(1, n + 1)), head)
