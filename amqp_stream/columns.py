@@ -128,17 +128,17 @@ def _layout(buf: bytes, name: bytes) -> Layout | None:
     return (tuple(marks), -1) if pos == n else None
 
 
-#: bytes per block of the determinant check at most (its mask, expected bytes and scratch are
-#: three times this, per subscription): a chunk's entries are checked a block at a time
-_BLOCK_BYTES = 1 << 20
+#: bytes per block of the determinant check at most: a chunk's entries are checked a block at
+#: a time; its mask, expected bytes and scratch are three times this, per subscription (fewer,
+#: larger blocks are a little faster: a numpy call costs ~1 µs)
+_BLOCK_BYTES = 1 << 18
 
 
 class _Determinants:
     """Every byte of a layout's determinants (and each entry's 4-byte header) in a chunk of
     ``stride``-byte entries, checked at once: the data as 8-byte words, ANDed with a mask
-    that keeps those bytes, equal to what they must be (numpy: ~12 ns a 158-byte record,
-    against ~1.3 ns a record for each of ~40 strided byte columns; one block of a whole
-    chunk beats cache-sized ones, a numpy call costing ~1 µs)."""
+    that keeps those bytes, equal to what they must be (numpy: ~12-20 ns a 158-byte record,
+    against ~1.3 ns a record for each of ~40 strided byte columns)."""
 
     __slots__ = ("stride", "row_mask", "row_expect", "mask", "expect", "scratch", "tail")
 
