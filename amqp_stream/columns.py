@@ -194,6 +194,8 @@ def _gather(data: bytes, start: int, width: int, stride: int, n: int) -> bytes:
 
 def _aligned(hay: bytes, needle: bytes, width: int) -> list[int]:
     """Indexes ``i`` where ``hay[i*width:(i+1)*width] == needle``."""
+    if width == 1:  # one vectorized compare (a find a hit costs ~0.3 µs)
+        return np.flatnonzero(np.frombuffer(hay, np.uint8) == needle[0]).tolist()
     if hay.count(needle) * width == len(hay):  # n occurrences that do not overlap tile it:
         return list(range(len(hay) // width))  # every record (a run of one value)
     out: list[int] = []
