@@ -260,10 +260,13 @@ def column_matcher(stage2: Any) -> Callable[[bytes, int, int], list[int] | None]
                 return []
             if size == 0:
                 return list(range(n))
-            column = _gather(data, 4 + start, size, stride, n)
-            if len(wanted) == 1:
-                return _aligned(column, wanted[0], size)
-            return sorted({i for t in wanted for i in _aligned(column, t, size)})
+            # the values as fixed-width strings, one compare each (two of ``size`` bytes that
+            # numpy finds equal, trailing NULs aside, are the same bytes)
+            values = np.ndarray((n,), f"S{size}", data, 4 + start, (stride,))
+            found = values == wanted[0]
+            for t in wanted[1:]:
+                found |= values == t
+            return np.flatnonzero(found).tolist()
         if c not in _INTS:
             return None
         width, _ = _INTS[c]
@@ -292,7 +295,7 @@ def column_matcher(stage2: Any) -> Callable[[bytes, int, int], list[int] | None]
             table = bytes(1 if compare(b - 256 if signed and b > 127 else b, literal) else 0
                           for b in range(256))
             return _aligned(column.translate(table), b"\x01", 1)
-        values = struct.unpack(f">{n}{_FORMATS[width, c in _SIGNED]}", column)
-        return [i for i, v in enumerate(values) if compare(v, literal)]
+        numbers = struct.unpack(f">{n}{_FORMATS[width, c in _SIGNED]}", column)
+        return [i for i, v in enumerate(numbers) if compare(v, literal)]
 
     return match

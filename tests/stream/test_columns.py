@@ -146,6 +146,23 @@ def test_round_robin_values_find_their_one_percent():
     assert column_matcher(compile_sql("k = 7"))(data, len(padded[0]) + 4, 2000) == list(range(7, 2000, 100))
 
 
+def test_text_values_with_nul_bytes_are_compared_whole():
+    """String values compared as fixed-width strings (numpy's ``S``, which pads with NULs):
+    values that differ only in NUL bytes, at the end or inside, are told apart."""
+    values = ["a\x00\x00", "a\x00b", "\x00\x00\x00", "a\x00\x01", "ab\x00", "\x00ab", "aab"]
+    records = []
+    for i in range(40):
+        text = values[i % len(values)].encode()
+        item = b"\xa1\x04zone\xa1\x03" + text
+        records.append(b"\x00\x53\x74\xc1" + bytes((len(item) + 1, 2)) + item
+                       + b"\x00\x53\x75\xa0\x01b")
+    data, padded = _chunk(records)
+    for v in values:
+        for sql in (f"zone = '{v}'", f"zone IN ('{v}', 'zz\x00')"):
+            got = column_matcher(compile_sql(sql))(data, len(padded[0]) + 4, len(padded))
+            assert got == _truth(sql, padded) and got, repr(sql)
+
+
 def test_every_integer_constructor_under_every_operator():
     """Signed and unsigned constructors of every width, values at their edges."""
     for kind in [k for k in _KINDS if k.startswith("int:")] + ["uint0"]:
