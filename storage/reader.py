@@ -35,6 +35,7 @@ from __future__ import annotations
 import bisect
 import operator
 import os
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Protocol, Sequence, cast, overload
@@ -68,7 +69,6 @@ from storage.format import (
     IndexRecord,
     decode_header,
     decode_records,
-    entry_stride,
     records_holding,
 )
 from storage.offsets import OffsetSpec
@@ -158,6 +158,18 @@ class ReadChunk:
 
 #: a caller's filter over a run of same-sized entries (see ``Reader``'s ``columns``)
 Columns = Callable[[bytes, int, int], "list[int] | None"]
+_unpack_len = struct.Struct(">I").unpack_from
+
+
+def _stride(data: bytes, entries: int) -> int:
+    """The size of every entry (header included) if ``data`` is ``entries`` simple entries
+    as long as its first one, else 0: from the first header and the length alone (``columns``
+    checks every entry's header with its determinants, in one pass with them)."""
+    if entries < 2 or len(data) < 4:
+        return 0
+    (length,) = _unpack_len(data, 0)
+    stride = length + 4
+    return stride if not length & 0x80000000 and len(data) == entries * stride else 0
 
 
 class Matches(list):
@@ -255,7 +267,9 @@ class Reader:
             hold them, when its bytes can tell (``candidates``); one that holds none, nothing.
         columns: the caller's filter over a run of same-sized entries at once
             (``columns(data, stride, entries)``: the indexes of the records it wants, or None
-            when it cannot tell; ``amqp_stream.columns``); where it tells, a chunk read gives
+            when it cannot tell, given ``entries * stride`` bytes whose first entry is a
+            simple one of ``stride`` bytes: it checks the others' headers;
+            ``amqp_stream.columns``); where it tells, a chunk read gives
             exactly those records, as ``Matches``: the caller's stage 2 is done for them.
     """
 
@@ -411,7 +425,7 @@ class Reader:
         that a derived key selected; ``first``: the offset of its first record; ``simple``:
         known to hold simple entries only, as a block the sidecar indexes does), uncounted."""
         found: list[tuple[int, bytes]] | None = None
-        stride = entry_stride(data, entries) if self.columns is not None else 0
+        stride = _stride(data, entries) if self.columns is not None else 0
         hits = self.columns(data, stride, entries) if stride and self.columns else None
         if hits is not None:
             found = Matches([(first + i, data[i * stride + 4:(i + 1) * stride]) for i in hits])

@@ -49,7 +49,7 @@ from amqp_stream.streamproto import (
     NEED_DATA, PAUSED, ConnectionClosed, Heartbeat, RemoteProtocolError, ServerConnection, State,
 )
 from amqp_stream.streamproto.constants import DEFAULT_FRAME_MAX, ResponseCode
-from amqp_stream.streamproto.frames import Frame
+from amqp_stream.streamproto.frames import Credit, Frame
 
 if TYPE_CHECKING:
     from amqp_stream.stream_listener.adapter import StreamAdapter
@@ -126,6 +126,12 @@ class StreamConnection(SocketConnection):
 
     def received(self, buf: bytearray, n: int) -> None:
         self.last_read = self.loop.time()
+        if not self.large and not self.closed and not self.finishing:
+            credit = self.proto.credit_frame(buf, n)
+            if credit is not None:  # (what ``process`` would do with it, less the decode)
+                self.adapter.handle(self, Credit(*credit))
+                self.write()
+                return
         self.proto.receive_data(memoryview(buf)[:n])  # copied there: no copy before that
         self.process()
 

@@ -31,6 +31,7 @@ close the socket.
 from __future__ import annotations
 
 import enum
+import struct
 from typing import NoReturn
 
 from amqp_stream.streamproto import frames as f
@@ -117,6 +118,7 @@ _FROM_SERVER_WHEN_OPEN = frozenset({
 })
 
 _COMPACT_AT = 1 << 16
+_CREDIT = struct.Struct(">IHHBH")  # a Credit frame whole: size, key, version, subscription, credit
 
 
 class ServerConnection:
@@ -173,6 +175,20 @@ class ServerConnection:
     def buffered(self) -> int:
         """Bytes received and not yet turned into events (stop reading while this is large)."""
         return len(self._buf) - self._start
+
+    def credit_frame(self, data: bytes | bytearray | memoryview, n: int) -> tuple[int, int] | None:
+        """(subscription id, credit) when the ``n`` bytes received, ``data[:n]``, are one
+        whole Credit frame that ``next_event`` would return now (open, nothing buffered or
+        awaiting an answer), taken without buffering or decoding it; else None (then
+        ``receive_data`` them). A consumer's commonest frame, often alone in a read: a
+        filtered read in round robin is one per ten chunks."""
+        if (n != _CREDIT.size or self.state is not State.OPEN or self._pending is not None
+                or len(self._buf) != self._start):
+            return None
+        size, key, version, subscription_id, credit = _CREDIT.unpack_from(data)
+        if size != _CREDIT.size - 4 or key != Key.CREDIT or version != 1:
+            return None
+        return subscription_id, credit
 
     def next_event(self) -> object:
         """The next event: a frame (``frames.*``), ``NEED_DATA``, ``PAUSED`` or

@@ -146,6 +146,23 @@ def test_round_robin_values_find_their_one_percent():
     assert column_matcher(compile_sql("k = 7"))(data, len(padded[0]) + 4, 2000) == list(range(7, 2000, 100))
 
 
+def test_text_values_with_nul_bytes_are_compared_whole():
+    """String values compared as fixed-width strings (numpy's ``S``, which pads with NULs):
+    values that differ only in NUL bytes, at the end or inside, are told apart."""
+    values = ["a\x00\x00", "a\x00b", "\x00\x00\x00", "a\x00\x01", "ab\x00", "\x00ab", "aab"]
+    records = []
+    for i in range(40):
+        text = values[i % len(values)].encode()
+        item = b"\xa1\x04zone\xa1\x03" + text
+        records.append(b"\x00\x53\x74\xc1" + bytes((len(item) + 1, 2)) + item
+                       + b"\x00\x53\x75\xa0\x01b")
+    data, padded = _chunk(records)
+    for v in values:
+        for sql in (f"zone = '{v}'", f"zone IN ('{v}', 'zz\x00')"):
+            got = column_matcher(compile_sql(sql))(data, len(padded[0]) + 4, len(padded))
+            assert got == _truth(sql, padded) and got, repr(sql)
+
+
 def test_every_integer_constructor_under_every_operator():
     """Signed and unsigned constructors of every width, values at their edges."""
     for kind in [k for k in _KINDS if k.startswith("int:")] + ["uint0"]:
@@ -181,6 +198,68 @@ def test_one_matcher_over_chunks_of_other_layouts_of_one_size():
     for layout in (a, b, a, b):
         data, padded = _chunk([_record(layout, [7, 1, 0], 3, 0) for _ in range(5)])
         assert match(data, len(padded[0]) + 4, 5) == _truth("k = 7", padded)
+
+
+@settings(max_examples=200, deadline=None)
+@given(layout=_layout, picks=st.lists(st.lists(st.integers(-3, 12), min_size=3, max_size=3),
+                                      min_size=3, max_size=30), data=st.data(), sql=_filters)
+def test_entries_of_other_sizes_within_the_strides_length_are_not_columns(layout, picks, data, sql):
+    """The reader gives the matcher a stride from the first entry and the section's length
+    alone (``storage.reader._stride``): entries of other sizes that add up to that length
+    (one shorter, one longer by as much) are seen by their headers, whatever the bodies."""
+    records = [_record(layout, vals, 20, 10 + i % 90) for i, vals in enumerate(picks)]
+    _, padded = _chunk(records)
+    i, j = data.draw(st.lists(st.integers(1, len(padded) - 1), min_size=2, max_size=2, unique=True))
+    d = data.draw(st.integers(1, 20))
+    sized = list(padded)
+    for at, delta in ((i, -d), (j, d)):
+        r = sized[at]
+        cut = r.rindex(b"\x00\x53\x75\xa0")
+        body = r[cut + 4] + delta
+        sized[at] = r[:cut] + b"\x00\x53\x75\xa0" + bytes((body,)) + b"b" * body
+    chunk = b"".join(struct.pack(">I", len(r)) + r for r in sized)
+    stride = len(sized[0]) + 4
+    assert len(chunk) == stride * len(sized) and entry_stride(chunk, len(sized)) == 0
+    got = column_matcher(compile_sql(sql))(chunk, stride, len(sized))
+    assert got is None or got == _truth(sql, sized), (sql, layout)
+
+
+def test_the_last_bytes_past_the_last_whole_word_are_checked():
+    """Determinants in the few bytes of a chunk after its last 8-byte word (checked one by
+    one): records of application properties alone, the last one's value constructor
+    another of the same size (ubyte against smallint) there."""
+    record = b"\x00\x53\x74\xc1\x06\x02\xa1\x01k\x54\x07"
+    stride = len(record) + 4
+    tried = 0
+    for n in range(2, 20):
+        if (stride * n) % 8 < 2:
+            continue
+        tried += 1
+        data = (struct.pack(">I", len(record)) + record) * n
+        other = data[:-2] + b"\x50\x07"
+        assert column_matcher(compile_sql("k = 7"))(data, stride, n) == list(range(n))
+        assert column_matcher(compile_sql("k = 7"))(other, stride, n) is None, n
+    assert tried
+
+
+def test_a_chunk_past_one_block_is_checked_to_its_end():
+    """A chunk longer than one block of the determinant check (``_BLOCK_BYTES``), of one
+    layout but for one record of another near its end; one matcher over growing chunks."""
+    from amqp_stream import columns
+    a = (False, False, [("k", False, "int:54"), ("j", False, "int:54")])
+    b = (False, False, [("j", False, "int:54"), ("k", False, "int:54")])
+    match = column_matcher(compile_sql("k = 7"))
+    size = len(_record(a, [7, 7, 0], 100, 0)) + 4
+    for n in (3, 40, columns._BLOCK_BYTES // size + 50, 2 * columns._BLOCK_BYTES // size + 7):
+        for odd in (None, n - 2, n // 2):
+            records = [_record(b if i == odd else a, [i % 100, 7, 0], 100, 0) for i in range(n)]
+            data, padded = _chunk(records)
+            got = match(data, size, n)
+            if odd is None:
+                assert got == list(range(7, n, 100)), n
+            else:
+                assert got is None or got == _truth("k = 7", padded), (n, odd)
+                assert got is None, (n, odd)
 
 
 def test_a_broker_answers_by_columns_as_it_does_record_by_record(tmp_path):

@@ -16,9 +16,12 @@ from hypothesis import strategies as st
 from proton import Message
 
 from amqp_stream.stream_listener.consuming import Subscription
+from amqp_stream.streamproto import RemoteProtocolError, ServerConnection, State
+from amqp_stream.streamproto import frames as f
 from amqp_stream.testing import BrokerProcess
 from conformance.streamclient import OK, StreamClient, offset_first
 from storage.format import encode_chunk, encode_entries
+from tests.streamproto.test_connection import events, handshake
 
 
 @pytest.fixture(scope="module")
@@ -62,13 +65,16 @@ _names = itertools.count()
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(frames=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=60), min_size=1, max_size=8),
        wanted=st.integers(0, 3), initial=st.integers(1, 12), back=st.integers(1, 3),
-       every=st.integers(1, 4), uniform=st.booleans())
+       every=st.integers(1, 4), uniform=st.booleans(), v2=st.booleans())
 def test_filtered_deliveries_are_the_runs_of_matches_whatever_the_credit(
-        broker, frames, wanted, initial, back, every, uniform):
+        broker, frames, wanted, initial, back, every, uniform, v2):
     """Credit ``initial`` at first, then ``back`` after every ``every`` chunks received (or
-    sooner, when the client has none left)."""
+    sooner, when the client has none left); Deliver v1 or v2 (the stream's committed chunk
+    id in every frame: everything was published before the subscription)."""
     stream = f"stage2-{next(_names)}"
     c = StreamClient("127.0.0.1", broker.stream_port, timeout=10)
+    if v2:
+        assert c.exchange_command_versions([(8, 1, 2)])[0] == OK
     assert c.create_stream(stream) == OK
     assert c.declare_publisher(1, stream) == OK
     offset = 0
@@ -88,6 +94,7 @@ def test_filtered_deliveries_are_the_runs_of_matches_whatever_the_credit(
     while not got or got[-1][0] < offset:
         chunk = c.next_chunk()
         assert chunk.num_entries == chunk.num_records
+        assert chunk.committed_chunk_id == (offset if v2 else None)
         assert zlib.crc32(chunk.data) == chunk.crc
         records = chunk.records()
         assert [o for o, _ in records] == list(range(chunk.chunk_id, chunk.chunk_id + len(records)))
@@ -108,3 +115,40 @@ def test_a_rebuilt_chunk_is_the_encoders_chunk(first, timestamp, epoch, bodies):
     plain = b"".join(encode_chunk(first, timestamp, encode_entries(bodies), len(bodies),
                                   len(bodies), epoch=epoch))
     assert Subscription._chunk(first, timestamp, epoch, bodies) == (len(bodies), plain)
+
+
+_credit_bytes = st.one_of(
+    st.builds(lambda s, c: f.encode(f.Credit(s, c)), st.integers(0, 255), st.integers(0, 65535)),
+    st.binary(min_size=11, max_size=11),  # (what else 11 bytes may be)
+    st.builds(lambda v, b: b"\x00\x00\x00\x07\x00\x09" + v.to_bytes(2, "big") + b,
+              st.integers(0, 3), st.binary(min_size=3, max_size=3)),
+    st.binary(max_size=24))
+
+
+@given(data=_credit_bytes, before=st.sampled_from(["nothing", "part of a frame", "a Close"]))
+def test_a_credit_taken_without_decoding_is_what_the_decoder_gives(data, before):
+    """``ServerConnection.credit_frame`` (the listener takes a read that is one Credit frame
+    without buffering it): when it answers, ``receive_data`` and ``next_event`` would have
+    given that Credit and nothing more; on an idle open connection a Credit is taken so."""
+    conns = []
+    for _ in range(2):
+        conn = ServerConnection()
+        handshake(conn)
+        if before == "part of a frame":
+            conn.receive_data(f.encode(f.Credit(1, 1))[:5])
+        elif before == "a Close":
+            conn.receive_data(f.encode(f.Close(9, 0, "bye")))
+            assert isinstance(conn.next_event(), f.Close)
+        conns.append(conn)
+    fast, plain = conns
+    got = fast.credit_frame(data, len(data))
+    plain.receive_data(data)
+    try:
+        decoded = events(plain)
+    except RemoteProtocolError:
+        decoded = None
+    if got is not None:
+        assert before == "nothing" and decoded == [f.Credit(*got)]
+        assert fast.state is State.OPEN and fast.buffered == 0
+    if before == "nothing" and len(data) == 11 and data == f.encode(f.Credit(data[8], int.from_bytes(data[9:], "big"))):
+        assert got is not None
