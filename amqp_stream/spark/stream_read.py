@@ -29,7 +29,7 @@ as osiris sends them), so the data starts right after the header.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from amqp_stream import client as amqp
 from amqp_stream.client.names import _ZERO_IS_ABSENT, FILTER_VALUE
@@ -38,7 +38,7 @@ from amqp_stream.spark.batches import BATCH_ROWS, Columns
 from amqp_stream.spark.offsets import OffsetRange
 from amqp_stream.spark.options import SourceOptions
 from amqp_stream.spark.pushdown import Pushdown
-from amqp_stream.spark.stored_columns import stored_adder
+from amqp_stream.spark.stored_arrays import StoredBatches
 from amqp_stream.streamproto import OffsetSpec
 from amqp_stream.streamproto.constants import END_OFFSET_PROPERTY
 from amqp_stream.wire import MessageView, decode, split_sections
@@ -173,32 +173,37 @@ def read_range_stream(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, decla
         except amqp.ClientError as exc:
             raise amqp.ConsumerError(f"cannot read stream {opts.stream!r} over {opts.stream_url}: "
                                      f"{exc} (invalid SQL filter?)") from exc
-        columns = Columns(declared, stream)
-        add = stored_adder(columns, pd.filter_values)
+        batches = StoredBatches(Columns(declared, stream), pd.filter_values)
         done = False
         while not done:
-            if not chunks and len(columns):  # what came so far, before waiting for more
-                yield columns.batch()
+            if not chunks and len(batches):  # what came so far, before waiting for more
+                batch = batches.batch()
+                if batch is not None:
+                    yield batch
             if not chunks and not client.pump(opts.timeout):
                 raise amqp.ConsumerError(
                     f"reading stream {opts.stream!r} over {opts.stream_url}: nothing came for "
                     f"{opts.timeout:g} s before offset {rng.end} (option timeout; a broker without "
                     f"this broker's {END_OFFSET_PROPERTY} extension never says where a range ends)")
             while chunks:
-                done = _rows(chunks.pop(0), rng, add)
-                if len(columns) >= BATCH_ROWS:
-                    yield columns.batch()
+                done = _rows(chunks.pop(0), rng, batches)
+                if len(batches) >= BATCH_ROWS:
+                    batch = batches.batch()
+                    if batch is not None:
+                        yield batch
                 if done:
                     break
-        if len(columns):
-            yield columns.batch()
+        if len(batches):
+            batch = batches.batch()
+            if batch is not None:
+                yield batch
     finally:
         client.close()
 
 
-def _rows(chunk: bytes, rng: OffsetRange, add: Callable[[bytes, int], None]) -> bool:
-    """Add the rows of one delivered chunk within the range (``add``: ``stored_adder``'s);
-    whether the range is done."""
+def _rows(chunk: bytes, rng: OffsetRange, batches: StoredBatches) -> bool:
+    """Add the messages of one delivered chunk within the range to ``batches``; whether the
+    range is done."""
     if CHUNK_HEADER.unpack_from(chunk)[2] == 0:  # entries: the broker's end-offset chunk
         return True
     h = decode_header(chunk, path="deliver")
@@ -207,12 +212,10 @@ def _rows(chunk: bytes, rng: OffsetRange, add: Callable[[bytes, int], None]) -> 
     start = CHUNK_HEADER_BYTES
     if len(chunk) < start + h.data_length:
         raise amqp.ConsumerError(f"a delivered chunk of {len(chunk)} bytes is shorter than its header says")
-    start_offset, end_offset = rng.start, rng.end
-    for offset, data in decode_records(chunk[start:start + h.data_length], h.chunk_id,
-                                       entries=h.entries if h.entries == h.records else 0):
-        if offset < start_offset:
-            continue
-        if offset >= end_offset:
-            return True
-        add(data, offset)
-    return h.chunk_id + h.records >= rng.end
+    records = decode_records(chunk[start:start + h.data_length], h.chunk_id,
+                             entries=h.entries if h.entries == h.records else 0)
+    # records are numbered from the chunk's id, one apart
+    skip = max(0, rng.start - h.chunk_id)
+    keep = max(0, min(len(records), rng.end - h.chunk_id) - skip)
+    batches.extend(h.chunk_id + skip, [data for _, data in records[skip:skip + keep]])
+    return skip + keep < len(records) or h.chunk_id + h.records >= rng.end
