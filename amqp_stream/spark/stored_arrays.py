@@ -13,7 +13,8 @@ the buffer itself (offsets ``[s0, e0, s1, e1, ...]``, then the even elements tak
 from their gathered big-endian bytes.
 
 What is read this way: ``0x00 0x53`` descriptors of the message-annotations, properties,
-application-properties and data sections, each at most once; map8/map32 and list8/list32/list0
+application-properties sections and a binary body (a data section, or the amqp-value proton
+writes), each at most once, and header, delivery-annotations and footer sections read past; map8/map32 and list8/list32/list0
 headers; str8/str32 and sym8/sym32 keys and texts; null, booleans, the 1-byte, int and long
 integers, doubles, timestamps; the other fields' values of the usual fixed widths skipped
 (strings and symbols among them still checked as UTF-8 / ASCII, as the walk decodes them).
@@ -42,7 +43,9 @@ from amqp_stream.spark.stored_columns import stored_adder
 
 __all__ = ["stored_batch", "StoredBatches"]
 
-_ANNOTATIONS, _PROPERTIES, _APPLICATION, _DATA = 0x72, 0x73, 0x74, 0x75
+_ANNOTATIONS, _PROPERTIES, _APPLICATION, _DATA, _VALUE = 0x72, 0x73, 0x74, 0x75, 0x77
+# the header (a list), delivery annotations and footer (maps): read past, their values checked
+_SKIPPED = {0x70: 0xC0, 0x71: 0xC1, 0x78: 0xC1}
 _FILTER_KEY = FILTER_VALUE.encode("ascii")
 _EXPIRY, _CREATION = PROPERTY_ORDER.index("absolute_expiry_time"), PROPERTY_ORDER.index("creation_time")
 _PAD = 16  # zero bytes after the last message: a gather a few bytes past it stays in the buffer
@@ -269,10 +272,18 @@ def _decode(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] |
             _all(pos == end)
             if len(set(app_keys)) != len(app_keys):
                 raise _Shape
-        elif code == _DATA:
+        elif code == _DATA or code == _VALUE:  # the body, a binary (proton writes an amqp-value)
+            if body is not None:
+                raise _Shape
             c, start, length, pos = b.skip(pos)
             _all((c == 0xA0) | (c == 0xB0))
             body = b.spans(start, length, ~nothing)
+        elif code in _SKIPPED:  # read to check it, as the walk does
+            kind = _SKIPPED[code]
+            pos, end, count = b.compound(pos, kind, kind | 0x10, 0x45 if kind == 0xC0 else -1)
+            for _ in range(count):
+                _, _, _, pos = b.skip(pos)
+            _all(pos == end)
         else:
             raise _Shape
         _all(pos <= b.ends)
