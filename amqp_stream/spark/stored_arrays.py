@@ -77,6 +77,18 @@ _TAKES = {_STR_KIND: (StringType,), _DOUBLE_KIND: (DoubleType,), _BOOL_KIND: (Bo
           _INT_KIND: tuple(_BITS)}
 
 
+def _table(*constructors: int) -> Any:
+    """A lookup table: ``table[c]`` is whether constructor ``c`` is one of ``constructors``."""
+    t = np.zeros(256, bool)
+    t[list(constructors)] = True
+    return t
+
+
+_IS_UTF8, _IS_ASCII, _IS_TEXT = _table(*_UTF8), _table(*_ASCII), _table(*_UTF8, *_ASCII)
+_IS_FILTER_VALUE, _IS_TIME = _table(0x40, *_UTF8, *_ASCII), _table(0x40, 0x83)
+_IS_SIGNED8, _IS_INT, _IS_TEXT_FIELD = _table(*_SIGNED8), _table(*_INTS), _table(0x40, *_UTF8)
+
+
 class _Shape(Exception):
     """The batch is not of one shape this module reads: ``stored_adder`` reads it."""
 
@@ -105,8 +117,6 @@ class _Batch:
         if len(self.raw) >= 1 << 31:
             raise _Shape  # Arrow's 32-bit offsets
         self.buf = np.frombuffer(self.raw, np.uint8)
-        self._binary = pa.Array.from_buffers(pa.binary(), 0, [None, pa.py_buffer(np.zeros(1, np.int32)),
-                                                                 pa.py_buffer(self.raw)])
 
     def byte(self, pos: Any) -> Any:
         return self.buf[pos].astype(np.int64)
@@ -125,6 +135,19 @@ class _Batch:
         """(constructors, data starts, data lengths, next positions) of the values at ``pos``;
         strings and symbols checked as the walk decodes them (``check``; else the caller does)."""
         c = self.buf[pos]
+        c0 = int(c[0])
+        if (c == c0).all():  # the usual case: one encoding in every message
+            if _SIZE[c0]:
+                return c, pos + 1, np.full(self.n, _SIZE[c0] - 1), pos + _SIZE[c0]
+            if _VAR8[c0]:
+                start, length = pos + 2, self.byte(pos + 1)
+            elif _VAR32[c0]:
+                start, length = pos + 5, self.u32(pos + 1)
+            else:
+                raise _Shape
+            if check and _IS_TEXT[c0]:
+                self.texts(start, length, np.ones(self.n, bool), ascii_only=_IS_ASCII[c])
+            return c, start, length, start + length
         size = _SIZE[c]
         var8, var32 = _VAR8[c], _VAR32[c]
         _all((size > 0) | var8 | var32)
@@ -135,9 +158,9 @@ class _Batch:
         if var32.any():
             start = np.where(var32, pos + 5, start)
             length = np.where(var32, self.u32(pos + 1), length)
-        texts = np.isin(c, _UTF8 + _ASCII) if check else None
+        texts = _IS_TEXT[c] if check else None
         if texts is not None and texts.any():
-            self.texts(start, length, texts, ascii_only=np.isin(c, _ASCII))
+            self.texts(start, length, texts, ascii_only=_IS_ASCII[c])
         return c, start, length, start + length
 
     def spans(self, start: Any, length: Any, valid: Any, kind: Any = None) -> Any:
@@ -247,7 +270,7 @@ def _decode(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] |
                 if key == _FILTER_KEY:
                     if fv is not None:
                         raise _Shape
-                    _all(np.isin(c, (0x40, *_UTF8, *_ASCII)))
+                    _all(_IS_FILTER_VALUE[c])
                     fv = b.texts(start, length, c != 0x40)
             _all(pos == end)
         elif code == _PROPERTIES:
@@ -317,11 +340,11 @@ def _times(b: _Batch, props: list | None) -> Any:
     kind = pa.timestamp("us", tz="UTC")
     if props is None or len(props) <= _EXPIRY:
         return pa.nulls(b.n, kind)
-    _all(np.isin(props[_EXPIRY][0], (0x40, 0x83)))  # anything else: the walk leaves it to today's path
+    _all(_IS_TIME[props[_EXPIRY][0]])  # anything else: the walk leaves it to today's path
     if len(props) <= _CREATION:
         return pa.nulls(b.n, kind)
     c, start, _ = props[_CREATION]
-    _all(np.isin(c, (0x40, 0x83)))
+    _all(_IS_TIME[c])
     ct = np.where(c == 0x83, b.fixed(start, ">i8").astype(np.int64), 0)
     present = ct != 0
     ms = ct.astype(np.float64) / 1000.0 * 1000  # int(int(ct) / 1000.0 * 1000)
@@ -338,7 +361,7 @@ def _text_of(b: _Batch, values: tuple[Any, Any, Any]) -> Any:
         raise _Shape
     parts = []
     if _STR_KIND in kinds:
-        parts.append(b.texts(start, length, np.isin(c, _UTF8)))
+        parts.append(b.texts(start, length, _IS_UTF8[c]))
     if _INT_KIND in kinds:
         ints, valid = _ints(b, c, start)
         parts.append(pc.cast(pa.array(ints, mask=~valid), pa.string()))
@@ -357,12 +380,12 @@ def _text_of(b: _Batch, values: tuple[Any, Any, Any]) -> Any:
 def _ints(b: _Batch, c: Any, start: Any) -> tuple[Any, Any]:
     """(values, which are integers) of the integers among the values at ``start``."""
     one = b.buf[np.minimum(start, len(b.buf) - 1)]
-    v = np.where(np.isin(c, _SIGNED8), one.view(np.int8).astype(np.int64), one.astype(np.int64))
+    v = np.where(_IS_SIGNED8[c], one.view(np.int8).astype(np.int64), one.astype(np.int64))
     if (c == 0x71).any():
         v = np.where(c == 0x71, b.fixed(start, ">i4").astype(np.int64), v)
     if (c == 0x81).any():
         v = np.where(c == 0x81, b.fixed(start, ">i8").astype(np.int64), v)
-    return v, np.isin(c, _INTS)
+    return v, _IS_INT[c]
 
 
 def _map(b: _Batch, columns: Columns, keys: list[str], values: list[tuple[Any, Any, Any]]) -> Any:
@@ -411,7 +434,7 @@ def _property_column(b: _Batch, props: list | None, index: int, dtype: Any, arro
     c, start, length = props[index]
     if (c == 0x40).all():
         return pa.nulls(b.n, arrow_type)
-    _all(np.isin(c, (0x40, *_UTF8)))
+    _all(_IS_TEXT_FIELD[c])
     if dtype is not StringType:
         raise _Shape
     return b.texts(start, length, (c != 0x40) & (length > 0))
