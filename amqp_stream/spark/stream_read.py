@@ -4,9 +4,11 @@ Why: the AMQP 1.0 read goes through proton's reactor and builds a ``proton.Messa
 delivery (~4,600 rows/s for 2 partitions). Here a task subscribes at its range's start with the
 pushed-down filters (``filter.N``, ``match-unfiltered``, and this broker's ``sql-filter``:
 docs/stream-protocol.md), takes Deliver chunks whole, splits their records with the storage
-format's own ``decode_records`` (sub-batches too), decodes each message's sections with
-``stored_columns`` (one walk a message straight into the column lists of ``batches.Columns``,
-today's ``stored_message`` for anything unusual) and yields Arrow record batches.
+format's own ``decode_records`` (sub-batches too), gathers the messages of a batch (up to
+``BATCH_ROWS``, or what came before the socket has nothing more for now) and yields them as an
+Arrow record batch: read as columns by ``stored_arrays`` when they share one shape (a writer's
+messages do), else one walk a message by ``stored_columns`` (today's ``stored_message`` for
+anything unusual).
 
 ``stored_message`` decodes a message in one walk over its sections (the usual smallulong
 descriptors); anything else, and any message it cannot read, goes to ``wire_message`` (the
@@ -177,9 +179,12 @@ def read_range_stream(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, decla
         done = False
         while not done:
             if not chunks and len(batches):  # what came so far, before waiting for more
-                batch = batches.batch()
-                if batch is not None:
-                    yield batch
+                while not chunks and client.pump(0):  # but what is there already first: bigger batches
+                    pass
+                if not chunks:
+                    batch = batches.batch()
+                    if batch is not None:
+                        yield batch
             if not chunks and not client.pump(opts.timeout):
                 raise amqp.ConsumerError(
                     f"reading stream {opts.stream!r} over {opts.stream_url}: nothing came for "
