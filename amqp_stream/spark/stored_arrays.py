@@ -413,6 +413,11 @@ def _app_column(b: _Batch, values: tuple[Any, Any, Any] | None, dtype: Any, arro
     if len(kinds) != 1:
         raise _Shape
     kind = kinds.pop()
+    if dtype is DoubleType and kind in (_STR_KIND, _BOOL_KIND):  # mapping._to_float: no reading as one
+        return pa.nulls(b.n, arrow_type)
+    if dtype is DoubleType and kind == _INT_KIND:  # float(int(v)), the nearest double
+        ints, valid = _ints(b, c, start)
+        return pa.array(ints.astype(np.float64), arrow_type, mask=~valid)
     if kind is None or dtype not in _TAKES.get(kind, ()):
         raise _Shape
     if kind == _STR_KIND:

@@ -61,8 +61,10 @@ def _value(draw, kind: str) -> bytes:
     return encode(v)
 
 
-_MATCHING = {"int": ["integer", "long", "byte"], "str": ["string"], "double": ["double"], "bool": ["boolean"],
-             "mixed": ["string"]}
+# the declared types a writer's column of each kind is read as (text as a double: a decimal
+# written as its text, read as DOUBLE, as bench.spark does)
+_MATCHING = {"int": ["integer", "long", "byte", "double"], "str": ["string", "double"], "double": ["double"],
+             "bool": ["boolean"], "mixed": ["string"]}
 
 
 def _declared(draw, kinds: dict[str, str]) -> StructType:
@@ -182,23 +184,33 @@ def test_the_usual_messages_are_read_as_columns(wanted):
     assert got.num_rows == (300 if wanted is None else 200)
 
 
-def test_the_sinks_messages_are_read_as_columns():
-    """The Spark sink's own messages (``ArrowEncoder``, the bench's rows) are of one shape."""
+@pytest.mark.parametrize("decimal_amount", [False, True])
+def test_the_sinks_messages_are_read_as_columns(decimal_amount):
+    """The Spark sink's own messages (``ArrowEncoder``, the bench's rows) are of one shape; as in
+    bench.spark, a decimal ``amount`` (written as its text) read as DOUBLE too."""
+    import decimal
+
     import pyarrow as pa
-    from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField
+    from pyspark.sql.types import DecimalType, DoubleType, IntegerType, LongType, StringType, StructField
 
     from amqp_stream.spark.encoding import ArrowEncoder
     from amqp_stream.spark.mapping import WritePlan
-    schema = StructType([StructField("n", IntegerType()), StructField("region", StringType()),
-                         StructField("amount", DoubleType()), StructField("message_id", StringType()),
-                         StructField("k", LongType())])
+    fields = [StructField("n", IntegerType()), StructField("region", StringType()),
+              StructField("amount", DoubleType()), StructField("message_id", StringType()),
+              StructField("k", LongType())]
     ids = range(-200, 800)
+    amounts = pa.array([i * 0.1 for i in ids])
+    write_fields = list(fields)
+    if decimal_amount:
+        write_fields[2] = StructField("amount", DecimalType(22, 2))
+        amounts = pa.array([decimal.Decimal(i) / 4 for i in ids], pa.decimal128(22, 2))
     batch = pa.RecordBatch.from_arrays([
-        pa.array([i * 999 for i in ids], pa.int32()), pa.array([f"r{i % 7}" for i in ids]),
-        pa.array([i * 0.1 for i in ids]), pa.array([f"m-{i}" for i in ids]),
-        pa.array([i * 3**30 for i in ids], pa.int64())], names=schema.names)
-    datas = ArrowEncoder(WritePlan.for_schema(schema, "region"), schema).encode(batch)
-    declared = declared_columns(StructType(list(BASE_COLUMNS.fields) + list(schema.fields)))
+        pa.array([i * 999 for i in ids], pa.int32()), pa.array([f"r{i % 7}" for i in ids]), amounts,
+        pa.array([f"m-{i}" for i in ids]), pa.array([i * 3**30 for i in ids], pa.int64())],
+        names=[f.name for f in fields])
+    write_schema = StructType(write_fields)
+    datas = ArrowEncoder(WritePlan.for_schema(write_schema, "region"), write_schema).encode(batch)
+    declared = declared_columns(StructType(list(BASE_COLUMNS.fields) + fields))
     got = stored_batch(Columns(declared), datas, np.arange(100, 100 + len(datas)))
     assert got is not None and _same(got.to_pylist(), _reference(datas, declared, None, None))
 
