@@ -106,17 +106,20 @@ def _one(values: Any) -> int:
 
 
 class _Batch:
-    """The joined messages, and gathers over them."""
+    """The messages ``[starts[i], ends[i])`` of ``pieces`` joined, and gathers over them."""
 
-    def __init__(self, datas: Sequence[bytes]):
-        self.n = n = len(datas)
-        lengths = np.fromiter(map(len, datas), np.int64, n)
-        self.ends = np.cumsum(lengths)
-        self.starts = self.ends - lengths
-        self.raw = b"".join(datas) + bytes(_PAD)
-        if len(self.raw) >= 1 << 31:
-            raise _Shape  # Arrow's 32-bit offsets
+    def __init__(self, pieces: Sequence[bytes], starts: Any, ends: Any):
+        self.n = len(starts)
+        self.starts, self.ends = starts, ends
+        self.raw = b"".join(pieces) + bytes(_PAD)
         self.buf = np.frombuffer(self.raw, np.uint8)
+
+    @classmethod
+    def of(cls, datas: Sequence[bytes]) -> _Batch:
+        """The messages ``datas``, one after the other."""
+        lengths = np.fromiter(map(len, datas), np.int64, len(datas))
+        ends = np.cumsum(lengths)
+        return cls(datas, ends - lengths, ends)
 
     def byte(self, pos: Any) -> Any:
         return self.buf[pos].astype(np.int64)
@@ -229,10 +232,15 @@ def stored_batch(columns: Columns, datas: Sequence[bytes], offsets: Any,
     """The messages ``datas`` at ``offsets`` (those whose filter value is in ``wanted``; None:
     all) as one ``RecordBatch`` of ``columns.schema``, the batch ``stored_adder`` +
     ``columns.batch()`` gives; None when they are not of one shape read here."""
-    if not datas:
-        return None
+    return _read(columns, _Batch.of(datas), offsets, wanted) if datas else None
+
+
+def _read(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] | None) -> Any:
+    """``stored_batch`` of the messages of ``b``."""
+    if len(b.raw) >= 1 << 31:
+        return None  # past Arrow's 32-bit offsets
     try:
-        return _decode(columns, _Batch(datas), offsets, wanted)
+        return _decode(columns, b, offsets, wanted)
     except (_Shape, IndexError):  # a length past the buffer: not read here either
         return None
 
@@ -452,28 +460,48 @@ class StoredBatches:
     def __init__(self, columns: Columns, wanted: Collection[str] | None = None):
         self.columns, self.wanted = columns, wanted
         self._add = stored_adder(columns, wanted)
-        self._datas: list[bytes] = []
+        self._clear()
+
+    def _clear(self) -> None:
+        self._pieces: list[bytes] = []  # buffers holding the messages
+        self._starts: list[Any] = []  # where each message starts and ends in the pieces joined
+        self._ends: list[Any] = []
         self._offsets: list[Any] = []
+        self._size = self._count = 0
 
     def __len__(self) -> int:
-        return len(self._datas)
+        return self._count
 
     def extend(self, first: int, datas: Sequence[bytes]) -> None:
         """Messages at ``first``, ``first + 1``, ..."""
         if datas:
-            self._datas.extend(datas)
-            self._offsets.append(np.arange(first, first + len(datas), dtype=np.int64))
+            lengths = np.fromiter(map(len, datas), np.int64, len(datas))
+            ends = np.cumsum(lengths)
+            self.extend_spans(first, b"".join(datas), ends - lengths, ends)
+
+    def extend_spans(self, first: int, piece: bytes, starts: Any, ends: Any) -> None:
+        """Messages at ``first``, ``first + 1``, ..., the bytes ``piece[starts[i]:ends[i]]``
+        (a delivered chunk's records, with no copy of each)."""
+        if len(starts):
+            self._pieces.append(piece)
+            self._starts.append(starts + self._size)
+            self._ends.append(ends + self._size)
+            self._offsets.append(np.arange(first, first + len(starts), dtype=np.int64))
+            self._size += len(piece)
+            self._count += len(starts)
 
     def batch(self) -> Any:
         """The gathered messages as a ``RecordBatch`` (None when the filter kept none)."""
-        datas = self._datas
-        offsets = np.concatenate(self._offsets) if self._offsets else np.zeros(0, np.int64)
-        self._datas, self._offsets = [], []
-        batch = stored_batch(self.columns, datas, offsets, self.wanted)
+        if not self._count:
+            return None
+        b = _Batch(self._pieces, np.concatenate(self._starts), np.concatenate(self._ends))
+        offsets = np.concatenate(self._offsets)
+        self._clear()
+        batch = _read(self.columns, b, offsets, self.wanted)
         if batch is None:
-            add = self._add
-            for offset, data in zip(offsets.tolist(), datas, strict=True):
-                add(data, offset)
+            add, raw = self._add, b.raw
+            for offset, start, end in zip(offsets.tolist(), b.starts.tolist(), b.ends.tolist(), strict=True):
+                add(raw[start:end], offset)
             if not len(self.columns):
                 return None
             batch = self.columns.batch()

@@ -31,7 +31,10 @@ as osiris sends them), so the data starts right after the header.
 
 from __future__ import annotations
 
+import struct
 from typing import Any, Iterator
+
+import numpy as np
 
 from amqp_stream import client as amqp
 from amqp_stream.client.names import _ZERO_IS_ABSENT, FILTER_VALUE
@@ -217,10 +220,45 @@ def _rows(chunk: bytes, rng: OffsetRange, batches: StoredBatches) -> bool:
     start = CHUNK_HEADER_BYTES
     if len(chunk) < start + h.data_length:
         raise amqp.ConsumerError(f"a delivered chunk of {len(chunk)} bytes is shorter than its header says")
-    records = decode_records(chunk[start:start + h.data_length], h.chunk_id,
-                             entries=h.entries if h.entries == h.records else 0)
+    spans = _record_spans(chunk, start, start + h.data_length)
+    if spans is None:  # sub-batches, or bytes decode_records judges
+        records = decode_records(chunk[start:start + h.data_length], h.chunk_id,
+                                 entries=h.entries if h.entries == h.records else 0)
+        count = len(records)
+    else:
+        count = len(spans[0])
     # records are numbered from the chunk's id, one apart
     skip = max(0, rng.start - h.chunk_id)
-    keep = max(0, min(len(records), rng.end - h.chunk_id) - skip)
-    batches.extend(h.chunk_id + skip, [data for _, data in records[skip:skip + keep]])
-    return skip + keep < len(records) or h.chunk_id + h.records >= rng.end
+    keep = max(0, min(count, rng.end - h.chunk_id) - skip)
+    if spans is None:
+        batches.extend(h.chunk_id + skip, [data for _, data in records[skip:skip + keep]])
+    else:
+        batches.extend_spans(h.chunk_id + skip, chunk, spans[0][skip:skip + keep], spans[1][skip:skip + keep])
+    return skip + keep < count or h.chunk_id + h.records >= rng.end
+
+
+_SIZE = struct.Struct(">I").unpack_from
+
+
+def _record_spans(chunk: bytes, pos: int, end: int) -> tuple[Any, Any] | None:
+    """(starts, ends) of the simple entries filling ``chunk[pos:end]`` (a 4-byte size, then the
+    record); None when a sub-batch is among them or the sizes do not add up."""
+    starts: list[int] = []
+    add = starts.append
+    try:
+        while pos < end:
+            size = _SIZE(chunk, pos)[0]
+            if size & 0x80000000:
+                return None
+            pos += 4
+            add(pos)
+            pos += size
+    except struct.error:
+        return None
+    if pos != end or not starts:
+        return None
+    s = np.array(starts, np.int64)
+    e = np.empty_like(s)
+    e[:-1] = s[1:] - 4
+    e[-1] = end
+    return s, e
