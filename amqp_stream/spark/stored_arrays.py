@@ -113,6 +113,7 @@ class _Batch:
         self.starts, self.ends = starts, ends
         self.raw = b"".join(pieces) + bytes(_PAD)
         self.buf = np.frombuffer(self.raw, np.uint8)
+        self._views: dict[str, Any] = {}
 
     @classmethod
     def of(cls, datas: Sequence[bytes]) -> _Batch:
@@ -125,14 +126,16 @@ class _Batch:
         return self.buf[pos].astype(np.int64)
 
     def u32(self, pos: Any) -> Any:
-        b = self.buf
-        return ((b[pos].astype(np.int64) << 24) | (b[pos + 1].astype(np.int64) << 16)
-                | (b[pos + 2].astype(np.int64) << 8) | b[pos + 3])
+        return self.fixed(pos, ">u4").astype(np.int64)
 
     def fixed(self, pos: Any, dtype: str) -> Any:
-        """The big-endian ``dtype`` values at ``pos``."""
-        width = np.dtype(dtype).itemsize
-        return self.buf[pos[:, None] + np.arange(width)].view(dtype).ravel()
+        """The big-endian ``dtype`` values at ``pos``: one gather from a view of the buffer
+        with a value starting at every byte."""
+        view = self._views.get(dtype)
+        if view is None:
+            width = np.dtype(dtype).itemsize
+            view = self._views[dtype] = np.ndarray((len(self.raw) - width + 1,), dtype, self.raw, 0, (1,))
+        return view[pos]
 
     def skip(self, pos: Any, check: bool = True) -> tuple[Any, Any, Any, Any]:
         """(constructors, data starts, data lengths, next positions) of the values at ``pos``;
@@ -210,9 +213,16 @@ class _Batch:
         if c not in constructors:
             raise _Shape
         size = _one(self.buf[pos + 1])
-        whole = self.buf[pos[:, None] + np.arange(2 + size)]
-        _all(whole == whole[0])
-        return bytes(whole[0, 2:]), pos + 2 + size
+        first = int(pos[0])
+        key = self.raw[first + 2:first + 2 + size]
+        if size < 6:
+            whole = self.buf[pos[:, None] + np.arange(2 + size)]
+            _all(whole == whole[0])
+        else:  # 8 bytes at a time, the last word overlapping the one before
+            for at in (*range(0, size + 2 - 8, 8), size + 2 - 8):
+                words = self.fixed(pos + at, ">u8")
+                _all(words == words[0])
+        return key, pos + 2 + size
 
 
 def _declared_plan(columns: Columns) -> list[tuple[str, bool, Any, Any]] | None:
