@@ -234,7 +234,7 @@ def _rows(chunk: bytes, rng: OffsetRange, batches: StoredBatches) -> bool:
         batches.extend(h.chunk_id + skip, [data for _, data in records[skip:skip + keep]])
     else:
         batches.extend_spans(h.chunk_id + skip, chunk, spans[0][skip:skip + keep], spans[1][skip:skip + keep])
-    return skip + keep < count or h.chunk_id + h.records >= rng.end
+    return h.chunk_id + h.records >= rng.end
 
 
 _SIZE = struct.Struct(">I").unpack_from

@@ -232,3 +232,32 @@ def test_a_batch_of_another_shape_is_read_by_the_walk(monkeypatch):
     assert _same(_columns(datas, declared, None, None), _reference(datas, declared, None, None))
     assert walked == list(range(100, 106))
 
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(max_size=20), min_size=1, max_size=12), st.integers(0, 3), st.integers(0, 14),
+       st.integers(0, 14), st.booleans())
+def test_a_chunks_records_in_a_range(bodies, at, start, stop, sub_batch):
+    """``stream_read._rows`` keeps a delivered chunk's records within the range (as spans of the
+    chunk, or through ``decode_records`` when a sub-batch is among them), numbered from the
+    chunk's id, and says whether the range is done."""
+    from storage.format import CHUNK_HEADER_BYTES, encode_chunk, encode_entries, encode_subbatch
+    from amqp_stream.spark.offsets import OffsetRange
+    from amqp_stream.spark.stream_read import _rows
+
+    datas = [b"\x00\x53\x75" + encode(b) for b in bodies]
+    at = min(at, len(datas))
+    if sub_batch:
+        data = encode_entries(datas[:at]) + encode_subbatch(datas[at:]) if at < len(datas) else encode_entries(datas)
+        entries = at + (at < len(datas))
+    else:
+        data, entries = encode_entries(datas), len(datas)
+    chunk = b"".join(encode_chunk(100, 0, data, entries, len(datas)))
+    assert len(chunk) == CHUNK_HEADER_BYTES + len(data)
+    rng = OffsetRange(100 + start, 100 + max(start, stop))
+    batches = StoredBatches(Columns(declared_columns(StructType(list(BASE_COLUMNS.fields)))))
+    done = _rows(chunk, rng, batches)
+    batch = batches.batch()
+    rows = [] if batch is None else [(r["offset"], r["body"]) for r in batch.to_pylist()]
+    assert rows == [(100 + i, b) for i, b in enumerate(bodies) if rng.start <= 100 + i < rng.end]
+    assert done == (rng.end <= 100 + len(datas))
