@@ -58,7 +58,14 @@ def _value(draw, kind: str) -> bytes:
     v = draw(_KINDS[kind])
     if isinstance(v, str) and draw(st.integers(0, 3)) == 0:
         return _str32(v)
-    return encode(v)
+    return _spoilt(draw, encode(v))
+
+
+def _spoilt(draw, encoded: bytes) -> bytes:
+    """``encoded``, or now and then a text the walk cannot decode (not UTF-8, a symbol not ASCII)."""
+    if draw(st.integers(0, 40)):
+        return encoded
+    return draw(st.sampled_from([b"\xa1\x02\xff\xfe", b"\xa3\x02\xc3\xa9", b"\xa1\x03\xed\xa0\x80"]))
 
 
 # the declared types a writer's column of each kind is read as (text as a double: a decimal
@@ -106,7 +113,7 @@ def shaped(draw) -> tuple[list[bytes], StructType]:
                 value = _compound(draw, "map", items)
             elif code == 0x73:
                 value = _compound(draw, "list", [b"\x40" if nulls[i] or not draw(st.integers(0, 9))
-                                                 else encode(draw(fields[i])) for i in range(count)])
+                                                 else _spoilt(draw, encode(draw(fields[i]))) for i in range(count)])
             elif code == 0x74:
                 value = _compound(draw, "map", [encode(k) + _value(draw, kinds[k]) for k in app])
             else:
