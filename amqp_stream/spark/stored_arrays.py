@@ -265,6 +265,8 @@ def _decode(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] |
     app_values: list[tuple[Any, Any, Any]] = []  # (constructors, starts, lengths) a key
     body: Any = None
     seen: set[int] = set()
+    text_properties = {PROPERTY_ORDER.index(name) for name, dtype, is_property, _ in columns._declared
+                       if is_property and type(dtype) is StringType}
     while True:
         done = pos == b.ends
         if done.all():
@@ -284,18 +286,18 @@ def _decode(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] |
                 key, pos = b.key(pos, (0xA3, 0xA1))
                 if not key.isascii():
                     raise _Shape
-                c, start, length, pos = b.skip(pos)
-                if key == _FILTER_KEY:
+                c, start, length, pos = b.skip(pos, check=key != _FILTER_KEY)
+                if key == _FILTER_KEY:  # its texts checked as they are made
                     if fv is not None:
                         raise _Shape
                     _all(_IS_FILTER_VALUE[c])
-                    fv = b.texts(start, length, c != 0x40)
+                    fv = b.texts(start, length, c != 0x40, ascii_only=_IS_ASCII[c])
             _all(pos == end)
         elif code == _PROPERTIES:
             pos, end, count = b.compound(pos, 0xC0, 0xD0, 0x45)
             props = []
-            for _ in range(count):
-                c, start, length, pos = b.skip(pos)
+            for i in range(count):  # a declared text column's texts are checked as it is made
+                c, start, length, pos = b.skip(pos, check=i not in text_properties)
                 props.append((c, start, length))
             _all(pos == end)
         elif code == _APPLICATION:
