@@ -7,7 +7,9 @@ per row can be compared old against new in one process. The bench's five columns
 - write: ``ArrowEncoder.encode_values`` (per value) against ``encode`` (Arrow kernels);
 - read: the tuple path (``wire_message`` + ``message_to_row``, then Spark's worker turning the
   tuples into Arrow, ``records_to_arrow_batches``) against the batch path (``stored_message``
-  + ``Columns``) against the one walk (``stored_columns.stored_adder``); and the floor: one ``struct.unpack`` per message.
+  + ``Columns``) against the one walk (``stored_columns.stored_adder``) against the column decode
+  (``stored_arrays.StoredBatches``: 10,000 messages at a time, as ``stream_read`` gathers them);
+  and the floor: one ``struct.unpack`` per message.
 
 Run: ``PYTHONPATH=$PWD .venv/bin/python -m bench.spark_codec_ab --rows 100000``
 """
@@ -29,6 +31,7 @@ def main(argv=None) -> int:
     from amqp_stream.spark.encoding import ArrowEncoder
     from amqp_stream.spark.mapping import WritePlan, declared_columns, message_to_row
     from amqp_stream.spark.source import AmqpStreamDataSource
+    from amqp_stream.spark.stored_arrays import StoredBatches
     from amqp_stream.spark.stored_columns import stored_adder
     from amqp_stream.spark.stream_read import stored_message, wire_message
 
@@ -77,6 +80,12 @@ def main(argv=None) -> int:
         if len(columns):
             columns.batch()
 
+    def columns_path() -> None:
+        batches = StoredBatches(Columns(declared))
+        for start in range(0, len(messages), 10_000):
+            batches.extend(start, messages[start:start + 10_000])
+            batches.batch()
+
     unpack = struct.Struct(">B").unpack_from
     cases = {
         "write: per value (encode_values)": lambda: [enc.encode_values(b) for b in batches],
@@ -84,6 +93,7 @@ def main(argv=None) -> int:
         "read: tuples + Spark's conversion": rows_path,
         "read: Arrow batches (Columns)": batch_path,
         "read: one walk (stored_adder)": walk_path,
+        "read: columns (StoredBatches)": columns_path,
         "floor: one struct.unpack a message": lambda: [unpack(d, 0) for d in messages],
     }
     best = {k: float("inf") for k in cases}
@@ -98,8 +108,9 @@ def main(argv=None) -> int:
     w = best["write: per value (encode_values)"] / best["write: Arrow kernels (encode)"]
     r = best["read: tuples + Spark's conversion"] / best["read: Arrow batches (Columns)"]
     k = best["read: Arrow batches (Columns)"] / best["read: one walk (stored_adder)"]
+    c = best["read: one walk (stored_adder)"] / best["read: columns (StoredBatches)"]
     print(f"  write x{w:.2f}, read x{r:.2f} (Arrow batches against tuples), x{k:.2f} (one walk against "
-          f"Arrow batches)")
+          f"Arrow batches), x{c:.2f} (columns against the one walk)")
     return 0
 
 

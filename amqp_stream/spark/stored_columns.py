@@ -18,7 +18,8 @@ count, bytes that do not add up) makes it give the message to ``stored_message``
 before a message is read through, so a message read halfway leaves no trace.
 
 Both ways give the same values (``tests/spark/test_stored_columns.py`` compares them over
-random messages, usual encodings and others).
+random messages, usual encodings and others). A batch whose messages share one shape is read
+as columns by ``stored_arrays`` instead; this walk reads the other batches.
 """
 
 from __future__ import annotations

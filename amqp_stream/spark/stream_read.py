@@ -4,9 +4,11 @@ Why: the AMQP 1.0 read goes through proton's reactor and builds a ``proton.Messa
 delivery (~4,600 rows/s for 2 partitions). Here a task subscribes at its range's start with the
 pushed-down filters (``filter.N``, ``match-unfiltered``, and this broker's ``sql-filter``:
 docs/stream-protocol.md), takes Deliver chunks whole, splits their records with the storage
-format's own ``decode_records`` (sub-batches too), decodes each message's sections with
-``stored_columns`` (one walk a message straight into the column lists of ``batches.Columns``,
-today's ``stored_message`` for anything unusual) and yields Arrow record batches.
+format's own ``decode_records`` (sub-batches too), gathers the messages of a batch (up to
+``BATCH_ROWS``, or what came before the socket has nothing more for now) and yields them as an
+Arrow record batch: read as columns by ``stored_arrays`` when they share one shape (a writer's
+messages do), else one walk a message by ``stored_columns`` (today's ``stored_message`` for
+anything unusual).
 
 ``stored_message`` decodes a message in one walk over its sections (the usual smallulong
 descriptors); anything else, and any message it cannot read, goes to ``wire_message`` (the
@@ -29,7 +31,10 @@ as osiris sends them), so the data starts right after the header.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+import struct
+from typing import Any, Iterator
+
+import numpy as np
 
 from amqp_stream import client as amqp
 from amqp_stream.client.names import _ZERO_IS_ABSENT, FILTER_VALUE
@@ -38,7 +43,7 @@ from amqp_stream.spark.batches import BATCH_ROWS, Columns
 from amqp_stream.spark.offsets import OffsetRange
 from amqp_stream.spark.options import SourceOptions
 from amqp_stream.spark.pushdown import Pushdown
-from amqp_stream.spark.stored_columns import stored_adder
+from amqp_stream.spark.stored_arrays import StoredBatches
 from amqp_stream.streamproto import OffsetSpec
 from amqp_stream.streamproto.constants import END_OFFSET_PROPERTY
 from amqp_stream.wire import MessageView, decode, split_sections
@@ -173,32 +178,40 @@ def read_range_stream(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, decla
         except amqp.ClientError as exc:
             raise amqp.ConsumerError(f"cannot read stream {opts.stream!r} over {opts.stream_url}: "
                                      f"{exc} (invalid SQL filter?)") from exc
-        columns = Columns(declared, stream)
-        add = stored_adder(columns, pd.filter_values)
+        batches = StoredBatches(Columns(declared, stream), pd.filter_values)
         done = False
         while not done:
-            if not chunks and len(columns):  # what came so far, before waiting for more
-                yield columns.batch()
+            if not chunks and len(batches):  # what came so far, before waiting for more
+                while not chunks and client.pump(0):  # but what is there already first: bigger batches
+                    pass
+                if not chunks:
+                    batch = batches.batch()
+                    if batch is not None:
+                        yield batch
             if not chunks and not client.pump(opts.timeout):
                 raise amqp.ConsumerError(
                     f"reading stream {opts.stream!r} over {opts.stream_url}: nothing came for "
                     f"{opts.timeout:g} s before offset {rng.end} (option timeout; a broker without "
                     f"this broker's {END_OFFSET_PROPERTY} extension never says where a range ends)")
             while chunks:
-                done = _rows(chunks.pop(0), rng, add)
-                if len(columns) >= BATCH_ROWS:
-                    yield columns.batch()
+                done = _rows(chunks.pop(0), rng, batches)
+                if len(batches) >= BATCH_ROWS:
+                    batch = batches.batch()
+                    if batch is not None:
+                        yield batch
                 if done:
                     break
-        if len(columns):
-            yield columns.batch()
+        if len(batches):
+            batch = batches.batch()
+            if batch is not None:
+                yield batch
     finally:
         client.close()
 
 
-def _rows(chunk: bytes, rng: OffsetRange, add: Callable[[bytes, int], None]) -> bool:
-    """Add the rows of one delivered chunk within the range (``add``: ``stored_adder``'s);
-    whether the range is done."""
+def _rows(chunk: bytes, rng: OffsetRange, batches: StoredBatches) -> bool:
+    """Add the messages of one delivered chunk within the range to ``batches``; whether the
+    range is done."""
     if CHUNK_HEADER.unpack_from(chunk)[2] == 0:  # entries: the broker's end-offset chunk
         return True
     h = decode_header(chunk, path="deliver")
@@ -207,12 +220,45 @@ def _rows(chunk: bytes, rng: OffsetRange, add: Callable[[bytes, int], None]) -> 
     start = CHUNK_HEADER_BYTES
     if len(chunk) < start + h.data_length:
         raise amqp.ConsumerError(f"a delivered chunk of {len(chunk)} bytes is shorter than its header says")
-    start_offset, end_offset = rng.start, rng.end
-    for offset, data in decode_records(chunk[start:start + h.data_length], h.chunk_id,
-                                       entries=h.entries if h.entries == h.records else 0):
-        if offset < start_offset:
-            continue
-        if offset >= end_offset:
-            return True
-        add(data, offset)
+    spans = _record_spans(chunk, start, start + h.data_length)
+    if spans is None:  # sub-batches, or bytes decode_records judges
+        records = decode_records(chunk[start:start + h.data_length], h.chunk_id,
+                                 entries=h.entries if h.entries == h.records else 0)
+        count = len(records)
+    else:
+        count = len(spans[0])
+    # records are numbered from the chunk's id, one apart
+    skip = max(0, rng.start - h.chunk_id)
+    keep = max(0, min(count, rng.end - h.chunk_id) - skip)
+    if spans is None:
+        batches.extend(h.chunk_id + skip, [data for _, data in records[skip:skip + keep]])
+    else:
+        batches.extend_spans(h.chunk_id + skip, chunk, spans[0][skip:skip + keep], spans[1][skip:skip + keep])
     return h.chunk_id + h.records >= rng.end
+
+
+_SIZE = struct.Struct(">I").unpack_from
+
+
+def _record_spans(chunk: bytes, pos: int, end: int) -> tuple[Any, Any] | None:
+    """(starts, ends) of the simple entries filling ``chunk[pos:end]`` (a 4-byte size, then the
+    record); None when a sub-batch is among them or the sizes do not add up."""
+    starts: list[int] = []
+    add = starts.append
+    try:
+        while pos < end:
+            size = _SIZE(chunk, pos)[0]
+            if size & 0x80000000:
+                return None
+            pos += 4
+            add(pos)
+            pos += size
+    except struct.error:
+        return None
+    if pos != end or not starts:
+        return None
+    s = np.array(starts, np.int64)
+    e = np.empty_like(s)
+    e[:-1] = s[1:] - 4
+    e[-1] = end
+    return s, e

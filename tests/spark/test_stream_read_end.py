@@ -36,7 +36,7 @@ def test_filtered_read_ends_at_the_broker_end_not_a_quiet_socket(broker, stream_
 
     def watched(self, timeout):
         got = pump(self, timeout)
-        if not got:
+        if not got and timeout != 0:  # pump(0) looks at what is there, it does not wait
             quiet.append(timeout)
         return got
 

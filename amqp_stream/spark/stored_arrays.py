@@ -1,0 +1,520 @@
+"""A batch of stored messages of one shape decoded as columns: numpy gathers, no Python a message.
+
+Why: ``stored_columns.stored_adder`` reads a message in one Python walk, ~7-8 µs for the bench's
+190-byte message (bench/RESULTS.md, Run 8): the read stays at a tenth of Spark's Parquet read.
+A writer's messages share one shape (the same sections in the same order, the same annotation
+and application property keys in the same order, the same property count); only the values
+and their encodings differ (a smallint here, an int there, ids of several lengths). So a
+batch's messages are joined into one buffer and read together, one field at a time over every
+message at once: ``pos`` holds one position a message; each field's constructor byte is
+gathered at ``pos``, its size found from the constructor (a table, a length byte, or a 4-byte
+big-endian length), and ``pos`` moves on. Strings and binaries come out as Arrow arrays over
+the buffer itself (offsets ``[s0, e0, s1, e1, ...]``, then the even elements taken), numbers
+from their gathered big-endian bytes.
+
+What is read this way: ``0x00 0x53`` descriptors of the message-annotations, properties,
+application-properties sections and a binary body (a data section, or the amqp-value proton
+writes), each at most once, and header, delivery-annotations and footer sections read past; map8/map32 and list8/list32/list0
+headers; str8/str32 and sym8/sym32 keys and texts; null, booleans, the 1-byte, int and long
+integers, doubles, timestamps; the other fields' values of the usual fixed widths skipped
+(strings and symbols among them still checked as UTF-8 / ASCII, as the walk decodes them).
+Anything else in any message of the batch (another section or encoding, a shape that differs
+between messages, a key repeated, a value of a kind the declared column would convert, a time
+past what a ``datetime`` holds) makes ``stored_batch`` return None, and the caller reads the
+batch message by message with ``stored_adder`` (``StoredBatches`` does), which decides and
+names what is wrong. ``tests/spark/test_stored_arrays.py`` compares the two over random
+batches, of one shape and of mixed ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Collection, Sequence
+
+import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
+from pyspark.sql.types import BooleanType, ByteType, DoubleType, IntegerType, LongType, ShortType, StringType
+
+from amqp_stream.client.names import FILTER_VALUE
+from amqp_stream.spark.batches import _MAX_MS, _MIN_MS, Columns
+from amqp_stream.spark.encoding import PROPERTY_ORDER
+from amqp_stream.spark.mapping import to_spark
+from amqp_stream.spark.stored_columns import stored_adder
+
+__all__ = ["stored_batch", "StoredBatches"]
+
+_ANNOTATIONS, _PROPERTIES, _APPLICATION, _DATA, _VALUE = 0x72, 0x73, 0x74, 0x75, 0x77
+# the header (a list), delivery annotations and footer (maps): read past, their values checked
+_SKIPPED = {0x70: 0xC0, 0x71: 0xC1, 0x78: 0xC1}
+_FILTER_KEY = FILTER_VALUE.encode("ascii")
+_EXPIRY, _CREATION = PROPERTY_ORDER.index("absolute_expiry_time"), PROPERTY_ORDER.index("creation_time")
+_PAD = 16  # zero bytes after the last message: a gather a few bytes past it stays in the buffer
+
+# sizes of the fixed-width values read or skipped (0: not one); variable ones by their length
+_SIZE = np.zeros(256, np.int64)
+for _c in (0x40, 0x41, 0x42, 0x43, 0x44, 0x45):
+    _SIZE[_c] = 1
+for _c in (0x50, 0x51, 0x52, 0x53, 0x54, 0x55):
+    _SIZE[_c] = 2
+for _c, _n in ((0x60, 3), (0x61, 3), (0x70, 5), (0x71, 5), (0x72, 5), (0x80, 9), (0x81, 9), (0x82, 9),
+               (0x83, 9), (0x98, 17)):
+    _SIZE[_c] = _n
+_VAR8 = np.zeros(256, bool)
+_VAR8[[0xA0, 0xA1, 0xA3]] = True
+_VAR32 = np.zeros(256, bool)
+_VAR32[[0xB0, 0xB1, 0xB3]] = True
+_UTF8, _ASCII = (0xA1, 0xB1), (0xA3, 0xB3)
+
+# application property values by kind (what the walk makes of them: int, str, float, bool, None)
+_SIGNED8, _UNSIGNED8 = (0x51, 0x54, 0x55), (0x50, 0x52, 0x53)
+_INTS = (*_SIGNED8, *_UNSIGNED8, 0x71, 0x81)
+_INT_KIND, _STR_KIND, _DOUBLE_KIND, _BOOL_KIND = "int", "str", "double", "bool"
+_KIND = {**{c: _INT_KIND for c in _INTS}, 0xA1: _STR_KIND, 0xB1: _STR_KIND, 0x82: _DOUBLE_KIND,
+         0x41: _BOOL_KIND, 0x42: _BOOL_KIND, 0x40: None}
+_BITS = {ByteType: 8, ShortType: 16, IntegerType: 32, LongType: 64}
+# the declared types a column of one kind goes to Arrow as it is (batches._column)
+_TAKES = {_STR_KIND: (StringType,), _DOUBLE_KIND: (DoubleType,), _BOOL_KIND: (BooleanType,),
+          _INT_KIND: tuple(_BITS)}
+
+
+def _table(*constructors: int) -> Any:
+    """A lookup table: ``table[c]`` is whether constructor ``c`` is one of ``constructors``."""
+    t = np.zeros(256, bool)
+    t[list(constructors)] = True
+    return t
+
+
+_IS_UTF8, _IS_ASCII, _IS_TEXT = _table(*_UTF8), _table(*_ASCII), _table(*_UTF8, *_ASCII)
+_IS_FILTER_VALUE, _IS_TIME = _table(0x40, *_UTF8, *_ASCII), _table(0x40, 0x83)
+_IS_SIGNED8, _IS_INT, _IS_TEXT_FIELD = _table(*_SIGNED8), _table(*_INTS), _table(0x40, *_UTF8)
+
+
+class _Shape(Exception):
+    """The batch is not of one shape this module reads: ``stored_adder`` reads it."""
+
+
+def _all(mask: Any) -> None:
+    if not mask.all():
+        raise _Shape
+
+
+def _one(values: Any) -> int:
+    """The value every message has (else not one shape)."""
+    first = int(values[0])
+    _all(values == first)
+    return first
+
+
+class _Batch:
+    """The messages ``[starts[i], ends[i])`` of ``pieces`` joined, and gathers over them."""
+
+    def __init__(self, pieces: Sequence[bytes], starts: Any, ends: Any):
+        self.n = len(starts)
+        self.starts, self.ends = starts, ends
+        self.raw = b"".join(pieces) + bytes(_PAD)
+        self.buf = np.frombuffer(self.raw, np.uint8)
+        self._views: dict[str, Any] = {}
+
+    @classmethod
+    def of(cls, datas: Sequence[bytes]) -> _Batch:
+        """The messages ``datas``, one after the other."""
+        lengths = np.fromiter(map(len, datas), np.int64, len(datas))
+        ends = np.cumsum(lengths)
+        return cls(datas, ends - lengths, ends)
+
+    def byte(self, pos: Any) -> Any:
+        return self.buf[pos].astype(np.int64)
+
+    def u32(self, pos: Any) -> Any:
+        return self.fixed(pos, ">u4").astype(np.int64)
+
+    def fixed(self, pos: Any, dtype: str) -> Any:
+        """The big-endian ``dtype`` values at ``pos``: one gather from a view of the buffer
+        with a value starting at every byte."""
+        view = self._views.get(dtype)
+        if view is None:
+            width = np.dtype(dtype).itemsize
+            view = self._views[dtype] = np.ndarray((len(self.raw) - width + 1,), dtype, self.raw, 0, (1,))
+        return view[pos]
+
+    def skip(self, pos: Any, check: bool = True) -> tuple[Any, Any, Any, Any]:
+        """(constructors, data starts, data lengths, next positions) of the values at ``pos``;
+        strings and symbols checked as the walk decodes them (``check``; else the caller does)."""
+        c = self.buf[pos]
+        c0 = int(c[0])
+        if (c == c0).all():  # the usual case: one encoding in every message
+            if _SIZE[c0]:
+                return c, pos + 1, np.full(self.n, _SIZE[c0] - 1), pos + _SIZE[c0]
+            if _VAR8[c0]:
+                start, length = pos + 2, self.byte(pos + 1)
+            elif _VAR32[c0]:
+                start, length = pos + 5, self.u32(pos + 1)
+            else:
+                raise _Shape
+            if check and _IS_TEXT[c0]:
+                self.texts(start, length, np.ones(self.n, bool), ascii_only=_IS_ASCII[c])
+            return c, start, length, start + length
+        size = _SIZE[c]
+        var8, var32 = _VAR8[c], _VAR32[c]
+        _all((size > 0) | var8 | var32)
+        start, length = pos + 1, size - 1
+        if var8.any():
+            start = np.where(var8, pos + 2, start)
+            length = np.where(var8, self.byte(pos + 1), length)
+        if var32.any():
+            start = np.where(var32, pos + 5, start)
+            length = np.where(var32, self.u32(pos + 1), length)
+        texts = _IS_TEXT[c] if check else None
+        if texts is not None and texts.any():
+            self.texts(start, length, texts, ascii_only=_IS_ASCII[c])
+        return c, start, length, start + length
+
+    def spans(self, start: Any, length: Any, valid: Any, kind: Any = None) -> Any:
+        """The binary (or ``kind``) array of the bytes ``[start, start + length)`` of each message,
+        null where not ``valid``."""
+        n = self.n
+        bounds = np.empty(2 * n + 1, np.int32)
+        bounds[0:2 * n:2] = start
+        bounds[1:2 * n:2] = start + length
+        bounds[2 * n] = bounds[2 * n - 1]
+        arr = pa.Array.from_buffers(kind or pa.binary(), 2 * n, [None, pa.py_buffer(bounds), pa.py_buffer(self.raw)])
+        take = np.arange(0, 2 * n, 2, dtype=np.int32)
+        return arr.take(pa.array(take, mask=None if valid.all() else ~valid))
+
+    def texts(self, start: Any, length: Any, valid: Any, ascii_only: Any = None) -> Any:
+        """``spans`` as strings, checked UTF-8 (ASCII where ``ascii_only``)."""
+        arr = self.spans(start, length, valid, pa.string())
+        try:
+            arr.validate(full=True)
+        except pa.ArrowInvalid:
+            raise _Shape from None
+        if ascii_only is not None and ascii_only.any():
+            if not pc.all(pc.or_kleene(pc.invert(pa.array(ascii_only)), pc.string_is_ascii(arr))).as_py():
+                raise _Shape
+        return arr
+
+    def compound(self, pos: Any, c8: int, c32: int, empty: int = -1) -> tuple[Any, Any, int]:
+        """(first items, ends, the count every message has) of the lists or maps at ``pos``."""
+        c = self.buf[pos]
+        is8, is32, is0 = c == c8, c == c32, c == empty
+        _all(is8 | is32 | is0)
+        first = np.where(is8, pos + 3, np.where(is32, pos + 9, pos + 1))
+        end = np.where(is8, pos + 2 + self.byte(pos + 1), pos + 1)
+        count = np.where(is8, self.byte(pos + 2), 0)
+        if is32.any():
+            end = np.where(is32, pos + 5 + self.u32(pos + 1), end)
+            count = np.where(is32, self.u32(pos + 5), count)
+        _all(end <= self.ends)
+        return first, end, _one(count)
+
+    def key(self, pos: Any, constructors: tuple[int, ...]) -> tuple[bytes, Any]:
+        """(the key's bytes, next positions) of a str8/sym8 key every message has, alike."""
+        c = _one(self.buf[pos])
+        if c not in constructors:
+            raise _Shape
+        size = _one(self.buf[pos + 1])
+        first = int(pos[0])
+        key = self.raw[first + 2:first + 2 + size]
+        if size < 6:
+            whole = self.buf[pos[:, None] + np.arange(2 + size)]
+            _all(whole == whole[0])
+        else:  # 8 bytes at a time, the last word overlapping the one before
+            for at in (*range(0, size + 2 - 8, 8), size + 2 - 8):
+                words = self.fixed(pos + at, ">u8")
+                _all(words == words[0])
+        return key, pos + 2 + size
+
+
+def _declared_plan(columns: Columns) -> list[tuple[str, bool, Any, Any]] | None:
+    """(name, is a property, its Spark type class, its Arrow type) of each declared column; None
+    when a column of a type this module does not make has a value that is not null."""
+    plan = []
+    for i, (name, dtype, is_property, conv) in enumerate(columns._declared):
+        arrow_type = columns.schema.field(len(columns.schema) - len(columns._declared) + i).type
+        plan.append((name, is_property, type(dtype), arrow_type))
+        if to_spark(None, dtype) is not None or (conv is not None and conv(None) is not None):
+            return None
+    return plan
+
+
+def stored_batch(columns: Columns, datas: Sequence[bytes], offsets: Any,
+                 wanted: Collection[str] | None = None) -> Any:
+    """The messages ``datas`` at ``offsets`` (those whose filter value is in ``wanted``; None:
+    all) as one ``RecordBatch`` of ``columns.schema``, the batch ``stored_adder`` +
+    ``columns.batch()`` gives; None when they are not of one shape read here."""
+    return _read(columns, _Batch.of(datas), offsets, wanted) if datas else None
+
+
+def _read(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] | None) -> Any:
+    """``stored_batch`` of the messages of ``b``."""
+    if len(b.raw) >= 1 << 31:
+        return None  # past Arrow's 32-bit offsets
+    try:
+        return _decode(columns, b, offsets, wanted)
+    except (_Shape, IndexError):  # a length past the buffer: not read here either
+        return None
+
+
+def _decode(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] | None) -> Any:
+    n = b.n
+    pos = b.starts.copy()
+    nothing = np.zeros(n, bool)
+    fv: Any = None
+    props: list[tuple[Any, Any, Any]] | None = None  # (constructors, starts, lengths) a field
+    app_keys: list[str] = []
+    app_values: list[tuple[Any, Any, Any]] = []  # (constructors, starts, lengths) a key
+    body: Any = None
+    seen: set[int] = set()
+    text_properties = {PROPERTY_ORDER.index(name) for name, dtype, is_property, _ in columns._declared
+                       if is_property and type(dtype) is StringType}
+    while True:
+        done = pos == b.ends
+        if done.all():
+            break
+        _all(~done)
+        _all((b.buf[pos] == 0) & (b.buf[pos + 1] == 0x53))
+        code = _one(b.buf[pos + 2])
+        if code in seen:
+            raise _Shape
+        seen.add(code)
+        pos = pos + 3
+        if code == _ANNOTATIONS:
+            pos, end, count = b.compound(pos, 0xC1, 0xD1)
+            if count & 1:
+                raise _Shape
+            for _ in range(count >> 1):
+                key, pos = b.key(pos, (0xA3, 0xA1))
+                if not key.isascii():
+                    raise _Shape
+                c, start, length, pos = b.skip(pos, check=key != _FILTER_KEY)
+                if key == _FILTER_KEY:  # its texts checked as they are made
+                    if fv is not None:
+                        raise _Shape
+                    _all(_IS_FILTER_VALUE[c])
+                    fv = b.texts(start, length, c != 0x40, ascii_only=_IS_ASCII[c])
+            _all(pos == end)
+        elif code == _PROPERTIES:
+            pos, end, count = b.compound(pos, 0xC0, 0xD0, 0x45)
+            props = []
+            for i in range(count):  # a declared text column's texts are checked as it is made
+                c, start, length, pos = b.skip(pos, check=i not in text_properties)
+                props.append((c, start, length))
+            _all(pos == end)
+        elif code == _APPLICATION:
+            pos, end, count = b.compound(pos, 0xC1, 0xD1)
+            if count & 1:
+                raise _Shape
+            for _ in range(count >> 1):
+                key, pos = b.key(pos, (0xA1,))
+                try:
+                    app_keys.append(key.decode())
+                except UnicodeDecodeError:
+                    raise _Shape from None
+                c, start, length, pos = b.skip(pos, check=False)  # _text_of checks them
+                app_values.append((c, start, length))
+            _all(pos == end)
+            if len(set(app_keys)) != len(app_keys):
+                raise _Shape
+        elif code == _DATA or code == _VALUE:  # the body, a binary (proton writes an amqp-value)
+            if body is not None:
+                raise _Shape
+            c, start, length, pos = b.skip(pos)
+            _all((c == 0xA0) | (c == 0xB0))
+            body = b.spans(start, length, ~nothing)
+        elif code in _SKIPPED:  # read to check it, as the walk does
+            kind = _SKIPPED[code]
+            pos, end, count = b.compound(pos, kind, kind | 0x10, 0x45 if kind == 0xC0 else -1)
+            for _ in range(count):
+                _, _, _, pos = b.skip(pos)
+            _all(pos == end)
+        else:
+            raise _Shape
+        _all(pos <= b.ends)
+
+    times = _times(b, props)
+    out: list[Any] = [pa.array(offsets, pa.int64()), times,
+                      fv if fv is not None else pa.nulls(n, pa.string()),
+                      body if body is not None else pa.nulls(n, pa.binary()),
+                      _map(b, columns, app_keys, app_values)]
+    if columns.stream is not None:
+        out.append(pa.array([columns.stream] * n, pa.string()))
+    plan = _declared_plan(columns)
+    if plan is None:
+        raise _Shape
+    app = dict(zip(app_keys, app_values, strict=True))
+    for name, is_property, dtype, arrow_type in plan:
+        if is_property:
+            out.append(_property_column(b, props, PROPERTY_ORDER.index(name), dtype, arrow_type))
+        else:
+            out.append(_app_column(b, app.get(name), dtype, arrow_type))
+    batch = pa.RecordBatch.from_arrays(out, schema=columns.schema)
+    if wanted is not None:
+        keep = pc.fill_null(pc.is_in(batch.column(2), value_set=pa.array(list(wanted), pa.string())), False)
+        if not pc.all(keep).as_py():
+            batch = batch.filter(keep)
+    return batch
+
+
+def _times(b: _Batch, props: list | None) -> Any:
+    """The timestamp column: the creation time (ms, as the walk's float arithmetic makes it)."""
+    kind = pa.timestamp("us", tz="UTC")
+    if props is None or len(props) <= _EXPIRY:
+        return pa.nulls(b.n, kind)
+    _all(_IS_TIME[props[_EXPIRY][0]])  # anything else: the walk leaves it to today's path
+    if len(props) <= _CREATION:
+        return pa.nulls(b.n, kind)
+    c, start, _ = props[_CREATION]
+    _all(_IS_TIME[c])
+    ct = np.where(c == 0x83, b.fixed(start, ">i8").astype(np.int64), 0)
+    present = ct != 0
+    ms = ct.astype(np.float64) / 1000.0 * 1000  # int(int(ct) / 1000.0 * 1000)
+    _all(~present | ((ms >= _MIN_MS) & (ms <= _MAX_MS)))
+    us = np.where(present, ms, 0).astype(np.int64) * 1000
+    return pa.array(us, kind, mask=~present)
+
+
+def _text_of(b: _Batch, values: tuple[Any, Any, Any]) -> Any:
+    """An application property's values as the map column's text (``batches._text``)."""
+    c, start, length = values
+    kinds = {_KIND.get(int(k), "other") for k in np.unique(c)}
+    if "other" in kinds:
+        raise _Shape
+    parts = []
+    if _STR_KIND in kinds:
+        parts.append(b.texts(start, length, _IS_UTF8[c]))
+    if _INT_KIND in kinds:
+        ints, valid = _ints(b, c, start)
+        parts.append(pc.cast(pa.array(ints, mask=~valid), pa.string()))
+    if _DOUBLE_KIND in kinds:
+        d = np.where(c == 0x82, b.fixed(start, ">f8").astype(np.float64), 0.0)
+        text = list(map(float.__repr__, d.tolist()))  # Python's repr: Arrow's cast writes other text
+        parts.append(pa.array(text, pa.string(), mask=~((c == 0x82) & np.isfinite(d))))
+    if _BOOL_KIND in kinds:
+        isbool = (c == 0x41) | (c == 0x42)
+        parts.append(pa.array(np.where(c == 0x41, "true", "false"), pa.string(), mask=~isbool))
+    if not parts:
+        return pa.nulls(b.n, pa.string())
+    return parts[0] if len(parts) == 1 else pc.coalesce(*parts)
+
+
+def _ints(b: _Batch, c: Any, start: Any) -> tuple[Any, Any]:
+    """(values, which are integers) of the integers among the values at ``start``."""
+    one = b.buf[np.minimum(start, len(b.buf) - 1)]
+    v = np.where(_IS_SIGNED8[c], one.view(np.int8).astype(np.int64), one.astype(np.int64))
+    if (c == 0x71).any():
+        v = np.where(c == 0x71, b.fixed(start, ">i4").astype(np.int64), v)
+    if (c == 0x81).any():
+        v = np.where(c == 0x81, b.fixed(start, ">i8").astype(np.int64), v)
+    return v, _IS_INT[c]
+
+
+def _map(b: _Batch, columns: Columns, keys: list[str], values: list[tuple[Any, Any, Any]]) -> Any:
+    """The application_properties map column: the same keys in every message."""
+    n, k = b.n, len(keys)
+    ends = pa.array(np.arange(0, n * k + 1, k, dtype=np.int32) if k else np.zeros(n + 1, np.int32))
+    if not k:
+        items = pa.array([], pa.string())
+        return pa.MapArray.from_arrays(ends, pa.array([], pa.string()), items, type=columns._map_type)
+    texts = pa.concat_arrays([_text_of(b, v) for v in values])
+    order = (np.arange(n)[:, None] + np.arange(k)[None, :] * n).ravel()
+    key_column = pa.array(keys, pa.string()).take(np.tile(np.arange(k), n))
+    return pa.MapArray.from_arrays(ends, key_column, texts.take(order), type=columns._map_type)
+
+
+def _app_column(b: _Batch, values: tuple[Any, Any, Any] | None, dtype: Any, arrow_type: Any) -> Any:
+    """A declared application property column, where the values' kind is what its type takes
+    as it is (``batches._column``); all null when absent."""
+    if values is None:
+        return pa.nulls(b.n, arrow_type)
+    c, start, length = values
+    kinds: set[str | None] = {_KIND.get(int(k), "other") for k in np.unique(c)} - {None}
+    if not kinds:
+        return pa.nulls(b.n, arrow_type)
+    if len(kinds) != 1:
+        raise _Shape
+    kind = kinds.pop()
+    if dtype is DoubleType and kind in (_STR_KIND, _BOOL_KIND):  # mapping._to_float: no reading as one
+        return pa.nulls(b.n, arrow_type)
+    if dtype is DoubleType and kind == _INT_KIND:  # float(int(v)), the nearest double
+        ints, valid = _ints(b, c, start)
+        return pa.array(ints.astype(np.float64), arrow_type, mask=~valid)
+    if kind is None or dtype not in _TAKES.get(kind, ()):
+        raise _Shape
+    if kind == _STR_KIND:
+        return b.texts(start, length, c != 0x40)
+    if kind == _INT_KIND:
+        ints, valid = _ints(b, c, start)
+        bound = 1 << (_BITS[dtype] - 1)
+        _all(~valid | ((ints >= -bound) & (ints < bound)))
+        return pa.array(ints, mask=~valid).cast(arrow_type)
+    if kind == _DOUBLE_KIND:
+        return pa.array(b.fixed(start, ">f8").astype(np.float64), arrow_type, mask=c != 0x82)
+    return pa.array(c == 0x41, arrow_type, mask=c == 0x40)
+
+
+def _property_column(b: _Batch, props: list | None, index: int, dtype: Any, arrow_type: Any) -> Any:
+    """A declared properties column: text fields as text (an empty one absent), or all null."""
+    if props is None or len(props) <= index:
+        return pa.nulls(b.n, arrow_type)
+    c, start, length = props[index]
+    if (c == 0x40).all():
+        return pa.nulls(b.n, arrow_type)
+    _all(_IS_TEXT_FIELD[c])
+    if dtype is not StringType:
+        raise _Shape
+    return b.texts(start, length, (c != 0x40) & (length > 0))
+
+
+class StoredBatches:
+    """A task's stored messages, gathered and read a batch at a time: as columns
+    (``stored_batch``) when they are of one shape, else one by one (``stored_adder``)."""
+
+    def __init__(self, columns: Columns, wanted: Collection[str] | None = None):
+        self.columns, self.wanted = columns, wanted
+        self._add = stored_adder(columns, wanted)
+        self._clear()
+
+    def _clear(self) -> None:
+        self._pieces: list[bytes] = []  # buffers holding the messages
+        self._starts: list[Any] = []  # where each message starts and ends in the pieces joined
+        self._ends: list[Any] = []
+        self._offsets: list[Any] = []
+        self._size = self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def extend(self, first: int, datas: Sequence[bytes]) -> None:
+        """Messages at ``first``, ``first + 1``, ..."""
+        if datas:
+            lengths = np.fromiter(map(len, datas), np.int64, len(datas))
+            ends = np.cumsum(lengths)
+            self.extend_spans(first, b"".join(datas), ends - lengths, ends)
+
+    def extend_spans(self, first: int, piece: bytes, starts: Any, ends: Any) -> None:
+        """Messages at ``first``, ``first + 1``, ..., the bytes ``piece[starts[i]:ends[i]]``
+        (a delivered chunk's records, with no copy of each)."""
+        if len(starts):
+            self._pieces.append(piece)
+            self._starts.append(starts + self._size)
+            self._ends.append(ends + self._size)
+            self._offsets.append(np.arange(first, first + len(starts), dtype=np.int64))
+            self._size += len(piece)
+            self._count += len(starts)
+
+    def batch(self) -> Any:
+        """The gathered messages as a ``RecordBatch`` (None when the filter kept none)."""
+        if not self._count:
+            return None
+        b = _Batch(self._pieces, np.concatenate(self._starts), np.concatenate(self._ends))
+        offsets = np.concatenate(self._offsets)
+        self._clear()
+        batch = _read(self.columns, b, offsets, self.wanted)
+        if batch is None:
+            add, raw = self._add, b.raw
+            for offset, start, end in zip(offsets.tolist(), b.starts.tolist(), b.ends.tolist(), strict=True):
+                add(raw[start:end], offset)
+            if not len(self.columns):
+                return None
+            batch = self.columns.batch()
+        return batch if batch.num_rows else None

@@ -1,0 +1,270 @@
+"""``stored_arrays`` (a batch of one shape read as columns) gives the batches ``stored_adder``
+gives: random batches whose messages share a shape (sections, keys, property count) while
+their values and encodings vary (smallint or int, str8 or str32, map8 or map32, nulls, empty
+strings, NaN...), now and then with a message of another shape among them (which must send the
+batch to ``stored_adder``), random declared schemas and filter values; no broker, no Spark."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import proton
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql.types import StructType
+
+from amqp_stream.client.names import FILTER_VALUE
+from amqp_stream.spark import stored_arrays
+from amqp_stream.spark.batches import Columns
+from amqp_stream.spark.mapping import BASE_COLUMNS, declared_columns
+from amqp_stream.spark.stored_arrays import StoredBatches, stored_batch
+from amqp_stream.spark.stored_columns import stored_adder
+from amqp_stream.wire import encode
+from tests.spark.test_batches import _same
+from tests.spark.test_stored_columns import KEYS, TYPES, _compound, messages, schemas
+
+_ints = st.one_of(st.integers(-128, 127), st.integers(-(2**63), 2**63 - 1),
+                  st.integers(-(2**31), 2**31 - 1).map(proton.int32), st.integers(-128, 127).map(proton.byte),
+                  st.integers(0, 255).map(proton.ubyte))
+_texts = st.text(max_size=5) | st.sampled_from(["r01", "", "é"])
+_KINDS = {"int": _ints, "str": _texts, "double": st.floats(allow_nan=True, allow_infinity=True),
+          "bool": st.booleans(), "mixed": _ints | _texts | st.floats() | st.booleans()}
+# a properties list's fields, by PROPERTY_ORDER
+# a properties list's fields, by PROPERTY_ORDER: a writer's values, and (ODD) others the walk
+# leaves to today's path, or that fail it, drawn in some batches only
+_ODD = {0: st.just(proton.ulong(7)), 8: st.just("x"), 9: st.integers(2**59, 2**62).map(proton.timestamp)}
+_PROPERTIES = [
+    st.sampled_from(["m-1", "", "m-22", "é", "m-333"]),  # message_id
+    st.binary(max_size=3),  # user_id
+    _texts, _texts, _texts, _texts,  # to, subject, reply_to, correlation_id
+    st.sampled_from(["application/json", ""]).map(proton.symbol), st.just(proton.symbol("gzip")),
+    st.sampled_from([0, 1001]).map(proton.timestamp),  # absolute_expiry_time
+    st.sampled_from([0, 1001, 1795823780661]).map(proton.timestamp)
+    | st.integers(-(2**40), 2**48).map(proton.timestamp),  # creation_time
+    _texts, st.integers(0, 3).map(proton.uint), _texts]
+
+
+def _str32(s: str) -> bytes:
+    raw = s.encode()
+    return b"\xb1" + struct.pack(">I", len(raw)) + raw
+
+
+def _value(draw, kind: str) -> bytes:
+    """A value of ``kind``, null now and then, a str32 for a string now and then."""
+    if draw(st.integers(0, 5)) == 0:
+        return b"\x40"
+    v = draw(_KINDS[kind])
+    if isinstance(v, str) and draw(st.integers(0, 3)) == 0:
+        return _str32(v)
+    return _spoilt(draw, encode(v))
+
+
+def _spoilt(draw, encoded: bytes) -> bytes:
+    """``encoded``, or now and then a text the walk cannot decode (not UTF-8, a symbol not ASCII)."""
+    if draw(st.integers(0, 40)):
+        return encoded
+    return draw(st.sampled_from([b"\xa1\x02\xff\xfe", b"\xa3\x02\xc3\xa9", b"\xa1\x03\xed\xa0\x80"]))
+
+
+# the declared types a writer's column of each kind is read as (text as a double: a decimal
+# written as its text, read as DOUBLE, as bench.spark does)
+_MATCHING = {"int": ["integer", "long", "byte", "double"], "str": ["string", "double"], "double": ["double"],
+             "bool": ["boolean"], "mixed": ["string"]}
+
+
+def _declared(draw, kinds: dict[str, str]) -> StructType:
+    """Declared columns: the shape's keys, mostly of the type their values take as they are,
+    and properties (message_id, subject: text) and keys the messages lack."""
+    names = draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=5))
+    if draw(st.booleans()):  # a writer's id column
+        names = ["message_id", *(n for n in names if n != "message_id")]
+    fields = []
+    for n in names:
+        usual = _MATCHING[kinds[n]] if n in kinds else ["string"]
+        t = draw(st.sampled_from(usual * 5 + TYPES))
+        fields.append({"name": n, "type": t, "nullable": True, "metadata": {}})
+    declared = StructType.fromJson({"type": "struct", "fields": fields})
+    return declared_columns(StructType(list(BASE_COLUMNS.fields) + list(declared.fields)))
+
+
+@st.composite
+def shaped(draw) -> tuple[list[bytes], StructType]:
+    """Messages of one shape (a writer's), their values drawn one by one, and declared columns."""
+    order = draw(st.permutations([0x72, 0x73, 0x74, 0x75]))
+    present = [c for c in order if draw(st.integers(0, 4))]
+    annotation_keys = draw(st.permutations([k for k in (FILTER_VALUE, "x-stream-other") if draw(st.booleans())]))
+    fv_kind = draw(st.sampled_from(["str", "str", "int"]))
+    count = draw(st.integers(0, len(_PROPERTIES)))
+    nulls = [draw(st.integers(0, 3)) == 0 for _ in range(count)]
+    fields = [_PROPERTIES[i] | _ODD[i] if i in _ODD and draw(st.integers(0, 5)) == 0 else _PROPERTIES[i]
+              for i in range(count)]
+    app = draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=5))
+    kinds = {k: draw(st.sampled_from(["int", "str", "double", "bool", "int", "str", "mixed"])) for k in app}
+    out = []
+    for _ in range(draw(st.integers(1, 8))):
+        sections = []
+        for code in present:
+            if code == 0x72:
+                items = [encode(proton.symbol(k))
+                         + (_value(draw, fv_kind) if k == FILTER_VALUE else encode(draw(st.integers(0, 9))))
+                         for k in annotation_keys]
+                value = _compound(draw, "map", items)
+            elif code == 0x73:
+                value = _compound(draw, "list", [b"\x40" if nulls[i] or not draw(st.integers(0, 9))
+                                                 else _spoilt(draw, encode(draw(fields[i]))) for i in range(count)])
+            elif code == 0x74:
+                value = _compound(draw, "map", [encode(k) + _value(draw, kinds[k]) for k in app])
+            else:
+                body = draw(st.binary(max_size=300))
+                value = (b"\xb0" + struct.pack(">I", len(body)) + body) if draw(st.integers(0, 3)) == 0 \
+                    else encode(body)
+            sections.append(bytes((0, 0x53, code)) + value)
+        out.append(b"".join(sections))
+    return out, _declared(draw, kinds)
+
+
+def _reference(datas: list[bytes], declared: StructType, stream, wanted) -> list | str:
+    """Today's rows: ``stored_adder`` a message, one batch."""
+    try:
+        columns = Columns(declared, stream)
+        add = stored_adder(columns, wanted)
+        for i, d in enumerate(datas):
+            add(d, 100 + i)
+        return columns.batch().to_pylist()
+    except Exception as exc:  # noqa: BLE001 - bytes no way reads, a time past year 9999: both fail alike
+        return type(exc).__name__
+
+
+def _columns(datas: list[bytes], declared: StructType, stream, wanted) -> list | str:
+    try:
+        batches = StoredBatches(Columns(declared, stream), wanted)
+        batches.extend(100, datas)
+        batch = batches.batch()
+        return [] if batch is None else batch.to_pylist()
+    except Exception as exc:  # noqa: BLE001
+        return type(exc).__name__
+
+
+_wanted = st.none() | st.sampled_from([("r01",), ("r01", ""), ("é", "5")])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shaped(), st.lists(messages(), max_size=1), st.integers(0, 8), schemas(), st.booleans(),
+       st.none() | st.just("p-1"), _wanted)
+def test_columns_give_the_rows_of_the_walk(batch, other, at, random_schema, random, stream, wanted):
+    """Of one shape, or with a message of another among them: the same rows (or the same error)."""
+    datas, declared = batch
+    if random:
+        declared = random_schema
+    datas = datas[:at] + other + datas[at:]
+    assert _same(_columns(datas, declared, stream, wanted), _reference(datas, declared, stream, wanted))
+
+
+def _usual_schema() -> StructType:
+    return declared_columns(StructType.fromJson({"type": "struct", "fields": [
+        {"name": n, "type": t, "nullable": True, "metadata": {}}
+        for n, t in [("n", "integer"), ("region", "string"), ("amount", "double"), ("k", "long"),
+                     ("message_id", "string"), ("ok", "boolean"), ("absent", "timestamp")]]}))
+
+
+def _usual(i: int) -> bytes:
+    """What proton writes (the sink's AMQP 1.0 path), ids of several lengths."""
+    m = proton.Message(body=f'{{"n": {i}}}'.encode(), id=f"m-{i}", creation_time=1795823780.661 + i,
+                       content_type="application/json")
+    m.properties = {"n": proton.int32(i * 1000 - 50_000), "region": f"r{i % 3}", "amount": i * 0.25,
+                    "k": i * 3 - 200, "ok": i % 2 == 0, "none": None, "u": proton.ubyte(i % 256)}
+    m.annotations = {proton.symbol(FILTER_VALUE): f"r{i % 3}"}
+    return bytes(m.encode())
+
+
+@pytest.mark.parametrize("wanted", [None, ("r0", "r2")])
+def test_the_usual_messages_are_read_as_columns(wanted):
+    """proton's messages (a writer's: smallint and int, smalllong and long, ids of several
+    lengths) are of one shape: read as columns, the walk's rows."""
+    declared = _usual_schema()
+    datas = [_usual(i) for i in range(300)]
+    got = stored_batch(Columns(declared), datas, np.arange(100, 400), wanted)
+    assert got is not None
+    assert _same(got.to_pylist(), _reference(datas, declared, None, wanted))
+    assert got.num_rows == (300 if wanted is None else 200)
+
+
+@pytest.mark.parametrize("decimal_amount", [False, True])
+def test_the_sinks_messages_are_read_as_columns(decimal_amount):
+    """The Spark sink's own messages (``ArrowEncoder``, the bench's rows) are of one shape; as in
+    bench.spark, a decimal ``amount`` (written as its text) read as DOUBLE too."""
+    import decimal
+
+    import pyarrow as pa
+    from pyspark.sql.types import DecimalType, DoubleType, IntegerType, LongType, StringType, StructField
+
+    from amqp_stream.spark.encoding import ArrowEncoder
+    from amqp_stream.spark.mapping import WritePlan
+    fields = [StructField("n", IntegerType()), StructField("region", StringType()),
+              StructField("amount", DoubleType()), StructField("message_id", StringType()),
+              StructField("k", LongType())]
+    ids = range(-200, 800)
+    amounts = pa.array([i * 0.1 for i in ids])
+    write_fields = list(fields)
+    if decimal_amount:
+        write_fields[2] = StructField("amount", DecimalType(22, 2))
+        amounts = pa.array([decimal.Decimal(i) / 4 for i in ids], pa.decimal128(22, 2))
+    batch = pa.RecordBatch.from_arrays([
+        pa.array([i * 999 for i in ids], pa.int32()), pa.array([f"r{i % 7}" for i in ids]), amounts,
+        pa.array([f"m-{i}" for i in ids]), pa.array([i * 3**30 for i in ids], pa.int64())],
+        names=[f.name for f in fields])
+    write_schema = StructType(write_fields)
+    datas = ArrowEncoder(WritePlan.for_schema(write_schema, "region"), write_schema).encode(batch)
+    declared = declared_columns(StructType(list(BASE_COLUMNS.fields) + fields))
+    got = stored_batch(Columns(declared), datas, np.arange(100, 100 + len(datas)))
+    assert got is not None and _same(got.to_pylist(), _reference(datas, declared, None, None))
+
+
+def test_a_batch_of_another_shape_is_read_by_the_walk(monkeypatch):
+    """A message whose application properties hold another key: the batch goes to the walk,
+    whose rows come out."""
+    declared = _usual_schema()
+    other = proton.Message(body=b"x", properties={"n": proton.int32(5), "extra": "y"})
+    datas = [_usual(i) for i in range(5)] + [bytes(other.encode())]
+    assert stored_batch(Columns(declared), datas, np.arange(6)) is None
+    walked = []
+    real = stored_arrays.stored_adder
+
+    def counting(columns, wanted):
+        add = real(columns, wanted)
+        return lambda d, o: walked.append(o) or add(d, o)
+    monkeypatch.setattr(stored_arrays, "stored_adder", counting)
+    assert _same(_columns(datas, declared, None, None), _reference(datas, declared, None, None))
+    assert walked == list(range(100, 106))
+
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(max_size=20), min_size=1, max_size=12), st.integers(0, 3), st.integers(0, 14),
+       st.integers(0, 14), st.booleans())
+def test_a_chunks_records_in_a_range(bodies, at, start, stop, sub_batch):
+    """``stream_read._rows`` keeps a delivered chunk's records within the range (as spans of the
+    chunk, or through ``decode_records`` when a sub-batch is among them), numbered from the
+    chunk's id, and says whether the range is done."""
+    from storage.format import CHUNK_HEADER_BYTES, encode_chunk, encode_entries, encode_subbatch
+    from amqp_stream.spark.offsets import OffsetRange
+    from amqp_stream.spark.stream_read import _rows
+
+    datas = [b"\x00\x53\x75" + encode(b) for b in bodies]
+    at = min(at, len(datas))
+    if sub_batch:
+        data = encode_entries(datas[:at]) + encode_subbatch(datas[at:]) if at < len(datas) else encode_entries(datas)
+        entries = at + (at < len(datas))
+    else:
+        data, entries = encode_entries(datas), len(datas)
+    chunk = b"".join(encode_chunk(100, 0, data, entries, len(datas)))
+    assert len(chunk) == CHUNK_HEADER_BYTES + len(data)
+    rng = OffsetRange(100 + start, 100 + max(start, stop))
+    batches = StoredBatches(Columns(declared_columns(StructType(list(BASE_COLUMNS.fields)))))
+    done = _rows(chunk, rng, batches)
+    batch = batches.batch()
+    rows = [] if batch is None else [(r["offset"], r["body"]) for r in batch.to_pylist()]
+    assert rows == [(100 + i, b) for i, b in enumerate(bodies) if rng.start <= 100 + i < rng.end]
+    assert done == (rng.end <= 100 + len(datas))
