@@ -38,7 +38,12 @@ def _both(enc: ArrowEncoder, batch, first: int, limit: int, publisher: int):
     index = enc.plan.filter_index
     fast = batch_frames(messages, None if index is None else batch.column(index), first, limit, publisher)
     slow = list(entry_frames(enc.encode(batch), enc.filter_values(batch), first, limit, publisher))
-    return fast, slow
+    return _joined(fast), _joined(slow)
+
+
+def _joined(frames):
+    """Each frame's buffers as its bytes."""
+    return None if frames is None else [(b"".join(parts), count) for parts, count in frames]
 
 
 def test_batch_frames_are_the_entry_frames(monkeypatch):
