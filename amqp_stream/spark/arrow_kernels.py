@@ -41,6 +41,12 @@ _STR8_PROPERTIES = {"message_id", "to", "subject", "reply_to", "correlation_id"}
 _CREATION_TIME = 9
 
 
+#: the bytes ``json`` escapes in a string (or that are not ASCII)
+_ESCAPED = np.ones(256, bool)
+_ESCAPED[0x20:0x7F] = False
+_ESCAPED[[0x22, 0x5C]] = True
+
+
 class _Slow(Exception):
     """This batch needs a form the kernels do not write."""
 
@@ -171,7 +177,7 @@ class Kernels:
         if isinstance(dtype, StringType):
             return self._sized_parts(0xA1, col.cast(pa.binary()))
         if isinstance(dtype, DecimalType):
-            return self._sized_parts(0xA1, col.cast(pa.string()).cast(pa.binary()))
+            return self._sized_parts(0xA1, self._text(col).cast(pa.binary()))
         if not col.null_count:
             if isinstance(dtype, DoubleType):
                 return self._big(col, b"\x82", "d")
@@ -186,7 +192,7 @@ class Kernels:
         if isinstance(dtype, StringType):
             return self._sized(0xA1, col.cast(pa.binary()))
         if isinstance(dtype, DecimalType):  # its text, as str() of the Decimal (mapping's converter)
-            return self._sized(0xA1, col.cast(pa.string()).cast(pa.binary()))
+            return self._sized(0xA1, self._text(col).cast(pa.binary()))
         if isinstance(dtype, IntegerType):
             return self._small(col, b"\x54", b"\x71", "i")
         if isinstance(dtype, LongType):
@@ -221,7 +227,7 @@ class Kernels:
         if not col.null_count and isinstance(dtype, (StringType, DecimalType)):
             if isinstance(dtype, StringType):
                 self._plain_json_string(col)
-            return [pa.scalar('"'), col if isinstance(dtype, StringType) else col.cast(pa.string()), pa.scalar('"')]
+            return [pa.scalar('"'), col if isinstance(dtype, StringType) else self._text(col), pa.scalar('"')]
         return [self._json_text(col, dtype)]
 
     def _json_text(self, col: Any, dtype: Any) -> Any:
@@ -236,7 +242,7 @@ class Kernels:
         if isinstance(dtype, BooleanType):
             return pc.if_else(col.is_valid(), pc.if_else(col, pa.scalar("true"), pa.scalar("false")), null)
         if isinstance(dtype, DecimalType):  # a JSON string of str() of the Decimal (``mapping._json_default``)
-            return self._or_null(col, self._join(pa.scalar('"'), col.cast(pa.string()), pa.scalar('"')))
+            return self._or_null(col, self._join(pa.scalar('"'), self._text(col), pa.scalar('"')))
         assert isinstance(dtype, DoubleType)
         text = pc.cast(col, pa.string())
         magnitude = pc.abs(col)
@@ -246,11 +252,27 @@ class Kernels:
         text = pc.if_else(pc.match_substring(text, "."), text, pc.binary_join_element_wise(text, ".0", ""))
         return self._or_null(col, text)
 
+    def _text(self, col: Any) -> Any:
+        """A decimal column's text (``str`` of each value), cast once a batch (the application
+        property and the JSON body both take it; the cast is ~0.06 µs a row)."""
+        pa, _ = _pa()
+        values = col.buffers()[1]
+        key = (values.address if values is not None else 0, col.offset, len(col), str(col.type))
+        if key not in self._texts:
+            self._texts[key] = col.cast(pa.string())
+        return self._texts[key]
+
     @staticmethod
     def _plain_json_string(col: Any) -> None:
-        """_Slow when ``json`` would escape a character of a value."""
-        _, pc = _pa()
-        if len(col) and pc.any(pc.match_substring_regex(col, r"[^\x20-\x21\x23-\x5b\x5d-\x7e]")).as_py():
+        """_Slow when ``json`` would escape a character of a value: a byte of the values'
+        data outside printable ASCII, or a quote or a backslash (one table look-up a byte)."""
+        if not len(col):
+            return
+        offsets = np.frombuffer(col.buffers()[1], np.int32, 2, col.offset * 4)
+        end = np.frombuffer(col.buffers()[1], np.int32, 1, (col.offset + len(col)) * 4)[0]
+        data = col.buffers()[2]
+        if data is not None and end > offsets[0] and \
+                _ESCAPED[np.frombuffer(data, np.uint8, end - offsets[0], offsets[0])].any():
             raise _Slow
 
     @staticmethod
@@ -281,6 +303,13 @@ class Kernels:
             return None
 
     def _encode(self, batch: Any, first_id: int | None) -> Any:
+        self._texts: dict[tuple, Any] = {}
+        try:
+            return self._encode_batch(batch, first_id)
+        finally:
+            self._texts = {}
+
+    def _encode_batch(self, batch: Any, first_id: int | None) -> Any:
         pa, pc = _pa()
         enc, n = self.encoder, batch.num_rows
         plan, fields = enc.plan, enc.schema.fields

@@ -109,14 +109,28 @@ class Pieces:
         if len(leaves) == 1 and not isinstance(leaves[0], bytes):
             return leaves[0]
         sources = [pa.array([x], pa.binary()) if isinstance(x, bytes) else x for x in leaves]
-        per_row = np.array([0 if isinstance(x, bytes) else 1 for x in leaves], np.int32)
-        base = np.concatenate(([0], np.cumsum([len(s) for s in sources])[:-1])).astype(np.int32)
         k = len(leaves)
-        index = np.add(np.multiply.outer(np.arange(n, dtype=np.int32), per_row), base).ravel()
-        taken = pa.concat_arrays(sources).take(pa.array(index))
+        taken = pa.concat_arrays(sources).take(_index(n, tuple(isinstance(x, bytes) for x in leaves)))
         offsets = np.frombuffer(taken.buffers()[1], np.int32, n * k + 1, taken.offset * 4)[::k]
         return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(np.ascontiguousarray(offsets)),
                                                       taken.buffers()[2]])
+
+
+_last_index: tuple[Any, Any] = (None, None)
+
+
+def _index(n: int, constant: tuple[bool, ...]) -> Any:
+    """The take's index over the leaves one after the other (each of ``n`` rows, or one value
+    where ``constant``): ``i * k + j`` -> row ``i`` of leaf ``j``. The last one is kept: a
+    task's batches are mostly of one size and layout."""
+    global _last_index
+    key = (n, constant)
+    if _last_index[0] != key:
+        sizes = np.array([1 if c else n for c in constant], np.int32)
+        base = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int32)
+        per_row = np.array([0 if c else 1 for c in constant], np.int32)
+        _last_index = (key, pa.array(np.add(np.multiply.outer(np.arange(n, dtype=np.int32), per_row), base).ravel()))
+    return _last_index[1]
 
 
 def matrix(values: np.ndarray) -> np.ndarray:
