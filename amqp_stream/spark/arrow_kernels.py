@@ -3,12 +3,13 @@
 Why: ``ArrowEncoder.encode`` still runs Python per value (an encoder call, a section per row,
 the JSON body's fragments). For the columns most writes have (strings, 32/64-bit integers,
 doubles, booleans, decimals: their text, as ``str`` of a ``Decimal``) every piece of a message
-has a layout Arrow can build a whole column at a time: a constructor byte, a length byte (a
-lookup in a 256-entry table), big-endian numbers (the column's buffer byte-swapped by
-``array``), joined row by row with ``binary_join_element_wise`` (each join costs per row and
-argument: constants are merged and pieces joined once where they can be). No Python runs per
-row except the final ``to_pylist``, and over the stream protocol not even that
-(``encode_array``: ``framing.batch_frames`` frames the array).
+has a layout Arrow and numpy can build a whole column at a time: a constructor byte, a length
+byte, big-endian numbers (the column's values byte-swapped by numpy), the values' text. The
+pieces are joined row by row once, at the end, with one ``take`` (``row_concat``: a join of
+joins stays a flat list of pieces, and a section's length is the sum of its pieces' lengths);
+pieces with nulls go through ``binary_join_element_wise``. No Python runs per row except the
+final ``to_pylist``, and over the stream protocol not even that (``encode_pieces``:
+``framing.batch_frames`` joins the frame entries' fields and the messages' pieces in one go).
 
 The bytes are ``ArrowEncoder.encode``'s, byte for byte (``tests/spark/test_arrow_kernels.py``
 compares them over random batches). What would need a form this module does not write (a
@@ -20,7 +21,6 @@ None for the batch, and ``ArrowEncoder`` writes it the per-value way.
 
 from __future__ import annotations
 
-import array
 import sys
 import time
 from json.encoder import encode_basestring_ascii as _json_string
@@ -55,19 +55,6 @@ def _pa() -> tuple[Any, Any]:
     import pyarrow as pa  # type: ignore[import-untyped]
     import pyarrow.compute as pc  # type: ignore[import-untyped]
     return pa, pc
-
-
-def be_bytes(col: Any, code: str) -> Any:
-    """An integer or float column's values, nulls as 0, big-endian, as a binary column
-    (``code``: the ``array`` type code of the column's width)."""
-    pa, _ = _pa()
-    col = col.fill_null(0)
-    width = array.array(code).itemsize
-    raw = array.array(code)
-    raw.frombytes(col.buffers()[1].to_pybytes()[col.offset * width:(col.offset + len(col)) * width])
-    raw.byteswap()
-    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(col), [None, pa.py_buffer(raw.tobytes())]) \
-        .cast(pa.binary())
 
 
 def _no_failing_import() -> None:
@@ -142,7 +129,8 @@ class Kernels:
 
     @staticmethod
     def _be(col: Any, code: str) -> Any:
-        """``be_bytes`` as a matrix piece."""
+        """A number column's values (nulls as 0) big-endian (``code``: the numpy type code of
+        its width), as a matrix piece."""
         return matrix(col.fill_null(0).to_numpy().astype(">" + code))
 
     def _sized(self, code8: int, raw: Any) -> Any:
