@@ -256,11 +256,14 @@ class Kernels:
         data outside printable ASCII, or a quote or a backslash (one table look-up a byte)."""
         if not len(col):
             return
-        offsets = np.frombuffer(col.buffers()[1], np.int32, 2, col.offset * 4)
-        end = np.frombuffer(col.buffers()[1], np.int32, 1, (col.offset + len(col)) * 4)[0]
+        pa, _ = _pa()
+        kind = np.int64 if col.type == pa.large_string() else np.int32  # Spark may give 64-bit offsets
+        offsets = col.buffers()[1]
+        width = np.dtype(kind).itemsize
+        start = int(np.frombuffer(offsets, kind, 1, col.offset * width)[0])
+        end = int(np.frombuffer(offsets, kind, 1, (col.offset + len(col)) * width)[0])
         data = col.buffers()[2]
-        if data is not None and end > offsets[0] and \
-                _ESCAPED[np.frombuffer(data, np.uint8, end - offsets[0], offsets[0])].any():
+        if data is not None and end > start and _ESCAPED[np.frombuffer(data, np.uint8, end - start, start)].any():
             raise _Slow
 
     @staticmethod

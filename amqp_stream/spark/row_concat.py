@@ -211,6 +211,8 @@ def join(*parts: Any) -> Any:
         elif not isinstance(p, bytes):
             if p.null_count:
                 return _joined(parts)
+            if p.type != pa.binary() and p.type != pa.string():  # large_binary/large_string: 64-bit offsets
+                p = p.cast(pa.binary())
             n = len(p)
         if isinstance(p, bytes) and flat and isinstance(flat[-1], bytes):
             flat[-1] += p

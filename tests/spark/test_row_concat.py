@@ -19,7 +19,7 @@ VALUE = st.binary(max_size=6) | st.text(alphabet="ab\u00e9", max_size=3).map(str
 @st.composite
 def piece(draw, n: int, depth: int = 0):
     """A piece of ``n`` rows and its rows' bytes (None for a null)."""
-    kind = draw(st.sampled_from(["bytes", "scalar", "matrix", "binary", "string", "nested"][:6 if depth < 2 else 5]))
+    kind = draw(st.sampled_from(["bytes", "scalar", "matrix", "binary", "string", "large", "nested"][:7 if depth < 2 else 6]))
     if kind == "bytes":
         b = draw(VALUE)
         return b, [b] * n
@@ -40,9 +40,10 @@ def piece(draw, n: int, depth: int = 0):
     nulls = draw(st.booleans()) and draw(st.integers(0, 5)) == 0
     rows = [None if nulls and draw(st.booleans()) else draw(VALUE) for _ in range(n)]
     full = [b"x"] * pad + rows
-    if kind == "string":
+    if kind in ("string", "large"):  # Spark may give large_string columns (64-bit offsets)
         text = [None if r is None else r.decode("latin-1") for r in full]
-        return pa.array(text, pa.string()).slice(pad), [None if t is None else t.encode() for t in text[pad:]]
+        kind_type = pa.string() if kind == "string" else pa.large_string()
+        return pa.array(text, kind_type).slice(pad), [None if t is None else t.encode() for t in text[pad:]]
     return pa.array(full, pa.binary()).slice(pad), rows
 
 
