@@ -125,12 +125,15 @@ def _index(n: int, constant: tuple[bool, ...]) -> Any:
     task's batches are mostly of one size and layout."""
     global _last_index
     key = (n, constant)
-    if _last_index[0] != key:
-        sizes = np.array([1 if c else n for c in constant], np.int32)
-        base = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int32)
-        per_row = np.array([0 if c else 1 for c in constant], np.int32)
-        _last_index = (key, pa.array(np.add(np.multiply.outer(np.arange(n, dtype=np.int32), per_row), base).ravel()))
-    return _last_index[1]
+    kept = _last_index  # read once: another thread may replace it
+    if kept[0] == key:
+        return kept[1]
+    sizes = np.array([1 if c else n for c in constant], np.int32)
+    base = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int32)
+    per_row = np.array([0 if c else 1 for c in constant], np.int32)
+    index = pa.array(np.add(np.multiply.outer(np.arange(n, dtype=np.int32), per_row), base).ravel())
+    _last_index = (key, index)
+    return index
 
 
 def matrix(values: np.ndarray) -> np.ndarray:
