@@ -4,7 +4,11 @@ Why: on a shared machine Spark-level figures move with the load; the task's own 
 per row can be compared old against new in one process. The bench's five columns
 (``n INT, region STRING, amount DOUBLE, message_id STRING, k BIGINT``), ``--rows`` rows:
 
-- write: ``ArrowEncoder.encode_values`` (per value) against ``encode`` (Arrow kernels);
+- write: ``ArrowEncoder.encode_values`` (per value) against ``encode`` (Arrow kernels); and the
+  ``streamUrl`` sink's whole task-side work a batch (the messages and their Publish frames, as
+  ``stream_sink._Sender.frames`` builds them) with ``amount`` as Spark's ``id * 0.25`` gives it
+  (DECIMAL(23,2)), against the same of a ``--baseline`` checkout (a ``git archive`` of another
+  commit), loaded into this process beside this checkout's;
 - read: the tuple path (``wire_message`` + ``message_to_row``, then Spark's worker turning the
   tuples into Arrow, ``records_to_arrow_batches``) against the batch path (``stored_message``
   + ``Columns``) against the one walk (``stored_columns.stored_adder``) against the column decode
@@ -12,6 +16,7 @@ per row can be compared old against new in one process. The bench's five columns
   and the floor: one ``struct.unpack`` per message.
 
 Run: ``PYTHONPATH=$PWD .venv/bin/python -m bench.spark_codec_ab --rows 100000``
+(``--baseline DIR`` for the frames A/B, ``--write-only`` to leave the reads out)
 """
 
 from __future__ import annotations
@@ -19,7 +24,49 @@ from __future__ import annotations
 import argparse
 import os
 import struct
+import sys
 import time
+from decimal import Decimal
+
+
+def _frames_of(root: str | None, schema):
+    """``(encoder, batch_frames)`` of the checkout at ``root`` (None: this one) for ``schema``,
+    imported beside this checkout's: its ``amqp_stream`` modules are dropped from
+    ``sys.modules`` once loaded (its functions keep their own module globals; the encoder is
+    made while they are there, as it imports its kernels when made)."""
+    if root is None:
+        from amqp_stream.spark.encoding import ArrowEncoder
+        from amqp_stream.spark.framing import batch_frames
+        from amqp_stream.spark.mapping import WritePlan
+        return ArrowEncoder(WritePlan.for_schema(schema, "region"), schema), batch_frames
+    saved = {k: v for k, v in sys.modules.items() if k == "amqp_stream" or k.startswith("amqp_stream.")}
+    for k in saved:
+        del sys.modules[k]
+    sys.path.insert(0, os.path.abspath(root))
+    try:
+        from amqp_stream.spark.encoding import ArrowEncoder as base_encoder
+        from amqp_stream.spark.framing import batch_frames as base_frames
+        from amqp_stream.spark.mapping import WritePlan as base_plan
+        encoder = base_encoder(base_plan.for_schema(schema, "region"), schema)
+    finally:
+        sys.path.remove(os.path.abspath(root))
+        for k in [k for k in sys.modules if k == "amqp_stream" or k.startswith("amqp_stream.")]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+    return encoder, base_frames
+
+
+def _sink_work(enc, frames, batches):
+    """One pass of the ``streamUrl`` sink's task-side work over ``batches``: each batch's
+    messages and Publish frames (publishing ids from 1, a 1 MiB frame limit)."""
+    encode = getattr(enc, "encode_pieces", enc.encode_array)
+
+    def run() -> None:
+        first = 1
+        for b in batches:
+            assert frames(encode(b), b.column(1), first, 1 << 20, 1) is not None
+            first += b.num_rows
+    return run
 
 
 def main(argv=None) -> int:
@@ -38,7 +85,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--baseline", help="a checkout (git archive) whose streamUrl sink work is timed beside this one's")
+    ap.add_argument("--write-only", action="store_true", help="leave out the read cases")
     args = ap.parse_args(argv)
+
     schema = StructType([StructField("n", IntegerType()), StructField("region", StringType()),
                          StructField("amount", DoubleType()), StructField("message_id", StringType()),
                          StructField("k", LongType())])
@@ -49,6 +99,13 @@ def main(argv=None) -> int:
             pa.array(list(ids), pa.int32()), pa.array([f"r{(i * 7919) % 100:02d}" for i in ids]),
             pa.array([i * 0.25 for i in ids]), pa.array([f"m-{i}" for i in ids]),
             pa.array([i * 3 for i in ids], pa.int64())], names=schema.names))
+    from pyspark.sql.types import DecimalType
+    sink_schema = StructType([f if f.name != "amount" else StructField("amount", DecimalType(23, 2))
+                              for f in schema.fields])
+    sink_batches = [pa.RecordBatch.from_arrays(
+        [b.column(0), b.column(1), pa.array([Decimal(v) / 4 for v in b.column(0).to_pylist()], pa.decimal128(23, 2)),
+         b.column(3), b.column(4)], names=schema.names) for b in batches]
+    base_sink = _frames_of(args.baseline, sink_schema) if args.baseline else None
     enc = ArrowEncoder(WritePlan.for_schema(schema, "region"), schema)
     messages = [m for b in batches for m in enc.encode_values(b)]
     declared = declared_columns(StructType(list(BASE_COLUMNS.fields) + list(schema.fields)))
@@ -96,6 +153,11 @@ def main(argv=None) -> int:
         "read: columns (StoredBatches)": columns_path,
         "floor: one struct.unpack a message": lambda: [unpack(d, 0) for d in messages],
     }
+    if args.write_only:
+        cases = {k: v for k, v in cases.items() if k.startswith("write")}
+    if base_sink is not None:
+        cases["write: streamUrl frames, baseline"] = _sink_work(*base_sink, sink_batches)
+    cases["write: streamUrl frames"] = _sink_work(*_frames_of(None, sink_schema), sink_batches)
     best = {k: float("inf") for k in cases}
     for _ in range(args.repeat):  # interleaved: each round runs every case once
         for label, fn in cases.items():
@@ -106,11 +168,15 @@ def main(argv=None) -> int:
     for label, secs in best.items():
         print(f"  {label:<38} {args.rows / secs:>12,.0f} rows/s  {secs / args.rows * 1e6:7.2f} us a row")
     w = best["write: per value (encode_values)"] / best["write: Arrow kernels (encode)"]
-    r = best["read: tuples + Spark's conversion"] / best["read: Arrow batches (Columns)"]
-    k = best["read: Arrow batches (Columns)"] / best["read: one walk (stored_adder)"]
-    c = best["read: one walk (stored_adder)"] / best["read: columns (StoredBatches)"]
-    print(f"  write x{w:.2f}, read x{r:.2f} (Arrow batches against tuples), x{k:.2f} (one walk against "
-          f"Arrow batches), x{c:.2f} (columns against the one walk)")
+    if not args.write_only:
+        r = best["read: tuples + Spark's conversion"] / best["read: Arrow batches (Columns)"]
+        k = best["read: Arrow batches (Columns)"] / best["read: one walk (stored_adder)"]
+        c = best["read: one walk (stored_adder)"] / best["read: columns (StoredBatches)"]
+        print(f"  write x{w:.2f}, read x{r:.2f} (Arrow batches against tuples), x{k:.2f} (one walk against "
+              f"Arrow batches), x{c:.2f} (columns against the one walk)")
+    if base_sink is not None:
+        f = best["write: streamUrl frames, baseline"] / best["write: streamUrl frames"]
+        print(f"  streamUrl frames: x{f:.2f} against the baseline")
     return 0
 
 

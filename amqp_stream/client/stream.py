@@ -273,8 +273,8 @@ class StreamClient:
         self._check(self._request(Unsubscribe(corr, subscription_id), corr),
                     f"unsubscribe {subscription_id}")
 
-    def send(self, data: bytes) -> None:
-        """Send encoded frames (``publish_frame``)."""
+    def send(self, data: bytes | memoryview) -> None:
+        """Send encoded frames (``publish_frame``), or a part of one."""
         self.sock.sendall(data)
 
     def close(self) -> None:

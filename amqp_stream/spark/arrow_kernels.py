@@ -3,12 +3,13 @@
 Why: ``ArrowEncoder.encode`` still runs Python per value (an encoder call, a section per row,
 the JSON body's fragments). For the columns most writes have (strings, 32/64-bit integers,
 doubles, booleans, decimals: their text, as ``str`` of a ``Decimal``) every piece of a message
-has a layout Arrow can build a whole column at a time: a constructor byte, a length byte (a
-lookup in a 256-entry table), big-endian numbers (the column's buffer byte-swapped by
-``array``), joined row by row with ``binary_join_element_wise`` (each join costs per row and
-argument: constants are merged and pieces joined once where they can be). No Python runs per
-row except the final ``to_pylist``, and over the stream protocol not even that
-(``encode_array``: ``framing.batch_frames`` frames the array).
+has a layout Arrow and numpy can build a whole column at a time: a constructor byte, a length
+byte, big-endian numbers (the column's values byte-swapped by numpy), the values' text. The
+pieces are joined row by row once, at the end, with one ``take`` (``row_concat``: a join of
+joins stays a flat list of pieces, and a section's length is the sum of its pieces' lengths);
+pieces with nulls go through ``binary_join_element_wise``. No Python runs per row except the
+final ``to_pylist``, and over the stream protocol not even that (``encode_pieces``:
+``framing.batch_frames`` joins the frame entries' fields and the messages' pieces in one go).
 
 The bytes are ``ArrowEncoder.encode``'s, byte for byte (``tests/spark/test_arrow_kernels.py``
 compares them over random batches). What would need a form this module does not write (a
@@ -20,14 +21,16 @@ None for the batch, and ``ArrowEncoder`` writes it the per-value way.
 
 from __future__ import annotations
 
-import array
 import sys
 import time
 from json.encoder import encode_basestring_ascii as _json_string
 from typing import Any
 
+import numpy as np
 from pyspark.sql.types import (BinaryType, BooleanType, DecimalType, DoubleType, IntegerType, LongType,
                                StringType)
+
+from amqp_stream.spark.row_concat import Rows, as_array, join, lengths, matrix
 
 __all__ = ["Kernels"]
 
@@ -38,6 +41,12 @@ _STR8_PROPERTIES = {"message_id", "to", "subject", "reply_to", "correlation_id"}
 _CREATION_TIME = 9
 
 
+#: the bytes ``json`` escapes in a string (or that are not ASCII)
+_ESCAPED = np.ones(256, bool)
+_ESCAPED[0x20:0x7F] = False
+_ESCAPED[[0x22, 0x5C]] = True
+
+
 class _Slow(Exception):
     """This batch needs a form the kernels do not write."""
 
@@ -46,19 +55,6 @@ def _pa() -> tuple[Any, Any]:
     import pyarrow as pa  # type: ignore[import-untyped]
     import pyarrow.compute as pc  # type: ignore[import-untyped]
     return pa, pc
-
-
-def be_bytes(col: Any, code: str) -> Any:
-    """An integer or float column's values, nulls as 0, big-endian, as a binary column
-    (``code``: the ``array`` type code of the column's width)."""
-    pa, _ = _pa()
-    col = col.fill_null(0)
-    width = array.array(code).itemsize
-    raw = array.array(code)
-    raw.frombytes(col.buffers()[1].to_pybytes()[col.offset * width:(col.offset + len(col)) * width])
-    raw.byteswap()
-    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(col), [None, pa.py_buffer(raw.tobytes())]) \
-        .cast(pa.binary())
 
 
 def _no_failing_import() -> None:
@@ -102,34 +98,40 @@ class Kernels:
         return cls(encoder)
 
     # -- pieces ----------------------------------------------------------------------------
-    def _join(self, *parts: Any) -> Any:
-        """Row by row concatenation; neighbouring constants are joined first (a join costs per
-        row and argument)."""
-        pa, pc = _pa()
-        merged: list[Any] = []
-        for part in parts:
-            if merged and isinstance(part, pa.Scalar) and isinstance(merged[-1], pa.Scalar) \
-                    and part.type == merged[-1].type and part.is_valid and merged[-1].is_valid:
-                merged[-1] = pa.scalar(merged[-1].as_py() + part.as_py(), part.type)
-            else:
-                merged.append(part)
-        return pc.binary_join_element_wise(*merged, b"" if merged[-1].type == pa.binary() else "")
+    @staticmethod
+    def _join(*parts: Any) -> Any:
+        """Row by row concatenation, left as ``row_concat.Pieces`` (joined once, at the end)
+        where no piece has a null."""
+        return join(*parts)
 
     @staticmethod
     def _valid(col: Any, out: Any) -> Any:
         """``out`` with nulls where ``col`` has them."""
         pa, pc = _pa()
-        return pc.if_else(col.is_valid(), out, pa.scalar(None, out.type)) if col.null_count else out
+        if not col.null_count:
+            return out
+        out = as_array(out)
+        return pc.if_else(col.is_valid(), out, pa.scalar(None, out.type))
 
-    def _len8(self, lengths: Any) -> Any:
-        """Each length (< 256) as its byte."""
-        _, pc = _pa()
-        if (pc.max(lengths).as_py() or 0) >= 256:
+    def _len8(self, sizes: Any) -> Any:
+        """Each length (< 256) as its byte: a one-byte matrix piece, or (nulls among them) an
+        Arrow column with those nulls."""
+        if not isinstance(sizes, np.ndarray):
+            if sizes.null_count:
+                _, pc = _pa()
+                if (pc.max(sizes).as_py() or 0) >= 256:
+                    raise _Slow
+                return self.byte.take(sizes)
+            sizes = sizes.to_numpy()
+        if len(sizes) and sizes.max() >= 256:
             raise _Slow
-        return self.byte.take(lengths)
+        return sizes.astype(np.uint8).reshape(len(sizes), 1)
 
-    def _be(self, col: Any, code: str) -> Any:
-        return be_bytes(col, code)
+    @staticmethod
+    def _be(col: Any, code: str) -> Any:
+        """A number column's values (nulls as 0) big-endian (``code``: the numpy type code of
+        its width), as a matrix piece."""
+        return matrix(col.fill_null(0).to_numpy().astype(">" + code))
 
     def _sized(self, code8: int, raw: Any) -> Any:
         """str8/vbin8 (``code8``) of each value (< 256 bytes); nulls stay null."""
@@ -138,7 +140,7 @@ class Kernels:
     def _sized_parts(self, code8: int, raw: Any) -> list[Any]:
         """``_sized``'s pieces, for a caller's own join (a null value nulls the join)."""
         pa, pc = _pa()
-        return [pa.scalar(bytes((code8,))), self._len8(pc.binary_length(raw)), raw]
+        return [bytes((code8,)), self._len8(pc.binary_length(raw)), raw]
 
     def _small(self, col: Any, small_code: bytes, big_code: bytes, code: str) -> Any:
         """An integer as ``small_code`` + one byte when -128..127, else ``big_code`` + big-endian."""
@@ -149,7 +151,7 @@ class Kernels:
         low = self.byte.take(pc.bit_wise_and(col.fill_null(0).cast(pa.int64()), 255))
         if pc.all(small).as_py():
             return self._valid(col, self._join(pa.scalar(small_code), low))
-        out = pc.if_else(small, self._join(pa.scalar(small_code), low), self._join(pa.scalar(big_code), self._be(col, code)))
+        out = pc.if_else(small, as_array(self._join(small_code, low)), as_array(self._join(big_code, self._be(col, code))))
         return self._valid(col, out)
 
     def _big(self, col: Any, big_code: bytes, code: str) -> list[Any]:
@@ -163,7 +165,7 @@ class Kernels:
         if isinstance(dtype, StringType):
             return self._sized_parts(0xA1, col.cast(pa.binary()))
         if isinstance(dtype, DecimalType):
-            return self._sized_parts(0xA1, col.cast(pa.string()).cast(pa.binary()))
+            return self._sized_parts(0xA1, self._text(col).cast(pa.binary()))
         if not col.null_count:
             if isinstance(dtype, DoubleType):
                 return self._big(col, b"\x82", "d")
@@ -178,7 +180,7 @@ class Kernels:
         if isinstance(dtype, StringType):
             return self._sized(0xA1, col.cast(pa.binary()))
         if isinstance(dtype, DecimalType):  # its text, as str() of the Decimal (mapping's converter)
-            return self._sized(0xA1, col.cast(pa.string()).cast(pa.binary()))
+            return self._sized(0xA1, self._text(col).cast(pa.binary()))
         if isinstance(dtype, IntegerType):
             return self._small(col, b"\x54", b"\x71", "i")
         if isinstance(dtype, LongType):
@@ -192,19 +194,19 @@ class Kernels:
         """A map section per row of its (nullable) entries: absent where no entry is."""
         pa, pc = _pa()
         if not entries:
-            return pa.array([b""] * n, pa.binary())
+            return Rows(n)
         if not any(e.null_count for e in entries):  # every row has every entry
             body = self._join(*entries)
-            size = pc.add(pc.binary_length(body), 1)
-            return self._join(pa.scalar(b"\x00\x53" + code + b"\xc1"), self._len8(size),
-                              pa.scalar(bytes((2 * len(entries),))), body)
+            size = pc.add(lengths(body), 1)
+            return self._join(b"\x00\x53" + code + b"\xc1", self._len8(size), bytes((2 * len(entries),)), body)
+        entries = [as_array(e) for e in entries]
         body = self._join(*[e.fill_null(b"") for e in entries])
         count = entries[0].is_valid().cast(pa.int32())
         for e in entries[1:]:
             count = pc.add(count, e.is_valid().cast(pa.int32()))
         count = pc.multiply(count, 2)
-        size = pc.add(pc.binary_length(body), 1)
-        section = self._join(pa.scalar(b"\x00\x53" + code + b"\xc1"), self._len8(size), self.byte.take(count), body)
+        size = pc.add(lengths(body), 1)
+        section = as_array(self._join(b"\x00\x53" + code + b"\xc1", self._len8(size), self.byte.take(count), body))
         return pc.if_else(pc.equal(count, 0), pa.scalar(b""), section)
 
     def _json_parts(self, col: Any, dtype: Any) -> list[Any]:
@@ -213,7 +215,7 @@ class Kernels:
         if not col.null_count and isinstance(dtype, (StringType, DecimalType)):
             if isinstance(dtype, StringType):
                 self._plain_json_string(col)
-            return [pa.scalar('"'), col if isinstance(dtype, StringType) else col.cast(pa.string()), pa.scalar('"')]
+            return [pa.scalar('"'), col if isinstance(dtype, StringType) else self._text(col), pa.scalar('"')]
         return [self._json_text(col, dtype)]
 
     def _json_text(self, col: Any, dtype: Any) -> Any:
@@ -228,7 +230,7 @@ class Kernels:
         if isinstance(dtype, BooleanType):
             return pc.if_else(col.is_valid(), pc.if_else(col, pa.scalar("true"), pa.scalar("false")), null)
         if isinstance(dtype, DecimalType):  # a JSON string of str() of the Decimal (``mapping._json_default``)
-            return self._or_null(col, self._join(pa.scalar('"'), col.cast(pa.string()), pa.scalar('"')))
+            return self._or_null(col, self._join(pa.scalar('"'), self._text(col), pa.scalar('"')))
         assert isinstance(dtype, DoubleType)
         text = pc.cast(col, pa.string())
         magnitude = pc.abs(col)
@@ -238,18 +240,39 @@ class Kernels:
         text = pc.if_else(pc.match_substring(text, "."), text, pc.binary_join_element_wise(text, ".0", ""))
         return self._or_null(col, text)
 
+    def _text(self, col: Any) -> Any:
+        """A decimal column's text (``str`` of each value), cast once a batch (the application
+        property and the JSON body both take it; the cast is ~0.06 µs a row)."""
+        pa, _ = _pa()
+        values = col.buffers()[1]
+        key = (values.address if values is not None else 0, col.offset, len(col), str(col.type))
+        if key not in self._texts:
+            self._texts[key] = col.cast(pa.string())
+        return self._texts[key]
+
     @staticmethod
     def _plain_json_string(col: Any) -> None:
-        """_Slow when ``json`` would escape a character of a value."""
-        _, pc = _pa()
-        if len(col) and pc.any(pc.match_substring_regex(col, r"[^\x20-\x21\x23-\x5b\x5d-\x7e]")).as_py():
+        """_Slow when ``json`` would escape a character of a value: a byte of the values'
+        data outside printable ASCII, or a quote or a backslash (one table look-up a byte)."""
+        if not len(col):
+            return
+        pa, _ = _pa()
+        kind = np.int64 if col.type == pa.large_string() else np.int32  # Spark may give 64-bit offsets
+        offsets = col.buffers()[1]
+        width = np.dtype(kind).itemsize
+        start = int(np.frombuffer(offsets, kind, 1, col.offset * width)[0])
+        end = int(np.frombuffer(offsets, kind, 1, (col.offset + len(col)) * width)[0])
+        data = col.buffers()[2]
+        if data is not None and end > start and _ESCAPED[np.frombuffer(data, np.uint8, end - start, start)].any():
             raise _Slow
 
     @staticmethod
     def _or_null(col: Any, text: Any) -> Any:
         """``text`` with "null" where ``col`` is null."""
         pa, pc = _pa()
-        return pc.if_else(col.is_valid(), text, pa.scalar("null")) if col.null_count else text
+        if not col.null_count:
+            return text
+        return pc.if_else(col.is_valid(), as_array(text).cast(pa.binary()), pa.scalar(b"null"))
 
     # -- the messages ----------------------------------------------------------------------
     def encode(self, batch: Any, first_id: int | None = None) -> list[bytes] | None:
@@ -259,18 +282,31 @@ class Kernels:
 
     def encode_array(self, batch: Any, first_id: int | None = None) -> Any:
         """``encode``'s messages as an Arrow binary array (one row a message), or None."""
+        out = self.encode_pieces(batch, first_id)
+        return None if out is None else as_array(out)
+
+    def encode_pieces(self, batch: Any, first_id: int | None = None) -> Any:
+        """``encode_array``'s messages not yet joined (``row_concat.Pieces``, or an Arrow array
+        where a piece had nulls), for a caller that joins more around them; or None."""
         try:
             return self._encode(batch, first_id)
         except _Slow:
             return None
 
     def _encode(self, batch: Any, first_id: int | None) -> Any:
+        self._texts: dict[tuple, Any] = {}
+        try:
+            return self._encode_batch(batch, first_id)
+        finally:
+            self._texts = {}
+
+    def _encode_batch(self, batch: Any, first_id: int | None) -> Any:
         pa, pc = _pa()
         enc, n = self.encoder, batch.num_rows
         plan, fields = enc.plan, enc.schema.fields
         if not n:
             return pa.array([], pa.binary())
-        empty = pa.nulls(n, pa.binary()).fill_null(b"")  # makes a join of constants a column
+        empty = Rows(n)  # makes a join of constants a column
         # message annotations
         entries = []
         if plan.filter_index is not None:
@@ -288,7 +324,7 @@ class Kernels:
             props[6] = pa.scalar(b"\xa3\x10application/json")
         props[_CREATION_TIME] = pa.scalar(b"\x83" + int(time.time() * 1000).to_bytes(8, "big", signed=True))
         fields_bytes = self._join(empty, *props)
-        size = pc.add(pc.binary_length(fields_bytes), 1)
+        size = pc.add(lengths(fields_bytes), 1)
         properties = self._join(pa.scalar(b"\x00\x53\x73\xc0"), self._len8(size),
                                 pa.scalar(bytes((_CREATION_TIME + 1,))), fields_bytes)
         # application properties
@@ -297,7 +333,7 @@ class Kernels:
         application = self._map(b"\x74", app, n)
         # the body: a data section
         if plan.body_is_json:
-            frags = [empty.cast(pa.string()), pa.scalar("{")]
+            frags = [empty, pa.scalar("{")]
             for k, (name, f) in enumerate(zip(plan.names, fields, strict=True)):
                 frags.append(pa.scalar(("," if k else "") + _json_string(name) + ":"))
                 frags.extend(self._json_parts(batch.column(k), f.dataType))
@@ -305,20 +341,18 @@ class Kernels:
             raw = self._join(*frags).cast(pa.binary())
         else:
             raw = batch.column(plan.body_index).cast(pa.binary())
-        lengths = pc.binary_length(raw)
-        if not raw.null_count and (pc.max(lengths).as_py() or 0) < 256:  # the usual: vbin8, one join
-            return self._join(annotations, properties, application, pa.scalar(b"\x00\x53\x75\xa0"),
-                              self.byte.take(lengths), raw)
-        long_ = pc.greater_equal(lengths, 256).fill_null(False)
-        vbin = pc.if_else(long_, self._join(pa.scalar(b"\xb0"), self._be(lengths.cast(pa.uint32()), "I")),
-                          self._join(pa.scalar(b"\xa0"), self.byte.take(pc.if_else(long_, 0, lengths))))
-        body = self._join(pa.scalar(b"\x00\x53\x75"), vbin, raw).fill_null(b"")  # a null body: no section
+        sizes = lengths(raw)
+        if not raw.null_count and (pc.max(sizes).as_py() or 0) < 256:  # the usual: vbin8, one join
+            return self._join(annotations, properties, application, b"\x00\x53\x75\xa0", self._len8(sizes), raw)
+        long_ = pc.greater_equal(sizes, 256).fill_null(False)
+        vbin = pc.if_else(long_, as_array(self._join(b"\xb0", self._be(sizes.cast(pa.uint32()), "I"))),
+                          as_array(self._join(b"\xa0", self.byte.take(pc.if_else(long_, 0, sizes)))))
+        body = self._join(b"\x00\x53\x75", vbin, raw).fill_null(b"")  # a null body: no section
         return self._join(annotations, properties, application, body)
 
     def _small_ulong(self, ids: Any) -> Any:
         pa, pc = _pa()
         small = pc.less(ids, 256)
         low = self.byte.take(pc.if_else(small, ids, 0))
-        return self._join(pa.scalar(self.encoder._pid_key),
-                          pc.if_else(small, self._join(pa.scalar(b"\x53"), low),
-                                     self._join(pa.scalar(b"\x80"), self._be(ids, "Q"))))
+        return self._join(self.encoder._pid_key, pc.if_else(small, as_array(self._join(b"\x53", low)),
+                                                            as_array(self._join(b"\x80", self._be(ids, "Q")))))

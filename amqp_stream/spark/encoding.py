@@ -263,6 +263,11 @@ class ArrowEncoder:
         the batch; None when it goes value by value."""
         return self._kernels.encode_array(batch) if self._kernels is not None else None
 
+    def encode_pieces(self, batch: Any) -> Any:
+        """``encode_array``'s messages not yet joined (``row_concat``), for the frames built
+        around them in the same join; None when the batch goes value by value."""
+        return self._kernels.encode_pieces(batch) if self._kernels is not None else None
+
     def encode_values(self, batch: Any, first_id: int | None = None) -> list[bytes]:
         """``encode`` value by value (what the kernels fall back to, and what they are checked
         against)."""

@@ -20,9 +20,10 @@ from typing import Iterable, Iterator
 from amqp_stream import client as amqp
 from amqp_stream.client.stream import StreamClient
 from amqp_stream.spark.encoding import ArrowEncoder
-from amqp_stream.spark.framing import FRAME_MESSAGES, batch_frames, entry_frames
+from amqp_stream.spark.framing import FRAME_MESSAGES, Frame, batch_frames, entry_frames
 from amqp_stream.spark.numbering import Numbering
 from amqp_stream.spark.options import OptionError
+from amqp_stream.spark.row_concat import as_array
 from amqp_stream.spark.super_stream import KeyRouter, route_indices
 
 __all__ = ["publish_over_stream", "publish_routed", "Numbered", "FRAME_MESSAGES"]
@@ -123,14 +124,15 @@ class _Sender:
         for frame, count in self.frames(publisher_id, batch, first):
             while self.sent - self.client.confirmed - self.client.errors > self.window - count:
                 _pump(self.client, self.opts.timeout, self.sent)
-            self.client.send(frame)
+            for part in frame:
+                self.client.send(part)
             self.sent += count
 
-    def frames(self, publisher_id: int, batch, first: int) -> Iterable[tuple[bytes, int]]:
+    def frames(self, publisher_id: int, batch, first: int) -> Iterable[tuple[Frame, int]]:
         """The Publish frames of ``batch`` (its first row with publishing id ``first``): built a
         batch at a time where the kernels wrote its messages, else message by message."""
         encoder = self.encoder
-        messages = encoder.encode_array(batch)
+        messages = encoder.encode_pieces(batch)
         if messages is None:
             return entry_frames(encoder.encode(batch), encoder.filter_values(batch), first, self.limit, publisher_id)
         index = encoder.plan.filter_index
@@ -138,7 +140,8 @@ class _Sender:
                               publisher_id)
         if frames is not None:
             return frames
-        return entry_frames(messages.to_pylist(), encoder.filter_values(batch), first, self.limit, publisher_id)
+        return entry_frames(as_array(messages).to_pylist(), encoder.filter_values(batch), first, self.limit,
+                            publisher_id)
 
     def finish(self) -> int:
         """Wait for every confirm; the count sent (PublishError when the broker refused any)."""

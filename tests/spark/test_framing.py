@@ -18,6 +18,7 @@ from amqp_stream.spark import framing
 from amqp_stream.spark.encoding import ArrowEncoder
 from amqp_stream.spark.framing import batch_frames, entry_frames
 from amqp_stream.spark.mapping import WritePlan
+from amqp_stream.spark.row_concat import Pieces
 from amqp_stream.streamproto import Publish, decode
 from tests.spark.test_arrow_kernels import batches
 
@@ -32,13 +33,20 @@ def fixed_clock(monkeypatch):
 
 
 def _both(enc: ArrowEncoder, batch, first: int, limit: int, publisher: int):
-    messages = enc.encode_array(batch)
+    """The frames of both ways, each as its bytes; the batch way from the messages' unjoined
+    pieces, as the sink frames them."""
+    messages = enc.encode_pieces(batch)
     if messages is None:
         return None, None
     index = enc.plan.filter_index
     fast = batch_frames(messages, None if index is None else batch.column(index), first, limit, publisher)
     slow = list(entry_frames(enc.encode(batch), enc.filter_values(batch), first, limit, publisher))
-    return fast, slow
+    return _joined(fast), _joined(slow)
+
+
+def _joined(frames):
+    """Each frame's buffers as its bytes."""
+    return None if frames is None else [(b"".join(parts), count) for parts, count in frames]
 
 
 def test_batch_frames_are_the_entry_frames(monkeypatch):
@@ -79,6 +87,7 @@ def test_the_usual_batch_is_framed_a_batch_at_a_time(limit):
     frames, cut by count or by size, the same bytes; each decodes to its messages."""
     batch = _bench_batch(3400).slice(100)
     enc = ArrowEncoder(WritePlan.for_schema(BENCH, "region"), BENCH)
+    assert isinstance(enc.encode_pieces(batch), Pieces)  # joined once, with the frames' fields
     fast, slow = _both(enc, batch, 7, limit, 3)
     assert fast is not None and len(fast) >= 4
     assert fast == slow
@@ -100,7 +109,7 @@ def test_filter_values_null_in_some_rows_go_message_by_message():
     regions = pa.array([None if i % 3 else f"r{i}" for i in range(10)])
     batch = pa.RecordBatch.from_arrays([batch.column(0), regions, *batch.columns[2:]], names=BENCH.names)
     enc = ArrowEncoder(WritePlan.for_schema(BENCH, "region"), BENCH)
-    messages = enc.encode_array(batch)
+    messages = enc.encode_pieces(batch)
     assert messages is not None
     assert batch_frames(messages, batch.column(1), 1, 1 << 20, 1) is None
     none = pa.RecordBatch.from_arrays([batch.column(0), pa.nulls(10, pa.string()), *batch.columns[2:]],

@@ -1,0 +1,102 @@
+"""CPU a row of a Spark write, by process: the JVM, the Python workers, the broker.
+
+Why: on the shared 2-core machine the rows a second of a write swing 2-3x with the load, and
+the ratio to Parquet with them; the CPU each process spends a row moves much less. With
+``local[2]`` and the broker on the same 2 cores, 2 cores / (CPU a row) bounds what a quiet
+machine can do. Each process's CPU is read from ``/proc`` (this process's descendants: the
+JVM, the Python workers under it, the broker; a worker that exited is counted in its parent)
+before and after Spark's Parquet write, the no-op Arrow writer (``bench.spark_ceiling``) and
+the ``streamUrl`` sink, of the same cached DataFrame (``bench.spark``'s five columns).
+
+Run: ``PYTHONPATH=$PWD .venv/bin/python -m bench.spark_write_cpu --rows 1000000 --partitions 2``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from typing import Callable
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+from amqp_stream.testing import BrokerProcess  # noqa: E402
+from bench.spark import PARQUET_COLUMNS  # noqa: E402
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_kind() -> dict[str, float]:
+    """CPU seconds (own and waited-for children's) of this process's descendants, by kind."""
+    children: dict[int, list[tuple[int, float, str]]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{name}/cmdline") as f:
+                cmd = f.read().replace("\0", " ")
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(
+            (int(name), sum(int(x) for x in fields[11:15]) / _TICK, cmd))
+    out: dict[str, float] = {}
+    todo = [os.getpid()]
+    while todo:
+        for pid, cpu, cmd in children.get(todo.pop(), []):
+            kind = "java" if "java" in cmd else "broker" if "amqp_stream" in cmd else "python"
+            out[kind] = out.get(kind, 0.0) + cpu
+            todo.append(pid)
+    return out
+
+
+def main(argv=None) -> int:
+    from pyspark.sql import SparkSession
+
+    from amqp_stream.spark import register
+    from bench.spark_ceiling import CeilingDataSource
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=1)
+    args = ap.parse_args(argv)
+    spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    spark.dataSource.register(CeilingDataSource)
+    df = spark.range(args.rows).selectExpr(*PARQUET_COLUMNS).repartition(args.partitions).cache()
+    assert df.count() == args.rows
+    with tempfile.TemporaryDirectory() as tmp, BrokerProcess(os.path.join(tmp, "b")) as broker:
+        def measure(label: str, fn: Callable[[], None]) -> None:
+            before, t = cpu_by_kind(), time.perf_counter()
+            fn()
+            secs, after = time.perf_counter() - t, cpu_by_kind()
+            cpu = {k: (after.get(k, 0) - before.get(k, 0)) / args.rows * 1e6 for k in after}
+            print(f"  {label:<10} {args.rows / secs:>10,.0f} rows/s   "
+                  + "  ".join(f"{k} {v:5.2f}" for k, v in sorted(cpu.items()))
+                  + f"   all {sum(cpu.values()):.2f} us a row   load {os.getloadavg()[0]:.1f}", flush=True)
+
+        def sink(stream: str) -> None:
+            (df.write.format("amqp-stream").option("url", broker.url).option("stream", stream)
+             .option("declare", "true").option("filterValueColumn", "region")
+             .option("streamUrl", broker.stream_url).mode("append").save())
+
+        # warm-up: the JVM's paths, the Python workers
+        df.write.mode("overwrite").parquet(os.path.join(tmp, "p"))
+        sink("warm")
+        print(f"{args.rows} rows, {args.partitions} partition(s); CPU us a row by process")
+        for r in range(args.rounds):
+            measure("parquet", lambda: df.write.mode("overwrite").parquet(os.path.join(tmp, "p")))
+            measure("ceiling", lambda: df.write.format("bench-ceiling").option("schema", df.schema.json())
+                    .mode("append").save())
+            measure("streamUrl", lambda: sink(f"w{r}"))
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
