@@ -11,30 +11,19 @@ from amqp_stream.amqp.consuming import Consumer
 from amqp_stream.amqp.source_filters import SourceFilters
 from amqp_stream.filtering import install
 from bench import proton_floor
+from tests.broker.in_process import StreamEntry
 from sqlfilter import compile_sql
 from storage import OffsetSpec, Stream, StreamConfig
 
 install()
 
 
-class _Entry:
-    """What a consumer asks of a stream entry: its reader (no derived keys), no metrics."""
-
-    metrics = None
-    deleted = False
-
-    def __init__(self, stream: Stream) -> None:
-        self.stream = stream
-
-    def reader(self, spec, filter_values=(), match_unfiltered=False, stage2=None):
-        return self.stream.reader(spec, filter_values, match_unfiltered)
-
 
 def _consume(stream: Stream, sql: str, whole) -> list[tuple[int, bytes]]:
     """(x-stream-offset, body) of every delivery, in order."""
     server_t, client_t, sender, receiver = proton_floor._pair()
     filters = SourceFilters(start=OffsetSpec.first(), stage2=compile_sql(sql), stage2_kind="sql")
-    consumer = Consumer(sender, _Entry(stream), filters, lambda c, soon: None)
+    consumer = Consumer(sender, StreamEntry(stream), filters, lambda c, soon: None)
     consumer.whole = whole
     out = []
     while True:

@@ -22,26 +22,15 @@ from amqp_stream.amqp.consuming import Consumer
 from amqp_stream.amqp.source_filters import SourceFilters
 from amqp_stream.wire import with_stream_offset
 from bench import proton_floor
+from tests.broker.in_process import StreamEntry
 from storage import OffsetSpec, Stream, StreamConfig
 
-
-class _Entry:
-    """What a consumer asks of a stream entry: its reader, no metrics."""
-
-    metrics = None
-    deleted = False
-
-    def __init__(self, stream: Stream) -> None:
-        self.stream = stream
-
-    def reader(self, spec, filter_values=(), match_unfiltered=False, stage2=None):
-        return self.stream.reader(spec, filter_values, match_unfiltered)
 
 
 def _consume(stream: Stream, settled: bool, one_by_one: bool) -> list[bytes]:
     """The bytes of every delivery, in order (each settled by the receiver when not pre-settled)."""
     server_t, client_t, sender, receiver = proton_floor._pair(settled)
-    consumer = Consumer(sender, _Entry(stream), SourceFilters(start=OffsetSpec.first()),
+    consumer = Consumer(sender, StreamEntry(stream), SourceFilters(start=OffsetSpec.first()),
                         lambda c, soon: None)
     assert consumer.presettled == settled
     if one_by_one:
@@ -105,7 +94,7 @@ def test_a_client_behind_is_sent_at_most_the_session_room(tmp_path):
     stream.append_batch(stored)
     stream.flush()
     server_t, client_t, sender, receiver = proton_floor._pair()
-    consumer = Consumer(sender, _Entry(stream), SourceFilters(start=OffsetSpec.first()),
+    consumer = Consumer(sender, StreamEntry(stream), SourceFilters(start=OffsetSpec.first()),
                         lambda c, soon: None)
     consumer.turn.max_buffered = 20_000
     session = lib.pn_link_session(sender._impl)
