@@ -90,7 +90,7 @@ __all__ = [
     "CHUNK_USER", "CHUNK_TRACKING_DELTA", "CHUNK_TRACKING_SNAPSHOT",
     "COMPRESSION_NONE", "COMPRESSION_GZIP", "COMPRESSION_SNAPPY", "COMPRESSION_LZ4",
     "COMPRESSION_ZSTD", "COMPRESSION_USER",
-    "ChunkHeader", "IndexRecord", "TrackingRecord", "entry_stride",
+    "ChunkHeader", "IndexRecord", "TrackingRecord", "entry_stride", "first_stride",
     "segment_name", "index_name", "parse_file_name",
     "segment_header", "index_header", "encode_entries", "encode_chunk", "encode_index_record",
     "decode_header", "chunk_size", "decode_records", "decode_tracking", "encode_subbatch",
@@ -539,15 +539,24 @@ def _simple_run(data: bytes, start: int, end: int, out: list[bytes], path: str,
         raise CorruptionError(path, position, "entry runs past the end of its section")
 
 
-def entry_stride(data: bytes, entries: int) -> int:
-    """The size of every entry (header included) when the data section is ``entries`` simple
-    entries of one length, else 0: four strided byte comparisons (the 4-byte headers, checked
-    column by column) instead of a header decode per entry."""
+def first_stride(data: bytes, entries: int) -> int:
+    """The size of every entry (header included) if the data section is ``entries`` simple
+    entries as long as its first one, else 0: from the first header and the length alone,
+    the others' headers unchecked (``entry_stride`` checks them; a caller that checks them
+    in a pass of its own, as ``amqp_stream.columns`` does, takes this)."""
     if entries < 2 or len(data) < 4:
         return 0
     (length,) = _unpack_len(data, 0)
     stride = length + 4
-    if length & 0x80000000 or len(data) != entries * stride:
+    return stride if not length & 0x80000000 and len(data) == entries * stride else 0
+
+
+def entry_stride(data: bytes, entries: int) -> int:
+    """The size of every entry (header included) when the data section is ``entries`` simple
+    entries of one length, else 0: four strided byte comparisons (the 4-byte headers, checked
+    column by column) instead of a header decode per entry."""
+    stride = first_stride(data, entries)
+    if not stride:
         return 0
     for k in range(4):
         if data[k::stride] != data[k:k + 1] * entries:

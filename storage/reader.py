@@ -35,7 +35,6 @@ from __future__ import annotations
 import bisect
 import operator
 import os
-import struct
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Protocol, Sequence, cast, overload
@@ -69,6 +68,7 @@ from storage.format import (
     IndexRecord,
     decode_header,
     decode_records,
+    first_stride,
     records_holding,
 )
 from storage.offsets import OffsetSpec
@@ -158,18 +158,6 @@ class ReadChunk:
 
 #: a caller's filter over a run of same-sized entries (see ``Reader``'s ``columns``)
 Columns = Callable[[bytes, int, int], "list[int] | None"]
-_unpack_len = struct.Struct(">I").unpack_from
-
-
-def _stride(data: bytes, entries: int) -> int:
-    """The size of every entry (header included) if ``data`` is ``entries`` simple entries
-    as long as its first one, else 0: from the first header and the length alone (``columns``
-    checks every entry's header with its determinants, in one pass with them)."""
-    if entries < 2 or len(data) < 4:
-        return 0
-    (length,) = _unpack_len(data, 0)
-    stride = length + 4
-    return stride if not length & 0x80000000 and len(data) == entries * stride else 0
 
 
 class Matches(list):
@@ -425,7 +413,7 @@ class Reader:
         that a derived key selected; ``first``: the offset of its first record; ``simple``:
         known to hold simple entries only, as a block the sidecar indexes does), uncounted."""
         found: list[tuple[int, bytes]] | None = None
-        stride = _stride(data, entries) if self.columns is not None else 0
+        stride = first_stride(data, entries) if self.columns is not None else 0
         hits = self.columns(data, stride, entries) if stride and self.columns else None
         if hits is not None:
             found = Matches([(first + i, data[i * stride + 4:(i + 1) * stride]) for i in hits])
