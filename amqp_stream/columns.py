@@ -40,8 +40,6 @@ __all__ = ["column_matcher"]
 _U32 = struct.Struct(">I").unpack_from
 _U32P = struct.Struct(">I").pack
 _MAP32 = struct.Struct(">II").unpack_from
-_FORMATS = {(1, False): "B", (1, True): "b", (2, False): "H", (2, True): "h",
-            (4, False): "I", (4, True): "i", (8, False): "Q", (8, True): "q"}
 _SIGNED = frozenset((0x51, 0x54, 0x55, 0x61, 0x71, 0x81))
 
 #: a record's determinants as (position, byte), and where its value's constructor is (-1: the
@@ -182,22 +180,6 @@ class _Determinants:
         return all(tail.get(at % stride, data[at]) == data[at] for at in range(size & ~7, size))
 
 
-def _gather(data: bytes, start: int, width: int, stride: int, n: int) -> bytes:
-    """``width`` bytes at ``start`` of every record, one record's after another."""
-    if width == 1:
-        return data[start::stride]
-    out = bytearray(n * width)
-    for j in range(width):
-        out[j::width] = data[start + j::stride]
-    return bytes(out)
-
-
-def _holding(column: bytes, byte: int) -> list[int]:
-    """Indexes of ``column``'s bytes equal to ``byte``: one vectorized compare (a ``find`` a
-    hit cost ~0.3 µs)."""
-    return np.flatnonzero(np.frombuffer(column, np.uint8) == byte).tolist()
-
-
 def column_matcher(stage2: Any) -> Callable[[bytes, int, int], list[int] | None] | None:
     """For a filter of one of ``fast_match``'s shapes: ``match(data, stride, n)``, the
     indexes of the matching records of a data section of ``n`` simple entries of ``stride``
@@ -263,35 +245,21 @@ def column_matcher(stage2: Any) -> Callable[[bytes, int, int], list[int] | None]
             keep = v0 in literals if op == "IN" else _OPS[op](v0, literals[0])
             return list(range(n)) if keep else []
         signed = c in _SIGNED
-        if width > 1:  # the values as big-endian integers in place, one compare a literal
-            bits = 8 * width
-            lo, hi = (-(1 << bits - 1), (1 << bits - 1) - 1) if signed else (0, (1 << bits) - 1)
-            values = np.ndarray((n,), f">{'i' if signed else 'u'}{width}", data, 4 + at + 1,
-                                (stride,))
-            if op in ("=", "IN"):  # (a literal outside the constructor's range: no record)
-                hit = np.zeros(n, bool)
-                for v in set(literals):
-                    if isinstance(v, int) and lo <= v <= hi:
-                        hit |= values == v
-                return np.flatnonzero(hit).tolist()
-            if type(literals[0]) is int and lo <= literals[0] <= hi:
-                return np.flatnonzero(_OPS[op](values, literals[0])).tolist()
-        fmt = ">" + _FORMATS[width, signed]
-        column = _gather(data, 4 + at + 1, width, stride, n)
-        if op in ("=", "IN"):
-            wanted_bytes = set()
+        # the values as big-endian integers in place, one compare a literal
+        bits = 8 * width
+        lo, hi = (-(1 << bits - 1), (1 << bits - 1) - 1) if signed else (0, (1 << bits) - 1)
+        values = np.ndarray((n,), f">{'i' if signed else 'u'}{width}", data, 4 + at + 1, (stride,))
+        if op in ("=", "IN"):  # (a literal outside the constructor's range: no record)
+            hit = np.zeros(n, bool)
             for v in set(literals):
-                try:
-                    wanted_bytes.add(struct.pack(fmt, v)[0])
-                except struct.error:  # out of this constructor's range: no record holds it
-                    pass
-            return sorted(i for b in wanted_bytes for i in _holding(column, b))
+                if isinstance(v, int) and lo <= v <= hi:
+                    hit |= values == v
+            return np.flatnonzero(hit).tolist()
         compare, literal = _OPS[op], literals[0]
-        if width == 1:
-            table = bytes(1 if compare(b - 256 if signed and b > 127 else b, literal) else 0
-                          for b in range(256))
-            return _holding(column.translate(table), 1)
-        numbers = struct.unpack(f">{n}{_FORMATS[width, signed]}", column)
-        return [i for i, v in enumerate(numbers) if compare(v, literal)]
+        if type(literal) is int and lo <= literal <= hi:
+            return np.flatnonzero(compare(values, literal)).tolist()
+        # a literal outside the constructor's range (numpy would wrap it): each value as a
+        # Python number
+        return [i for i, v in enumerate(values.tolist()) if compare(v, literal)]
 
     return match
