@@ -90,7 +90,7 @@ __all__ = [
     "CHUNK_USER", "CHUNK_TRACKING_DELTA", "CHUNK_TRACKING_SNAPSHOT",
     "COMPRESSION_NONE", "COMPRESSION_GZIP", "COMPRESSION_SNAPPY", "COMPRESSION_LZ4",
     "COMPRESSION_ZSTD", "COMPRESSION_USER",
-    "ChunkHeader", "IndexRecord", "TrackingRecord", "entry_stride", "first_stride",
+    "ChunkHeader", "IndexRecord", "TrackingRecord", "entry_stride", "first_stride", "record_starts",
     "segment_name", "index_name", "parse_file_name",
     "segment_header", "index_header", "encode_entries", "encode_chunk", "encode_index_record",
     "decode_header", "chunk_size", "decode_records", "decode_tracking", "encode_subbatch",
@@ -719,6 +719,26 @@ def records_holding(data: bytes, chunk_id: int, groups: Sequence[Sequence[bytes]
     except struct.error:
         return None
     return out if pos == end else None
+
+
+def record_starts(data: bytes, start: int, end: int) -> list[int] | None:
+    """Where each record begins (after its 4-byte size) of the simple entries that fill
+    ``data[start:end]``, without a bytes object a record; None when a sub-batch entry is among
+    them or the sizes do not add up (``decode_records`` then decides)."""
+    starts: list[int] = []
+    add = starts.append
+    pos = start
+    try:
+        while pos < end:
+            (size,) = _unpack_len(data, pos)
+            if size & 0x80000000:
+                return None
+            pos += 4
+            add(pos)
+            pos += size
+    except struct.error:
+        return None
+    return starts if pos == end and starts else None
 
 
 def decode_records(data: bytes, chunk_id: int, *, path: str = "?", position: int = 0,

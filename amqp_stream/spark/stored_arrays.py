@@ -28,7 +28,7 @@ batches, of one shape and of mixed ones.
 
 from __future__ import annotations
 
-from typing import Any, Collection, Sequence
+from typing import Any, Collection, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -518,3 +518,9 @@ class StoredBatches:
                 return None
             batch = self.columns.batch()
         return batch if batch.num_rows else None
+
+    def drain(self) -> Iterator[Any]:
+        """``batch()`` when it gives one (what a reader yields), else nothing."""
+        batch = self.batch()
+        if batch is not None:
+            yield batch

@@ -31,7 +31,6 @@ as osiris sends them), so the data starts right after the header.
 
 from __future__ import annotations
 
-import struct
 from typing import Any, Iterator
 
 import numpy as np
@@ -48,7 +47,7 @@ from amqp_stream.streamproto import OffsetSpec
 from amqp_stream.streamproto.constants import END_OFFSET_PROPERTY
 from amqp_stream.wire import MessageView, decode, split_sections
 from amqp_stream.spark.encoding import PROPERTY_ORDER
-from storage.format import CHUNK_HEADER, CHUNK_HEADER_BYTES, decode_header, decode_records
+from storage.format import CHUNK_HEADER, CHUNK_HEADER_BYTES, decode_header, decode_records, record_starts
 
 __all__ = ["read_range_stream", "subscribe_properties", "wire_message", "stored_message"]
 
@@ -185,9 +184,7 @@ def read_range_stream(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, decla
                 while not chunks and client.pump(0):  # but what is there already first: bigger batches
                     pass
                 if not chunks:
-                    batch = batches.batch()
-                    if batch is not None:
-                        yield batch
+                    yield from batches.drain()
             if not chunks and not client.pump(opts.timeout):
                 raise amqp.ConsumerError(
                     f"reading stream {opts.stream!r} over {opts.stream_url}: nothing came for "
@@ -196,15 +193,10 @@ def read_range_stream(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, decla
             while chunks:
                 done = _rows(chunks.pop(0), rng, batches)
                 if len(batches) >= BATCH_ROWS:
-                    batch = batches.batch()
-                    if batch is not None:
-                        yield batch
+                    yield from batches.drain()
                 if done:
                     break
-        if len(batches):
-            batch = batches.batch()
-            if batch is not None:
-                yield batch
+        yield from batches.drain()
     finally:
         client.close()
 
@@ -237,25 +229,11 @@ def _rows(chunk: bytes, rng: OffsetRange, batches: StoredBatches) -> bool:
     return h.chunk_id + h.records >= rng.end
 
 
-_SIZE = struct.Struct(">I").unpack_from
-
-
 def _record_spans(chunk: bytes, pos: int, end: int) -> tuple[Any, Any] | None:
-    """(starts, ends) of the simple entries filling ``chunk[pos:end]`` (a 4-byte size, then the
-    record); None when a sub-batch is among them or the sizes do not add up."""
-    starts: list[int] = []
-    add = starts.append
-    try:
-        while pos < end:
-            size = _SIZE(chunk, pos)[0]
-            if size & 0x80000000:
-                return None
-            pos += 4
-            add(pos)
-            pos += size
-    except struct.error:
-        return None
-    if pos != end or not starts:
+    """(starts, ends) of the simple entries filling ``chunk[pos:end]`` (``record_starts``);
+    None when a sub-batch is among them or the sizes do not add up."""
+    starts = record_starts(chunk, pos, end)
+    if starts is None:
         return None
     s = np.array(starts, np.int64)
     e = np.empty_like(s)
