@@ -258,14 +258,10 @@ class ArrowEncoder:
                 return out
         return self.encode_values(batch, first_id)
 
-    def encode_array(self, batch: Any) -> Any:
-        """``encode(batch)`` as an Arrow binary array (one row a message) when the kernels write
-        the batch; None when it goes value by value."""
-        return self._kernels.encode_array(batch) if self._kernels is not None else None
-
     def encode_pieces(self, batch: Any) -> Any:
-        """``encode_array``'s messages not yet joined (``row_concat``), for the frames built
-        around them in the same join; None when the batch goes value by value."""
+        """``encode(batch)``'s messages as the kernels write them, not yet joined
+        (``row_concat``), for the frames built around them in the same join; None when the
+        batch goes value by value."""
         return self._kernels.encode_pieces(batch) if self._kernels is not None else None
 
     def encode_values(self, batch: Any, first_id: int | None = None) -> list[bytes]:
