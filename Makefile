@@ -13,8 +13,11 @@ install: $(STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/amqp-stream serve $(ARGS)
 
+# the suite in TEST_WORKERS processes (pytest-xdist), whole files to a process: module fixtures
+# stay in one process and each process starts its session broker, Spark and ZooKeeper once
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest $(ARGS)
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(ARGS)
 
 # the gates CI runs before the tests: types on every package (settings in setup.cfg), ruff on the tree
 lint: $(STAMP)

@@ -33,6 +33,21 @@ def _ephemeral_low() -> int:
         return 32768  # Linux's default
 
 
+def _port_range() -> tuple[int, int]:
+    """The ports this process may offer: 16k below the ephemeral range, or, when pytest-xdist
+    runs the tests in several workers, this worker's own slice of them. Two workers walking the
+    same range could each offer a port before the other's broker binds it."""
+    high = _ephemeral_low()
+    low = max(1024, high - 16384)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ...
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if worker.startswith("gw") and worker[2:].isdigit() and count > 1:
+        size = (high - low) // count
+        low += int(worker[2:]) % count * size
+        high = low + size
+    return low, high
+
+
 _cursor: int | None = None  # the next port this process offers (see free_ports)
 
 
@@ -43,12 +58,11 @@ def free_ports(n: int) -> list[int]:
     where any client socket on the machine may take it as its local port between the pick and
     the broker's bind (or between a broker's kill and its restart on the same ports). And the
     picks walk the range from a random start, so this process never offers a port twice until
-    it has offered all 16k: a test that picks ports for three nodes before starting any of
-    them would otherwise be offered the first node's ports again for the second (both seen as
-    "Address already in use" in fresh-clone runs)."""
+    it has offered all 16k (its own slice of them under pytest-xdist): a test that picks ports
+    for three nodes before starting any of them would otherwise be offered the first node's
+    ports again for the second (both seen as "Address already in use" in fresh-clone runs)."""
     global _cursor
-    high = _ephemeral_low()
-    low = max(1024, high - 16384)
+    low, high = _port_range()
     if _cursor is None or not low <= _cursor < high:
         _cursor = random.randrange(low, high)
     ports: list[int] = []
