@@ -10,11 +10,14 @@ one has counted all the records; the brokers take turns within each round. The c
 ``bench.stream_protocol``'s load generator (credit per chunk, ten ahead; records counted from
 chunk headers, the chunk's bytes skipped in one reused buffer), one process and connection
 each (no GIL shared between them); their CPU together is printed beside the broker's, and the
-number of chunks each received. Cores used = broker CPU time / wall time.
+number of chunks each received. Cores used = broker CPU time / wall time. ``--floor`` adds the
+machine's floor for the same bytes (``bench.sendfile_floor``: the stream's segment files sent
+whole with ``sendfile`` by one process per connection and read by the same ``recv_into`` loop,
+no protocol and no Python per chunk) in the same rounds: what no broker can beat here.
 
     mkdir /tmp/consumers-base && git archive main | tar -x -C /tmp/consumers-base
     python -m bench.consumers [--baseline /tmp/consumers-base] [--messages 1000000]
-        [--counts 1,4,16] [--rounds 3]
+        [--counts 1,4,16] [--rounds 3] [--floor]
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from amqp_stream.client.stream import StreamClient
 from amqp_stream.streamproto import OffsetSpec
 from amqp_stream.testing import BrokerProcess
 from bench.peer import RabbitMQNode
+from bench.sendfile_floor import floor
 from bench.stream_protocol import cpu_seconds, publish, publish_frames
 
 __all__ = ["main", "consume_many"]
@@ -108,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", type=Path, default=None,
                         help="a checkout to compare with (default: this one, chunks not joined)")
     parser.add_argument("--no-rabbitmq", action="store_true", help="leave RabbitMQ out")
+    parser.add_argument("--floor", action="store_true",
+                        help="also the kernel's floor for the same bytes (bench.sendfile_floor)")
     args = parser.parse_args(argv)
     counts = [int(x) for x in args.counts.split(",")]
     root = Path(tempfile.mkdtemp(prefix="bench-consumers-"))
@@ -145,12 +151,19 @@ def main(argv: list[str] | None = None) -> int:
                 c.create(stream)
                 c.declare_publisher(1, stream)
                 publish(c, frames, pid)
+        segments = sorted(str(p) for p in (root / "data-this").rglob("*.segment"))
         results: dict[tuple[int, str], list[Pass]] = {}
+        floors: dict[int, list[float]] = {}
         for n in counts:
             for _ in range(args.rounds):
                 for label, (url, pid) in targets.items():
                     results.setdefault((n, label), []).append(
                         consume_many(url, stream, args.messages, n, pid))
+                if args.floor:
+                    f = floor(segments, n)
+                    floors.setdefault(n, []).append(n * args.messages / f.seconds)
+                    print(f"  (floor round: {f.seconds:.3f} s, senders {f.sender_cpu:.2f} s CPU, "
+                          f"receivers {f.receiver_cpu:.2f} s)", flush=True)
             print(f"consumers {n} (load average {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
             for label in targets:
                 rs = results[n, label]
@@ -167,6 +180,14 @@ def main(argv: list[str] | None = None) -> int:
                 if label.startswith("RabbitMQ"):
                     line += (f"; vs {label}: this checkout {after / rate:.2f}x, {before} "
                              f"{rates[before] / rate:.2f}x")
+            if n in floors:
+                best = statistics.median(floors[n])
+                line += (f"; kernel floor {best:,.0f} msg/s (rounds: "
+                         f"{', '.join(f'{r / 1e6:.1f}M' for r in floors[n])}): this checkout at "
+                         f"{after / best:.2f} of it")
+                for label, rate in rates.items():
+                    if label.startswith("RabbitMQ"):
+                        line += f", RabbitMQ at {rate / best:.2f}, 1.5x RabbitMQ = {1.5 * rate / best:.2f}"
             print(line, flush=True)
     finally:
         for stop in reversed(stops):
