@@ -10,7 +10,9 @@ one has counted all the records; the brokers take turns within each round. The c
 ``bench.stream_protocol``'s load generator (credit per chunk, ten ahead; records counted from
 chunk headers, the chunk's bytes skipped in one reused buffer), one process and connection
 each (no GIL shared between them); their CPU together is printed beside the broker's, and the
-number of chunks each received. Cores used = broker CPU time / wall time. ``--floor`` adds the
+number of chunks each received, how often each slept for want of data (its voluntary context
+switches: a consumer that is behind never sleeps) and how long the broker's threads waited
+runnable for a core (``/proc/<pid>/task/*/schedstat``). Cores used = broker CPU time / wall time. ``--floor`` adds the
 machine's floor for the same bytes (``bench.sendfile_floor``: the stream's segment files sent
 whole with ``sendfile`` by one process per connection and read by the same ``recv_into`` loop,
 no protocol and no Python per chunk) in the same rounds: what no broker can beat here.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -52,6 +55,8 @@ class Pass:
     broker_cpu: float
     client_cpu: float
     chunks: int  # chunks one consumer received
+    blocked: float = 0.0  # times a consumer found its socket empty and slept (mean)
+    waiting: float = 0.0  # seconds the broker's threads were runnable but not running
 
     @property
     def rate(self) -> float:
@@ -62,18 +67,37 @@ class Pass:
         return self.broker_cpu / self.seconds
 
 
+def _slept() -> int:
+    """Voluntary context switches of this process so far: each a wait for the socket."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+
+
+def waited(pid: int) -> float:
+    """Seconds the threads of ``pid`` have spent runnable but waiting for a core
+    (``/proc/<pid>/task/*/schedstat``, second field): a broker short of CPU, not of work."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
+            pass
+    return total / 1e9
+
+
 def _consumer(url: str, stream: str, expected: int, start: Any, results: Any) -> None:
     """One consumer process: connect, wait for the others, read ``expected`` records; report
-    (records, when done, own CPU seconds) or the error."""
+    (records, when done, own CPU seconds, chunks, sleeps) or the error."""
     try:
         c = StreamClient(url, timeout=60)
         start.wait()
-        cpu0 = time.process_time()
+        cpu0, slept0 = time.process_time(), _slept()
         c.subscribe(1, stream, OffsetSpec.first(), credit=10)
         while c.records < expected:
             if not c.pump(30):
                 raise RuntimeError("deliveries stopped")
-        results.put((c.records, time.perf_counter(), time.process_time() - cpu0, c.chunks))
+        results.put((c.records, time.perf_counter(), time.process_time() - cpu0, c.chunks,
+                     _slept() - slept0))
         c.sock.close()  # mid-stream (credit granted ahead): no Close handshake
     except BaseException as exc:
         results.put(exc)
@@ -90,9 +114,9 @@ def consume_many(url: str, stream: str, expected: int, count: int, pid: int) -> 
     for p in procs:
         p.start()
     start.wait(60)
-    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    cpu0, wait0, t0 = cpu_seconds(pid), waited(pid), time.perf_counter()
     got = [results.get() for _ in procs]
-    cpu1 = cpu_seconds(pid)
+    cpu1, wait1 = cpu_seconds(pid), waited(pid)
     for p in procs:
         p.join()
     errors = [g for g in got if isinstance(g, BaseException)]
@@ -100,7 +124,8 @@ def consume_many(url: str, stream: str, expected: int, count: int, pid: int) -> 
         raise errors[0]
     # CLOCK_MONOTONIC (perf_counter) is one clock for every process of the machine
     return Pass(sum(g[0] for g in got), max(g[1] for g in got) - t0, cpu1 - cpu0,
-                sum(g[2] for g in got), got[0][3])
+                sum(g[2] for g in got), got[0][3], statistics.mean(g[4] for g in got),
+                wait1 - wait0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {label:22} {med.rate:>12,.0f} msg/s  {med.seconds:6.3f} s  broker "
                       f"{statistics.median(r.cores for r in rs):4.2f} cores, "
                       f"{statistics.median(r.broker_cpu / r.messages * 1e9 for r in rs):5.1f} ns "
-                      f"CPU/msg; client CPU {med.client_cpu:5.2f} s, {med.chunks} chunks each  (rounds: "
+                      f"CPU/msg; client CPU {med.client_cpu:5.2f} s, {med.chunks} chunks each, slept "
+                      f"{med.blocked:.0f} times each; broker threads waited {med.waiting:.2f} s "
+                      f"for a core  (rounds: "
                       f"{', '.join(f'{r.rate / 1e6:.1f}M' for r in rs)})")
             rates = {label: statistics.median(r.rate for r in results[n, label]) for label in targets}
             after = rates["this checkout"]
