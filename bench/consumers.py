@@ -19,7 +19,7 @@ no protocol and no Python per chunk) in the same rounds: what no broker can beat
 
     mkdir /tmp/consumers-base && git archive main | tar -x -C /tmp/consumers-base
     python -m bench.consumers [--baseline /tmp/consumers-base] [--messages 1000000]
-        [--counts 1,4,16] [--rounds 3] [--floor]
+        [--counts 1,4,16] [--rounds 3] [--floor] [--baseline-args '--stream-join-bytes 1048576']
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import argparse
 import multiprocessing
 import os
 import resource
+import shlex
 import statistics
 import sys
 import tempfile
@@ -136,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="passes per count and broker (median)")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="a checkout to compare with (default: this one, chunks not joined)")
+    parser.add_argument("--baseline-args", default="",
+                        help="extra broker options for the baseline, e.g. "
+                             "'--stream-join-bytes 1048576' to compare joined with joined")
     parser.add_argument("--no-rabbitmq", action="store_true", help="leave RabbitMQ out")
     parser.add_argument("--floor", action="store_true",
                         help="also the kernel's floor for the same bytes (bench.sendfile_floor)")
@@ -152,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(root)  # ``-m amqp_stream`` then imports from PYTHONPATH, not from the cwd
     try:
         for label, code, extra in ((before, args.baseline or here,
-                                    [] if args.baseline else ["--stream-join-bytes", "0"]),
+                                    (shlex.split(args.baseline_args) if args.baseline
+                                     else ["--stream-join-bytes", "0"])),
                                    ("this checkout", here, ["--stream-join-bytes", str(JOINED)])):
             name = label.split()[0]
             b = BrokerProcess(root / f"data-{name}", log_path=root / f"broker-{name}.log",
