@@ -119,8 +119,7 @@ HELP: dict[str, str] = {
                               "default: --host, or this machine's name when --host is a wildcard",
     "stream_advertised_port": "port stream clients are told to connect to (0 = --stream-port)",
     "stream_send_threads": "threads that send stream consumers' chunks (os.sendfile) off the "
-                           "event loop, started as connections wait for one: -1 = up to max(16, cores), "
-                           "0 = the loop sends them itself",
+                           "event loop: -1 = one per core, 0 = the loop sends them itself",
     "stream_join_bytes": "stored chunks that follow on go to a stream consumer joined into one "
                          "Deliver of up to this many data bytes (one credit; 0 = each as stored)",
     "auth_failure_delay": "seconds a stream client waits for the answer to a failed login or an "

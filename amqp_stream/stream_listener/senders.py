@@ -17,14 +17,6 @@ its socket meanwhile without the number being reused under the worker) and stops
 with what went out, what is left (put back in front of the queue, sent when the socket is
 writable again) and the error, if any. Credit, ``pending`` and the consumers' backpressure
 stay the loop's: nothing here touches a subscription.
-
-How many: a thread is started when a batch comes and every thread started is busy, up to the
-limit (by default ``max(16, cores)``): so as many connections are sent at once as have output
-waiting, as RabbitMQ has a process per connection. With one thread per core and 16 consumers,
-12-15 connections at a time had their batch queued behind the others while their socket ran
-dry and their consumer slept (issue 28, ``bench/RESULTS.md``); a thread per connection in
-flight gave 8-13 % more at 4 consumers (median, 12 interleaved rounds, load 6-7) and the
-consumers slept ~40 % less at 16.
 """
 
 from __future__ import annotations
@@ -36,19 +28,17 @@ import socket
 import threading
 from typing import Any, Callable
 
-__all__ = ["Batch", "Senders", "sender_threads", "DEFAULT_THREADS"]
+__all__ = ["Batch", "Senders", "sender_threads"]
 
 log = logging.getLogger("amqp_stream.stream_listener")
 
 _MSG_MORE = getattr(socket, "MSG_MORE", 0)
 _BUFFERS = (bytes, bytearray, memoryview)
-DEFAULT_THREADS = 16  # at most, started only as connections wait for one (see above)
 
 
 def sender_threads(setting: int) -> int:
-    """Threads at most for ``--stream-send-threads``: -1 = ``max(DEFAULT_THREADS, cores)``,
-    0 = none (the loop sends)."""
-    return max(DEFAULT_THREADS, os.cpu_count() or 1) if setting < 0 else setting
+    """Threads for ``--stream-send-threads``: -1 = one per core, 0 = none (the loop sends)."""
+    return (os.cpu_count() or 1) if setting < 0 else setting
 
 
 class Batch:
@@ -101,36 +91,26 @@ class Batch:
 
 
 class Senders:
-    """A pool of at most ``count`` daemon threads running ``Batch``es; each done batch is
-    handed to ``post`` (the loop's mailbox) with the callback given at submit. A thread is
-    started when a batch waits and none is idle (an idle broker holds none); the threads live
-    as long as the process (they hold nothing but the batch in hand between jobs)."""
+    """A pool of ``count`` daemon threads running ``Batch``es; each done batch is handed to
+    ``post`` (the loop's mailbox) with the callback given at submit. The threads live as long
+    as the process (they hold nothing but the batch in hand between jobs)."""
 
     def __init__(self, count: int, post: Callable[..., None]):
         self.count = count
         self.post = post
         self.jobs: queue.SimpleQueue[tuple[Batch, Callable[[Batch], None]]] = queue.SimpleQueue()
         self.threads: list[threading.Thread] = []
-        self.idle = 0  # threads waiting for a batch (changed under ``lock``)
-        self.lock = threading.Lock()
 
     def submit(self, batch: Batch, done: Callable[[Batch], None]) -> None:
-        self.jobs.put((batch, done))
-        if self.jobs.qsize() > self.idle and len(self.threads) < self.count:
+        if len(self.threads) < self.count:  # started as work comes: idle brokers hold none
             t = threading.Thread(target=self._work, name=f"stream-sender-{len(self.threads)}",
                                  daemon=True)
             self.threads.append(t)
             t.start()
+        self.jobs.put((batch, done))
 
     def _work(self) -> None:
-        jobs, lock = self.jobs, self.lock
-        with lock:
-            self.idle += 1
         while True:
-            batch, done = jobs.get()
-            with lock:
-                self.idle -= 1
+            batch, done = self.jobs.get()
             batch.run()
-            with lock:  # idle before the loop hears: its next batch needs no new thread
-                self.idle += 1
             self.post(done, batch)
