@@ -127,7 +127,7 @@ def _layout(buf: bytes, name: bytes) -> Layout | None:
 
 
 #: bytes per block of the determinant check at most: a chunk's entries are checked a block at
-#: a time; its mask, expected bytes and scratch are three times this, per subscription (fewer,
+#: a time; its mask, expected bytes and scratch are a few times this, per subscription (fewer,
 #: larger blocks are a little faster: a numpy call costs ~1 µs)
 _BLOCK_BYTES = 1 << 18
 
@@ -135,10 +135,18 @@ _BLOCK_BYTES = 1 << 18
 class _Determinants:
     """Every byte of a layout's determinants (and each entry's 4-byte header) in a chunk of
     ``stride``-byte entries, checked at once: the data as 8-byte words, ANDed with a mask
-    that keeps those bytes, equal to what they must be (numpy: ~12-20 ns a 158-byte record,
-    against ~1.3 ns a record for each of ~40 strided byte columns)."""
+    that keeps those bytes, equal to what they must be (numpy: a few ns a record, against
+    ~1.3 ns a record for each of ~40 strided byte columns).
 
-    __slots__ = ("stride", "row_mask", "row_expect", "mask", "expect", "scratch", "tail")
+    When the determinants all lie in the first half of an entry (a message's sections before
+    its body, the body's constructor and length: the common case), only that part is read:
+    the first ``width`` bytes of every entry (the last determinant's, rounded up to a word)
+    are copied side by side first (one strided numpy copy), and the words checked are those:
+    the check then reads ~``width`` bytes a record instead of ``stride`` (it is bound by
+    memory: ~18 -> ~14 ns a 158-byte record whose determinants end at byte 56)."""
+
+    __slots__ = ("stride", "width", "row_mask", "row_expect", "mask", "expect", "scratch",
+                 "equal", "tail")
 
     def __init__(self, stride: int, marks: tuple[tuple[int, int], ...]) -> None:
         row_mask = np.zeros(stride, np.uint8)
@@ -149,34 +157,61 @@ class _Determinants:
             row_mask[4 + p] = 0xFF
             row_expect[4 + p] = b
         self.stride = stride
-        self.row_mask, self.row_expect = row_mask, row_expect
-        self.mask = self.expect = self.scratch = np.empty(0, np.uint64)
         # position in an entry: byte, for the last few bytes of a chunk past its last word
         self.tail = {p: int(row_expect[p]) for p in range(stride) if row_mask[p]}
+        width = -(-(4 + max((p for p, _ in marks), default=-1) + 1) // 8) * 8
+        self.width = width if 2 * width <= stride else 0  # 0: whole entries, as they lie
+        if self.width:
+            row_mask, row_expect = row_mask[:width], row_expect[:width]
+        self.row_mask, self.row_expect = row_mask, row_expect
+        self.mask = self.expect = self.scratch = np.empty(0, np.uint64)
+        self.equal = np.empty(0, bool)
 
     def _grow(self, n: int) -> None:
-        """Masks for ``n`` entries (a multiple of 8, so that they are whole words and every
-        block lines up with them), within ``_BLOCK_BYTES``."""
-        n = max(8, min(-(-n // 8), _BLOCK_BYTES // (8 * self.stride)) * 8)
+        """Masks for ``n`` entries (whole words: a multiple of 8 entries unless compacted, so
+        that every block lines up with them), within ``_BLOCK_BYTES``."""
+        row = len(self.row_mask)
+        n = min(n, max(1, _BLOCK_BYTES // row))
+        if not self.width:
+            n = max(8, -(-n // 8) * 8)
         self.mask = np.tile(self.row_mask, n).view(np.uint64)
         self.expect = np.tile(self.row_expect, n).view(np.uint64)
         self.scratch = np.empty_like(self.mask)
+        self.equal = np.empty(len(self.mask), bool)
+
+    def _same(self, words: np.ndarray) -> bool:
+        """Whether ``words`` (at most a block) ANDed with the mask are the expected words."""
+        k = len(words)
+        scratch, equal = self.scratch[:k], self.equal[:k]
+        np.bitwise_and(words, self.mask[:k], out=scratch)
+        np.equal(scratch, self.expect[:k], out=equal)
+        return bool(np.count_nonzero(equal) == k)
 
     def hold(self, data: bytes, n: int) -> bool:
         """Whether each of the ``n`` entries of ``data`` holds them."""
-        size = n * self.stride
+        stride, width = self.stride, self.width
+        if width:
+            if len(self.mask) * 8 < min(n * width, _BLOCK_BYTES - width):
+                self._grow(n)
+            rows = len(self.mask) * 8 // width  # entries a block
+            entries = np.ndarray((n, width), np.uint8, data, 0, (stride, 1))
+            packed = self.scratch.view(np.uint8).reshape(rows, width)
+            for at in range(0, n, rows):
+                part = entries[at:at + rows]
+                k = len(part)
+                np.copyto(packed[:k], part)
+                if not self._same(packed[:k].reshape(-1).view(np.uint64)):
+                    return False
+            return True
+        size = n * stride
         words = np.frombuffer(data, np.uint64, count=size >> 3)
-        if len(self.mask) < len(words) and len(self.mask) * 8 < _BLOCK_BYTES - 8 * self.stride:
+        if len(self.mask) < len(words) and len(self.mask) * 8 < _BLOCK_BYTES - 8 * stride:
             self._grow(n)
-        mask, expect, scratch = self.mask, self.expect, self.scratch
-        step = len(mask)
+        step = len(self.mask)
         for at in range(0, len(words), step):
-            part = words[at:at + step]
-            k = len(part)
-            np.bitwise_and(part, mask[:k], out=scratch[:k])
-            if not np.array_equal(scratch[:k], expect[:k]):
+            if not self._same(words[at:at + step]):
                 return False
-        stride, tail = self.stride, self.tail
+        tail = self.tail
         return all(tail.get(at % stride, data[at]) == data[at] for at in range(size & ~7, size))
 
 
