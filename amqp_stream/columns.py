@@ -215,6 +215,27 @@ class _Determinants:
         return all(tail.get(at % stride, data[at]) == data[at] for at in range(size & ~7, size))
 
 
+def _int_kind(c: int, op: str, literals: tuple[Any, ...]) -> tuple[np.dtype | None, tuple[int, ...]]:
+    """For integer constructor ``c``: the dtype its values are read as in place (None: the
+    constructor of the value 0, which holds no bytes) and the literals that can match one:
+    for ``=`` and ``IN`` those in its range (a literal outside it matches no record); for an
+    order, the literal if it is an int in range (else each value is compared as a Python
+    number: numpy would wrap it); for the value 0, whether it matches."""
+    width, _ = _INTS[c]
+    if width == 0:
+        keep = 0 in literals if op == "IN" else _OPS[op](0, literals[0])
+        return None, (0,) if keep else ()
+    signed = c in _SIGNED
+    bits = 8 * width
+    lo, hi = (-(1 << bits - 1), (1 << bits - 1) - 1) if signed else (0, (1 << bits) - 1)
+    dtype = np.dtype(f">{'i' if signed else 'u'}{width}")
+    if op in ("=", "IN"):
+        return dtype, tuple(v for v in dict.fromkeys(literals)
+                            if isinstance(v, int) and lo <= v <= hi)
+    literal = literals[0]
+    return dtype, (literal,) if type(literal) is int and lo <= literal <= hi else ()
+
+
 def column_matcher(stage2: Any) -> Callable[[bytes, int, int], list[int] | None] | None:
     """For a filter of one of ``fast_match``'s shapes: ``match(data, stride, n)``, the
     indexes of the matching records of a data section of ``n`` simple entries of ``stride``
@@ -231,6 +252,10 @@ def column_matcher(stage2: Any) -> Callable[[bytes, int, int], list[int] | None]
     # the layout, their check); the walk decides on those bytes and the size alone, so a
     # first record that holds them has that layout (~1 µs against the walk's 10-30)
     last: list[tuple[int, Callable[[bytes], Any], Any, Layout, _Determinants]] = []
+    # per value constructor: (the values' dtype, the literals it can hold), per string size
+    # its dtype: made once (numpy parses a dtype's name in ~1 µs)
+    kinds: dict[int, tuple[np.dtype | None, tuple[int, ...]]] = {}
+    strings: dict[int, np.dtype] = {}
 
     def match(data: bytes, stride: int, n: int) -> list[int] | None:
         first = data[4:stride]
@@ -267,31 +292,30 @@ def column_matcher(stage2: Any) -> Callable[[bytes, int, int], list[int] | None]
                 return list(range(n))
             # the values as fixed-width strings, one compare each (two of ``size`` bytes that
             # numpy finds equal, trailing NULs aside, are the same bytes)
-            values = np.ndarray((n,), f"S{size}", data, 4 + start, (stride,))
+            fixed = strings.get(size) or strings.setdefault(size, np.dtype(f"S{size}"))
+            values = np.ndarray((n,), fixed, data, 4 + start, (stride,))
             hit = values == wanted[0]
             for t in wanted[1:]:
                 hit |= values == t
             return np.flatnonzero(hit).tolist()
-        if c not in _INTS:
-            return None
-        width, _ = _INTS[c]
-        if width == 0:  # the value 0 in every record
-            v0 = 0
-            keep = v0 in literals if op == "IN" else _OPS[op](v0, literals[0])
-            return list(range(n)) if keep else []
-        signed = c in _SIGNED
-        # the values as big-endian integers in place, one compare a literal
-        bits = 8 * width
-        lo, hi = (-(1 << bits - 1), (1 << bits - 1) - 1) if signed else (0, (1 << bits) - 1)
-        values = np.ndarray((n,), f">{'i' if signed else 'u'}{width}", data, 4 + at + 1, (stride,))
+        kind = kinds.get(c)
+        if kind is None:
+            if c not in _INTS:
+                return None
+            kind = kinds[c] = _int_kind(c, op, literals)
+        dtype, wanted_ints = kind
+        if dtype is None:  # the value 0 in every record
+            return list(range(n)) if wanted_ints else []
+        values = np.ndarray((n,), dtype, data, 4 + at + 1, (stride,))
         if op in ("=", "IN"):  # (a literal outside the constructor's range: no record)
-            hit = np.zeros(n, bool)
-            for v in set(literals):
-                if isinstance(v, int) and lo <= v <= hi:
-                    hit |= values == v
+            if not wanted_ints:
+                return []
+            hit = values == wanted_ints[0]
+            for v in wanted_ints[1:]:
+                hit |= values == v
             return np.flatnonzero(hit).tolist()
         compare, literal = _OPS[op], literals[0]
-        if type(literal) is int and lo <= literal <= hi:
+        if wanted_ints:  # (the literal, an int in the constructor's range)
             return np.flatnonzero(compare(values, literal)).tolist()
         # a literal outside the constructor's range (numpy would wrap it): each value as a
         # Python number
