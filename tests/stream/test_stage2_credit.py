@@ -21,6 +21,7 @@ from amqp_stream.streamproto import frames as f
 from amqp_stream.testing import BrokerProcess
 from conformance.streamclient import OK, StreamClient, offset_first
 from storage.format import encode_chunk, encode_entries
+from tests.http.api import call
 from tests.streamproto.test_connection import events, handshake
 
 
@@ -152,3 +153,30 @@ def test_a_credit_taken_without_decoding_is_what_the_decoder_gives(data, before)
         assert fast.state is State.OPEN and fast.buffered == 0
     if before == "nothing" and len(data) == 11 and data == f.encode(f.Credit(data[8], int.from_bytes(data[9:], "big"))):
         assert got is not None
+
+
+def _writes(broker, port: int) -> int:
+    """``send_cnt`` of the broker's connection from client port ``port`` (HTTP API)."""
+    rows = call(broker, "GET", "/api/connections").json
+    return next(r["send_cnt"] for r in rows if r["peer_port"] == port)
+
+
+def test_the_chunks_of_credit_frames_read_together_go_out_in_one_write(broker):
+    """rstream grants a credit per chunk it gets: Credit frames that come in one read are
+    answered in one write (the connection writes once it has handled them all), not one
+    write a frame."""
+    stream = f"stage2-{next(_names)}"
+    c = StreamClient("127.0.0.1", broker.stream_port, timeout=10)
+    assert c.create_stream(stream) == OK
+    assert c.declare_publisher(1, stream) == OK
+    ids = list(range(41))  # one stored chunk: 11 matches, none next to another
+    c.publish(1, [(i, _message(i % 4, i, True)) for i in ids])
+    c.wait_confirms(1, ids)
+    assert c.subscribe(0, stream, offset_first(), credit=1, properties={"sql-filter": "k = 0"}) == OK
+    assert c.next_chunk().chunk_id == 0  # the other matches are built: they wait for credit
+    port = c.sock.getsockname()[1]
+    before = _writes(broker, port)
+    c.sock.sendall(b"".join(f.encode(f.Credit(0, 1)) for _ in range(8)))
+    assert [c.next_chunk().chunk_id for _ in range(8)] == list(range(4, 36, 4))
+    assert _writes(broker, port) - before == 1
+    c.close()
