@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -43,6 +44,18 @@ def cpu_ns(pid: int) -> int:
     return total
 
 
+def stored_chunks(data: Path) -> list[int]:
+    """The records of each stored chunk of the stream under broker data directory ``data``
+    (the broker stopped)."""
+    from storage import OffsetSpec, Stream, StreamConfig
+    log = next(data.glob("streams/*/log"))
+    sizes = []
+    with Stream.open(str(log), StreamConfig()) as s, s.reader(OffsetSpec.first()) as r:
+        while (loc := r.read_location()) is not None:
+            sizes.append(loc.records)
+    return sizes
+
+
 def main(argv: list[str] | None = None) -> int:
     from bench.broker import encode
     parser = argparse.ArgumentParser(prog="python -m bench.stage2_ab",
@@ -65,15 +78,29 @@ def main(argv: list[str] | None = None) -> int:
         os.chdir(tmp)  # ``-m amqp_stream`` then imports from PYTHONPATH, not from here
         brokers: dict[str, BrokerProcess] = {}
         try:
+            # the stream is published once and its data directory copied: both brokers scan
+            # the same stored chunks (the writer's chunk sizes follow the machine's load, and
+            # a chunk's fixed costs are ~45 us: a confound between brokers otherwise)
+            first = BrokerProcess(Path(tmp, "published"), extra_args=["--fsync", "never"],
+                                  env={"PYTHONPATH": str(HERE)})
+            first.start()
+            try:
+                with StreamClient(f"rabbitmq-stream://{first.host}:{first.stream_port}",
+                                  timeout=60) as c:
+                    c.create("rr")
+                    c.declare_publisher(1, "rr")
+                    publish(c, frames, first.proc.pid)
+            finally:
+                first.stop()
+            sizes = stored_chunks(Path(tmp, "published"))
+            print(f"stored chunks: {len(sizes)}, records a chunk: median "
+                  f"{statistics.median(sizes):.0f}, smallest {min(sizes)}", flush=True)
             for name, code in (("baseline", args.baseline.resolve()), ("this checkout", HERE)):
+                shutil.copytree(Path(tmp, "published"), Path(tmp, name.split()[0]))
                 b = brokers[name] = BrokerProcess(Path(tmp, name.split()[0]),
                                                   extra_args=["--fsync", "never"],
                                                   env={"PYTHONPATH": str(code)})
                 b.start()
-                with StreamClient(f"rabbitmq-stream://{b.host}:{b.stream_port}", timeout=60) as c:
-                    c.create("rr")
-                    c.declare_publisher(1, "rr")
-                    publish(c, frames, b.proc.pid)
             for _ in range(args.rounds):
                 for name, b in brokers.items():
                     url = f"rabbitmq-stream://{b.host}:{b.stream_port}"
