@@ -182,9 +182,13 @@ class _Determinants:
     def _same(self, words: np.ndarray) -> bool:
         """Whether ``words`` (at most a block) ANDed with the mask are the expected words."""
         k = len(words)
-        scratch, equal = self.scratch[:k], self.equal[:k]
-        np.bitwise_and(words, self.mask[:k], out=scratch)
-        np.equal(scratch, self.expect[:k], out=equal)
+        if k == len(self.mask):  # (a whole block: no slices to make)
+            scratch, equal, mask, expect = self.scratch, self.equal, self.mask, self.expect
+        else:
+            scratch, equal = self.scratch[:k], self.equal[:k]
+            mask, expect = self.mask[:k], self.expect[:k]
+        np.bitwise_and(words, mask, out=scratch)
+        np.equal(scratch, expect, out=equal)
         return bool(np.count_nonzero(equal) == k)
 
     def hold(self, data: bytes, n: int) -> bool:
@@ -195,6 +199,9 @@ class _Determinants:
                 self._grow(n)
             rows = len(self.mask) * 8 // width  # entries a block
             entries = np.ndarray((n, width), np.uint8, data, 0, (stride, 1))
+            if n == rows:  # (one whole block: the commonest, as chunks of one size follow)
+                np.copyto(self.scratch.view(np.uint8).reshape(rows, width), entries)
+                return self._same(self.scratch)
             packed = self.scratch.view(np.uint8).reshape(rows, width)
             for at in range(0, n, rows):
                 part = entries[at:at + rows]
