@@ -8,7 +8,8 @@ The streams are ``bench.stream_protocol``'s filtered ones (message ``i``: ``k = 
 ``zone = 'z<k>'``, plus a last record every filter matches, where a consumer stops); the
 client is its load generator (credit one per chunk, ten ahead; nothing decoded). Per round and
 broker: the unfiltered read, then ``k = 7`` and ``zone = 'z07'`` (1 %); broker CPU per scanned
-record from ``/proc``.
+record from ``/proc/<pid>/task/*/schedstat`` (nanoseconds, every thread: ``/proc``'s
+utime/stime count 10 ms ticks, ~0.01 µs a record here, as much as the changes measured).
 
     mkdir /tmp/stage2-base && git archive <commit> | tar -x -C /tmp/stage2-base
     python -m bench.stage2_ab --baseline /tmp/stage2-base [--messages 1000000] [--rounds 3]
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -29,6 +31,29 @@ from bench.stream_protocol import Result, consume, publish, publish_frames
 
 HERE = Path(__file__).resolve().parent.parent
 CASES = ("k = 7", "zone = 'z07'")
+
+
+def cpu_ns(pid: int) -> int:
+    """CPU time of every thread of process ``pid`` so far, in ns (the scheduler's own)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # (a thread that ended meanwhile)
+    return total
+
+
+def stored_chunks(data: Path) -> list[int]:
+    """The records of each stored chunk of the stream under broker data directory ``data``
+    (the broker stopped)."""
+    from storage import OffsetSpec, Stream, StreamConfig
+    log = next(data.glob("streams/*/log"))
+    sizes = []
+    with Stream.open(str(log), StreamConfig()) as s, s.reader(OffsetSpec.first()) as r:
+        while (loc := r.read_location()) is not None:
+            sizes.append(loc.records)
+    return sizes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,23 +78,39 @@ def main(argv: list[str] | None = None) -> int:
         os.chdir(tmp)  # ``-m amqp_stream`` then imports from PYTHONPATH, not from here
         brokers: dict[str, BrokerProcess] = {}
         try:
+            # the stream is published once and its data directory copied: both brokers scan
+            # the same stored chunks (the writer's chunk sizes follow the machine's load, and
+            # a chunk's fixed costs are ~45 us: a confound between brokers otherwise)
+            first = BrokerProcess(Path(tmp, "published"), extra_args=["--fsync", "never"],
+                                  env={"PYTHONPATH": str(HERE)})
+            first.start()
+            try:
+                with StreamClient(f"rabbitmq-stream://{first.host}:{first.stream_port}",
+                                  timeout=60) as c:
+                    c.create("rr")
+                    c.declare_publisher(1, "rr")
+                    publish(c, frames, first.proc.pid)
+            finally:
+                first.stop()
+            sizes = stored_chunks(Path(tmp, "published"))
+            print(f"stored chunks: {len(sizes)}, records a chunk: median "
+                  f"{statistics.median(sizes):.0f}, smallest {min(sizes)}", flush=True)
             for name, code in (("baseline", args.baseline.resolve()), ("this checkout", HERE)):
+                shutil.copytree(Path(tmp, "published"), Path(tmp, name.split()[0]))
                 b = brokers[name] = BrokerProcess(Path(tmp, name.split()[0]),
                                                   extra_args=["--fsync", "never"],
                                                   env={"PYTHONPATH": str(code)})
                 b.start()
-                with StreamClient(f"rabbitmq-stream://{b.host}:{b.stream_port}", timeout=60) as c:
-                    c.create("rr")
-                    c.declare_publisher(1, "rr")
-                    publish(c, frames, b.proc.pid)
             for _ in range(args.rounds):
                 for name, b in brokers.items():
                     url = f"rabbitmq-stream://{b.host}:{b.stream_port}"
                     for case in (None, *CASES):
                         c = StreamClient(url, timeout=120)
+                        before = cpu_ns(b.proc.pid)
                         r = consume(c, "rr", n + 1, b.proc.pid,
                                     {"sql-filter": case} if case else None, credit=args.credit,
                                     until=n + 1)
+                        r.cpu = (cpu_ns(b.proc.pid) - before) / 1e9
                         c.sock.close()
                         got.setdefault((name, case or "unfiltered"), []).append(r)
         finally:
@@ -87,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             cpu = statistics.median(r.cpu for r in rs) / (n + 1) * 1e6
             print(f"    {case:14} {rs[0].messages:>6} records {s:7.3f} s = {base / s:5.2f}x the "
                   f"unfiltered read's speed; broker CPU {cpu:.3f} µs per scanned record "
-                  f"(rounds {', '.join(f'{r.seconds:.3f}' for r in rs)})")
+                  f"(rounds {', '.join(f'{r.seconds:.3f}' for r in rs)}; CPU "
+                  f"{', '.join(f'{r.cpu / (n + 1) * 1e6:.3f}' for r in rs)})")
     return 0
 
 

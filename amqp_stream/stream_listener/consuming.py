@@ -176,9 +176,13 @@ class Subscription:
         self.pump()
 
     def add_credit(self, credit: int) -> None:
+        """A Credit frame: go on now, without writing: the connection writes once it has
+        handled every frame of the read (``StreamConnection.received`` and ``process``), so
+        the chunks of several Credit frames in one read (rstream grants one per chunk) go
+        out in one write."""
         self.credit = min(self.credit + credit, 0xFFFF_FFFF)
         if not self.scheduled and self not in self.conn.blocked:
-            self.pump()
+            self.pump(write=False)
 
     def wake(self) -> None:
         """The stream grew: go on if this subscription waited at its end."""
@@ -199,7 +203,9 @@ class Subscription:
                           self.entry.name)
             self.conn.failed(exc)
 
-    def pump(self) -> None:
+    def pump(self, write: bool = True) -> None:
+        """Deliver what the credit allows now; ``write``: write it too (False: the caller
+        writes once it is done)."""
         if self.closed or self.ended or not self.active or not self.conn.serving:
             return
         conn = self.conn
@@ -286,7 +292,8 @@ class Subscription:
             if chunks:
                 conn.adapter.count("chunks", chunks)
                 conn.adapter.count("bytes", nbytes)
-        conn.write()
+        if write:
+            conn.write()
         if self.credit <= 0 and self.match is not None:
             self._prefetch_soon()
 

@@ -14,7 +14,9 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amqp_stream.columns import column_matcher
+from amqp_stream import columns
+from amqp_stream.columns import _Determinants, column_matcher
+from amqp_stream.columns import _layout as _layout_of
 from sqlfilter import compile_sql
 from storage.format import entry_stride
 
@@ -299,3 +301,30 @@ def test_a_broker_answers_by_columns_as_it_does_record_by_record(tmp_path):
                     assert got == [i for i in range(total) if want(i)], (stream, sql)
         finally:
             client.close()
+
+
+def test_a_record_of_another_layout_is_seen_in_every_block():
+    """A chunk's determinants are checked a block of entries at a time, either over the
+    entries as they lie (a short body: the determinants reach past half an entry) or over
+    their first bytes copied side by side (a long body): one record of another layout of
+    the same size, wherever it lies (first, last, either side of a block's end), is seen."""
+    a = (False, True, [("k", False, "int:54"), ("zone", False, "str8")])
+    b = (False, True, [("zone", False, "str8"), ("k", False, "int:54")])
+    for body, compacted in ((2, False), (200, True)):
+        first = _record(a, [0, 0, 0], body, 100000)
+        stride = len(first) + 4
+        check = _Determinants(stride, _layout_of(first, b"k")[0])
+        assert bool(check.width) is compacted
+        rows = columns._BLOCK_BYTES // (check.width or stride)  # (about: whole words)
+        n = rows + 300
+        records = [_record(a, [i % 100, i % 100, 0], body, 100000 + i) for i in range(n)]
+        data, padded = _chunk(records)
+        match = column_matcher(compile_sql("k = 7"))
+        assert match(data, stride, n) == _truth("k = 7", padded) == list(range(7, n, 100))
+        for at in (0, rows - 1, rows, rows + 1, n - 1):
+            other = _record(b, [at % 100, at % 100, 0], body, 100000 + at)
+            assert len(other) == len(records[at])
+            odd = records[:at] + [other] + records[at + 1:]
+            data, padded = _chunk(odd)
+            assert column_matcher(compile_sql("k = 7"))(data, stride, n) is None, (body, at)
+            assert match(data, stride, n) is None, (body, at)  # (after a chunk of layout a)

@@ -21,6 +21,7 @@ from amqp_stream.streamproto import frames as f
 from amqp_stream.testing import BrokerProcess
 from conformance.streamclient import OK, StreamClient, offset_first
 from storage.format import encode_chunk, encode_entries
+from tests.http.api import call
 from tests.streamproto.test_connection import events, handshake
 
 
@@ -71,6 +72,40 @@ def test_filtered_deliveries_are_the_runs_of_matches_whatever_the_credit(
     """Credit ``initial`` at first, then ``back`` after every ``every`` chunks received (or
     sooner, when the client has none left); Deliver v1 or v2 (the stream's committed chunk
     id in every frame: everything was published before the subscription)."""
+    _filtered_read(broker, frames, wanted, initial, back, every, uniform, v2)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(frames=st.lists(st.lists(st.integers(0, 3), min_size=256, max_size=600), min_size=1, max_size=3),
+       wanted=st.integers(0, 3), initial=st.integers(1, 12), back=st.integers(1, 3),
+       every=st.integers(1, 4), uniform=st.booleans(), v2=st.booleans())
+def test_large_stored_chunks_give_the_same_deliveries(
+        broker, frames, wanted, initial, back, every, uniform, v2):
+    """Stored chunks of hundreds of records, as a steady publisher's are (the columns'
+    blocks, many matches a chunk and frames a grant): the same runs, in order, whatever
+    the credit. (The writer's chunks grow from 32 entries as a frame fills them: a first
+    frame of 1,000 records that match no filter here makes the next ones' chunks large.)"""
+    stored = _filtered_read(broker, [[9] * 1000, *frames], wanted, initial, back, every,
+                            uniform, v2)
+    assert max(len(ks) for ks in stored[5:]) >= 256
+
+
+def _stored_chunks(broker, stream: str, records: int) -> list[int]:
+    """The records of each stored chunk of ``stream``: a stage-1 subscription that matches
+    every message gets the chunks as stored (not joined)."""
+    c = StreamClient("127.0.0.1", broker.stream_port, timeout=10)
+    assert c.subscribe(0, stream, offset_first(), credit=1000,
+                       properties={"filter.0": "none", "match-unfiltered": "true"}) == OK
+    sizes: list[int] = []
+    while sum(sizes) < records:
+        sizes.append(c.next_chunk().num_records)
+    c.close()
+    return sizes
+
+
+def _filtered_read(broker, frames, wanted, initial, back, every, uniform, v2) -> list[list[int]]:
+    """Publish ``frames`` (the ``k`` of each message), read them with ``k = wanted`` under
+    the credit pattern; the stored chunks (the ``k`` of their messages)."""
     stream = f"stage2-{next(_names)}"
     c = StreamClient("127.0.0.1", broker.stream_port, timeout=10)
     if v2:
@@ -86,7 +121,12 @@ def test_filtered_deliveries_are_the_runs_of_matches_whatever_the_credit(
     # a last record that matches, in a chunk of its own: the read is over when it comes
     c.publish(1, [(offset, _message(wanted, offset, uniform))])
     c.wait_confirms(1, [offset])
-    expected = _expected([*frames, [wanted]], wanted, uniform)
+    flat = [k for ks in frames for k in ks] + [wanted]
+    stored, at = [], 0
+    for n in _stored_chunks(broker, stream, len(flat)):  # (a large frame may be several)
+        stored.append(flat[at:at + n])
+        at += n
+    expected = _expected(stored, wanted, uniform)
     assert c.subscribe(0, stream, offset_first(), credit=initial,
                        properties={"sql-filter": f"k = {wanted}"}) == OK
     got: list[tuple[int, list[bytes]]] = []
@@ -106,6 +146,7 @@ def test_filtered_deliveries_are_the_runs_of_matches_whatever_the_credit(
             owed, left = 0, left + back
     assert got == expected
     c.close()
+    return stored
 
 
 @given(first=st.integers(0, 2**63 - 1), timestamp=st.integers(-2**63, 2**63 - 1),
@@ -152,3 +193,30 @@ def test_a_credit_taken_without_decoding_is_what_the_decoder_gives(data, before)
         assert fast.state is State.OPEN and fast.buffered == 0
     if before == "nothing" and len(data) == 11 and data == f.encode(f.Credit(data[8], int.from_bytes(data[9:], "big"))):
         assert got is not None
+
+
+def _writes(broker, port: int) -> int:
+    """``send_cnt`` of the broker's connection from client port ``port`` (HTTP API)."""
+    rows = call(broker, "GET", "/api/connections").json
+    return next(r["send_cnt"] for r in rows if r["peer_port"] == port)
+
+
+def test_the_chunks_of_credit_frames_read_together_go_out_in_one_write(broker):
+    """rstream grants a credit per chunk it gets: Credit frames that come in one read are
+    answered in one write (the connection writes once it has handled them all), not one
+    write a frame."""
+    stream = f"stage2-{next(_names)}"
+    c = StreamClient("127.0.0.1", broker.stream_port, timeout=10)
+    assert c.create_stream(stream) == OK
+    assert c.declare_publisher(1, stream) == OK
+    ids = list(range(41))  # one stored chunk: 11 matches, none next to another
+    c.publish(1, [(i, _message(i % 4, i, True)) for i in ids])
+    c.wait_confirms(1, ids)
+    assert c.subscribe(0, stream, offset_first(), credit=1, properties={"sql-filter": "k = 0"}) == OK
+    assert c.next_chunk().chunk_id == 0  # the other matches are built: they wait for credit
+    port = c.sock.getsockname()[1]
+    before = _writes(broker, port)
+    c.sock.sendall(b"".join(f.encode(f.Credit(0, 1)) for _ in range(8)))
+    assert [c.next_chunk().chunk_id for _ in range(8)] == list(range(4, 36, 4))
+    assert _writes(broker, port) - before == 1
+    c.close()
