@@ -162,7 +162,7 @@ class _Determinants:
         self.expect = np.tile(self.row_expect, n).view(np.uint64)
         self.scratch = np.empty_like(self.mask)
 
-    def hold(self, data: bytes, n: int) -> bool:
+    def hold(self, data: bytes | memoryview, n: int) -> bool:
         """Whether each of the ``n`` entries of ``data`` holds them."""
         size = n * self.stride
         words = np.frombuffer(data, np.uint64, count=size >> 3)
@@ -197,8 +197,8 @@ def column_matcher(stage2: Any) -> Callable[[bytes, int, int], list[int] | None]
     # first record that holds them has that layout (~1 µs against the walk's 10-30)
     last: list[tuple[int, Callable[[bytes], Any], Any, Layout, _Determinants]] = []
 
-    def match(data: bytes, stride: int, n: int) -> list[int] | None:
-        first = data[4:stride]
+    def match(data: bytes | memoryview, stride: int, n: int) -> list[int] | None:
+        first = bytes(data[4:stride])  # (data may be a view: a scratch buffer's)
         found: Layout | None = None
         if last:
             size, get, known, layout, check = last[0]

@@ -53,6 +53,7 @@ from storage.files import (
     index_path,
     list_segments,
     pread_exact,
+    pread_scratch,
     read_index_record,
     read_index_tuples,
     segment_path,
@@ -157,7 +158,7 @@ class ReadChunk:
 
 
 #: a caller's filter over a run of same-sized entries (see ``Reader``'s ``columns``)
-Columns = Callable[[bytes, int, int], "list[int] | None"]
+Columns = Callable[[bytes | memoryview, int, int], "list[int] | None"]
 
 
 class Matches(list):
@@ -397,7 +398,7 @@ class Reader:
                 if left <= 0:
                     return SCAN_PAUSED
 
-    def candidates(self, data: bytes, chunk_id: int, entries: int,
+    def candidates(self, data: bytes | memoryview, chunk_id: int, entries: int,
                    flags: int = 0) -> list[tuple[int, bytes]] | None:
         """The records of a chunk this reader read (its data section ``data``; ``flags`` from
         its header) that hold the ``needles`` (``format.records_holding``; a chunk with none
@@ -407,7 +408,7 @@ class Reader:
             self.stats.prefilter_chunks_skipped += 1
         return records
 
-    def holding(self, data: bytes, first: int, entries: int,
+    def holding(self, data: bytes | memoryview, first: int, entries: int,
                 simple: bool = False) -> list[tuple[int, bytes]] | None:
         """``candidates`` for any run of entries (a chunk's data section, or a block of it
         that a derived key selected; ``first``: the offset of its first record; ``simple``:
@@ -416,9 +417,13 @@ class Reader:
         stride = first_stride(data, entries) if self.columns is not None else 0
         hits = self.columns(data, stride, entries) if stride and self.columns else None
         if hits is not None:
-            found = Matches([(first + i, data[i * stride + 4:(i + 1) * stride]) for i in hits])
+            if type(data) is memoryview:  # (a scratch buffer's: each match copied out)
+                found = Matches([(first + i, data[i * stride + 4:(i + 1) * stride].tobytes())
+                                 for i in hits])
+            else:
+                found = Matches([(first + i, data[i * stride + 4:(i + 1) * stride]) for i in hits])
         elif self.needles:
-            found = records_holding(data, first, self.needles, entries, simple)
+            found = records_holding(bytes(data), first, self.needles, entries, simple)
         if found is not None:  # (all simple: an entry is a record)
             lo = max(first, self._min)
             kept = len(found) if lo == first else sum(1 for o, _ in found if o >= lo)
@@ -485,13 +490,15 @@ class Reader:
             part = self._read_blocks(seg, rec)
             if part is not None:
                 return part if part.records else None
+        # the data section is read into the thread's scratch buffer (``pread_scratch``): a
+        # view, valid until the next read; the records given out are copies (``_records``)
         if matches is None:
             if nxt > pos:
-                buf = pread_exact(fd, nxt - pos, pos)
+                buf = pread_scratch(fd, nxt - pos, pos)
             else:
-                buf = pread_exact(fd, _HB, pos)
-                h = decode_header(buf, path=seg.spath, position=pos)
-                buf += pread_exact(fd, h.size - _HB, pos + _HB)
+                h = decode_header(pread_exact(fd, _HB, pos), path=seg.spath, position=pos)
+                stats.bytes_read += _HB
+                buf = pread_scratch(fd, h.size, pos)
             stats.bytes_read += len(buf)
             h = decode_header(buf, path=seg.spath, position=pos)
             start = _HB + h.filter_size
@@ -517,7 +524,7 @@ class Reader:
                 stats.chunks_skipped += 1
                 return None
             h = ChunkHeader._make(t)
-            data = pread_exact(fd, h.data_length, pos + _HB + fs)
+            data = pread_scratch(fd, h.data_length, pos + _HB + fs)
             stats.bytes_read += len(data)
         self._check_id(h, rec, seg)
         if len(data) != h.data_length:
@@ -526,7 +533,7 @@ class Reader:
             raise CorruptionError(seg.spath, pos, "CRC mismatch in the data section")
         records = self.candidates(data, h.chunk_id, h.entries, h.flags)
         if records is None:
-            records = decode_records(data, h.chunk_id, path=seg.spath, position=pos,
+            records = decode_records(bytes(data), h.chunk_id, path=seg.spath, position=pos,
                                       entries=h.entries)
             if len(records) != h.records:
                 raise CorruptionError(seg.spath, pos, f"header says {h.records} records, "
