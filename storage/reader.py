@@ -92,6 +92,32 @@ def _most(part: int, whole: int) -> bool:
     (``whole``): then the chunk is read whole rather than block by block."""
     return 2 * part > whole
 
+def _runs(blocks: list[Block]) -> list[list[Block]]:
+    """``blocks`` (in order) as runs of blocks that follow each other in the data section
+    with nothing between (read with one ``pread`` each)."""
+    runs: list[list[Block]] = []
+    end = -1
+    for b in blocks:
+        if b.offset == end:
+            runs[-1].append(b)
+        else:
+            runs.append([b])
+        end = b.offset + b.length
+    return runs
+
+
+def _joined(places: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``(position, length)`` places in order, those that follow each other with nothing
+    between joined into one."""
+    out: list[tuple[int, int]] = []
+    for at, n in places:
+        if out and out[-1][0] + out[-1][1] == at:
+            out[-1] = (out[-1][0], out[-1][1] + n)
+        else:
+            out.append((at, n))
+    return out
+
+
 _HB = CHUNK_HEADER_BYTES  # short name for the hot paths below
 _MIN_FILTER = bloom.MIN_SIZE
 _unpack_header = CHUNK_HEADER.unpack_from
@@ -417,10 +443,11 @@ class Reader:
         stride = first_stride(data, entries) if self.columns is not None else 0
         hits = self.columns(data, stride, entries) if stride and self.columns else None
         if hits is not None:
-            if type(data) is memoryview:  # (a scratch buffer's: each match copied out)
+            if type(data) is memoryview and 4 * len(hits) < entries:  # (a scratch buffer's:
                 found = Matches([(first + i, data[i * stride + 4:(i + 1) * stride].tobytes())
-                                 for i in hits])
+                                 for i in hits])  # a few matches copied out one by one)
             else:
+                data = bytes(data)  # (many: copied out at once, sliced from the copy)
                 found = Matches([(first + i, data[i * stride + 4:(i + 1) * stride]) for i in hits])
         elif self.needles:
             found = records_holding(bytes(data), first, self.needles, entries, simple)
@@ -430,18 +457,20 @@ class Reader:
             self.stats.prefilter_records_dropped += max(0, first + entries - lo) - kept
         return found
 
-    def block_records(self, data: bytes, chunk_id: int, b: Block, *, path: str = "?",
-                      position: int = 0) -> list[tuple[int, bytes]] | None:
+    def block_records(self, data: bytes | memoryview, chunk_id: int, b: Block, *, path: str = "?",
+                      position: int = 0, checked: bool = False) -> list[tuple[int, bytes]] | None:
         """The records of block ``b`` of chunk ``chunk_id`` (``data``: the block's bytes as
-        read) that hold the ``needles``, else all of them; None when its bytes fail its CRC
-        or disagree with the sidecar on its records: then the chunk is read whole, under its
-        own CRC. For ``read_chunk`` and for a caller that reads ``ChunkLocation.blocks``."""
-        if len(data) != b.length or crc32(data) != b.crc:
+        read; ``checked``: already against its CRC) that hold the ``needles``, else all of
+        them; None when its bytes fail its CRC or disagree with the sidecar on its records:
+        then the chunk is read whole, under its own CRC. For ``read_chunk`` and for a caller
+        that reads ``ChunkLocation.blocks``."""
+        if not checked and (len(data) != b.length or crc32(data) != b.crc):
             return None
         first = chunk_id + b.first
         part = self.holding(data, first, b.entries, simple=b.k > 0)  # (k: indexed, all simple)
         if part is None:
-            part = decode_records(data, first, path=path, position=position, entries=b.entries)
+            part = decode_records(bytes(data), first, path=path, position=position,
+                                  entries=b.entries)
             return part if len(part) == b.records else None
         return part if b.entries == b.records else None
 
@@ -658,8 +687,8 @@ class Reader:
                 cur.advise((entry,))                 # first stop's first
             if _most(sum(length for _, length in blocks), end - begin):  # with its header
                 advise(seg.sfd, ((max(begin - _CHUNK_HEAD_MAX, 0), end - begin + _CHUNK_HEAD_MAX),))
-            else:
-                advise(seg.sfd, blocks)
+            else:  # (adjacent blocks as one place: they are read at once, ``_runs``)
+                advise(seg.sfd, _joined(blocks))
 
     def _derived_skipped(self, chunks: int) -> None:
         self.stats.chunks_skipped += chunks
@@ -730,18 +759,45 @@ class Reader:
         base = rec[3] + e.data_start
         got = 0
         chosen = True  # every block's records chosen by ``columns``: the chunk's are too
-        for b in sel:
-            if rec[0] + b.first + b.records <= self._min:
-                continue
-            data = pread_exact(seg.sfd, b.length, base + b.offset)
-            got += len(data)
-            part = self.block_records(data, rec[0], b, path=seg.spath, position=rec[3])
+        for run in _runs([b for b in sel if rec[0] + b.first + b.records > self._min]):
+            first = run[0]
+            view = pread_scratch(seg.sfd, run[-1].offset + run[-1].length - first.offset,
+                                 base + first.offset)
+            got += len(view)
+            part = self._run_records(view, rec[0], run, path=seg.spath, position=rec[3])
             if part is None:
                 self.stats.bytes_read += got
                 return None
             records.extend(part)
             chosen = chosen and type(part) is Matches
         return self._took_blocks(seg, rec, e, sel, Matches(records) if chosen else records, got)
+
+    def _run_records(self, view: memoryview, chunk_id: int, run: list[Block], *,
+                     path: str, position: int) -> list[tuple[int, bytes]] | None:
+        """``block_records`` for a run of adjacent blocks read at once (``view``: their bytes,
+        in this thread's scratch buffer): each block's CRC checked on its own, then, when
+        every block holds simple entries only, the run's records chosen in one step (one
+        ``columns`` or needle search for the run, not one a block: a run of matches is
+        often 16 blocks); else block by block. None as ``block_records``."""
+        at = run[0].offset
+        for b in run:
+            piece = view[b.offset - at:b.offset - at + b.length]
+            if len(piece) != b.length or crc32(piece) != b.crc:
+                return None
+        if len(run) > 1 and all(b.k > 0 and b.entries == b.records for b in run):
+            found = self.holding(view, chunk_id + run[0].first, sum(b.entries for b in run), True)
+            if found is not None:
+                return found
+        out: list[tuple[int, bytes]] = []
+        chosen = True
+        for b in run:
+            part = self.block_records(view[b.offset - at:b.offset - at + b.length], chunk_id, b,
+                                      path=path, position=position, checked=True)
+            if part is None:
+                return None
+            out.extend(part)
+            chosen = chosen and type(part) is Matches
+        return Matches(out) if chosen else out
 
     def _took_blocks(self, seg: _Open, rec: IndexTuple, e: ChunkEntry, sel: list[Block],
                      records: list[tuple[int, bytes]], got: int) -> ReadChunk:
