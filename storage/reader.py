@@ -11,6 +11,8 @@ Strategy:
   one more ``pread`` of its data section. Without values, a chunk is one ``pread`` of exactly its
   size when the next index record gives it.
 - Every data section read is CRC-checked; a mismatch raises ``CorruptionError`` (never served).
+  It is read into the thread's scratch buffer (``files.pread_scratch``): the records given out
+  are copies, never views of it.
 - At the end of a segment's index the reader looks for a newer segment; since the writer
   creates a segment only after finishing the previous one, seeing a newer segment means the
   current one is final (it re-reads the current index once more before moving on).
