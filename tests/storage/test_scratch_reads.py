@@ -27,7 +27,8 @@ FILTERS = ("k = 7", "k < 5", "region = 'r1'", "region IN ('r2', 'r3')", "k = 3 O
 
 
 def _message(i: int, k: int, region: int) -> bytes:
-    return bytes(proton.Message(body=b"m%05d" % i, properties={"region": f"r{region}", "k": k}).encode())
+    """(its body ends in NULs: a record's last bytes, which a copy must keep)"""
+    return bytes(proton.Message(body=b"m%05d\0\0" % i, properties={"region": f"r{region}", "k": k}).encode())
 
 
 def _write(directory: str, bodies: list[bytes], entries: int, derived: bool) -> None:
