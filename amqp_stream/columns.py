@@ -190,7 +190,7 @@ class _Determinants:
         np.equal(scratch, expect, out=equal)
         return bool(np.count_nonzero(equal) == k)
 
-    def hold(self, data: bytes, n: int) -> bool:
+    def hold(self, data: bytes | memoryview, n: int) -> bool:
         """Whether each of the ``n`` entries of ``data`` holds them."""
         stride, width = self.stride, self.width
         if width:
@@ -264,8 +264,8 @@ def column_matcher(stage2: Any) -> Callable[[bytes, int, int], list[int] | None]
     kinds: dict[int, tuple[np.dtype | None, tuple[int, ...]]] = {}
     strings: dict[int, np.dtype] = {}
 
-    def match(data: bytes, stride: int, n: int) -> list[int] | None:
-        first = data[4:stride]
+    def match(data: bytes | memoryview, stride: int, n: int) -> list[int] | None:
+        first = bytes(data[4:stride])  # (data may be a view: a scratch buffer's)
         found: Layout | None = None
         if last and last[0][0] == stride and last[0][2].hold(data, n):
             found = last[0][1]

@@ -539,7 +539,7 @@ def _simple_run(data: bytes, start: int, end: int, out: list[bytes], path: str,
         raise CorruptionError(path, position, "entry runs past the end of its section")
 
 
-def first_stride(data: bytes, entries: int) -> int:
+def first_stride(data: bytes | memoryview, entries: int) -> int:
     """The size of every entry (header included) if the data section is ``entries`` simple
     entries as long as its first one, else 0: from the first header and the length alone,
     the others' headers unchecked (``entry_stride`` checks them; a caller that checks them

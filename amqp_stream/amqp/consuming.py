@@ -19,9 +19,11 @@ The loop calls proton's C functions directly (``cproton_ffi.lib``) for the per-m
 so a pre-settled delivery needs no ``pn_link_advance``): the ``proton`` wrappers would build a
 Python object per delivery that nothing here needs, and cproton's own wrappers convert each
 argument again. The delivery tag comes from one cell per link (``tags.TagCell``). A batch's
-messages are spliced in one comprehension; when the whole batch fits in what the session may
-still hold (and the socket is not backed up, and no named consumer counts each delivery), it
-goes out with nothing checked per delivery, else one by one, checked before each send.
+messages are spliced in one comprehension, or, when they share one layout (a producer's
+messages, ``ROWS_AT_LEAST`` of them or more), as the rows of one array (``spliced_rows``);
+when the whole batch fits in what the session may still hold (and the socket is not backed
+up, and no named consumer counts each delivery), it goes out with nothing checked per
+delivery, else one by one, checked before each send.
 
 Turns: ``pump`` runs until the credit is used up, the stream's end is reached (then the consumer
 waits for the broker to wake it when the committed end moves; a drain request is answered with
@@ -47,9 +49,11 @@ filter that matches almost nothing in a long stream does not hold the event loop
 from __future__ import annotations
 
 import logging
+import operator
 import struct
 from typing import Any, Callable
 
+import numpy as np
 from cproton_ffi import lib
 
 from amqp_stream import fast_match
@@ -62,7 +66,7 @@ from amqp_stream.wire import with_stream_offset
 from amqp_stream.wire._stored import _NEW_SECTION_HEAD
 from storage.reader import SCAN_PAUSED, Matches, ReaderStats
 
-__all__ = ["Consumer", "offset_spec", "selection", "spliced", "SCAN_BUDGET"]
+__all__ = ["Consumer", "offset_spec", "selection", "spliced", "spliced_rows", "SCAN_BUDGET"]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +82,12 @@ _SPLICED_HEAD = struct.Struct(f">{len(_SPLICE_EMPTY_HEADER)}sq")
 _NEW_HEAD = struct.Struct(f">{len(_NEW_SECTION_HEAD)}sq")  # (the same for no header)
 #: what the splice adds to a message at most (a new annotations section with the offset)
 _SPLICE_BYTES = len(_NEW_SECTION_HEAD) + 8
+
+#: a batch of at least this many messages of one shape is spliced as rows (``spliced_rows``:
+#: its numpy calls cost ~8 µs a batch, so it pays from ~150 messages of ~100 bytes)
+ROWS_AT_LEAST = 192
+_PREFIX = np.frombuffer(_SPLICE_EMPTY_HEADER, np.uint8)
+_OFFSET, _DATA = operator.itemgetter(0), operator.itemgetter(1)
 
 # chunks a stage-1 scan may pass over in one turn: one header pread each, ~2 µs from the page
 # cache (one run), so a slice is about as long as the 200 stage-2 drops a turn allows
@@ -126,6 +136,32 @@ def spliced(data: bytes, offset: int) -> bytes:
     if data[:2] == b"\x00\x53" and len(data) > 3 and 0x72 < data[2] <= 0x78:
         return _NEW_HEAD.pack(_NEW_SECTION_HEAD, offset) + data
     return with_stream_offset(data, offset)
+
+
+def spliced_rows(batch: list[tuple[int, bytes]]) -> list[bytes] | None:
+    """``[spliced(d, o) for o, d in batch]`` for a batch whose messages all have one length
+    and the first 8 bytes of the first, which opens with proton's empty header and a section
+    an annotations section goes before (``_EMPTY_HEADER_THEN``: a message of one layout, as
+    a producer sends them); None for any other batch (then one by one).
+
+    Why: the messages as the rows of one array, the header cut and the annotations section
+    with each offset put in front by three numpy copies, each row out as ``bytes`` by one
+    ``tolist`` (void items): ~165 against ~245 ns a message one by one for 1,024 messages of
+    103 bytes, ~205 against ~250 for 256, break-even at ~150 (in process)."""
+    k = len(batch)
+    data = list(map(_DATA, batch))
+    size = len(data[0])
+    if size < 8 or data[0][:7] not in _EMPTY_HEADER_THEN or len(set(map(len, data))) != 1:
+        return None
+    rows = np.frombuffer(b"".join(data), np.uint8).reshape(k, size)
+    if not (rows[:, :8] == rows[0, :8]).all():
+        return None
+    head = len(_PREFIX)
+    out = np.empty((k, head + 8 + size - 4), np.uint8)
+    out[:, :head] = _PREFIX
+    out[:, head:head + 8] = np.fromiter(map(_OFFSET, batch), ">i8", k).view(np.uint8).reshape(k, 8)
+    out[:, head + 8:] = rows[:, 4:]
+    return out.view(f"V{out.shape[1]}").ravel().tolist()
 
 
 def offset_spec(filters: SourceFilters) -> Any:
@@ -311,11 +347,15 @@ class Consumer:
                 if (size := len(ready[ri][1]) + _SPLICE_BYTES) * k > room:
                     k = max(1, room // size)
                 batch = ready[ri:ri + k]
-                if (first := batch[0][1][:7]) in _EMPTY_HEADER_THEN:
-                    # the first message's shape, usually every one's: one comparison each
-                    outs = [head(_SPLICE_EMPTY_HEADER, o) + d[4:]
-                            if d[:7] == first and len(d) > 7 else spliced(d, o)
-                            for o, d in batch]
+                if len(batch) >= ROWS_AT_LEAST and (outs := spliced_rows(batch)) is not None:
+                    pass  # (messages of one layout: spliced as the rows of one array)
+                elif (first := batch[0][1][:8])[:7] in _EMPTY_HEADER_THEN and len(first) == 8:
+                    # the first message's shape, usually every one's: one comparison each (of
+                    # 8 bytes: a message that holds them is longer than the 7 the shape needs;
+                    # the eighth, the next section's constructor, is the same for messages of
+                    # one layout; ~25 ns a delivery less than a test of the length too)
+                    outs = [head(_SPLICE_EMPTY_HEADER, o) + d[4:] if d[:8] == first
+                            else spliced(d, o) for o, d in batch]
                 else:
                     outs = [head(_SPLICE_EMPTY_HEADER, o) + d[4:]
                             if d[:7] in _EMPTY_HEADER_THEN and len(d) > 7 else spliced(d, o)

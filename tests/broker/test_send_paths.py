@@ -18,7 +18,7 @@ from proton import Message
 
 from cproton_ffi import lib
 
-from amqp_stream.amqp.consuming import Consumer
+from amqp_stream.amqp.consuming import ROWS_AT_LEAST, Consumer, spliced_rows
 from amqp_stream.amqp.source_filters import SourceFilters
 from amqp_stream.wire import with_stream_offset
 from bench import proton_floor
@@ -83,6 +83,55 @@ def test_both_ways_send_the_spliced_bytes(messages, settled):
             assert _consume(stream, settled, one_by_one=True) == expected
         finally:
             stream.close()
+
+
+@settings(max_examples=30, deadline=None)
+@given(shape=st.sampled_from([0, 5, 0, 5, 4, 1]), size=st.integers(0, 40),
+       n=st.integers(ROWS_AT_LEAST, 2 * ROWS_AT_LEAST),
+       bodies=st.lists(st.binary(min_size=40, max_size=40), min_size=1, max_size=8),
+       odd=st.lists(st.tuples(st.integers(0, 2 * ROWS_AT_LEAST), st.integers(0, 5), st.binary(max_size=41)),
+                    max_size=3),
+       settled=st.booleans())
+def test_messages_of_one_layout_spliced_as_rows_are_the_spliced_bytes(shape, size, n, bodies, odd, settled):
+    """Runs of messages of one layout (one shape, bodies of one size: ``spliced_rows``'s
+    batches), now and then one of another shape or size among them (the batch then goes one
+    by one): both ways send what ``with_stream_offset`` gives."""
+    stored = [_shaped(i, shape, bodies[i % len(bodies)][:size]) for i in range(n)]
+    for at, other, body in odd:
+        if at < len(stored):
+            stored[at] = _shaped(at, other, body)
+    with tempfile.TemporaryDirectory() as tmp:
+        stream = Stream.open(Path(tmp, "s"), StreamConfig(fsync="never", min_chunk_entries=1024,
+                                                           max_chunk_entries=1024))
+        try:
+            stream.append_batch(stored)  # (one chunk: batches as long as a turn allows)
+            stream.flush()
+            expected = [with_stream_offset(data, i) for i, data in enumerate(stored)]
+            assert _consume(stream, settled, one_by_one=False) == expected
+            assert _consume(stream, settled, one_by_one=True) == expected
+        finally:
+            stream.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(shape=st.integers(0, 5), size=st.integers(0, 40),
+       rows=st.lists(st.tuples(st.integers(0, (1 << 63) - 1), st.binary(min_size=40, max_size=40)),
+                     min_size=1, max_size=80),
+       odd=st.one_of(st.none(), st.tuples(st.integers(0, 79), st.integers(0, 5), st.binary(max_size=41))))
+def test_spliced_rows_is_the_splice_or_nothing(shape, size, rows, odd):
+    """``spliced_rows`` gives exactly the spliced bytes of each message, or None (never other
+    bytes): messages of one layout with any offsets, one of another shape or size among them."""
+    batch = [(o, _shaped(i, shape, body[:size])) for i, (o, body) in enumerate(rows)]
+    if odd is not None and odd[0] < len(batch):
+        batch[odd[0]] = (batch[odd[0]][0], _shaped(odd[0], odd[1], odd[2]))
+    got = spliced_rows(batch)
+    expected = [with_stream_offset(d, o) for o, d in batch]
+    if got is None:  # only where the layouts differ, or the shape is not the one it takes
+        assert (len({len(d) for _, d in batch}) > 1 or len({d[:8] for _, d in batch}) > 1
+                or shape in (1, 2, 3) or odd is not None)
+    else:
+        assert got == expected and all(type(b) is bytes for b in got)
+    assert shape != 0 or odd is not None or got is not None  # (one layout: always as rows)
 
 
 def test_a_client_behind_is_sent_at_most_the_session_room(tmp_path):

@@ -172,7 +172,7 @@ def _watch_io(monkeypatch) -> tuple[dict[str, list[tuple[int, int]]], list[tuple
     (position, size) of each segment read it makes; both still done for real."""
     advised: dict[str, list[tuple[int, int]]] = {"segment": [], "derived": []}
     read: list[tuple[int, int]] = []
-    real_advise, real_pread = reader.advise, reader.pread_exact
+    real_advise, real_pread, real_scratch = reader.advise, reader.pread_exact, reader.pread_scratch
 
     def advise(fd, places):
         places = list(places)
@@ -184,9 +184,15 @@ def _watch_io(monkeypatch) -> tuple[dict[str, list[tuple[int, int]]], list[tuple
             read.append((position, size))
         return real_pread(fd, size, position)
 
+    def pread_scratch(fd, size, position):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".segment"):
+            read.append((position, size))
+        return real_scratch(fd, size, position)
+
     monkeypatch.setattr(reader, "advise", advise)
     monkeypatch.setattr(derived, "advise", advise)
     monkeypatch.setattr(reader, "pread_exact", pread_exact)
+    monkeypatch.setattr(reader, "pread_scratch", pread_scratch)
     return advised, read
 
 
