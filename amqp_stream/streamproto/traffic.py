@@ -34,6 +34,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import ClassVar, Iterator, NamedTuple
 
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
 from amqp_stream.streamproto._types import _REGISTRY, U8, U16, U32, U64, Frame, _bad
 from amqp_stream.streamproto.constants import Key
 from storage.format import EntryRun, EntrySpans
@@ -171,39 +174,45 @@ def _packed(buf: memoryview, pos: int, count: int) -> PackedEntries | None:
     return PackedEntries(buf[pos:end], count, size, src, pos)
 
 
-@lru_cache(maxsize=64)
-def _walker(value_length: int) -> struct.Struct:
-    """A simple entry's head: publishing id, then (Publish v2, ``value_length`` >= 0) the
-    filter value's length field and ``value_length`` bytes as one field, then the size."""
-    if value_length < 0:
-        return SIMPLE_ENTRY
-    return struct.Struct(f">Q{2 + value_length}sI")
-
-
 class SpannedEntries(_Entries):
     """The simple entries of a Publish frame of messages of varying sizes (v1 without sub-entry
     batches, or v2 whose filter values all have one length, or none), found by one walk and
     left in the frame's bytes: what the decoder gives instead of a tuple per message.
 
-    Why: the walk is the one Python step per message (one ``struct`` call: sizes chain, so it
-    cannot be skipped); the ids, the filter values (each distinct one decoded once) and where
-    each entry starts come out of it as flat sequences, storage takes the records as one
-    ``EntrySpans`` and the confirm takes the ids in one ``struct.pack``. It is still a sequence
-    of ``(publishing_id, filter_value, data, None)`` tuples (built on first use), as
+    Why: the walk is the one Python step per message (one ``struct`` call for each entry's
+    size: sizes chain, so it cannot be skipped) and records only where each entry starts; the
+    ids (big-endian, as a PublishConfirm holds them) and the filter values' fields are then
+    gathered from those places by numpy in one pass each, so no tuple is made per message.
+    Storage takes the records as one ``EntrySpans``. It is still a sequence of
+    ``(publishing_id, filter_value, data, None)`` tuples (built on first use), as
     ``PackedEntries`` is."""
 
-    __slots__ = ("src", "starts", "skip", "count", "ids", "values", "_largest", "_messages")
+    __slots__ = ("src", "starts", "skip", "count", "values", "_id_bytes", "_ids", "_largest",
+                 "_messages")
 
-    def __init__(self, src: bytes, starts: list[int], skip: int, ids: tuple[int, ...],
+    def __init__(self, src: bytes, starts: list[int], skip: int, id_bytes: bytes,
                  values: list[str | None] | None):
         self.src = src  # the frame's bytes; entry k lies at starts[k] .. starts[k + 1]
         self.starts = starts
         self.skip = skip  # bytes before each entry's size field
-        self.count = len(ids)
-        self.ids = ids
+        self.count = len(starts) - 1
+        self._id_bytes = id_bytes  # the publishing ids, 8 bytes each, big-endian
         self.values = values  # one per message, or None when no message has one
+        self._ids: list[int] | None = None
         self._largest: int | None = None
         self._messages: tuple[PublishedMessage, ...] | None = None
+
+    @property
+    def ids(self) -> list[int]:
+        """The publishing ids (made once, in C, when asked: a named publisher's)."""
+        if self._ids is None:
+            self._ids = np.frombuffer(self._id_bytes, _IDS).tolist()
+        return self._ids
+
+    def ascending(self) -> bool:
+        """The publishing ids are strictly ascending (numpy: no int per message)."""
+        ids = np.frombuffer(self._id_bytes, _IDS)
+        return bool((ids[1:] > ids[:-1]).all())
 
     def fits(self, limit: int) -> bool:
         """No message is larger than ``limit`` bytes (a frame no larger says so at once)."""
@@ -225,7 +234,7 @@ class SpannedEntries(_Entries):
 
     def id_bytes(self) -> bytes:
         """The publishing ids as a PublishConfirm holds them (8 bytes each, big-endian)."""
-        return struct.pack(f">{self.count}Q", *self.ids)
+        return self._id_bytes
 
     def messages(self) -> tuple[PublishedMessage, ...]:
         if self._messages is None:
@@ -240,42 +249,48 @@ class SpannedEntries(_Entries):
         return f"SpannedEntries({self.count} messages, skip {self.skip})"
 
 
-#: filter values decoded lately, each as a v2 entry holds it (length field and bytes) to the
-#: ``str`` (None for no value), loop thread only: a publisher's few values are decoded once,
-#: not once a frame; cleared when it would hold more. Every key's length field is its length:
-#: a frame walked for values of one length finds an entry whose value is of another length
-#: nowhere in it, so the lookup checks each entry's field as it gives its value.
+_IDS = np.dtype(">u8")
+_SIZE_AT = ENTRY_SIZE.unpack_from
+
+#: filter values decoded lately, by the width of a v2 entry's filter field (length field and
+#: value): each field as numpy gives it (``S`` bytes: trailing NULs dropped, put back from the
+#: width) to the ``str`` (None for no value), loop thread only: a publisher's few values are
+#: decoded once, not once a frame; cleared when they would be more than ``VALUES_KEPT``.
 VALUES_KEPT = 4096
-_VALUES: dict[bytes, str | None] = {}
+_VALUES: dict[int, dict[bytes, str | None]] = {}
+_VALUES_HELD = [0]
 
 
-def _value(key: bytes) -> str | None:
-    """The filter value of a v2 entry's length field and bytes (``ValueError``: they do not
-    agree, or the bytes are not UTF-8)."""
-    (n,) = U16.unpack_from(key)
-    if n == _NO_FILTER and len(key) == 2:
+def _value(key: bytes, width: int) -> str | None:
+    """The filter value of a v2 entry's filter field (``ValueError``: not UTF-8)."""
+    key = key.ljust(width, b"\0")
+    if width == 2 and key == b"\xff\xff":
         return None
-    if n != len(key) - 2:
-        raise ValueError("a filter value of another length")
     return str(key[2:], "utf-8")
 
 
-def _values(keys: tuple[bytes, ...]) -> list[str | None] | None:
-    """The filter values of a frame's entries (see ``_VALUES``); None when an entry's length
-    field is not that of the others, or a value is not UTF-8."""
-    table = _VALUES
-    try:  # the values seen before: no set made
-        return list(map(table.__getitem__, keys))
-    except KeyError:
-        pass
-    new = set(keys).difference(table)
-    if len(table) + len(new) > VALUES_KEPT:
-        table.clear()
-        new = set(keys)
+def _values(fields: np.ndarray, width: int) -> list[str | None] | None:
+    """The filter values of a frame's entries, ``fields`` their filter fields (one row each,
+    all of one length field); None when a value is not UTF-8."""
+    keys = fields.view(f"S{width}").ravel().tolist()
+    table = _VALUES.get(width)
+    if table is not None:
+        try:  # the values seen before: no set made
+            return list(map(table.__getitem__, keys))
+        except KeyError:
+            pass
+    new = set(keys).difference(table or ())
+    if _VALUES_HELD[0] + len(new) > VALUES_KEPT:
+        _VALUES.clear()
+        _VALUES_HELD[0] = 0
+        table, new = None, set(keys)
+    if table is None:
+        table = _VALUES[width] = {}
     try:
-        table.update({key: _value(key) for key in new})
-    except ValueError:  # UnicodeDecodeError too
+        table.update({key: _value(key, width) for key in new})
+    except ValueError:  # UnicodeDecodeError
         return None
+    _VALUES_HELD[0] += len(new)
     return list(map(table.__getitem__, keys))
 
 
@@ -287,46 +302,39 @@ def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntr
     if count < 1:
         return None
     src = buf.obj if type(buf.obj) is bytes and len(buf.obj) == end else bytes(buf)
-    if version == 1:
-        length = -1
-        head = SIMPLE_ENTRY.size
-    else:
+    width = 0  # the filter field's bytes (v2: length field and value)
+    if version != 1:
         (length,) = U16.unpack_from(src, pos + 8)
-        if length == _NO_FILTER:
-            length = 0
-        head = FILTERED_ENTRY.size + length + 4
-    unpack = _walker(length).unpack_from
+        width = 2 + (0 if length == _NO_FILTER else length)
+    skip = 8 + width
+    head = skip + 4
+    starts = [pos] * (count + 1)
     at = pos
-    walked: list[tuple] = []
-    append = walked.append
     # a size with its top bit set (a sub-entry batch, or a v2 error) takes ``at`` 2 GiB on:
     # the frame does not add up, and the caller's walk tells what it is
     try:
-        if version == 1:
-            for _ in range(count):
-                t = unpack(src, at)
-                append(t)
-                at += head + t[1]
-        else:
-            for _ in range(count):
-                t = unpack(src, at)
-                append(t)
-                at += head + t[2]
+        for k in range(count):
+            starts[k] = at
+            at += head + _SIZE_AT(src, at + skip)[0]
     except struct.error:  # an entry's head runs past the frame
         return None
     if at != end:
         return None
-    columns = tuple(zip(*walked, strict=True))
+    starts[count] = at
+    data = np.frombuffer(src, np.uint8)  # each entry's first ``skip`` bytes, a row each:
+    heads = as_strided(data, (len(data) - skip + 1, skip), (1, 1))[  # rows of a sliding view
+        np.fromiter(starts, np.intp, count)]
+    id_bytes = heads[:, :8].tobytes()
     values: list[str | None] | None = None
-    if version == 2:
-        values = _values(columns[1])
-        if values is None:
+    if version != 1:
+        fields = heads[:, 8:]
+        if not (fields[:, :2] == fields[0, :2]).all():  # length fields of several lengths
             return None
-        if length == 0 and values.count(None) == count:
-            values = None
-    starts = list(itertools.accumulate(map(operator.add, columns[-1], itertools.repeat(head)),
-                                       initial=pos))
-    return SpannedEntries(src, starts, head - 4, columns[0], values)
+        if width > 2 or length != _NO_FILTER:
+            values = _values(np.ascontiguousarray(fields), width)
+            if values is None:
+                return None
+    return SpannedEntries(src, starts, skip, id_bytes, values)
 
 
 @dataclass(frozen=True, slots=True)
