@@ -35,7 +35,6 @@ from functools import lru_cache
 from typing import ClassVar, Iterator, NamedTuple
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from amqp_stream.streamproto._types import _REGISTRY, U8, U16, U32, U64, Frame, _bad
 from amqp_stream.streamproto.constants import Key
@@ -252,46 +251,67 @@ class SpannedEntries(_Entries):
 _IDS = np.dtype(">u8")
 _SIZE_AT = ENTRY_SIZE.unpack_from
 
-#: filter values decoded lately, by the width of a v2 entry's filter field (length field and
-#: value): each field as numpy gives it (``S`` bytes: trailing NULs dropped, put back from the
-#: width) to the ``str`` (None for no value), loop thread only: a publisher's few values are
-#: decoded once, not once a frame; cleared when they would be more than ``VALUES_KEPT``.
+#: filter values decoded lately, by the width of a v2 entry's filter field (its length field
+#: and value): each field as the rows of 8-byte words numpy makes of it (zero-padded), sorted
+#: by a code per field (the words mixed), and the ``str`` of each; loop thread only. A
+#: publisher's few values are decoded once, not once a frame, and found again by a binary
+#: search per frame with no object made per message; emptied when it would hold more than
+#: ``VALUES_KEPT``.
 VALUES_KEPT = 4096
-_VALUES: dict[int, dict[bytes, str | None]] = {}
-_VALUES_HELD = [0]
+_TABLES: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+_MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5],
+                np.uint64)
 
 
-def _value(key: bytes, width: int) -> str | None:
+def _words(fields: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each filter field (a row of ``fields``) as 8-byte words, and a code per row."""
+    words = -(-width // 8)
+    padded = np.zeros((len(fields), 8 * words), np.uint8)
+    padded[:, :width] = fields
+    rows = padded.view(np.uint64)
+    if words == 1:
+        return rows, rows[:, 0]
+    mix = _MIX[np.arange(words) % len(_MIX)] + np.arange(words, dtype=np.uint64)
+    return rows, np.bitwise_xor.reduce(rows * mix, axis=1)
+
+
+def _value(field: bytes) -> str | None:
     """The filter value of a v2 entry's filter field (``ValueError``: not UTF-8)."""
-    key = key.ljust(width, b"\0")
-    if width == 2 and key == b"\xff\xff":
+    if field == b"\xff\xff":
         return None
-    return str(key[2:], "utf-8")
+    return str(field[2:], "utf-8")
 
 
 def _values(fields: np.ndarray, width: int) -> list[str | None] | None:
-    """The filter values of a frame's entries, ``fields`` their filter fields (one row each,
-    all of one length field); None when a value is not UTF-8."""
-    keys = fields.view(f"S{width}").ravel().tolist()
-    table = _VALUES.get(width)
+    """The filter values of a frame's entries, ``fields`` their filter fields (a row each, all
+    of one length field); None when a value is not UTF-8."""
+    rows, codes = _words(fields, width)
+    table = _TABLES.get(width)
     if table is not None:
-        try:  # the values seen before: no set made
-            return list(map(table.__getitem__, keys))
-        except KeyError:
-            pass
-    new = set(keys).difference(table or ())
-    if _VALUES_HELD[0] + len(new) > VALUES_KEPT:
-        _VALUES.clear()
-        _VALUES_HELD[0] = 0
-        table, new = None, set(keys)
-    if table is None:
-        table = _VALUES[width] = {}
+        known, known_rows, strs = table
+        at = np.searchsorted(known, codes)
+        np.minimum(at, len(known) - 1, out=at)
+        if (known_rows[at] == rows).all():  # every field exactly one decoded before
+            return strs[at].tolist()
+        rows = np.concatenate((known_rows, rows))
+        if len(known) + len(fields) > VALUES_KEPT:
+            rows = rows[len(known):]
+    distinct = np.unique(rows, axis=0)
+    distinct_codes = distinct[:, 0] if distinct.shape[1] == 1 else _words(
+        distinct.view(np.uint8)[:, :width], width)[1]
+    order = np.argsort(distinct_codes, kind="stable")
+    distinct, distinct_codes = distinct[order], distinct_codes[order]
+    if len(distinct_codes) > 1 and not (distinct_codes[1:] != distinct_codes[:-1]).all():
+        return None  # two fields of one code: the walk per message takes this frame
     try:
-        table.update({key: _value(key, width) for key in new})
+        strs = np.array([_value(row.tobytes()[:width]) for row in distinct] + [None],
+                        object)[:-1]  # (the None: an array of objects even for tuples)
     except ValueError:  # UnicodeDecodeError
         return None
-    _VALUES_HELD[0] += len(new)
-    return list(map(table.__getitem__, keys))
+    if len(_TABLES) > 64:
+        _TABLES.clear()
+    _TABLES[width] = (distinct_codes, distinct, strs)
+    return _values(fields, width)
 
 
 def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntries | None:
@@ -321,8 +341,8 @@ def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntr
     if at != end:
         return None
     starts[count] = at
-    data = np.frombuffer(src, np.uint8)  # each entry's first ``skip`` bytes, a row each:
-    heads = as_strided(data, (len(data) - skip + 1, skip), (1, 1))[  # rows of a sliding view
+    # each entry's first ``skip`` bytes, a row each: rows of a view of every ``skip`` bytes
+    heads = np.ndarray((end - skip + 1, skip), np.uint8, src, 0, (1, 1))[
         np.fromiter(starts, np.intp, count)]
     id_bytes = heads[:, :8].tobytes()
     values: list[str | None] | None = None
