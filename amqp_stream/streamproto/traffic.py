@@ -53,7 +53,7 @@ CHUNK_HEADER = struct.Struct(">BBHIqQQIIIB3x")  # 48 bytes, see ChunkHeader
 _BATCH_BIT = 0x80
 
 __all__ = ["Publish", "PublishedMessage", "PackedEntries", "SpannedEntries", "PublishConfirm", "Deliver",
-           "ChunkHeader", "chunk_header", "deliver_head"]
+           "ChunkHeader", "chunk_header", "deliver_head", "walk_messages"]
 
 
 PublishedMessage = tuple  # (publishing_id, filter_value | None, data, batch | None)
@@ -357,6 +357,54 @@ def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntr
     return SpannedEntries(src, starts, skip, id_bytes, values)
 
 
+def walk_messages(buf: memoryview, pos: int, count: int, version: int) -> tuple[PublishedMessage, ...]:
+    """A Publish frame's ``count`` entries from ``pos`` to the end of ``buf``, one tuple each,
+    by a walk per message that checks each as it goes: the plain path, taken for what the
+    frame-at-once ones (``_packed``, ``_spanned``) leave, and what their tests compare them
+    with. Raises ``FrameError``."""
+    end = len(buf)
+    messages: list[PublishedMessage] = []
+    append = messages.append
+    if version == 1:
+        unpack = SIMPLE_ENTRY.unpack_from
+        for _ in range(count):
+            publishing_id, size = unpack(buf, pos)
+            if size & 0x8000_0000:
+                head, records, uncompressed, size = BATCH_ENTRY.unpack_from(buf, pos + 8)
+                pos += 8 + BATCH_ENTRY.size
+                if pos + size > end:
+                    raise _bad("sub-entry batch runs past the frame")
+                append((publishing_id, None, buf[pos:pos + size],
+                        ((head >> 4) & 0x7, records, uncompressed)))
+            else:
+                pos += SIMPLE_ENTRY.size
+                if pos + size > end:
+                    raise _bad("message runs past the frame")
+                append((publishing_id, None, buf[pos:pos + size], None))
+            pos += size
+    else:
+        unpack = FILTERED_ENTRY.unpack_from
+        for _ in range(count):
+            publishing_id, n = unpack(buf, pos)
+            pos += FILTERED_ENTRY.size
+            if n == _NO_FILTER:
+                filter_value: str | None = None
+            else:
+                filter_value = str(buf[pos:pos + n], "utf-8")
+                pos += n
+            (size,) = ENTRY_SIZE.unpack_from(buf, pos)
+            pos += 4
+            if size & 0x8000_0000:
+                raise _bad("Publish v2 has no sub-entry batches")
+            if pos + size > end:
+                raise _bad("message runs past the frame")
+            append((publishing_id, filter_value, buf[pos:pos + size], None))
+            pos += size
+    if pos != end:
+        raise _bad(f"{end - pos} bytes after the {count} messages of Publish")
+    return tuple(messages)
+
+
 @dataclass(frozen=True, slots=True)
 class Publish(Frame):
     """Publish v1 (no filter values, sub-entry batches allowed) or v2 (a filter value each)."""
@@ -405,8 +453,6 @@ class Publish(Frame):
         end = len(buf)
         if count < 0 or count * SIMPLE_ENTRY.size > end - pos:
             raise _bad(f"Publish of {count} messages cannot fit in the frame")
-        messages: list[PublishedMessage] = []
-        append = messages.append
         if version == 1:
             packed = _packed(buf, pos, count)
             if packed is not None:
@@ -414,44 +460,7 @@ class Publish(Frame):
         spanned = _spanned(buf, pos, count, version)
         if spanned is not None:
             return cls(publisher_id, spanned, version)
-        if version == 1:
-            unpack = SIMPLE_ENTRY.unpack_from
-            for _ in range(count):
-                publishing_id, size = unpack(buf, pos)
-                if size & 0x8000_0000:
-                    head, records, uncompressed, size = BATCH_ENTRY.unpack_from(buf, pos + 8)
-                    pos += 8 + BATCH_ENTRY.size
-                    if pos + size > end:
-                        raise _bad("sub-entry batch runs past the frame")
-                    append((publishing_id, None, buf[pos:pos + size],
-                            ((head >> 4) & 0x7, records, uncompressed)))
-                else:
-                    pos += SIMPLE_ENTRY.size
-                    if pos + size > end:
-                        raise _bad("message runs past the frame")
-                    append((publishing_id, None, buf[pos:pos + size], None))
-                pos += size
-        else:
-            unpack = FILTERED_ENTRY.unpack_from
-            for _ in range(count):
-                publishing_id, n = unpack(buf, pos)
-                pos += FILTERED_ENTRY.size
-                if n == _NO_FILTER:
-                    filter_value: str | None = None
-                else:
-                    filter_value = str(buf[pos:pos + n], "utf-8")
-                    pos += n
-                (size,) = ENTRY_SIZE.unpack_from(buf, pos)
-                pos += 4
-                if size & 0x8000_0000:
-                    raise _bad("Publish v2 has no sub-entry batches")
-                if pos + size > end:
-                    raise _bad("message runs past the frame")
-                append((publishing_id, filter_value, buf[pos:pos + size], None))
-                pos += size
-        if pos != end:
-            raise _bad(f"{end - pos} bytes after the {count} messages of Publish")
-        return cls(publisher_id, tuple(messages), version)
+        return cls(publisher_id, walk_messages(buf, pos, count, version), version)
 
 
 _REGISTRY[(Key.PUBLISH, 1)] = _REGISTRY[(Key.PUBLISH, 2)] = Publish

@@ -28,12 +28,15 @@ from tests.stream.test_publish_packed import _Socket, same_as_the_plain_path, sc
 @st.composite
 def _frame(draw, next_id: list[int]) -> bytes:
     kind = draw(st.sampled_from(("v1", "v2 one length", "v2 one length", "v2 none",
-                                 "v2 lengths", "v1 batch")))
+                                 "v2 lengths", "v1 batch", "v2 one long length")))
     count = draw(st.integers(1, 60))
     if draw(st.integers(0, 4)) == 0:  # back into ids already used (deduplicated if named)
         next_id[0] = max(0, next_id[0] - draw(st.sampled_from((1, 1, 2, 10, 50))))
     step = draw(st.sampled_from((1, 1, 2)))
     values = {"v2 one length": st.sampled_from(("r01", "r02", "é1")),
+              # fields of several 8-byte words (their codes mixed), NULs inside and at the end
+              "v2 one long length": st.sampled_from(("region-eu-1\0", "region-eu-2\0",
+                                                     "region-\0\0-3\0", "région-eu-1")),
               "v2 lengths": st.none() | st.sampled_from(("a", "bb", ""))}.get(kind, st.none())
     messages = []
     for k in range(count):
