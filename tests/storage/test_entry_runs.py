@@ -50,7 +50,7 @@ def _item(draw):
     kind = draw(st.sampled_from(("run", "run", "spans", "spans", "body", "batch")))
     if kind == "spans":
         return ("spans", [bytes([(k * 7) % 256]) * draw(st.integers(0, 30))
-                          for k in range(draw(st.integers(1, 50)))],
+                          for k in range(draw(st.integers(1, 80)))],  # 32 on: masked
                 draw(st.sampled_from((0, 8, 13))))
     if kind == "run":
         size = draw(st.integers(0, 30))
