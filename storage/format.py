@@ -96,7 +96,8 @@ __all__ = [
     "segment_name", "index_name", "parse_file_name",
     "segment_header", "index_header", "encode_entries", "encode_chunk", "encode_index_record",
     "decode_header", "chunk_size", "decode_records", "decode_tracking", "encode_subbatch",
-    "encode_tracking", "SubBatchEntry", "EntryRun", "EntrySpans", "PublishingIds", "run_entries", "encode_mixed_entries", "records_holding",
+    "encode_tracking", "SubBatchEntry", "EntryRun", "EntrySpans", "PublishingIds", "run_entries",
+    "encode_mixed_entries", "records_holding",
 ]
 
 # -- layouts -----------------------------------------------------------------------------------
