@@ -307,7 +307,7 @@ class EntryRun:
         return f"EntryRun({self.count} records of {self.size} bytes, skip {self.skip})"
 
 
-_MASKED_FROM = 32  # entries from which ``EntrySpans.entries`` masks rather than joins
+_MASKED_FROM = 256  # entries from which ``EntrySpans.entries`` masks rather than joins
 
 
 class EntrySpans:

@@ -314,6 +314,64 @@ def _values(fields: np.ndarray, width: int) -> list[str | None] | None:
     return _values(fields, width)
 
 
+#: entries from which a frame's heads are gathered by numpy (below, one slice each)
+NUMPY_FROM = 256
+
+
+def _few(src: bytes, pos: int, count: int, version: int, length: int,
+         skip: int) -> SpannedEntries | None:
+    """``_spanned`` for a frame of a few entries (below ``NUMPY_FROM``), where numpy's cost a
+    call is more than what it saves: one ``struct`` call an entry gives its id, its filter
+    field and its size, and the fields are looked up in ``_FIELDS``."""
+    end = len(src)
+    head = skip + 4
+    unpack = _walker(skip).unpack_from
+    at = pos
+    walked: list[tuple] = []
+    append = walked.append
+    try:
+        for _ in range(count):
+            t = unpack(src, at)
+            append(t)
+            at += head + t[-1]
+    except struct.error:  # an entry's head runs past the frame
+        return None
+    if at != end:
+        return None
+    columns = tuple(zip(*walked, strict=True))
+    values: list[str | None] | None = None
+    if version != 1:
+        fields = columns[1]
+        field = fields[0][:2]
+        if fields.count(field) != count and any(f[:2] != field for f in fields):
+            return None  # length fields of several lengths
+        if skip > 10 or length != _NO_FILTER:
+            try:  # the values seen before: a lookup each
+                values = list(map(_FIELDS.__getitem__, fields))
+            except KeyError:
+                if len(_FIELDS) > VALUES_KEPT:
+                    _FIELDS.clear()
+                try:
+                    _FIELDS.update({f: _value(f) for f in set(fields)})
+                except ValueError:  # UnicodeDecodeError
+                    return None
+                values = list(map(_FIELDS.__getitem__, fields))
+    starts = list(itertools.accumulate(map(operator.add, columns[-1], itertools.repeat(head)),
+                                       initial=pos))
+    return SpannedEntries(src, starts, skip, struct.pack(f">{count}Q", *columns[0]), values)
+
+
+@lru_cache(maxsize=64)
+def _walker(skip: int) -> struct.Struct:
+    """A simple entry's head of ``skip`` bytes and its size: the publishing id, then (Publish
+    v2) the filter field (length field and value) as one field, then the size."""
+    return struct.Struct(">QI" if skip == 8 else f">Q{skip - 8}sI")
+
+
+#: ``_few``'s filter fields decoded lately (a v2 entry's length field and value, to its value)
+_FIELDS: dict[bytes, str | None] = {}
+
+
 def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntries | None:
     """The frame's entries from ``pos`` as ``SpannedEntries`` when they are ``count`` simple
     entries filling the frame, in v2 with filter values of one length (or none); None
@@ -322,12 +380,14 @@ def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntr
     if count < 1:
         return None
     src = buf.obj if type(buf.obj) is bytes and len(buf.obj) == end else bytes(buf)
-    width = 0  # the filter field's bytes (v2: length field and value)
+    width, length = 0, _NO_FILTER  # the filter field: its bytes (v2: length field, value)
     if version != 1:
         (length,) = U16.unpack_from(src, pos + 8)
         width = 2 + (0 if length == _NO_FILTER else length)
     skip = 8 + width
     head = skip + 4
+    if count < NUMPY_FROM:
+        return _few(src, pos, count, version, length, skip)
     starts = [pos] * (count + 1)
     at = pos
     # a size with its top bit set (a sub-entry batch, or a v2 error) takes ``at`` 2 GiB on:

@@ -18,6 +18,7 @@ import storage
 from amqp_stream.core import ByteBudget
 from amqp_stream.stream_listener.publishing import StreamPublisher
 from amqp_stream.streamproto import Publish, PublishConfirm, SpannedEntries
+from amqp_stream.streamproto import traffic
 from amqp_stream.streamproto.frames import decode, encode
 from amqp_stream.streams import StreamEntry
 from storage.format import EntrySpans, encode_entries
@@ -61,15 +62,24 @@ def _v2(first: int, last: int, value: str = "r07") -> bytes:
                                    for i in range(first, last + 1)), 2))[4:]
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_scenario())
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_scenario(), st.sampled_from((1, 30, traffic.NUMPY_FROM)))
 @example((storage.StreamConfig(filter_size=16), "producer-a", 45,
-          [[_v2(0, 9)], [_v2(9, 18), _v2(12, 30)]]))  # 9 again next turn, 12-18 in the same one
-def test_spanned_frames_store_the_bytes_and_send_the_confirms_of_the_plain_path(scenario):
+          [[_v2(0, 9)], [_v2(9, 18), _v2(12, 30)]]), 1)  # 9 again next turn, 12-18 in the same one
+def test_spanned_frames_store_the_bytes_and_send_the_confirms_of_the_plain_path(scenario, numpy_from):
+    """``numpy_from``: the entries from which a frame's heads are gathered by numpy (the
+    frames here hold at most 60: 1 takes every frame that way, the default none)."""
     config, reference, max_size, turns = scenario
     spanned = sum(type(decode(raw).messages) is SpannedEntries for frames in turns for raw in frames)
     event(f"spanned frames: {min(spanned, 3)}{'+' if spanned >= 3 else ''}")
-    same_as_the_plain_path(config, reference, max_size, turns)
+    default, traffic.NUMPY_FROM = traffic.NUMPY_FROM, numpy_from
+    if numpy_from == 30:  # the filter values decoded before forgotten: decoded afresh
+        traffic._FIELDS.clear()
+        traffic._TABLES.clear()
+    try:
+        same_as_the_plain_path(config, reference, max_size, turns)
+    finally:
+        traffic.NUMPY_FROM = default
 
 
 def test_a_named_v2_publisher_hands_storage_the_frames_whole(tmp_path):
