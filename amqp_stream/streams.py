@@ -110,21 +110,22 @@ class StreamEntry:
     def append(self, reference: str | None, bodies: list, ids: list[int], values: list,
                on_durable: Callable[[int, Exception | None], None], records: int | None = None,
                nbytes: int | None = None, frames: list[int] | None = None,
-               entries: int | None = None) -> None:
+               entries: int | None = None, ascending: bool = False) -> None:
         """Queue one publisher's messages of a loop turn, for both protocols' publishers: a
         named publisher's (``reference``) go through deduplication (``ids``, its publishing
         ids); the stream's metrics count what is stored (``records``: when a sub-entry batch
         holds several; ``nbytes``: the bytes to count, default the bodies' lengths) and what
         deduplication dropped; ``frames``: where each client frame starts in ``bodies``
         (``storage.Stream.append_batch``); ``entries``: some bodies are ``EntryRun``s or
-        ``EntrySpans`` (a frame's records left in its bytes), and the entries all take. Raises ``ResourceDeleted`` or what
-        storage raises."""
+        ``EntrySpans`` (a frame's records left in its bytes), and the entries all take;
+        ``ascending``: the caller checked that ``ids`` are strictly ascending. Raises
+        ``ResourceDeleted`` or what storage raises."""
         if self.deleted:
             raise ResourceDeleted(f"stream '{self.name}' was deleted")
         given = records or entries or len(bodies)
         if reference:
             kept = self.stream.append_deduplicated(reference, bodies, ids, values, on_durable,
-                                                   frames, entries)
+                                                   frames, entries, ascending)
             if len(kept) < (entries or len(bodies)):
                 log.debug("%d duplicate(s) from publisher %r on %r confirmed, not stored",
                           (entries or len(bodies)) - len(kept), reference, self.name)

@@ -71,7 +71,9 @@ import operator
 import re
 import struct
 import zlib
-from typing import Callable, Iterable, NamedTuple, Sequence
+from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
+
+import numpy as np
 
 import bloom
 
@@ -94,7 +96,8 @@ __all__ = [
     "segment_name", "index_name", "parse_file_name",
     "segment_header", "index_header", "encode_entries", "encode_chunk", "encode_index_record",
     "decode_header", "chunk_size", "decode_records", "decode_tracking", "encode_subbatch",
-    "encode_tracking", "SubBatchEntry", "EntryRun", "EntrySpans", "run_entries", "encode_mixed_entries", "records_holding",
+    "encode_tracking", "SubBatchEntry", "EntryRun", "EntrySpans", "PublishingIds", "run_entries",
+    "encode_mixed_entries", "records_holding",
 ]
 
 # -- layouts -----------------------------------------------------------------------------------
@@ -304,6 +307,9 @@ class EntryRun:
         return f"EntryRun({self.count} records of {self.size} bytes, skip {self.skip})"
 
 
+_MASKED_FROM = 256  # entries from which ``EntrySpans.entries`` masks rather than joins
+
+
 class EntrySpans:
     """Simple entries of varying sizes as a client's frame holds them: entry ``k`` is
     ``raw[starts[k] + skip:starts[k + 1]]`` (its size field and record), after ``skip`` bytes
@@ -333,8 +339,17 @@ class EntrySpans:
                               itertools.repeat(self.skip + extra)), starts[first + 1:first + n + 1])
 
     def entries(self, first: int, n: int) -> bytes:
-        """The data section bytes of entries ``first .. first + n`` (one join)."""
-        return b"".join(map(self.raw.__getitem__, self._from(first, n, 0)))
+        """The data section bytes of entries ``first .. first + n``: the span less each
+        entry's first ``skip`` bytes, by numpy (a mask and one compress: no object per
+        entry), or for a few entries one join."""
+        if n < _MASKED_FROM or not self.skip:
+            return b"".join(map(self.raw.__getitem__, self._from(first, n, 0)))
+        starts = self.starts
+        low, high = starts[first], starts[first + n]
+        keep = np.ones(high - low, bool)
+        heads = np.fromiter(starts[first:first + n], np.intp, n) - low
+        keep[(heads[:, None] + np.arange(self.skip, dtype=np.intp)).ravel()] = False
+        return np.frombuffer(self.raw, np.uint8, high - low, low)[keep].tobytes()
 
     def sizes(self, first: int, n: int) -> list[int]:
         """The bytes each of entries ``first .. first + n`` takes in a data section (4 and its
@@ -356,6 +371,41 @@ class EntrySpans:
 
     def __repr__(self) -> str:
         return f"EntrySpans({self.count} records, skip {self.skip})"
+
+
+class PublishingIds:
+    """Publishing ids as a PublishConfirm holds them (8 bytes each, big-endian), read as a
+    sequence of ints in place: what a named publisher's turn hands ``append_deduplicated``.
+
+    Why: the ids are compared once for the turn (by the caller, ``ascending``) and the writer
+    reads only the last id of each chunk; a list would make an int per message."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: bytes) -> None:
+        if len(raw) % 8:
+            raise StorageError(f"publishing ids of 8 bytes each, not {len(raw)} bytes")
+        self.raw = raw
+
+    def __len__(self) -> int:
+        return len(self.raw) >> 3
+
+    def __getitem__(self, i: int) -> int:
+        n = len(self.raw) >> 3
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("publishing id index out of range")
+        return _ID.unpack_from(self.raw, i << 3)[0]
+
+    def __iter__(self) -> Iterator[int]:
+        return map(operator.itemgetter(0), _ID.iter_unpack(self.raw))
+
+    def __repr__(self) -> str:
+        return f"PublishingIds({len(self)} ids)"
+
+
+_ID = struct.Struct(">Q")
 
 
 def run_entries(items: Iterable[object]) -> list:

@@ -26,7 +26,8 @@ import bloom
 from storage.config import FsyncPolicy, StreamConfig
 from storage.derived import Bounds, Wanted
 from storage.errors import StorageError, StreamClosedError
-from storage.format import SEGMENT_HEADER_BYTES, EntryRun, EntrySpans, SubBatchEntry, run_entries
+from storage.format import (SEGMENT_HEADER_BYTES, EntryRun, EntrySpans, PublishingIds,
+                            SubBatchEntry, run_entries)
 from storage.offsets import OffsetSpec
 from storage.reader import Columns, Reader
 from storage.recovery import SegmentInfo, recover
@@ -251,7 +252,7 @@ class Stream:
                             filter_values: Sequence[FilterValue] | None = None,
                             on_durable: DurableCallback | None = None,
                             frames: Sequence[int] | None = None,
-                            entries: int | None = None) -> list[int]:
+                            entries: int | None = None, ascending: bool = False) -> list[int]:
         """A named publisher's messages, deduplicated as RabbitMQ does: those whose publishing
         id is above the last one stored for ``reference`` (any id, 0 too, when none is: as in
         osiris) and above every id before them here are appended, in one batch with their ids
@@ -269,7 +270,9 @@ class Stream:
         left in its bytes), and the entries all take; ``publishing_ids``, ``filter_values``,
         ``frames`` and the indices returned then count entries. When all are kept (a
         publisher's ids ascending from above the last stored: checked in C) the runs go to
-        the writer whole; otherwise they are taken apart first (the rare path)."""
+        the writer whole; otherwise they are taken apart first (the rare path).
+        ``ascending``: the caller checked that ``publishing_ids`` are strictly ascending (a
+        ``PublishingIds``, checked by numpy: no int per id)."""
         n = len(bodies) if entries is None else entries
         if len(publishing_ids) != n or (filter_values is not None and len(filter_values) != n):
             raise StorageError("publishing_ids and filter_values must have one entry per body")
@@ -277,9 +280,10 @@ class Stream:
         self._writer.check_tracking()
         last = self._writer.sequences.get(key, -1)  # as osiris: an unknown one takes any id
         keep: list[int] = []
-        if n and publishing_ids[0] > last and _ascending(publishing_ids):
+        if n and publishing_ids[0] > last and (ascending or _ascending(publishing_ids)):
             if entries is not None:  # the common case, checked in C: all kept, runs whole
-                ids = publishing_ids if type(publishing_ids) is list else list(publishing_ids)
+                ids = (publishing_ids if type(publishing_ids) in (list, PublishingIds)
+                       else list(publishing_ids))
                 records = entries + sum(x.records - 1 for x in bodies if type(x) is SubBatchEntry)
                 self._append_runs(bodies, filter_values, on_durable,
                                   records if records != entries else None, entries,

@@ -9,8 +9,9 @@ frame's bytes; the writer drops the ids as it copies each chunk's part) and its 
 confirm as the frame's bytes, so no object is made per message. A frame of messages of varying
 sizes (``streamproto.SpannedEntries``: v1 without sub-entry batches, v2 whose filter values have
 one length: the Spark sink's) is walked once by the decoder and stored as one ``EntrySpans``,
-its values one list, its ids one ``struct.pack``. A named publisher's runs go to storage whole
-too, its ids one list a turn (deduplication compares them, in C when all are kept). The bytes
+its values one list, its ids gathered by numpy as the confirm holds them. A named publisher's
+runs go to storage whole too: its ids are the turn's confirm bytes (``PublishingIds``: no int
+per message), checked ascending by numpy once a turn (deduplication keeps all then). The bytes
 stored and the confirms are those of the walk (``tests/stream/test_publish_packed.py``,
 ``test_publish_spanned.py``). The messages of one loop turn go
 to the writer in one ``append_batch`` (``flush``, called by the core once per turn: group
@@ -47,11 +48,13 @@ import logging
 import struct
 from typing import TYPE_CHECKING, Any, Callable
 
+import numpy as np
+
 from amqp_stream.core import ByteBudget
 from amqp_stream.streamproto import (
     PackedEntries, PublishConfirm, PublishError, ResponseCode, SpannedEntries,
 )
-from storage.format import SubBatchEntry, decode_records
+from storage.format import PublishingIds, SubBatchEntry, decode_records
 
 if TYPE_CHECKING:
     from amqp_stream.stream_listener.connection import StreamConnection
@@ -64,6 +67,7 @@ log = logging.getLogger("amqp_stream.stream_listener")
 # them, bytes held); loop only
 _batches: dict[int, tuple["StreamPublisher", bytes, int]] = {}
 _keys = itertools.count()
+_IDS = np.dtype(">u8")  # a publishing id as a PublishConfirm holds it
 
 
 def _durable(key: int, error: Exception | None) -> None:
@@ -94,7 +98,6 @@ class StreamPublisher:
         self.bodies: list[Any] = []  # bodies, SubBatchEntrys and EntryRuns
         self.values: list[Any] = []  # one per entry (a run: one per message)
         self.valued = False  # some value in ``values`` is not None
-        self.ids: list[int] = []  # a named publisher's, for deduplication
         self.confirm = bytearray()  # every publishing id of the turn, 8 bytes each
         self.entries = 0  # entries in ``bodies``, an EntryRun counting its messages
         self.runs = False  # ``bodies`` holds EntryRuns
@@ -123,8 +126,6 @@ class StreamPublisher:
             # messages of one size, none too large: no object per message
             count = messages.count
             bodies.append(messages.run())
-            if self.reference:  # deduplication compares the ids: one C call
-                self.ids += messages.ids()
             self.runs = True
             values += itertools.repeat(None, count)
             self.confirm += messages.id_bytes()
@@ -136,8 +137,6 @@ class StreamPublisher:
             # messages of varying sizes, none too large: found by one walk, left in the frame
             count = messages.count
             bodies.append(messages.run())
-            if self.reference:
-                self.ids += messages.ids
             self.runs = True
             if messages.values is None:
                 values += itertools.repeat(None, count)
@@ -177,8 +176,6 @@ class StreamPublisher:
         if ids:
             self.confirm += struct.pack(f">{len(ids)}Q", *ids)
             self.entries += len(ids)
-            if self.reference:
-                self.ids += ids
         self.published += len(messages)
         if errors:
             self.errored += len(errors)
@@ -214,12 +211,12 @@ class StreamPublisher:
 
     # -- to storage ------------------------------------------------------------------------
     def flush(self) -> None:
-        bodies, values, ids = self.bodies, self.values, self.ids
+        bodies, values = self.bodies, self.values
         if not bodies:
             return
         frames, confirm, entries = self.frames, bytes(self.confirm), self.entries
         runs, valued = self.runs, self.valued
-        self.bodies, self.values, self.ids, self.frames = [], [], [], []
+        self.bodies, self.values, self.frames = [], [], []
         self.confirm, self.entries, self.runs, self.valued = bytearray(), 0, False, False
         held, self.batch_bytes = self.batch_bytes, 0
         records = entries + self.extra if self.batched else None
@@ -231,8 +228,15 @@ class StreamPublisher:
         def callback(offset: int, error: Exception | None, key: int = key) -> None:
             post(_durable, key, error)
         try:
-            self.entry.append(self.reference, bodies, ids, values if valued else None, callback,
-                              records, held, frames, entries if runs else None)
+            if self.reference:  # deduplication: the ids are the confirm's, checked at once
+                ids = np.frombuffer(confirm, _IDS)
+                self.entry.append(self.reference, bodies, PublishingIds(confirm),
+                                  values if valued else None, callback, records, held, frames,
+                                  entries if runs else None,
+                                  ascending=bool((ids[1:] > ids[:-1]).all()))
+            else:
+                self.entry.append("", bodies, [], values if valued else None, callback,
+                                  records, held, frames, entries if runs else None)
         except Exception as exc:  # storage refused (closed, writer failed, disk full)
             _batches.pop(key, None)
             self.durable(confirm, exc, held)

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import ClassVar, Iterator, NamedTuple
 
+import numpy as np
+
 from amqp_stream.streamproto._types import _REGISTRY, U8, U16, U32, U64, Frame, _bad
 from amqp_stream.streamproto.constants import Key
 from storage.format import EntryRun, EntrySpans
@@ -51,7 +53,7 @@ CHUNK_HEADER = struct.Struct(">BBHIqQQIIIB3x")  # 48 bytes, see ChunkHeader
 _BATCH_BIT = 0x80
 
 __all__ = ["Publish", "PublishedMessage", "PackedEntries", "SpannedEntries", "PublishConfirm", "Deliver",
-           "ChunkHeader", "chunk_header", "deliver_head"]
+           "ChunkHeader", "chunk_header", "deliver_head", "walk_messages"]
 
 
 PublishedMessage = tuple  # (publishing_id, filter_value | None, data, batch | None)
@@ -171,39 +173,45 @@ def _packed(buf: memoryview, pos: int, count: int) -> PackedEntries | None:
     return PackedEntries(buf[pos:end], count, size, src, pos)
 
 
-@lru_cache(maxsize=64)
-def _walker(value_length: int) -> struct.Struct:
-    """A simple entry's head: publishing id, then (Publish v2, ``value_length`` >= 0) the
-    filter value's length field and ``value_length`` bytes as one field, then the size."""
-    if value_length < 0:
-        return SIMPLE_ENTRY
-    return struct.Struct(f">Q{2 + value_length}sI")
-
-
 class SpannedEntries(_Entries):
     """The simple entries of a Publish frame of messages of varying sizes (v1 without sub-entry
     batches, or v2 whose filter values all have one length, or none), found by one walk and
     left in the frame's bytes: what the decoder gives instead of a tuple per message.
 
-    Why: the walk is the one Python step per message (one ``struct`` call: sizes chain, so it
-    cannot be skipped); the ids, the filter values (each distinct one decoded once) and where
-    each entry starts come out of it as flat sequences, storage takes the records as one
-    ``EntrySpans`` and the confirm takes the ids in one ``struct.pack``. It is still a sequence
-    of ``(publishing_id, filter_value, data, None)`` tuples (built on first use), as
+    Why: the walk is the one Python step per message (one ``struct`` call for each entry's
+    size: sizes chain, so it cannot be skipped) and records only where each entry starts; the
+    ids (big-endian, as a PublishConfirm holds them) and the filter values' fields are then
+    gathered from those places by numpy in one pass each, so no tuple is made per message.
+    Storage takes the records as one ``EntrySpans``. It is still a sequence of
+    ``(publishing_id, filter_value, data, None)`` tuples (built on first use), as
     ``PackedEntries`` is."""
 
-    __slots__ = ("src", "starts", "skip", "count", "ids", "values", "_largest", "_messages")
+    __slots__ = ("src", "starts", "skip", "count", "values", "_id_bytes", "_ids", "_largest",
+                 "_messages")
 
-    def __init__(self, src: bytes, starts: list[int], skip: int, ids: tuple[int, ...],
+    def __init__(self, src: bytes, starts: list[int], skip: int, id_bytes: bytes,
                  values: list[str | None] | None):
         self.src = src  # the frame's bytes; entry k lies at starts[k] .. starts[k + 1]
         self.starts = starts
         self.skip = skip  # bytes before each entry's size field
-        self.count = len(ids)
-        self.ids = ids
+        self.count = len(starts) - 1
+        self._id_bytes = id_bytes  # the publishing ids, 8 bytes each, big-endian
         self.values = values  # one per message, or None when no message has one
+        self._ids: list[int] | None = None
         self._largest: int | None = None
         self._messages: tuple[PublishedMessage, ...] | None = None
+
+    @property
+    def ids(self) -> list[int]:
+        """The publishing ids (made once, in C, when asked: a named publisher's)."""
+        if self._ids is None:
+            self._ids = np.frombuffer(self._id_bytes, _IDS).tolist()
+        return self._ids
+
+    def ascending(self) -> bool:
+        """The publishing ids are strictly ascending (numpy: no int per message)."""
+        ids = np.frombuffer(self._id_bytes, _IDS)
+        return bool((ids[1:] > ids[:-1]).all())
 
     def fits(self, limit: int) -> bool:
         """No message is larger than ``limit`` bytes (a frame no larger says so at once)."""
@@ -225,7 +233,7 @@ class SpannedEntries(_Entries):
 
     def id_bytes(self) -> bytes:
         """The publishing ids as a PublishConfirm holds them (8 bytes each, big-endian)."""
-        return struct.pack(f">{self.count}Q", *self.ids)
+        return self._id_bytes
 
     def messages(self) -> tuple[PublishedMessage, ...]:
         if self._messages is None:
@@ -240,43 +248,128 @@ class SpannedEntries(_Entries):
         return f"SpannedEntries({self.count} messages, skip {self.skip})"
 
 
-#: filter values decoded lately, each as a v2 entry holds it (length field and bytes) to the
-#: ``str`` (None for no value), loop thread only: a publisher's few values are decoded once,
-#: not once a frame; cleared when it would hold more. Every key's length field is its length:
-#: a frame walked for values of one length finds an entry whose value is of another length
-#: nowhere in it, so the lookup checks each entry's field as it gives its value.
+_IDS = np.dtype(">u8")
+_SIZE_AT = ENTRY_SIZE.unpack_from
+
+#: filter values decoded lately, by the width of a v2 entry's filter field (its length field
+#: and value): each field as the rows of 8-byte words numpy makes of it (zero-padded), sorted
+#: by a code per field (the words mixed), and the ``str`` of each; loop thread only. A
+#: publisher's few values are decoded once, not once a frame, and found again by a binary
+#: search per frame with no object made per message; emptied when it would hold more than
+#: ``VALUES_KEPT``.
 VALUES_KEPT = 4096
-_VALUES: dict[bytes, str | None] = {}
+_TABLES: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+_MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5],
+                np.uint64)
 
 
-def _value(key: bytes) -> str | None:
-    """The filter value of a v2 entry's length field and bytes (``ValueError``: they do not
-    agree, or the bytes are not UTF-8)."""
-    (n,) = U16.unpack_from(key)
-    if n == _NO_FILTER and len(key) == 2:
+def _words(fields: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each filter field (a row of ``fields``) as 8-byte words, and a code per row."""
+    words = -(-width // 8)
+    padded = np.zeros((len(fields), 8 * words), np.uint8)
+    padded[:, :width] = fields
+    rows = padded.view(np.uint64)
+    if words == 1:
+        return rows, rows[:, 0]
+    mix = _MIX[np.arange(words) % len(_MIX)] + np.arange(words, dtype=np.uint64)
+    return rows, np.bitwise_xor.reduce(rows * mix, axis=1)
+
+
+def _value(field: bytes) -> str | None:
+    """The filter value of a v2 entry's filter field (``ValueError``: not UTF-8)."""
+    if field == b"\xff\xff":
         return None
-    if n != len(key) - 2:
-        raise ValueError("a filter value of another length")
-    return str(key[2:], "utf-8")
+    return str(field[2:], "utf-8")
 
 
-def _values(keys: tuple[bytes, ...]) -> list[str | None] | None:
-    """The filter values of a frame's entries (see ``_VALUES``); None when an entry's length
-    field is not that of the others, or a value is not UTF-8."""
-    table = _VALUES
-    try:  # the values seen before: no set made
-        return list(map(table.__getitem__, keys))
-    except KeyError:
-        pass
-    new = set(keys).difference(table)
-    if len(table) + len(new) > VALUES_KEPT:
-        table.clear()
-        new = set(keys)
+def _values(fields: np.ndarray, width: int) -> list[str | None] | None:
+    """The filter values of a frame's entries, ``fields`` their filter fields (a row each, all
+    of one length field); None when a value is not UTF-8."""
+    rows, codes = _words(fields, width)
+    table = _TABLES.get(width)
+    if table is not None:
+        known, known_rows, strs = table
+        at = np.searchsorted(known, codes)
+        np.minimum(at, len(known) - 1, out=at)
+        if (known_rows[at] == rows).all():  # every field exactly one decoded before
+            return strs[at].tolist()
+        rows = np.concatenate((known_rows, rows))
+        if len(known) + len(fields) > VALUES_KEPT:
+            rows = rows[len(known):]
+    distinct = np.unique(rows, axis=0)
+    distinct_codes = distinct[:, 0] if distinct.shape[1] == 1 else _words(
+        distinct.view(np.uint8)[:, :width], width)[1]
+    order = np.argsort(distinct_codes, kind="stable")
+    distinct, distinct_codes = distinct[order], distinct_codes[order]
+    if len(distinct_codes) > 1 and not (distinct_codes[1:] != distinct_codes[:-1]).all():
+        return None  # two fields of one code: the walk per message takes this frame
     try:
-        table.update({key: _value(key) for key in new})
-    except ValueError:  # UnicodeDecodeError too
+        strs = np.array([_value(row.tobytes()[:width]) for row in distinct] + [None],
+                        object)[:-1]  # (the None: an array of objects even for tuples)
+    except ValueError:  # UnicodeDecodeError
         return None
-    return list(map(table.__getitem__, keys))
+    if len(_TABLES) > 64:
+        _TABLES.clear()
+    _TABLES[width] = (distinct_codes, distinct, strs)
+    return _values(fields, width)
+
+
+#: entries from which a frame's heads are gathered by numpy (below, one slice each)
+NUMPY_FROM = 256
+
+
+def _few(src: bytes, pos: int, count: int, version: int, length: int,
+         skip: int) -> SpannedEntries | None:
+    """``_spanned`` for a frame of a few entries (below ``NUMPY_FROM``), where numpy's cost a
+    call is more than what it saves: one ``struct`` call an entry gives its id, its filter
+    field and its size, and the fields are looked up in ``_FIELDS``."""
+    end = len(src)
+    head = skip + 4
+    unpack = _walker(skip).unpack_from
+    at = pos
+    walked: list[tuple] = []
+    append = walked.append
+    try:
+        for _ in range(count):
+            t = unpack(src, at)
+            append(t)
+            at += head + t[-1]
+    except struct.error:  # an entry's head runs past the frame
+        return None
+    if at != end:
+        return None
+    columns = tuple(zip(*walked, strict=True))
+    values: list[str | None] | None = None
+    if version != 1:
+        fields = columns[1]
+        field = fields[0][:2]
+        if fields.count(field) != count and any(f[:2] != field for f in fields):
+            return None  # length fields of several lengths
+        if skip > 10 or length != _NO_FILTER:
+            try:  # the values seen before: a lookup each
+                values = list(map(_FIELDS.__getitem__, fields))
+            except KeyError:
+                if len(_FIELDS) > VALUES_KEPT:
+                    _FIELDS.clear()
+                try:
+                    _FIELDS.update({f: _value(f) for f in set(fields)})
+                except ValueError:  # UnicodeDecodeError
+                    return None
+                values = list(map(_FIELDS.__getitem__, fields))
+    starts = list(itertools.accumulate(map(operator.add, columns[-1], itertools.repeat(head)),
+                                       initial=pos))
+    return SpannedEntries(src, starts, skip, struct.pack(f">{count}Q", *columns[0]), values)
+
+
+@lru_cache(maxsize=64)
+def _walker(skip: int) -> struct.Struct:
+    """A simple entry's head of ``skip`` bytes and its size: the publishing id, then (Publish
+    v2) the filter field (length field and value) as one field, then the size."""
+    return struct.Struct(">QI" if skip == 8 else f">Q{skip - 8}sI")
+
+
+#: ``_few``'s filter fields decoded lately (a v2 entry's length field and value, to its value)
+_FIELDS: dict[bytes, str | None] = {}
 
 
 def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntries | None:
@@ -287,46 +380,89 @@ def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntr
     if count < 1:
         return None
     src = buf.obj if type(buf.obj) is bytes and len(buf.obj) == end else bytes(buf)
-    if version == 1:
-        length = -1
-        head = SIMPLE_ENTRY.size
-    else:
+    width, length = 0, _NO_FILTER  # the filter field: its bytes (v2: length field, value)
+    if version != 1:
         (length,) = U16.unpack_from(src, pos + 8)
-        if length == _NO_FILTER:
-            length = 0
-        head = FILTERED_ENTRY.size + length + 4
-    unpack = _walker(length).unpack_from
+        width = 2 + (0 if length == _NO_FILTER else length)
+    skip = 8 + width
+    head = skip + 4
+    if count < NUMPY_FROM:
+        return _few(src, pos, count, version, length, skip)
+    starts = [pos] * (count + 1)
     at = pos
-    walked: list[tuple] = []
-    append = walked.append
     # a size with its top bit set (a sub-entry batch, or a v2 error) takes ``at`` 2 GiB on:
     # the frame does not add up, and the caller's walk tells what it is
     try:
-        if version == 1:
-            for _ in range(count):
-                t = unpack(src, at)
-                append(t)
-                at += head + t[1]
-        else:
-            for _ in range(count):
-                t = unpack(src, at)
-                append(t)
-                at += head + t[2]
+        for k in range(count):
+            starts[k] = at
+            at += head + _SIZE_AT(src, at + skip)[0]
     except struct.error:  # an entry's head runs past the frame
         return None
     if at != end:
         return None
-    columns = tuple(zip(*walked, strict=True))
+    starts[count] = at
+    # each entry's first ``skip`` bytes, a row each: rows of a view of every ``skip`` bytes
+    heads = np.ndarray((end - skip + 1, skip), np.uint8, src, 0, (1, 1))[
+        np.fromiter(starts, np.intp, count)]
+    id_bytes = heads[:, :8].tobytes()
     values: list[str | None] | None = None
-    if version == 2:
-        values = _values(columns[1])
-        if values is None:
+    if version != 1:
+        fields = heads[:, 8:]
+        if not (fields[:, :2] == fields[0, :2]).all():  # length fields of several lengths
             return None
-        if length == 0 and values.count(None) == count:
-            values = None
-    starts = list(itertools.accumulate(map(operator.add, columns[-1], itertools.repeat(head)),
-                                       initial=pos))
-    return SpannedEntries(src, starts, head - 4, columns[0], values)
+        if width > 2 or length != _NO_FILTER:
+            values = _values(np.ascontiguousarray(fields), width)
+            if values is None:
+                return None
+    return SpannedEntries(src, starts, skip, id_bytes, values)
+
+
+def walk_messages(buf: memoryview, pos: int, count: int, version: int) -> tuple[PublishedMessage, ...]:
+    """A Publish frame's ``count`` entries from ``pos`` to the end of ``buf``, one tuple each,
+    by a walk per message that checks each as it goes: the plain path, taken for what the
+    frame-at-once ones (``_packed``, ``_spanned``) leave, and what their tests compare them
+    with. Raises ``FrameError``."""
+    end = len(buf)
+    messages: list[PublishedMessage] = []
+    append = messages.append
+    if version == 1:
+        unpack = SIMPLE_ENTRY.unpack_from
+        for _ in range(count):
+            publishing_id, size = unpack(buf, pos)
+            if size & 0x8000_0000:
+                head, records, uncompressed, size = BATCH_ENTRY.unpack_from(buf, pos + 8)
+                pos += 8 + BATCH_ENTRY.size
+                if pos + size > end:
+                    raise _bad("sub-entry batch runs past the frame")
+                append((publishing_id, None, buf[pos:pos + size],
+                        ((head >> 4) & 0x7, records, uncompressed)))
+            else:
+                pos += SIMPLE_ENTRY.size
+                if pos + size > end:
+                    raise _bad("message runs past the frame")
+                append((publishing_id, None, buf[pos:pos + size], None))
+            pos += size
+    else:
+        unpack = FILTERED_ENTRY.unpack_from
+        for _ in range(count):
+            publishing_id, n = unpack(buf, pos)
+            pos += FILTERED_ENTRY.size
+            if n == _NO_FILTER:
+                filter_value: str | None = None
+            else:
+                filter_value = str(buf[pos:pos + n], "utf-8")
+                pos += n
+            (size,) = ENTRY_SIZE.unpack_from(buf, pos)
+            pos += 4
+            if size & 0x8000_0000:
+                raise _bad("Publish v2 has no sub-entry batches")
+            if pos + size > end:
+                raise _bad("message runs past the frame")
+            append((publishing_id, filter_value, buf[pos:pos + size], None))
+            pos += size
+    if pos != end:
+        raise _bad(f"{end - pos} bytes after the {count} messages of Publish")
+    return tuple(messages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,8 +513,6 @@ class Publish(Frame):
         end = len(buf)
         if count < 0 or count * SIMPLE_ENTRY.size > end - pos:
             raise _bad(f"Publish of {count} messages cannot fit in the frame")
-        messages: list[PublishedMessage] = []
-        append = messages.append
         if version == 1:
             packed = _packed(buf, pos, count)
             if packed is not None:
@@ -386,44 +520,7 @@ class Publish(Frame):
         spanned = _spanned(buf, pos, count, version)
         if spanned is not None:
             return cls(publisher_id, spanned, version)
-        if version == 1:
-            unpack = SIMPLE_ENTRY.unpack_from
-            for _ in range(count):
-                publishing_id, size = unpack(buf, pos)
-                if size & 0x8000_0000:
-                    head, records, uncompressed, size = BATCH_ENTRY.unpack_from(buf, pos + 8)
-                    pos += 8 + BATCH_ENTRY.size
-                    if pos + size > end:
-                        raise _bad("sub-entry batch runs past the frame")
-                    append((publishing_id, None, buf[pos:pos + size],
-                            ((head >> 4) & 0x7, records, uncompressed)))
-                else:
-                    pos += SIMPLE_ENTRY.size
-                    if pos + size > end:
-                        raise _bad("message runs past the frame")
-                    append((publishing_id, None, buf[pos:pos + size], None))
-                pos += size
-        else:
-            unpack = FILTERED_ENTRY.unpack_from
-            for _ in range(count):
-                publishing_id, n = unpack(buf, pos)
-                pos += FILTERED_ENTRY.size
-                if n == _NO_FILTER:
-                    filter_value: str | None = None
-                else:
-                    filter_value = str(buf[pos:pos + n], "utf-8")
-                    pos += n
-                (size,) = ENTRY_SIZE.unpack_from(buf, pos)
-                pos += 4
-                if size & 0x8000_0000:
-                    raise _bad("Publish v2 has no sub-entry batches")
-                if pos + size > end:
-                    raise _bad("message runs past the frame")
-                append((publishing_id, filter_value, buf[pos:pos + size], None))
-                pos += size
-        if pos != end:
-            raise _bad(f"{end - pos} bytes after the {count} messages of Publish")
-        return cls(publisher_id, tuple(messages), version)
+        return cls(publisher_id, walk_messages(buf, pos, count, version), version)
 
 
 _REGISTRY[(Key.PUBLISH, 1)] = _REGISTRY[(Key.PUBLISH, 2)] = Publish

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+import storage.format
 from amqp_stream.derived_keys import deriver
 from storage import StorageError, Stream, StreamConfig
 from storage.format import EntryRun, EntrySpans, SubBatchEntry, encode_entries
@@ -50,7 +51,7 @@ def _item(draw):
     kind = draw(st.sampled_from(("run", "run", "spans", "spans", "body", "batch")))
     if kind == "spans":
         return ("spans", [bytes([(k * 7) % 256]) * draw(st.integers(0, 30))
-                          for k in range(draw(st.integers(1, 50)))],
+                          for k in range(draw(st.integers(1, 80)))],  # 32 on: masked
                 draw(st.sampled_from((0, 8, 13))))
     if kind == "run":
         size = draw(st.integers(0, 30))
@@ -135,17 +136,24 @@ def _store(directory: Path, config: StreamConfig, turns: list, runs: bool) -> tu
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_scenario())
+@given(_scenario(), st.sampled_from((1, 20, storage.format._MASKED_FROM)))
 @example((StreamConfig(min_chunk_entries=3, max_chunk_entries=7, max_chunk_bytes=150),
           [("append", [("run", [b"abcdefghij"] * 40, 8), ("body", b"x"),
-                       ("run", [b"yz"] * 9, 0)], False)]))
-def test_runs_store_the_bytes_of_one_body_per_record(scenario):
+                       ("run", [b"yz"] * 9, 0)], False)]), 1)
+def test_runs_store_the_bytes_of_one_body_per_record(scenario, masked_from):
+    """``masked_from``: the entries from which ``EntrySpans`` cuts a chunk's part with a numpy
+    mask (the spans here hold at most 80)."""
     config, turns = scenario
-    with tempfile.TemporaryDirectory() as tmp:
-        fast = _store(Path(tmp, "runs"), config, turns, runs=True)
-        plain = _store(Path(tmp, "plain"), config, turns, runs=False)
-        sidecars = {name: [Path(tmp, d, name).read_bytes() for d in ("runs", "plain")]
-                    for name in os.listdir(Path(tmp, "plain")) if name.endswith((".derived", ".skip"))}
+    default, storage.format._MASKED_FROM = storage.format._MASKED_FROM, masked_from
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            fast = _store(Path(tmp, "runs"), config, turns, runs=True)
+            plain = _store(Path(tmp, "plain"), config, turns, runs=False)
+            sidecars = {name: [Path(tmp, d, name).read_bytes() for d in ("runs", "plain")]
+                        for name in os.listdir(Path(tmp, "plain"))
+                        if name.endswith((".derived", ".skip"))}
+    finally:
+        storage.format._MASKED_FROM = default
     assert fast[0] == plain[0]
     assert fast[1].keys() == plain[1].keys() and fast[1]
     for name in fast[1]:
