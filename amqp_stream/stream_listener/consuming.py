@@ -288,10 +288,7 @@ class Subscription:
                 chunks += 1
         finally:
             self.next_offset = int(reader.position)
-            self._account(records, nbytes)
-            if chunks:
-                conn.adapter.count("chunks", chunks)
-                conn.adapter.count("bytes", nbytes)
+            self._account(records, nbytes, chunks)
         if write:
             conn.write()
         if self.credit <= 0 and self.match is not None:
@@ -542,10 +539,15 @@ class Subscription:
         return len(bodies), b"".join(encode_chunk(first, timestamp, encode_entries(bodies),
                                                   len(bodies), len(bodies), epoch=epoch))
 
-    def _account(self, records: int, nbytes: int) -> None:
+    def _account(self, records: int, nbytes: int, chunks: int) -> None:
+        """A turn's counts: this subscription's, the stream's and the listener's (plain ints
+        until a scrape reads them: ``Metrics.fold``)."""
         self.sent_messages += records
         self.sent_bytes += nbytes
         m = self.entry.metrics
         if m is not None:
             self._stats = m.count_turn(self._stats, self.reader.stats, records, nbytes,
-                                       protocol="stream")
+                                       protocol="stream", chunks=chunks)
+        elif chunks:
+            self.conn.adapter.count("chunks", chunks)
+            self.conn.adapter.count("bytes", nbytes)
