@@ -169,6 +169,7 @@ class Subscription:
             log.debug("closing a reader", exc_info=True)
         self.start = start
         self.held = _NOTHING
+        self.waiting = False
         self._stats = (0, 0, 0)  # the metrics count the new reader's work from its start
         self._drop_runs()
         self.next_offset = int(reader.position)
@@ -185,9 +186,13 @@ class Subscription:
             self.pump(write=False)
 
     def wake(self) -> None:
-        """The stream grew: go on if this subscription waited at its end."""
-        if self.waiting and not self.scheduled and not self.closed:
-            self.turn()
+        """The stream grew: go on if this subscription waited at its end (``waiting`` stays
+        set until then, through turns that only send frames already made, so that those
+        do not ask the reader again: a stage-2 consumer's prefetch stops at the end)."""
+        if self.waiting and not self.closed:
+            self.waiting = False
+            if not self.scheduled:
+                self.turn()
 
     def _turn(self) -> None:
         self.scheduled = False
@@ -209,7 +214,6 @@ class Subscription:
         if self.closed or self.ended or not self.active or not self.conn.serving:
             return
         conn = self.conn
-        self.waiting = False
         sent = chunks = records = nbytes = 0
         reader = self.reader
         proto = conn.proto
@@ -255,6 +259,7 @@ class Subscription:
                     self._send_end(v2)
                     sent += 1
                     break
+                self.waiting = False
                 if self.held is not _NOTHING:
                     loc, self.held = self.held, _NOTHING
                 else:
