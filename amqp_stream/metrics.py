@@ -7,10 +7,11 @@ caches the labelled children. A consumer's turn (``StreamMetrics.count_turn``, o
 loop's thread, one per credit a filtered stream consumer grants) only adds to plain ints; they
 are folded into their Prometheus counters when someone reads them (``Metrics.fold``: first in
 every scrape, and before the HTTP API's counts), so a read right after a turn sees its counts
-exactly, at ~1 µs a turn instead of ~5-10 (a ``Counter.inc`` takes a lock: ~0.7 µs each).
-What is cheap to read but costly to keep current (segment files, consumer lag) is computed
-when Prometheus scrapes, from a snapshot the broker hands over (``watch``). The broker's own registry holds these series, the process collector (memory, CPU,
-file descriptors), the platform collector and a build-info series; no ``_created`` series.
+exactly, at ~1 µs a turn instead of ~5-10 (a ``Counter.inc`` takes a lock: ~0.7 µs each). What
+is cheap to read but costly to keep current (segment files, consumer lag) is computed when
+Prometheus scrapes, from a snapshot the broker hands over (``watch``). The broker's own registry
+holds these series, the process collector (memory, CPU, file descriptors), the platform
+collector and a build-info series; no ``_created`` series.
 """
 
 from __future__ import annotations
