@@ -134,7 +134,7 @@ class StreamMetrics:
         if self._metrics is not None:
             self._metrics.confirmed("amqp10", count)
 
-    def count_turn(self, before: tuple[int, ...], stats: Any, delivered: int, nbytes: int,
+    def count_turn(self, before: tuple[int, ...], stats: Any | None, delivered: int, nbytes: int,
                    dropped: int = 0, protocol: str = "amqp10",
                    settled: bool | None = None, chunks: int = 0) -> tuple[int, ...]:
         """A consumer's turn, for consumers of every protocol, on the event loop's thread:
@@ -144,7 +144,8 @@ class StreamMetrics:
         0); returns the new ``before``. ``settled``: an AMQP 1.0 consumer's messages are sent
         settled (RabbitMQ's consume_auto_ack) or not (consume_manual_ack); None for the stream
         protocol, whose ``chunks`` (of those ``nbytes``) count in the listener's delivered
-        chunks and bytes. Plain ints only: ``Metrics.fold`` gives them to the counters."""
+        chunks and bytes. ``stats`` None: the reader was not used this turn (``before`` is
+        returned). Plain ints only: ``Metrics.fold`` gives them to the counters."""
         turned = self.turned
         if delivered:
             turned[_DELIVERED] += delivered
@@ -159,6 +160,8 @@ class StreamMetrics:
             sent[1] += nbytes
         if dropped:
             turned[_DROPPED] += dropped
+        if stats is None:  # (the reader did nothing this turn)
+            return before
         now = _read_stats(stats)
         if now != before:
             if len(before) != len(now):

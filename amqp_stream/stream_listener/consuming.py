@@ -215,6 +215,7 @@ class Subscription:
             return
         conn = self.conn
         sent = chunks = records = nbytes = 0
+        read = False  # the reader was used (else its position and counts did not move)
         reader = self.reader
         proto = conn.proto
         stream = self.entry.stream
@@ -260,6 +261,7 @@ class Subscription:
                     sent += 1
                     break
                 self.waiting = False
+                read = True
                 if self.held is not _NOTHING:
                     loc, self.held = self.held, _NOTHING
                 else:
@@ -292,8 +294,9 @@ class Subscription:
                 sent += 1
                 chunks += 1
         finally:
-            self.next_offset = int(reader.position)
-            self._account(records, nbytes, chunks)
+            if read:
+                self.next_offset = int(reader.position)
+            self._account(records, nbytes, chunks, read)
         if write:
             conn.write()
         if self.credit <= 0 and self.match is not None:
@@ -378,12 +381,13 @@ class Subscription:
             return
         try:
             loc = reader.read_location(SCAN_BUDGET)
+            if loc is not None and loc is not SCAN_PAUSED:
+                self._add_runs(loc)
+            self.next_offset = int(reader.position)
+            self._account(0, 0, 0, True)  # (what the reader did: turns that send do not look)
             if loc is None:
                 self.waiting = True  # ``wake`` resumes with a turn, which prefetches again
                 return
-            if loc is not SCAN_PAUSED:
-                self._add_runs(loc)
-            self.next_offset = int(reader.position)
         except Exception as exc:
             log.exception("stream subscription %d of %s on %r failed", self.id, self.conn.peer,
                           self.entry.name)
@@ -544,15 +548,16 @@ class Subscription:
         return len(bodies), b"".join(encode_chunk(first, timestamp, encode_entries(bodies),
                                                   len(bodies), len(bodies), epoch=epoch))
 
-    def _account(self, records: int, nbytes: int, chunks: int) -> None:
+    def _account(self, records: int, nbytes: int, chunks: int, read: bool) -> None:
         """A turn's counts: this subscription's, the stream's and the listener's (plain ints
-        until a scrape reads them: ``Metrics.fold``)."""
+        until a scrape reads them: ``Metrics.fold``); ``read``: the reader was used, its
+        counts are looked at too."""
         self.sent_messages += records
         self.sent_bytes += nbytes
         m = self.entry.metrics
         if m is not None:
-            self._stats = m.count_turn(self._stats, self.reader.stats, records, nbytes,
-                                       protocol="stream", chunks=chunks)
+            self._stats = m.count_turn(self._stats, self.reader.stats if read else None, records,
+                                       nbytes, protocol="stream", chunks=chunks)
         elif chunks:
             self.conn.adapter.count("chunks", chunks)
             self.conn.adapter.count("bytes", nbytes)
