@@ -37,7 +37,8 @@ loop turns (``_prefetch``, up to ``RUNS_AHEAD`` stored chunks or ``RUNS_AHEAD_BY
 next Credit finds its chunks ready. A stored chunk's rebuilt chunks are kept as their Deliver
 frames, back to back in one buffer (``_Frames``; one-record chunks of columns' matches packed
 with one ``struct`` call each, ``_ones``), so a grant sends a slice of it: one copy, one write,
-no Python per chunk but a v2 frame's committed chunk id. With broker-derived filter keys
+no Python per chunk (a v2 frame's committed chunk id is written as built, and again when it
+is sent only if the stream's moved meanwhile). With broker-derived filter keys
 (``amqp_stream.derived_keys``) the reader skips chunks whose index rules out the filter's
 required values and may name the blocks of a chunk that can match (``ChunkLocation.blocks``):
 only those are read (each checked against its own CRC; a mismatch reads the chunk whole).
@@ -98,14 +99,17 @@ _ONE = {v: struct.Struct(head.format + CHUNK_HEADER.format[1:] + "I")
 
 class _Frames:
     """Stage 2: the Deliver frames of one stored chunk's runs of matches, back to back in
-    one buffer (a v2 frame's committed chunk id is written when it is sent); ``ends``: where
-    each ends, ``records``: the records through each, ``at``: the next to send."""
+    one buffer; ``ends``: where each ends, ``records``: the records through each, ``at``: the
+    next to send. A v2 frame's committed chunk id is the stream's when it was built
+    (``committed``), written again when it is sent if the stream's has moved since."""
 
-    __slots__ = ("buf", "ends", "records", "at", "head", "v2")
+    __slots__ = ("buf", "ends", "records", "at", "head", "v2", "committed")
 
-    def __init__(self, buf: bytearray, ends: list[int], records: list[int], head: int) -> None:
+    def __init__(self, buf: bytearray, ends: list[int], records: list[int], head: int,
+                 committed: int) -> None:
         self.buf, self.ends, self.records, self.at, self.head = buf, ends, records, 0, head
         self.v2 = head == DELIVER_HEAD_V2.size
+        self.committed = committed
 
 
 class Subscription:
@@ -240,7 +244,7 @@ class Subscription:
                     k = min(len(ends) - at, self.credit, CHUNKS_PER_TURN - sent)
                     lo, hi = ends[at - 1] if at else 0, ends[at + k - 1]
                     buf = frames.buf
-                    if frames.v2:
+                    if frames.v2 and stream.committed_chunk_id != frames.committed:
                         committed = stream.committed_chunk_id
                         for start in itertools.chain((lo,), ends[at:at + k - 1]):
                             _COMMITTED.pack_into(buf, start + 9, committed)
@@ -445,12 +449,13 @@ class Subscription:
         match = self.match
         assert match is not None
         epoch = CHUNK_HEADER.unpack_from(loc.header)[5]
+        committed = self.entry.stream.committed_chunk_id  # (v2: written as built)
         records, looked = self._records(loc)
         matched = looked > 0
         dropped = looked - len(records) if matched else 0  # (those the columns left out)
         frames: _Frames | None
         if matched and self._apart(records):
-            frames = self._ones(records, loc.timestamp, epoch)
+            frames = self._ones(records, loc.timestamp, epoch, committed)
         else:
             out: list[tuple[int, bytes]] = []
             run: list[bytes] = []
@@ -474,7 +479,7 @@ class Subscription:
                     run = []
             if run:
                 out.append(self._chunk(first, loc.timestamp, epoch, run))
-            frames = self._framed(out)
+            frames = self._framed(out, committed)
         m = self.entry.metrics
         if m is not None and dropped:
             m.stage2_dropped_messages.inc(dropped)
@@ -490,7 +495,8 @@ class Subscription:
         return (all(b - a > 1 for a, b in itertools.pairwise(offsets))
                 and all(len(body) == size for _, body in records))
 
-    def _ones(self, records: list[tuple[int, bytes]], timestamp: int, epoch: int) -> _Frames:
+    def _ones(self, records: list[tuple[int, bytes]], timestamp: int, epoch: int,
+              committed: int) -> _Frames:
         """The frames of one-record chunks, one per record (of one size): the frame's head
         and the chunk's header from one template but for the chunk id and the CRC (one small
         pack: half the time of packing the twenty fields), the CRC of the body from that of
@@ -500,7 +506,7 @@ class Subscription:
         size = len(records[0][1])
         head = one.size - CHUNK_HEADER.size - 4  # the frame's head before the chunk
         frame = one.size + size
-        template = one.pack(frame - 4, Key.DELIVER, v, self.id, *((0,) if v == 2 else ()),
+        template = one.pack(frame - 4, Key.DELIVER, v, self.id, *((committed,) if v == 2 else ()),
                             CHUNK_MAGIC_VERSION, CHUNK_USER, 1, 1, timestamp, epoch, 0, 0,
                             size + 4, 0, 0, 0, 0, 0, size)
         ids = head + _CHUNK_ID_AT
@@ -516,9 +522,9 @@ class Subscription:
             add(body)
         n = len(records)
         return _Frames(bytearray().join(parts), list(range(frame, frame * n + 1, frame)),
-                       list(range(1, n + 1)), head)
+                       list(range(1, n + 1)), head, committed)
 
-    def _framed(self, chunks: list[tuple[int, bytes]]) -> _Frames | None:
+    def _framed(self, chunks: list[tuple[int, bytes]], committed: int) -> _Frames | None:
         """The frames of rebuilt chunks ((records, bytes) each)."""
         if not chunks:
             return None
@@ -528,14 +534,14 @@ class Subscription:
         ends, records = [], []
         end = total = 0
         for count, chunk in chunks:
-            head = proto.deliver_head(self.id, len(chunk), 0 if v2 else None)
+            head = proto.deliver_head(self.id, len(chunk), committed if v2 else None)
             parts.append(head)
             parts.append(chunk)
             end += len(head) + len(chunk)
             total += count
             ends.append(end)
             records.append(total)
-        return _Frames(bytearray().join(parts), ends, records, len(head))
+        return _Frames(bytearray().join(parts), ends, records, len(head), committed)
 
     @staticmethod
     def _chunk(first: int, timestamp: int, epoch: int, bodies: list[bytes]) -> tuple[int, bytes]:

@@ -256,3 +256,25 @@ def test_matches_stored_after_the_end_are_prefetched_without_credit(broker):
     c.credit(0, 10)
     assert [c.next_chunk().chunk_id for _ in range(10)] == list(range(44, 82, 4))
     c.close()
+
+
+def test_frames_built_before_the_stream_grew_carry_its_committed_id_when_sent(broker):
+    """Deliver v2: the frames of matches wait for credit with the committed chunk id of when
+    they were built; sent after the stream grew, they carry the stream's id then."""
+    stream = f"stage2-{next(_names)}"
+    c = StreamClient("127.0.0.1", broker.stream_port, timeout=10)
+    assert c.exchange_command_versions([(8, 1, 2)])[0] == OK
+    assert c.create_stream(stream) == OK
+    assert c.declare_publisher(1, stream) == OK
+    ids = list(range(41))  # 11 matches, none next to another
+    c.publish(1, [(i, _message(i % 4, i, True)) for i in ids])
+    c.wait_confirms(1, ids)
+    assert c.subscribe(0, stream, offset_first(), credit=1, properties={"sql-filter": "k = 0"}) == OK
+    first = c.next_chunk()  # (the next matches are built, with the committed id of then)
+    assert first.chunk_id == 0 and first.committed_chunk_id < 41
+    c.publish(1, [(41, _message(1, 41, True))])  # a chunk of its own: committed chunk id 41
+    c.wait_confirms(1, [41])
+    c.credit(0, 2)
+    assert [(ch.chunk_id, ch.committed_chunk_id) for ch in (c.next_chunk(), c.next_chunk())] \
+        == [(4, 41), (8, 41)]
+    c.close()
