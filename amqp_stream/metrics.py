@@ -3,15 +3,21 @@ figures under RabbitMQ's names come from ``rabbitmq_metrics`` (docs/metrics.md).
 
 Strategy: counters are incremented in batches by the server (once per settled chunk of publishes
 or once per consumer turn), never per message through a label lookup; ``Metrics.for_stream``
-caches the labelled children. What is cheap to read but costly to keep current (segment files,
-consumer lag) is computed when Prometheus scrapes, from a snapshot the broker hands over
-(``watch``). The broker's own registry holds these series, the process collector (memory, CPU,
-file descriptors), the platform collector and a build-info series; no ``_created`` series.
+caches the labelled children. A consumer's turn (``StreamMetrics.count_turn``, on the event
+loop's thread, one per credit a filtered stream consumer grants) only adds to plain ints; they
+are folded into their Prometheus counters when someone reads them (``Metrics.fold``: first in
+every scrape, and before the HTTP API's counts), so a read right after a turn sees its counts
+exactly, at ~1 µs a turn instead of ~5-10 (a ``Counter.inc`` takes a lock: ~0.7 µs each). What
+is cheap to read but costly to keep current (segment files, consumer lag) is computed when
+Prometheus scrapes, from a snapshot the broker hands over (``watch``). The broker's own registry
+holds these series, the process collector (memory, CPU, file descriptors), the platform
+collector and a build-info series; no ``_created`` series.
 """
 
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import socket
 import sys
@@ -60,6 +66,14 @@ _READ_STATS = ("chunks_read", "chunks_skipped", "bytes_read", "derived_chunks_sk
                "derived_blocks_skipped", "prefilter_chunks_skipped", "prefilter_records_dropped")
 _READ_COUNTERS = ("chunks_read", "chunks_skipped", "read_bytes", "derived_chunks_skipped",
                   "derived_blocks_skipped", "prefilter_chunks_skipped", "stage2_dropped_messages")
+_read_stats = operator.attrgetter(*_READ_STATS)
+# ``StreamMetrics.turned``: the counts a turn adds to, in this order (plain ints, folded later)
+_TURNED = ("delivered_messages", "delivered_bytes") + _READ_COUNTERS
+_DELIVERED, _BYTES, _READ_AT = 0, 1, 2
+_DROPPED = _READ_AT + _READ_COUNTERS.index("stage2_dropped_messages")
+# ``StreamMetrics.by_protocol[protocol]``: the global counters a turn adds to, in this order
+_BY_PROTOCOL = ("messages_delivered", "messages_delivered_consume_auto_ack",
+                "messages_delivered_consume_manual_ack")
 
 
 @dataclass
@@ -81,7 +95,8 @@ class StreamState:
 class StreamMetrics:
     """One stream's counters (``published_messages`` ...) and its rejected-publish count."""
 
-    __slots__ = (*_COUNTERS, "_metrics", "_name")
+    __slots__ = (*_COUNTERS, "_metrics", "_name", "turned", "folded", "by_protocol", "chunks",
+                 "folded_by_protocol", "folded_chunks")
     # those read by name (the others by getattr): set from ``_COUNTERS`` in ``__init__``
     published_messages: Counter
     published_bytes: Counter
@@ -94,6 +109,14 @@ class StreamMetrics:
         for key, counter in counters.items():
             setattr(self, key, counter.labels(stream=name))
         self._metrics, self._name = metrics, name
+        # what turns counted (only ever added to, on the loop's thread) and how much of it
+        # ``Metrics.fold`` has given the Prometheus counters (under its lock)
+        self.turned = [0] * len(_TURNED)
+        self.folded = [0] * len(_TURNED)
+        self.by_protocol: dict[str, list[int]] = {p: [0] * len(_BY_PROTOCOL) for p in PROTOCOLS}
+        self.folded_by_protocol = {p: [0] * len(_BY_PROTOCOL) for p in PROTOCOLS}
+        self.chunks = [0, 0]  # stream-protocol chunks and bytes sent
+        self.folded_chunks = [0, 0]
 
     def publish_rejected(self, reason: str, count: int = 1) -> None:
         """``count`` messages to this stream rejected with the AMQP condition ``reason``."""
@@ -111,33 +134,57 @@ class StreamMetrics:
         if self._metrics is not None:
             self._metrics.confirmed("amqp10", count)
 
-    def count_turn(self, before: tuple[int, ...], stats: Any, delivered: int, nbytes: int,
+    def count_turn(self, before: tuple[int, ...], stats: Any | None, delivered: int, nbytes: int,
                    dropped: int = 0, protocol: str = "amqp10",
-                   settled: bool | None = None) -> tuple[int, ...]:
-        """A consumer's turn, for consumers of every protocol: ``delivered`` messages of
-        ``nbytes`` sent, ``dropped`` by stage 2, and what its storage reader did since
-        ``before`` (its ``stats``: chunks read, chunks skipped, bytes read, chunks and blocks
-        skipped by derived keys; a shorter ``before`` counts the rest from 0); returns the new
-        ``before``. ``settled``: an AMQP 1.0 consumer's messages are sent settled (RabbitMQ's
-        consume_auto_ack) or not (consume_manual_ack); None for the stream protocol."""
+                   settled: bool | None = None, chunks: int = 0) -> tuple[int, ...]:
+        """A consumer's turn, for consumers of every protocol, on the event loop's thread:
+        ``delivered`` messages of ``nbytes`` sent, ``dropped`` by stage 2, and what its storage
+        reader did since ``before`` (its ``stats``: chunks read, chunks skipped, bytes read,
+        chunks and blocks skipped by derived keys; a shorter ``before`` counts the rest from
+        0); returns the new ``before``. ``settled``: an AMQP 1.0 consumer's messages are sent
+        settled (RabbitMQ's consume_auto_ack) or not (consume_manual_ack); None for the stream
+        protocol, whose ``chunks`` (of those ``nbytes``) count in the listener's delivered
+        chunks and bytes. ``stats`` None: the reader was not used this turn (``before`` is
+        returned). Plain ints only: ``Metrics.fold`` gives them to the counters."""
+        turned = self.turned
         if delivered:
-            self.delivered_messages.inc(delivered)
-            self.delivered_bytes.inc(nbytes)
-            if self._metrics is not None:
-                counters = self._metrics.global_counters
-                counters["messages_delivered"][protocol].inc(delivered)
-                if settled is not None:
-                    counters["messages_delivered_consume_auto_ack" if settled else
-                             "messages_delivered_consume_manual_ack"][protocol].inc(delivered)
+            turned[_DELIVERED] += delivered
+            turned[_BYTES] += nbytes
+            counts = self.by_protocol[protocol]
+            counts[0] += delivered
+            if settled is not None:
+                counts[1 if settled else 2] += delivered
+        if chunks:
+            sent = self.chunks
+            sent[0] += chunks
+            sent[1] += nbytes
         if dropped:
-            self.stage2_dropped_messages.inc(dropped)
-        now = tuple(getattr(stats, k, 0) for k in _READ_STATS)
+            turned[_DROPPED] += dropped
+        if stats is None:  # (the reader did nothing this turn)
+            return before
+        now = _read_stats(stats)
         if now != before:
-            for name, was, value in zip(_READ_COUNTERS, before + (0,) * (len(now) - len(before)),
-                                        now, strict=True):
+            if len(before) != len(now):
+                before = before + (0,) * (len(now) - len(before))
+            for i, (was, value) in enumerate(zip(before, now, strict=True)):
                 if value != was:
-                    getattr(self, name).inc(value - was)
+                    turned[_READ_AT + i] += value - was
         return now
+
+
+class _Fold:
+    """Registered first: a scrape folds the turns' counts (``Metrics.fold``) before the
+    counters are read; it yields nothing itself."""
+
+    def __init__(self, metrics: "Metrics") -> None:
+        self.metrics = metrics
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self) -> Iterable[Any]:
+        self.metrics.fold()
+        return ()
 
 
 class _StreamStateCollector:
@@ -201,6 +248,8 @@ def _count_segments(log_dir: str | os.PathLike) -> int:
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._fold_lock = threading.Lock()
+        self.registry.register(_Fold(self))  # first: every scrape folds before it reads
         process = ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         self.counters = {
@@ -283,8 +332,37 @@ class Metrics:
         self.streams_created += 1
         return self.for_stream(name)
 
+    def fold(self) -> None:
+        """Give the Prometheus counters what consumers' turns counted since the last fold
+        (``StreamMetrics.count_turn``); from any thread (the turns' ints are only added to, on
+        the loop's thread: what a reader misses now, the next fold gives)."""
+        by_protocol, sent = self.global_counters, self.stream_protocol
+        with self._fold_lock:
+            for child in list(self._children.values()):
+                turned, folded = child.turned, child.folded
+                for i, key in enumerate(_TURNED):
+                    value = turned[i]
+                    if value != folded[i]:
+                        getattr(child, key).inc(value - folded[i])
+                        folded[i] = value
+                for protocol, counts in child.by_protocol.items():
+                    done = child.folded_by_protocol[protocol]
+                    for i, key in enumerate(_BY_PROTOCOL):
+                        value = counts[i]
+                        if value != done[i]:
+                            by_protocol[key][protocol].inc(value - done[i])
+                            done[i] = value
+                done = child.folded_chunks
+                for i, key in enumerate(("chunks", "bytes")):
+                    value = child.chunks[i]
+                    if value != done[i]:
+                        sent[key].inc(value - done[i])
+                        done[i] = value
+
     def forget(self, name: str) -> None:
-        """A deleted stream's series go away."""
+        """A deleted stream's series go away (what its consumers counted stays in the
+        global and listener counters: folded first)."""
+        self.fold()
         self.streams_deleted += 1
         if self._children.pop(name, None) is not None:
             for counter in self.counters.values():

@@ -54,6 +54,7 @@ def stream_counts(stream_metrics: Any) -> Counts:
 
 def all_counts(core: Any) -> dict[str, Counts]:
     """One sample: the overview's counts (key ``""``) and each stream's (key: its name)."""
+    core.metrics.fold()  # (consumers' turns count in plain ints until then)
     counts = {"": overview_counts(core.metrics)}
     for name, entry in list(core.registry.entries.items()):
         counts[name] = stream_counts(getattr(entry, "metrics", None))

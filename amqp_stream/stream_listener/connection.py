@@ -128,8 +128,13 @@ class StreamConnection(SocketConnection):
         self.last_read = self.loop.time()
         if not self.large and not self.closed and not self.finishing:
             credit = self.proto.credit_frame(buf, n)
-            if credit is not None:  # (what ``process`` would do with it, less the decode)
-                self.adapter.handle(self, Credit(*credit))
+            if credit is not None:  # (what ``process`` would do with it, less the decode
+                # and, for a subscription of ours, the frame object and the dispatch)
+                sub = self.subscriptions.get(credit[0])
+                if sub is not None:
+                    sub.add_credit(credit[1])
+                else:  # (the adapter answers that it does not exist)
+                    self.adapter.handle(self, Credit(*credit))
                 self.write()
                 return
         self.proto.receive_data(memoryview(buf)[:n])  # copied there: no copy before that
@@ -278,7 +283,7 @@ class StreamConnection(SocketConnection):
         if self.closed or self.lost or (self.writing and not writable) or self.batch is not None:
             return
         out = self._take_buf()
-        if self.adapter.senders is not None and any(type(i) is FileRange for i in out):
+        if self.adapter.senders is not None and FileRange in map(type, out):
             self._hand_over(out)
             return
         sock = self.sock

@@ -37,7 +37,8 @@ loop turns (``_prefetch``, up to ``RUNS_AHEAD`` stored chunks or ``RUNS_AHEAD_BY
 next Credit finds its chunks ready. A stored chunk's rebuilt chunks are kept as their Deliver
 frames, back to back in one buffer (``_Frames``; one-record chunks of columns' matches packed
 with one ``struct`` call each, ``_ones``), so a grant sends a slice of it: one copy, one write,
-no Python per chunk but a v2 frame's committed chunk id. With broker-derived filter keys
+no Python per chunk (a v2 frame's committed chunk id is written as built, and again when it
+is sent only if the stream's moved meanwhile). With broker-derived filter keys
 (``amqp_stream.derived_keys``) the reader skips chunks whose index rules out the filter's
 required values and may name the blocks of a chunk that can match (``ChunkLocation.blocks``):
 only those are read (each checked against its own CRC; a mismatch reads the chunk whole).
@@ -98,14 +99,17 @@ _ONE = {v: struct.Struct(head.format + CHUNK_HEADER.format[1:] + "I")
 
 class _Frames:
     """Stage 2: the Deliver frames of one stored chunk's runs of matches, back to back in
-    one buffer (a v2 frame's committed chunk id is written when it is sent); ``ends``: where
-    each ends, ``records``: the records through each, ``at``: the next to send."""
+    one buffer; ``ends``: where each ends, ``records``: the records through each, ``at``: the
+    next to send. A v2 frame's committed chunk id is the stream's when it was built
+    (``committed``), written again when it is sent if the stream's has moved since."""
 
-    __slots__ = ("buf", "ends", "records", "at", "head", "v2")
+    __slots__ = ("buf", "ends", "records", "at", "head", "v2", "committed")
 
-    def __init__(self, buf: bytearray, ends: list[int], records: list[int], head: int) -> None:
+    def __init__(self, buf: bytearray, ends: list[int], records: list[int], head: int,
+                 committed: int) -> None:
         self.buf, self.ends, self.records, self.at, self.head = buf, ends, records, 0, head
         self.v2 = head == DELIVER_HEAD_V2.size
+        self.committed = committed
 
 
 class Subscription:
@@ -169,6 +173,7 @@ class Subscription:
             log.debug("closing a reader", exc_info=True)
         self.start = start
         self.held = _NOTHING
+        self.waiting = False
         self._stats = (0, 0, 0)  # the metrics count the new reader's work from its start
         self._drop_runs()
         self.next_offset = int(reader.position)
@@ -185,9 +190,13 @@ class Subscription:
             self.pump(write=False)
 
     def wake(self) -> None:
-        """The stream grew: go on if this subscription waited at its end."""
-        if self.waiting and not self.scheduled and not self.closed:
-            self.turn()
+        """The stream grew: go on if this subscription waited at its end (``waiting`` stays
+        set until then, through turns that only send frames already made, so that those
+        do not ask the reader again: a stage-2 consumer's prefetch stops at the end)."""
+        if self.waiting and not self.closed:
+            self.waiting = False
+            if not self.scheduled:
+                self.turn()
 
     def _turn(self) -> None:
         self.scheduled = False
@@ -209,8 +218,8 @@ class Subscription:
         if self.closed or self.ended or not self.active or not self.conn.serving:
             return
         conn = self.conn
-        self.waiting = False
         sent = chunks = records = nbytes = 0
+        read = False  # the reader was used (else its position and counts did not move)
         reader = self.reader
         proto = conn.proto
         stream = self.entry.stream
@@ -235,7 +244,7 @@ class Subscription:
                     k = min(len(ends) - at, self.credit, CHUNKS_PER_TURN - sent)
                     lo, hi = ends[at - 1] if at else 0, ends[at + k - 1]
                     buf = frames.buf
-                    if frames.v2:
+                    if frames.v2 and stream.committed_chunk_id != frames.committed:
                         committed = stream.committed_chunk_id
                         for start in itertools.chain((lo,), ends[at:at + k - 1]):
                             _COMMITTED.pack_into(buf, start + 9, committed)
@@ -255,6 +264,8 @@ class Subscription:
                     self._send_end(v2)
                     sent += 1
                     break
+                self.waiting = False
+                read = True
                 if self.held is not _NOTHING:
                     loc, self.held = self.held, _NOTHING
                 else:
@@ -287,11 +298,9 @@ class Subscription:
                 sent += 1
                 chunks += 1
         finally:
-            self.next_offset = int(reader.position)
-            self._account(records, nbytes)
-            if chunks:
-                conn.adapter.count("chunks", chunks)
-                conn.adapter.count("bytes", nbytes)
+            if read:
+                self.next_offset = int(reader.position)
+            self._account(records, nbytes, chunks, read)
         if write:
             conn.write()
         if self.credit <= 0 and self.match is not None:
@@ -376,12 +385,13 @@ class Subscription:
             return
         try:
             loc = reader.read_location(SCAN_BUDGET)
+            if loc is not None and loc is not SCAN_PAUSED:
+                self._add_runs(loc)
+            self.next_offset = int(reader.position)
+            self._account(0, 0, 0, True)  # (what the reader did: turns that send do not look)
             if loc is None:
                 self.waiting = True  # ``wake`` resumes with a turn, which prefetches again
                 return
-            if loc is not SCAN_PAUSED:
-                self._add_runs(loc)
-            self.next_offset = int(reader.position)
         except Exception as exc:
             log.exception("stream subscription %d of %s on %r failed", self.id, self.conn.peer,
                           self.entry.name)
@@ -439,12 +449,13 @@ class Subscription:
         match = self.match
         assert match is not None
         epoch = CHUNK_HEADER.unpack_from(loc.header)[5]
+        committed = self.entry.stream.committed_chunk_id  # (v2: written as built)
         records, looked = self._records(loc)
         matched = looked > 0
         dropped = looked - len(records) if matched else 0  # (those the columns left out)
         frames: _Frames | None
         if matched and self._apart(records):
-            frames = self._ones(records, loc.timestamp, epoch)
+            frames = self._ones(records, loc.timestamp, epoch, committed)
         else:
             out: list[tuple[int, bytes]] = []
             run: list[bytes] = []
@@ -468,7 +479,7 @@ class Subscription:
                     run = []
             if run:
                 out.append(self._chunk(first, loc.timestamp, epoch, run))
-            frames = self._framed(out)
+            frames = self._framed(out, committed)
         m = self.entry.metrics
         if m is not None and dropped:
             m.stage2_dropped_messages.inc(dropped)
@@ -484,7 +495,8 @@ class Subscription:
         return (all(b - a > 1 for a, b in itertools.pairwise(offsets))
                 and all(len(body) == size for _, body in records))
 
-    def _ones(self, records: list[tuple[int, bytes]], timestamp: int, epoch: int) -> _Frames:
+    def _ones(self, records: list[tuple[int, bytes]], timestamp: int, epoch: int,
+              committed: int) -> _Frames:
         """The frames of one-record chunks, one per record (of one size): the frame's head
         and the chunk's header from one template but for the chunk id and the CRC (one small
         pack: half the time of packing the twenty fields), the CRC of the body from that of
@@ -494,7 +506,7 @@ class Subscription:
         size = len(records[0][1])
         head = one.size - CHUNK_HEADER.size - 4  # the frame's head before the chunk
         frame = one.size + size
-        template = one.pack(frame - 4, Key.DELIVER, v, self.id, *((0,) if v == 2 else ()),
+        template = one.pack(frame - 4, Key.DELIVER, v, self.id, *((committed,) if v == 2 else ()),
                             CHUNK_MAGIC_VERSION, CHUNK_USER, 1, 1, timestamp, epoch, 0, 0,
                             size + 4, 0, 0, 0, 0, 0, size)
         ids = head + _CHUNK_ID_AT
@@ -510,9 +522,9 @@ class Subscription:
             add(body)
         n = len(records)
         return _Frames(bytearray().join(parts), list(range(frame, frame * n + 1, frame)),
-                       list(range(1, n + 1)), head)
+                       list(range(1, n + 1)), head, committed)
 
-    def _framed(self, chunks: list[tuple[int, bytes]]) -> _Frames | None:
+    def _framed(self, chunks: list[tuple[int, bytes]], committed: int) -> _Frames | None:
         """The frames of rebuilt chunks ((records, bytes) each)."""
         if not chunks:
             return None
@@ -522,14 +534,14 @@ class Subscription:
         ends, records = [], []
         end = total = 0
         for count, chunk in chunks:
-            head = proto.deliver_head(self.id, len(chunk), 0 if v2 else None)
+            head = proto.deliver_head(self.id, len(chunk), committed if v2 else None)
             parts.append(head)
             parts.append(chunk)
             end += len(head) + len(chunk)
             total += count
             ends.append(end)
             records.append(total)
-        return _Frames(bytearray().join(parts), ends, records, len(head))
+        return _Frames(bytearray().join(parts), ends, records, len(head), committed)
 
     @staticmethod
     def _chunk(first: int, timestamp: int, epoch: int, bodies: list[bytes]) -> tuple[int, bytes]:
@@ -542,10 +554,16 @@ class Subscription:
         return len(bodies), b"".join(encode_chunk(first, timestamp, encode_entries(bodies),
                                                   len(bodies), len(bodies), epoch=epoch))
 
-    def _account(self, records: int, nbytes: int) -> None:
+    def _account(self, records: int, nbytes: int, chunks: int, read: bool) -> None:
+        """A turn's counts: this subscription's, the stream's and the listener's (plain ints
+        until a scrape reads them: ``Metrics.fold``); ``read``: the reader was used, its
+        counts are looked at too."""
         self.sent_messages += records
         self.sent_bytes += nbytes
         m = self.entry.metrics
         if m is not None:
-            self._stats = m.count_turn(self._stats, self.reader.stats, records, nbytes,
-                                       protocol="stream")
+            self._stats = m.count_turn(self._stats, self.reader.stats if read else None, records,
+                                       nbytes, protocol="stream", chunks=chunks)
+        elif chunks:
+            self.conn.adapter.count("chunks", chunks)
+            self.conn.adapter.count("bytes", nbytes)

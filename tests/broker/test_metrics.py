@@ -77,3 +77,42 @@ def test_reported_events_and_scrape_time_stream_state(tmp_path):
     assert values[attached.format("peer/1", "stream")] == 6  # the same label twice: the max
     m.forget("s")
     assert "amqp_stream_rejected_publishes_total{" not in _get(url)
+
+
+def test_consumer_turns_count_in_plain_ints_and_every_read_sees_them_exactly(tmp_path):
+    """``count_turn`` only adds to ints; the scrape folds them into the counters first (a read
+    right after a turn sees it, a second read adds nothing), the HTTP API's counts fold too,
+    and a deleted stream's deliveries stay in the global and listener counters."""
+    from amqp_stream.http.rates import all_counts
+    from storage.reader import ReaderStats
+    m = Metrics()
+    port = free_port()
+    m.serve("127.0.0.1", port)
+    url = f"http://127.0.0.1:{port}/metrics"
+    s = m.for_stream("s")
+    stats = ReaderStats()
+    before = s.count_turn((0, 0, 0), stats, 0, 0, protocol="stream")
+    stats.chunks_read, stats.bytes_read, stats.prefilter_records_dropped = 2, 300, 5
+    before = s.count_turn(before, stats, 4, 120, dropped=1, protocol="stream", chunks=3)
+    s.count_turn(before, stats, 2, 50, protocol="amqp10", settled=False)
+    for _ in range(2):
+        values = _values(_get(url))
+        assert values['amqp_stream_delivered_messages_total{stream="s"}'] == 6
+        assert values['amqp_stream_delivered_bytes_total{stream="s"}'] == 170
+        assert values['amqp_stream_chunks_read_total{stream="s"}'] == 2
+        assert values['amqp_stream_read_bytes_total{stream="s"}'] == 300
+        assert values['amqp_stream_stage2_dropped_messages_total{stream="s"}'] == 6
+        assert values['rabbitmq_global_messages_delivered_total{protocol="stream"}'] == 4
+        assert values['rabbitmq_global_messages_delivered_total{protocol="amqp10"}'] == 2
+        assert values['rabbitmq_global_messages_delivered_consume_manual_ack_total{protocol="amqp10"}'] == 2
+        assert values["amqp_stream_stream_protocol_delivered_chunks_total"] == 3
+        assert values["amqp_stream_stream_protocol_delivered_bytes_total"] == 120
+    s.count_turn(before, stats, 1, 10, protocol="stream", chunks=1)
+    core = type("Core", (), {"metrics": m, "registry": type("R", (), {"entries": {}})()})()
+    assert all_counts(core)[""]["deliver_get"] == 7  # (the HTTP API folds before it reads)
+    s.count_turn(before, stats, 1, 10, protocol="stream", chunks=1)
+    m.forget("s")
+    values = _values(_get(url))
+    assert values['rabbitmq_global_messages_delivered_total{protocol="stream"}'] == 6
+    assert values["amqp_stream_stream_protocol_delivered_chunks_total"] == 5
+    assert 'amqp_stream_delivered_messages_total{stream="s"}' not in values

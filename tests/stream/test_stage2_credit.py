@@ -8,6 +8,7 @@ Real broker process, the conformance client."""
 from __future__ import annotations
 
 import itertools
+import urllib.request
 import zlib
 
 import pytest
@@ -22,6 +23,7 @@ from amqp_stream.testing import BrokerProcess
 from conformance.streamclient import OK, StreamClient, offset_first
 from storage.format import encode_chunk, encode_entries
 from tests.http.api import call
+from tests.polling import wait_for
 from tests.streamproto.test_connection import events, handshake
 
 
@@ -219,4 +221,60 @@ def test_the_chunks_of_credit_frames_read_together_go_out_in_one_write(broker):
     c.sock.sendall(b"".join(f.encode(f.Credit(0, 1)) for _ in range(8)))
     assert [c.next_chunk().chunk_id for _ in range(8)] == list(range(4, 36, 4))
     assert _writes(broker, port) - before == 1
+    c.close()
+
+
+def _lag(broker, stream: str) -> float:
+    """The stream's attached consumer's lag (one consumer), from the metrics scrape: how far
+    its reader, prefetches included, is behind the end."""
+    text = urllib.request.urlopen(broker.metrics_url, timeout=10).read().decode()
+    lines = [line for line in text.splitlines()
+             if line.startswith("amqp_stream_attached_consumer_lag_messages{")
+             and f'stream="{stream}"' in line]
+    assert len(lines) == 1, lines
+    return float(lines[0].rsplit(" ", 1)[1])
+
+
+def test_matches_stored_after_the_end_are_prefetched_without_credit(broker):
+    """A filtered subscription with its credit used up at the end of the stream asks its
+    reader nothing while it only sends frames already built; once the stream grows, its
+    prefetch goes on before the next credit comes (the reader reaches the new end)."""
+    stream = f"stage2-{next(_names)}"
+    c = StreamClient("127.0.0.1", broker.stream_port, timeout=10)
+    assert c.create_stream(stream) == OK
+    assert c.declare_publisher(1, stream) == OK
+    ids = list(range(41))  # one stored chunk: 11 matches, none next to another
+    c.publish(1, [(i, _message(i % 4, i, True)) for i in ids])
+    c.wait_confirms(1, ids)
+    assert c.subscribe(0, stream, offset_first(), credit=11, properties={"sql-filter": "k = 0"}) == OK
+    assert [c.next_chunk().chunk_id for _ in range(11)] == list(range(0, 41, 4))
+    assert c.create_stream(f"{stream}-barrier") == OK  # (the prefetch found the end by now)
+    more = list(range(41, 82))
+    c.publish(1, [(i, _message(i % 4, i, True)) for i in more])
+    c.wait_confirms(1, more)
+    wait_for(lambda: _lag(broker, stream) == 0, 10, "the prefetch to read the new chunk")
+    c.credit(0, 10)
+    assert [c.next_chunk().chunk_id for _ in range(10)] == list(range(44, 82, 4))
+    c.close()
+
+
+def test_frames_built_before_the_stream_grew_carry_its_committed_id_when_sent(broker):
+    """Deliver v2: the frames of matches wait for credit with the committed chunk id of when
+    they were built; sent after the stream grew, they carry the stream's id then."""
+    stream = f"stage2-{next(_names)}"
+    c = StreamClient("127.0.0.1", broker.stream_port, timeout=10)
+    assert c.exchange_command_versions([(8, 1, 2)])[0] == OK
+    assert c.create_stream(stream) == OK
+    assert c.declare_publisher(1, stream) == OK
+    ids = list(range(41))  # 11 matches, none next to another
+    c.publish(1, [(i, _message(i % 4, i, True)) for i in ids])
+    c.wait_confirms(1, ids)
+    assert c.subscribe(0, stream, offset_first(), credit=1, properties={"sql-filter": "k = 0"}) == OK
+    first = c.next_chunk()  # (the next matches are built, with the committed id of then)
+    assert first.chunk_id == 0 and first.committed_chunk_id < 41
+    c.publish(1, [(41, _message(1, 41, True))])  # a chunk of its own: committed chunk id 41
+    c.wait_confirms(1, [41])
+    c.credit(0, 2)
+    assert [(ch.chunk_id, ch.committed_chunk_id) for ch in (c.next_chunk(), c.next_chunk())] \
+        == [(4, 41), (8, 41)]
     c.close()
