@@ -434,6 +434,7 @@ class Metrics:
             if environ.get("PATH_INFO") != PATH:
                 start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
                 return [f"not found: the metrics are at {PATH}\n".encode()]
+            self.fold()  # (also for a scrape of chosen series, ``name[]``, which skips ``_Fold``)
             return app(environ, start_response)
 
         self._server = make_server(host, port, only_metrics,

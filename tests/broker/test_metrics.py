@@ -108,6 +108,9 @@ def test_consumer_turns_count_in_plain_ints_and_every_read_sees_them_exactly(tmp
         assert values["amqp_stream_stream_protocol_delivered_chunks_total"] == 3
         assert values["amqp_stream_stream_protocol_delivered_bytes_total"] == 120
     s.count_turn(before, stats, 1, 10, protocol="stream", chunks=1)
+    # a scrape of chosen series only (prometheus_client's ``name[]``) folds too
+    only = _values(_get(url + "?name[]=amqp_stream_delivered_messages_total"))
+    assert only == {'amqp_stream_delivered_messages_total{stream="s"}': 7}
     core = type("Core", (), {"metrics": m, "registry": type("R", (), {"entries": {}})()})()
     assert all_counts(core)[""]["deliver_get"] == 7  # (the HTTP API folds before it reads)
     s.count_turn(before, stats, 1, 10, protocol="stream", chunks=1)
