@@ -49,6 +49,22 @@ def _consume(stream: Stream, settled: bool, one_by_one: bool) -> list[bytes]:
             return out
 
 
+def _sent_both_ways(stored: list[bytes], settled: bool, batch: int, **config: int) -> None:
+    """``stored`` appended ``batch`` at a time to a new stream: a consumer sends each message
+    with its offset spliced in (``with_stream_offset``), in whole batches and one by one."""
+    with tempfile.TemporaryDirectory() as tmp:
+        stream = Stream.open(Path(tmp, "s"), StreamConfig(fsync="never", **config))
+        try:
+            for at in range(0, len(stored), batch):
+                stream.append_batch(stored[at:at + batch])
+            stream.flush()
+            expected = [with_stream_offset(data, i) for i, data in enumerate(stored)]
+            assert _consume(stream, settled, one_by_one=False) == expected
+            assert _consume(stream, settled, one_by_one=True) == expected
+        finally:
+            stream.close()
+
+
 def _shaped(i: int, shape: int, body: bytes) -> bytes:
     m = Message(body=body, properties={"i": i} if shape < 4 else None)
     if shape == 4:  # proton's empty header, then the properties section (not the application's)
@@ -71,18 +87,8 @@ def _shaped(i: int, shape: int, body: bytes) -> bytes:
 @given(st.lists(st.tuples(st.integers(0, 5), st.binary(max_size=40)), min_size=1, max_size=600),
        st.booleans())
 def test_both_ways_send_the_spliced_bytes(messages, settled):
-    with tempfile.TemporaryDirectory() as tmp:
-        stream = Stream.open(Path(tmp, "s"), StreamConfig(fsync="never"))
-        try:
-            stored = [_shaped(i, shape, body) for i, (shape, body) in enumerate(messages)]
-            for at in range(0, len(stored), 97):
-                stream.append_batch(stored[at:at + 97])
-            stream.flush()
-            expected = [with_stream_offset(data, i) for i, data in enumerate(stored)]
-            assert _consume(stream, settled, one_by_one=False) == expected
-            assert _consume(stream, settled, one_by_one=True) == expected
-        finally:
-            stream.close()
+    _sent_both_ways([_shaped(i, shape, body) for i, (shape, body) in enumerate(messages)],
+                    settled, batch=97)
 
 
 @settings(max_examples=30, deadline=None)
@@ -100,17 +106,9 @@ def test_messages_of_one_layout_spliced_as_rows_are_the_spliced_bytes(shape, siz
     for at, other, body in odd:
         if at < len(stored):
             stored[at] = _shaped(at, other, body)
-    with tempfile.TemporaryDirectory() as tmp:
-        stream = Stream.open(Path(tmp, "s"), StreamConfig(fsync="never", min_chunk_entries=1024,
-                                                           max_chunk_entries=1024))
-        try:
-            stream.append_batch(stored)  # (one chunk: batches as long as a turn allows)
-            stream.flush()
-            expected = [with_stream_offset(data, i) for i, data in enumerate(stored)]
-            assert _consume(stream, settled, one_by_one=False) == expected
-            assert _consume(stream, settled, one_by_one=True) == expected
-        finally:
-            stream.close()
+    # one chunk: batches as long as a turn allows
+    _sent_both_ways(stored, settled, batch=len(stored), min_chunk_entries=1024,
+                    max_chunk_entries=1024)
 
 
 @settings(max_examples=200, deadline=None)

@@ -197,6 +197,22 @@ def test_a_credit_taken_without_decoding_is_what_the_decoder_gives(data, before)
         assert got is not None
 
 
+def _eleven_matches(broker, credit: int, deliver_v2: bool = False) -> tuple[StreamClient, str]:
+    """A client subscribed with ``credit`` and ``k = 0`` to a new stream of one stored chunk of
+    41 messages: 11 matches (offsets 0, 4, ... 40), none next to another."""
+    stream = f"stage2-{next(_names)}"
+    c = StreamClient("127.0.0.1", broker.stream_port, timeout=10)
+    if deliver_v2:
+        assert c.exchange_command_versions([(8, 1, 2)])[0] == OK
+    assert c.create_stream(stream) == OK
+    assert c.declare_publisher(1, stream) == OK
+    ids = list(range(41))
+    c.publish(1, [(i, _message(i % 4, i, True)) for i in ids])
+    c.wait_confirms(1, ids)
+    assert c.subscribe(0, stream, offset_first(), credit=credit, properties={"sql-filter": "k = 0"}) == OK
+    return c, stream
+
+
 def _writes(broker, port: int) -> int:
     """``send_cnt`` of the broker's connection from client port ``port`` (HTTP API)."""
     rows = call(broker, "GET", "/api/connections").json
@@ -207,14 +223,7 @@ def test_the_chunks_of_credit_frames_read_together_go_out_in_one_write(broker):
     """rstream grants a credit per chunk it gets: Credit frames that come in one read are
     answered in one write (the connection writes once it has handled them all), not one
     write a frame."""
-    stream = f"stage2-{next(_names)}"
-    c = StreamClient("127.0.0.1", broker.stream_port, timeout=10)
-    assert c.create_stream(stream) == OK
-    assert c.declare_publisher(1, stream) == OK
-    ids = list(range(41))  # one stored chunk: 11 matches, none next to another
-    c.publish(1, [(i, _message(i % 4, i, True)) for i in ids])
-    c.wait_confirms(1, ids)
-    assert c.subscribe(0, stream, offset_first(), credit=1, properties={"sql-filter": "k = 0"}) == OK
+    c, _ = _eleven_matches(broker, credit=1)
     assert c.next_chunk().chunk_id == 0  # the other matches are built: they wait for credit
     port = c.sock.getsockname()[1]
     before = _writes(broker, port)
@@ -239,14 +248,7 @@ def test_matches_stored_after_the_end_are_prefetched_without_credit(broker):
     """A filtered subscription with its credit used up at the end of the stream asks its
     reader nothing while it only sends frames already built; once the stream grows, its
     prefetch goes on before the next credit comes (the reader reaches the new end)."""
-    stream = f"stage2-{next(_names)}"
-    c = StreamClient("127.0.0.1", broker.stream_port, timeout=10)
-    assert c.create_stream(stream) == OK
-    assert c.declare_publisher(1, stream) == OK
-    ids = list(range(41))  # one stored chunk: 11 matches, none next to another
-    c.publish(1, [(i, _message(i % 4, i, True)) for i in ids])
-    c.wait_confirms(1, ids)
-    assert c.subscribe(0, stream, offset_first(), credit=11, properties={"sql-filter": "k = 0"}) == OK
+    c, stream = _eleven_matches(broker, credit=11)
     assert [c.next_chunk().chunk_id for _ in range(11)] == list(range(0, 41, 4))
     assert c.create_stream(f"{stream}-barrier") == OK  # (the prefetch found the end by now)
     more = list(range(41, 82))
@@ -261,15 +263,7 @@ def test_matches_stored_after_the_end_are_prefetched_without_credit(broker):
 def test_frames_built_before_the_stream_grew_carry_its_committed_id_when_sent(broker):
     """Deliver v2: the frames of matches wait for credit with the committed chunk id of when
     they were built; sent after the stream grew, they carry the stream's id then."""
-    stream = f"stage2-{next(_names)}"
-    c = StreamClient("127.0.0.1", broker.stream_port, timeout=10)
-    assert c.exchange_command_versions([(8, 1, 2)])[0] == OK
-    assert c.create_stream(stream) == OK
-    assert c.declare_publisher(1, stream) == OK
-    ids = list(range(41))  # 11 matches, none next to another
-    c.publish(1, [(i, _message(i % 4, i, True)) for i in ids])
-    c.wait_confirms(1, ids)
-    assert c.subscribe(0, stream, offset_first(), credit=1, properties={"sql-filter": "k = 0"}) == OK
+    c, stream = _eleven_matches(broker, credit=1, deliver_v2=True)
     first = c.next_chunk()  # (the next matches are built, with the committed id of then)
     assert first.chunk_id == 0 and first.committed_chunk_id < 41
     c.publish(1, [(41, _message(1, 41, True))])  # a chunk of its own: committed chunk id 41
