@@ -40,7 +40,7 @@ import operator
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Protocol, Sequence, cast, overload
+from typing import Callable, Iterable, Iterator, Protocol, Sequence, TypeVar, cast, overload
 
 import bloom
 import numpy as np
@@ -96,18 +96,30 @@ def _most(part: int, whole: int) -> bool:
     (``whole``): then the chunk is read whole rather than block by block."""
     return 2 * part > whole
 
-def _runs(blocks: list[Block]) -> list[list[Block]]:
-    """``blocks`` (in order) as runs of blocks that follow each other in the data section
-    with nothing between (read with one ``pread`` each)."""
-    runs: list[list[Block]] = []
+
+T = TypeVar("T")
+
+
+def _runs(items: Iterable[T], place: Callable[[T], tuple[int, int]]) -> list[list[T]]:
+    """``items`` (in order) as runs of those whose ``place`` (position, length) follow each
+    other with nothing between: blocks read with one ``pread`` a run, places advised as one."""
+    runs: list[list[T]] = []
     end = -1
-    for b in blocks:
-        if b.offset == end:
-            runs[-1].append(b)
+    for item in items:
+        at, n = place(item)
+        if at == end:
+            runs[-1].append(item)
         else:
-            runs.append([b])
-        end = b.offset + b.length
+            runs.append([item])
+        end = at + n
     return runs
+
+
+_block_place = operator.attrgetter("offset", "length")
+
+
+def _same(place: tuple[int, int]) -> tuple[int, int]:
+    return place
 
 
 @functools.lru_cache(maxsize=64)
@@ -132,18 +144,6 @@ def _bodies_at(data: bytes | memoryview, first: int, stride: int, entries: int,
         return [(first + i, data[i * stride + 4:(i + 1) * stride]) for i in hits]
     bodies = np.frombuffer(data, _entry_type(stride), count=entries)["body"][hits].tolist()
     return list(zip(map(first.__add__, hits), bodies, strict=True))  # (offsets: Python ints)
-
-
-def _joined(places: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """``(position, length)`` places in order, those that follow each other with nothing
-    between joined into one."""
-    out: list[tuple[int, int]] = []
-    for at, n in places:
-        if out and out[-1][0] + out[-1][1] == at:
-            out[-1] = (out[-1][0], out[-1][1] + n)
-        else:
-            out.append((at, n))
-    return out
 
 
 _HB = CHUNK_HEADER_BYTES  # short name for the hot paths below
@@ -711,7 +711,8 @@ class Reader:
             if _most(sum(length for _, length in blocks), end - begin):  # with its header
                 advise(seg.sfd, ((max(begin - _CHUNK_HEAD_MAX, 0), end - begin + _CHUNK_HEAD_MAX),))
             else:  # (adjacent blocks as one place: they are read at once, ``_runs``)
-                advise(seg.sfd, _joined(blocks))
+                advise(seg.sfd, [(run[0][0], sum(n for _, n in run))
+                                 for run in _runs(blocks, _same)])
 
     def _derived_skipped(self, chunks: int) -> None:
         self.stats.chunks_skipped += chunks
@@ -782,7 +783,8 @@ class Reader:
         base = rec[3] + e.data_start
         got = 0
         chosen = True  # every block's records chosen by ``columns``: the chunk's are too
-        for run in _runs([b for b in sel if rec[0] + b.first + b.records > self._min]):
+        for run in _runs((b for b in sel if rec[0] + b.first + b.records > self._min),
+                        _block_place):
             first = run[0]
             view = pread_scratch(seg.sfd, run[-1].offset + run[-1].length - first.offset,
                                  base + first.offset)
