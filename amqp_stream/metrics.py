@@ -172,6 +172,16 @@ class StreamMetrics:
         return now
 
 
+def _fold(counts: list[int], done: list[int], counters: list[Any]) -> None:
+    """Give each of ``counters`` what its count in ``counts`` gained since ``done`` (then
+    ``done`` is ``counts`` as read)."""
+    for i, counter in enumerate(counters):
+        value = counts[i]
+        if value != done[i]:
+            counter.inc(value - done[i])
+            done[i] = value
+
+
 class _Fold:
     """Registered first: a scrape folds the turns' counts (``Metrics.fold``) before the
     counters are read; it yields nothing itself."""
@@ -339,25 +349,11 @@ class Metrics:
         by_protocol, sent = self.global_counters, self.stream_protocol
         with self._fold_lock:
             for child in list(self._children.values()):
-                turned, folded = child.turned, child.folded
-                for i, key in enumerate(_TURNED):
-                    value = turned[i]
-                    if value != folded[i]:
-                        getattr(child, key).inc(value - folded[i])
-                        folded[i] = value
+                _fold(child.turned, child.folded, [getattr(child, key) for key in _TURNED])
                 for protocol, counts in child.by_protocol.items():
-                    done = child.folded_by_protocol[protocol]
-                    for i, key in enumerate(_BY_PROTOCOL):
-                        value = counts[i]
-                        if value != done[i]:
-                            by_protocol[key][protocol].inc(value - done[i])
-                            done[i] = value
-                done = child.folded_chunks
-                for i, key in enumerate(("chunks", "bytes")):
-                    value = child.chunks[i]
-                    if value != done[i]:
-                        sent[key].inc(value - done[i])
-                        done[i] = value
+                    _fold(counts, child.folded_by_protocol[protocol],
+                          [by_protocol[key][protocol] for key in _BY_PROTOCOL])
+                _fold(child.chunks, child.folded_chunks, [sent["chunks"], sent["bytes"]])
 
     def forget(self, name: str) -> None:
         """A deleted stream's series go away (what its consumers counted stays in the
