@@ -28,13 +28,13 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
 from amqp_stream.client.stream import StreamClient
 from amqp_stream.streams import dir_name
 from amqp_stream.testing import BrokerProcess
+from bench import scratch_dir
 from bench.stream_protocol import Result, publish, publish_frames
 from storage.format import INDEX_HEADER_BYTES, INDEX_RECORD_BYTES
 
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--fsync", default="never", choices=("never", "interval", "always"))
     args = parser.parse_args(argv)
-    root = Path(tempfile.mkdtemp(prefix="bench-chunks-"))
+    root = scratch_dir("bench-chunks-")
     source = root / "base"
     source.mkdir()
     archive = subprocess.run(["git", "archive", args.base], check=True, capture_output=True).stdout

@@ -31,7 +31,6 @@ import resource
 import shlex
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +39,7 @@ from typing import Any, Callable
 from amqp_stream.client.stream import StreamClient
 from amqp_stream.streamproto import OffsetSpec
 from amqp_stream.testing import BrokerProcess
+from bench import scratch_dir
 from bench.peer import RabbitMQNode
 from bench.sendfile_floor import floor
 from bench.stream_protocol import cpu_seconds, publish, publish_frames
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="also the kernel's floor for the same bytes (bench.sendfile_floor)")
     args = parser.parse_args(argv)
     counts = [int(x) for x in args.counts.split(",")]
-    root = Path(tempfile.mkdtemp(prefix="bench-consumers-"))
+    root = scratch_dir("bench-consumers-")
     targets: dict[str, tuple[str, int]] = {}  # label -> (url, pid)
     stops: list[Callable[[], None]] = []
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "

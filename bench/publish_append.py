@@ -18,7 +18,6 @@ import importlib.util
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -27,6 +26,7 @@ from amqp_stream.amqp import publishing
 from amqp_stream.amqp.addresses import Target
 from amqp_stream.amqp.credit import PublisherCredit
 from amqp_stream.definitions import Binding, Definitions, Exchange
+from bench import scratch_dir
 from bench.broker import encode
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,7 +57,7 @@ class _Store:
 def _old_module(rev: str) -> Any:
     source = subprocess.run(["git", "show", f"{rev}:amqp_stream/amqp/publishing.py"], cwd=ROOT,
                             capture_output=True, text=True, check=True).stdout
-    path = Path(tempfile.mkdtemp(prefix="bench-publishing-")) / "publishing_old.py"
+    path = scratch_dir("bench-publishing-") / "publishing_old.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("publishing_old", path)
     assert spec is not None and spec.loader is not None

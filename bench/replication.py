@@ -18,15 +18,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Sequence
 
 from amqp_stream.client.stream import StreamClient
 from amqp_stream.cluster.layout import StreamLayout
 from amqp_stream.cluster.testing import Cluster
 from amqp_stream.testing import BrokerProcess
+from bench import scratch_dir
 from bench.stream_protocol import (HEADER, Result, _row, consume, cpu_seconds, publish,
                                    publish_frames)
 
@@ -78,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.messages = 100_000
-    tmp = Path(tempfile.mkdtemp(prefix="bench-replication-"))
+    tmp = scratch_dir("bench-replication-")
     single = BrokerProcess(tmp / "single" / "data", ["--fsync", args.fsync],
                            log_path=tmp / "single.log")
     (tmp / "single").mkdir()

@@ -36,14 +36,13 @@ import argparse
 import os
 import re
 import sys
-import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 from amqp_stream.testing import BrokerProcess
+from bench import scratch_dir
 from bench.peer import RabbitMQNode
 from amqp_stream.client.stream import StreamClient, publish_frame
 from amqp_stream.streamproto import OffsetSpec
@@ -181,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{args.messages} messages of {len(BODY)} bytes, {args.frame} per Publish frame")
     out = [HEADER]
     results: dict[str, tuple[Result, Result]] = {}
-    root = Path(tempfile.mkdtemp(prefix="bench-stream-"))
+    root = scratch_dir("bench-stream-")
 
     targets = set(args.targets.split(","))
     for fsync in ("never", "always") if "amqp-stream" in targets else ():
