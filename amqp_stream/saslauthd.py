@@ -67,6 +67,8 @@ class Responder:
             with conn:
                 try:
                     conn.settimeout(TIMEOUT)
+                    if not conn.recv(1, socket.MSG_PEEK):
+                        continue  # a liveness probe (``security``'s sweep of dead brokers' sockets)
                     login, password, _service, realm = (_read_string(conn) for _ in range(4))
                     ok = self._verdict(login + b"@" + realm if realm else login, password)
                     answer = b"OK" if ok else b"NO authentication failed"

@@ -30,7 +30,9 @@ import logging
 import os
 import shutil
 import socket
+import stat
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -53,6 +55,13 @@ SASL_CONFIG_NAME = "amqp-stream"
 SOCKET_NAME = "saslauthd"
 """The saslauthd socket's name (in a private temporary directory)."""
 
+SOCKET_DIR_PREFIX = "amqp-stream-saslauthd-"
+"""The private temporary directory of that socket: ``<tmp>/<prefix><random>``."""
+
+STALE_AFTER = 60.0
+"""Seconds before a socket directory with no listener counts as a dead broker's (a broker
+starting now makes its directory a moment before it binds the socket)."""
+
 
 @dataclass
 class SecuritySetup:
@@ -67,7 +76,7 @@ class SecuritySetup:
     require_auth: bool = True
     users: tuple[str, ...] = ()
     store: UserStore | None = None
-    _tmp: str | None = field(default=None, repr=False)
+    _tmp: list[str] = field(default_factory=list, repr=False)
     _responder: Responder | None = field(default=None, repr=False)
 
     def configure(self, transport: Transport) -> None:
@@ -93,9 +102,8 @@ class SecuritySetup:
             self._responder.close()
             shutil.rmtree(os.path.dirname(self._responder.path), ignore_errors=True)
             self._responder = None
-        if self._tmp:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
+        while self._tmp:
+            shutil.rmtree(self._tmp.pop(), ignore_errors=True)
 
 
 def is_loopback(host: str) -> bool:
@@ -216,8 +224,12 @@ def prepare(config: Any, store: UserStore | None = None) -> SecuritySetup:
     if file_users and not SASL.extended():
         raise ConfigError("a users file needs python-qpid-proton built with Cyrus SASL "
                           "(scripts/bootstrap rebuilds it); this build cannot check PLAIN passwords")
+    tmp: list[str] = []  # removed by close() or at exit
     if store is None:
-        store = _open_store(data_dir or tempfile.mkdtemp(prefix="amqp-stream-users-"), file_users)
+        if not data_dir:
+            tmp.append(tempfile.mkdtemp(prefix="amqp-stream-users-"))
+            atexit.register(shutil.rmtree, tmp[-1], True)
+        store = _open_store(data_dir or tmp[-1], file_users)
     own_users = bool(file_users) or any(name != GUEST for name in store.stored)
     # PLAIN where someone can use it: a loopback listener (guest, and users added later), or
     # users other than guest (which is refused beyond loopback); Cyrus fixes the list at start
@@ -241,7 +253,8 @@ def prepare(config: Any, store: UserStore | None = None) -> SecuritySetup:
             # the socket in a short private directory of its own: it fits a Unix socket's
             # address, and a second broker started on the same data directory (refused at its
             # lock, after this) cannot remove it from under the first
-            socket_dir = tempfile.mkdtemp(prefix="amqp-stream-saslauthd-")
+            sweep_socket_dirs()
+            socket_dir = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX)
             atexit.register(shutil.rmtree, socket_dir, True)
             socket_path = os.path.join(socket_dir, SOCKET_NAME)
             _write_sasl_conf(conf_dir, mechanisms, socket_path)
@@ -255,7 +268,52 @@ def prepare(config: Any, store: UserStore | None = None) -> SecuritySetup:
                          sasl_config_name=SASL_CONFIG_NAME if conf_dir else None,
                          require_auth="ANONYMOUS" not in mechs,
                          users=tuple(u.name for u in store.users()), store=store,
-                         _tmp=conf_dir, _responder=responder)
+                         _tmp=tmp + [conf_dir] if conf_dir else tmp, _responder=responder)
+
+
+def sweep_socket_dirs(stale_after: float = STALE_AFTER) -> list[str]:
+    """Remove the saslauthd socket directories that brokers killed without their exit handlers
+    (SIGKILL, a power cut) left in the temporary directory; returns the removed paths.
+
+    A directory is a dead broker's when it is ours, older than ``stale_after`` seconds and
+    nobody listens on its socket (connect refused, or no socket): a live broker's is never
+    touched, whatever its PID namespace.
+    """
+    removed: list[str] = []
+    now = time.time()
+    try:
+        entries = list(os.scandir(tempfile.gettempdir()))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(SOCKET_DIR_PREFIX):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if (not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid()
+                or now - st.st_mtime < stale_after or _listening(os.path.join(entry.path, SOCKET_NAME))):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(entry.path)
+    if removed:
+        log.info("removed %d saslauthd socket directories of brokers that did not exit", len(removed))
+    return removed
+
+
+def _listening(path: str) -> bool:
+    """True unless connecting to the Unix socket at ``path`` is refused or it does not exist
+    (anything else, a full backlog too, counts as alive)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return False
+        except OSError:
+            return True
+    return True
 
 
 def _password_check(store: UserStore, file_users: dict[str, str],

@@ -8,9 +8,11 @@ tested is what any AMQP client sees. The TLS certificate is made at test time wi
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import time
 import types
 
 import pytest
@@ -261,6 +263,8 @@ def test_prepare_mechanisms(users_file):
     finally:
         for s in setups:
             s.close()
+    # with no data directory the users store lives in a temporary directory, gone at close
+    assert not any(os.path.exists(os.path.dirname(s.store.path)) for s in setups)
     with pytest.raises(security.ConfigError, match="refusing to listen on ::"):
         security.prepare(_config(host="::"))
 
@@ -324,3 +328,36 @@ def test_rhea_plain(plain_broker):
     refused = run("alice", "nope")
     assert not refused["ok"]
     assert "amqp:unauthorized-access" in refused["error"]
+
+
+def _socket_dir(broker: BrokerProcess) -> str:
+    """The private directory of the broker's saslauthd socket, as its Cyrus configuration names it."""
+    conf = (broker.data_dir / ".sasl" / f"{security.SASL_CONFIG_NAME}.conf").read_text()
+    path = next(line.split(":", 1)[1].strip() for line in conf.splitlines()
+                if line.startswith("saslauthd_path:"))
+    return os.path.dirname(path)
+
+
+def test_a_killed_brokers_socket_directory_goes_at_the_next_start(tmp_path):
+    """SIGKILL skips the exit handlers, so the saslauthd socket's private directory stays in the
+    temporary directory (2,000 had piled up in /tmp from this suite's crash tests). The next
+    broker's start removes it once nobody listens there; a live broker's is never touched, and
+    the probe that tells them apart is not logged as a failed request."""
+    dead = BrokerProcess(tmp_path / "dead-data").start()
+    live = BrokerProcess(tmp_path / "live-data").start()
+    try:
+        dead_dir, live_dir = _socket_dir(dead), _socket_dir(live)
+        dead.kill()
+        assert os.path.isdir(dead_dir)
+        old = time.time() - 2 * security.STALE_AFTER  # as if killed long ago
+        for path in (dead_dir, live_dir):
+            os.utime(path, (old, old))
+        with BrokerProcess(tmp_path / "next-data") as fresh:
+            assert not os.path.exists(dead_dir)
+            assert os.path.isdir(live_dir) and os.path.isdir(_socket_dir(fresh))
+        _plain(live.url, "guest", "guest").close()  # the live one still checks passwords
+        assert "saslauthd request failed" not in live.log_text()
+    finally:
+        live.close()
+        dead.close()
+    assert not os.path.exists(live_dir)  # a broker that exits removes its own
