@@ -389,8 +389,11 @@ class StreamAdapter:
         self.allow(conn, READ, frame.stream)
         stream = self.core.stream(frame.stream).stream
         empty = stream.next_offset <= stream.first_offset
+        # osiris:get_stats' three (clients read each; rabbitmq-stream-js-client's suite expects
+        # last_chunk_id): the last is the last chunk written here, committed or not
         stats = {"first_chunk_id": -1 if empty else stream.first_offset,
-                 "committed_chunk_id": -1 if empty else stream.committed_chunk_id}
+                 "committed_chunk_id": -1 if empty else stream.committed_chunk_id,
+                 "last_chunk_id": stream.last_chunk_id}
         conn.send(f.StreamStatsResponse(frame.correlation_id, ResponseCode.OK, stats))
 
     # -- tracking --------------------------------------------------------------------------
