@@ -124,3 +124,15 @@ def test_stream_stats_has_the_three_chunk_ids(broker):
     last = out["stats"]["lastChunkId"]
     assert out["stats"]["firstChunkId"] == 0 and 1 <= last <= 5
     assert out["stats"]["committedChunkId"] == last
+
+
+def test_two_publishers_of_one_connection_are_stored_in_frame_order(broker):
+    """Frames of two publishers of one connection are stored in the order they came, as
+    RabbitMQ's reader hands each frame to the stream's writer in turn (the client's own suite:
+    "multiple publishers working on the same stream (the order is enforced when using
+    flush)"), though the broker takes a publisher's frames of a loop turn as one append."""
+    stream = f"js-{uuid.uuid4().hex[:8]}"
+    out = run(broker, {"stream": stream, "create": True, "alternate": 50,
+                       "consume": {"offset": "first", "expect": 100}, "delete": True})
+    assert [content for _, content in out["messages"]] == [
+        f"{k};{i}" for i in range(50) for k in range(2)]
