@@ -389,8 +389,11 @@ class StreamAdapter:
         self.allow(conn, READ, frame.stream)
         stream = self.core.stream(frame.stream).stream
         empty = stream.next_offset <= stream.first_offset
+        # osiris:get_stats' three (clients read each; rabbitmq-stream-js-client's suite expects
+        # last_chunk_id): the last is the last chunk written here, committed or not
         stats = {"first_chunk_id": -1 if empty else stream.first_offset,
-                 "committed_chunk_id": -1 if empty else stream.committed_chunk_id}
+                 "committed_chunk_id": -1 if empty else stream.committed_chunk_id,
+                 "last_chunk_id": stream.last_chunk_id}
         conn.send(f.StreamStatsResponse(frame.correlation_id, ResponseCode.OK, stats))
 
     # -- tracking --------------------------------------------------------------------------
@@ -502,6 +505,8 @@ class StreamAdapter:
     def _forget_publisher(self, conn: StreamConnection, pub: StreamPublisher) -> None:
         if conn.publishers.get(pub.id) is pub:
             del conn.publishers[pub.id]
+        if conn.last_publisher is pub:
+            conn.last_publisher = None
         if not pub.closed:
             if pub.throttled:
                 pub.throttled = False
@@ -518,6 +523,14 @@ class StreamAdapter:
             self.core.metrics.stream_error(ResponseCode.PUBLISHER_DOES_NOT_EXIST)
             return
         self.core.metrics.received("stream", len(frame.messages), len(frame.messages))
+        last = conn.last_publisher
+        if last is not pub:
+            # a publisher's frames of a turn go to storage as one append at its end: another
+            # publisher's to the same stream first, so one connection's frames are stored in
+            # the order they came (RabbitMQ writes each frame in turn)
+            if last is not None and last.bodies and last.entry is pub.entry:
+                last.flush()
+            conn.last_publisher = pub
         pub.publish(frame.messages)
 
     # -- subscriptions ---------------------------------------------------------------------

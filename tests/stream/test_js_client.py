@@ -2,7 +2,7 @@
 create, publish with and without filter values (confirms), consume from first, from an offset
 and with filter values plus match-unfiltered (the client enables filtering only for a server
 version >= 3.13.0), a named publisher's retries deduplicated, a consumer's stored offset,
-delete. ``tests/stream/js/client.js`` runs one scenario per call."""
+StreamStats, delete. ``tests/stream/js/client.js`` runs one scenario per call."""
 
 from __future__ import annotations
 
@@ -107,3 +107,32 @@ def test_consumer_stores_and_queries_its_offset(broker):
     run(broker, {"stream": stream, "consume": {"offset": "first", "expect": 5, "ref": "js-reader",
                                                "store": 3}})
     assert run(broker, {"stream": stream, "queryOffset": "js-reader"})["offset"] == 3
+
+
+def test_stream_stats_has_the_three_chunk_ids(broker):
+    """The client reads committed_chunk_id, first_chunk_id and last_chunk_id, the three that
+    RabbitMQ answers (osiris:get_stats); its own suite's StreamStats test expects each to be a
+    bigint. -1 for a stream without chunks, as osiris starts them."""
+    stream = f"js-{uuid.uuid4().hex[:8]}"
+    empty = run(broker, {"stream": stream, "create": True, "stats": True})
+    assert empty["stats"] == {"committedChunkId": -1, "firstChunkId": -1, "lastChunkId": -1}
+    run(broker, {"stream": stream, "publish": [{"content": "one"}]})
+    out = run(broker, {"stream": stream, "publish": [{"content": f"m{i}"} for i in range(5)],
+                       "consume": {"offset": "first", "expect": 6}, "stats": True,
+                       "delete": True})
+    # each run's confirmed messages are in the log: the first chunk holds "one" (offset 0)
+    last = out["stats"]["lastChunkId"]
+    assert out["stats"]["firstChunkId"] == 0 and 1 <= last <= 5
+    assert out["stats"]["committedChunkId"] == last
+
+
+def test_two_publishers_of_one_connection_are_stored_in_frame_order(broker):
+    """Frames of two publishers of one connection are stored in the order they came, as
+    RabbitMQ's reader hands each frame to the stream's writer in turn (the client's own suite:
+    "multiple publishers working on the same stream (the order is enforced when using
+    flush)"), though the broker takes a publisher's frames of a loop turn as one append."""
+    stream = f"js-{uuid.uuid4().hex[:8]}"
+    out = run(broker, {"stream": stream, "create": True, "alternate": 50,
+                       "consume": {"offset": "first", "expect": 100}, "delete": True})
+    assert [content for _, content in out["messages"]] == [
+        f"{k};{i}" for i in range(50) for k in range(2)]

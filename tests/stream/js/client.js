@@ -2,9 +2,14 @@
 // JSON spec (argv[2]); prints one JSON line with what the client saw.
 // spec: {port, stream, create?, filtered?, publisherRef?, publish?: [{content, value?, id?}],
 //        consume?: {offset: "first"|"next"|["offset", n],
-//                   values?, matchUnfiltered?, expect, ref?, store?}, queryOffset?, delete?}
+//                   values?, matchUnfiltered?, expect, ref?, store?}, queryOffset?, stats?,
+//        alternate?, delete?}
 // id: the publishing id (basicSend); ref and store: the consumer's name and an offset it
-// stores; queryOffset: a consumer name whose stored offset to ask (null when none).
+// stores; queryOffset: a consumer name whose stored offset to ask (null when none); stats:
+// the stream's StreamStats as the client reads them (numbers; null for a missing one);
+// alternate: n rounds of two publishers of one connection taking turns, "k;i" from publisher
+// k in round i, each message sent and flushed before the next (the client's own suite's
+// "order is enforced when using flush").
 // The consumer is closed before a delete: the client hangs in close() when its own live
 // consumer got the MetadataUpdate of the deletion (seen with 1.0.0).
 const rabbit = require("rabbitmq-stream-js-client")
@@ -37,6 +42,16 @@ async function main() {
       await done
       if (spec.publisherRef) out.lastPublishingId = Number(await publisher.getLastPublishingId())
     }
+    if (spec.alternate) {
+      const publishers = [await client.declarePublisher({ stream: spec.stream }),
+                          await client.declarePublisher({ stream: spec.stream })]
+      for (let i = 0; i < spec.alternate; i++) {
+        for (const k of publishers.keys()) {
+          await publishers[k].send(Buffer.from(`${k};${i}`))
+          await publishers[k].flush()
+        }
+      }
+    }
     if (spec.consume) {
       const c = spec.consume
       const offset = c.offset === "first" ? rabbit.Offset.first()
@@ -66,6 +81,11 @@ async function main() {
         out.offset = null
         out.queryError = String(e && e.message || e)
       }
+    }
+    if (spec.stats) {
+      const stats = await client.streamStatsRequest(spec.stream)
+      out.stats = Object.fromEntries(Object.entries(stats).map(
+        ([k, v]) => [k, typeof v === "bigint" ? Number(v) : null]))
     }
     if (spec.delete) await client.deleteStream({ stream: spec.stream })
   } finally {
