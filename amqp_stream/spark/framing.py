@@ -30,12 +30,7 @@ from amqp_stream.streamproto import Key
 
 __all__ = ["FRAME_MESSAGES", "Frame", "entry_frames", "batch_frames"]
 
-#: messages in one Publish frame at most (and fewer when frame_max says so): a Spark batch
-#: (10,000 rows by default) goes in as few frames as frame_max allows. The broker's CPU a
-#: message falls with larger frames (its work a frame: the decode's numpy calls, the turn's
-#: flush, a chunk and its fsync each): the sink's traffic over loopback, 1.77-2.00 CPU-µs a
-#: message at 1,000 a frame, 1.10-1.70 at 5,000 (``bench/RESULTS.md``, session 36)
-FRAME_MESSAGES = 10_000
+FRAME_MESSAGES = 1000  # messages in one Publish frame at most (and fewer when frame_max says so)
 _HEAD = struct.Struct(">IHHBi")  # size, key, version, publisher id, message count
 #: a frame as the buffers it is sent as, one after the other
 Frame = tuple[bytes | memoryview, ...]

@@ -29,10 +29,9 @@ from amqp_stream.spark.super_stream import KeyRouter, route_indices
 __all__ = ["publish_over_stream", "publish_routed", "Numbered", "FRAME_MESSAGES"]
 
 _PUBLISHER_ID = 1
-#: messages in flight at least: four Spark batches of 10,000 rows (8 or more frames of up to
-#: frame_max), so the broker stores them while the task encodes the next batch (with one batch
-#: in flight the task waited for confirms a quarter of its time)
-WINDOW_MESSAGES = 40_000
+#: Publish frames in flight at least: a Spark batch (10,000 rows) makes ~10 frames at once, and
+#: the broker stores them while the task encodes the next batch (with 2 it waited after 2)
+WINDOW_FRAMES = 10
 
 
 def publish_over_stream(opts, encoder: ArrowEncoder, numbered: "Numbered", where: str) -> int:
@@ -89,7 +88,7 @@ def publish_routed(opts, encoder: ArrowEncoder, batches: Iterable, partitions: l
 
 class _Sender:
     """One stream-protocol connection publishing Arrow batches: Publish frames of at most
-    ``FRAME_MESSAGES`` messages and ``frame_max`` bytes, at most ``window`` (or ``WINDOW_MESSAGES``)
+    ``FRAME_MESSAGES`` messages and ``frame_max`` bytes, at most ``window`` (or ``WINDOW_FRAMES`` frames)
     messages unconfirmed, every PublishError frame counted as a failure."""
 
     def __init__(self, opts, encoder: ArrowEncoder, where: str):
@@ -101,7 +100,7 @@ class _Sender:
                                     f"{exc}") from exc
         self.sent = 0
         self.limit = (self.client.frame_max or 1 << 20) - 64
-        self.window = max(opts.window, WINDOW_MESSAGES)
+        self.window = max(opts.window, WINDOW_FRAMES * FRAME_MESSAGES)
 
     def __enter__(self) -> "_Sender":
         return self

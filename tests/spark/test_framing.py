@@ -82,11 +82,9 @@ def _bench_batch(rows: int, start: int = 0):
 
 
 @pytest.mark.parametrize("limit", [1 << 20, 50_000, 100])
-def test_the_usual_batch_is_framed_a_batch_at_a_time(limit, monkeypatch):
+def test_the_usual_batch_is_framed_a_batch_at_a_time(limit):
     """The bench's five columns, 3,300 rows (a slice, so offsets do not start at 0): several
-    frames, cut by count (1,000 a frame here) or by size, the same bytes; each decodes to its
-    messages."""
-    monkeypatch.setattr(framing, "FRAME_MESSAGES", 1000)
+    frames, cut by count or by size, the same bytes; each decodes to its messages."""
     batch = _bench_batch(3400).slice(100)
     enc = ArrowEncoder(WritePlan.for_schema(BENCH, "region"), BENCH)
     assert isinstance(enc.encode_pieces(batch), Pieces)  # joined once, with the frames' fields
@@ -103,25 +101,6 @@ def test_the_usual_batch_is_framed_a_batch_at_a_time(limit, monkeypatch):
         assert [m[1] for m in publish.messages] == batch.column(1).to_pylist()[seen:seen + count]
         seen += count
     assert seen == batch.num_rows
-
-
-def test_a_spark_batch_goes_in_frames_filled_to_frame_max():
-    """Spark's default batch (10,000 rows) of the bench's columns: every frame but the last is
-    cut by ``limit`` (the next message would not fit), not by a count of messages: the broker's
-    CPU a message falls with fewer, larger frames (with 1,000 a frame this batch took 10)."""
-    limit = (1 << 20) - 64  # the sink's: the broker's frame_max, less a margin
-    batch = _bench_batch(10_000)
-    enc = ArrowEncoder(WritePlan.for_schema(BENCH, "region"), BENCH)
-    fast, slow = _both(enc, batch, 1, limit, 1)
-    assert fast is not None and fast == slow
-    messages, values = enc.encode(batch), batch.column(1).to_pylist()
-    seen = 0
-    for frame, count in fast[:-1]:
-        entries = len(frame) - 13  # as cut: 14 bytes an entry beside its data and value (v2)
-        nxt = 14 + len(messages[seen + count]) + len(values[seen + count])
-        assert entries <= limit < entries + nxt
-        seen += count
-    assert len(fast) == 3 and seen + fast[-1][1] == 10_000  # ~230 bytes a message
 
 
 def test_filter_values_null_in_some_rows_go_message_by_message():
