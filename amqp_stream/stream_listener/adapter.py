@@ -505,8 +505,8 @@ class StreamAdapter:
     def _forget_publisher(self, conn: StreamConnection, pub: StreamPublisher) -> None:
         if conn.publishers.get(pub.id) is pub:
             del conn.publishers[pub.id]
-        if conn.last_publisher is pub:
-            conn.last_publisher = None
+        if conn.last_publishers.get(pub.entry.name) is pub:
+            del conn.last_publishers[pub.entry.name]
         if not pub.closed:
             if pub.throttled:
                 pub.throttled = False
@@ -523,14 +523,14 @@ class StreamAdapter:
             self.core.metrics.stream_error(ResponseCode.PUBLISHER_DOES_NOT_EXIST)
             return
         self.core.metrics.received("stream", len(frame.messages), len(frame.messages))
-        last = conn.last_publisher
+        last = conn.last_publishers.get(pub.entry.name)
         if last is not pub:
-            # a publisher's frames of a turn go to storage as one append at its end: another
-            # publisher's to the same stream first, so one connection's frames are stored in
-            # the order they came (RabbitMQ writes each frame in turn)
-            if last is not None and last.bodies and last.entry is pub.entry:
+            # a publisher's frames of a turn go to storage as one append at its end: the last
+            # other publisher's to the same stream first, so one connection's frames to a
+            # stream are stored in the order they came (RabbitMQ writes each frame in turn)
+            if last is not None and last.bodies:
                 last.flush()
-            conn.last_publisher = pub
+            conn.last_publishers[pub.entry.name] = pub
         pub.publish(frame.messages)
 
     # -- subscriptions ---------------------------------------------------------------------

@@ -112,7 +112,7 @@ class StreamConnection(SocketConnection):
         self.peer_address: Any = None  # the socket's getpeername(), for the loopback rule
         self.opened = False
         self.publishers: dict[int, Any] = {}
-        self.last_publisher: Any = None  # the publisher of the last Publish frame
+        self.last_publishers: dict[str, Any] = {}  # per stream: its last frame's publisher
         self.subscriptions: dict[int, Any] = {}
         self.blocked: set[Any] = set()  # subscriptions waiting for the socket
         self.large = 0  # bytes reserved in adapter.large_frames for the frame being read

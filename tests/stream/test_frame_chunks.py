@@ -11,8 +11,9 @@ from __future__ import annotations
 import pytest
 
 from amqp_stream.client.stream import StreamClient, offset_spec, publish_frame
-from amqp_stream.streamproto.traffic import chunk_header
+from amqp_stream.streamproto.traffic import CHUNK_HEADER, chunk_header
 from amqp_stream.testing import BrokerProcess
+from storage.format import decode_records
 
 MESSAGE = b"\x00\x53\x75\xa0\x03abc"  # an AMQP data section
 
@@ -83,3 +84,34 @@ def test_small_frames_still_share_chunks(broker, stream_name):
     chunks (the first chunk after idle takes 32 of them, whatever their frames)."""
     chunks = _chunks(broker, stream_name, [5] * 40)
     assert len(chunks) < 10 and chunks[0] == (0, 32), chunks
+
+
+def test_frames_of_three_publishers_in_one_read_are_stored_in_the_order_they_came(broker, stream_name):
+    """Publishers 1 and 3 on one stream, 2 on another between them, all frames in one write
+    (one loop turn): the stream holds 1's, 3's, then 1's second frame, in that order, though
+    a publisher's frames of a turn are one append (the last other publisher of the same stream
+    is flushed first, not only the publisher of the frame just before)."""
+    other = f"{stream_name}-other"
+    with StreamClient(broker.stream_url) as c:
+        c.create(stream_name)
+        c.create(other)
+        for pub, stream in ((1, stream_name), (2, other), (3, stream_name)):
+            c.declare_publisher(pub, stream)
+        c.send(b"".join(publish_frame(pub, [(i, None, b"\x00\x53\x75\xa0\x02" + body)])
+                        for pub, i, body in ((1, 1, b"a1"), (2, 1, b"b1"), (3, 1, b"c1"),
+                                             (1, 2, b"a2"))))
+        while c.confirmed < 4:
+            assert c.pump(10), "confirms stopped"
+    bodies: list[bytes] = []
+
+    def on_chunk(chunk: bytes) -> None:
+        h = chunk_header(chunk)
+        start = CHUNK_HEADER.size + h.bloom_size  # the header, its Bloom filter, the data
+        bodies.extend(body[-2:] for _, body in decode_records(
+            bytes(chunk[start:start + h.data_length]), h.chunk_id, entries=h.num_entries))
+
+    with StreamClient(broker.stream_url, on_chunk=on_chunk) as c:
+        c.subscribe(1, stream_name, offset_spec("first"))
+        while c.records < 3:
+            assert c.pump(10), "deliveries stopped"
+    assert bodies == [b"a1", b"c1", b"a2"]
