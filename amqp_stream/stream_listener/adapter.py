@@ -523,12 +523,12 @@ class StreamAdapter:
             self.core.metrics.stream_error(ResponseCode.PUBLISHER_DOES_NOT_EXIST)
             return
         self.core.metrics.received("stream", len(frame.messages), len(frame.messages))
-        last = conn.last_publishers.get(pub.entry.name)
+        last = conn.last_publishers.setdefault(pub.entry.name, pub)
         if last is not pub:
             # a publisher's frames of a turn go to storage as one append at its end: the last
             # other publisher's to the same stream first, so one connection's frames to a
             # stream are stored in the order they came (RabbitMQ writes each frame in turn)
-            if last is not None and last.bodies:
+            if last.bodies:
                 last.flush()
             conn.last_publishers[pub.entry.name] = pub
         pub.publish(frame.messages)
