@@ -105,15 +105,21 @@ def _stored_chunks(broker, stream: str, records: int) -> list[int]:
     return sizes
 
 
-def _filtered_read(broker, frames, wanted, initial, back, every, uniform, v2) -> list[list[int]]:
-    """Publish ``frames`` (the ``k`` of each message), read them with ``k = wanted`` under
-    the credit pattern; the stored chunks (the ``k`` of their messages)."""
+def _publishing_client(broker, deliver_v2: bool) -> tuple[StreamClient, str]:
+    """A client (Deliver v2 when asked) with publisher 1 declared on a new stream."""
     stream = f"stage2-{next(_names)}"
     c = StreamClient("127.0.0.1", broker.stream_port, timeout=10)
-    if v2:
+    if deliver_v2:
         assert c.exchange_command_versions([(8, 1, 2)])[0] == OK
     assert c.create_stream(stream) == OK
     assert c.declare_publisher(1, stream) == OK
+    return c, stream
+
+
+def _filtered_read(broker, frames, wanted, initial, back, every, uniform, v2) -> list[list[int]]:
+    """Publish ``frames`` (the ``k`` of each message), read them with ``k = wanted`` under
+    the credit pattern; the stored chunks (the ``k`` of their messages)."""
+    c, stream = _publishing_client(broker, v2)
     offset = 0
     for ks in frames:  # one frame, confirmed before the next: one stored chunk each
         ids = list(range(offset, offset + len(ks)))
@@ -200,12 +206,7 @@ def test_a_credit_taken_without_decoding_is_what_the_decoder_gives(data, before)
 def _eleven_matches(broker, credit: int, deliver_v2: bool = False) -> tuple[StreamClient, str]:
     """A client subscribed with ``credit`` and ``k = 0`` to a new stream of one stored chunk of
     41 messages: 11 matches (offsets 0, 4, ... 40), none next to another."""
-    stream = f"stage2-{next(_names)}"
-    c = StreamClient("127.0.0.1", broker.stream_port, timeout=10)
-    if deliver_v2:
-        assert c.exchange_command_versions([(8, 1, 2)])[0] == OK
-    assert c.create_stream(stream) == OK
-    assert c.declare_publisher(1, stream) == OK
+    c, stream = _publishing_client(broker, deliver_v2)
     ids = list(range(41))
     c.publish(1, [(i, _message(i % 4, i, True)) for i in ids])
     c.wait_confirms(1, ids)
