@@ -21,6 +21,11 @@ protocol (``streamUrl``), on a fresh broker; Spark's Parquet read of those files
 then the stream read with its five columns declared (``numPartitions`` 1 and 2), over AMQP 1.0
 and over the stream protocol (``streamUrl``). Reads end in
 Spark's ``noop`` sink, so every column of every row is produced and nothing is collected.
+Each write starts with the previous one's stream deleted, as Parquet's ``overwrite`` deletes its
+files and as a broker's retention does in a steady state: the broker writes ~233 bytes a row to
+the page cache, ~15x Parquet's compressed files, and on a VM that reports free pages to its host
+a page the kernel has not touched lately costs ~10 µs against ~0.9 µs for one a deleted file gave
+back (``bench.page_cost``): without the deletion the first write measures the VM, not the broker.
 
 Run: ``.venv/bin/python -m bench.spark`` (``--rows N``, ``--repeat K``; ``--parquet`` for the
 Parquet comparison only). The machine is shared: run it 2-3 times and note ``uptime``.
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -249,6 +255,8 @@ def parquet_phase(args, spark, tmp: str) -> None:
                             assert client.info(stream)["next_offset"] == args.rows
                     if amqp_too:
                         note("amqp-stream write", timed(lambda: write("a", None))[1])
+                        with amqp.connect(broker.url) as client:  # its pages for the next write
+                            client.delete("a")
                     note("streamUrl write", timed(lambda: write("w", broker.stream_url))[1])
                     if not reads:
                         continue
@@ -265,6 +273,7 @@ def parquet_phase(args, spark, tmp: str) -> None:
                 except Exception:
                     print("broker log (tail):\n" + broker.log_text()[-3000:], file=sys.stderr)
                     raise
+            shutil.rmtree(broker.data_dir)  # its pages for the next turn's writes (bench.page_cost)
         df.unpersist()
         for what in ("write", "read") if reads else ("write",):
             pq = best[f"parquet {what}"]

@@ -6,7 +6,10 @@ the ratio to Parquet with them; the CPU each process spends a row moves much les
 machine can do. Each process's CPU is read from ``/proc`` (this process's descendants: the
 JVM, the Python workers under it, the broker; a worker that exited is counted in its parent)
 before and after Spark's Parquet write, the no-op Arrow writer (``bench.spark_ceiling``) and
-the ``streamUrl`` sink, of the same cached DataFrame (``bench.spark``'s five columns).
+the ``streamUrl`` sink, of the same cached DataFrame (``bench.spark``'s five columns). Each
+stream is deleted after its write, as Parquet's ``overwrite`` deletes its files: the next write
+takes the pages they gave back (on a VM that reports free pages, a page not touched lately costs
+~10x more: ``bench.page_cost``).
 
 Run: ``PYTHONPATH=$PWD .venv/bin/python -m bench.spark_write_cpu --rows 1000000 --partitions 2``
 """
@@ -22,6 +25,7 @@ from typing import Callable
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from amqp_stream import client as amqp  # noqa: E402
 from amqp_stream.testing import BrokerProcess  # noqa: E402
 from bench.spark import PARQUET_COLUMNS  # noqa: E402
 
@@ -85,15 +89,22 @@ def main(argv=None) -> int:
              .option("declare", "true").option("filterValueColumn", "region")
              .option("streamUrl", broker.stream_url).mode("append").save())
 
+        def delete(stream: str) -> None:
+            """Its pages for the next write, as Parquet's overwrite gives its files' back."""
+            with amqp.connect(broker.url) as client:
+                client.delete(stream)
+
         # warm-up: the JVM's paths, the Python workers
         df.write.mode("overwrite").parquet(os.path.join(tmp, "p"))
         sink("warm")
+        delete("warm")
         print(f"{args.rows} rows, {args.partitions} partition(s); CPU us a row by process")
         for r in range(args.rounds):
             measure("parquet", lambda: df.write.mode("overwrite").parquet(os.path.join(tmp, "p")))
             measure("ceiling", lambda: df.write.format("bench-ceiling").option("schema", df.schema.json())
                     .mode("append").save())
             measure("streamUrl", lambda: sink(f"w{r}"))
+            delete(f"w{r}")
     spark.stop()
     return 0
 
