@@ -25,7 +25,8 @@ Each write starts with the previous one's stream deleted, as Parquet's ``overwri
 files and as a broker's retention does in a steady state: the broker writes ~233 bytes a row to
 the page cache, ~15x Parquet's compressed files, and on a VM that reports free pages to its host
 a page the kernel has not touched lately costs ~10 µs against ~0.9 µs for one a deleted file gave
-back (``bench.page_cost``): without the deletion the first write measures the VM, not the broker.
+back (``bench.page_cost``). The kernel reports freed pages to the host soon, so the deletion
+helps only sometimes (``bench/RESULTS.md``, session 37): read the broker's CPU with that in mind.
 
 Run: ``.venv/bin/python -m bench.spark`` (``--rows N``, ``--repeat K``; ``--parquet`` for the
 Parquet comparison only). The machine is shared: run it 2-3 times and note ``uptime``.

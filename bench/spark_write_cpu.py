@@ -8,8 +8,8 @@ JVM, the Python workers under it, the broker; a worker that exited is counted in
 before and after Spark's Parquet write, the no-op Arrow writer (``bench.spark_ceiling``) and
 the ``streamUrl`` sink, of the same cached DataFrame (``bench.spark``'s five columns). Each
 stream is deleted after its write, as Parquet's ``overwrite`` deletes its files: the next write
-takes the pages they gave back (on a VM that reports free pages, a page not touched lately costs
-~10x more: ``bench.page_cost``).
+may take the pages they gave back (on a VM that reports free pages, a page not touched lately
+costs ~10x more, and freed pages are soon reported: ``bench.page_cost``).
 
 Run: ``PYTHONPATH=$PWD .venv/bin/python -m bench.spark_write_cpu --rows 1000000 --partitions 2``
 """
