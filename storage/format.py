@@ -79,6 +79,7 @@ import bloom
 
 from storage.crc import crc32
 from storage.errors import CorruptionError, StorageError
+from storage.kept import KeptBuffers
 
 __all__ = [
     "SEGMENT_HEADER", "INDEX_HEADER", "INDEX_RECORD", "CHUNK_HEADER", "SIMPLE_ENTRY",
@@ -312,6 +313,11 @@ _MASKED_FROM = 256  # entries from which ``EntrySpans.entries`` masks rather tha
 #: takes one (``list.pop`` and ``append`` are atomic), so at most ``_MASKS_KEPT`` of at most
 #: ``_MASK_KEPT_MAX`` bytes each stay allocated. Why: a fresh mask of a 1 MiB frame is 256
 #: fresh pages, ~3 µs each on a VM that gives freed pages back to its host (``bench.page_cost``)
+#: buffers ``EntrySpans.entries`` puts data sections in (the writer's chunk parts, held until
+#: written), and the bytes of source it compresses at once (its result: below glibc's
+#: smallest mmap threshold, 128 KiB)
+_DATA = KeptBuffers(32, 32 << 20)
+_BLOCK = 64 << 10
 _MASKS: list[np.ndarray] = []
 _MASKS_KEPT = 2
 _MASK_KEPT_MAX = 8 << 20
@@ -369,26 +375,35 @@ class EntrySpans:
         entry's first ``skip`` bytes, by numpy (a mask and one compress: no object per
         entry), or for a few entries one join.
 
-        The masked result is a read-only ``memoryview`` of the compressed array, not a copy
-        of it as ``bytes``: a chunk's data is only checksummed and written (a copy into
-        fresh memory costs a page fault per 4 KiB on this VM, ``bench.page_cost``), and the
-        mask is a kept buffer (``_mask``). Its heads are cleared through a view of it with a
-        row per byte (one fancy assignment, no index per masked byte)."""
+        The masked result is a read-only ``memoryview`` of a kept buffer (``_DATA``, taken
+        again once the writer has written it and nothing holds it), filled a block at a time
+        (numpy's compress makes its result anew: a block's is small enough for the
+        allocator to reuse), and the mask is a kept buffer too (``_mask``): a buffer made
+        anew costs a page fault per 4 KiB on this VM (``bench.page_cost``). The mask's heads
+        are cleared through a view of it with a row per byte (one fancy assignment, no index
+        per masked byte)."""
         skip = self.skip
         if n < _MASKED_FROM or not skip:
             return b"".join(map(self.raw.__getitem__, self._from(first, n, 0)))
         starts = self.starts
         low, high = starts[first], starts[first + n]
-        buf, keep = _mask(high - low)
+        span = high - low
+        buf, keep = _mask(span)
         heads = np.fromiter(starts[first:first + n], np.intp, n)
         heads -= low
         # row k: keep[k .. k + skip] (entries are longer than ``skip``: the rows never overlap)
-        np.ndarray((high - low - skip + 1, skip), bool, keep, 0, (1, 1))[heads] = False
-        out = np.frombuffer(self.raw, np.uint8, high - low, low)[keep]
-        del keep
+        np.ndarray((span - skip + 1, skip), bool, keep, 0, (1, 1))[heads] = False
+        src = np.frombuffer(self.raw, np.uint8, span, low)
+        data = _DATA.take(span - n * skip)
+        out = np.frombuffer(data, np.uint8)
+        at = 0
+        for a in range(0, span, _BLOCK):  # a block at a time: each compress's result is small
+            part = src[a:a + _BLOCK][keep[a:a + _BLOCK]]
+            out[at:at + len(part)] = part
+            at += len(part)
+        del keep, out, src, part
         _unmask(buf)
-        out.flags.writeable = False
-        return memoryview(out)  # type: ignore[arg-type]  # (numpy arrays are buffers)
+        return memoryview(data).toreadonly()
 
     def sizes(self, first: int, n: int) -> list[int]:
         """The bytes each of entries ``first .. first + n`` takes in a data section (4 and its

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import enum
 import struct
-import sys
 from typing import NoReturn
 
 from amqp_stream.streamproto import frames as f
@@ -45,6 +44,7 @@ from amqp_stream.streamproto.constants import (
     ResponseCode,
 )
 from amqp_stream.streamproto.errors import FrameError, LocalProtocolError, RemoteProtocolError
+from storage.kept import KeptBuffers
 
 __all__ = ["ServerConnection", "State", "NEED_DATA", "PAUSED", "ConnectionClosed"]
 
@@ -122,61 +122,12 @@ _COMPACT_AT = 1 << 16
 #: a frame at least this large (content) is gathered into a buffer of its own, allocated once
 #: at its size, and decoded from there (``_big``)
 BIG_FRAME = 1 << 16
-#: large frames' buffers (``_frame_buffer``), reused once nothing else holds them; loop thread
-#: only. At most ``FRAMES_KEPT`` buffers, ``FRAMES_KEPT_BYTES`` in all, stay allocated.
-_FRAMES: list[bytearray] = []
+#: large frames' buffers (``_gather``), reused once nothing holds them: at most
+#: ``FRAMES_KEPT`` buffers, ``FRAMES_KEPT_BYTES`` in all, stay allocated
 FRAMES_KEPT = 32
 FRAMES_KEPT_BYTES = 32 << 20
+_FRAMES = KeptBuffers(FRAMES_KEPT, FRAMES_KEPT_BYTES)
 
-
-def _refs(buf: bytearray) -> int:
-    return sys.getrefcount(buf)
-
-
-def _free_refs() -> int:
-    """What ``_refs`` says, in ``_frame_buffer``'s loop, of a buffer only ``_FRAMES`` holds:
-    measured here the same way (a list and a local), not assumed, as it depends on the
-    interpreter."""
-    frames = [bytearray(1)]
-    buf = frames[0]
-    return _refs(buf)
-
-
-_FREE = _free_refs()
-
-
-def _frame_buffer(size: int) -> bytearray:
-    """A buffer of ``size`` bytes for a large frame: a kept one that nothing else holds any
-    more (the frame decoded from it, its messages and what storage made of them are gone:
-    no ``memoryview`` or array of it is left), or a new one, kept if there is room.
-
-    Why: a large Publish frame's bytes live until storage has written them, so each needs a
-    buffer of its own; a new 1 MiB buffer is 256 fresh pages, each a page fault of ~3 µs on a
-    VM that gives freed pages back to its host (``bench.page_cost``), and a frame's buffer
-    freed is given back. A kept buffer's pages stay in memory."""
-    spare = -1
-    kept = 0
-    for k in range(len(_FRAMES)):
-        buf = _FRAMES[k]
-        room = buf.__alloc__()
-        kept += room
-        if _refs(buf) == _FREE:
-            if size < room <= 2 * size:  # resized in place (a bytearray reallocates below half)
-                have = len(buf)
-                if have > size:
-                    del buf[size:]
-                elif have < size:
-                    buf += bytes(size - have)
-                return buf
-            spare = k
-    buf = bytearray(size + (size >> 3))  # room for the next frames' sizes
-    del buf[size:]
-    room = buf.__alloc__()
-    if spare >= 0 and kept - _FRAMES[spare].__alloc__() + room <= FRAMES_KEPT_BYTES:
-        _FRAMES[spare] = buf
-    elif len(_FRAMES) < FRAMES_KEPT and kept + room <= FRAMES_KEPT_BYTES:
-        _FRAMES.append(buf)
-    return buf
 _CREDIT = struct.Struct(">IHHBH")  # a Credit frame whole: size, key, version, subscription, credit
 
 
@@ -321,13 +272,13 @@ class ServerConnection:
     def _gather(self, size: int) -> None:
         """Go on with the large frame at the head of the input (``size`` bytes, not all here)
         in a buffer of its own, so that its bytes are copied once, into memory allocated
-        once (and kept, ``_frame_buffer``): the input buffer would grow by reallocation as
+        once (and kept, ``storage.kept``): the input buffer would grow by reallocation as
         they come, and the frame be copied out of it whole. Fresh pages cost ~3 µs each on a VM that gives freed memory
         back to its host (``bench.page_cost``), so each copy of a 1 MiB frame into fresh
         memory costs ~0.8 ms in page faults."""
         buf, start = self._buf, self._start
         have = len(buf) - start - 4
-        big = _frame_buffer(size)
+        big = _FRAMES.take(size)
         big[:have] = memoryview(buf)[start + 4:]
         self._big, self._got = big, have
         buf.clear()

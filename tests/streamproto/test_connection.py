@@ -16,6 +16,7 @@ from amqp_stream.streamproto import (
     State,
 )
 from amqp_stream.streamproto import frames as f
+from storage.kept import KeptBuffers
 
 OK = ResponseCode.OK
 PLAIN = b"\0guest\0guest"
@@ -449,7 +450,7 @@ def test_large_frames_are_gathered_into_buffers_reused_once_nothing_holds_them(m
     nothing holds the first frame (its messages, what storage would make of them): a frame
     still held keeps its bytes."""
     from amqp_stream.streamproto import connection
-    monkeypatch.setattr(connection, "_FRAMES", [])
+    monkeypatch.setattr(connection, "_FRAMES", KeptBuffers(4, 1 << 24))
     conn = ServerConnection(frame_max=0)
     handshake(conn, client_tune=f.Tune(0, 0))
     publishes = [_spanned_publish(k * 1000) for k in range(4)]
@@ -469,5 +470,5 @@ def test_large_frames_are_gathered_into_buffers_reused_once_nothing_holds_them(m
     del first, held, third
     (fourth,) = _read(conn, f.encode(publishes[3]))
     assert fourth == publishes[3]
-    assert any(fourth.messages.src is b for b in connection._FRAMES)
+    assert connection._FRAMES.holds(fourth.messages.src)
     assert conn.buffered == 0
