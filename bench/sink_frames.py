@@ -10,7 +10,8 @@ v2, a filter value each, 150-190-byte messages: ``bench.publish_ab --sink``'s tr
 to one stream of one broker (this checkout, its default fsync policy unless ``--fsync``) with
 at most ``--window`` frames unconfirmed each. Printed per frame size: the medians of
 throughput, the broker's CPU a message, that CPU by thread (the loop, the stream's writer;
-user and system) and the broker's minor page faults a message (a first touch of a page costs
+user and system), the broker's resident memory once the publishers are done (and its peak)
+and its minor page faults a message (a first touch of a page costs
 ~3 µs on this VM: ``bench.page_cost``) from ``/proc``.
 
     PYTHONPATH=$PWD .venv/bin/python -m bench.sink_frames [--frames 1000,5000] [--rounds 4]
@@ -60,6 +61,17 @@ def _minflt(pid: int) -> int:
         return int(f.read().rsplit(")", 1)[1].split()[7])
 
 
+def _memory(pid: int) -> dict[str, float]:
+    """The broker's resident memory now and at its peak (MiB)."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key = line.split(":")[0]
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(line.split()[1]) / 1024
+    return out
+
+
 def _frames(messages: int, per_frame: int) -> list[tuple[bytes, int]]:
     rnd = random.Random(1)
     bodies = [b"\x00\x53\x75\xa0" + bytes([n]) + rnd.randbytes(n)  # an AMQP data section
@@ -103,11 +115,12 @@ def _round(fsync: str, frames: list[tuple[bytes, int]], window: int, publishers:
             seconds, cpu = time.perf_counter() - t0, cpu_seconds(pid) - c0
             after = _threads(pid)
             after["faults"] = _minflt(pid)
+            memory = _memory(pid)
         finally:
             broker.stop()
     total = publishers * messages
-    return (total / seconds, cpu / total * 1e6,
-            {k: (after[k] - before[k]) / total * (1 if k == "faults" else 1e6) for k in after})
+    per = {k: (after[k] - before[k]) / total * (1 if k == "faults" else 1e6) for k in after}
+    return total / seconds, cpu / total * 1e6, {**per, **memory}
 
 
 def main() -> int:
@@ -147,8 +160,10 @@ def main() -> int:
         threads = {k: statistics.median(r[2][k] for r in rs) for k in rs[0][2]}
         print(f"  {name + ' ' if name else ''}{n:6d} a frame  {statistics.median(r[0] for r in rs):>11,.0f} msg/s  broker "
               f"{statistics.median(r[1] for r in rs):.3f}  ("
-              + ", ".join(f"{k} {v:.3f}" for k, v in threads.items() if k != "faults")
-              + f")  faults {threads['faults']:.4f} ("
+              + ", ".join(f"{k} {v:.3f}" for k, v in threads.items() if k.islower()
+                          and k != "faults")
+              + f")  RSS after {threads['VmRSS']:.0f} MiB (peak {threads['VmHWM']:.0f})"
+              + f"  faults {threads['faults']:.4f} ("
               + ", ".join(f"{r[2]['faults']:.4f}" for r in rs)
               + f")  rounds: {', '.join(f'{r[1]:.2f}' for r in rs)}")
     if args.baseline is not None:
