@@ -9,10 +9,16 @@ divided by the frame's size. Like two Spark partitions, two publisher processes 
 v2, a filter value each, 150-190-byte messages: ``bench.publish_ab --sink``'s traffic) write
 to one stream of one broker (this checkout, its default fsync policy unless ``--fsync``) with
 at most ``--window`` frames unconfirmed each. Printed per frame size: the medians of
-throughput, the broker's CPU a message, and that CPU by thread (the loop, the stream's writer;
-user and system) from ``/proc``.
+throughput, the broker's CPU a message, that CPU by thread (the loop, the stream's writer;
+user and system), the broker's resident memory once the publishers are done (and its peak)
+and its minor page faults a message (a first touch of a page costs
+~3 µs on this VM: ``bench.page_cost``) from ``/proc``.
 
     PYTHONPATH=$PWD .venv/bin/python -m bench.sink_frames [--frames 1000,5000] [--rounds 4]
+
+With ``--baseline DIR`` (a checkout, e.g. ``git archive main | tar -x -C /tmp/base``) each
+frame size runs on the baseline's broker and on this checkout's in alternating turns, and the
+ratios (this checkout / baseline) of the medians are printed.
 """
 
 from __future__ import annotations
@@ -49,6 +55,23 @@ def _threads(pid: int) -> dict[str, float]:
     return out
 
 
+def _minflt(pid: int) -> int:
+    """The broker's minor page faults so far (``/proc/<pid>/stat`` field 10, all threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
+def _memory(pid: int) -> dict[str, float]:
+    """The broker's resident memory now and at its peak (MiB)."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key = line.split(":")[0]
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(line.split()[1]) / 1024
+    return out
+
+
 def _frames(messages: int, per_frame: int) -> list[tuple[bytes, int]]:
     rnd = random.Random(1)
     bodies = [b"\x00\x53\x75\xa0" + bytes([n]) + rnd.randbytes(n)  # an AMQP data section
@@ -64,18 +87,23 @@ def _publisher(port: int, reference: str, pid: int, frames: list[tuple[bytes, in
         publish(c, frames, pid, window=window)
 
 
+HERE = Path(__file__).resolve().parent.parent
+
+
 def _round(fsync: str, frames: list[tuple[bytes, int]], window: int, publishers: int,
-           messages: int) -> tuple[float, float, dict[str, float]]:
+           messages: int, code: Path = HERE) -> tuple[float, float, dict[str, float]]:
     """One broker, ``publishers`` processes each publishing ``frames``: (msg/s, broker CPU µs a
     message, its threads' CPU µs a message)."""
     with tempfile.TemporaryDirectory(prefix="bench-sink-frames-") as tmp:
-        broker = BrokerProcess(Path(tmp, "d"), extra_args=["--fsync", fsync])
+        broker = BrokerProcess(Path(tmp, "d"), extra_args=["--fsync", fsync],
+                               env={"PYTHONPATH": str(code)})
         broker.start()
         try:
             with StreamClient(broker.stream_url) as c:
                 c.create("s")
             pid = broker.proc.pid
             before, c0, t0 = _threads(pid), cpu_seconds(pid), time.perf_counter()
+            before["faults"] = _minflt(pid)
             procs = [Process(target=_publisher, args=(broker.stream_port, f"sink-{k}", pid, frames,
                                                       window)) for k in range(publishers)]
             for p in procs:
@@ -86,11 +114,13 @@ def _round(fsync: str, frames: list[tuple[bytes, int]], window: int, publishers:
                     raise RuntimeError(f"a publisher failed ({p.exitcode})")
             seconds, cpu = time.perf_counter() - t0, cpu_seconds(pid) - c0
             after = _threads(pid)
+            after["faults"] = _minflt(pid)
+            memory = _memory(pid)
         finally:
             broker.stop()
     total = publishers * messages
-    return (total / seconds, cpu / total * 1e6,
-            {k: (after[k] - before[k]) / total * 1e6 for k in after})
+    per = {k: (after[k] - before[k]) / total * (1 if k == "faults" else 1e6) for k in after}
+    return total / seconds, cpu / total * 1e6, {**per, **memory}
 
 
 def main() -> int:
@@ -101,25 +131,49 @@ def main() -> int:
     parser.add_argument("--window", type=int, default=10, help="frames unconfirmed at most")
     parser.add_argument("--fsync", default="always", choices=("never", "interval", "always"))
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--baseline", type=Path, help="a checkout to compare with")
     args = parser.parse_args()
     sizes = [int(x) for x in args.frames.split(",")]
     frames = {n: _frames(args.messages, n) for n in sizes}
-    results: dict[int, list[tuple[float, float, dict[str, float]]]] = {n: [] for n in sizes}
+    codes = {"": HERE} if args.baseline is None else {
+        "baseline": args.baseline.resolve(), "this checkout": HERE}
+    results: dict[tuple[str, int], list[tuple[float, float, dict[str, float]]]] = {
+        (name, n): [] for n in sizes for name in codes}
     loads = [os.getloadavg()[0]]
-    for _ in range(args.rounds):
-        for n in sizes:
-            results[n].append(_round(args.fsync, frames[n], args.window * n, args.publishers,
-                                     args.messages))
-            loads.append(os.getloadavg()[0])
+    cwd = os.getcwd()
+    os.chdir(tempfile.gettempdir())  # ``-m amqp_stream`` then imports from PYTHONPATH
+    try:
+        for k in range(args.rounds):
+            for n in sizes:
+                # alternate which goes first, so neither always follows the other
+                for name in (list(codes) if k % 2 == 0 else list(codes)[::-1]):
+                    results[name, n].append(_round(args.fsync, frames[n], args.window * n,
+                                                   args.publishers, args.messages, codes[name]))
+                    loads.append(os.getloadavg()[0])
+    finally:
+        os.chdir(cwd)
     print(f"load average (1 min) {min(loads):.1f}-{max(loads):.1f}; {args.publishers} publishers x "
           f"{args.messages} messages, fsync {args.fsync}, {args.window} frames unconfirmed, "
-          f"{args.rounds} rounds alternating; medians (CPU in µs a message)")
-    for n, rs in results.items():
+          f"{args.rounds} rounds alternating; medians (CPU in µs a message, minor page faults "
+          f"a message)")
+    for (name, n), rs in results.items():
         threads = {k: statistics.median(r[2][k] for r in rs) for k in rs[0][2]}
-        print(f"  {n:6d} a frame  {statistics.median(r[0] for r in rs):>11,.0f} msg/s  broker "
+        print(f"  {name + ' ' if name else ''}{n:6d} a frame  {statistics.median(r[0] for r in rs):>11,.0f} msg/s  broker "
               f"{statistics.median(r[1] for r in rs):.3f}  ("
-              + ", ".join(f"{k} {v:.3f}" for k, v in threads.items())
+              + ", ".join(f"{k} {v:.3f}" for k, v in threads.items() if k.islower()
+                          and k != "faults")
+              + f")  RSS after {threads['VmRSS']:.0f} MiB (peak {threads['VmHWM']:.0f})"
+              + f"  faults {threads['faults']:.4f} ("
+              + ", ".join(f"{r[2]['faults']:.4f}" for r in rs)
               + f")  rounds: {', '.join(f'{r[1]:.2f}' for r in rs)}")
+    if args.baseline is not None:
+        for n in sizes:
+            new, old = results["this checkout", n], results["baseline", n]
+            cpu = statistics.median(r[1] for r in new) / statistics.median(r[1] for r in old)
+            faults = (statistics.median(r[2]["faults"] for r in new)
+                      / max(statistics.median(r[2]["faults"] for r in old), 1e-9))
+            print(f"  ratio this checkout / baseline, {n} a frame: CPU a message {cpu:.2f}x, "
+                  f"faults a message {faults:.2f}x")
     return 0
 
 

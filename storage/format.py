@@ -79,6 +79,7 @@ import bloom
 
 from storage.crc import crc32
 from storage.errors import CorruptionError, StorageError
+from storage.kept import KeptBuffers
 
 __all__ = [
     "SEGMENT_HEADER", "INDEX_HEADER", "INDEX_RECORD", "CHUNK_HEADER", "SIMPLE_ENTRY",
@@ -308,6 +309,37 @@ class EntryRun:
 
 
 _MASKED_FROM = 256  # entries from which ``EntrySpans.entries`` masks rather than joins
+#: bool buffers ``EntrySpans.entries`` builds its masks in, kept for the next call: a thread
+#: takes one (``list.pop`` and ``append`` are atomic), so at most ``_MASKS_KEPT`` of at most
+#: ``_MASK_KEPT_MAX`` bytes each stay allocated. Why: a fresh mask of a 1 MiB frame is 256
+#: fresh pages, ~3 µs each on a VM that gives freed pages back to its host (``bench.page_cost``)
+#: buffers ``EntrySpans.entries`` puts data sections in (the writer's chunk parts, held until
+#: written), and the bytes of source it compresses at once (its result: below glibc's
+#: smallest mmap threshold, 128 KiB)
+_DATA = KeptBuffers(32, 32 << 20)
+_BLOCK = 64 << 10
+_MASKS: list[np.ndarray] = []
+_MASKS_KEPT = 2
+_MASK_KEPT_MAX = 8 << 20
+
+
+def _mask(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """A buffer of at least ``size`` bools (give it back with ``_unmask``) and its first
+    ``size``, all True."""
+    try:
+        buf = _MASKS.pop()
+    except IndexError:
+        buf = None
+    if buf is None or len(buf) < size:
+        buf = np.empty(size + (size >> 3), bool)  # (room for the next frames' sizes)
+    keep = buf[:size]
+    keep.fill(True)
+    return buf, keep
+
+
+def _unmask(buf: np.ndarray) -> None:
+    if len(_MASKS) < _MASKS_KEPT and len(buf) <= _MASK_KEPT_MAX:
+        _MASKS.append(buf)
 
 
 class EntrySpans:
@@ -325,7 +357,7 @@ class EntrySpans:
 
     __slots__ = ("raw", "starts", "skip", "count", "_largest")
 
-    def __init__(self, raw: bytes, starts: list[int], skip: int,
+    def __init__(self, raw: bytes | bytearray, starts: list[int], skip: int,
                  largest: int | None = None) -> None:
         if len(starts) < 2 or skip < 0 or starts[-1] > len(raw) or starts[0] < 0:
             raise StorageError(f"entry spans of {len(starts) - 1} entries do not lie in "
@@ -338,18 +370,40 @@ class EntrySpans:
         return map(slice, map(operator.add, starts[first:first + n],
                               itertools.repeat(self.skip + extra)), starts[first + 1:first + n + 1])
 
-    def entries(self, first: int, n: int) -> bytes:
+    def entries(self, first: int, n: int) -> bytes | memoryview:
         """The data section bytes of entries ``first .. first + n``: the span less each
         entry's first ``skip`` bytes, by numpy (a mask and one compress: no object per
-        entry), or for a few entries one join."""
-        if n < _MASKED_FROM or not self.skip:
+        entry), or for a few entries one join.
+
+        The masked result is a read-only ``memoryview`` of a kept buffer (``_DATA``, taken
+        again once the writer has written it and nothing holds it), filled a block at a time
+        (numpy's compress makes its result anew: a block's is small enough for the
+        allocator to reuse), and the mask is a kept buffer too (``_mask``): a buffer made
+        anew costs a page fault per 4 KiB on this VM (``bench.page_cost``). The mask's heads
+        are cleared through a view of it with a row per byte (one fancy assignment, no index
+        per masked byte)."""
+        skip = self.skip
+        if n < _MASKED_FROM or not skip:
             return b"".join(map(self.raw.__getitem__, self._from(first, n, 0)))
         starts = self.starts
         low, high = starts[first], starts[first + n]
-        keep = np.ones(high - low, bool)
-        heads = np.fromiter(starts[first:first + n], np.intp, n) - low
-        keep[(heads[:, None] + np.arange(self.skip, dtype=np.intp)).ravel()] = False
-        return np.frombuffer(self.raw, np.uint8, high - low, low)[keep].tobytes()
+        span = high - low
+        buf, keep = _mask(span)
+        heads = np.fromiter(starts[first:first + n], np.intp, n)
+        heads -= low
+        # row k: keep[k .. k + skip] (entries are longer than ``skip``: the rows never overlap)
+        np.ndarray((span - skip + 1, skip), bool, keep, 0, (1, 1))[heads] = False
+        src = np.frombuffer(self.raw, np.uint8, span, low)
+        data = _DATA.take(span - n * skip)
+        out = np.frombuffer(data, np.uint8)
+        at = 0
+        for a in range(0, span, _BLOCK):  # a block at a time: each compress's result is small
+            part = src[a:a + _BLOCK][keep[a:a + _BLOCK]]
+            out[at:at + len(part)] = part
+            at += len(part)
+        del keep, out, src, part
+        _unmask(buf)
+        return memoryview(data).toreadonly()
 
     def sizes(self, first: int, n: int) -> list[int]:
         """The bytes each of entries ``first .. first + n`` takes in a data section (4 and its
@@ -367,7 +421,10 @@ class EntrySpans:
 
     def bodies(self, first: int, n: int) -> list[bytes]:
         """The records of entries ``first .. first + n``, one bytes each (the rarer paths)."""
-        return list(map(self.raw.__getitem__, self._from(first, n, 4)))
+        raw = self.raw
+        if type(raw) is not bytes:  # (a bytearray's slices are bytearrays)
+            return list(map(bytes, map(memoryview(raw).__getitem__, self._from(first, n, 4))))
+        return list(map(raw.__getitem__, self._from(first, n, 4)))
 
     def __repr__(self) -> str:
         return f"EntrySpans({self.count} records, skip {self.skip})"
@@ -481,7 +538,7 @@ def encode_tracking(records: Iterable[TrackingRecord]) -> bytes:
 def encode_chunk(
     chunk_id: int,
     timestamp: int,
-    data: bytes,
+    data: bytes | bytearray | memoryview | list[bytes | bytearray | memoryview],
     entries: int,
     records: int,
     *,
@@ -492,20 +549,31 @@ def encode_chunk(
     filter_param: int = 0,
     trailer: bytes = b"",
     flags: int = 0,
-) -> list[bytes]:
+) -> list[bytes | bytearray | memoryview]:
     """The chunk as buffers to hand to ``os.writev``: header, filter, data, trailer.
-    ``flags``: ``FLAG_SIMPLE_ENTRIES`` only when every entry of ``data`` is a simple one."""
+    ``flags``: ``FLAG_SIMPLE_ENTRIES`` only when every entry of ``data`` is a simple one.
+    ``data`` may be a list of the data section's parts, written one after the other (so
+    that they need not be joined into a new buffer)."""
     if len(filter_bits) > bloom.MAX_SIZE:
         raise StorageError(f"filter larger than {bloom.MAX_SIZE} bytes")
+    if type(data) is list:
+        parts = data
+        crc = 0
+        for part in parts:
+            crc = crc32(part, crc)
+        size = sum(map(len, parts))
+    else:
+        parts = [data]  # type: ignore[list-item]
+        crc, size = crc32(data), len(data)  # type: ignore[arg-type]
     header = CHUNK_HEADER.pack(
         CHUNK_MAGIC_VERSION, chunk_type, entries, records, timestamp, epoch, chunk_id,
-        crc32(data), len(data), len(trailer), len(filter_bits),
+        crc, size, len(trailer), len(filter_bits),
         filter_scheme if filter_bits else 0, filter_param if filter_bits else 0, flags,
     )
-    out = [header]
+    out: list[bytes | bytearray | memoryview] = [header]
     if filter_bits:
         out.append(filter_bits)
-    out.append(data)
+    out += parts
     if trailer:
         out.append(trailer)
     return out

@@ -104,6 +104,20 @@ FilterValue = Union[str, bytes, bytearray, tuple, None]
 
 LOCK_FILE = ".writer.lock"
 _IOV_MAX = 1020
+_PARTS_MAX = 4  # parts of a chunk's data section written apart at most (``_Entries.span``)
+#: a chunk's data section: one buffer, or a few parts of it (``_Entries.span``)
+ChunkData = Union[bytes, bytearray, memoryview, list]
+
+
+def _nbytes(data: ChunkData) -> int:
+    return sum(map(len, data)) if type(data) is list else len(data)
+
+
+def _joined(data: ChunkData) -> bytes:
+    if type(data) is list:
+        return b"".join(data)
+    return data if type(data) is bytes else bytes(data)
+
 _pack_len = SIMPLE_ENTRY.pack
 _GROUP_BYTES = 4 << 20  # bytes written per writev group before committing
 # a full segment waits for its tracking snapshot's offset (see ``_write_all``) up to this size;
@@ -800,7 +814,7 @@ class Writer:
         off = first  # the offset of body i
         last_id = self.committed_chunk_id
         encode = encode_mixed_entries if batched else encode_entries
-        span: Callable[[int, int], bytes]
+        span: Callable[[int, int], ChunkData]
         fit: Callable[[int, int, int], int]
         if isinstance(bodies, _Entries):
             span, fit = bodies.span, bodies.fit
@@ -818,7 +832,7 @@ class Writer:
         info = self._infos[-1]
         while i < total:
             # one group: chunks up to _GROUP_BYTES / _IOV_MAX buffers
-            iov: list[bytes] = []
+            iov: list[bytes | bytearray | memoryview] = []
             idx: list[bytes] = []
             dents: list[bytes] = []
             trows: list[bytes] = []  # the skip table's rows of the group's chunks
@@ -830,7 +844,8 @@ class Writer:
             ts = max(time.time_ns() // 1_000_000, self._last_ts)
             self._last_ts = ts
             group_bytes = 0
-            while i < total and group_bytes < _GROUP_BYTES and len(iov) < _IOV_MAX - 4:
+            while (i < total and group_bytes < _GROUP_BYTES
+                   and len(iov) < _IOV_MAX - 3 - _PARTS_MAX):
                 chunk_id = off
                 kind = CHUNK_USER
                 if mark_i < len(marks) and marks[mark_i] == chunk_id:
@@ -851,6 +866,7 @@ class Writer:
                         tstart = self._table_state()
                 trailer = b""
                 filt = None
+                data: ChunkData
                 if kind == CHUNK_TRACKING_DELTA:
                     records = [TrackingRecord(TRACKING_OFFSET, k, v)
                                for k, v in batch.delta.items()]
@@ -894,7 +910,7 @@ class Writer:
                         n = bisect_right(ends, marks[mark_i]) - 1
                     data = span(i, n)
                     cut = n
-                    if len(data) > max_bytes and n > 1:  # rare: fewer entries fit the byte bound
+                    if _nbytes(data) > max_bytes and n > 1:  # rare: fewer entries fit the byte bound
                         cut = fit(i, n, max_bytes)
                     if fb is not None:  # a batch without ids stays in one chunk
                         j = fx_i
@@ -933,15 +949,16 @@ class Writer:
                     bufs = encode_chunk(chunk_id, ts, data, n, recs, epoch=self.epoch,
                                         filter_bits=filt.bits, filter_scheme=filt.scheme,
                                         filter_param=filt.param, trailer=trailer, flags=flags)
-                    csize = CHUNK_HEADER_BYTES + len(filt.bits) + len(data) + len(trailer)
+                    csize = CHUNK_HEADER_BYTES + len(filt.bits) + _nbytes(data) + len(trailer)
                 else:
                     bufs = encode_chunk(chunk_id, ts, data, n, recs, epoch=self.epoch,
                                         chunk_type=kind, trailer=trailer, flags=flags)
-                    csize = CHUNK_HEADER_BYTES + len(data) + len(trailer)
+                    csize = CHUNK_HEADER_BYTES + _nbytes(data) + len(trailer)
                 if derive is not None and kind == CHUNK_USER:  # its sidecar entry and rows
                     blocks: list[BlockRow] = []
                     dents.append(encode_entry(chunk_id, info.size, recs,
-                                              len(filt.bits) if filt is not None else 0, data,
+                                              len(filt.bits) if filt is not None else 0,
+                                              _joined(data),
                                               bodies[i:i + n], derive, dcache, blocks,
                                               skiptable.ROW_BLOOM_BYTES, cfg.derive_number,
                                               len(cfg.derived_keys)))
@@ -1057,7 +1074,7 @@ class Writer:
     def _table_state(self) -> tuple[int, int, int] | None:
         return self._table.state if self._table is not None else None
 
-    def _write_group(self, iov: list[bytes], idx: list[bytes], dents: list[bytes],
+    def _write_group(self, iov: list[bytes | bytearray | memoryview], idx: list[bytes], dents: list[bytes],
                      trows: list[bytes]) -> None:
         """Segment, then the derived sidecar and its skip table, then the index: a reader
         that sees an index record finds the chunk, its sidecar entry and its rows."""
@@ -1194,10 +1211,13 @@ class _Entries:
                 i += 1
             j += 1
 
-    def span(self, i: int, n: int) -> bytes:
+    def span(self, i: int, n: int) -> ChunkData:
         """The data section of entries ``i .. i + n``: as ``encode_entries`` (or, with
-        sub-batch entries, ``encode_mixed_entries``) gives it for their bodies."""
-        parts: list[bytes] = []
+        sub-batch entries, ``encode_mixed_entries``) gives it for their bodies (a buffer of
+        those bytes, see ``EntrySpans.entries``, or a few such parts in a list: a chunk cut
+        across client frames is not joined, as a join copies the whole chunk into fresh
+        memory, a page fault per 4 KiB on this VM, ``bench.page_cost``)."""
+        parts: list[bytes | bytearray | memoryview] = []
         for item, a, k in self._parts(i, n):
             if isinstance(item, (EntryRun, EntrySpans)):
                 parts.append(item.entries(a, k))  # type: ignore[arg-type]
@@ -1206,7 +1226,11 @@ class _Entries:
             else:
                 parts.append(_pack_len(len(item)))
                 parts.append(item)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        if len(parts) == 1:
+            return parts[0]
+        if len(parts) <= _PARTS_MAX:  # written as they are (``encode_chunk``), not joined
+            return parts
+        return b"".join(parts)
 
     def fit(self, i: int, n: int, limit: int) -> int:
         """How many of the entries from ``i`` (at most ``n``, at least 1) fit ``limit`` bytes,
@@ -1352,7 +1376,7 @@ def create_segment(directory: str, start: int, sync: bool) -> None:
         fsync_dir(directory)
 
 
-def _writev_all(fd: int, bufs: list[bytes]) -> None:
+def _writev_all(fd: int, bufs: Sequence[bytes | bytearray | memoryview]) -> None:
     for k in range(0, len(bufs), _IOV_MAX):
         part = bufs[k:k + _IOV_MAX]
         want = sum(map(len, part))

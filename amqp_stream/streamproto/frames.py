@@ -431,7 +431,7 @@ def encode(frame: Frame) -> bytes:
     return bytes(out)
 
 
-def decode(content: bytes | memoryview) -> Frame:
+def decode(content: bytes | bytearray | memoryview) -> Frame:
     """Decode one frame given without its size prefix (key, version, content).
 
     Raises ``FrameError`` (``code`` = ``ResponseCode.UNKNOWN_FRAME``) for an unknown key or

@@ -52,6 +52,16 @@ CHUNK_HEADER = struct.Struct(">BBHIqQQIIIB3x")  # 48 bytes, see ChunkHeader
 
 _BATCH_BIT = 0x80
 
+
+def _whole(buf: memoryview) -> bytes | bytearray:
+    """The bytes ``buf`` views, when it views them whole (strided slices of bytes are C loops;
+    of a memoryview, a much slower generic copy): ``bytes``, or the ``bytearray`` a large frame
+    was gathered into (``ServerConnection``: nothing writes to it after); else a copy."""
+    obj = buf.obj
+    if (type(obj) is bytes or type(obj) is bytearray) and len(obj) == len(buf):
+        return obj
+    return bytes(buf)
+
 __all__ = ["Publish", "PublishedMessage", "PackedEntries", "SpannedEntries", "PublishConfirm", "Deliver",
            "ChunkHeader", "chunk_header", "deliver_head", "walk_messages"]
 
@@ -113,7 +123,8 @@ class PackedEntries(_Entries):
 
     __slots__ = ("view", "count", "size", "_messages", "_src", "_at")
 
-    def __init__(self, view: memoryview, count: int, size: int, src: bytes | None = None,
+    def __init__(self, view: memoryview, count: int, size: int,
+                 src: bytes | bytearray | None = None,
                  at: int = 0):
         self.view = view  # the entries, exactly: count * (12 + size) bytes
         self.count = count
@@ -165,8 +176,7 @@ def _packed(buf: memoryview, pos: int, count: int) -> PackedEntries | None:
     if size & 0x8000_0000 or end - pos != count * stride:
         return None
     head = ENTRY_SIZE.pack(size)
-    # strided slices of bytes are a C loop; of a memoryview, a much slower generic copy
-    src = buf.obj if type(buf.obj) is bytes and len(buf.obj) == end else bytes(buf)
+    src = _whole(buf)
     for k in range(4):  # byte k of every entry's size field, in one strided slice each
         if src[pos + 8 + k:end:stride].count(head[k]) != count:
             return None
@@ -189,7 +199,7 @@ class SpannedEntries(_Entries):
     __slots__ = ("src", "starts", "skip", "count", "values", "_id_bytes", "_ids", "_largest",
                  "_messages")
 
-    def __init__(self, src: bytes, starts: list[int], skip: int, id_bytes: bytes,
+    def __init__(self, src: bytes | bytearray, starts: list[int], skip: int, id_bytes: bytes,
                  values: list[str | None] | None):
         self.src = src  # the frame's bytes; entry k lies at starts[k] .. starts[k + 1]
         self.starts = starts
@@ -318,7 +328,7 @@ def _values(fields: np.ndarray, width: int) -> list[str | None] | None:
 NUMPY_FROM = 256
 
 
-def _few(src: bytes, pos: int, count: int, version: int, length: int,
+def _few(src: bytes | bytearray, pos: int, count: int, version: int, length: int,
          skip: int) -> SpannedEntries | None:
     """``_spanned`` for a frame of a few entries (below ``NUMPY_FROM``), where numpy's cost a
     call is more than what it saves: one ``struct`` call an entry gives its id, its filter
@@ -379,7 +389,7 @@ def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntr
     end = len(buf)
     if count < 1:
         return None
-    src = buf.obj if type(buf.obj) is bytes and len(buf.obj) == end else bytes(buf)
+    src = _whole(buf)
     width, length = 0, _NO_FILTER  # the filter field: its bytes (v2: length field, value)
     if version != 1:
         (length,) = U16.unpack_from(src, pos + 8)

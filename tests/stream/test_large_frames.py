@@ -112,3 +112,43 @@ def test_a_client_stalled_inside_a_large_frame_is_closed_and_others_go_on(tmp_pa
         assert stalled.wait_closed().code is None  # closed without a word
         assert "not received whole within 1 s" in b.log_text()
         waiting.close()
+
+
+def test_large_v2_frames_in_flight_together_are_stored_byte_for_byte(broker):
+    """The Spark sink's traffic: Publish v2 frames of ~0.5 MB (messages of varying sizes, a
+    filter value each), several unconfirmed at once on two connections, so that the broker
+    gathers each into a buffer of its own, reuses the buffers of frames already written
+    (``streamproto.connection._frame_buffer``) and writes chunks cut across frames in parts:
+    every message is stored once, in order, byte for byte, and its filter value goes to its
+    chunk's Bloom filter."""
+    from amqp_stream.client.stream import StreamClient as Client
+    from bench.stream_protocol import publish, publish_frames
+    from storage import OffsetSpec, open_reader
+
+    bodies = [b"\x00\x53\x75\xa0" + bytes([n]) + bytes([n % 251]) * n for n in range(120, 250)]
+    values = [f"r{i % 13:02d}" for i in range(60_000)]
+    with Client(broker.stream_url) as c:
+        c.create("spans")
+    per_publisher = 30_000
+    for k in range(2):  # one after the other: the stream's order is then known
+        frames = publish_frames(1, 1 + k * per_publisher, per_publisher, 2_500,
+                                values[k * per_publisher:], bodies)
+        with Client(broker.stream_url) as c:
+            c.declare_publisher(1, "spans", f"sink-{k}")
+            publish(c, frames, broker.proc.pid, window=8 * 2_500)
+    expected = [bodies[i % len(bodies)] for i in range(1, 1 + 2 * per_publisher)]
+    stored: list[bytes] = []
+    with open_reader(str(broker.data_dir / "streams" / "spans" / "log"), OffsetSpec.first()) as r:
+        for chunk in r:
+            stored += [record for _, record in chunk.records]
+            if len(stored) >= len(expected):
+                break
+    assert stored == expected
+    with open_reader(str(broker.data_dir / "streams" / "spans" / "log"), OffsetSpec.first(),
+                     ["r05"]) as r:  # the Bloom filters: every r05 message's chunk is read
+        seen = set()
+        for chunk in r:
+            seen.update(offset for offset, _ in chunk.records)
+            if max(seen, default=-1) >= len(expected) - 1:
+                break
+    assert {i for i in range(len(expected)) if values[i] == "r05"} <= seen

@@ -16,6 +16,7 @@ from amqp_stream.streamproto import (
     State,
 )
 from amqp_stream.streamproto import frames as f
+from storage.kept import KeptBuffers
 
 OK = ResponseCode.OK
 PLAIN = b"\0guest\0guest"
@@ -423,4 +424,51 @@ def test_large_publish_frame_is_one_copy():
         conn.receive_data(data[i:i + 65536])
     event = conn.next_event()
     assert event == publish
+    assert conn.buffered == 0
+
+
+def _spanned_publish(first: int, count: int = 700) -> f.Publish:
+    """A v2 Publish of messages of varying sizes with values of one length (the Spark sink's
+    frames: ``SpannedEntries``), above ``BIG_FRAME``."""
+    return f.Publish(1, tuple((i, f"r{i % 7:02d}", bytes([i % 251]) * (80 + i % 97), None)
+                              for i in range(first, first + count)), 2)
+
+
+def _read(conn: ServerConnection, data: bytes, size: int = 65521) -> list:
+    """The events of ``data`` read in pieces that end inside frames, taken after each read
+    (as the adapter does)."""
+    got = []
+    for i in range(0, len(data), size):
+        conn.receive_data(data[i:i + size])
+        got += events(conn)
+    return got
+
+
+def test_large_frames_are_gathered_into_buffers_reused_once_nothing_holds_them(monkeypatch):
+    """A large frame is decoded from a buffer of its own (read in pieces, the next frame's
+    head in the same read); that buffer is taken again for a later large frame only once
+    nothing holds the first frame (its messages, what storage would make of them): a frame
+    still held keeps its bytes."""
+    from amqp_stream.streamproto import connection
+    monkeypatch.setattr(connection, "_FRAMES", KeptBuffers(4, 1 << 24))
+    conn = ServerConnection(frame_max=0)
+    handshake(conn, client_tune=f.Tune(0, 0))
+    publishes = [_spanned_publish(k * 1000) for k in range(4)]
+    data = b"".join(map(f.encode, publishes[:2])) + f.encode(f.Heartbeat())
+    assert len(f.encode(publishes[0])) > connection.BIG_FRAME
+    first, second, beat = _read(conn, data)
+    assert (first, second, beat) == (publishes[0], publishes[1], f.Heartbeat())
+    assert type(first.messages).__name__ == "SpannedEntries"
+    held = first.messages.src
+    assert type(held) is bytearray and second.messages.src is not held
+    freed = id(second.messages.src)  # (its id: a reference would hold it; _FRAMES keeps it)
+    del second
+    (third,) = _read(conn, f.encode(publishes[2]))
+    assert third == publishes[2]
+    assert id(third.messages.src) == freed  # reused: nothing held it
+    assert first == publishes[0]             # still held: not overwritten
+    del first, held, third
+    (fourth,) = _read(conn, f.encode(publishes[3]))
+    assert fourth == publishes[3]
+    assert connection._FRAMES.holds(fourth.messages.src)
     assert conn.buffered == 0
