@@ -309,15 +309,16 @@ class EntryRun:
 
 
 _MASKED_FROM = 256  # entries from which ``EntrySpans.entries`` masks rather than joins
+#: buffers ``EntrySpans.entries`` puts data sections in (the writer's chunk parts, held until
+#: written)
+_DATA = KeptBuffers(32, 32 << 20)
+#: the bytes of source it compresses at once (its result: below glibc's smallest mmap
+#: threshold, 128 KiB, so the allocator reuses it)
+_BLOCK = 64 << 10
 #: bool buffers ``EntrySpans.entries`` builds its masks in, kept for the next call: a thread
 #: takes one (``list.pop`` and ``append`` are atomic), so at most ``_MASKS_KEPT`` of at most
 #: ``_MASK_KEPT_MAX`` bytes each stay allocated. Why: a fresh mask of a 1 MiB frame is 256
 #: fresh pages, ~3 µs each on a VM that gives freed pages back to its host (``bench.page_cost``)
-#: buffers ``EntrySpans.entries`` puts data sections in (the writer's chunk parts, held until
-#: written), and the bytes of source it compresses at once (its result: below glibc's
-#: smallest mmap threshold, 128 KiB)
-_DATA = KeptBuffers(32, 32 << 20)
-_BLOCK = 64 << 10
 _MASKS: list[np.ndarray] = []
 _MASKS_KEPT = 2
 _MASK_KEPT_MAX = 8 << 20
