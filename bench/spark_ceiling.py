@@ -9,6 +9,13 @@ else, so their rates are the fastest any Python data source can be on this machi
   it is given (built once per task, then the same batch again), no work per row;
 - ``bench-ceiling`` write: an Arrow writer that counts the batches' rows and drops them.
 
+With ``streamUrl`` (and ``url``, ``stream``, ``filterValueColumn`` as for ``amqp-stream``) the
+write is the floor of a stream-protocol sink into this broker instead: each task encodes its
+first batch once (as the ``streamUrl`` sink does) and then, for every batch Spark hands it,
+publishes those same frames again with the sink's own sender (window, confirms), so the broker
+stores as many messages of the same sizes and filter values as the real sink sends, and no row
+is encoded after the first batch. What the real sink costs beyond it is its encoding.
+
 Options: ``schema`` (a ``StructType``'s JSON); for the read ``rows`` (in all) and ``numPartitions``.
 """
 
@@ -86,6 +93,32 @@ class _Writer(DataSourceArrowWriter):
         return _Count(sum(batch.num_rows for batch in iterator))
 
 
+class _ResendWriter(DataSourceArrowWriter):
+    def __init__(self, options, schema):
+        self.options, self.schema = dict(options), schema
+
+    def write(self, iterator):
+        from amqp_stream.spark.encoding import ArrowEncoder
+        from amqp_stream.spark.mapping import WritePlan
+        from amqp_stream.spark.options import SourceOptions
+        from amqp_stream.spark.stream_sink import _Sender
+        opts = {k: v for k, v in self.options.items() if k.lower() != "schema"}
+        parsed = SourceOptions.parse(opts)
+        encoder = ArrowEncoder(WritePlan.for_schema(self.schema, parsed.filter_value_column), self.schema)
+        frames: dict[int, list] = {}  # by batch size: the frames of the first batch of that size
+        rows = 0
+        with _Sender(parsed, encoder, "bench-ceiling") as sender:
+            sender.declare(1, parsed.stream, None)  # no reference: the broker keeps every copy
+            for batch in iterator:
+                n = batch.num_rows
+                if n not in frames:
+                    frames[n] = list(sender.frames(1, batch, 1))
+                sender.send_frames(frames[n])
+                rows += n
+            sender.finish()
+        return _Count(rows)
+
+
 class CeilingDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
@@ -101,6 +134,8 @@ class CeilingDataSource(DataSource):
         return _Reader(schema, int(self.options.get("rows", "0")), int(self.options.get("numPartitions", "1")))
 
     def writer(self, schema, overwrite: bool):
+        if any(k.lower() == "streamurl" for k in self.options):
+            return _ResendWriter(self.options, schema)
         return _Writer()
 
 

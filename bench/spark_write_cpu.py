@@ -6,7 +6,8 @@ the ratio to Parquet with them; the CPU each process spends a row moves much les
 machine can do. Each process's CPU is read from ``/proc`` (this process's descendants: the
 JVM, the Python workers under it, the broker; a worker that exited is counted in its parent)
 before and after Spark's Parquet write, the no-op Arrow writer (``bench.spark_ceiling``) and
-the ``streamUrl`` sink, of the same cached DataFrame (``bench.spark``'s five columns). Each
+the floor of a stream-protocol sink (``bench.spark_ceiling``: the first batch's frames sent again for
+every batch, no encoding after it) and the ``streamUrl`` sink, of the same cached DataFrame (``bench.spark``'s five columns). Each
 stream is deleted after its write, as Parquet's ``overwrite`` deletes its files: the next write
 may take the pages they gave back (on a VM that reports free pages, a page not touched lately
 costs ~10x more, and freed pages are soon reported: ``bench.page_cost``).
@@ -89,22 +90,33 @@ def main(argv=None) -> int:
              .option("declare", "true").option("filterValueColumn", "region")
              .option("streamUrl", broker.stream_url).mode("append").save())
 
-        def delete(stream: str) -> None:
-            """Its pages for the next write, as Parquet's overwrite gives its files' back."""
+        def floor(stream: str) -> None:
             with amqp.connect(broker.url) as client:
-                client.delete(stream)
+                client.declare(stream)
+            (df.write.format("bench-ceiling").option("schema", df.schema.json()).option("url", broker.url)
+             .option("stream", stream).option("filterValueColumn", "region")
+             .option("streamUrl", broker.stream_url).mode("append").save())
+
+        def stored(stream: str) -> None:
+            """Every row is in the stream; then the stream is deleted: its pages for the next
+            write, as Parquet's overwrite gives its files' back."""
+            with amqp.connect(broker.url) as client:
+                held = client.delete(stream)
+            assert held == args.rows, f"{stream}: {held} of {args.rows} rows stored"
 
         # warm-up: the JVM's paths, the Python workers
         df.write.mode("overwrite").parquet(os.path.join(tmp, "p"))
         sink("warm")
-        delete("warm")
+        stored("warm")
         print(f"{args.rows} rows, {args.partitions} partition(s); CPU us a row by process")
         for r in range(args.rounds):
             measure("parquet", lambda: df.write.mode("overwrite").parquet(os.path.join(tmp, "p")))
             measure("ceiling", lambda: df.write.format("bench-ceiling").option("schema", df.schema.json())
                     .mode("append").save())
+            measure("floor", lambda: floor(f"f{r}"))
+            stored(f"f{r}")
             measure("streamUrl", lambda: sink(f"w{r}"))
-            delete(f"w{r}")
+            stored(f"w{r}")
     spark.stop()
     return 0
 

@@ -121,7 +121,11 @@ class _Sender:
         self.client.declare_publisher(publisher_id, stream, reference or "")
 
     def send(self, publisher_id: int, batch, first: int) -> None:
-        for frame, count in self.frames(publisher_id, batch, first):
+        self.send_frames(self.frames(publisher_id, batch, first))
+
+    def send_frames(self, frames: Iterable[tuple[Frame, int]]) -> None:
+        """Send ``frames`` (each with its message count), waiting while the window is full."""
+        for frame, count in frames:
             while self.sent - self.client.confirmed - self.client.errors > self.window - count:
                 _pump(self.client, self.opts.timeout, self.sent)
             for part in frame:
