@@ -76,6 +76,7 @@ def test_spanned_frames_store_the_bytes_and_send_the_confirms_of_the_plain_path(
     if numpy_from == 30:  # the filter values decoded before forgotten: decoded afresh
         traffic._FIELDS.clear()
         traffic._TABLES.clear()
+        traffic._CODES.clear()
     try:
         same_as_the_plain_path(config, reference, max_size, turns)
     finally:
