@@ -8,7 +8,7 @@ Layout and semantics: ``../shared/design/storage-format.md``, "Chunk filter (sta
 """
 
 from bloom.errors import BloomError
-from bloom.filter import ChunkFilter, build
+from bloom.filter import ChunkFilter, build, build_distinct
 from bloom.matcher import Matcher
 from bloom.phash2 import phash2_binary, phash2_list
 from bloom.schemes import (
@@ -31,6 +31,7 @@ __all__ = [
     "Matcher",
     "Scheme",
     "build",
+    "build_distinct",
     "choose_k",
     "phash2_binary",
     "phash2_list",

@@ -30,7 +30,7 @@ from bloom.schemes import (
     unfiltered_mask,
 )
 
-__all__ = ["ChunkFilter", "FilterValue", "build", "value_bytes"]
+__all__ = ["ChunkFilter", "FilterValue", "build", "build_distinct", "value_bytes"]
 
 FilterValue = str | bytes | bytearray | memoryview | None
 """One filter value; a record's entry in ``build`` may also be a tuple of them (several values)."""
@@ -110,3 +110,27 @@ def build(values: Iterable[FilterValue | tuple[FilterValue, ...]], size: int,
     for raw in distinct:
         acc |= _value_mask(raw, size, scheme, param)
     return ChunkFilter(acc.to_bytes(size, "big"), int(scheme), param)
+
+
+#: ``build_distinct`` caches the filters of sets of at most this many values
+DISTINCT_CACHED = 256
+_TEXT = {str, type(None)}
+
+
+def build_distinct(values: set | frozenset, size: int, scheme: int) -> ChunkFilter | None:
+    """``build`` of a chunk's distinct values, the filter cached by the set when the values are
+    text (or None) and few.
+
+    Why: a publisher's chunks one after the other usually hold the same few values (a Spark
+    sink's 1,000-message frame: the same 100 each time), and building their filter is a cache
+    hit, a mask and an OR per value (~45 µs a chunk of 100 values); the set's hash and one
+    compare are a few µs. Other values (bytes, views, tuples) are built as they come, so the
+    cache holds nothing that keeps a frame's buffer alive."""
+    if len(values) <= DISTINCT_CACHED and set(map(type, values)) <= _TEXT:
+        return _build_cached(frozenset(values), size, scheme)
+    return build(values, size, scheme)
+
+
+@lru_cache(maxsize=64)
+def _build_cached(values: frozenset, size: int, scheme: int) -> ChunkFilter | None:
+    return build(values, size, scheme)

@@ -343,6 +343,60 @@ def _unmask(buf: np.ndarray) -> None:
         _MASKS.append(buf)
 
 
+#: ``EntrySpans.entries`` copies rows when the longest entry times the entries is at most this
+#: many times the data section (rows of about one size); else it masks
+_ROWS_SPREAD = 2
+
+
+def _rows(raw: bytes | bytearray, begins: np.ndarray, sizes: np.ndarray, longest: int,
+          total: int) -> memoryview:
+    """The entries of ``raw`` that start at ``begins`` (``sizes`` bytes each, ascending and
+    apart), one after the other: ``total`` bytes, in a kept buffer.
+
+    How: ``raw`` seen as rows of ``longest`` bytes, one starting at each byte (a strided view,
+    no copy), gives each entry with what follows it by one fancy index (a memcpy a row), and
+    the output seen the same way takes them at their places by one fancy assignment, a block
+    of rows at a time. A row is longer than its entry: its tail lands where the next entries
+    go, and they are written after it (numpy assigns the rows of a 1-d index in order, which
+    ``_ROWS_IN_ORDER`` checks at import), so every byte ends as the last row over it puts it.
+    The last entries, whose row would run past ``raw``, are copied one by one."""
+    n = len(begins)
+    dest = np.empty(n, np.intp)
+    dest[0] = 0
+    np.cumsum(sizes[:-1], out=dest[1:])
+    last = len(raw) - longest  # the last place a row of ``raw`` may start
+    whole = n if int(begins[-1]) <= last else int(np.searchsorted(begins, last, "right"))
+    data = _DATA.take(total + longest)  # (room for the last row's tail)
+    src = np.ndarray((last + 1, longest), np.uint8, raw, 0, (1, 1))
+    out = np.ndarray((total + 1, longest), np.uint8, data, 0, (1, 1))
+    step = max(1, _BLOCK // longest)  # rows a block: each fancy index's result is small
+    for a in range(0, whole, step):
+        b = min(a + step, whole)
+        out[dest[a:b]] = src[begins[a:b]]
+    del src, out
+    if whole < n:
+        view = memoryview(raw)
+        for k in range(whole, n):
+            d, b, size = int(dest[k]), int(begins[k]), int(sizes[k])
+            data[d:d + size] = view[b:b + size]
+        del view
+    return memoryview(data)[:total].toreadonly()
+
+
+def _rows_in_order() -> bool:
+    """numpy assigns overlapping rows of a fancy index in the index's order (a later row's
+    bytes win): what ``_rows`` relies on, checked here, so that a numpy that does otherwise
+    makes ``entries`` mask instead of storing wrong bytes."""
+    rows = np.arange(1, 65, dtype=np.uint8).reshape(16, 4)
+    out = np.zeros(20, np.uint8)
+    at = np.arange(16, dtype=np.intp)
+    np.ndarray((17, 4), np.uint8, out, 0, (1, 1))[at] = rows
+    return bool((out[:16] == rows[:, 0]).all() and (out[16:19] == rows[15, 1:]).all())
+
+
+_ROWS_IN_ORDER = _rows_in_order()
+
+
 class EntrySpans:
     """Simple entries of varying sizes as a client's frame holds them: entry ``k`` is
     ``raw[starts[k] + skip:starts[k + 1]]`` (its size field and record), after ``skip`` bytes
@@ -356,15 +410,17 @@ class EntrySpans:
     chunk's part is cut with C-level maps over ``starts``. The caller checks that each entry's
     size field matches its span (``streamproto``'s decoder finds ``starts`` by those fields)."""
 
-    __slots__ = ("raw", "starts", "skip", "count", "_largest")
+    __slots__ = ("raw", "starts", "skip", "count", "_largest", "_places")
 
     def __init__(self, raw: bytes | bytearray, starts: list[int], skip: int,
-                 largest: int | None = None) -> None:
+                 largest: int | None = None, places: np.ndarray | None = None) -> None:
         if len(starts) < 2 or skip < 0 or starts[-1] > len(raw) or starts[0] < 0:
             raise StorageError(f"entry spans of {len(starts) - 1} entries do not lie in "
                                f"{len(raw)} bytes")
         self.raw, self.starts, self.skip, self.count = raw, starts, skip, len(starts) - 1
         self._largest = largest  # the largest record's size, when the caller knows it
+        # ``starts`` as an array of ``np.intp``, when the caller has made one
+        self._places = places if places is not None and len(places) == len(starts) else None
 
     def _from(self, first: int, n: int, extra: int) -> Iterable[slice]:
         starts = self.starts
@@ -373,19 +429,33 @@ class EntrySpans:
 
     def entries(self, first: int, n: int) -> bytes | memoryview:
         """The data section bytes of entries ``first .. first + n``: the span less each
-        entry's first ``skip`` bytes, by numpy (a mask and one compress: no object per
-        entry), or for a few entries one join.
+        entry's first ``skip`` bytes, by numpy (no object per entry), or for a few entries one
+        join. The result of numpy's cut is a read-only ``memoryview`` of a kept buffer
+        (``_DATA``, taken again once the writer has written it and nothing holds it): a
+        buffer made anew costs a page fault per 4 KiB on this VM (``bench.page_cost``).
 
-        The masked result is a read-only ``memoryview`` of a kept buffer (``_DATA``, taken
-        again once the writer has written it and nothing holds it), filled a block at a time
-        (numpy's compress makes its result anew: a block's is small enough for the
-        allocator to reuse), and the mask is a kept buffer too (``_mask``): a buffer made
-        anew costs a page fault per 4 KiB on this VM (``bench.page_cost``). The mask's heads
-        are cleared through a view of it with a row per byte (one fancy assignment, no index
-        per masked byte)."""
+        Entries of about one size (the usual frame) are copied as rows (``_rows``: a few
+        bytes of memcpy each); the others by a mask over the span's bytes (``_masked``)."""
         skip = self.skip
         if n < _MASKED_FROM or not skip:
             return b"".join(map(self.raw.__getitem__, self._from(first, n, 0)))
+        starts, places = self.starts, self._places
+        at = places[first:first + n + 1] if places is not None else \
+            np.fromiter(starts[first:first + n + 1], np.intp, n + 1)
+        begins = at[:-1] + skip  # where each entry's size field is
+        sizes = at[1:] - begins  # what each takes in the data section
+        longest = int(sizes.max())
+        total = starts[first + n] - starts[first] - n * skip
+        if _ROWS_IN_ORDER and longest * n <= _ROWS_SPREAD * total:
+            return _rows(self.raw, begins, sizes, longest, total)
+        return self._masked(first, n)
+
+    def _masked(self, first: int, n: int) -> memoryview:
+        """``entries`` by a mask and a compress, filled a block at a time (numpy's compress
+        makes its result anew: a block's is small enough for the allocator to reuse); the mask
+        is a kept buffer (``_mask``), its heads cleared through a view of it with a row per
+        byte (one fancy assignment, no index per masked byte)."""
+        skip = self.skip
         starts = self.starts
         low, high = starts[first], starts[first + n]
         span = high - low
@@ -464,6 +534,15 @@ class PublishingIds:
 
 
 _ID = struct.Struct(">Q")
+
+
+class TextValues(list):
+    """Filter values each a ``str`` or None, as whoever made the list vouches (the stream
+    protocol's publisher: its decoder makes no other): ``Stream.append_batch`` then skips the
+    check of each value's type, a pass over a turn's values (~5 % of the loop thread's time for
+    the Spark sink's traffic). Put nothing else in one."""
+
+    __slots__ = ()
 
 
 def run_entries(items: Iterable[object]) -> list:

@@ -27,7 +27,7 @@ from storage.config import FsyncPolicy, StreamConfig
 from storage.derived import Bounds, Wanted
 from storage.errors import StorageError, StreamClosedError
 from storage.format import (SEGMENT_HEADER_BYTES, EntryRun, EntrySpans, PublishingIds,
-                            SubBatchEntry, run_entries)
+                            SubBatchEntry, TextValues, run_entries)
 from storage.offsets import OffsetSpec
 from storage.reader import Columns, Reader
 from storage.recovery import SegmentInfo, recover
@@ -160,7 +160,8 @@ class Stream:
         _check_frames(frames, n)
         if n and max(map(len, bodies)) > MAX_RECORD_BYTES:
             raise StorageError(f"a record is at most {MAX_RECORD_BYTES} bytes")
-        if filter_values is not None and not set(map(type, filter_values)) <= _VALUE_TYPES \
+        if filter_values is not None and type(filter_values) is not TextValues \
+                and not set(map(type, filter_values)) <= _VALUE_TYPES \
                 and any(map(_bad_value, filter_values)):
             raise StorageError("filter values are str, bytes, a tuple of them, or None")
         if records is not None:
@@ -220,7 +221,8 @@ class Stream:
         if filter_values is not None:
             if len(filter_values) != entries:
                 raise StorageError("filter_values must have one entry per record")
-            if not set(map(type, filter_values)) <= _VALUE_TYPES \
+            if type(filter_values) is not TextValues \
+                    and not set(map(type, filter_values)) <= _VALUE_TYPES \
                     and any(map(_bad_value, filter_values)):
                 raise StorageError("filter values are str, bytes, a tuple of them, or None")
         _check_frames(frames, entries)

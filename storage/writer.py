@@ -925,7 +925,7 @@ class Writer:
                     if fsize:
                         chunk_values = values[i:i + n]
                         if any(chunk_values):
-                            filt = bloom.build(_distinct(chunk_values), fsize, scheme)
+                            filt = _filter(chunk_values, fsize, scheme)
                     if wb_i < len(wbs) and wbs[wb_i].first < off + recs:
                         seqs: dict[bytes, int] = {}
                         while wb_i < len(wbs) and wbs[wb_i].last < off + recs:
@@ -1339,14 +1339,15 @@ def _trailing_run(values: list[FilterValue], i: int, end: int,
     return v, min(run, RUN_CUT_MIN)
 
 
-def _distinct(values: list[FilterValue]
-              ) -> Iterable[FilterValue]:
-    """The values deduplicated in C (``bloom.build`` works per value); unhashable ones (a
+def _filter(values: list[FilterValue], size: int, scheme: int) -> bloom.ChunkFilter | None:
+    """The chunk filter of records with ``values``, deduplicated in C first (``bloom.build``
+    works per value; a set's filter is cached: ``bloom.build_distinct``); unhashable ones (a
     ``bytearray``) are passed as they are."""
     try:
-        return set(values)
+        distinct = set(values)
     except TypeError:
-        return values
+        return bloom.build(values, size, scheme)
+    return bloom.build_distinct(distinct, size, scheme)
 
 
 def lock_directory(directory: str) -> int:

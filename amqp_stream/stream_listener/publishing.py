@@ -54,7 +54,7 @@ from amqp_stream.core import ByteBudget
 from amqp_stream.streamproto import (
     PackedEntries, PublishConfirm, PublishError, ResponseCode, SpannedEntries,
 )
-from storage.format import PublishingIds, SubBatchEntry, decode_records
+from storage.format import PublishingIds, SubBatchEntry, TextValues, decode_records
 
 if TYPE_CHECKING:
     from amqp_stream.stream_listener.connection import StreamConnection
@@ -96,7 +96,7 @@ class StreamPublisher:
         self.held = 0  # bytes of messages not yet durable
         self.throttled = False
         self.bodies: list[Any] = []  # bodies, SubBatchEntrys and EntryRuns
-        self.values: list[Any] = []  # one per entry (a run: one per message)
+        self.values = TextValues()  # one per entry (a run: one per message), str or None
         self.valued = False  # some value in ``values`` is not None
         self.confirm = bytearray()  # every publishing id of the turn, 8 bytes each
         self.entries = 0  # entries in ``bodies``, an EntryRun counting its messages
@@ -216,7 +216,7 @@ class StreamPublisher:
             return
         frames, confirm, entries = self.frames, bytes(self.confirm), self.entries
         runs, valued = self.runs, self.valued
-        self.bodies, self.values, self.frames = [], [], []
+        self.bodies, self.values, self.frames = [], TextValues(), []
         self.confirm, self.entries, self.runs, self.valued = bytearray(), 0, False, False
         held, self.batch_bytes = self.batch_bytes, 0
         records = entries + self.extra if self.batched else None

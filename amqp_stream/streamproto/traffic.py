@@ -32,7 +32,7 @@ import operator
 import struct
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import ClassVar, Iterator, NamedTuple
+from typing import Callable, ClassVar, Iterator, NamedTuple
 
 import numpy as np
 
@@ -196,13 +196,14 @@ class SpannedEntries(_Entries):
     ``(publishing_id, filter_value, data, None)`` tuples (built on first use), as
     ``PackedEntries`` is."""
 
-    __slots__ = ("src", "starts", "skip", "count", "values", "_id_bytes", "_ids", "_largest",
-                 "_messages")
+    __slots__ = ("src", "starts", "places", "skip", "count", "values", "_id_bytes", "_ids",
+                 "_largest", "_messages")
 
     def __init__(self, src: bytes | bytearray, starts: list[int], skip: int, id_bytes: bytes,
-                 values: list[str | None] | None):
+                 values: list[str | None] | None, places: np.ndarray | None = None):
         self.src = src  # the frame's bytes; entry k lies at starts[k] .. starts[k + 1]
         self.starts = starts
+        self.places = places  # ``starts`` as an array, when the decoder made one
         self.skip = skip  # bytes before each entry's size field
         self.count = len(starts) - 1
         self._id_bytes = id_bytes  # the publishing ids, 8 bytes each, big-endian
@@ -239,7 +240,7 @@ class SpannedEntries(_Entries):
 
     def run(self) -> EntrySpans:
         """The entries as storage takes them whole (no object per message)."""
-        return EntrySpans(self.src, self.starts, self.skip, self._largest)
+        return EntrySpans(self.src, self.starts, self.skip, self._largest, self.places)
 
     def id_bytes(self) -> bytes:
         """The publishing ids as a PublishConfirm holds them (8 bytes each, big-endian)."""
@@ -400,31 +401,83 @@ def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntr
         return _few(src, pos, count, version, length, skip)
     starts = [pos] * (count + 1)
     at = pos
+    size_at = _size_at(skip)
     # a size with its top bit set (a sub-entry batch, or a v2 error) takes ``at`` 2 GiB on:
     # the frame does not add up, and the caller's walk tells what it is
     try:
         for k in range(count):
             starts[k] = at
-            at += head + _SIZE_AT(src, at + skip)[0]
+            at += head + size_at(src, at)[0]
     except struct.error:  # an entry's head runs past the frame
         return None
     if at != end:
         return None
     starts[count] = at
-    # each entry's first ``skip`` bytes, a row each: rows of a view of every ``skip`` bytes
-    heads = np.ndarray((end - skip + 1, skip), np.uint8, src, 0, (1, 1))[
-        np.fromiter(starts, np.intp, count)]
-    id_bytes = heads[:, :8].tobytes()
+    places = np.fromiter(starts, np.intp, count + 1)
+    firsts = places[:-1]
+    # the frame as big-endian words, one starting at each byte (a view): a word an entry
+    words = np.ndarray((end - 7,), _IDS, src, 0, (1,))
+    id_bytes = words[firsts].tobytes()
     values: list[str | None] | None = None
     if version != 1:
-        fields = heads[:, 8:]
-        if not (fields[:, :2] == fields[0, :2]).all():  # length fields of several lengths
-            return None
-        if width > 2 or length != _NO_FILTER:
-            values = _values(np.ascontiguousarray(fields), width)
-            if values is None:
+        if width <= 8 and starts[count - 1] + 16 <= end:
+            # each filter field as a number: its word less what follows it
+            codes = words[firsts + 8] >> np.uint64(64 - 8 * width)
+            if not (codes >> np.uint64(8 * width - 16) == length).all():
+                return None  # length fields of several lengths
+            if width > 2 or length != _NO_FILTER:
+                values = _coded_values(codes, width)
+                if values is None:
+                    return None
+        else:
+            # each entry's first ``skip`` bytes, a row each: rows of a view of every ``skip``
+            # bytes
+            heads = np.ndarray((end - skip + 1, skip), np.uint8, src, 0, (1, 1))[firsts]
+            fields = heads[:, 8:]
+            if not (fields[:, :2] == fields[0, :2]).all():  # length fields of several lengths
                 return None
-    return SpannedEntries(src, starts, skip, id_bytes, values)
+            if width > 2 or length != _NO_FILTER:
+                values = _values(np.ascontiguousarray(fields), width)
+                if values is None:
+                    return None
+    return SpannedEntries(src, starts, skip, id_bytes, values, places)
+
+
+@lru_cache(maxsize=64)
+def _size_at(skip: int) -> Callable[..., tuple[int]]:
+    """Reads the size field of the simple entry at a place, after ``skip`` bytes."""
+    return struct.Struct(f">{skip}xI").unpack_from
+
+
+#: ``_coded_values``' filter fields decoded lately, by width: the fields as numbers (sorted)
+#: and the ``str`` of each; loop thread only
+_CODES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _coded_values(codes: np.ndarray, width: int) -> list[str | None] | None:
+    """``_values`` for filter fields of at most 8 bytes given as numbers (``codes``: each
+    field's bytes read as a big-endian integer, one to one): a binary search per frame in the
+    fields decoded before, no object made per message; None when a value is not UTF-8."""
+    table = _CODES.get(width)
+    seen = codes
+    if table is not None:
+        known, strs = table
+        at = np.searchsorted(known, codes)
+        np.minimum(at, len(known) - 1, out=at)
+        if (known[at] == codes).all():  # every field exactly one decoded before
+            return strs[at].tolist()
+        if len(known) + len(codes) <= VALUES_KEPT:
+            seen = np.concatenate((known, codes))
+    distinct = np.unique(seen)
+    try:
+        strs = np.array([_value(c.to_bytes(width, "big")) for c in distinct.tolist()] + [None],
+                        object)[:-1]  # (the None: an array of objects even for tuples)
+    except ValueError:  # UnicodeDecodeError
+        return None
+    if len(_CODES) > 64:
+        _CODES.clear()
+    _CODES[width] = (distinct, strs)
+    return _coded_values(codes, width)
 
 
 def walk_messages(buf: memoryview, pos: int, count: int, version: int) -> tuple[PublishedMessage, ...]:

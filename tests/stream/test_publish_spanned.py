@@ -21,7 +21,7 @@ from amqp_stream.streamproto import Publish, PublishConfirm, SpannedEntries
 from amqp_stream.streamproto import traffic
 from amqp_stream.streamproto.frames import decode, encode
 from amqp_stream.streams import StreamEntry
-from storage.format import EntrySpans, encode_entries
+from storage.format import EntrySpans, TextValues, encode_entries
 from tests.stream.test_publish_packed import _Socket, same_as_the_plain_path, scenario_of
 
 
@@ -76,6 +76,7 @@ def test_spanned_frames_store_the_bytes_and_send_the_confirms_of_the_plain_path(
     if numpy_from == 30:  # the filter values decoded before forgotten: decoded afresh
         traffic._FIELDS.clear()
         traffic._TABLES.clear()
+        traffic._CODES.clear()
     try:
         same_as_the_plain_path(config, reference, max_size, turns)
     finally:
@@ -97,6 +98,7 @@ def test_a_named_v2_publisher_hands_storage_the_frames_whole(tmp_path):
             pub.publish(decode(_v2(first, first + 99)).messages)
         assert [type(b) for b in pub.bodies] == [EntrySpans, EntrySpans]
         assert pub.values == ["r07"] * 200
+        assert type(pub.values) is TextValues  # str or None by construction: not checked again
         assert bytes(pub.confirm) == struct.pack(">200Q", *range(5, 205))
         pub.flush()
         stream.flush(10)
