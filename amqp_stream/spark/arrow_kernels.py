@@ -30,7 +30,7 @@ import numpy as np
 from pyspark.sql.types import (BinaryType, BooleanType, DecimalType, DoubleType, IntegerType, LongType,
                                StringType)
 
-from amqp_stream.spark.row_concat import Rows, as_array, join, lengths, matrix
+from amqp_stream.spark.row_concat import Rows, as_array, either, join, lengths, matrix
 
 __all__ = ["Kernels"]
 
@@ -142,17 +142,26 @@ class Kernels:
         pa, pc = _pa()
         return [bytes((code8,)), self._len8(pc.binary_length(raw)), raw]
 
-    def _small(self, col: Any, small_code: bytes, big_code: bytes, code: str) -> Any:
-        """An integer as ``small_code`` + one byte when -128..127, else ``big_code`` + big-endian."""
-        pa, pc = _pa()
-        small = pc.and_(pc.greater_equal(col, -128), pc.less_equal(col, 127)).fill_null(False)
-        if not pc.any(small).as_py():  # the usual column: all of one form, one join
-            return self._valid(col, self._join(*self._big(col, big_code, code)))
-        low = self.byte.take(pc.bit_wise_and(col.fill_null(0).cast(pa.int64()), 255))
-        if pc.all(small).as_py():
-            return self._valid(col, self._join(pa.scalar(small_code), low))
-        out = pc.if_else(small, as_array(self._join(small_code, low)), as_array(self._join(big_code, self._be(col, code))))
-        return self._valid(col, out)
+    def _small_parts(self, col: Any, small_code: bytes, big_code: bytes, code: str) -> list[Any]:
+        """An integer as ``small_code`` + one byte when -128..127, else ``big_code`` + big-endian
+        (``code``: the numpy type code of its width), as pieces for a caller's join (null where
+        ``col`` is). A column of both forms is one binary array (``row_concat.either``)."""
+        values = (col.fill_null(0) if col.null_count else col).to_numpy()
+        small = (values >= -128) & (values <= 127)
+        if not small.any():  # the usual column: all of one form
+            parts = self._big(col, big_code, code)
+        elif small.all():
+            parts = [small_code, matrix(values.astype(np.int8))]
+        else:
+            n = len(values)
+            first = np.empty((n, 2), np.uint8)
+            first[:, 0] = small_code[0]
+            first[:, 1:] = matrix(values.astype(np.int8))
+            second = np.empty((n, 1 + np.dtype(code).itemsize), np.uint8)
+            second[:, 0] = big_code[0]
+            second[:, 1:] = matrix(values.astype(">" + code))
+            parts = [either(small, first, second)]
+        return [self._valid(col, self._join(*parts))] if col.null_count else parts
 
     def _big(self, col: Any, big_code: bytes, code: str) -> list[Any]:
         pa, _ = _pa()
@@ -166,12 +175,12 @@ class Kernels:
             return self._sized_parts(0xA1, col.cast(pa.binary()))
         if isinstance(dtype, DecimalType):
             return self._sized_parts(0xA1, self._text(col).cast(pa.binary()))
-        if not col.null_count:
-            if isinstance(dtype, DoubleType):
-                return self._big(col, b"\x82", "d")
-            if isinstance(dtype, (IntegerType, LongType)) and not pc.any(
-                    pc.and_(pc.greater_equal(col, -128), pc.less_equal(col, 127))).as_py():
-                return self._big(col, b"\x71", "i") if isinstance(dtype, IntegerType) else self._big(col, b"\x81", "q")
+        if isinstance(dtype, IntegerType):
+            return self._small_parts(col, b"\x54", b"\x71", "i")
+        if isinstance(dtype, LongType):
+            return self._small_parts(col, b"\x55", b"\x81", "q")
+        if not col.null_count and isinstance(dtype, DoubleType):
+            return self._big(col, b"\x82", "d")
         return [self._value(col, dtype)]
 
     def _value(self, col: Any, dtype: Any) -> Any:
@@ -181,10 +190,8 @@ class Kernels:
             return self._sized(0xA1, col.cast(pa.binary()))
         if isinstance(dtype, DecimalType):  # its text, as str() of the Decimal (mapping's converter)
             return self._sized(0xA1, self._text(col).cast(pa.binary()))
-        if isinstance(dtype, IntegerType):
-            return self._small(col, b"\x54", b"\x71", "i")
-        if isinstance(dtype, LongType):
-            return self._small(col, b"\x55", b"\x81", "q")
+        if isinstance(dtype, (IntegerType, LongType)):
+            return self._join(*self._value_parts(col, dtype))
         if isinstance(dtype, DoubleType):
             return self._valid(col, self._join(pa.scalar(b"\x82"), self._be(col, "d")))
         assert isinstance(dtype, BooleanType)
