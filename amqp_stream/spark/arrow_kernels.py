@@ -41,12 +41,6 @@ _STR8_PROPERTIES = {"message_id", "to", "subject", "reply_to", "correlation_id"}
 _CREATION_TIME = 9
 
 
-#: the bytes ``json`` escapes in a string (or that are not ASCII)
-_ESCAPED = np.ones(256, bool)
-_ESCAPED[0x20:0x7F] = False
-_ESCAPED[[0x22, 0x5C]] = True
-
-
 def _decimal_text(col: Any) -> Any:
     """``str`` of each value of a decimal column as pieces (its whole part's text, the point,
     the fraction's digits), or None where Arrow's cast must write it: a null, an unscaled value
@@ -297,8 +291,12 @@ class Kernels:
         start = int(np.frombuffer(offsets, kind, 1, col.offset * width)[0])
         end = int(np.frombuffer(offsets, kind, 1, (col.offset + len(col)) * width)[0])
         data = col.buffers()[2]
-        if data is not None and end > start and _ESCAPED[np.frombuffer(data, np.uint8, end - start, start)].any():
-            raise _Slow
+        if data is not None and end > start:
+            raw = np.frombuffer(data, np.uint8, end - start, start)
+            # outside 0x20-0x7E (the subtraction wraps below 0x20), or a quote, or a backslash:
+            # whole-array comparisons (~0.1 ns a byte), not a table look-up a byte (~1 ns)
+            if ((raw - np.uint8(0x20)) > np.uint8(0x5E)).any() or (raw == 0x22).any() or (raw == 0x5C).any():
+                raise _Slow
 
     @staticmethod
     def _or_null(col: Any, text: Any) -> Any:
