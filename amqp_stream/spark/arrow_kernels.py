@@ -46,7 +46,7 @@ def _decimal_text(col: Any) -> Any:
     the fraction's digits), or None where Arrow's cast must write it: a null, an unscaled value
     beyond 64 bits, a scale above 6 (``str`` may then write an exponent), a negative value with a
     fraction. Why: Arrow's decimal-to-string cast costs ~70 ns a value, an int64's ~20."""
-    import pyarrow as pa  # type: ignore[import-untyped]
+    pa, _ = _pa()
     n = len(col)
     if not n or col.null_count or not pa.types.is_decimal128(col.type) or not 0 <= col.type.scale <= 6:
         return None

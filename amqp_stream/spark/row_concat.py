@@ -151,7 +151,7 @@ def either(pick: np.ndarray, first: np.ndarray, second: np.ndarray) -> Any:
     out = np.empty((n, max(a, b)), np.uint8)
     out[:, :b] = second
     out[pick, :a] = first[pick]
-    sizes = np.where(pick, a, b)
+    sizes = b + (a - b) * pick.astype(np.int32)
     data = out[np.arange(out.shape[1]) < sizes[:, None]]
     offsets = np.zeros(n + 1, np.int32)
     np.cumsum(sizes, out=offsets[1:])
