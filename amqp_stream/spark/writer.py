@@ -175,6 +175,7 @@ class _PartitionPublisher:
             self.partitions = super_stream_partitions(opts, schema)
         else:
             ensure_stream(opts)
+        freeze_imports()  # the planning worker's too (the write's Python worker on the driver side)
 
     def write(self, iterator: Iterator) -> PublishCommit:
         """Arrow record batches (an Arrow writer, what Spark gives when it can) or ``Row``s."""
@@ -215,8 +216,9 @@ def freeze_imports() -> None:
 
     Why: Spark's Python daemon runs ``gc.collect()`` in the worker after every task (pyspark
     ``daemon.py``); over those ~60,000 objects it took ~25 ms a task (~0.05 µs a row of a
-    500,000-row partition, 5 % of the task's CPU in py-spy). They live as long as the worker;
-    frozen, later collections skip them and still collect what later tasks leave."""
+    500,000-row partition, 5 % of the task's CPU in py-spy), and as much in the workers that
+    plan and commit each write (the planner's ~50 ms a write was half of it). They live as long
+    as the worker; frozen, later collections skip them and still collect what later tasks leave."""
     global _frozen
     if not _frozen:
         _frozen = True
@@ -262,6 +264,7 @@ def _done(messages) -> tuple[int, int]:
 
 class BatchWriter(_PartitionPublisher, DataSourceArrowWriter):
     def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        freeze_imports()  # the commit's Python worker
         published, skipped = _done(messages)
         log.info("published %d rows to stream %s (%d already there)", published, self.opts.stream, skipped)
 
@@ -276,6 +279,7 @@ class StreamWriter(_PartitionPublisher, _StreamWriterBase):
     streaming = True
 
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        freeze_imports()  # the commit's Python worker
         published, skipped = _done(messages)
         log.info("micro-batch %d: published %d rows to stream %s (%d already there)", batchId, published,
                  self.opts.stream, skipped)
