@@ -7,7 +7,8 @@ per row can be compared old against new in one process. The bench's five columns
 - write: ``ArrowEncoder.encode_values`` (per value) against ``encode`` (Arrow kernels); and the
   ``streamUrl`` sink's whole task-side work a batch (the messages and their Publish frames, as
   ``stream_sink._Sender.frames`` builds them) with ``amount`` as Spark's ``id * 0.25`` gives it
-  (DECIMAL(23,2)), against the same of a ``--baseline`` checkout (a ``git archive`` of another
+  (DECIMAL(23,2)) and the rows shuffled as Spark's ``repartition`` hands them over, against the
+  same of a ``--baseline`` checkout (a ``git archive`` of another
   commit), loaded into this process beside this checkout's;
 - read: the tuple path (``wire_message`` + ``message_to_row``, then Spark's worker turning the
   tuples into Arrow, ``records_to_arrow_batches``) against the batch path (``stored_message``
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import struct
 import sys
 import time
@@ -59,7 +61,7 @@ def _frames_of(root: str | None, schema):
 def _sink_work(enc, frames, batches):
     """One pass of the ``streamUrl`` sink's task-side work over ``batches``: each batch's
     messages and Publish frames (publishing ids from 1, a 1 MiB frame limit)."""
-    encode = getattr(enc, "encode_pieces", enc.encode_array)
+    encode = enc.encode_pieces if hasattr(enc, "encode_pieces") else enc.encode_array
 
     def run() -> None:
         first = 1
@@ -102,9 +104,17 @@ def main(argv=None) -> int:
     from pyspark.sql.types import DecimalType
     sink_schema = StructType([f if f.name != "amount" else StructField("amount", DecimalType(23, 2))
                               for f in schema.fields])
-    sink_batches = [pa.RecordBatch.from_arrays(
-        [b.column(0), b.column(1), pa.array([Decimal(v) / 4 for v in b.column(0).to_pylist()], pa.decimal128(23, 2)),
-         b.column(3), b.column(4)], names=schema.names) for b in batches]
+    # the rows in the order Spark's repartition hands them over: shuffled, so every batch has
+    # integers of both AMQP forms (-128..127 in one byte) and numbers' texts of several widths
+    shuffled = list(range(args.rows))
+    random.Random(7).shuffle(shuffled)
+    sink_batches = []
+    for start in range(0, args.rows, 10_000):
+        ids = shuffled[start:start + 10_000]
+        sink_batches.append(pa.RecordBatch.from_arrays([
+            pa.array(ids, pa.int32()), pa.array([f"r{(i * 7919) % 100:02d}" for i in ids]),
+            pa.array([Decimal(i) / 4 for i in ids], pa.decimal128(23, 2)), pa.array([f"m-{i}" for i in ids]),
+            pa.array([i * 3 for i in ids], pa.int64())], names=schema.names))
     base_sink = _frames_of(args.baseline, sink_schema) if args.baseline else None
     enc = ArrowEncoder(WritePlan.for_schema(schema, "region"), schema)
     messages = [m for b in batches for m in enc.encode_values(b)]

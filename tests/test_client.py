@@ -393,3 +393,15 @@ def test_interrupt_drops_the_connection_without_waiting_on_the_engine(tmp_path):
         wait_for(lambda: scrape(b)["amqp_stream_connections"] == 0, 30, "the broker to see the socket closed")
     finally:
         b.close()
+
+
+def test_a_connection_makes_no_tls_contexts_it_does_not_use(conn, stream_name):
+    """proton's ``Container()`` made two OpenSSL contexts for every connection (~40 ms of CPU,
+    plain connections too); the client's container has none (``ssl`` None), and proton's own
+    ``SSLConfig`` is back in place for anyone else. TLS connections take their own domain
+    (``test_tls_*``)."""
+    from proton import _reactor
+
+    assert conn.conn.container.ssl is None
+    assert _reactor.SSLConfig.__name__ == "SSLConfig"
+    assert conn.declare(stream_name)["name"] == stream_name

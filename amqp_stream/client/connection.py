@@ -62,6 +62,35 @@ class TlsOptions:
         return d
 
 
+_container_lock = threading.Lock()
+
+
+def _no_ssl_config() -> None:
+    from proton import SSLUnavailable
+    raise SSLUnavailable("not made: this client gives each amqps:// connection its own domain")
+
+
+def _container(container_id: str) -> Any:
+    """A proton ``Container`` without the default TLS settings its constructor makes.
+
+    Why: proton's ``Container()`` makes an ``SSLConfig``, two OpenSSL contexts (client and
+    server), ~40 ms of CPU, for every connection, plain ones too: in a Spark write, the planner's
+    connection and each task's. This client never uses them: an ``amqps://`` connection gets its
+    own domain (``TlsOptions.domain``), and proton takes a given domain before the container's
+    (``connector.ssl_domain = ssl_domain or (self.ssl and self.ssl.client)``). The constructor
+    looks ``SSLConfig`` up when it runs; it is swapped for one that says TLS is unavailable
+    (proton's own way to a container without it: ``ssl`` None) while this container is made."""
+    from proton import _reactor
+    from proton.reactor import Container
+    with _container_lock:
+        made = _reactor.SSLConfig
+        _reactor.SSLConfig = _no_ssl_config  # type: ignore[misc, assignment]
+        try:
+            return Container(container_id=container_id)
+        finally:
+            _reactor.SSLConfig = made  # type: ignore[misc]
+
+
 def connect(url: str, *, user: str | None = None, password: str | None = None,
             tls: TlsOptions | None = None, timeout: float = 30.0, container_id: str | None = None,
             heartbeat: float | None = None, virtual_host: str | None = None) -> "Client":
@@ -101,9 +130,8 @@ class Client:
                 kwargs["sni"] = tls.peer_name
         self.conn: BlockingConnection | None  # None once closed (``live`` says so)
         try:
-            from proton.reactor import Container
             self.conn = BlockingConnection(url, timeout=timeout, ssl_domain=ssl, heartbeat=heartbeat,
-                                           container=Container(container_id=self._id), **kwargs)
+                                           container=_container(self._id), **kwargs)
         except (ProtonException, OSError) as exc:
             raise ClientError(f"cannot connect to {safe_url(url)}: {exc}{_sasl_hint(exc, user)}",
                               getattr(exc, "condition", None)) from exc

@@ -124,13 +124,24 @@ class _Sender:
         self.send_frames(self.frames(publisher_id, batch, first))
 
     def send_frames(self, frames: Iterable[tuple[Frame, int]]) -> None:
-        """Send ``frames`` (each with its message count), waiting while the window is full."""
+        """Send ``frames`` (each with its message count), as many together as the window lets
+        go (one ``sendmsg``), waiting while it is full."""
+        client = self.client
+        parts: list[bytes | memoryview] = []
+        queued = 0
         for frame, count in frames:
-            while self.sent - self.client.confirmed - self.client.errors > self.window - count:
-                _pump(self.client, self.opts.timeout, self.sent)
-            for part in frame:
-                self.client.send(part)
-            self.sent += count
+            if self.sent + queued - client.confirmed - client.errors > self.window - count:
+                if parts:  # what is queued goes first: its confirms make the room
+                    client.send_parts(parts)
+                    self.sent += queued
+                    parts, queued = [], 0
+                while self.sent - client.confirmed - client.errors > self.window - count:
+                    _pump(client, self.opts.timeout, self.sent)
+            parts.extend(frame)
+            queued += count
+        if parts:
+            client.send_parts(parts)
+            self.sent += queued
 
     def frames(self, publisher_id: int, batch, first: int) -> Iterable[tuple[Frame, int]]:
         """The Publish frames of ``batch`` (its first row with publishing id ``first``): built a

@@ -92,3 +92,28 @@ def test_the_usual_join_is_one_take_of_row_major_pieces():
 
 def test_no_rows():
     assert as_array(join(Rows(0), b"ab", pa.array([], pa.binary()))).to_pylist() == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 9).flatmap(lambda n: st.tuples(
+    st.lists(st.booleans(), min_size=n, max_size=n), st.integers(1, 4), st.integers(1, 9),
+    st.binary(min_size=n * 13, max_size=n * 13))))
+def test_either_picks_each_rows_form(case):
+    from amqp_stream.spark.row_concat import either
+    pick, a, b, raw = case
+    n = len(pick)
+    first = np.frombuffer(raw[:n * a], np.uint8).reshape(n, a)
+    second = np.frombuffer(raw[n * 4:n * 4 + n * b], np.uint8).reshape(n, b)
+    got = either(np.array(pick), first, second)
+    assert got.to_pylist() == [bytes(first[i]) if pick[i] else bytes(second[i]) for i in range(n)]
+
+
+def test_a_column_of_one_width_is_a_fixed_piece():
+    """Values all of one width join as a matrix (a view of the column's data, sliced or not),
+    not as a leaf of the take; of two widths, as a column."""
+    column = pa.array(["xx", "r01", "r02", "r03", "yyyy"])
+    for part, fixed in ((column.slice(1, 3), True), (column.slice(0, 3), False), (column.slice(1), False)):
+        out = join(Rows(len(part)), b"<", part, b">")
+        assert isinstance(out, Pieces)
+        assert any(isinstance(p, np.ndarray) for p in out.parts) == fixed
+        assert as_array(out).to_pylist() == [b"<" + v.encode() + b">" for v in part.to_pylist()]
