@@ -22,7 +22,6 @@ stored in the meantime is dropped by the broker. Nothing published can be taken 
 
 from __future__ import annotations
 
-import gc
 import logging
 from dataclasses import dataclass
 import itertools
@@ -175,7 +174,6 @@ class _PartitionPublisher:
             self.partitions = super_stream_partitions(opts, schema)
         else:
             ensure_stream(opts)
-        freeze_imports()  # the planning worker's too (the write's Python worker on the driver side)
 
     def write(self, iterator: Iterator) -> PublishCommit:
         """Arrow record batches (an Arrow writer, what Spark gives when it can) or ``Row``s."""
@@ -192,7 +190,6 @@ class _PartitionPublisher:
             published, skipped = publish_batches(self.opts, encoder, itertools.chain([first], iterator), numbering)
         else:
             published, skipped = publish_rows(self.opts, self.plan, itertools.chain([first], iterator), numbering)
-        freeze_imports()
         return PublishCommit(ctx.partitionId() if ctx else 0, published, skipped)
 
 
@@ -203,27 +200,7 @@ class _PartitionPublisher:
         batches = itertools.chain([first], iterator) if first is not None else iter(())
         encoder = ArrowEncoder(self.plan, self.schema)
         published, skipped = publish_routed(self.opts, encoder, batches, self.partitions, numbering, _where())
-        freeze_imports()
         return PublishCommit(ctx.partitionId() if ctx else 0, published, skipped)
-
-
-_frozen = False
-
-
-def freeze_imports() -> None:
-    """Once a worker process: collect, then move what is left (the modules this write imported:
-    pyarrow, pyspark, proton, this package) into the permanent generation (``gc.freeze``).
-
-    Why: Spark's Python daemon runs ``gc.collect()`` in the worker after every task (pyspark
-    ``daemon.py``); over those ~60,000 objects it took ~25 ms a task (~0.05 µs a row of a
-    500,000-row partition, 5 % of the task's CPU in py-spy), and as much in the workers that
-    plan and commit each write (the planner's ~50 ms a write was half of it). They live as long
-    as the worker; frozen, later collections skip them and still collect what later tasks leave."""
-    global _frozen
-    if not _frozen:
-        _frozen = True
-        gc.collect()
-        gc.freeze()
 
 
 def super_stream_partitions(opts: SourceOptions, schema: StructType) -> list[str]:
@@ -264,7 +241,6 @@ def _done(messages) -> tuple[int, int]:
 
 class BatchWriter(_PartitionPublisher, DataSourceArrowWriter):
     def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
-        freeze_imports()  # the commit's Python worker
         published, skipped = _done(messages)
         log.info("published %d rows to stream %s (%d already there)", published, self.opts.stream, skipped)
 
@@ -279,7 +255,6 @@ class StreamWriter(_PartitionPublisher, _StreamWriterBase):
     streaming = True
 
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
-        freeze_imports()  # the commit's Python worker
         published, skipped = _done(messages)
         log.info("micro-batch %d: published %d rows to stream %s (%d already there)", batchId, published,
                  self.opts.stream, skipped)

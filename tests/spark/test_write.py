@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
@@ -100,24 +98,3 @@ def test_credentials_and_tls_options(spark, tmp_path):
         assert sorted(r.n for r in back.select("n").collect()) == list(range(30))
         with pytest.raises(Exception, match="unauthorized-access"):
             spark.read.format("amqp-stream").options(**dict(opts, password="wrong")).load().collect()
-
-
-def test_a_worker_freezes_what_its_first_write_imported_once():
-    """Spark's Python daemon collects garbage after every task: what the first write imported
-    is frozen once (those collections skip it); what a later task leaves is still collected."""
-    code = """
-import gc
-from amqp_stream.spark import writer
-import pyarrow, proton
-assert gc.get_freeze_count() == 0
-writer.freeze_imports()
-frozen = gc.get_freeze_count()
-assert frozen > 10000, frozen
-class Cycle:
-    pass
-c = Cycle(); c.me = c; del c
-writer.freeze_imports()
-assert gc.get_freeze_count() == frozen
-assert gc.collect() >= 1
-"""
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
