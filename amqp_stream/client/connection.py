@@ -82,6 +82,8 @@ def _container(container_id: str) -> Any:
     (proton's own way to a container without it: ``ssl`` None) while this container is made."""
     from proton import _reactor
     from proton.reactor import Container
+    if not hasattr(_reactor, "SSLConfig"):  # another proton: its own constructor, TLS contexts and all
+        return Container(container_id=container_id)
     with _container_lock:
         made = _reactor.SSLConfig
         _reactor.SSLConfig = _no_ssl_config  # type: ignore[misc, assignment]
