@@ -225,6 +225,18 @@ def parquet_phase(args, spark, tmp: str) -> None:
         (spark.read.format("bench-ceiling").option("schema", read_schema.json()).option("rows", args.rows)
          .option("numPartitions", parts).load().write.format("noop").mode("overwrite").save())
 
+    def floor_write(broker: BrokerProcess, df) -> None:
+        """The floor of a stream-protocol sink into this broker (``bench.spark_ceiling``): the
+        same frames sent for every batch, none encoded after the first; deleted after."""
+        with amqp.connect(broker.url) as client:
+            client.declare("f")
+        (df.write.format("bench-ceiling").option("schema", df.schema.json()).option("url", broker.url)
+         .option("stream", "f").option("filterValueColumn", "region").option("streamUrl", broker.stream_url)
+         .mode("append").save())
+        with amqp.connect(broker.url) as client:
+            held = client.delete("f")
+        assert held == args.rows, f"floor write: {held} of {args.rows} rows stored"
+
     reads = not args.write_only
     if reads:
         ceiling_read(1)
@@ -259,6 +271,7 @@ def parquet_phase(args, spark, tmp: str) -> None:
                         with amqp.connect(broker.url) as client:  # its pages for the next write
                             client.delete("a")
                     note("streamUrl write", timed(lambda: write("w", broker.stream_url))[1])
+                    note("floor write", timed(lambda: floor_write(broker, df))[1])
                     if not reads:
                         continue
                     note("parquet read", timed(lambda: spark.read.parquet(path).write.format("noop")
@@ -278,7 +291,7 @@ def parquet_phase(args, spark, tmp: str) -> None:
         df.unpersist()
         for what in ("write", "read") if reads else ("write",):
             pq = best[f"parquet {what}"]
-            for ours_label in (f"ceiling {what}", f"amqp-stream {what}", f"streamUrl {what}"):
+            for ours_label in (f"ceiling {what}", f"floor {what}", f"amqp-stream {what}", f"streamUrl {what}"):
                 if ours_label not in best:
                     continue
                 ours = best[ours_label]
@@ -288,7 +301,8 @@ def parquet_phase(args, spark, tmp: str) -> None:
                              f"{args.rows / pq:>10,.0f} rows/s   {ours_label:<18} {args.rows / ours:>10,.0f} rows/s"
                              f"   x{pq / ours:.3f} of parquet{of_ceiling}")
     print(f"\nagainst Parquet ({args.rows} rows of {PARQUET_SCHEMA}; best of {args.repeat}; the ceiling: a "
-          "Python data source that yields ready-made Arrow batches of the read schema / drops the written ones)")
+          "Python data source that yields ready-made Arrow batches of the read schema / drops the written ones; "
+          "the floor write: one that sends the streamUrl sink's frames of its first batch again for every batch)")
     print("\n".join(lines))
     for (parts, stream), secs in sorted(broker_cpu.items()):
         print(f"  broker CPU, {parts} partition(s), {'streamUrl' if stream == 'w' else 'amqp-stream'} write: "
