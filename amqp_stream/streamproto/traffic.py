@@ -474,9 +474,7 @@ def _coded_values(codes: np.ndarray, width: int) -> list[str | None] | None:
                         object)[:-1]  # (the None: an array of objects even for tuples)
     except ValueError:  # UnicodeDecodeError
         return None
-    if len(_CODES) > 64:
-        _CODES.clear()
-    _CODES[width] = (distinct, strs)
+    _CODES[width] = (distinct, strs)  # (a key a width: at most 8)
     return _coded_values(codes, width)
 
 
