@@ -21,6 +21,7 @@ null to ``binary_join_element_wise``, as before. The bytes are the join's
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Union
 
 import numpy as np
@@ -116,30 +117,16 @@ class Pieces:
                                                       taken.buffers()[2]])
 
 
-#: the take's indexes by (rows, layout), the latest last: a task's batches are mostly of one
-#: size, but a batch may join in more than one layout (a column of two forms, a frame's entries)
-_indexes: dict[tuple[int, tuple[bool, ...]], Any] = {}
-_KEPT_INDEXES = 8
-
-
+@lru_cache(maxsize=8)
 def _index(n: int, constant: tuple[bool, ...]) -> Any:
     """The take's index over the leaves one after the other (each of ``n`` rows, or one value
-    where ``constant``): ``i * k + j`` -> row ``i`` of leaf ``j``. The last few are kept."""
-    key = (n, constant)
-    index = _indexes.get(key)
-    if index is not None:
-        return index
+    where ``constant``): ``i * k + j`` -> row ``i`` of leaf ``j``. The last few are kept: a
+    task's batches are mostly of one size, but a batch may join in more than one layout (a
+    column of two forms, a frame's entries)."""
     sizes = np.array([1 if c else n for c in constant], np.int32)
     base = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int32)
     per_row = np.array([0 if c else 1 for c in constant], np.int32)
-    index = pa.array(np.add(np.multiply.outer(np.arange(n, dtype=np.int32), per_row), base).ravel())
-    while len(_indexes) >= _KEPT_INDEXES:  # another thread may have taken it out meanwhile
-        try:
-            del _indexes[next(iter(_indexes))]
-        except (KeyError, RuntimeError, StopIteration):
-            break
-    _indexes[key] = index
-    return index
+    return pa.array(np.add(np.multiply.outer(np.arange(n, dtype=np.int32), per_row), base).ravel())
 
 
 def either(pick: np.ndarray, first: np.ndarray, second: np.ndarray) -> Any:
