@@ -34,7 +34,7 @@ from pathlib import Path
 
 from amqp_stream.client.stream import StreamClient
 from amqp_stream.testing import BrokerProcess
-from bench.stream_protocol import cpu_seconds, publish, publish_frames
+from bench.stream_protocol import cpu_seconds, proc_stat, publish, publish_frames
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -57,8 +57,7 @@ def _threads(pid: int) -> dict[str, float]:
 
 def _minflt(pid: int) -> int:
     """The broker's minor page faults so far (``/proc/<pid>/stat`` field 10, all threads)."""
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[7])
+    return int(proc_stat(pid)[7])
 
 
 def _memory(pid: int) -> dict[str, float]:

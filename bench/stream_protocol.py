@@ -54,9 +54,14 @@ MESSAGE = b"\x00\x53\x75\xa0" + bytes([len(BODY)]) + BODY  # an AMQP data sectio
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float:
+def proc_stat(pid: int) -> list[str]:
+    """``/proc/<pid>/stat``'s fields after the command's name (field 3 first: index = field - 3)."""
     with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = proc_stat(pid)
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
