@@ -34,9 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="the broker's config file (for its data_dir)")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    def action(name: str, help_text: str, **kwargs: str) -> argparse.ArgumentParser:
+    def action(name: str, help_text: str, usage: str | None = None) -> argparse.ArgumentParser:
         """An action whose --help starts with the line the list of actions gives it."""
-        return actions.add_parser(name, help=help_text, description=help_text, **kwargs)
+        return actions.add_parser(name, help=help_text, description=help_text, usage=usage)
 
     add = action("add", "add a user (rabbitmqctl add_user)",
                  usage="amqp-stream users add NAME [PASSWORD] [--tags TAG ...]")
