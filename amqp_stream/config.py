@@ -88,7 +88,8 @@ HELP: dict[str, str] = {
     "fsync": "durability before a publish is accepted: always (fsync each chunk), "
              "interval (fsync every --fsync-interval-ms), never (after the write)",
     "fsync_interval_ms": "fsync period for --fsync interval",
-    "filter_size": f"default chunk filter size in bytes ({bloom.MIN_SIZE}..{bloom.MAX_SIZE})",
+    "filter_size": f"chunk filter size in bytes of a stream without x-stream-filter-size-bytes "
+                   f"({bloom.MIN_SIZE}..{bloom.MAX_SIZE})",
     "filter_scheme": "chunk filter hash scheme: mmh3 (default) or osiris (RabbitMQ-compatible)",
     "metrics_port": "Prometheus metrics port (0 = off)",
     "management_port": "management HTTP API port, compatible with RabbitMQ's (0 = off)",
