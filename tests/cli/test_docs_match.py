@@ -170,3 +170,13 @@ def test_broker_md_gives_each_setting_s_default_and_serve_help_shows_it():
         if real is not None and not isinstance(real, bool):
             assert "(default" in helps[f.name], f"serve --help does not give {f.name}'s default"
     assert not wrong, f"docs/broker.md's default differs from BrokerConfig's (doc, real): {wrong}"
+
+
+def test_broker_md_names_the_environment_variables_serve_lets_through():
+    """serve refuses an AMQP_STREAM_* variable that is not a setting: broker.md lists the client
+    commands' that it lets through."""
+    from amqp_stream.config import CLIENT_ENV
+
+    text = (DOCS / "broker.md").read_text()
+    listed = text.split("the client commands' (", 1)[1].split(")", 1)[0]
+    assert set(re.findall(r"`(\w+)`", listed)) == {*CLIENT_ENV, "CONFIG"}
