@@ -180,3 +180,21 @@ def test_broker_md_names_the_environment_variables_serve_lets_through():
     text = (DOCS / "broker.md").read_text()
     listed = text.split("the client commands' (", 1)[1].split(")", 1)[0]
     assert set(re.findall(r"`(\w+)`", listed)) == {*CLIENT_ENV, "CONFIG"}
+
+
+def test_cli_md_s_list_table_gives_each_kind_s_columns_and_defaults():
+    from amqp_stream.commands.listing import KINDS
+
+    section = (DOCS / "cli.md").read_text().split("\n## list", 1)[1].split("\n## ", 1)[0]
+    table = {}
+    for row in section.splitlines():
+        cells = row.split(" | ")
+        if row.startswith("| `") and len(cells) == 3:
+            kind = cells[0].strip("| `")
+            default = re.match(r"`([^`]*)`", cells[1]).group(1).split()
+            other = re.match(r"`([^`]*)`", cells[2]).group(1).split()
+            table[kind] = (default, other)
+    assert set(table) == set(KINDS)
+    for kind, (_, columns, default) in KINDS.items():
+        assert table[kind][0] == list(default), kind
+        assert set(table[kind][0]) | set(table[kind][1]) == set(columns), kind
