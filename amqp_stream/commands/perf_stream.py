@@ -45,7 +45,7 @@ from typing import Any
 import proton
 
 from amqp_stream.client import ClientError
-from amqp_stream.client.stream import StreamClient, offset_spec, publish_frame
+from amqp_stream.client.stream import StreamClient, publish_frame
 from amqp_stream.streamproto import OffsetSpec, ResponseCode
 from amqp_stream.commands.perf import abort_start, due, value_of
 from amqp_stream.streamproto.traffic import CHUNK_HEADER, chunk_header
@@ -257,7 +257,7 @@ def consumer(args: Any, index: int, interrupted: threading.Event, counters: Any,
             sub = subs[update.subscription_id]
             if update.active:
                 stored = c.query_offset(name, sub.stream)
-                start = OffsetSpec.offset(stored + 1) if stored is not None else offset_spec(args.start_spec)
+                start = OffsetSpec.offset(stored + 1) if stored is not None else args.start_spec
                 sub.start = stored + 1 if stored is not None else 0
                 sub.active = True
                 c.answer_update(update, start)
@@ -270,7 +270,7 @@ def consumer(args: Any, index: int, interrupted: threading.Event, counters: Any,
         with _client(args, on_chunk=on_chunk) as c:
             with _JOIN if sac else contextlib.nullcontext():
                 for sid, sub in enumerate(subs):
-                    c.subscribe(sid, sub.stream, offset_spec(args.start_spec), credit=10,
+                    c.subscribe(sid, sub.stream, args.start_spec, credit=10,
                                 properties=properties)
                 answer_updates()
             started.wait()
