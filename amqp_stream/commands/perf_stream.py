@@ -25,8 +25,8 @@ Python. A consumer subscribes to every partition on its connection.
 Single active consumer (`--single-active-consumer`): each subscription carries
 `single-active-consumer`, `name` (`--consumer-names`) and, on a partition, `super-stream`.
 Consumers join one after another (a lock, in the order their threads get it, not by number), so
-the broker's choice follows that order: on a partition of index i the i mod members-th to join. Becoming active, a consumer starts after
-the offset its name stored there (else at `--from`); it stores its offset every
+the broker's choice follows that order: on a partition of index i the i mod members-th to join.
+Becoming active, a consumer starts after the offset its name stored there (else at `--from`); it stores its offset every
 `STORE_EVERY` messages of a partition, as PerfTest does, and when it steps down, before it
 answers, so the member taking over starts after the last message counted: each message is
 counted once across the group. Chunks that come after a step-down are not counted.

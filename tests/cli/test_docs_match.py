@@ -198,3 +198,24 @@ def test_cli_md_s_list_table_gives_each_kind_s_columns_and_defaults():
     for kind, (_, columns, default) in KINDS.items():
         assert table[kind][0] == list(default), kind
         assert set(table[kind][0]) | set(table[kind][1]) == set(columns), kind
+
+
+def test_every_option_and_argument_has_a_help_line():
+    """`amqp-stream COMMAND --help` says what each option and argument is (and each command and
+    action what it does)."""
+    silent = []
+
+    def walk(name: str, parser: argparse.ArgumentParser) -> None:
+        if not parser.description:
+            silent.append(f"{name}: no description")
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub_name, sub in action.choices.items():
+                    walk(f"{name} {sub_name}", sub)
+            elif not action.help and action.dest != "help":
+                silent.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
+
+    parser = build_parser()
+    for name in COMMANDS:
+        walk(name, parser.commands[name])
+    assert not silent, f"without help: {silent}"
