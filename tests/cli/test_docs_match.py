@@ -219,3 +219,22 @@ def test_every_option_and_argument_has_a_help_line():
     for name in COMMANDS:
         walk(name, parser.commands[name])
     assert not silent, f"without help: {silent}"
+
+
+def test_broker_md_s_stream_arguments_are_those_a_declare_takes():
+    """The "Stream arguments" paragraph of docs/broker.md names every argument a stream
+    understands (x-queue-type is in the PUT row above it), the leader locators, the alias; the
+    other queue types' arguments it names are refused; and each stream-argument flag of
+    `declare` maps to one of them."""
+    from amqp_stream import arguments
+    from amqp_stream.commands.manage import STREAM_ARGUMENTS as FLAGS
+
+    text = (DOCS / "broker.md").read_text()
+    paragraph = text.split("\nStream arguments:", 1)[1].split("\n\n", 1)[0]
+    named = set(re.findall(r"`(x-[\w-]+)`", paragraph))
+    refused = named - set(arguments.STREAM_ARGUMENTS) - set(arguments._ALIASES)
+    assert set(arguments.STREAM_ARGUMENTS) - {"x-queue-type"} <= named
+    assert set(arguments._ALIASES) <= named
+    assert refused <= set(arguments._NOT_FOR_STREAMS), refused
+    assert set(re.findall(r"`([a-z-]+)`", paragraph)) >= set(arguments.LEADER_LOCATORS)
+    assert set(FLAGS.values()) <= set(arguments.STREAM_ARGUMENTS)
