@@ -238,3 +238,9 @@ def test_broker_md_s_stream_arguments_are_those_a_declare_takes():
     assert refused <= set(arguments._NOT_FOR_STREAMS), refused
     assert set(re.findall(r"`([a-z-]+)`", paragraph)) >= set(arguments.LEADER_LOCATORS)
     assert set(FLAGS.values()) <= set(arguments.STREAM_ARGUMENTS)
+
+
+def test_readme_lists_every_doc():
+    text = (ROOT / "README.md").read_text()
+    listed = set(re.findall(r"`docs/([\w-]+\.md)`", text.split("## Documentation", 1)[1]))
+    assert not sorted({p.name for p in DOCS.glob("*.md")} - listed), "docs missing from README.md"
