@@ -58,6 +58,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# what `amqp-stream --help` says first: for a user, not the module's docstring
+DESCRIPTION = ("A RabbitMQ-compatible stream broker (serve) with broker-side filtering, and its "
+               "client and offline tools. 'amqp-stream COMMAND --help' describes each; docs/cli.md "
+               "all of them.")
+
+
 class _Parser(argparse.ArgumentParser):
     """The top-level parser, which keeps its commands' parsers: unknown options are reported
     by the command's parser, with the nearest option it has (argparse before 3.14 suggests
@@ -68,7 +74,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(only: str | None = None) -> _Parser:
     """The full parser; with ``only``, import just that command's module."""
-    parser = _Parser(prog="amqp-stream", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="amqp-stream", description=DESCRIPTION)
     parser.commands = {}
     from amqp_stream import __version__
 

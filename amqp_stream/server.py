@@ -169,8 +169,10 @@ class Broker:
                 log.error("cannot listen on %s:%d: %s", host, stream_port, exc.strerror or exc)
                 self._close_storage()
                 return 1
+            advertised = self.stream_adapter.advertised_tls_port if name.endswith("+tls") \
+                else self.stream_adapter.advertised_port  # what its clients are told (_port_for)
             log.info("listening on %s://%s:%d (advertised as %s:%d)", name, host, stream_port,
-                     self.stream_adapter.advertised_host, self.stream_adapter.advertised_port)
+                     self.stream_adapter.advertised_host, advertised)
         scheme = "amqps" if self.adapter.ssl_domain is not None else "amqp"
         try:
             self.eloop.listen(host, port, self.adapter.accept, "amqp")

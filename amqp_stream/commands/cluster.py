@@ -43,7 +43,7 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", help="zk://HOST:PORT[,HOST:PORT...]/PATH (default: "
                                           "AMQP_STREAM_CLUSTER or the config file's)")
     parser.add_argument("--config", metavar="FILE", help="settings file, as serve's")
-    parser.add_argument("--timeout", type=float, default=10.0,
+    parser.add_argument("--timeout", type=float, default=10.0, metavar="S",
                         help="seconds to wait for ZooKeeper (default: 10)")
 
 

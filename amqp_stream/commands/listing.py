@@ -150,7 +150,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("columns", nargs="*", metavar="COLUMN",
                         help="columns to show (default: rabbitmqctl's; an unknown one is "
                              "refused with the valid ones listed)")
-    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.add_argument("--format", choices=("table", "json"), default="table",
+                        help="a header and tab-separated rows (the default), or one JSON array")
     add_management_arguments(parser)
 
 

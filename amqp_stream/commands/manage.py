@@ -52,7 +52,10 @@ def add_stream_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                    help="fields the broker indexes per block of records, so that filters requiring "
                         "their values skip what cannot match: application properties, or p. and a "
                         "properties field (x-stream-derived-filter-keys, an extension)")
-    g.add_argument("--initial-cluster-size", type=int, metavar="N", help=argparse.SUPPRESS)
+    g.add_argument("--initial-cluster-size", type=int, metavar="N",
+                   help="members of the stream on a cluster, the leader included "
+                        "(x-initial-cluster-size; default 3, or every node when fewer; "
+                        "docs/cluster.md)")
 
 
 def _names(text: str) -> list[str]:

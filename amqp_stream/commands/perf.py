@@ -34,11 +34,12 @@ import uuid
 from dataclasses import dataclass, field
 
 from amqp_stream.client import ClientError, PublishError, build_message
-from amqp_stream.client.stream import offset_spec, parse_stream_url
+from amqp_stream.client.stream import parse_stream_url
 from amqp_stream.commands.connect import (
     add_connection_arguments, add_stream_url_argument, fail, is_terminal, open_client,
 )
 from amqp_stream.commands.consume import FROM_SYNTAX, parse_start
+from amqp_stream.commands.consume_super import offset_spec_of
 from amqp_stream.commands.filters import check_filters
 
 _GRACE_S = 30.0  # after the producers stop, at most this long for consumers to catch up
@@ -266,11 +267,10 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--from: {exc}" + ("" if over_stream else f" ({FROM_SYNTAX})")) from None
         if over_stream:
             parse_stream_url(args.stream_url)
-            args.start_spec = args.start
-            offset_spec(args.start)
+            # as consume over the stream protocol: a time or an interval is a timestamp spec
+            args.start_spec = offset_spec_of(args.offset)
     except (ValueError, ClientError) as exc:
-        problems.append(f"{exc} (the stream protocol takes first, last, next or an offset)"
-                        if over_stream and isinstance(exc, ValueError) else str(exc))
+        problems.append(str(exc))
     if problems or bad_filter:
         print(f"amqp-stream perf: error: {problems[0] if problems else bad_filter}", file=sys.stderr)
         return 2

@@ -24,9 +24,9 @@ Python. A consumer subscribes to every partition on its connection.
 
 Single active consumer (`--single-active-consumer`): each subscription carries
 `single-active-consumer`, `name` (`--consumer-names`) and, on a partition, `super-stream`.
-Consumers join one after another (a lock), so the broker's choice is the same in every run:
-on a partition of index i the member at i mod members. Becoming active, a consumer starts after
-the offset its name stored there (else at `--from`); it stores its offset every
+Consumers join one after another (a lock, in the order their threads get it, not by number), so
+the broker's choice follows that order: on a partition of index i the i mod members-th to join.
+Becoming active, a consumer starts after the offset its name stored there (else at `--from`); it stores its offset every
 `STORE_EVERY` messages of a partition, as PerfTest does, and when it steps down, before it
 answers, so the member taking over starts after the last message counted: each message is
 counted once across the group. Chunks that come after a step-down are not counted.
@@ -45,7 +45,7 @@ from typing import Any
 import proton
 
 from amqp_stream.client import ClientError
-from amqp_stream.client.stream import StreamClient, offset_spec, publish_frame
+from amqp_stream.client.stream import StreamClient, publish_frame
 from amqp_stream.streamproto import OffsetSpec, ResponseCode
 from amqp_stream.commands.perf import abort_start, due, value_of
 from amqp_stream.streamproto.traffic import CHUNK_HEADER, chunk_header
@@ -257,7 +257,7 @@ def consumer(args: Any, index: int, interrupted: threading.Event, counters: Any,
             sub = subs[update.subscription_id]
             if update.active:
                 stored = c.query_offset(name, sub.stream)
-                start = OffsetSpec.offset(stored + 1) if stored is not None else offset_spec(args.start_spec)
+                start = OffsetSpec.offset(stored + 1) if stored is not None else args.start_spec
                 sub.start = stored + 1 if stored is not None else 0
                 sub.active = True
                 c.answer_update(update, start)
@@ -270,7 +270,7 @@ def consumer(args: Any, index: int, interrupted: threading.Event, counters: Any,
         with _client(args, on_chunk=on_chunk) as c:
             with _JOIN if sac else contextlib.nullcontext():
                 for sid, sub in enumerate(subs):
-                    c.subscribe(sid, sub.stream, offset_spec(args.start_spec), credit=10,
+                    c.subscribe(sid, sub.stream, args.start_spec, credit=10,
                                 properties=properties)
                 answer_updates()
             started.wait()

@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                 help=help_text)
         else:
             choices = config_mod._CHOICES.get(f.name) if f.name != "log_level" else None
-            if default is not None and "default" not in help_text:  # else the help says it better
+            if default is not None and "(default" not in help_text:  # else the help says it better
                 help_text += f" (default: {default})"
             parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper() if not choices else None,
                                 choices=choices, help=help_text)

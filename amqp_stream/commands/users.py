@@ -33,34 +33,49 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                            "AMQP_STREAM_DATA_DIR, ./data)")
     parser.add_argument("--config", help="the broker's config file (for its data_dir)")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    add = actions.add_parser("add", help="add a user (rabbitmqctl add_user)")
-    add.add_argument("name")
+
+    def action(name: str, help_text: str, usage: str | None = None) -> argparse.ArgumentParser:
+        """An action whose --help starts with the line the list of actions gives it."""
+        return actions.add_parser(name, help=help_text, description=help_text, usage=usage)
+
+    add = action("add", "add a user (rabbitmqctl add_user)",
+                 usage="amqp-stream users add NAME [PASSWORD] [--tags TAG ...]")
+    add.add_argument("name", help="the user's name")
     add.add_argument("password", nargs="?", help="read from stdin when not given")
-    add.add_argument("--tags", nargs="*", default=[], help="tags, e.g. administrator")
-    delete = actions.add_parser("delete", help="delete a user and its permissions")
-    delete.add_argument("name")
-    listing = actions.add_parser("list", help="list users and their tags")
-    listing.add_argument("--format", choices=("table", "json"), default="table")
-    change = actions.add_parser("change-password", help="set a user's password")
-    change.add_argument("name")
+    add.add_argument("--tags", nargs="*", default=[], metavar="TAG",
+                     help="tags, e.g. administrator (after NAME and PASSWORD: every word after "
+                          "--tags is a tag)")
+    delete = action("delete", "delete a user and its permissions")
+    delete.add_argument("name", help="the user's name")
+    listing = action("list", "list users and their tags")
+    listing.add_argument("--format", choices=("table", "json"), default="table",
+                         help="a table (the default) or one JSON array")
+    change = action("change-password", "set a user's password")
+    change.add_argument("name", help="the user's name")
     change.add_argument("password", nargs="?", help="read from stdin when not given")
-    tags = actions.add_parser("set-tags", help="replace a user's tags (none: clear them)")
-    tags.add_argument("name")
-    tags.add_argument("tags", nargs="*")
-    perms = actions.add_parser("set-permissions",
-                               help="set a user's configure, write and read regexes on a vhost")
-    perms.add_argument("-p", "--vhost", default="/")
-    perms.add_argument("user")
-    perms.add_argument("configure")
-    perms.add_argument("write")
-    perms.add_argument("read")
-    clear = actions.add_parser("clear-permissions", help="remove a user's permissions on a vhost")
-    clear.add_argument("-p", "--vhost", default="/")
-    clear.add_argument("user")
-    listp = actions.add_parser("list-permissions", help="list permissions (of a vhost or a user)")
-    listp.add_argument("-p", "--vhost", default=None)
-    listp.add_argument("--user", default=None)
-    listp.add_argument("--format", choices=("table", "json"), default="table")
+    tags = action("set-tags", "replace a user's tags (none: clear them)")
+    tags.add_argument("name", help="the user's name")
+    tags.add_argument("tags", nargs="*", help="e.g. administrator, monitoring, management")
+    perms = action("set-permissions", "set a user's configure, write and read regexes on a vhost")
+    perms.add_argument("-p", "--vhost", default="/", help="the virtual host (default: /)")
+    perms.add_argument("user", help="the user's name")
+    perms.add_argument("configure", help="regex of the streams and exchanges it may declare "
+                                         "and delete ('' none, '.*' all)")
+    perms.add_argument("write", help="regex of those it may publish to")
+    perms.add_argument("read", help="regex of those it may consume from")
+    clear = action("clear-permissions", "remove a user's permissions on a vhost")
+    clear.add_argument("-p", "--vhost", default="/", help="the virtual host (default: /)")
+    clear.add_argument("user", help="the user's name")
+    listp = action("list-permissions", "list permissions (of a vhost or a user)")
+    listp.add_argument("-p", "--vhost", default=None, help="only this virtual host's")
+    listp.add_argument("--user", default=None, help="only this user's")
+    listp.add_argument("--format", choices=("table", "json"), default="table",
+                       help="a table (the default) or one JSON array")
+    for each in actions.choices.values():
+        # the data directory may follow the action too, as users.md's examples put it
+        # (`users add NAME --data-dir DIR`); SUPPRESS keeps the one given before the action
+        each.add_argument("--data-dir", default=argparse.SUPPRESS, help="as before ACTION")
+        each.add_argument("--config", default=argparse.SUPPRESS, help="as before ACTION")
 
 
 def _password(given: str | None) -> str:

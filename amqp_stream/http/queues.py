@@ -14,6 +14,7 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -217,7 +218,10 @@ def routes(state: BrokerState, add: Any) -> None:
         check_binding(allow(request), source, destination)
         binding = _binding_body(source, kind, destination, await read_json(request))
         core.definitions.bind(binding)
-        location = f"{request.path.rstrip('/')}/{properties_key(binding)}"
+        # each segment encoded, as RabbitMQ's rabbit_mgmt_format:url: the vhost "/" and keys
+        # such as "eu.#" must stay one segment, or GET/DELETE of the location misses
+        segments = (VHOST, source, kind, destination, properties_key(binding))
+        location = "/api/bindings/{}/e/{}/{}/{}/{}".format(*(quote(s, safe="") for s in segments))
         return web.Response(status=201, headers={"Location": location})
 
     async def get_binding(request: web.Request) -> web.Response:

@@ -59,9 +59,24 @@ def test_perf_over_the_stream_protocol_unfiltered_gets_everything(broker):
 
 @pytest.mark.parametrize("args,code,message", [
     (["--stream-url", "amqp://127.0.0.1:5672"], 2, "not a stream-protocol URL"),
-    (["--from", "10m"], 2, "the stream protocol takes first, last, next or an offset"),
+    (["--from", "bogus"], 2, "--from: not an offset spec: 'bogus'"),
     (["--stream-url", f"rabbitmq-stream://127.0.0.1:{free_port()}"], 1, "cannot connect"),
 ])
 def test_perf_over_the_stream_protocol_refuses_what_it_cannot_do(broker, args, code, message):
     r = cli("perf", "--protocol", "stream", "--duration", "1", *args, url=broker.url)
     assert r.returncode == code and message in r.stderr, (r.returncode, r.stderr)
+
+
+def test_perf_over_the_stream_protocol_starts_at_a_time_or_an_interval(broker, stream_name):
+    """`--from` takes over the stream protocol what it takes over AMQP (docs/cli.md): an interval
+    or a time is a timestamp offset spec, as `consume` sends it."""
+    declared = stream_name
+    assert cli("declare", declared, url=broker.url).returncode == 0
+    assert cli("publish", declared, stdin="a\nb\nc\n", url=broker.url).returncode == 0
+    for start, expected in (("10m", 3), ("@4102444800000", 0), ("2026-01-01T00:00:00+00:00", 3)):
+        r = cli("perf", "--protocol", "stream", "--stream-url", _stream_url(broker), "--producers",
+                "0", "--stream", declared, "--from", start, url=broker.url)
+        assert r.returncode == 0, (start, r.stderr)
+        figures = _consumer_figures(_summary(r.stdout)["consumer_0"])
+        assert figures["delivered"] == str(expected), (start, figures)
+    cli("delete", declared, url=broker.url)

@@ -210,3 +210,26 @@ def test_served_on_asyncio_s_own_loop_too(tmp_path):
         assert [q["name"] for q in get(b, "/api/queues")] == ["on-asyncio"]
     finally:
         b.close()
+
+
+def test_a_binding_s_location_names_it_for_get_and_delete(broker):
+    """POST of a binding answers 201 with the binding's path as its Location, each segment
+    encoded (the vhost `/` as `%2F`, a key `eu.#` as `eu.%23`), so a client can GET and DELETE
+    what it made; to a stream and to an exchange."""
+    name = f"loc-{uuid.uuid4().hex[:8]}"
+    assert call(broker, "PUT", f"/api/queues/%2F/{name}", {"durable": True}).status == 201
+    for exchange in (name, f"{name}-x"):
+        assert call(broker, "PUT", f"/api/exchanges/%2F/{exchange}", {"type": "topic"}).status == 201
+    for kind, destination in (("q", name), ("e", f"{name}-x")):
+        answer = call(broker, "POST", f"/api/bindings/%2F/e/{name}/{kind}/{destination}",
+                      {"routing_key": "eu.#"})
+        assert answer.status == 201, answer.body
+        location = answer.headers["Location"]
+        assert location == f"/api/bindings/%2F/e/{name}/{kind}/{destination}/eu.%23"
+        found = call(broker, "GET", location)
+        assert found.status == 200 and found.json["routing_key"] == "eu.#", found.body
+        assert call(broker, "DELETE", location).status == 204
+        assert call(broker, "GET", location).status == 404
+    for exchange in (name, f"{name}-x"):
+        call(broker, "DELETE", f"/api/exchanges/%2F/{exchange}")
+    call(broker, "DELETE", f"/api/queues/%2F/{name}")

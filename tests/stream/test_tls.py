@@ -73,3 +73,16 @@ def test_rstream_over_tls(tmp_path, certificate):
             StreamClient("127.0.0.1", b.stream_tls_port, timeout=5)
         with StreamClient("127.0.0.1", b.stream_port) as plain:
             assert plain.metadata(["over-tls"])[1]["over-tls"][0] == OK
+
+
+def test_the_start_log_says_which_port_each_stream_listener_advertises(tmp_path, certificate):
+    """TLS clients are told the TLS port (Open, Metadata): the start log says so, not the
+    plain port."""
+    cert, key = certificate
+    with BrokerProcess(tmp_path / "data", extra_args=["--tls-cert", str(cert),
+                                                      "--tls-key", str(key)]) as b:
+        log = b.log_text()
+    assert (f"listening on rabbitmq-stream+tls://127.0.0.1:{b.stream_tls_port} "
+            f"(advertised as 127.0.0.1:{b.stream_tls_port})") in log, log
+    assert (f"listening on rabbitmq-stream://127.0.0.1:{b.stream_port} "
+            f"(advertised as 127.0.0.1:{b.stream_port})") in log, log
