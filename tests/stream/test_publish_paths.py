@@ -43,6 +43,7 @@ from storage.format import (CHUNK_USER, SEGMENT_HEADER_BYTES, decode_header, dec
 
 FRAME_MAX = 128 << 10  # what the publishing client negotiates: larger frames go above it
 PUBLISHERS = 3
+HIGH_IDS = 0x0102_0304_0506_0000  # publishing ids whose every byte counts
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +134,7 @@ def _frames(draw):
                 compression = rnd.choice((0, 1))
                 data = gzip.compress(raw, mtime=0) if compression else raw
                 batch = (compression, len(records), len(raw))
-            messages.append((next_id[p], value, data, batch))
+            messages.append((HIGH_IDS + next_id[p], value, data, batch))
             next_id[p] += 1
         if draw(st.integers(0, 6)) == 0:  # ids not ascending inside the frame
             messages.reverse()
