@@ -234,6 +234,10 @@ def test_random_frames_of_several_publishers_are_stored_as_rabbitmq_stores_them(
     for a, b in itertools.pairwise(at):  # written in pieces cut at random places
         c.send_raw(data[a:b])
     _outcomes(c, expected)
+    for s, reference in publishers:  # the last id stored for each reference: the model's
+        if reference:
+            code, sequence = c.query_publisher_sequence(reference, streams[s])
+            assert (code, sequence) == (OK, models[s].last.get(reference, 0))
     c.close()
     for s, model in zip(streams, models, strict=True):
         _check_stream(broker, s, model)
