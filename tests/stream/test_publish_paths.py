@@ -6,10 +6,11 @@ walked; v2 with values of one length of 0 to 300 bytes, empty, or none: spanned,
 frame max), named publishers going back into ids already stored, all written to the socket
 in pieces cut at random places. Checked against a model of what RabbitMQ stores:
 
-- every message is confirmed (or refused as too large), and the stream holds what the model
-  says, once, in the order the frames came, byte for byte, at consecutive offsets, both in
-  the segment files and as delivered to a subscriber (duplicates of a named publisher are
-  exactly the ids at or below the last one stored for its reference);
+- every message is confirmed, and the stream holds what the model says, once, in the order
+  the frames came, byte for byte, at consecutive offsets, in the segment files, as delivered
+  to a subscriber afterwards and to one reading while the chunks are written (duplicates of
+  a named publisher are exactly the ids at or below the last one stored for its reference,
+  which QueryPublisherSequence then answers);
 - every chunk's Bloom filter (``bloom.Matcher``) matches each filter value of its records, and a
   stage-1 filtered subscription gets every chunk that holds its value;
 - a frame with a filter value that is not UTF-8 closes the connection and nothing of it is
@@ -229,11 +230,18 @@ def test_random_frames_of_several_publishers_are_stored_as_rabbitmq_stores_them(
         s, reference = publishers[p]
         models[s].publish(reference, frame.messages)
         expected[p + 1] = expected.get(p + 1, 0) + len(frame.messages)
+    live = StreamClient("127.0.0.1", broker.stream_port, timeout=30)  # reads as chunks come
+    assert live.subscribe(0, streams[0], offset_first(), credit=1000) == OK
     data = b"".join(encode(frame) for _, frame in frames)
     at = sorted({cut % len(data) for cut in cuts} | {0, len(data)})
     for a, b in itertools.pairwise(at):  # written in pieces cut at random places
         c.send_raw(data[a:b])
     _outcomes(c, expected)
+    got: list = []
+    while len(got) < len(models[0].records):
+        got += live.next_chunk().records()
+    assert [b for _, b in got] == models[0].records
+    live.close()
     for s, reference in publishers:  # the last id stored for each reference: the model's
         if reference:
             code, sequence = c.query_publisher_sequence(reference, streams[s])
