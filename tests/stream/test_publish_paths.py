@@ -26,7 +26,6 @@ import gzip
 import itertools
 import random
 import struct
-import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -144,21 +143,6 @@ def _frames(draw):
         draw(st.sampled_from((16, 17, 64, 255)))
 
 
-def _outcomes(c: StreamClient, expected: dict[int, int]) -> dict[int, list[int]]:
-    """Every publisher's confirmed ids, once as many confirms and errors as ``expected`` (by
-    publisher id) have come; the errors must be none."""
-    confirmed: dict[int, list[int]] = {p: [] for p in expected}
-    deadline = time.monotonic() + 30
-    while any(len(confirmed[p]) < n for p, n in expected.items()):
-        for p in expected:
-            confirmed[p] += c.pushed.confirms.pop(p, [])
-            assert not c.pushed.errors.get(p), c.pushed.errors[p]
-        if all(len(confirmed[p]) >= n for p, n in expected.items()):
-            break
-        c._read_frame(deadline)
-    return confirmed
-
-
 def _chunks(log_dir) -> list[tuple[int, bytes, int, int, list[tuple[int, bytes]]]]:
     """Each user chunk of the stream's segments: (chunk id, filter bits, scheme, parameter,
     records)."""
@@ -212,7 +196,7 @@ def _check_stream(broker: BrokerProcess, stream: str, model: _Model) -> None:
         assert chunk_ids <= {ch.chunk_id for ch in got}, value
 
 
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])
 @given(_frames())
@@ -225,18 +209,22 @@ def test_random_frames_of_several_publishers_are_stored_as_rabbitmq_stores_them(
     for k, (s, reference) in enumerate(publishers):
         assert c.declare_publisher(k + 1, streams[s], reference) == OK
     models = [_Model(), _Model()]
-    expected: dict[int, int] = {}
+    ids: dict[int, set[int]] = {}  # every publisher's ids (a stored one is confirmed once durable)
+    last = HIGH_IDS + (1 << 40)  # a last message of each publisher: confirmed after all before it
+    frames = [*frames, *((p, Publish(p + 1, ((last, None, b"last", None),)))
+                         for p in range(len(publishers)))]
     for p, frame in frames:
         s, reference = publishers[p]
         models[s].publish(reference, frame.messages)
-        expected[p + 1] = expected.get(p + 1, 0) + len(frame.messages)
+        ids.setdefault(p + 1, set()).update(m[0] for m in frame.messages)
     live = StreamClient("127.0.0.1", broker.stream_port, timeout=30)  # reads as chunks come
     assert live.subscribe(0, streams[0], offset_first(), credit=1000) == OK
     data = b"".join(encode(frame) for _, frame in frames)
     at = sorted({cut % len(data) for cut in cuts} | {0, len(data)})
     for a, b in itertools.pairwise(at):  # written in pieces cut at random places
         c.send_raw(data[a:b])
-    _outcomes(c, expected)
+    for publisher_id, sent in ids.items():
+        assert set(c.wait_confirms(publisher_id, sent).values()) == {OK}
     got: list = []
     while len(got) < len(models[0].records):
         got += live.next_chunk().records()
