@@ -14,7 +14,8 @@ in pieces cut at random places. Checked against a model of what RabbitMQ stores:
 - every chunk's Bloom filter (``bloom.Matcher``) matches each filter value of its records, and a
   stage-1 filtered subscription gets every chunk that holds its value;
 - a frame with a filter value that is not UTF-8 closes the connection and nothing of it is
-  stored.
+  stored; a frame of exactly the hard max is stored; a named publisher's large frames are
+  deduplicated after a restart or a crash as before it.
 
 The in-process halves (each fast path against its plain path) are ``test_publish_packed``,
 ``test_publish_spanned``, ``tests/streamproto/test_spanned_values`` and
@@ -294,3 +295,44 @@ def test_a_frame_of_the_hard_max_is_stored_byte_for_byte(broker):
     model = _Model(records=[bytes([k % 251]) * n for k, n in enumerate(sizes)],
                    values=[f.decode() for f in fields])
     _check_stream(broker, stream, model)
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_a_named_publishers_large_frames_are_deduplicated_after_a_restart(tmp_path, how):
+    """A named publisher's large frames (spanned, filter values as words, ids with their high
+    bytes set) cut into chunks across frames, each trailer holding its last id: after a
+    restart (or a crash: SIGKILL) the last stored id is the last sent, and frames that go back
+    into it store exactly the ids above it."""
+    rnd = random.Random(5)
+
+    def frame(first: int, count: int) -> Publish:
+        return Publish(1, tuple((HIGH_IDS + first + k, f"v{rnd.randrange(5)}",
+                                 rnd.randbytes(rnd.randrange(20, 120)), None)
+                                for k in range(count)), 2)
+    model = _Model()
+    with BrokerProcess(tmp_path / "data", extra_args=["--fsync", "never"]) as b:
+        c = StreamClient("127.0.0.1", b.stream_port)
+        assert c.create_stream("dedup") == OK
+        assert c.declare_publisher(1, "dedup", "sink") == OK
+        for first in (0, 700, 1400):
+            sent = frame(first, 700)
+            model.publish("sink", sent.messages)
+            c.send_raw(encode(sent))
+        assert set(c.wait_confirms(1, [HIGH_IDS + 2099]).values()) == {OK}
+        c.close()
+        if how == "stop":
+            b.stop()
+        else:
+            b.kill()
+        b.start()
+        c = StreamClient("127.0.0.1", b.stream_port)
+        assert c.query_publisher_sequence("sink", "dedup") == (OK, HIGH_IDS + 2099)
+        assert c.declare_publisher(1, "dedup", "sink") == OK
+        for first in (1800, 2300):  # 1800..2099 again, then new ones
+            sent = frame(first, 500)
+            model.publish("sink", sent.messages)
+            c.send_raw(encode(sent))
+        assert set(c.wait_confirms(1, [HIGH_IDS + 2799]).values()) == {OK}
+        c.close()
+        assert len(model.records) == 2800
+        _check_stream(b, "dedup", model)
