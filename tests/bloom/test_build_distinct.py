@@ -31,3 +31,25 @@ def test_sets_of_few_text_values_are_cached_others_not():
     many = {str(k) for k in range(bloom_filter.DISTINCT_CACHED + 1)}
     assert build_distinct(many, 255, Scheme.OSIRIS) == build(many, 255, Scheme.OSIRIS)
     assert bloom_filter._build_cached.cache_info().currsize == 1
+
+
+_RECORD_VALUES = st.one_of(st.none(), st.text(max_size=4), st.binary(max_size=4),
+                           st.binary(max_size=4).map(bytearray),
+                           st.tuples(st.text(max_size=3), st.binary(max_size=3)), st.just(()))
+
+
+@given(st.lists(st.tuples(st.lists(_RECORD_VALUES, min_size=1, max_size=40),
+                          st.sampled_from((0, 0, 0, 5, 255, 256, 257, 400)),
+                          st.sampled_from((16, 17, 255)),
+                          st.sampled_from((Scheme.OSIRIS, Scheme.MMH3))), min_size=1, max_size=6))
+def test_the_writers_chunk_filter_is_builds_one_chunk_after_another(chunks):
+    """``storage.writer._filter`` (a chunk's values deduplicated by a set, its filter from
+    ``build_distinct``'s cache when they are few and text) gives ``build``'s filter of the
+    chunk's values, whatever chunks (sizes, schemes, many text values) came before."""
+    from storage.format import TextValues
+    from storage.writer import _filter
+    for values, many, size, scheme in chunks:
+        if many:  # text only, up to 400 distinct: cached up to 256, built above
+            values = TextValues([None, *(f"v{k % many}" for k in range(many + 3))])
+        assert _filter(values, size, scheme) == build(values, size, scheme)
+        assert _filter(list(values), size, scheme) == build(values, size, scheme)

@@ -7,6 +7,9 @@ from __future__ import annotations
 import itertools
 import random
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from storage import format as fmt
 from storage.format import EntrySpans
 from storage.kept import KeptBuffers
@@ -52,3 +55,34 @@ def test_held_data_sections_keep_their_bytes_while_others_are_cut(monkeypatch):
         del data
     for data, expected in held:  # none overwritten by a later cut
         assert data == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 4), st.integers(1 << 12, 1 << 16),
+       st.lists(st.tuples(st.integers(0, 20_000), st.sampled_from(("drop", "hold", "view",
+                                                                    "release"))),
+                min_size=1, max_size=40))
+def test_a_buffer_taken_is_never_one_still_held(count, total, steps):
+    """Takes of random sizes, each buffer filled with its own byte and then dropped, held, held
+    through a view only, or held and later let go: no buffer is handed out while anything
+    holds it (every held one keeps its byte), each has the size asked, and the kept ones stay
+    within ``count`` buffers and ``total`` bytes."""
+    kept = KeptBuffers(count, total)
+    held: list[tuple[int, object]] = []
+    for k, (size, what) in enumerate(steps):
+        buf = kept.take(size)
+        assert len(buf) == size
+        assert all(buf is not h for _, h in held if type(h) is bytearray)
+        mark = k % 251
+        buf[:] = bytes([mark]) * size
+        if what in ("hold", "release"):
+            held.append((mark, buf))
+        elif what == "view":
+            held.append((mark, memoryview(buf)[size // 2:]))
+        del buf
+        if what == "release" and len(held) > 1:
+            held.pop(0)
+        for mark, h in held:
+            assert bytes(h) == bytes([mark]) * len(h)
+        assert len(kept) <= count
+        assert sum(b.__alloc__() for b in kept._bufs) <= total

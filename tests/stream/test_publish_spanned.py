@@ -9,6 +9,8 @@ PublishConfirms and PublishErrors the same. The harness is ``test_publish_packed
 
 from __future__ import annotations
 
+import dataclasses
+import random
 import struct
 
 from hypothesis import HealthCheck, event, example, given, settings
@@ -21,7 +23,9 @@ from amqp_stream.streamproto import Publish, PublishConfirm, SpannedEntries
 from amqp_stream.streamproto import traffic
 from amqp_stream.streamproto.frames import decode, encode
 from amqp_stream.streams import StreamEntry
+from storage import format as fmt
 from storage.format import EntrySpans, TextValues, encode_entries
+from storage.kept import KeptBuffers
 from tests.stream.test_publish_packed import _Socket, same_as_the_plain_path, scenario_of
 
 
@@ -109,3 +113,52 @@ def test_a_named_v2_publisher_hands_storage_the_frames_whole(tmp_path):
         assert stream.next_offset == 200 and stream.query_sequence("sink-0") == 204
     finally:
         stream.close()
+
+
+@st.composite
+def _large_frame(draw, next_id: list[int]) -> bytes:
+    """A frame of many messages (decoded by numpy, cut by the writer as rows or by a mask):
+    v1 or v2 (values of 3 or 12 bytes: words or rows, or none), sizes near one another, spread,
+    or near but for one, messages too large for some scenarios; the bytes from a seeded
+    generator."""
+    kind = draw(st.sampled_from(("v1", "v2 short", "v2 long", "v2 none")))
+    count = draw(st.sampled_from((traffic.NUMPY_FROM, 300, 900)))
+    rnd = random.Random(draw(st.integers(0, 1 << 30)))
+    if draw(st.integers(0, 4)) == 0:  # back into ids already used (deduplicated if named)
+        next_id[0] = max(0, next_id[0] - draw(st.sampled_from((1, 100, 1000))))
+    spread, base = draw(st.sampled_from(("near", "wide", "one large"))), draw(st.integers(0, 200))
+    large = rnd.randrange(count)
+    values = {"v2 short": ("r01", "r02", "é1"), "v2 long": ("region-eu-1\0", "région-eu-1")}
+    messages = []
+    for _ in range(count):
+        size = rnd.randrange(1500) if spread == "wide" else base + rnd.randrange(30)
+        if spread == "one large" and len(messages) == large:
+            size = 1000  # (its chunk's part masked)
+        value = rnd.choice(values[kind]) if kind in values else None
+        messages.append((_HIGH + next_id[0], value, rnd.randbytes(size), None))
+        next_id[0] += 1
+    return encode(Publish(1, tuple(messages), 1 if kind == "v1" else 2))[4:]
+
+
+_HIGH = 0x0102_0304_0506_0000  # ids whose every byte counts (a byte of one kept shows)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario_of(_large_frame, (1500, 1000, 0)), st.sampled_from((1, fmt._MASKED_FROM)),
+       st.integers(1, 3), st.sampled_from((1, 10)))
+def test_large_spanned_frames_cut_as_rows_or_masked_store_the_plain_paths_bytes(
+        scenario, masked_from, kept, larger):
+    """Frames of hundreds of messages: the decoder's places (numpy) go to ``EntrySpans``, whose
+    chunk parts the writer cuts as rows (several blocks of rows in chunks ``larger`` times the
+    scenario's) or by a mask into few kept buffers (``_DATA``, reused once written): the same
+    files and confirms as the walk's bodies."""
+    config, reference, max_size, turns = scenario
+    if larger > 1:
+        config = dataclasses.replace(config, max_chunk_entries=config.max_chunk_entries * larger,
+                                     max_chunk_bytes=1 << 20)
+    default = fmt._MASKED_FROM, fmt._DATA
+    fmt._MASKED_FROM, fmt._DATA = masked_from, KeptBuffers(kept, 32 << 20)
+    try:
+        same_as_the_plain_path(config, reference, max_size, turns)
+    finally:
+        fmt._MASKED_FROM, fmt._DATA = default

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from amqp_stream.streamproto import (
     NEED_DATA,
@@ -472,3 +476,56 @@ def test_large_frames_are_gathered_into_buffers_reused_once_nothing_holds_them(m
     assert fourth == publishes[3]
     assert connection._FRAMES.holds(fourth.messages.src)
     assert conn.buffered == 0
+
+
+@st.composite
+def _frames_in_pieces(draw):
+    """Publish frames (v1 of one size or not, v2 with values of one length or none; some
+    above ``BIG_FRAME`` and above the negotiated frame max) and heartbeats, their bytes cut at
+    random places, and which of the decoded frames the reader holds on to."""
+    rnd = random.Random(draw(st.integers(0, 1 << 30)))
+    frames: list[f.Frame] = []
+    for k in range(draw(st.integers(1, 6))):
+        if draw(st.integers(0, 4)) == 0:
+            frames.append(f.Heartbeat())
+            continue
+        version = draw(st.sampled_from((1, 2)))
+        count = draw(st.sampled_from((1, 300, 700, 3000)))
+        size = draw(st.sampled_from((None, 0, 90, 150)))
+        width = draw(st.sampled_from((0, 4, 30)))
+        frames.append(f.Publish(k % 3, tuple(
+            (k * 10_000 + i, f"{i % 7}".rjust(width, "v") if version == 2 and width else None,
+             rnd.randbytes(rnd.randrange(200) if size is None else size), None)
+            for i in range(count)), version))
+    data = b"".join(map(f.encode, frames))
+    cuts = sorted({rnd.randrange(1, len(data)) for _ in range(draw(st.integers(0, 30)))})
+    return frames, data, cuts, draw(st.lists(st.booleans(), min_size=len(frames),
+                                             max_size=len(frames))), draw(st.integers(1, 3))
+
+
+@settings(max_examples=60, deadline=None)
+@given(_frames_in_pieces())
+def test_frames_read_in_random_pieces_are_the_frames_sent(case):
+    """However the reads cut the frames (inside a size field, a large frame's first bytes with
+    the frame before it, its last with the next one), each event is the frame sent; a large
+    frame's kept buffer (``_FRAMES``: few here, so they are reused) is taken again only once
+    no decoded frame holds it: the frames held to the end keep their bytes."""
+    from amqp_stream.streamproto import connection
+    frames, data, cuts, hold, kept = case
+    default, connection._FRAMES = connection._FRAMES, KeptBuffers(kept, 1 << 24)
+    try:
+        conn = ServerConnection(frame_max=100_000)
+        handshake(conn, client_tune=f.Tune(100_000, 0))
+        got, held = 0, []
+        for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True):
+            conn.receive_data(data[a:b])
+            for event in events(conn):
+                assert event == frames[got]
+                if hold[got]:
+                    held.append((got, event))
+                got += 1
+        assert got == len(frames) and conn.buffered == 0
+        for k, event in held:
+            assert event == frames[k]
+    finally:
+        connection._FRAMES = default

@@ -3,13 +3,15 @@ is decoded frame-at-once (``SpannedEntries``): ids and filter fields of up to 8 
 words of the frame (``_coded_values``), longer ones as rows. For random frames (values of 0 to
 12 bytes, some not UTF-8, none, lengths mixed, empty messages last, values seen before or not)
 the messages are those of the per-message walk, or the frame is refused as the walk refuses
-it."""
+it; so for runs of frames (fields of 0 to 300 bytes, few messages or many, the tables of
+values decoded before carried over, emptied or not), with the entries storage cuts from them."""
 
 from __future__ import annotations
 
+import random
 import struct
 
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from amqp_stream.streamproto import SpannedEntries, traffic
@@ -88,3 +90,79 @@ def test_short_filter_fields_are_looked_up_as_numbers():
     assert 5 in traffic._CODES
     assert first.values == [f"r{k % 9:02d}" for k in range(400)]
     assert all(a is b for a, b in zip(first.values, again.values, strict=True))
+
+
+@st.composite
+def _run_of_frames(draw):
+    """Publish frames one after the other (v1, v2 with filter fields of 0 to 300 bytes, the
+    same values again or new ones, empty, none, not UTF-8, several lengths), each as the
+    bytes, the ``bytearray`` (a large frame's kept buffer) or a view inside a larger buffer."""
+    frames = []
+    for _ in range(draw(st.integers(1, 5))):
+        version = draw(st.sampled_from((1, 2, 2)))
+        count = draw(st.sampled_from((1, 2, 9, traffic.NUMPY_FROM - 1, traffic.NUMPY_FROM, 500)))
+        width = draw(st.sampled_from((0, 1, 2, 5, 6, 7, 8, 9, 16, 17, 100, 255, 300)))
+        kind = draw(st.sampled_from(("text", "text", "text", "none", "not utf-8", "lengths")))
+        seed = draw(st.integers(0, 1 << 30))
+        rnd = random.Random(seed)  # the values' bytes: few letters, so that frames share some
+        pool = [bytes(rnd.choice(b"ab\0") for _ in range(width))
+                for _ in range(draw(st.integers(1, 5)))]
+        if kind == "not utf-8" and width:
+            pool.append(rnd.randbytes(width - 1) + b"\xff")
+        out = bytearray(struct.pack(">Bi", 2, count))
+        for k in range(count):
+            out += struct.pack(">Q", (seed + k * 5) % (1 << 64))
+            if version == 2:
+                value = None if kind == "none" else pool[(seed >> (k % 20)) % len(pool)]
+                if kind == "lengths" and k == (seed % count):
+                    value = value[:-1] if value else b"x"
+                out += b"\xff\xff" if value is None else struct.pack(">H", len(value)) + value
+            size = (seed >> (k % 17)) % 60 + (k * 13) % 90
+            if k == count - 1 and seed % 3 == 0:
+                size = 0  # a short last entry: no word after its field
+            out += struct.pack(">I", size) + bytes([(k + seed) % 256]) * size
+        frames.append((version, count, bytes(out), draw(st.sampled_from(("bytes", "bytearray",
+                                                                         "view")))))
+    return frames
+
+
+@settings(max_examples=300, deadline=None, print_blob=False)
+@given(_run_of_frames(), st.sampled_from((1, 3, traffic.VALUES_KEPT)), st.booleans())
+def test_frames_one_after_another_give_the_walks_messages_and_entries(frames, kept, forget):
+    """The decoded-values tables carry over from frame to frame (``_CODES``, ``_TABLES``,
+    ``_FIELDS``; ``kept``: how many they hold before they are emptied): whatever came before,
+    a frame gives the walk's messages (or is refused as the walk refuses it), and the
+    ``EntrySpans`` storage takes from it hold the walk's entries."""
+    default, traffic.VALUES_KEPT = traffic.VALUES_KEPT, kept
+    if forget:
+        traffic._CODES.clear()
+        traffic._TABLES.clear()
+        traffic._FIELDS.clear()
+    try:
+        for version, count, content, form in frames:
+            if form == "bytearray":
+                view = memoryview(bytearray(content))
+            elif form == "view":
+                view = memoryview(b"head" + content + b"tail")[4:-4]
+            else:
+                view = memoryview(content)
+            try:
+                expected = walk_messages(view, 5, count, version)
+            except ValueError:
+                expected = None
+            try:
+                got = Publish.decode_content(view, 0, 2, version).messages
+            except ValueError:
+                got = None
+            if expected is None:
+                assert got is None
+                event("refused")
+                continue
+            assert got == expected
+            event(f"{type(got).__name__} of {'many' if count >= traffic.NUMPY_FROM else 'few'}")
+            if type(got) is SpannedEntries:  # (else the walk's tuples, or packed entries)
+                assert got.id_bytes() == struct.pack(f">{count}Q", *(m[0] for m in expected))
+                assert bytes(got.run().entries(0, count)) == b"".join(
+                    struct.pack(">I", len(m[2])) + m[2] for m in expected)
+    finally:
+        traffic.VALUES_KEPT = default
