@@ -7,7 +7,7 @@ Strategy:
   full chunk up to ``max_chunk_entries``, halving when a chunk empties the queue; about
   ``max_chunk_bytes`` bytes each; the end of a long run of one filter value ends a chunk; a
   client's frame of at least ``min_chunk_entries`` messages shares no chunk with another
-  unless the writer is behind, ``FRAMES_APART_MAX``),
+  unless the writer is behind, ``FRAMES_APART_MAX``; these rules are ``storage.chunking``'s),
   builds each chunk's filter with ``bloom.build``, and writes a group of chunks with one
   ``os.writev`` on the segment and one ``os.write`` on the index (segment first). Chunk size
   never changes durability: a group is one write and one fsync however many chunks it holds.
@@ -42,23 +42,42 @@ Strategy:
 
 from __future__ import annotations
 
-import fcntl
 import itertools
 import logging
 import os
 import threading
 import time
 from bisect import bisect_right
-from typing import Callable, Iterable, Sequence, Union
-
-import bloom
+from typing import Callable, Sequence
 
 from storage.config import FsyncPolicy, StreamConfig
 from storage import skiptable
+from storage.chunking import (
+    FRAMES_APART_MAX,
+    PARTS_MAX,
+    ChunkData,
+    Entries,
+    FilterValue,
+    chunk_filter,
+    joined,
+    list_cutters,
+    nbytes,
+    run_cut,
+    trailing_run,
+)
 from storage.crc import crc32
 from storage.derived import BlockRow, create_sidecar, derived_path, encode_entry, repair
 from storage.errors import CorruptionError, StaleEpochError, StorageError, StreamClosedError
-from storage.files import fsync_dir, index_count, index_path, read_index_record, segment_path
+from storage.files import (
+    IOV_MAX,
+    create_segment,
+    index_count,
+    index_path,
+    read_index_record,
+    segment_path,
+    truncate_quietly,
+    writev_all,
+)
 from storage.format import (
     CHUNK_HEADER_BYTES,
     CHUNK_TRACKING_DELTA,
@@ -69,7 +88,6 @@ from storage.format import (
     INDEX_RECORD,
     INDEX_RECORD_BYTES,
     SEGMENT_HEADER_BYTES,
-    SIMPLE_ENTRY,
     TRACKING_OFFSET,
     TRACKING_SEQUENCE,
     TRACKING_TYPE_TIMESTAMP,
@@ -77,7 +95,6 @@ from storage.format import (
     EntryRun,
     EntrySpans,
     ChunkHeader,
-    IndexRecord,
     TrackingRecord,
     data_entries,
     decode_header,
@@ -86,39 +103,16 @@ from storage.format import (
     encode_entries,
     encode_mixed_entries,
     encode_tracking,
-    index_header,
-    segment_header,
 )
-from storage.recovery import SegmentInfo, recover
+from storage.recovery import SegmentInfo, last_chunk_id, last_record, recover
 from storage.retention import segments_to_drop
 from storage.tracking import load
 
-__all__ = ["Writer", "DurableCallback", "FilterValue", "RETRY_MIN_S", "RETRY_MAX_S",
-           "create_segment", "lock_directory"]
+__all__ = ["Writer", "DurableCallback", "FilterValue", "RETRY_MIN_S", "RETRY_MAX_S"]
 
 log = logging.getLogger(__name__)
 
 DurableCallback = Callable[[int, "Exception | None"], None]
-# one record's stage-1 value(s): one, a tuple of several (each goes into the Bloom), None: none
-FilterValue = Union[str, bytes, bytearray, tuple, None]
-
-LOCK_FILE = ".writer.lock"
-_IOV_MAX = 1020
-_PARTS_MAX = 4  # parts of a chunk's data section written apart at most (``_Entries.span``)
-#: a chunk's data section: one buffer, or a few parts of it (``_Entries.span``)
-ChunkData = Union[bytes, bytearray, memoryview, list]
-
-
-def _nbytes(data: ChunkData) -> int:
-    return sum(map(len, data)) if type(data) is list else len(data)
-
-
-def _joined(data: ChunkData) -> bytes:
-    if type(data) is list:
-        return b"".join(data)
-    return data if type(data) is bytes else bytes(data)
-
-_pack_len = SIMPLE_ENTRY.pack
 _GROUP_BYTES = 4 << 20  # bytes written per writev group before committing
 # a full segment waits for its tracking snapshot's offset (see ``_write_all``) up to this size;
 # beyond it, it rolls over at once and the snapshot follows later in the new segment
@@ -479,9 +473,9 @@ class Writer:
         policy (replicated chunks)."""
         if not iov:
             return
-        _writev_all(self._sfd, iov)  # type: ignore[arg-type]
+        writev_all(self._sfd, iov)  # type: ignore[arg-type]
         self._write_derived(dents, trows)
-        _writev_all(self._ifd, [b"".join(idx)])
+        writev_all(self._ifd, [b"".join(idx)])
         policy = self.config.fsync
         if policy == FsyncPolicy.ALWAYS or (
                 policy == FsyncPolicy.INTERVAL and
@@ -640,7 +634,7 @@ class Writer:
                 taken, values, callbacks = self._bodies, self._values, self._callbacks
                 self._bodies, self._values, self._callbacks = [], [], []
                 first = self.next - len(taken) - self._spread - self._extra
-                bodies: Sequence[bytes] | _Entries = _Entries(taken) if self._runs else taken
+                bodies: Sequence[bytes] | Entries = Entries(taken) if self._runs else taken
                 self._spread, self._runs = 0, False
                 batched, self._extra, self._batched = self._batched, 0, False
                 batch = _Tracking(self._marks, self._delta, self._writer_batches,
@@ -773,7 +767,7 @@ class Writer:
         log.info("stream %s: files reopened after a write error (end %d)", self.directory,
                  last.end)
 
-    def _write_all(self, first: int, bodies: Sequence[bytes] | _Entries,
+    def _write_all(self, first: int, bodies: Sequence[bytes] | Entries,
                    values: list[FilterValue],
                    callbacks: list[tuple[int, DurableCallback]],
                    batch: _Tracking, batched: bool = False,
@@ -792,7 +786,7 @@ class Writer:
         bodies then differ: ``off`` is the offset of body ``i``). ``frames``: the client
         frames that get chunks of their own, as ``(first, end)`` places in ``bodies``;
         ``breaks``: places in ``bodies`` where a chunk ends (``break_chunk``). ``bodies`` is
-        an ``_Entries`` when the queue held ``EntryRun``s: its data sections are cut from the
+        an ``Entries`` when the queue held ``EntryRun``s: its data sections are cut from the
         runs' bytes (``span``, ``fit``), the same bytes as those of a body per record."""
         cfg = self.config
         max_bytes = cfg.max_chunk_bytes
@@ -813,25 +807,17 @@ class Writer:
         i = 0
         off = first  # the offset of body i
         last_id = self.committed_chunk_id
-        encode = encode_mixed_entries if batched else encode_entries
         span: Callable[[int, int], ChunkData]
         fit: Callable[[int, int, int], int]
-        if isinstance(bodies, _Entries):
+        if isinstance(bodies, Entries):
             span, fit = bodies.span, bodies.fit
         else:
-            listed = bodies
-
-            def span(i: int, n: int) -> bytes:
-                return encode(listed[i:i + n])
-
-            def fit(i: int, n: int, limit: int) -> int:
-                acc = list(itertools.accumulate(len(b) + 4 for b in listed[i:i + n]))
-                return max(1, bisect_right(acc, limit))
+            span, fit = list_cutters(bodies, encode_mixed_entries if batched else encode_entries)
         cb_i = 0
         self._pending_failed = callbacks
         info = self._infos[-1]
         while i < total:
-            # one group: chunks up to _GROUP_BYTES / _IOV_MAX buffers
+            # one group: chunks up to _GROUP_BYTES / IOV_MAX buffers
             iov: list[bytes | bytearray | memoryview] = []
             idx: list[bytes] = []
             dents: list[bytes] = []
@@ -845,7 +831,7 @@ class Writer:
             self._last_ts = ts
             group_bytes = 0
             while (i < total and group_bytes < _GROUP_BYTES
-                   and len(iov) < _IOV_MAX - 3 - _PARTS_MAX):
+                   and len(iov) < IOV_MAX - 3 - PARTS_MAX):
                 chunk_id = off
                 kind = CHUNK_USER
                 if mark_i < len(marks) and marks[mark_i] == chunk_id:
@@ -896,7 +882,7 @@ class Writer:
                     if fb is not None and fb.first == off:  # it fits one (Stream checks)
                         n = max(n, fb.count)
                     if fsize and not batched and n > 1 and (fb is None or fb.first >= off + n):
-                        n = _run_cut(values, i, n, self._tail)  # bursts of a value: own chunks
+                        n = run_cut(values, i, n, self._tail)  # bursts of a value: own chunks
                     # the offset of each candidate entry and the one after (sub-batch entries
                     # take several); ``ends[k]``: the offset after the first k entries
                     ends: Sequence[int]
@@ -910,7 +896,7 @@ class Writer:
                         n = bisect_right(ends, marks[mark_i]) - 1
                     data = span(i, n)
                     cut = n
-                    if _nbytes(data) > max_bytes and n > 1:  # rare: fewer entries fit the byte bound
+                    if nbytes(data) > max_bytes and n > 1:  # rare: fewer entries fit the byte bound
                         cut = fit(i, n, max_bytes)
                     if fb is not None:  # a batch without ids stays in one chunk
                         j = fx_i
@@ -925,7 +911,7 @@ class Writer:
                     if fsize:
                         chunk_values = values[i:i + n]
                         if any(chunk_values):
-                            filt = _filter(chunk_values, fsize, scheme)
+                            filt = chunk_filter(chunk_values, fsize, scheme)
                     if wb_i < len(wbs) and wbs[wb_i].first < off + recs:
                         seqs: dict[bytes, int] = {}
                         while wb_i < len(wbs) and wbs[wb_i].last < off + recs:
@@ -940,7 +926,7 @@ class Writer:
                         written.apply(chunk_id, records)
                         trailer = encode_tracking(records)
                     self._size_next(n, limit, total - i - n == len(marks) - mark_i)
-                    self._tail = (_trailing_run(values, i, i + n, self._tail)
+                    self._tail = (trailing_run(values, i, i + n, self._tail)
                                  if fsize and not batched else (None, 0))
                 # what lets a reader drop a chunk by its bytes without walking its entries
                 flags = FLAG_SIMPLE_ENTRIES if kind == CHUNK_USER and (not batched or not any(
@@ -949,16 +935,16 @@ class Writer:
                     bufs = encode_chunk(chunk_id, ts, data, n, recs, epoch=self.epoch,
                                         filter_bits=filt.bits, filter_scheme=filt.scheme,
                                         filter_param=filt.param, trailer=trailer, flags=flags)
-                    csize = CHUNK_HEADER_BYTES + len(filt.bits) + _nbytes(data) + len(trailer)
+                    csize = CHUNK_HEADER_BYTES + len(filt.bits) + nbytes(data) + len(trailer)
                 else:
                     bufs = encode_chunk(chunk_id, ts, data, n, recs, epoch=self.epoch,
                                         chunk_type=kind, trailer=trailer, flags=flags)
-                    csize = CHUNK_HEADER_BYTES + _nbytes(data) + len(trailer)
+                    csize = CHUNK_HEADER_BYTES + nbytes(data) + len(trailer)
                 if derive is not None and kind == CHUNK_USER:  # its sidecar entry and rows
                     blocks: list[BlockRow] = []
                     dents.append(encode_entry(chunk_id, info.size, recs,
                                               len(filt.bits) if filt is not None else 0,
-                                              _joined(data),
+                                              joined(data),
                                               bodies[i:i + n], derive, dcache, blocks,
                                               skiptable.ROW_BLOOM_BYTES, cfg.derive_number,
                                               len(cfg.derived_keys)))
@@ -982,10 +968,10 @@ class Writer:
             try:
                 self._write_group(iov, idx, dents, trows)
             except Exception:
-                _truncate_quietly(self._sfd, group_start_size)
-                _truncate_quietly(self._ifd, idx_start_size)
+                truncate_quietly(self._sfd, group_start_size)
+                truncate_quietly(self._ifd, idx_start_size)
                 if self._dfd >= 0:
-                    _truncate_quietly(self._dfd, dstart_size)
+                    truncate_quietly(self._dfd, dstart_size)
                     self._dsize = dstart_size
                 if self._table is not None and tstart is not None:
                     try:
@@ -1081,13 +1067,13 @@ class Writer:
         if not iov:
             return
         self._unsynced = True
-        _writev_all(self._sfd, iov)
+        writev_all(self._sfd, iov)
         self._write_derived(dents, trows)
-        _writev_all(self._ifd, [b"".join(idx)])
+        writev_all(self._ifd, [b"".join(idx)])
 
     def _write_derived(self, dents: list[bytes], trows: list[bytes]) -> None:
         if dents and self._dfd >= 0:
-            _writev_all(self._dfd, dents)
+            writev_all(self._dfd, dents)
             self._dsize += sum(map(len, dents))
         if trows and self._table is not None:
             self._table.append(trows, self._dsize)
@@ -1171,252 +1157,8 @@ class _Tracking:
         self.timestamps = timestamps
 
 
-_RUNS = (EntryRun, EntrySpans)
-
-
-class _Entries:
-    """The queue as the writer took it when it held ``EntryRun``s or ``EntrySpans``: a
-    sequence of entries (a run counts as its ``count``) whose data sections are cut from the runs' bytes.
-
-    Why: the run's records never become objects on the common path (``span``: one copy per
-    chunk part, ids dropped by strided deletes; ``fit``: arithmetic per run), and the chunking
-    loop stays the one loop, counting entries as it does over a list of bodies. A slice gives
-    the records one by one (``EntryRun.bodies``), for the rarer paths that need them (derived
-    keys, sub-batch entries)."""
-
-    __slots__ = ("items", "starts")
-
-    def __init__(self, items: list) -> None:
-        self.items = items
-        self.starts = list(itertools.accumulate(
-            (x.count if type(x) in _RUNS else 1 for x in items), initial=0))
-
-    def __len__(self) -> int:
-        return self.starts[-1]
-
-    def _parts(self, i: int, n: int) -> Iterable[tuple[bytes | EntryRun | EntrySpans, int, int]]:
-        """``(item, first, count)``: the items covering entries ``i .. i + n``, a run's part
-        from its entry ``first``."""
-        items, starts = self.items, self.starts
-        j = bisect_right(starts, i) - 1
-        end = i + n
-        while i < end:
-            item = items[j]
-            if isinstance(item, (EntryRun, EntrySpans)):
-                k = min(end, starts[j + 1]) - i
-                yield item, i - starts[j], k
-                i += k
-            else:
-                yield item, 0, 1
-                i += 1
-            j += 1
-
-    def span(self, i: int, n: int) -> ChunkData:
-        """The data section of entries ``i .. i + n``: as ``encode_entries`` (or, with
-        sub-batch entries, ``encode_mixed_entries``) gives it for their bodies (a buffer of
-        those bytes, see ``EntrySpans.entries``, or a few such parts in a list: a chunk cut
-        across client frames is not joined, as a join copies the whole chunk into fresh
-        memory, a page fault per 4 KiB on this VM, ``bench.page_cost``)."""
-        parts: list[bytes | bytearray | memoryview] = []
-        for item, a, k in self._parts(i, n):
-            if isinstance(item, (EntryRun, EntrySpans)):
-                parts.append(item.entries(a, k))  # type: ignore[arg-type]
-            elif type(item) is SubBatchEntry:
-                parts.append(item)
-            else:
-                parts.append(_pack_len(len(item)))
-                parts.append(item)
-        if len(parts) == 1:
-            return parts[0]
-        if len(parts) <= _PARTS_MAX:  # written as they are (``encode_chunk``), not joined
-            return parts
-        return b"".join(parts)
-
-    def fit(self, i: int, n: int, limit: int) -> int:
-        """How many of the entries from ``i`` (at most ``n``, at least 1) fit ``limit`` bytes,
-        counting 4 per entry beside its record, as a list of bodies is cut."""
-        total = taken = 0
-        for item, a, k in self._parts(i, n):
-            if isinstance(item, EntrySpans):
-                for each in item.sizes(a, k):
-                    if total + each > limit:
-                        return max(1, taken)
-                    total += each
-                    taken += 1
-                continue
-            each = item.size + 4 if isinstance(item, EntryRun) else len(item) + 4
-            if total + each * k > limit:
-                taken += (limit - total) // each
-                break
-            total += each * k
-            taken += k
-        return max(1, taken)
-
-    def __getitem__(self, span: slice) -> list[bytes]:
-        i, end, _ = span.indices(len(self))
-        out: list[bytes] = []
-        for item, a, k in self._parts(i, max(0, end - i)):
-            if isinstance(item, (EntryRun, EntrySpans)):
-                out += item.bodies(a, k)
-            else:
-                out.append(item)
-        return out
-
-
-#: client frames get chunks of their own only when the writer takes at most this many entries
-#: at once; more: it is behind, and cuts by the limits alone across frames (as osiris's writer
-#: with a full mailbox), so that a heavy load of frames of ~100 keeps large chunks
-FRAMES_APART_MAX = 1024
-
-#: a run of at least this many entries with one filter value ends its chunk (``_run_cut``)
-RUN_CUT_MIN = 256
-
-
-def _run_cut(values: list[FilterValue], i: int, n: int,
-             before: tuple[FilterValue, int] = (None, 0)) -> int:
-    """How many of the ``n`` entries from ``i`` one chunk takes: all, unless a run of at least
-    ``RUN_CUT_MIN`` entries with one filter value (None counts as one) ends before the last;
-    then up to the end of the first such run. ``before``: the value of the entries written
-    just before ``i`` and their run's length, so that a run going on from earlier chunks
-    counts whole: the first entry after a long run (a burst's end) always starts a chunk, if
-    the run ends in this chunk, however few of it the chunk holds.
-
-    Why: values that come in bursts then get chunks of their own (a burst's chunk holds at
-    most a short tail of the burst before it), so stage 1 sends little beyond the matches,
-    where a chunk cut by size alone holds parts of several bursts. Interleaved or random values
-    (runs shorter than ``RUN_CUT_MIN``) keep chunks of full size; only the tail of a run begun
-    before ``i`` makes a chunk shorter than ``RUN_CUT_MIN``."""
-    end = i + n
-    v = values[i]
-    if values[i:end].count(v) == n:  # one value (or none) throughout: nothing to cut
-        return n
-    if before[1] and before[0] == v:  # the run before goes on here: where it stops
-        stop = i + 1
-        while stop + 64 <= end and values[stop:stop + 64].count(v) == 64:
-            stop += 64
-        while values[stop] == v:  # it stops before ``end`` (not one value throughout)
-            stop += 1
-        if before[1] + stop - i >= RUN_CUT_MIN:
-            return stop - i
-    # a run of RUN_CUT_MIN entries holds a whole window of half as many aligned from ``i``, so
-    # only windows are tested (their ends, then a count in C), and a uniform one is widened
-    half = RUN_CUT_MIN // 2
-    a = i
-    while a + half <= end:
-        v = values[a]
-        if values[a + half - 1] != v or values[a:a + half].count(v) != half:
-            a += half
-            continue
-        start, stop = a, a + half
-        while start > i and values[start - 1] == v:
-            start -= 1
-        while stop < end and values[stop] == v:
-            stop += 1
-        if stop == end:  # the run goes on to the last entry: nothing after it to cut off
-            return n
-        if stop - start >= RUN_CUT_MIN:
-            return stop - i
-        a = stop + (i - stop) % half  # the first window at or after the run (aligned from i)
-    return n
-
-
-def _trailing_run(values: list[FilterValue], i: int, end: int,
-                  before: tuple[FilterValue, int]) -> tuple[FilterValue, int]:
-    """The value of ``values[end - 1]`` and the length of its run up to ``end`` (counting the
-    run ``before`` ``i`` when it goes on), up to ``RUN_CUT_MIN``: what ``_run_cut`` needs of the
-    entries before the next chunk."""
-    v = values[end - 1]
-    low = max(i, end - RUN_CUT_MIN)
-    if values[low:end].count(v) == end - low:  # the common case, in C
-        k = low
-    else:
-        k = end - 1
-        while k > low and values[k - 1] == v:
-            k -= 1
-    run = end - k
-    if k == i and before[0] == v:
-        run += before[1]
-    return v, min(run, RUN_CUT_MIN)
-
-
-def _filter(values: list[FilterValue], size: int, scheme: int) -> bloom.ChunkFilter | None:
-    """The chunk filter of records with ``values``, deduplicated in C first (``bloom.build``
-    works per value; a set's filter is cached: ``bloom.build_distinct``); unhashable ones (a
-    ``bytearray``) are passed as they are."""
-    try:
-        distinct = set(values)
-    except TypeError:
-        return bloom.build(values, size, scheme)
-    return bloom.build_distinct(distinct, size, scheme)
-
-
-def lock_directory(directory: str) -> int:
-    """One writer per stream directory: an exclusive ``flock`` on ``.writer.lock``, held while
-    the stream is open (the kernel drops it when the process dies; readers never take it)."""
-    fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise StorageError(f"{directory} is open by another writer (lock {LOCK_FILE})") from None
-    return fd
-
-
-def create_segment(directory: str, start: int, sync: bool) -> None:
-    """Segment file, then its index (a crash in between leaves an orphan, removed at open)."""
-    for path, header in ((segment_path(directory, start), segment_header()),
-                         (index_path(directory, start), index_header())):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, header)
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-    if sync:
-        fsync_dir(directory)
-
-
-def _writev_all(fd: int, bufs: Sequence[bytes | bytearray | memoryview]) -> None:
-    for k in range(0, len(bufs), _IOV_MAX):
-        part = bufs[k:k + _IOV_MAX]
-        want = sum(map(len, part))
-        done = os.writev(fd, part)
-        if done != want:  # rare for regular files: finish the rest
-            rest = memoryview(b"".join(part))[done:]
-            while rest:
-                rest = rest[os.write(fd, rest):]
-
-
-def _truncate_quietly(fd: int, size: int) -> None:
-    try:
-        os.ftruncate(fd, size)
-    except OSError:
-        pass
-
-
 def _call(cb: DurableCallback, offset: int, error: Exception | None) -> None:
     try:
         cb(offset, error)
     except Exception:
         log.exception("on_durable callback failed")
-
-
-def last_chunk_id(directory: str, segments: Sequence[SegmentInfo]) -> int:
-    """The id of the log's last chunk (from the last non-empty segment's index), -1 if none."""
-    rec = last_record(directory, segments)
-    return rec.chunk_id if rec is not None else -1
-
-
-def last_record(directory: str, segments: Sequence[SegmentInfo]) -> IndexRecord | None:
-    """The index record of the log's last chunk (from the last non-empty segment's index)."""
-    for info in reversed(segments):
-        if info.chunks:
-            fd = os.open(index_path(directory, info.start), os.O_RDONLY)
-            try:
-                rec = read_index_record(fd, info.chunks - 1)
-            finally:
-                os.close(fd)
-            if rec is not None:
-                return rec
-    return None
