@@ -450,22 +450,14 @@ class Writer:
         """A replicated chunk's sidecar entry (user chunks) and skip-table rows, as
         ``_write_all`` makes them, into ``dents`` / ``trows``; returns the entry's bytes.
         ``info``: the segment it goes into, before the chunk is counted there."""
-        cfg = self.config
-        keys = len(cfg.derived_keys)
         if h.type != CHUNK_USER:  # a tracking chunk: a row nothing matches
-            trows.append(skiptable.rows_of(info.chunks, 0, h.chunk_id, None, keys))
+            trows.append(skiptable.rows_of(info.chunks, 0, h.chunk_id, None,
+                                           len(self.config.derived_keys)))
             return 0
         at = CHUNK_HEADER_BYTES + h.filter_size
         data = bytes(chunk[at:at + h.data_length])
-        blocks: list[BlockRow] = []
-        assert cfg.derive is not None
-        entry = encode_entry(h.chunk_id, info.size, h.records, h.filter_size, data,
-                             data_entries(data, h.entries), cfg.derive, self._dcache,
-                             blocks, skiptable.ROW_BLOOM_BYTES, cfg.derive_number, keys)
-        dents.append(entry)
-        trows.append(skiptable.rows_of(info.chunks, self._dsize + dpend, h.chunk_id, blocks,
-                                       keys))
-        return len(entry)
+        return self._derived_entry(h.chunk_id, info, h.records, h.filter_size, data,
+                                   data_entries(data, h.entries), dpend, dents, trows)
 
     def _write_raw(self, iov: list[bytes | memoryview], idx: list[bytes],
                    dents: list[bytes], trows: list[bytes]) -> None:
@@ -791,7 +783,7 @@ class Writer:
         cfg = self.config
         max_bytes = cfg.max_chunk_bytes
         fsize, scheme = cfg.filter_size, cfg.filter_scheme
-        derive, dcache = cfg.derive, self._dcache
+        derive = cfg.derive
         total = len(bodies)
         if total > FRAMES_APART_MAX:  # a writer this far behind cuts by the limits alone
             frames = ()
@@ -853,16 +845,8 @@ class Writer:
                 trailer = b""
                 filt = None
                 data: ChunkData
-                if kind == CHUNK_TRACKING_DELTA:
-                    records = [TrackingRecord(TRACKING_OFFSET, k, v)
-                               for k, v in batch.delta.items()]
-                    records += [TrackingRecord(TRACKING_TYPE_TIMESTAMP, k, v)
-                                for k, v in batch.timestamps.items()]
-                    written.apply(chunk_id, records)
-                    data = encode_entries([encode_tracking(records)])
-                    n = recs = 1
-                elif kind == CHUNK_TRACKING_SNAPSHOT:
-                    data = encode_entries([encode_tracking(self._snapshot_records())])
+                if kind != CHUNK_USER:
+                    data = self._tracking_data(kind, chunk_id, batch)
                     n = recs = 1
                 else:
                     limit = self._chunk_entries
@@ -913,18 +897,7 @@ class Writer:
                         if any(chunk_values):
                             filt = chunk_filter(chunk_values, fsize, scheme)
                     if wb_i < len(wbs) and wbs[wb_i].first < off + recs:
-                        seqs: dict[bytes, int] = {}
-                        while wb_i < len(wbs) and wbs[wb_i].last < off + recs:
-                            seqs[wbs[wb_i].ref] = wbs[wb_i].seq
-                            wb_i += 1
-                        wb = wbs[wb_i] if wb_i < len(wbs) else None
-                        if wb is not None and wb.ids is not None and wb.first < off + recs:
-                            # a batch going on in the next chunk: the id of its last body here,
-                            # as osiris's trailer has it (what a crash after this chunk keeps)
-                            seqs[wb.ref] = wb.ids[i + n - 1 - wb.body]
-                        records = [TrackingRecord(TRACKING_SEQUENCE, k, v) for k, v in seqs.items()]
-                        written.apply(chunk_id, records)
-                        trailer = encode_tracking(records)
+                        trailer, wb_i = self._trailer(chunk_id, wbs, wb_i, off + recs, i + n)
                     self._size_next(n, limit, total - i - n == len(marks) - mark_i)
                     self._tail = (trailing_run(values, i, i + n, self._tail)
                                  if fsize and not batched else (None, 0))
@@ -940,20 +913,14 @@ class Writer:
                     bufs = encode_chunk(chunk_id, ts, data, n, recs, epoch=self.epoch,
                                         chunk_type=kind, trailer=trailer, flags=flags)
                     csize = CHUNK_HEADER_BYTES + nbytes(data) + len(trailer)
-                if derive is not None and kind == CHUNK_USER:  # its sidecar entry and rows
-                    blocks: list[BlockRow] = []
-                    dents.append(encode_entry(chunk_id, info.size, recs,
-                                              len(filt.bits) if filt is not None else 0,
-                                              joined(data),
-                                              bodies[i:i + n], derive, dcache, blocks,
-                                              skiptable.ROW_BLOOM_BYTES, cfg.derive_number,
-                                              len(cfg.derived_keys)))
-                    trows.append(skiptable.rows_of(info.chunks, self._dsize + dpend, chunk_id,
-                                                   blocks, len(cfg.derived_keys)))
-                    dpend += len(dents[-1])
-                elif derive is not None:  # a tracking chunk: a row nothing matches
-                    trows.append(skiptable.rows_of(info.chunks, 0, chunk_id, None,
-                                                   len(cfg.derived_keys)))
+                if derive is not None:  # its sidecar entry and skip-table rows
+                    if kind == CHUNK_USER:
+                        dpend += self._derived_entry(
+                            chunk_id, info, recs, len(filt.bits) if filt is not None else 0,
+                            joined(data), bodies[i:i + n], dpend, dents, trows)
+                    else:  # a tracking chunk: a row nothing matches
+                        trows.append(skiptable.rows_of(info.chunks, 0, chunk_id, None,
+                                                       len(cfg.derived_keys)))
                 self._snapshot_only = kind == CHUNK_TRACKING_SNAPSHOT and not info.chunks
                 idx.append(_pack_index(chunk_id, ts, self.epoch, info.size, kind))
                 iov.extend(bufs)
@@ -968,48 +935,109 @@ class Writer:
             try:
                 self._write_group(iov, idx, dents, trows)
             except Exception:
-                truncate_quietly(self._sfd, group_start_size)
-                truncate_quietly(self._ifd, idx_start_size)
-                if self._dfd >= 0:
-                    truncate_quietly(self._dfd, dstart_size)
-                    self._dsize = dstart_size
-                if self._table is not None and tstart is not None:
-                    try:
-                        self._table.rollback(tstart)
-                    except OSError:
-                        self._close_table()  # reopened (and checked) with the files
+                self._rollback_group(group_start_size, idx_start_size, dstart_size, tstart)
                 raise
-            # durable per policy, then commit
-            if cfg.fsync == FsyncPolicy.ALWAYS:
-                self._sync()
-            else:
-                self._unsynced = True
-                if (cfg.fsync == FsyncPolicy.INTERVAL
-                        and time.monotonic() - self._last_sync >= cfg.fsync_interval_ms / 1000.0):
-                    self._sync()
-            if self._retention_due and self._snapshot_at is None:
-                # the snapshot is written: older segments may go, once it is on disk
-                if self._unsynced and cfg.fsync != FsyncPolicy.NEVER:
-                    self._sync()
-                self._retention_due = False
-                with self.lock:
-                    self.apply_retention()
-            end = off
-            self.last_epoch = self.epoch
-            self._commit(end, last_id)
-            j = cb_i
-            while j < len(callbacks) and callbacks[j][0] < end:
-                j += 1
-            for offset, cb in callbacks[cb_i:j]:
-                _call(cb, offset, None)
-            cb_i = j
-            self._pending_failed = callbacks[cb_i:]
+            cb_i = self._settle_group(off, last_id, callbacks, cb_i)
         self._pending_failed = []
         if self._full(info) and self._snapshot_at is None and not written.empty:
             # the next chunk rolls over: its snapshot takes the next offset now, so that it
             # comes before whatever is appended next (osiris writes it before the next write)
             with self.lock:
                 self._snapshot_at = self._reserve(CHUNK_TRACKING_SNAPSHOT)
+
+    def _tracking_data(self, kind: int, chunk_id: int, batch: _Tracking) -> bytes:
+        """The data section of the tracking chunk of type ``kind`` reserved at ``chunk_id``: the
+        batch's delta (offsets and timestamps stored since it was reserved), or the snapshot of
+        the state as written; into the state as written."""
+        if kind == CHUNK_TRACKING_DELTA:
+            records = [TrackingRecord(TRACKING_OFFSET, k, v) for k, v in batch.delta.items()]
+            records += [TrackingRecord(TRACKING_TYPE_TIMESTAMP, k, v)
+                        for k, v in batch.timestamps.items()]
+            self.written.apply(chunk_id, records)
+            return encode_entries([encode_tracking(records)])
+        return encode_entries([encode_tracking(self._snapshot_records())])
+
+    def _trailer(self, chunk_id: int, wbs: list[_Batch], wb_i: int, end: int,
+                 last_body: int) -> tuple[bytes, int]:
+        """The trailer of the user chunk at ``chunk_id`` (offsets up to ``end``, bodies up to
+        ``last_body``) that holds named publishers' batches from ``wbs[wb_i]`` on: each
+        publisher's last publishing id in it, into the state as written; and the first batch
+        that goes on after this chunk."""
+        seqs: dict[bytes, int] = {}
+        while wb_i < len(wbs) and wbs[wb_i].last < end:
+            seqs[wbs[wb_i].ref] = wbs[wb_i].seq
+            wb_i += 1
+        wb = wbs[wb_i] if wb_i < len(wbs) else None
+        if wb is not None and wb.ids is not None and wb.first < end:
+            # a batch going on in the next chunk: the id of its last body here, as osiris's
+            # trailer has it (what a crash after this chunk keeps)
+            seqs[wb.ref] = wb.ids[last_body - 1 - wb.body]
+        records = [TrackingRecord(TRACKING_SEQUENCE, k, v) for k, v in seqs.items()]
+        self.written.apply(chunk_id, records)
+        return encode_tracking(records), wb_i
+
+    def _derived_entry(self, chunk_id: int, info: SegmentInfo, records: int, filter_size: int,
+                       data: bytes, bodies: Sequence[bytes], dpend: int, dents: list[bytes],
+                       trows: list[bytes]) -> int:
+        """A user chunk's sidecar entry and skip-table rows (broker-derived keys) into
+        ``dents`` / ``trows``; returns the entry's bytes. ``info``: the segment it goes into,
+        before the chunk is counted there; ``dpend``: the bytes of the group's entries before
+        it. The writer's chunks and replicated ones (``_derive_raw``) get them alike."""
+        cfg = self.config
+        keys = len(cfg.derived_keys)
+        assert cfg.derive is not None
+        blocks: list[BlockRow] = []
+        entry = encode_entry(chunk_id, info.size, records, filter_size, data, bodies, cfg.derive,
+                             self._dcache, blocks, skiptable.ROW_BLOOM_BYTES, cfg.derive_number,
+                             keys)
+        dents.append(entry)
+        trows.append(skiptable.rows_of(info.chunks, self._dsize + dpend, chunk_id, blocks, keys))
+        return len(entry)
+
+    def _rollback_group(self, segment_size: int, index_size: int, derived_size: int,
+                        table: tuple[int, int, int] | None) -> None:
+        """After a group's write failed: the segment, index, sidecar and skip table cut back to
+        where the group began (as far as they go; the reopen's recovery does the rest)."""
+        truncate_quietly(self._sfd, segment_size)
+        truncate_quietly(self._ifd, index_size)
+        if self._dfd >= 0:
+            truncate_quietly(self._dfd, derived_size)
+            self._dsize = derived_size
+        if self._table is not None and table is not None:
+            try:
+                self._table.rollback(table)
+            except OSError:
+                self._close_table()  # reopened (and checked) with the files
+
+    def _settle_group(self, end: int, last_id: int, callbacks: list[tuple[int, DurableCallback]],
+                      cb_i: int) -> int:
+        """After a group is written (up to offset ``end``, last chunk ``last_id``): durable per
+        policy, retention once a snapshot is written, commit, then the callbacks from
+        ``cb_i`` on of what is now durable; returns the index of the first callback left."""
+        cfg = self.config
+        if cfg.fsync == FsyncPolicy.ALWAYS:
+            self._sync()
+        else:
+            self._unsynced = True
+            if (cfg.fsync == FsyncPolicy.INTERVAL
+                    and time.monotonic() - self._last_sync >= cfg.fsync_interval_ms / 1000.0):
+                self._sync()
+        if self._retention_due and self._snapshot_at is None:
+            # the snapshot is written: older segments may go, once it is on disk
+            if self._unsynced and cfg.fsync != FsyncPolicy.NEVER:
+                self._sync()
+            self._retention_due = False
+            with self.lock:
+                self.apply_retention()
+        self.last_epoch = self.epoch
+        self._commit(end, last_id)
+        j = cb_i
+        while j < len(callbacks) and callbacks[j][0] < end:
+            j += 1
+        for offset, cb in callbacks[cb_i:j]:
+            _call(cb, offset, None)
+        self._pending_failed = callbacks[j:]
+        return j
 
     def _size_next(self, n: int, limit: int, dry: bool) -> None:
         """After a user chunk of ``n`` entries that could take ``limit``: the next one may take
