@@ -48,7 +48,7 @@ import os
 import threading
 import time
 from bisect import bisect_right
-from typing import Callable, Sequence
+from typing import Callable, Sequence, Union
 
 from storage.config import FsyncPolicy, StreamConfig
 from storage import skiptable
@@ -380,32 +380,8 @@ class Writer:
             if self.next != self.end or self._bodies:
                 raise StorageError("chunks are appended as given only while nothing else is "
                                    "queued")
-        expect, epoch = self.end, self.last_epoch
-        checked = []
-        for chunk, first in chunks:
-            h = decode_header(chunk, path=self.directory, position=0)
-            if len(chunk) != h.size:
-                raise StorageError(f"chunk {h.chunk_id}: {len(chunk)} bytes given, its header "
-                                   f"says {h.size}")
-            if h.chunk_id != expect:
-                raise StorageError(f"chunk {h.chunk_id} does not start at the next offset "
-                                   f"{expect}")
-            if h.epoch < epoch:
-                raise StaleEpochError(f"chunk {h.chunk_id} of epoch {h.epoch} is older than "
-                                      f"the log's last epoch {epoch}")
-            at = CHUNK_HEADER_BYTES + h.filter_size
-            data = chunk[at:at + h.data_length]
-            if crc32(data) != h.crc:
-                raise StorageError(f"chunk {h.chunk_id}: CRC mismatch in the data section")
-            records: list[TrackingRecord] | None = None
-            if h.type != CHUNK_USER:
-                if len(data) < 4 or 4 + int.from_bytes(data[:4], "big") != len(data):
-                    raise StorageError(f"tracking chunk {h.chunk_id} holds one simple entry")
-                records = decode_tracking(data[4:], snapshot=h.type == CHUNK_TRACKING_SNAPSHOT)
-            elif h.trailer_length:
-                records = decode_tracking(chunk[at + h.data_length:])
-            checked.append((chunk, first, h, records))
-            expect, epoch = h.next_offset, h.epoch
+        checked = _check_chunks(chunks, self.directory, self.end, self.last_epoch)
+        expect, epoch = checked[-1][2].next_offset, checked[-1][2].epoch
         info = self._infos[-1]
         iov: list[bytes | memoryview] = []
         idx: list[bytes] = []
@@ -1183,6 +1159,45 @@ class _Tracking:
         self.delta = delta
         self.writers = writers
         self.timestamps = timestamps
+
+
+#: a replicated chunk as checked: its bytes, whether it begins a segment, its header, and its
+#: tracking records (a tracking chunk's, or a user chunk's trailer's; None: none)
+_Checked = tuple[Union[bytes, memoryview], bool, ChunkHeader, Union[list[TrackingRecord], None]]
+
+
+def _check_chunks(chunks: Sequence[tuple[bytes | memoryview, bool]], directory: str, expect: int,
+                  epoch: int) -> list[_Checked]:
+    """The checks of ``Writer.append_chunks``, all before anything is written: each chunk whole,
+    starting at ``expect`` (the first; the others where the one before ends), of an epoch no
+    older than ``epoch`` (or the one before's), its data section's CRC right, a tracking
+    chunk one simple entry; with its tracking records decoded."""
+    checked: list[_Checked] = []
+    for chunk, first in chunks:
+        h = decode_header(chunk, path=directory, position=0)
+        if len(chunk) != h.size:
+            raise StorageError(f"chunk {h.chunk_id}: {len(chunk)} bytes given, its header "
+                               f"says {h.size}")
+        if h.chunk_id != expect:
+            raise StorageError(f"chunk {h.chunk_id} does not start at the next offset "
+                               f"{expect}")
+        if h.epoch < epoch:
+            raise StaleEpochError(f"chunk {h.chunk_id} of epoch {h.epoch} is older than "
+                                  f"the log's last epoch {epoch}")
+        at = CHUNK_HEADER_BYTES + h.filter_size
+        data = chunk[at:at + h.data_length]
+        if crc32(data) != h.crc:
+            raise StorageError(f"chunk {h.chunk_id}: CRC mismatch in the data section")
+        records: list[TrackingRecord] | None = None
+        if h.type != CHUNK_USER:
+            if len(data) < 4 or 4 + int.from_bytes(data[:4], "big") != len(data):
+                raise StorageError(f"tracking chunk {h.chunk_id} holds one simple entry")
+            records = decode_tracking(data[4:], snapshot=h.type == CHUNK_TRACKING_SNAPSHOT)
+        elif h.trailer_length:
+            records = decode_tracking(chunk[at + h.data_length:])
+        checked.append((chunk, first, h, records))
+        expect, epoch = h.next_offset, h.epoch
+    return checked
 
 
 def _call(cb: DurableCallback, offset: int, error: Exception | None) -> None:
