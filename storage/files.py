@@ -2,33 +2,42 @@
 
 Why a module of its own: listing a stream directory, reading index records with ``os.pread``
 and replacing a file atomically are needed by every part of the package, and all of them must
-agree on which files make up the log (a segment counts only with its index beside it).
+agree on which files make up the log (a segment counts only with its index beside it). Making
+them is here too: a new segment with its index (the writer's rollover, ``Stream.open``, a
+truncated log), the writer's directory lock, and appending a group of buffers whole.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import threading
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
+from storage.errors import StorageError
 from storage.format import (
     INDEX_HEADER_BYTES,
     INDEX_RECORD,
     INDEX_RECORD_BYTES,
     IndexRecord,
+    index_header,
     index_name,
     parse_file_name,
+    segment_header,
     segment_name,
 )
 
 __all__ = [
     "list_files", "list_segments", "segment_path", "index_path", "fsync_dir", "replace_file",
     "index_count", "read_index_records", "read_index_tuples", "read_index_record", "pread_exact",
-    "pread_scratch", "IndexTuple", "in_page_cache", "advise",
+    "pread_scratch", "IndexTuple", "in_page_cache", "advise", "LOCK_FILE", "lock_directory",
+    "create_segment", "IOV_MAX", "writev_all", "truncate_quietly",
 ]
 
 IndexTuple = tuple[int, int, int, int, int]  # an INDEX_RECORD as unpacked: id, ts, epoch, pos, type
+LOCK_FILE = ".writer.lock"
+IOV_MAX = 1020  # buffers per ``os.writev`` at most (``writev_all``; Linux takes 1024)
 _REC = INDEX_RECORD_BYTES
 _IHB = INDEX_HEADER_BYTES
 
@@ -70,6 +79,54 @@ def fsync_dir(directory: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def lock_directory(directory: str) -> int:
+    """One writer per stream directory: an exclusive ``flock`` on ``.writer.lock``, held while
+    the stream is open (the kernel drops it when the process dies; readers never take it)."""
+    fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StorageError(f"{directory} is open by another writer (lock {LOCK_FILE})") from None
+    return fd
+
+
+def create_segment(directory: str, start: int, sync: bool) -> None:
+    """Segment file, then its index (a crash in between leaves an orphan, removed at open)."""
+    for path, header in ((segment_path(directory, start), segment_header()),
+                         (index_path(directory, start), index_header())):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, header)
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    if sync:
+        fsync_dir(directory)
+
+
+def writev_all(fd: int, bufs: Sequence[bytes | bytearray | memoryview]) -> None:
+    """All of ``bufs`` appended to ``fd``: one ``os.writev`` per ``IOV_MAX`` buffers."""
+    for k in range(0, len(bufs), IOV_MAX):
+        part = bufs[k:k + IOV_MAX]
+        want = sum(map(len, part))
+        done = os.writev(fd, part)
+        if done != want:  # rare for regular files: finish the rest
+            rest = memoryview(b"".join(part))[done:]
+            while rest:
+                rest = rest[os.write(fd, rest):]
+
+
+def truncate_quietly(fd: int, size: int) -> None:
+    """Cut ``fd`` back to ``size``, as far as it goes: a write has failed already, and that
+    failure is the one to report."""
+    try:
+        os.ftruncate(fd, size)
+    except OSError:
+        pass
 
 
 def replace_file(path: str, data: bytes, mode: int = 0o644) -> None:

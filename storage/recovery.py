@@ -33,6 +33,7 @@ from storage.files import (
     fsync_dir,
     index_path,
     list_files,
+    read_index_record,
     read_index_records,
     replace_file,
     segment_path,
@@ -57,7 +58,7 @@ from storage.format import (
 )
 from storage.walk import check_chunk, walk_segment
 
-__all__ = ["SegmentInfo", "recover", "scan_segment"]
+__all__ = ["SegmentInfo", "recover", "scan_segment", "last_record", "last_chunk_id"]
 
 _SCAN_BLOCK = 1 << 20
 
@@ -246,3 +247,23 @@ def recover(directory: str) -> list[SegmentInfo]:
     if changed:
         fsync_dir(directory)
     return infos
+
+
+def last_chunk_id(directory: str, segments: Sequence[SegmentInfo]) -> int:
+    """The id of the log's last chunk (from the last non-empty segment's index), -1 if none."""
+    rec = last_record(directory, segments)
+    return rec.chunk_id if rec is not None else -1
+
+
+def last_record(directory: str, segments: Sequence[SegmentInfo]) -> IndexRecord | None:
+    """The index record of the log's last chunk (from the last non-empty segment's index)."""
+    for info in reversed(segments):
+        if info.chunks:
+            fd = os.open(index_path(directory, info.start), os.O_RDONLY)
+            try:
+                rec = read_index_record(fd, info.chunks - 1)
+            finally:
+                os.close(fd)
+            if rec is not None:
+                return rec
+    return None

@@ -26,13 +26,14 @@ import bloom
 from storage.config import FsyncPolicy, StreamConfig
 from storage.derived import Bounds, Wanted
 from storage.errors import StorageError, StreamClosedError
+from storage.files import create_segment, lock_directory
 from storage.format import (SEGMENT_HEADER_BYTES, EntryRun, EntrySpans, PublishingIds,
                             SubBatchEntry, TextValues, run_entries)
 from storage.offsets import OffsetSpec
 from storage.reader import Columns, Reader
 from storage.recovery import SegmentInfo, recover
 from storage.tracking import U64_MAX, tracking_id
-from storage.writer import DurableCallback, FilterValue, Writer, create_segment, lock_directory
+from storage.writer import DurableCallback, FilterValue, Writer
 
 __all__ = ["Stream", "DurableCallback", "LocalView"]
 
@@ -153,7 +154,7 @@ class Stream:
         of one loop turn), starting at these places in ``bodies`` (ascending, 0 first). A
         frame of at least ``min_chunk_entries`` messages shares no chunk with another frame,
         as its messages reach osiris's writer together when it keeps up (cut by the chunk
-        limits only), unless the writer takes more than ``storage.writer.FRAMES_APART_MAX``
+        limits only), unless the writer takes more than ``storage.chunking.FRAMES_APART_MAX``
         entries at once (it is behind: cut across frames); without ``frames``, chunks are cut
         anywhere.
 

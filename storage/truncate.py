@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 
-from storage.files import fsync_dir, index_path, list_segments, read_index_records, segment_path
+from storage.files import (create_segment, fsync_dir, index_path, list_segments,
+                           read_index_records, segment_path)
 from storage.format import CHUNK_HEADER_BYTES, INDEX_HEADER_BYTES, INDEX_RECORD_BYTES, decode_header
-from storage.writer import create_segment
 
 __all__ = ["truncate_log", "reset_log"]
 

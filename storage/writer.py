@@ -7,7 +7,7 @@ Strategy:
   full chunk up to ``max_chunk_entries``, halving when a chunk empties the queue; about
   ``max_chunk_bytes`` bytes each; the end of a long run of one filter value ends a chunk; a
   client's frame of at least ``min_chunk_entries`` messages shares no chunk with another
-  unless the writer is behind, ``FRAMES_APART_MAX``),
+  unless the writer is behind, ``FRAMES_APART_MAX``; these rules are ``storage.chunking``'s),
   builds each chunk's filter with ``bloom.build``, and writes a group of chunks with one
   ``os.writev`` on the segment and one ``os.write`` on the index (segment first). Chunk size
   never changes durability: a group is one write and one fsync however many chunks it holds.
@@ -42,23 +42,42 @@ Strategy:
 
 from __future__ import annotations
 
-import fcntl
 import itertools
 import logging
 import os
 import threading
 import time
 from bisect import bisect_right
-from typing import Callable, Iterable, Sequence, Union
-
-import bloom
+from typing import Callable, Sequence, Union
 
 from storage.config import FsyncPolicy, StreamConfig
 from storage import skiptable
+from storage.chunking import (
+    FRAMES_APART_MAX,
+    PARTS_MAX,
+    ChunkData,
+    Entries,
+    FilterValue,
+    chunk_filter,
+    joined,
+    list_cutters,
+    nbytes,
+    run_cut,
+    trailing_run,
+)
 from storage.crc import crc32
 from storage.derived import BlockRow, create_sidecar, derived_path, encode_entry, repair
 from storage.errors import CorruptionError, StaleEpochError, StorageError, StreamClosedError
-from storage.files import fsync_dir, index_count, index_path, read_index_record, segment_path
+from storage.files import (
+    IOV_MAX,
+    create_segment,
+    index_count,
+    index_path,
+    read_index_record,
+    segment_path,
+    truncate_quietly,
+    writev_all,
+)
 from storage.format import (
     CHUNK_HEADER_BYTES,
     CHUNK_TRACKING_DELTA,
@@ -69,7 +88,6 @@ from storage.format import (
     INDEX_RECORD,
     INDEX_RECORD_BYTES,
     SEGMENT_HEADER_BYTES,
-    SIMPLE_ENTRY,
     TRACKING_OFFSET,
     TRACKING_SEQUENCE,
     TRACKING_TYPE_TIMESTAMP,
@@ -77,7 +95,6 @@ from storage.format import (
     EntryRun,
     EntrySpans,
     ChunkHeader,
-    IndexRecord,
     TrackingRecord,
     data_entries,
     decode_header,
@@ -86,39 +103,16 @@ from storage.format import (
     encode_entries,
     encode_mixed_entries,
     encode_tracking,
-    index_header,
-    segment_header,
 )
-from storage.recovery import SegmentInfo, recover
+from storage.recovery import SegmentInfo, last_chunk_id, last_record, recover
 from storage.retention import segments_to_drop
 from storage.tracking import load
 
-__all__ = ["Writer", "DurableCallback", "FilterValue", "RETRY_MIN_S", "RETRY_MAX_S",
-           "create_segment", "lock_directory"]
+__all__ = ["Writer", "DurableCallback", "FilterValue", "RETRY_MIN_S", "RETRY_MAX_S"]
 
 log = logging.getLogger(__name__)
 
 DurableCallback = Callable[[int, "Exception | None"], None]
-# one record's stage-1 value(s): one, a tuple of several (each goes into the Bloom), None: none
-FilterValue = Union[str, bytes, bytearray, tuple, None]
-
-LOCK_FILE = ".writer.lock"
-_IOV_MAX = 1020
-_PARTS_MAX = 4  # parts of a chunk's data section written apart at most (``_Entries.span``)
-#: a chunk's data section: one buffer, or a few parts of it (``_Entries.span``)
-ChunkData = Union[bytes, bytearray, memoryview, list]
-
-
-def _nbytes(data: ChunkData) -> int:
-    return sum(map(len, data)) if type(data) is list else len(data)
-
-
-def _joined(data: ChunkData) -> bytes:
-    if type(data) is list:
-        return b"".join(data)
-    return data if type(data) is bytes else bytes(data)
-
-_pack_len = SIMPLE_ENTRY.pack
 _GROUP_BYTES = 4 << 20  # bytes written per writev group before committing
 # a full segment waits for its tracking snapshot's offset (see ``_write_all``) up to this size;
 # beyond it, it rolls over at once and the snapshot follows later in the new segment
@@ -386,32 +380,8 @@ class Writer:
             if self.next != self.end or self._bodies:
                 raise StorageError("chunks are appended as given only while nothing else is "
                                    "queued")
-        expect, epoch = self.end, self.last_epoch
-        checked = []
-        for chunk, first in chunks:
-            h = decode_header(chunk, path=self.directory, position=0)
-            if len(chunk) != h.size:
-                raise StorageError(f"chunk {h.chunk_id}: {len(chunk)} bytes given, its header "
-                                   f"says {h.size}")
-            if h.chunk_id != expect:
-                raise StorageError(f"chunk {h.chunk_id} does not start at the next offset "
-                                   f"{expect}")
-            if h.epoch < epoch:
-                raise StaleEpochError(f"chunk {h.chunk_id} of epoch {h.epoch} is older than "
-                                      f"the log's last epoch {epoch}")
-            at = CHUNK_HEADER_BYTES + h.filter_size
-            data = chunk[at:at + h.data_length]
-            if crc32(data) != h.crc:
-                raise StorageError(f"chunk {h.chunk_id}: CRC mismatch in the data section")
-            records: list[TrackingRecord] | None = None
-            if h.type != CHUNK_USER:
-                if len(data) < 4 or 4 + int.from_bytes(data[:4], "big") != len(data):
-                    raise StorageError(f"tracking chunk {h.chunk_id} holds one simple entry")
-                records = decode_tracking(data[4:], snapshot=h.type == CHUNK_TRACKING_SNAPSHOT)
-            elif h.trailer_length:
-                records = decode_tracking(chunk[at + h.data_length:])
-            checked.append((chunk, first, h, records))
-            expect, epoch = h.next_offset, h.epoch
+        checked = _check_chunks(chunks, self.directory, self.end, self.last_epoch)
+        expect, epoch = checked[-1][2].next_offset, checked[-1][2].epoch
         info = self._infos[-1]
         iov: list[bytes | memoryview] = []
         idx: list[bytes] = []
@@ -456,22 +426,14 @@ class Writer:
         """A replicated chunk's sidecar entry (user chunks) and skip-table rows, as
         ``_write_all`` makes them, into ``dents`` / ``trows``; returns the entry's bytes.
         ``info``: the segment it goes into, before the chunk is counted there."""
-        cfg = self.config
-        keys = len(cfg.derived_keys)
         if h.type != CHUNK_USER:  # a tracking chunk: a row nothing matches
-            trows.append(skiptable.rows_of(info.chunks, 0, h.chunk_id, None, keys))
+            trows.append(skiptable.rows_of(info.chunks, 0, h.chunk_id, None,
+                                           len(self.config.derived_keys)))
             return 0
         at = CHUNK_HEADER_BYTES + h.filter_size
         data = bytes(chunk[at:at + h.data_length])
-        blocks: list[BlockRow] = []
-        assert cfg.derive is not None
-        entry = encode_entry(h.chunk_id, info.size, h.records, h.filter_size, data,
-                             data_entries(data, h.entries), cfg.derive, self._dcache,
-                             blocks, skiptable.ROW_BLOOM_BYTES, cfg.derive_number, keys)
-        dents.append(entry)
-        trows.append(skiptable.rows_of(info.chunks, self._dsize + dpend, h.chunk_id, blocks,
-                                       keys))
-        return len(entry)
+        return self._derived_entry(h.chunk_id, info, h.records, h.filter_size, data,
+                                   data_entries(data, h.entries), dpend, dents, trows)
 
     def _write_raw(self, iov: list[bytes | memoryview], idx: list[bytes],
                    dents: list[bytes], trows: list[bytes]) -> None:
@@ -479,9 +441,9 @@ class Writer:
         policy (replicated chunks)."""
         if not iov:
             return
-        _writev_all(self._sfd, iov)  # type: ignore[arg-type]
+        writev_all(self._sfd, iov)  # type: ignore[arg-type]
         self._write_derived(dents, trows)
-        _writev_all(self._ifd, [b"".join(idx)])
+        writev_all(self._ifd, [b"".join(idx)])
         policy = self.config.fsync
         if policy == FsyncPolicy.ALWAYS or (
                 policy == FsyncPolicy.INTERVAL and
@@ -640,7 +602,7 @@ class Writer:
                 taken, values, callbacks = self._bodies, self._values, self._callbacks
                 self._bodies, self._values, self._callbacks = [], [], []
                 first = self.next - len(taken) - self._spread - self._extra
-                bodies: Sequence[bytes] | _Entries = _Entries(taken) if self._runs else taken
+                bodies: Sequence[bytes] | Entries = Entries(taken) if self._runs else taken
                 self._spread, self._runs = 0, False
                 batched, self._extra, self._batched = self._batched, 0, False
                 batch = _Tracking(self._marks, self._delta, self._writer_batches,
@@ -773,7 +735,7 @@ class Writer:
         log.info("stream %s: files reopened after a write error (end %d)", self.directory,
                  last.end)
 
-    def _write_all(self, first: int, bodies: Sequence[bytes] | _Entries,
+    def _write_all(self, first: int, bodies: Sequence[bytes] | Entries,
                    values: list[FilterValue],
                    callbacks: list[tuple[int, DurableCallback]],
                    batch: _Tracking, batched: bool = False,
@@ -792,12 +754,12 @@ class Writer:
         bodies then differ: ``off`` is the offset of body ``i``). ``frames``: the client
         frames that get chunks of their own, as ``(first, end)`` places in ``bodies``;
         ``breaks``: places in ``bodies`` where a chunk ends (``break_chunk``). ``bodies`` is
-        an ``_Entries`` when the queue held ``EntryRun``s: its data sections are cut from the
+        an ``Entries`` when the queue held ``EntryRun``s: its data sections are cut from the
         runs' bytes (``span``, ``fit``), the same bytes as those of a body per record."""
         cfg = self.config
         max_bytes = cfg.max_chunk_bytes
         fsize, scheme = cfg.filter_size, cfg.filter_scheme
-        derive, dcache = cfg.derive, self._dcache
+        derive = cfg.derive
         total = len(bodies)
         if total > FRAMES_APART_MAX:  # a writer this far behind cuts by the limits alone
             frames = ()
@@ -813,25 +775,17 @@ class Writer:
         i = 0
         off = first  # the offset of body i
         last_id = self.committed_chunk_id
-        encode = encode_mixed_entries if batched else encode_entries
         span: Callable[[int, int], ChunkData]
         fit: Callable[[int, int, int], int]
-        if isinstance(bodies, _Entries):
+        if isinstance(bodies, Entries):
             span, fit = bodies.span, bodies.fit
         else:
-            listed = bodies
-
-            def span(i: int, n: int) -> bytes:
-                return encode(listed[i:i + n])
-
-            def fit(i: int, n: int, limit: int) -> int:
-                acc = list(itertools.accumulate(len(b) + 4 for b in listed[i:i + n]))
-                return max(1, bisect_right(acc, limit))
+            span, fit = list_cutters(bodies, encode_mixed_entries if batched else encode_entries)
         cb_i = 0
         self._pending_failed = callbacks
         info = self._infos[-1]
         while i < total:
-            # one group: chunks up to _GROUP_BYTES / _IOV_MAX buffers
+            # one group: chunks up to _GROUP_BYTES / IOV_MAX buffers
             iov: list[bytes | bytearray | memoryview] = []
             idx: list[bytes] = []
             dents: list[bytes] = []
@@ -845,7 +799,7 @@ class Writer:
             self._last_ts = ts
             group_bytes = 0
             while (i < total and group_bytes < _GROUP_BYTES
-                   and len(iov) < _IOV_MAX - 3 - _PARTS_MAX):
+                   and len(iov) < IOV_MAX - 3 - PARTS_MAX):
                 chunk_id = off
                 kind = CHUNK_USER
                 if mark_i < len(marks) and marks[mark_i] == chunk_id:
@@ -867,16 +821,8 @@ class Writer:
                 trailer = b""
                 filt = None
                 data: ChunkData
-                if kind == CHUNK_TRACKING_DELTA:
-                    records = [TrackingRecord(TRACKING_OFFSET, k, v)
-                               for k, v in batch.delta.items()]
-                    records += [TrackingRecord(TRACKING_TYPE_TIMESTAMP, k, v)
-                                for k, v in batch.timestamps.items()]
-                    written.apply(chunk_id, records)
-                    data = encode_entries([encode_tracking(records)])
-                    n = recs = 1
-                elif kind == CHUNK_TRACKING_SNAPSHOT:
-                    data = encode_entries([encode_tracking(self._snapshot_records())])
+                if kind != CHUNK_USER:
+                    data = self._tracking_data(kind, chunk_id, batch)
                     n = recs = 1
                 else:
                     limit = self._chunk_entries
@@ -896,7 +842,7 @@ class Writer:
                     if fb is not None and fb.first == off:  # it fits one (Stream checks)
                         n = max(n, fb.count)
                     if fsize and not batched and n > 1 and (fb is None or fb.first >= off + n):
-                        n = _run_cut(values, i, n, self._tail)  # bursts of a value: own chunks
+                        n = run_cut(values, i, n, self._tail)  # bursts of a value: own chunks
                     # the offset of each candidate entry and the one after (sub-batch entries
                     # take several); ``ends[k]``: the offset after the first k entries
                     ends: Sequence[int]
@@ -910,7 +856,7 @@ class Writer:
                         n = bisect_right(ends, marks[mark_i]) - 1
                     data = span(i, n)
                     cut = n
-                    if _nbytes(data) > max_bytes and n > 1:  # rare: fewer entries fit the byte bound
+                    if nbytes(data) > max_bytes and n > 1:  # rare: fewer entries fit the byte bound
                         cut = fit(i, n, max_bytes)
                     if fb is not None:  # a batch without ids stays in one chunk
                         j = fx_i
@@ -925,22 +871,11 @@ class Writer:
                     if fsize:
                         chunk_values = values[i:i + n]
                         if any(chunk_values):
-                            filt = _filter(chunk_values, fsize, scheme)
+                            filt = chunk_filter(chunk_values, fsize, scheme)
                     if wb_i < len(wbs) and wbs[wb_i].first < off + recs:
-                        seqs: dict[bytes, int] = {}
-                        while wb_i < len(wbs) and wbs[wb_i].last < off + recs:
-                            seqs[wbs[wb_i].ref] = wbs[wb_i].seq
-                            wb_i += 1
-                        wb = wbs[wb_i] if wb_i < len(wbs) else None
-                        if wb is not None and wb.ids is not None and wb.first < off + recs:
-                            # a batch going on in the next chunk: the id of its last body here,
-                            # as osiris's trailer has it (what a crash after this chunk keeps)
-                            seqs[wb.ref] = wb.ids[i + n - 1 - wb.body]
-                        records = [TrackingRecord(TRACKING_SEQUENCE, k, v) for k, v in seqs.items()]
-                        written.apply(chunk_id, records)
-                        trailer = encode_tracking(records)
+                        trailer, wb_i = self._trailer(chunk_id, wbs, wb_i, off + recs, i + n)
                     self._size_next(n, limit, total - i - n == len(marks) - mark_i)
-                    self._tail = (_trailing_run(values, i, i + n, self._tail)
+                    self._tail = (trailing_run(values, i, i + n, self._tail)
                                  if fsize and not batched else (None, 0))
                 # what lets a reader drop a chunk by its bytes without walking its entries
                 flags = FLAG_SIMPLE_ENTRIES if kind == CHUNK_USER and (not batched or not any(
@@ -949,25 +884,19 @@ class Writer:
                     bufs = encode_chunk(chunk_id, ts, data, n, recs, epoch=self.epoch,
                                         filter_bits=filt.bits, filter_scheme=filt.scheme,
                                         filter_param=filt.param, trailer=trailer, flags=flags)
-                    csize = CHUNK_HEADER_BYTES + len(filt.bits) + _nbytes(data) + len(trailer)
+                    csize = CHUNK_HEADER_BYTES + len(filt.bits) + nbytes(data) + len(trailer)
                 else:
                     bufs = encode_chunk(chunk_id, ts, data, n, recs, epoch=self.epoch,
                                         chunk_type=kind, trailer=trailer, flags=flags)
-                    csize = CHUNK_HEADER_BYTES + _nbytes(data) + len(trailer)
-                if derive is not None and kind == CHUNK_USER:  # its sidecar entry and rows
-                    blocks: list[BlockRow] = []
-                    dents.append(encode_entry(chunk_id, info.size, recs,
-                                              len(filt.bits) if filt is not None else 0,
-                                              _joined(data),
-                                              bodies[i:i + n], derive, dcache, blocks,
-                                              skiptable.ROW_BLOOM_BYTES, cfg.derive_number,
-                                              len(cfg.derived_keys)))
-                    trows.append(skiptable.rows_of(info.chunks, self._dsize + dpend, chunk_id,
-                                                   blocks, len(cfg.derived_keys)))
-                    dpend += len(dents[-1])
-                elif derive is not None:  # a tracking chunk: a row nothing matches
-                    trows.append(skiptable.rows_of(info.chunks, 0, chunk_id, None,
-                                                   len(cfg.derived_keys)))
+                    csize = CHUNK_HEADER_BYTES + nbytes(data) + len(trailer)
+                if derive is not None:  # its sidecar entry and skip-table rows
+                    if kind == CHUNK_USER:
+                        dpend += self._derived_entry(
+                            chunk_id, info, recs, len(filt.bits) if filt is not None else 0,
+                            joined(data), bodies[i:i + n], dpend, dents, trows)
+                    else:  # a tracking chunk: a row nothing matches
+                        trows.append(skiptable.rows_of(info.chunks, 0, chunk_id, None,
+                                                       len(cfg.derived_keys)))
                 self._snapshot_only = kind == CHUNK_TRACKING_SNAPSHOT and not info.chunks
                 idx.append(_pack_index(chunk_id, ts, self.epoch, info.size, kind))
                 iov.extend(bufs)
@@ -982,48 +911,109 @@ class Writer:
             try:
                 self._write_group(iov, idx, dents, trows)
             except Exception:
-                _truncate_quietly(self._sfd, group_start_size)
-                _truncate_quietly(self._ifd, idx_start_size)
-                if self._dfd >= 0:
-                    _truncate_quietly(self._dfd, dstart_size)
-                    self._dsize = dstart_size
-                if self._table is not None and tstart is not None:
-                    try:
-                        self._table.rollback(tstart)
-                    except OSError:
-                        self._close_table()  # reopened (and checked) with the files
+                self._rollback_group(group_start_size, idx_start_size, dstart_size, tstart)
                 raise
-            # durable per policy, then commit
-            if cfg.fsync == FsyncPolicy.ALWAYS:
-                self._sync()
-            else:
-                self._unsynced = True
-                if (cfg.fsync == FsyncPolicy.INTERVAL
-                        and time.monotonic() - self._last_sync >= cfg.fsync_interval_ms / 1000.0):
-                    self._sync()
-            if self._retention_due and self._snapshot_at is None:
-                # the snapshot is written: older segments may go, once it is on disk
-                if self._unsynced and cfg.fsync != FsyncPolicy.NEVER:
-                    self._sync()
-                self._retention_due = False
-                with self.lock:
-                    self.apply_retention()
-            end = off
-            self.last_epoch = self.epoch
-            self._commit(end, last_id)
-            j = cb_i
-            while j < len(callbacks) and callbacks[j][0] < end:
-                j += 1
-            for offset, cb in callbacks[cb_i:j]:
-                _call(cb, offset, None)
-            cb_i = j
-            self._pending_failed = callbacks[cb_i:]
+            cb_i = self._settle_group(off, last_id, callbacks, cb_i)
         self._pending_failed = []
         if self._full(info) and self._snapshot_at is None and not written.empty:
             # the next chunk rolls over: its snapshot takes the next offset now, so that it
             # comes before whatever is appended next (osiris writes it before the next write)
             with self.lock:
                 self._snapshot_at = self._reserve(CHUNK_TRACKING_SNAPSHOT)
+
+    def _tracking_data(self, kind: int, chunk_id: int, batch: _Tracking) -> bytes:
+        """The data section of the tracking chunk of type ``kind`` reserved at ``chunk_id``: the
+        batch's delta (offsets and timestamps stored since it was reserved), or the snapshot of
+        the state as written; into the state as written."""
+        if kind == CHUNK_TRACKING_DELTA:
+            records = [TrackingRecord(TRACKING_OFFSET, k, v) for k, v in batch.delta.items()]
+            records += [TrackingRecord(TRACKING_TYPE_TIMESTAMP, k, v)
+                        for k, v in batch.timestamps.items()]
+            self.written.apply(chunk_id, records)
+            return encode_entries([encode_tracking(records)])
+        return encode_entries([encode_tracking(self._snapshot_records())])
+
+    def _trailer(self, chunk_id: int, wbs: list[_Batch], wb_i: int, end: int,
+                 last_body: int) -> tuple[bytes, int]:
+        """The trailer of the user chunk at ``chunk_id`` (offsets up to ``end``, bodies up to
+        ``last_body``) that holds named publishers' batches from ``wbs[wb_i]`` on: each
+        publisher's last publishing id in it, into the state as written; and the first batch
+        that goes on after this chunk."""
+        seqs: dict[bytes, int] = {}
+        while wb_i < len(wbs) and wbs[wb_i].last < end:
+            seqs[wbs[wb_i].ref] = wbs[wb_i].seq
+            wb_i += 1
+        wb = wbs[wb_i] if wb_i < len(wbs) else None
+        if wb is not None and wb.ids is not None and wb.first < end:
+            # a batch going on in the next chunk: the id of its last body here, as osiris's
+            # trailer has it (what a crash after this chunk keeps)
+            seqs[wb.ref] = wb.ids[last_body - 1 - wb.body]
+        records = [TrackingRecord(TRACKING_SEQUENCE, k, v) for k, v in seqs.items()]
+        self.written.apply(chunk_id, records)
+        return encode_tracking(records), wb_i
+
+    def _derived_entry(self, chunk_id: int, info: SegmentInfo, records: int, filter_size: int,
+                       data: bytes, bodies: Sequence[bytes], dpend: int, dents: list[bytes],
+                       trows: list[bytes]) -> int:
+        """A user chunk's sidecar entry and skip-table rows (broker-derived keys) into
+        ``dents`` / ``trows``; returns the entry's bytes. ``info``: the segment it goes into,
+        before the chunk is counted there; ``dpend``: the bytes of the group's entries before
+        it. The writer's chunks and replicated ones (``_derive_raw``) get them alike."""
+        cfg = self.config
+        keys = len(cfg.derived_keys)
+        assert cfg.derive is not None
+        blocks: list[BlockRow] = []
+        entry = encode_entry(chunk_id, info.size, records, filter_size, data, bodies, cfg.derive,
+                             self._dcache, blocks, skiptable.ROW_BLOOM_BYTES, cfg.derive_number,
+                             keys)
+        dents.append(entry)
+        trows.append(skiptable.rows_of(info.chunks, self._dsize + dpend, chunk_id, blocks, keys))
+        return len(entry)
+
+    def _rollback_group(self, segment_size: int, index_size: int, derived_size: int,
+                        table: tuple[int, int, int] | None) -> None:
+        """After a group's write failed: the segment, index, sidecar and skip table cut back to
+        where the group began (as far as they go; the reopen's recovery does the rest)."""
+        truncate_quietly(self._sfd, segment_size)
+        truncate_quietly(self._ifd, index_size)
+        if self._dfd >= 0:
+            truncate_quietly(self._dfd, derived_size)
+            self._dsize = derived_size
+        if self._table is not None and table is not None:
+            try:
+                self._table.rollback(table)
+            except OSError:
+                self._close_table()  # reopened (and checked) with the files
+
+    def _settle_group(self, end: int, last_id: int, callbacks: list[tuple[int, DurableCallback]],
+                      cb_i: int) -> int:
+        """After a group is written (up to offset ``end``, last chunk ``last_id``): durable per
+        policy, retention once a snapshot is written, commit, then the callbacks from
+        ``cb_i`` on of what is now durable; returns the index of the first callback left."""
+        cfg = self.config
+        if cfg.fsync == FsyncPolicy.ALWAYS:
+            self._sync()
+        else:
+            self._unsynced = True
+            if (cfg.fsync == FsyncPolicy.INTERVAL
+                    and time.monotonic() - self._last_sync >= cfg.fsync_interval_ms / 1000.0):
+                self._sync()
+        if self._retention_due and self._snapshot_at is None:
+            # the snapshot is written: older segments may go, once it is on disk
+            if self._unsynced and cfg.fsync != FsyncPolicy.NEVER:
+                self._sync()
+            self._retention_due = False
+            with self.lock:
+                self.apply_retention()
+        self.last_epoch = self.epoch
+        self._commit(end, last_id)
+        j = cb_i
+        while j < len(callbacks) and callbacks[j][0] < end:
+            j += 1
+        for offset, cb in callbacks[cb_i:j]:
+            _call(cb, offset, None)
+        self._pending_failed = callbacks[j:]
+        return j
 
     def _size_next(self, n: int, limit: int, dry: bool) -> None:
         """After a user chunk of ``n`` entries that could take ``limit``: the next one may take
@@ -1081,13 +1071,13 @@ class Writer:
         if not iov:
             return
         self._unsynced = True
-        _writev_all(self._sfd, iov)
+        writev_all(self._sfd, iov)
         self._write_derived(dents, trows)
-        _writev_all(self._ifd, [b"".join(idx)])
+        writev_all(self._ifd, [b"".join(idx)])
 
     def _write_derived(self, dents: list[bytes], trows: list[bytes]) -> None:
         if dents and self._dfd >= 0:
-            _writev_all(self._dfd, dents)
+            writev_all(self._dfd, dents)
             self._dsize += sum(map(len, dents))
         if trows and self._table is not None:
             self._table.append(trows, self._dsize)
@@ -1171,228 +1161,43 @@ class _Tracking:
         self.timestamps = timestamps
 
 
-_RUNS = (EntryRun, EntrySpans)
+#: a replicated chunk as checked: its bytes, whether it begins a segment, its header, and its
+#: tracking records (a tracking chunk's, or a user chunk's trailer's; None: none)
+_Checked = tuple[Union[bytes, memoryview], bool, ChunkHeader, Union[list[TrackingRecord], None]]
 
 
-class _Entries:
-    """The queue as the writer took it when it held ``EntryRun``s or ``EntrySpans``: a
-    sequence of entries (a run counts as its ``count``) whose data sections are cut from the runs' bytes.
-
-    Why: the run's records never become objects on the common path (``span``: one copy per
-    chunk part, ids dropped by strided deletes; ``fit``: arithmetic per run), and the chunking
-    loop stays the one loop, counting entries as it does over a list of bodies. A slice gives
-    the records one by one (``EntryRun.bodies``), for the rarer paths that need them (derived
-    keys, sub-batch entries)."""
-
-    __slots__ = ("items", "starts")
-
-    def __init__(self, items: list) -> None:
-        self.items = items
-        self.starts = list(itertools.accumulate(
-            (x.count if type(x) in _RUNS else 1 for x in items), initial=0))
-
-    def __len__(self) -> int:
-        return self.starts[-1]
-
-    def _parts(self, i: int, n: int) -> Iterable[tuple[bytes | EntryRun | EntrySpans, int, int]]:
-        """``(item, first, count)``: the items covering entries ``i .. i + n``, a run's part
-        from its entry ``first``."""
-        items, starts = self.items, self.starts
-        j = bisect_right(starts, i) - 1
-        end = i + n
-        while i < end:
-            item = items[j]
-            if isinstance(item, (EntryRun, EntrySpans)):
-                k = min(end, starts[j + 1]) - i
-                yield item, i - starts[j], k
-                i += k
-            else:
-                yield item, 0, 1
-                i += 1
-            j += 1
-
-    def span(self, i: int, n: int) -> ChunkData:
-        """The data section of entries ``i .. i + n``: as ``encode_entries`` (or, with
-        sub-batch entries, ``encode_mixed_entries``) gives it for their bodies (a buffer of
-        those bytes, see ``EntrySpans.entries``, or a few such parts in a list: a chunk cut
-        across client frames is not joined, as a join copies the whole chunk into fresh
-        memory, a page fault per 4 KiB on this VM, ``bench.page_cost``)."""
-        parts: list[bytes | bytearray | memoryview] = []
-        for item, a, k in self._parts(i, n):
-            if isinstance(item, (EntryRun, EntrySpans)):
-                parts.append(item.entries(a, k))  # type: ignore[arg-type]
-            elif type(item) is SubBatchEntry:
-                parts.append(item)
-            else:
-                parts.append(_pack_len(len(item)))
-                parts.append(item)
-        if len(parts) == 1:
-            return parts[0]
-        if len(parts) <= _PARTS_MAX:  # written as they are (``encode_chunk``), not joined
-            return parts
-        return b"".join(parts)
-
-    def fit(self, i: int, n: int, limit: int) -> int:
-        """How many of the entries from ``i`` (at most ``n``, at least 1) fit ``limit`` bytes,
-        counting 4 per entry beside its record, as a list of bodies is cut."""
-        total = taken = 0
-        for item, a, k in self._parts(i, n):
-            if isinstance(item, EntrySpans):
-                for each in item.sizes(a, k):
-                    if total + each > limit:
-                        return max(1, taken)
-                    total += each
-                    taken += 1
-                continue
-            each = item.size + 4 if isinstance(item, EntryRun) else len(item) + 4
-            if total + each * k > limit:
-                taken += (limit - total) // each
-                break
-            total += each * k
-            taken += k
-        return max(1, taken)
-
-    def __getitem__(self, span: slice) -> list[bytes]:
-        i, end, _ = span.indices(len(self))
-        out: list[bytes] = []
-        for item, a, k in self._parts(i, max(0, end - i)):
-            if isinstance(item, (EntryRun, EntrySpans)):
-                out += item.bodies(a, k)
-            else:
-                out.append(item)
-        return out
-
-
-#: client frames get chunks of their own only when the writer takes at most this many entries
-#: at once; more: it is behind, and cuts by the limits alone across frames (as osiris's writer
-#: with a full mailbox), so that a heavy load of frames of ~100 keeps large chunks
-FRAMES_APART_MAX = 1024
-
-#: a run of at least this many entries with one filter value ends its chunk (``_run_cut``)
-RUN_CUT_MIN = 256
-
-
-def _run_cut(values: list[FilterValue], i: int, n: int,
-             before: tuple[FilterValue, int] = (None, 0)) -> int:
-    """How many of the ``n`` entries from ``i`` one chunk takes: all, unless a run of at least
-    ``RUN_CUT_MIN`` entries with one filter value (None counts as one) ends before the last;
-    then up to the end of the first such run. ``before``: the value of the entries written
-    just before ``i`` and their run's length, so that a run going on from earlier chunks
-    counts whole: the first entry after a long run (a burst's end) always starts a chunk, if
-    the run ends in this chunk, however few of it the chunk holds.
-
-    Why: values that come in bursts then get chunks of their own (a burst's chunk holds at
-    most a short tail of the burst before it), so stage 1 sends little beyond the matches,
-    where a chunk cut by size alone holds parts of several bursts. Interleaved or random values
-    (runs shorter than ``RUN_CUT_MIN``) keep chunks of full size; only the tail of a run begun
-    before ``i`` makes a chunk shorter than ``RUN_CUT_MIN``."""
-    end = i + n
-    v = values[i]
-    if values[i:end].count(v) == n:  # one value (or none) throughout: nothing to cut
-        return n
-    if before[1] and before[0] == v:  # the run before goes on here: where it stops
-        stop = i + 1
-        while stop + 64 <= end and values[stop:stop + 64].count(v) == 64:
-            stop += 64
-        while values[stop] == v:  # it stops before ``end`` (not one value throughout)
-            stop += 1
-        if before[1] + stop - i >= RUN_CUT_MIN:
-            return stop - i
-    # a run of RUN_CUT_MIN entries holds a whole window of half as many aligned from ``i``, so
-    # only windows are tested (their ends, then a count in C), and a uniform one is widened
-    half = RUN_CUT_MIN // 2
-    a = i
-    while a + half <= end:
-        v = values[a]
-        if values[a + half - 1] != v or values[a:a + half].count(v) != half:
-            a += half
-            continue
-        start, stop = a, a + half
-        while start > i and values[start - 1] == v:
-            start -= 1
-        while stop < end and values[stop] == v:
-            stop += 1
-        if stop == end:  # the run goes on to the last entry: nothing after it to cut off
-            return n
-        if stop - start >= RUN_CUT_MIN:
-            return stop - i
-        a = stop + (i - stop) % half  # the first window at or after the run (aligned from i)
-    return n
-
-
-def _trailing_run(values: list[FilterValue], i: int, end: int,
-                  before: tuple[FilterValue, int]) -> tuple[FilterValue, int]:
-    """The value of ``values[end - 1]`` and the length of its run up to ``end`` (counting the
-    run ``before`` ``i`` when it goes on), up to ``RUN_CUT_MIN``: what ``_run_cut`` needs of the
-    entries before the next chunk."""
-    v = values[end - 1]
-    low = max(i, end - RUN_CUT_MIN)
-    if values[low:end].count(v) == end - low:  # the common case, in C
-        k = low
-    else:
-        k = end - 1
-        while k > low and values[k - 1] == v:
-            k -= 1
-    run = end - k
-    if k == i and before[0] == v:
-        run += before[1]
-    return v, min(run, RUN_CUT_MIN)
-
-
-def _filter(values: list[FilterValue], size: int, scheme: int) -> bloom.ChunkFilter | None:
-    """The chunk filter of records with ``values``, deduplicated in C first (``bloom.build``
-    works per value; a set's filter is cached: ``bloom.build_distinct``); unhashable ones (a
-    ``bytearray``) are passed as they are."""
-    try:
-        distinct = set(values)
-    except TypeError:
-        return bloom.build(values, size, scheme)
-    return bloom.build_distinct(distinct, size, scheme)
-
-
-def lock_directory(directory: str) -> int:
-    """One writer per stream directory: an exclusive ``flock`` on ``.writer.lock``, held while
-    the stream is open (the kernel drops it when the process dies; readers never take it)."""
-    fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise StorageError(f"{directory} is open by another writer (lock {LOCK_FILE})") from None
-    return fd
-
-
-def create_segment(directory: str, start: int, sync: bool) -> None:
-    """Segment file, then its index (a crash in between leaves an orphan, removed at open)."""
-    for path, header in ((segment_path(directory, start), segment_header()),
-                         (index_path(directory, start), index_header())):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, header)
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-    if sync:
-        fsync_dir(directory)
-
-
-def _writev_all(fd: int, bufs: Sequence[bytes | bytearray | memoryview]) -> None:
-    for k in range(0, len(bufs), _IOV_MAX):
-        part = bufs[k:k + _IOV_MAX]
-        want = sum(map(len, part))
-        done = os.writev(fd, part)
-        if done != want:  # rare for regular files: finish the rest
-            rest = memoryview(b"".join(part))[done:]
-            while rest:
-                rest = rest[os.write(fd, rest):]
-
-
-def _truncate_quietly(fd: int, size: int) -> None:
-    try:
-        os.ftruncate(fd, size)
-    except OSError:
-        pass
+def _check_chunks(chunks: Sequence[tuple[bytes | memoryview, bool]], directory: str, expect: int,
+                  epoch: int) -> list[_Checked]:
+    """The checks of ``Writer.append_chunks``, all before anything is written: each chunk whole,
+    starting at ``expect`` (the first; the others where the one before ends), of an epoch no
+    older than ``epoch`` (or the one before's), its data section's CRC right, a tracking
+    chunk one simple entry; with its tracking records decoded."""
+    checked: list[_Checked] = []
+    for chunk, first in chunks:
+        h = decode_header(chunk, path=directory, position=0)
+        if len(chunk) != h.size:
+            raise StorageError(f"chunk {h.chunk_id}: {len(chunk)} bytes given, its header "
+                               f"says {h.size}")
+        if h.chunk_id != expect:
+            raise StorageError(f"chunk {h.chunk_id} does not start at the next offset "
+                               f"{expect}")
+        if h.epoch < epoch:
+            raise StaleEpochError(f"chunk {h.chunk_id} of epoch {h.epoch} is older than "
+                                  f"the log's last epoch {epoch}")
+        at = CHUNK_HEADER_BYTES + h.filter_size
+        data = chunk[at:at + h.data_length]
+        if crc32(data) != h.crc:
+            raise StorageError(f"chunk {h.chunk_id}: CRC mismatch in the data section")
+        records: list[TrackingRecord] | None = None
+        if h.type != CHUNK_USER:
+            if len(data) < 4 or 4 + int.from_bytes(data[:4], "big") != len(data):
+                raise StorageError(f"tracking chunk {h.chunk_id} holds one simple entry")
+            records = decode_tracking(data[4:], snapshot=h.type == CHUNK_TRACKING_SNAPSHOT)
+        elif h.trailer_length:
+            records = decode_tracking(chunk[at + h.data_length:])
+        checked.append((chunk, first, h, records))
+        expect, epoch = h.next_offset, h.epoch
+    return checked
 
 
 def _call(cb: DurableCallback, offset: int, error: Exception | None) -> None:
@@ -1400,23 +1205,3 @@ def _call(cb: DurableCallback, offset: int, error: Exception | None) -> None:
         cb(offset, error)
     except Exception:
         log.exception("on_durable callback failed")
-
-
-def last_chunk_id(directory: str, segments: Sequence[SegmentInfo]) -> int:
-    """The id of the log's last chunk (from the last non-empty segment's index), -1 if none."""
-    rec = last_record(directory, segments)
-    return rec.chunk_id if rec is not None else -1
-
-
-def last_record(directory: str, segments: Sequence[SegmentInfo]) -> IndexRecord | None:
-    """The index record of the log's last chunk (from the last non-empty segment's index)."""
-    for info in reversed(segments):
-        if info.chunks:
-            fd = os.open(index_path(directory, info.start), os.O_RDONLY)
-            try:
-                rec = read_index_record(fd, info.chunks - 1)
-            finally:
-                os.close(fd)
-            if rec is not None:
-                return rec
-    return None

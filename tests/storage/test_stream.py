@@ -481,7 +481,7 @@ def test_a_reader_on_a_segment_that_recovery_removed_goes_on_where_the_log_goes_
     """A rollover whose first write failed leaves an empty newest segment; a reader may have
     opened it (at ``next``). Recovery after the error removes it and the log continues in the
     segment before: the reader must follow there, not wait on the removed file."""
-    from storage.writer import create_segment
+    from storage.files import create_segment
     d = tmp_path / "s"
     with Stream.open(d, StreamConfig(fsync="never", max_chunk_entries=1)) as s:
         s.append_batch([b"a", b"b"])
@@ -642,7 +642,7 @@ def test_a_long_run_of_one_filter_value_ends_its_chunk(tmp_path):
     RUN_CUT_MIN entries that ends inside it), so a stage-1 reader of one value reads that
     burst's chunk only; interleaved values, short runs and one value throughout keep chunks of
     full size, and a named publisher's batch is never cut."""
-    from storage.writer import RUN_CUT_MIN
+    from storage.chunking import RUN_CUT_MIN
 
     run = RUN_CUT_MIN
 
@@ -689,10 +689,10 @@ def test_the_end_of_a_long_run_starts_a_chunk_across_appends(tmp_path):
 
 
 def test_run_cut_ends_a_chunk_after_the_first_long_run_that_ends_inside_it():
-    """``_run_cut`` tests windows; the rule it implements, value by value, on random layouts."""
+    """``run_cut`` tests windows; the rule it implements, value by value, on random layouts."""
     import random
 
-    from storage.writer import RUN_CUT_MIN, _run_cut
+    from storage.chunking import RUN_CUT_MIN, run_cut
 
     def rule(values, i, n):
         start = i
@@ -712,7 +712,7 @@ def test_run_cut_ends_a_chunk_after_the_first_long_run_that_ends_inside_it():
             values += [rnd.choice([f"v{j}", "a", None])] * rnd.choice(lengths)
         i = rnd.randrange(len(values))
         n = rnd.randrange(1, len(values) - i + 1)
-        assert _run_cut(values, i, n) == rule(values, i, n), (i, n)
+        assert run_cut(values, i, n) == rule(values, i, n), (i, n)
 
 
 def test_a_sub_batch_queued_when_a_write_fails_leaves_no_count_behind(tmp_path, monkeypatch):
