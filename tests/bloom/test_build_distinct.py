@@ -43,11 +43,11 @@ _RECORD_VALUES = st.one_of(st.none(), st.text(max_size=4), st.binary(max_size=4)
                           st.sampled_from((16, 17, 255)),
                           st.sampled_from((Scheme.OSIRIS, Scheme.MMH3))), min_size=1, max_size=6))
 def test_the_writers_chunk_filter_is_builds_one_chunk_after_another(chunks):
-    """``storage.writer._filter`` (a chunk's values deduplicated by a set, its filter from
+    """``storage.chunking.chunk_filter`` (a chunk's values deduplicated by a set, its filter from
     ``build_distinct``'s cache when they are few and text) gives ``build``'s filter of the
     chunk's values, whatever chunks (sizes, schemes, many text values) came before."""
     from storage.format import TextValues
-    from storage.writer import _filter
+    from storage.chunking import chunk_filter as _filter
     for values, many, size, scheme in chunks:
         if many:  # text only, up to 400 distinct: cached up to 256, built above
             values = TextValues([None, *(f"v{k % many}" for k in range(many + 3))])
