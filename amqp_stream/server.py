@@ -156,11 +156,13 @@ class Broker:
         host, port = self.config.host, self.config.port
         # the stream listeners first: whoever sees the AMQP port open (a test, a supervisor)
         # finds every port open
-        streams = [("rabbitmq-stream", self.config.stream_port, self.stream_adapter.accept)]
-        if self.stream_adapter.tls_context is not None:
-            streams.append(("rabbitmq-stream+tls", self.config.stream_tls_port,
-                            self.stream_adapter.accept_tls))
-        for name, stream_port, factory in streams:
+        # (name, port, connection factory, the port its clients are told: ``_port_for``'s)
+        sa = self.stream_adapter
+        streams = [("rabbitmq-stream", self.config.stream_port, sa.accept, sa.advertised_port)]
+        if sa.tls_context is not None:
+            streams.append(("rabbitmq-stream+tls", self.config.stream_tls_port, sa.accept_tls,
+                            sa.advertised_tls_port))
+        for name, stream_port, factory, advertised in streams:
             if not stream_port:
                 continue
             try:
@@ -169,10 +171,8 @@ class Broker:
                 log.error("cannot listen on %s:%d: %s", host, stream_port, exc.strerror or exc)
                 self._close_storage()
                 return 1
-            advertised = self.stream_adapter.advertised_tls_port if name.endswith("+tls") \
-                else self.stream_adapter.advertised_port  # what its clients are told (_port_for)
             log.info("listening on %s://%s:%d (advertised as %s:%d)", name, host, stream_port,
-                     self.stream_adapter.advertised_host, advertised)
+                     sa.advertised_host, advertised)
         scheme = "amqps" if self.adapter.ssl_domain is not None else "amqp"
         try:
             self.eloop.listen(host, port, self.adapter.accept, "amqp")
