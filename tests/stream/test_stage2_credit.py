@@ -23,6 +23,7 @@ from amqp_stream.testing import BrokerProcess
 from conformance.streamclient import OK, StreamClient, offset_first
 from storage.format import encode_chunk, encode_entries
 from tests.http.api import call
+from tests.stream.test_derived_keys import _metric
 from tests.polling import wait_for
 from tests.streamproto.test_connection import events, handshake
 
@@ -272,4 +273,19 @@ def test_frames_built_before_the_stream_grew_carry_its_committed_id_when_sent(br
     c.credit(0, 2)
     assert [(ch.chunk_id, ch.committed_chunk_id) for ch in (c.next_chunk(), c.next_chunk())] \
         == [(4, 41), (8, 41)]
+    c.close()
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+def test_each_record_a_filtered_read_leaves_out_counts_once_as_dropped(broker, uniform):
+    """``stage2_dropped_messages``: every record read and not delivered once, whether the
+    columns chose the matches (uniform records: the reader counts those it left out) or the
+    records were matched one by one."""
+    c, stream = _publishing_client(broker, False)
+    ids = list(range(41))
+    c.publish(1, [(i, _message(i % 4, i, uniform)) for i in ids])
+    c.wait_confirms(1, ids)
+    assert c.subscribe(0, stream, offset_first(), credit=11, properties={"sql-filter": "k = 0"}) == OK
+    assert [c.next_chunk().chunk_id for _ in range(11)] == list(range(0, 41, 4))
+    assert _metric(broker.metrics_url, "stage2_dropped_messages_total", stream) == 30
     c.close()
