@@ -81,6 +81,7 @@ SCAN_BUDGET = 1000  # chunks a stage-1 scan may pass over per turn (see amqp.con
 CHUNKS_PER_TURN = 64
 RUNS_AHEAD = 1024  # stage 2: stored chunks whose matches are kept ready for credit to come
 RUNS_AHEAD_BYTES = 1 << 20  # ... and their bytes at most (past it, one stored chunk's more)
+PREFETCH_RECORDS = 8192  # stage 2: stored records one prefetch turn scans (a chunk at least)
 # Header bytes 45-47 are osiris's Reserved:24 (zero from RabbitMQ; rstream's test_deliver
 # checks it); this log keeps its filter scheme and flags there. They stay off the wire.
 _OURS_AT = HEADER_FILTER_SCHEME_AT
@@ -381,20 +382,31 @@ class Subscription:
             self.conn.loop.call_soon(self._prefetch)
 
     def _prefetch(self) -> None:
-        """Stage 2 with the credit used up: rebuild the next stored chunk's matches now (one
-        per loop turn, so frames of every connection are served in between), so that the
-        client's next credit finds them ready instead of waiting for a scan."""
+        """Stage 2 with the credit used up: rebuild the next stored chunks' matches now, so
+        that the client's next credit finds them ready instead of waiting for a scan. One loop
+        turn scans stored chunks up to ``PREFETCH_RECORDS`` records (one chunk at least), so
+        that frames of every connection are served in between; small chunks (a loaded
+        publisher's writer cuts ~1,000 records) then share a turn's fixed costs."""
         self.prefetching = False
         if (self.closed or self.ended or not self.active or not self.conn.serving
                 or self.credit > 0 or self.scheduled):
             return  # (credit came: ``add_credit`` pumped; a turn is due: it goes on)
         reader = self.reader
-        if self.end_offset is not None and reader.position >= self.end_offset:
+        end = self.end_offset
+        if end is not None and reader.position >= end:
             return
+        scanned = 0
         try:
-            loc = reader.read_location(SCAN_BUDGET)
-            if loc is not None and loc is not SCAN_PAUSED:
+            while True:
+                loc = reader.read_location(SCAN_BUDGET)
+                if loc is None or loc is SCAN_PAUSED:
+                    break
                 self._add_runs(loc)
+                scanned += loc.records
+                if (scanned >= PREFETCH_RECORDS or len(self.runs) >= RUNS_AHEAD
+                        or self.runs_bytes >= RUNS_AHEAD_BYTES
+                        or (end is not None and reader.position >= end)):
+                    break
             self.next_offset = int(reader.position)
             self._account(0, 0, 0, True)  # (what the reader did: turns that send do not look)
             if loc is None:
