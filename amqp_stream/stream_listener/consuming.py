@@ -33,8 +33,9 @@ rebuilt with that run's first offset, entry and record counts and CRC (one credi
 the offsets a client computes from chunk headers stay right. Values in round robin make one
 chunk per match, and a client grants credit a chunk at a time (ten ahead by default in rstream
 and the Java client): so once the credit is used up the subscription goes on scanning in later
-loop turns (``_prefetch``, up to ``RUNS_AHEAD`` stored chunks or ``RUNS_AHEAD_BYTES``), and the
-next Credit finds its chunks ready. A stored chunk's rebuilt chunks are kept as their Deliver
+loop turns (``_prefetch``, up to ``RUNS_AHEAD`` stored chunks or ``RUNS_AHEAD_BYTES``; a turn
+scans up to ``PREFETCH_RECORDS`` records, several small chunks), and the next Credit finds its
+chunks ready. A stored chunk's rebuilt chunks are kept as their Deliver
 frames, back to back in one buffer (``_Frames``; one-record chunks of columns' matches packed
 with one ``struct`` call each, ``_ones``), so a grant sends a slice of it: one copy, one write,
 no Python per chunk (a v2 frame's committed chunk id is written as built, and again when it
