@@ -303,7 +303,7 @@ def column_matcher(stage2: Any) -> Callable[[bytes, int, int], list[int] | None]
             hit = values == wanted[0]
             for t in wanted[1:]:
                 hit |= values == t
-            return np.flatnonzero(hit).tolist()
+            return hit.nonzero()[0].tolist()  # (np.flatnonzero: ~1 µs more of wrappers)
         kind = kinds.get(c)
         if kind is None:
             if c not in _INTS:
@@ -319,10 +319,10 @@ def column_matcher(stage2: Any) -> Callable[[bytes, int, int], list[int] | None]
             hit = values == wanted_ints[0]
             for v in wanted_ints[1:]:
                 hit |= values == v
-            return np.flatnonzero(hit).tolist()
+            return hit.nonzero()[0].tolist()
         compare, literal = _OPS[op], literals[0]
         if wanted_ints:  # (the literal, an int in the constructor's range)
-            return np.flatnonzero(compare(values, literal)).tolist()
+            return compare(values, literal).nonzero()[0].tolist()
         # a literal outside the constructor's range (numpy would wrap it): each value as a
         # Python number
         return [i for i, v in enumerate(values.tolist()) if compare(v, literal)]
