@@ -134,6 +134,11 @@ class StreamMetrics:
         if self._metrics is not None:
             self._metrics.confirmed("amqp10", count)
 
+    def count_dropped(self, count: int) -> None:
+        """``count`` records a stage-2 filter read and left out (on the event loop's thread;
+        a plain int, as ``count_turn``'s)."""
+        self.turned[_DROPPED] += count
+
     def count_turn(self, before: tuple[int, ...], stats: Any | None, delivered: int, nbytes: int,
                    dropped: int = 0, protocol: str = "amqp10",
                    settled: bool | None = None, chunks: int = 0) -> tuple[int, ...]:

@@ -33,8 +33,9 @@ rebuilt with that run's first offset, entry and record counts and CRC (one credi
 the offsets a client computes from chunk headers stay right. Values in round robin make one
 chunk per match, and a client grants credit a chunk at a time (ten ahead by default in rstream
 and the Java client): so once the credit is used up the subscription goes on scanning in later
-loop turns (``_prefetch``, up to ``RUNS_AHEAD`` stored chunks or ``RUNS_AHEAD_BYTES``), and the
-next Credit finds its chunks ready. A stored chunk's rebuilt chunks are kept as their Deliver
+loop turns (``_prefetch``, up to ``RUNS_AHEAD`` stored chunks or ``RUNS_AHEAD_BYTES``; a turn
+scans up to ``PREFETCH_RECORDS`` records, several small chunks), and the next Credit finds its
+chunks ready. A stored chunk's rebuilt chunks are kept as their Deliver
 frames, back to back in one buffer (``_Frames``; one-record chunks of columns' matches packed
 with one ``struct`` call each, ``_ones``), so a grant sends a slice of it: one copy, one write,
 no Python per chunk (a v2 frame's committed chunk id is written as built, and again when it
@@ -54,6 +55,7 @@ than the delivered chunk's own id.
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import logging
 import os
@@ -80,6 +82,7 @@ SCAN_BUDGET = 1000  # chunks a stage-1 scan may pass over per turn (see amqp.con
 CHUNKS_PER_TURN = 64
 RUNS_AHEAD = 1024  # stage 2: stored chunks whose matches are kept ready for credit to come
 RUNS_AHEAD_BYTES = 1 << 20  # ... and their bytes at most (past it, one stored chunk's more)
+PREFETCH_RECORDS = 8192  # stage 2: stored records one prefetch turn scans (a chunk at least)
 # Header bytes 45-47 are osiris's Reserved:24 (zero from RabbitMQ; rstream's test_deliver
 # checks it); this log keeps its filter scheme and flags there. They stay off the wire.
 _OURS_AT = HEADER_FILTER_SCHEME_AT
@@ -95,6 +98,13 @@ _COMMITTED = struct.Struct(">Q")  # a Deliver v2's committed chunk id, at byte 9
 #: chunk's header (its last bytes zero: ``_RESERVED``), the entry's size
 _ONE = {v: struct.Struct(head.format + CHUNK_HEADER.format[1:] + "I")
         for v, head in ((1, DELIVER_HEAD_V1), (2, DELIVER_HEAD_V2))}
+
+
+@functools.lru_cache(maxsize=64)
+def _one_record(before: int, after: int, size: int) -> struct.Struct:
+    """A one-record chunk's frame (``Subscription._ones``): the ``before`` bytes of its
+    template, the chunk id and CRC, the ``after`` bytes, the body of ``size`` bytes."""
+    return struct.Struct(f">{before}sQI{after}s{size}s")
 
 
 class _Frames:
@@ -373,20 +383,31 @@ class Subscription:
             self.conn.loop.call_soon(self._prefetch)
 
     def _prefetch(self) -> None:
-        """Stage 2 with the credit used up: rebuild the next stored chunk's matches now (one
-        per loop turn, so frames of every connection are served in between), so that the
-        client's next credit finds them ready instead of waiting for a scan."""
+        """Stage 2 with the credit used up: rebuild the next stored chunks' matches now, so
+        that the client's next credit finds them ready instead of waiting for a scan. One loop
+        turn scans stored chunks up to ``PREFETCH_RECORDS`` records (one chunk at least), so
+        that frames of every connection are served in between; small chunks (a loaded
+        publisher's writer cuts ~1,000 records) then share a turn's fixed costs."""
         self.prefetching = False
         if (self.closed or self.ended or not self.active or not self.conn.serving
                 or self.credit > 0 or self.scheduled):
             return  # (credit came: ``add_credit`` pumped; a turn is due: it goes on)
         reader = self.reader
-        if self.end_offset is not None and reader.position >= self.end_offset:
+        end = self.end_offset
+        if end is not None and reader.position >= end:
             return
+        scanned = 0
         try:
-            loc = reader.read_location(SCAN_BUDGET)
-            if loc is not None and loc is not SCAN_PAUSED:
+            while True:
+                loc = reader.read_location(SCAN_BUDGET)
+                if loc is None or loc is SCAN_PAUSED:
+                    break
                 self._add_runs(loc)
+                scanned += loc.records
+                if (scanned >= PREFETCH_RECORDS or len(self.runs) >= RUNS_AHEAD
+                        or self.runs_bytes >= RUNS_AHEAD_BYTES
+                        or (end is not None and reader.position >= end)):
+                    break
             self.next_offset = int(reader.position)
             self._account(0, 0, 0, True)  # (what the reader did: turns that send do not look)
             if loc is None:
@@ -448,59 +469,51 @@ class Subscription:
         there); None when none matched."""
         match = self.match
         assert match is not None
-        epoch = CHUNK_HEADER.unpack_from(loc.header)[5]
+        epoch = int.from_bytes(loc.header[_EPOCH], "big")
         committed = self.entry.stream.committed_chunk_id  # (v2: written as built)
         records, looked = self._records(loc)
-        matched = looked > 0
-        dropped = looked - len(records) if matched else 0  # (those the columns left out)
-        frames: _Frames | None
-        if matched and self._apart(records):
-            frames = self._ones(records, loc.timestamp, epoch, committed)
-        else:
-            out: list[tuple[int, bytes]] = []
-            run: list[bytes] = []
-            first = -1
-            for offset, body in records:
-                try:
-                    ok = offset >= self.start and (matched or match(body))
-                except Exception:  # a record the filter cannot read: not a match
-                    ok = False
-                if ok:
-                    if run and offset != first + len(run):  # a gap between blocks
-                        out.append(self._chunk(first, loc.timestamp, epoch, run))
-                        run = []
-                    if not run:
-                        first = offset
-                    run.append(body)
-                    continue
-                dropped += 1
-                if run:
+        matched = looked > 0  # (the records the columns left out the reader counts as dropped)
+        frames = self._ones(records, loc.timestamp, epoch, committed) if matched else None
+        if frames is not None:
+            return frames
+        out: list[tuple[int, bytes]] = []
+        run: list[bytes] = []
+        first = -1
+        dropped = 0
+        for offset, body in records:
+            try:
+                ok = offset >= self.start and (matched or match(body))
+            except Exception:  # a record the filter cannot read: not a match
+                ok = False
+            if ok:
+                if run and offset != first + len(run):  # a gap between blocks
                     out.append(self._chunk(first, loc.timestamp, epoch, run))
                     run = []
+                if not run:
+                    first = offset
+                run.append(body)
+                continue
+            dropped += 1
             if run:
                 out.append(self._chunk(first, loc.timestamp, epoch, run))
-            frames = self._framed(out, committed)
+                run = []
+        if run:
+            out.append(self._chunk(first, loc.timestamp, epoch, run))
         m = self.entry.metrics
         if m is not None and dropped:
-            m.stage2_dropped_messages.inc(dropped)
-        return frames
-
-    def _apart(self, records: list[tuple[int, bytes]]) -> bool:
-        """Matches chosen by columns, none below the start nor next to another (every run
-        one record: values in round robin), all of one size (a chunk's, or one block's)."""
-        if not records or records[0][0] < self.start:
-            return False
-        size = len(records[0][1])
-        offsets = [o for o, _ in records]
-        return (all(b - a > 1 for a, b in itertools.pairwise(offsets))
-                and all(len(body) == size for _, body in records))
+            m.count_dropped(dropped)
+        return self._framed(out, committed)
 
     def _ones(self, records: list[tuple[int, bytes]], timestamp: int, epoch: int,
-              committed: int) -> _Frames:
-        """The frames of one-record chunks, one per record (of one size): the frame's head
-        and the chunk's header from one template but for the chunk id and the CRC (one small
-        pack: half the time of packing the twenty fields), the CRC of the body from that of
-        its entry's size, the body; one join for them all."""
+              committed: int) -> _Frames | None:
+        """The frames of one-record chunks, one per record, for matches chosen by columns
+        that are apart (none below the start nor next to another: values in round robin) and
+        of one size (a chunk's, or one block's); else None. The frame's head and the chunk's
+        header from one template but for the chunk id and the CRC (the CRC of the body from
+        that of its entry's size), packed with the body by one ``struct`` call a record; one
+        join for them all."""
+        if not records or records[0][0] < self.start:
+            return None
         v = self.conn.proto.deliver_version
         one = _ONE[v]
         size = len(records[0][1])
@@ -511,15 +524,16 @@ class Subscription:
                             size + 4, 0, 0, 0, 0, 0, size)
         ids = head + _CHUNK_ID_AT
         before, after = template[:ids], template[ids + _ID_CRC.size:]
+        pack = _one_record(ids, len(after), size).pack
         start = crc32(_pack_len(size))
         parts: list[bytes] = []
         add = parts.append
-        pack = _ID_CRC.pack
+        last = records[0][0] - 2
         for offset, body in records:
-            add(before)
-            add(pack(offset, crc32(body, start)))
-            add(after)
-            add(body)
+            if offset - last < 2 or len(body) != size:
+                return None
+            last = offset
+            add(pack(before, offset, crc32(body, start), after, body))
         n = len(records)
         return _Frames(bytearray().join(parts), list(range(frame, frame * n + 1, frame)),
                        list(range(1, n + 1)), head, committed)

@@ -102,3 +102,13 @@ def test_end_after_tracking_chunks_at_the_stream_end(broker, stream_name):
         while not got:
             assert c.pump(30), "no end chunk after the tracking chunks"
     assert got == [(end, 0, 0)]
+
+
+def test_stage_2_prefetch_stops_at_the_end(broker, stream_name):
+    """A stage-2 subscription scans ahead while its credit is used up, several small stored
+    chunks a loop turn (``Subscription._prefetch``): it stops at the end offset, so nothing
+    past it is built, nor sent."""
+    publish_chunks(broker.stream_url, stream_name, [(None, 10)] * 10)
+    got = subscribe_until_end(broker.stream_url, stream_name, {"sql-filter": "n >= 0",
+                                                               "end-offset": "50"})
+    assert got == [(i, 10, 10) for i in range(0, 50, 10)] + [(50, 0, 0)]

@@ -23,6 +23,7 @@ from amqp_stream.testing import BrokerProcess
 from conformance.streamclient import OK, StreamClient, offset_first
 from storage.format import encode_chunk, encode_entries
 from tests.http.api import call
+from tests.stream.test_derived_keys import _metric
 from tests.polling import wait_for
 from tests.streamproto.test_connection import events, handshake
 
@@ -272,4 +273,49 @@ def test_frames_built_before_the_stream_grew_carry_its_committed_id_when_sent(br
     c.credit(0, 2)
     assert [(ch.chunk_id, ch.committed_chunk_id) for ch in (c.next_chunk(), c.next_chunk())] \
         == [(4, 41), (8, 41)]
+    c.close()
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+def test_each_record_a_filtered_read_leaves_out_counts_once_as_dropped(broker, uniform):
+    """``stage2_dropped_messages``: every record read and not delivered once, whether the
+    columns chose the matches (uniform records: the reader counts those it left out) or the
+    records were matched one by one."""
+    c, stream = _publishing_client(broker, False)
+    ids = list(range(41))
+    c.publish(1, [(i, _message(i % 4, i, uniform)) for i in ids])
+    c.wait_confirms(1, ids)
+    assert c.subscribe(0, stream, offset_first(), credit=11, properties={"sql-filter": "k = 0"}) == OK
+    assert [c.next_chunk().chunk_id for _ in range(11)] == list(range(0, 41, 4))
+    assert _metric(broker.metrics_url, "stage2_dropped_messages_total", stream) == 30
+    c.close()
+
+
+def _send_pend(broker, port: int) -> int:
+    """``send_pend`` of the broker's connection from client port ``port`` (HTTP API): bytes
+    queued for its socket that the socket did not take yet."""
+    rows = call(broker, "GET", "/api/connections").json
+    return next(r["send_pend"] for r in rows if r["peer_port"] == port)
+
+
+def test_chunks_the_socket_cannot_take_at_once_come_whole_and_in_order(broker):
+    """The one-record chunks of a filtered read pile up beyond what the socket buffers hold
+    while the client reads nothing: what a write leaves is queued (a turn's frames go out in
+    one ``send`` when nothing waits before them: ``StreamConnection._write_buf``) and goes
+    out when the socket takes more; every chunk comes, whole and in order."""
+    c, stream = _publishing_client(broker, False)
+    n = 120_000
+    for at in range(0, n, 4000):
+        ids = list(range(at, at + 4000))
+        c.publish(1, [(i, _message(i % 2, i, True)) for i in ids])
+        c.wait_confirms(1, ids)
+    assert c.subscribe(0, stream, offset_first(), credit=n // 2,
+                       properties={"sql-filter": "k = 0"}) == OK
+    port = c.sock.getsockname()[1]
+    wait_for(lambda: _send_pend(broker, port) > 0, 30, "deliveries the socket did not take")
+    for i in range(0, n, 2):
+        chunk = c.next_chunk()
+        assert (chunk.chunk_id, chunk.num_records) == (i, 1)
+        assert zlib.crc32(chunk.data) == chunk.crc
+        assert chunk.records() == [(i, _message(0, i, True))]
     c.close()
