@@ -324,11 +324,7 @@ class StreamConnection(SocketConnection):
         except OSError as exc:
             self._lost(exc)
             return
-        if sent:
-            self.pending -= sent
-            self.bytes_out += sent
-            self.writes += calls
-            self.last_write = self.loop.time()
+        self._count_sent(sent, calls)
         if out:
             self.wait_writable(True)
             self._own_files()
@@ -348,21 +344,24 @@ class StreamConnection(SocketConnection):
         except OSError as exc:
             self._lost(exc)
             return
-        if n:
-            self.pending -= n
-            self.bytes_out += n
-            self.writes += 1
-            self.last_write = self.loop.time()
+        self._count_sent(n, 1)
         if n < len(buf):
             self.buf = bytearray()
             self.out.append(memoryview(buf)[n:] if n else buf)
             self.wait_writable(True)
             return
         buf.clear()
-        if self.writing:
-            self.wait_writable(False)
+        self.wait_writable(False)
         if self.finishing:
             self.close()
+
+    def _count_sent(self, n: int, calls: int) -> None:
+        """Account ``n`` bytes sent in ``calls`` calls (none: nothing to count)."""
+        if n:
+            self.pending -= n
+            self.bytes_out += n
+            self.writes += calls
+            self.last_write = self.loop.time()
 
     def _hand_over(self, out: collections.deque[Any]) -> None:
         """Give everything queued to a sender thread (each file range with a descriptor of its
@@ -381,11 +380,8 @@ class StreamConnection(SocketConnection):
         """On the loop: a sender thread is done with ``batch``. What it did not send goes
         back in front of the queue; an error closes this connection (one log line)."""
         self.batch = None
-        self.writes += batch.calls
-        if batch.sent:
-            self.pending -= batch.sent
-            self.bytes_out += batch.sent
-            self.last_write = self.loop.time()
+        self.writes += batch.calls  # (its calls count even when none sent a byte)
+        self._count_sent(batch.sent, 0)
         self.out.extendleft(reversed(batch.rest))
         if self.closed:
             self._release()
