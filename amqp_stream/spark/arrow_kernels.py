@@ -211,7 +211,7 @@ class Kernels:
             return Rows(n)
         if not any(e.null_count for e in entries):  # every row has every entry
             body = self._join(*entries)
-            size = pc.add(lengths(body), 1)
+            size = lengths(body) + 1
             return self._join(b"\x00\x53" + code + b"\xc1", self._len8(size), bytes((2 * len(entries),)), body)
         entries = [as_array(e) for e in entries]
         body = self._join(*[e.fill_null(b"") for e in entries])
@@ -219,7 +219,7 @@ class Kernels:
         for e in entries[1:]:
             count = pc.add(count, e.is_valid().cast(pa.int32()))
         count = pc.multiply(count, 2)
-        size = pc.add(lengths(body), 1)
+        size = lengths(body) + 1
         section = as_array(self._join(b"\x00\x53" + code + b"\xc1", self._len8(size), self.byte.take(count), body))
         return pc.if_else(pc.equal(count, 0), pa.scalar(b""), section)
 
@@ -337,7 +337,7 @@ class Kernels:
             props[6] = pa.scalar(b"\xa3\x10application/json")
         props[_CREATION_TIME] = pa.scalar(b"\x83" + int(time.time() * 1000).to_bytes(8, "big", signed=True))
         fields_bytes = self._join(empty, *props)
-        size = pc.add(lengths(fields_bytes), 1)
+        size = lengths(fields_bytes) + 1
         properties = self._join(pa.scalar(b"\x00\x53\x73\xc0"), self._len8(size),
                                 pa.scalar(bytes((_CREATION_TIME + 1,))), fields_bytes)
         # application properties
@@ -355,8 +355,10 @@ class Kernels:
         else:
             raw = binary(batch.column(plan.body_index))
         sizes = lengths(raw)
-        if not raw.null_count and (pc.max(sizes).as_py() or 0) < 256:  # the usual: vbin8, one join
+        if not raw.null_count and (not len(sizes) or sizes.max() < 256):  # the usual: vbin8, one join
             return self._join(annotations, properties, application, b"\x00\x53\x75\xa0", self._len8(sizes), raw)
+        if isinstance(sizes, np.ndarray):
+            sizes = pa.array(sizes)
         long_ = pc.greater_equal(sizes, 256).fill_null(False)
         vbin = pc.if_else(long_, as_array(self._join(b"\xb0", self._be(sizes.cast(pa.uint32()), "I"))),
                           as_array(self._join(b"\xa0", self.byte.take(pc.if_else(long_, 0, sizes)))))
