@@ -32,15 +32,17 @@ from decimal import Decimal
 
 
 def _frames_of(root: str | None, schema):
-    """``(encoder, batch_frames)`` of the checkout at ``root`` (None: this one) for ``schema``,
+    """``(encoder, batch_frames, merge)`` of the checkout at ``root`` (None: this one) for ``schema``,
     imported beside this checkout's: its ``amqp_stream`` modules are dropped from
     ``sys.modules`` once loaded (its functions keep their own module globals; the encoder is
-    made while they are there, as it imports its kernels when made)."""
+    made while they are there, as it imports its kernels when made). ``merge``: how the
+    checkout's sink groups Spark's batches before encoding them (None: one at a time)."""
     if root is None:
+        from amqp_stream.spark import stream_sink
         from amqp_stream.spark.encoding import ArrowEncoder
         from amqp_stream.spark.framing import batch_frames
         from amqp_stream.spark.mapping import WritePlan
-        return ArrowEncoder(WritePlan.for_schema(schema, "region"), schema), batch_frames
+        return ArrowEncoder(WritePlan.for_schema(schema, "region"), schema), batch_frames, _merge_of(stream_sink)
     saved = {k: v for k, v in sys.modules.items() if k == "amqp_stream" or k.startswith("amqp_stream.")}
     for k in saved:
         del sys.modules[k]
@@ -49,25 +51,38 @@ def _frames_of(root: str | None, schema):
         from amqp_stream.spark.encoding import ArrowEncoder as base_encoder
         from amqp_stream.spark.framing import batch_frames as base_frames
         from amqp_stream.spark.mapping import WritePlan as base_plan
+        from amqp_stream.spark import stream_sink as base_sink
         encoder = base_encoder(base_plan.for_schema(schema, "region"), schema)
+        merge = _merge_of(base_sink)
     finally:
         sys.path.remove(os.path.abspath(root))
         for k in [k for k in sys.modules if k == "amqp_stream" or k.startswith("amqp_stream.")]:
             del sys.modules[k]
         sys.modules.update(saved)
-    return encoder, base_frames
+    return encoder, base_frames, merge
 
 
-def _sink_work(enc, frames, batches):
+def _merge_of(stream_sink):
+    """The sink's grouping of Spark's batches (``merged`` over ``MERGE_ROWS``), or None."""
+    merged = getattr(stream_sink, "merged", None)
+    return None if merged is None else (lambda numbered: merged(numbered, stream_sink.MERGE_ROWS))
+
+
+def _sink_work(enc, frames, merge, batches):
     """One pass of the ``streamUrl`` sink's task-side work over ``batches``: each batch's
-    messages and Publish frames (publishing ids from 1, a 1 MiB frame limit)."""
+    messages and Publish frames (publishing ids from 1, a 1 MiB frame limit), Spark's batches
+    grouped first as the checkout's sink groups them."""
     encode = enc.encode_pieces if hasattr(enc, "encode_pieces") else enc.encode_array
 
-    def run() -> None:
+    def numbered():
         first = 1
         for b in batches:
-            assert frames(encode(b), b.column(1), first, 1 << 20, 1) is not None
+            yield b, first
             first += b.num_rows
+
+    def run() -> None:
+        for b, first in (merge or iter)(numbered()):
+            assert frames(encode(b), b.column(1), first, 1 << 20, 1) is not None
     return run
 
 

@@ -12,6 +12,9 @@ stream is deleted after its write, as Parquet's ``overwrite`` deletes its files:
 may take the pages they gave back (on a VM that reports free pages, a page not touched lately
 costs ~10x more, and freed pages are soon reported: ``bench.page_cost``).
 
+``--jvm-threads`` adds the JVM's CPU by thread name (digits folded: the task threads, the JIT's
+compiler threads, GC...): which part of the JVM a writer's figure is.
+
 Run: ``PYTHONPATH=$PWD .venv/bin/python -m bench.spark_write_cpu --rows 1000000 --partitions 2``
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 import time
@@ -58,6 +62,33 @@ def cpu_by_kind() -> dict[str, float]:
     return out
 
 
+def jvm_threads() -> dict[str, float]:
+    """CPU seconds of this process's JVM child by thread name (digits folded into ``#``)."""
+    out: dict[str, float] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{name}/cmdline") as f:
+                java = "java" in f.read()
+        except OSError:
+            continue
+        if not java or parent != os.getpid():
+            continue
+        for task in os.listdir(f"/proc/{name}/task"):
+            try:
+                with open(f"/proc/{name}/task/{task}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            thread = re.sub(r"\d+", "#", stat[stat.index("(") + 1:stat.rindex(")")])
+            fields = stat.rsplit(")", 1)[1].split()
+            out[thread] = out.get(thread, 0.0) + (int(fields[11]) + int(fields[12])) / _TICK
+    return out
+
+
 def main(argv=None) -> int:
     from pyspark.sql import SparkSession
 
@@ -68,6 +99,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--jvm-threads", action="store_true", help="the JVM's CPU a row by thread name too")
     args = ap.parse_args(argv)
     spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -77,6 +109,7 @@ def main(argv=None) -> int:
     assert df.count() == args.rows
     with tempfile.TemporaryDirectory() as tmp, BrokerProcess(os.path.join(tmp, "b")) as broker:
         def measure(label: str, fn: Callable[[], None]) -> None:
+            threads = jvm_threads() if args.jvm_threads else {}
             before, t = cpu_by_kind(), time.perf_counter()
             fn()
             secs, after = time.perf_counter() - t, cpu_by_kind()
@@ -84,6 +117,10 @@ def main(argv=None) -> int:
             print(f"  {label:<10} {args.rows / secs:>10,.0f} rows/s   "
                   + "  ".join(f"{k} {v:5.2f}" for k, v in sorted(cpu.items()))
                   + f"   all {sum(cpu.values()):.2f} us a row   load {os.getloadavg()[0]:.1f}", flush=True)
+            if args.jvm_threads:
+                used = {k: (v - threads.get(k, 0)) / args.rows * 1e6 for k, v in jvm_threads().items()}
+                print("      java by thread: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(
+                    used.items(), key=lambda kv: -kv[1]) if v >= 0.01), flush=True)
 
         def sink(stream: str) -> None:
             (df.write.format("amqp-stream").option("url", broker.url).option("stream", stream)

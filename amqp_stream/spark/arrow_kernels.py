@@ -27,10 +27,12 @@ from json.encoder import encode_basestring_ascii as _json_string
 from typing import Any
 
 import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 from pyspark.sql.types import (BinaryType, BooleanType, DecimalType, DoubleType, IntegerType, LongType,
                                StringType)
 
-from amqp_stream.spark.row_concat import Rows, as_array, either, join, lengths, matrix
+from amqp_stream.spark.row_concat import Rows, as_array, binary, either, join, lengths, matrix
 
 __all__ = ["Kernels"]
 
@@ -46,7 +48,6 @@ def _decimal_text(col: Any) -> Any:
     the fraction's digits), or None where Arrow's cast must write it: a null, an unscaled value
     beyond 64 bits, a scale above 6 (``str`` may then write an exponent), a negative value with a
     fraction. Why: Arrow's decimal-to-string cast costs ~70 ns a value, an int64's ~20."""
-    pa, _ = _pa()
     n = len(col)
     if not n or col.null_count or not pa.types.is_decimal128(col.type) or not 0 <= col.type.scale <= 6:
         return None
@@ -71,12 +72,6 @@ class _Slow(Exception):
     """This batch needs a form the kernels do not write."""
 
 
-def _pa() -> tuple[Any, Any]:
-    import pyarrow as pa  # type: ignore[import-untyped]
-    import pyarrow.compute as pc  # type: ignore[import-untyped]
-    return pa, pc
-
-
 def _no_failing_import() -> None:
     """Each pyarrow compute call imports ``dateutil.relativedelta`` (to recognise such
     arguments); without python-dateutil that import fails, after a walk of ``sys.path``: ~0.1 ms
@@ -92,7 +87,6 @@ class Kernels:
     when the schema has a column the kernels do not write."""
 
     def __init__(self, encoder: Any):
-        pa, _ = _pa()
         _no_failing_import()
         self.encoder = encoder
         self.byte = pa.array([bytes((i,)) for i in range(256)], pa.binary())  # n -> its byte
@@ -127,7 +121,6 @@ class Kernels:
     @staticmethod
     def _valid(col: Any, out: Any) -> Any:
         """``out`` with nulls where ``col`` has them."""
-        pa, pc = _pa()
         if not col.null_count:
             return out
         out = as_array(out)
@@ -138,7 +131,6 @@ class Kernels:
         Arrow column with those nulls."""
         if not isinstance(sizes, np.ndarray):
             if sizes.null_count:
-                _, pc = _pa()
                 if (pc.max(sizes).as_py() or 0) >= 256:
                     raise _Slow
                 return self.byte.take(sizes)
@@ -159,7 +151,6 @@ class Kernels:
 
     def _sized_parts(self, code8: int, raw: Any) -> list[Any]:
         """``_sized``'s pieces, for a caller's own join (a null value nulls the join)."""
-        pa, pc = _pa()
         return [bytes((code8,)), self._len8(lengths(raw)), raw]
 
     def _small_parts(self, col: Any, small_code: bytes, big_code: bytes, code: str) -> list[Any]:
@@ -184,17 +175,15 @@ class Kernels:
         return [self._valid(col, self._join(*parts))] if col.null_count else parts
 
     def _big(self, col: Any, big_code: bytes, code: str) -> list[Any]:
-        pa, _ = _pa()
         return [pa.scalar(big_code), self._be(col, code)]
 
     def _value_parts(self, col: Any, dtype: Any) -> list[Any]:
         """``_value``'s pieces, for a caller's own join (fewer joins: each costs per row and
         argument)."""
-        pa, pc = _pa()
         if isinstance(dtype, StringType):
-            return self._sized_parts(0xA1, col.cast(pa.binary()))
+            return self._sized_parts(0xA1, binary(col))
         if isinstance(dtype, DecimalType):
-            return self._sized_parts(0xA1, self._text(col).cast(pa.binary()))
+            return self._sized_parts(0xA1, binary(self._text(col)))
         if isinstance(dtype, IntegerType):
             return self._small_parts(col, b"\x54", b"\x71", "i")
         if isinstance(dtype, LongType):
@@ -205,11 +194,10 @@ class Kernels:
 
     def _value(self, col: Any, dtype: Any) -> Any:
         """An application property value's encoding per row (null where the column is)."""
-        pa, pc = _pa()
         if isinstance(dtype, StringType):
-            return self._sized(0xA1, col.cast(pa.binary()))
+            return self._sized(0xA1, binary(col))
         if isinstance(dtype, DecimalType):  # its text, as str() of the Decimal (mapping's converter)
-            return self._sized(0xA1, self._text(col).cast(pa.binary()))
+            return self._sized(0xA1, binary(self._text(col)))
         if isinstance(dtype, (IntegerType, LongType)):
             return self._join(*self._value_parts(col, dtype))
         if isinstance(dtype, DoubleType):
@@ -219,12 +207,11 @@ class Kernels:
 
     def _map(self, code: bytes, entries: list[Any], n: int) -> Any:
         """A map section per row of its (nullable) entries: absent where no entry is."""
-        pa, pc = _pa()
         if not entries:
             return Rows(n)
         if not any(e.null_count for e in entries):  # every row has every entry
             body = self._join(*entries)
-            size = pc.add(lengths(body), 1)
+            size = lengths(body) + 1
             return self._join(b"\x00\x53" + code + b"\xc1", self._len8(size), bytes((2 * len(entries),)), body)
         entries = [as_array(e) for e in entries]
         body = self._join(*[e.fill_null(b"") for e in entries])
@@ -232,13 +219,12 @@ class Kernels:
         for e in entries[1:]:
             count = pc.add(count, e.is_valid().cast(pa.int32()))
         count = pc.multiply(count, 2)
-        size = pc.add(lengths(body), 1)
+        size = lengths(body) + 1
         section = as_array(self._join(b"\x00\x53" + code + b"\xc1", self._len8(size), self.byte.take(count), body))
         return pc.if_else(pc.equal(count, 0), pa.scalar(b""), section)
 
     def _json_parts(self, col: Any, dtype: Any) -> list[Any]:
         """``_json_text``'s pieces, for the body's own join."""
-        pa, _ = _pa()
         if not col.null_count and isinstance(dtype, (StringType, DecimalType)):
             if isinstance(dtype, StringType):
                 self._plain_json_string(col)
@@ -247,7 +233,6 @@ class Kernels:
 
     def _json_text(self, col: Any, dtype: Any) -> Any:
         """A column's values as ``json`` writes them ("null" for nulls)."""
-        pa, pc = _pa()
         null = pa.scalar("null")
         if isinstance(dtype, StringType):
             self._plain_json_string(col)
@@ -270,7 +255,6 @@ class Kernels:
     def _text(self, col: Any) -> Any:
         """A decimal column's text (``str`` of each value), cast once a batch (the application
         property and the JSON body both take it; the cast is ~0.06 µs a row)."""
-        pa, _ = _pa()
         values = col.buffers()[1]
         key = (values.address if values is not None else 0, col.offset, len(col), str(col.type))
         if key not in self._texts:
@@ -284,7 +268,6 @@ class Kernels:
         data outside printable ASCII, or a quote or a backslash (one table look-up a byte)."""
         if not len(col):
             return
-        pa, _ = _pa()
         kind = np.int64 if col.type == pa.large_string() else np.int32  # Spark may give 64-bit offsets
         offsets = col.buffers()[1]
         width = np.dtype(kind).itemsize
@@ -301,10 +284,9 @@ class Kernels:
     @staticmethod
     def _or_null(col: Any, text: Any) -> Any:
         """``text`` with "null" where ``col`` is null."""
-        pa, pc = _pa()
         if not col.null_count:
             return text
-        return pc.if_else(col.is_valid(), as_array(text).cast(pa.binary()), pa.scalar(b"null"))
+        return pc.if_else(col.is_valid(), binary(as_array(text)), pa.scalar(b"null"))
 
     # -- the messages ----------------------------------------------------------------------
     def encode(self, batch: Any, first_id: int | None = None) -> list[bytes] | None:
@@ -333,7 +315,6 @@ class Kernels:
             self._texts = {}
 
     def _encode_batch(self, batch: Any, first_id: int | None) -> Any:
-        pa, pc = _pa()
         enc, n = self.encoder, batch.num_rows
         plan, fields = enc.plan, enc.schema.fields
         if not n:
@@ -342,7 +323,7 @@ class Kernels:
         # message annotations
         entries = []
         if plan.filter_index is not None:
-            fv = self._sized(0xA1, batch.column(plan.filter_index).cast(pa.binary()))
+            fv = self._sized(0xA1, binary(batch.column(plan.filter_index)))
             entries.append(self._join(pa.scalar(enc._fv_key), fv))
         if first_id is not None:
             ids = pa.array(range(first_id, first_id + n), pa.uint64())
@@ -351,12 +332,12 @@ class Kernels:
         # properties: up to creation_time (the publish time where no column gives one)
         props: list[Any] = [pa.scalar(b"\x40")] * (_CREATION_TIME + 1)
         for i, pos, _ in enc._props:
-            props[pos] = self._sized(0xA1, batch.column(i).cast(pa.binary())).fill_null(b"\x40")
+            props[pos] = self._sized(0xA1, binary(batch.column(i))).fill_null(b"\x40")
         if plan.body_is_json:
             props[6] = pa.scalar(b"\xa3\x10application/json")
         props[_CREATION_TIME] = pa.scalar(b"\x83" + int(time.time() * 1000).to_bytes(8, "big", signed=True))
         fields_bytes = self._join(empty, *props)
-        size = pc.add(lengths(fields_bytes), 1)
+        size = lengths(fields_bytes) + 1
         properties = self._join(pa.scalar(b"\x00\x53\x73\xc0"), self._len8(size),
                                 pa.scalar(bytes((_CREATION_TIME + 1,))), fields_bytes)
         # application properties
@@ -370,12 +351,14 @@ class Kernels:
                 frags.append(pa.scalar(("," if k else "") + _json_string(name) + ":"))
                 frags.extend(self._json_parts(batch.column(k), f.dataType))
             frags.append(pa.scalar("}"))
-            raw = self._join(*frags).cast(pa.binary())
+            raw = binary(self._join(*frags))
         else:
-            raw = batch.column(plan.body_index).cast(pa.binary())
+            raw = binary(batch.column(plan.body_index))
         sizes = lengths(raw)
-        if not raw.null_count and (pc.max(sizes).as_py() or 0) < 256:  # the usual: vbin8, one join
+        if not raw.null_count and (not len(sizes) or sizes.max() < 256):  # the usual: vbin8, one join
             return self._join(annotations, properties, application, b"\x00\x53\x75\xa0", self._len8(sizes), raw)
+        if isinstance(sizes, np.ndarray):
+            sizes = pa.array(sizes)
         long_ = pc.greater_equal(sizes, 256).fill_null(False)
         vbin = pc.if_else(long_, as_array(self._join(b"\xb0", self._be(sizes.cast(pa.uint32()), "I"))),
                           as_array(self._join(b"\xa0", self.byte.take(pc.if_else(long_, 0, sizes)))))
@@ -383,7 +366,6 @@ class Kernels:
         return self._join(annotations, properties, application, body)
 
     def _small_ulong(self, ids: Any) -> Any:
-        pa, pc = _pa()
         small = pc.less(ids, 256)
         low = self.byte.take(pc.if_else(small, ids, 0))
         return self._join(self.encoder._pid_key, pc.if_else(small, as_array(self._join(b"\x53", low)),

@@ -25,7 +25,7 @@ from bisect import bisect_right
 from typing import Any, Iterable, Sequence
 
 from amqp_stream.client.stream import publish_frame
-from amqp_stream.spark.row_concat import as_array, join, lengths as _lengths, matrix
+from amqp_stream.spark.row_concat import as_array, binary, join, lengths as _lengths, matrix
 from amqp_stream.streamproto import Key
 
 __all__ = ["FRAME_MESSAGES", "Frame", "entry_frames", "batch_frames"]
@@ -64,7 +64,6 @@ def batch_frames(messages: Any, values: Any, first: int, limit: int, publisher_i
     the module doc). A frame is its head and a view of the entries' buffer (sent as they are:
     no copy of a batch's bytes into frames)."""
     import numpy as np
-    import pyarrow as pa  # type: ignore[import-untyped]
     n = len(messages)
     if not n:
         return []
@@ -78,7 +77,7 @@ def batch_frames(messages: Any, values: Any, first: int, limit: int, publisher_i
     else:
         if values.null_count:
             return None
-        raw = values.cast(pa.binary())
+        raw = binary(values)
         value_sizes = np.asarray(_lengths(raw))
         if value_sizes.max() >= _NO_FILTER:
             return None

@@ -170,3 +170,25 @@ def test_frames_sent_together_arrive_whole_and_in_order(broker, stream_name):
     with amqp.connect(broker.url) as c, c.consumer(stream_name) as con:
         got = [(m.application_properties["n"], m.filter_value) for m in con.read_available()]
     assert got == [(i, "eu") for i in range(rows)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 7), st.booleans()), max_size=12), st.integers(1, 12))
+def test_merged_batches_keep_every_rows_id(shapes, rows):
+    """``stream_sink.merged`` joins batches whose ids follow on into batches of at least
+    ``rows`` (fewer only before a gap or at the end), and every row keeps its publishing id."""
+    from amqp_stream.spark.stream_sink import merged
+    given_, expected, first = [], [], 1
+    for size, gap in shapes:
+        first += 5 if gap else 0  # an earlier attempt's rows skipped: the ids jump
+        given_.append((pa.RecordBatch.from_arrays([pa.array(range(first, first + size), pa.int64())], names=["id"]), first))
+        expected += list(range(first, first + size))
+        first += size
+    out = list(merged(iter(given_), rows))
+    assert [i for batch, _ in out for i in batch.column(0).to_pylist()] == expected
+    for k, (batch, start) in enumerate(out):
+        ids = batch.column(0).to_pylist()
+        assert not ids or ids[0] == start
+        assert ids == list(range(start, start + len(ids)))  # one id after another
+        if k + 1 < len(out) and batch.num_rows < rows:  # a short batch: the next one's ids jump
+            assert out[k + 1][1] != start + batch.num_rows
