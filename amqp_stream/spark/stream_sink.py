@@ -71,7 +71,12 @@ def merged(numbered: Iterable[tuple[Any, int]], rows: int) -> Iterator[tuple[Any
 
 
 def _joined(pa: Any, batches: list[Any]) -> Any:
-    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+    if len(batches) == 1:
+        return batches[0]
+    if hasattr(pa, "concat_batches"):
+        return pa.concat_batches(batches)
+    # pyarrow before 19 (setup.cfg takes 15): the same rows through a table of one chunk
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
 
 def publish_routed(opts, encoder: ArrowEncoder, batches: Iterable, partitions: list[str],

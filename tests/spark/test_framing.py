@@ -192,3 +192,18 @@ def test_merged_batches_keep_every_rows_id(shapes, rows):
         assert ids == list(range(start, start + len(ids)))  # one id after another
         if k + 1 < len(out) and batch.num_rows < rows:  # a short batch: the next one's ids jump
             assert out[k + 1][1] != start + batch.num_rows
+
+
+def test_merged_batches_join_alike_without_concat_batches():
+    """pyarrow before 19 has no ``concat_batches`` (setup.cfg takes 15): the fallback joins
+    the same rows, columns and types into one batch."""
+    from amqp_stream.spark.stream_sink import _joined
+
+    class Arrow18:  # pyarrow as it was before ``concat_batches``
+        Table = pa.Table
+
+    batches = [pa.RecordBatch.from_arrays([pa.array([i, i + 1], pa.int64()), pa.array(["a", None])],
+                                          names=["id", "s"]) for i in (1, 3, 5)]
+    joined = _joined(Arrow18, batches)
+    assert isinstance(joined, pa.RecordBatch)
+    assert joined.equals(pa.concat_batches(batches))
