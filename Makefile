@@ -24,7 +24,9 @@ lint: $(STAMP)
 	$(VENV)/bin/python -m mypy -p bloom -p storage -p sqlfilter -p amqp_stream
 	$(VENV)/bin/ruff check .
 
+# the benches compare with Debian's RabbitMQ 3.10 in the same run (bench/peer.py) when it is there
 bench: $(STAMP)
+	scripts/apt-install rabbitmq-server || echo "bench: no rabbitmq-server: no RabbitMQ figures" >&2
 	$(VENV)/bin/python -m bench $(ARGS)
 
 clean:

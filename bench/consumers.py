@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             targets[f"RabbitMQ {node.version().split('-')[0]}"] = (
                 f"rabbitmq-stream://{node.host}:{node.stream_port}", node.pid())
         elif not args.no_rabbitmq:
-            print("  RabbitMQ: not installed: no peer in this run")
+            print("  RabbitMQ: not installed (scripts/apt-install rabbitmq-server): no peer in this run")
         stream = f"bench-consumers-{os.getpid()}"
         frames = publish_frames(1, 0, args.messages, 1000)
         for url, pid in targets.values():

@@ -205,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "rabbitmq" not in targets:
         out.append("  RabbitMQ: not measured (--targets)")
     elif not RabbitMQNode.available():
-        out.append("  RabbitMQ: not installed (apt-get install rabbitmq-server): no peer in this run")
+        out.append("  RabbitMQ: not installed (scripts/apt-install rabbitmq-server): no peer in this run")
     else:
         node = RabbitMQNode()
         try:
