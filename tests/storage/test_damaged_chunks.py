@@ -18,6 +18,7 @@ filter's bits, which nothing on disk checks (a filtered reader may pass over suc
 from __future__ import annotations
 
 import os
+import tracemalloc
 import zlib
 
 import proton
@@ -246,3 +247,24 @@ def test_a_reader_of_the_files_alone_names_a_damaged_last_chunk(tmp_path):
         open_reader(directory, OffsetSpec.next())
     assert (ei.value.path, ei.value.position) == (seg, rec[3])
 
+
+@pytest.mark.parametrize("path", ["stage 1", "plain"])
+def test_a_damaged_data_length_allocates_no_more_than_the_file_holds(tmp_path, path):
+    """A data length near 4 GiB in a header: stage 1 reads a matching chunk's data by it, a
+    plain reader the last chunk's whole size. The read fails its checks having allocated at
+    most what the segment holds (before, a buffer of the header's length: 4 GiB)."""
+    directory = str(tmp_path / "s")
+    s = _fill(directory, False)
+    chunk = 0 if path == "stage 1" else -1
+    seg, _, rec = _index(directory)[chunk]
+    _pwrite(seg, (0xFFFFFFF0).to_bytes(4, "big"), rec[3] + 36)
+    tracemalloc.start()
+    try:
+        with s, s.reader(OffsetSpec.offset(rec[0]), **READERS[path][1]) as r:
+            with pytest.raises(CorruptionError) as ei:
+                r.read_chunk()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (ei.value.path, ei.value.position) == (seg, rec[3])
+    assert peak < 64 << 20
