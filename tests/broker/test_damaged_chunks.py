@@ -66,7 +66,7 @@ def _consume_stream(b: BrokerProcess, stream: str, properties=None) -> tuple[lis
     got: list[bytes] = []
     c = StreamClient(b.stream_url, on_chunk=lambda chunk: got.append(bytes(chunk)))
     try:
-        c.subscribe(1, stream, OffsetSpec(OffsetType.FIRST), 1, properties)  # a chunk a turn
+        c.subscribe(1, stream, OffsetSpec(OffsetType.FIRST), 10, properties)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             c.pump(1)
@@ -123,12 +123,15 @@ def test_a_damaged_record_count_closes_each_consumer_and_spares_the_rest(tmp_pat
         damaged = records[1]
         _damage(segment, damaged[3] + 4, lambda v: (int.from_bytes(v, "big") + 1).to_bytes(4, "big"))
         for properties in (None, {"sql-filter": "region = 'r1'"}):
-            got, _ = _consume_stream(b, "bad", properties)
+            got, reason = _consume_stream(b, "bad", properties)
+            assert f"{segment}: corrupt data at byte {damaged[3]}" in reason
             for chunk in got:  # (chunk id + records: it ends before the damaged one)
                 h = CHUNK_HEADER.unpack_from(chunk)
                 assert h[6] + h[3] <= damaged[0] and _crc_holds(chunk)
                 if properties is None:  # (stored chunks, joined or not)
                     assert chunk[HB:] in stored
+            if properties is None and join == "0":  # the chunk before the damage went out
+                assert len(got) == 1
         for filters in ({}, {"filter_values": ["r1"]}, {"sql": "region = 'r1'"}):
             bodies, error = _consume_amqp(b, "bad", **filters)
             assert all(int(body[1:]) < damaged[0] for body in bodies), filters
@@ -163,7 +166,8 @@ def test_a_rotten_data_section_is_refused_or_sent_under_a_failing_crc(tmp_path):
             while c.records < BATCHES * PER_BATCH:
                 c.pump(10)
         assert [_crc_holds(chunk) for chunk in got].count(False) == 1
-        got, _ = _consume_stream(b, "bad", {"sql-filter": "region = 'r1'"})
+        got, reason = _consume_stream(b, "bad", {"sql-filter": "region = 'r1'"})
+        assert f"chunk {damaged[0]}: CRC mismatch" in reason
         assert all(_crc_holds(chunk) and CHUNK_HEADER.unpack_from(chunk)[6] < damaged[0]
                    for chunk in got)
         for filters in ({}, {"filter_values": ["r1"]}, {"sql": "region = 'r1'"}):
