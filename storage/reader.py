@@ -20,7 +20,8 @@ Strategy:
 - ``read_location`` is ``read_chunk`` for a caller that sends chunks straight from the file
   (``os.sendfile``): it reads only the header (and filter) and says where the data section
   lies (``ChunkLocation``). Its data is not CRC-checked here (the receiver checks the CRC the
-  header carries), and records below the start offset are left in it.
+  header carries), but its header is checked against the index (``_check_extent``), and
+  records below the start offset are left in it.
 - Broker-derived filter keys (``derived=``, ``storage.derived``): the segment's sidecar is
   read forward in step with the index; a chunk whose entry says no block may match is passed
   over without reading it, and a chunk where at most half of the bytes may match is read block
