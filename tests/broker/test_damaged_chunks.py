@@ -1,10 +1,12 @@
 """A chunk damaged on disk under a running broker (a header's record count, a bit of a data
 section), read by real consumers: the project's stream client (plain, sent with sendfile and
 joined; stage 2 with ``sql-filter``) and its AMQP client (plain, filter values, SQL). Each
-consumer gets the chunks before the damage as stored, then its connection or link is closed
-with an error and the broker logs why; a data section sent unread (sendfile) goes out only
-under its stored CRC, which then fails. Another stream's consumers and publishers go on, and
-the broker restarts cleanly, serving the other stream whole."""
+consumer gets the chunks before the damage as stored, then the broker logs why and ends it
+with the reason (segment and byte): a stream connection with a Close (INTERNAL_ERROR), an
+AMQP link detached with ``amqp:internal-error`` while a consumer of another stream on the same
+connection goes on. A data section sent unread (sendfile) goes out only under its stored CRC,
+which then fails. Another stream's consumers and publishers go on, and the broker restarts
+cleanly, serving the other stream whole and leaving the damaged one as it is."""
 
 from __future__ import annotations
 
@@ -83,16 +85,20 @@ def _crc_holds(chunk: bytes) -> bool:
 
 
 def _consume_amqp(b: BrokerProcess, stream: str, **filters) -> tuple[list[str], str]:
-    """Messages received until the consumer fails: its error."""
+    """Messages received until the consumer fails: its error. A consumer of "good" on the same
+    connection reads that stream whole afterwards."""
     bodies: list[str] = []
-    with connect(b.url, timeout=30) as client:
+    with connect(b.url, timeout=30) as client, client.consumer("good", credit=50) as other:
         try:
             with client.consumer(stream, credit=50, **filters) as consumer:
                 for m in consumer.read_available(timeout=30):
                     bodies.append(m.body)
         except ClientError as exc:
-            return bodies, str(exc)
-    raise AssertionError(f"the consumer did not fail; {len(bodies)} messages")
+            error = str(exc)
+        else:
+            raise AssertionError(f"the consumer did not fail; {len(bodies)} messages")
+        assert len(list(other.read_available(timeout=30))) >= BATCHES * PER_BATCH
+    return bodies, error
 
 
 def _all_of(b: BrokerProcess, stream: str) -> list[str]:
@@ -136,6 +142,7 @@ def test_a_damaged_record_count_closes_each_consumer_and_spares_the_rest(tmp_pat
             bodies, error = _consume_amqp(b, "bad", **filters)
             assert all(int(body[1:]) < damaged[0] for body in bodies), filters
             assert "amqp:internal-error" in error and f"{segment}: corrupt data" in error
+            assert "connection" not in error  # (the link detached, not the connection)
         assert str(segment) in b.log_text()
         _still_serves(b)
         assert b.stop() == 0
