@@ -177,7 +177,11 @@ def pread_scratch(fd: int, size: int, position: int) -> memoryview:
     more for the fresh buffer each ``os.pread`` makes (~115 ns a 106-byte record for a 690 KB
     chunk: malloc hands large blocks back to the system, so every read faults its pages in
     again, zeroed) than for the read (~8 ns) and its CRC (~9 ns); the same buffer, reused,
-    is already mapped."""
+    is already mapped. A read beyond ``SCRATCH_KEEP`` allocates no more than the file holds
+    from ``position``: the size comes from a chunk header, and one damaged on disk (a data
+    length near 4 GiB) must fail its checks, not allocate its length first."""
+    if size > SCRATCH_KEEP:  # (rare: chunks are cut at ``max_chunk_bytes``, 8 MiB by default)
+        size = max(0, min(size, os.fstat(fd).st_size - position))
     buf = getattr(_scratch, "buf", None)
     if buf is None or len(buf) < size:
         buf = bytearray(1 << max(16, (size - 1).bit_length()))

@@ -20,7 +20,8 @@ Strategy:
 - ``read_location`` is ``read_chunk`` for a caller that sends chunks straight from the file
   (``os.sendfile``): it reads only the header (and filter) and says where the data section
   lies (``ChunkLocation``). Its data is not CRC-checked here (the receiver checks the CRC the
-  header carries), and records below the start offset are left in it.
+  header carries), but its header is checked against the index (``_check_extent``), and
+  records below the start offset are left in it.
 - Broker-derived filter keys (``derived=``, ``storage.derived``): the segment's sidecar is
   read forward in step with the index; a chunk whose entry says no block may match is passed
   over without reading it, and a chunk where at most half of the bytes may match is read block
@@ -286,6 +287,7 @@ class _Open:
     derived: Cursor | None = None  # the segment's derived-key sidecar, when it helps
     table: Table | None = None  # its skip table (``storage.skiptable``), while it covers
     advised: int = 0  # stops below this index record were in a window ``Reader._advise`` saw
+    size: int = 0  # the segment file's size when last looked at (``Reader._check_extent``)
     cold: bool = False  # a window of its stops was found out of the page cache
     #: the last ``Reader._select``: (entry, table, its answer)
     selected: tuple[ChunkEntry, Table | None, tuple[list[Block], int]] | None = None
@@ -864,6 +866,7 @@ class Reader:
             return None
         if h.next_offset <= self._min:  # wholly below the start offset
             return None
+        self._check_extent(seg, pos, h)
         self.stats.chunks_read += 1
         blocks = self._blocks_of(seg, rec, h) if seg.derived is not None and matches is None else None
         if blocks is not None:
@@ -873,6 +876,29 @@ class Reader:
         return ChunkLocation(h.chunk_id, h.timestamp, h.entries, h.records, h.crc,
                              bytes(head[:_HB]), fd, pos + _HB + fs, h.data_length,
                              h.next_offset, blocks)
+
+    @staticmethod
+    def _check_extent(seg: _Open, pos: int, h: ChunkHeader) -> None:
+        """For ``read_location``, whose caller sends the data section without reading it: the
+        chunk at ``pos`` must end where the index's next record puts the next chunk, whose id
+        must be this one's next offset (the last record read: it must end inside the segment
+        file). Why: the data CRC covers neither the header's sizes nor its record count, so a
+        header damaged on disk would otherwise go out as good: a wrong count gives a client
+        wrong offsets under a CRC that holds, a wrong length sends the bytes at the wrong
+        place (a data length near 2 GiB, the rest of the segment). ``_read`` needs no such
+        check: it decodes and CRC-checks what it gives."""
+        end = pos + h.size
+        if seg.ri < len(seg.recs):  # (``_next`` has moved ``ri`` past this chunk's record)
+            nxt = seg.recs[seg.ri]
+            if nxt[3] != end or nxt[0] != h.next_offset:
+                raise CorruptionError(seg.spath, pos, f"header says chunk {h.chunk_id} ends at "
+                                      f"byte {end} before offset {h.next_offset}; the index "
+                                      f"puts chunk {nxt[0]} at byte {nxt[3]}")
+        elif end > seg.size:
+            seg.size = os.fstat(seg.sfd).st_size  # (once per growth of the file, at the tail)
+            if end > seg.size:
+                raise CorruptionError(seg.spath, pos, f"chunk {h.chunk_id} runs past the end "
+                                      f"of the segment ({end} > {seg.size} bytes)")
 
     def _raw(self, seg: _Open, rec: IndexTuple, nxt: int) -> RawChunk:
         """``_read`` for ``read_raw``: the header only."""
@@ -1085,7 +1111,9 @@ class Reader:
             return start
         rec = read_index_record(ifd, n - 1)
         assert rec is not None
-        return decode_header(os.pread(sfd, _HB, rec.position)).next_offset
+        head = os.pread(sfd, _HB, rec.position)  # (a damaged one is named as any read names it)
+        return decode_header(head, path=segment_path(self.source.directory, start),
+                             position=rec.position).next_offset
 
     def _seek(self, spec: OffsetSpec) -> None:
         src = self.source

@@ -61,9 +61,10 @@ from amqp_stream.amqp.credit import ConsumerTurn
 from amqp_stream.amqp.source_filters import SourceFilters
 from amqp_stream.amqp.tags import TagCell
 from amqp_stream.amqp.tracking import ConsumerOffsets, StorePolicy
-from amqp_stream.errors import BrokerError
+from amqp_stream.errors import BrokerError, InternalError
 from amqp_stream.wire import with_stream_offset
 from amqp_stream.wire._stored import _NEW_SECTION_HEAD
+from storage.errors import CorruptionError
 from storage.reader import SCAN_PAUSED, Matches, ReaderStats
 
 __all__ = ["Consumer", "offset_spec", "selection", "spliced", "spliced_rows", "SCAN_BUDGET"]
@@ -393,6 +394,8 @@ class Consumer:
                     self.scheduled = True
                     self.schedule(self, False)
                     break
+        except CorruptionError as exc:
+            self._damaged(exc)
         finally:
             self.records = records
             self.pos = pos
@@ -402,6 +405,14 @@ class Consumer:
                                 if pos < len(records) else int(self.reader.position))
             self.tag = tag
             self._account(delivered, delivered_bytes, dropped)
+
+    def _damaged(self, exc: CorruptionError) -> None:
+        """The reader met a chunk damaged on disk: detach this link with
+        ``amqp:internal-error`` giving the reason (what it sent before goes out first), one
+        log line. Why not as a bug (the adapter closes the whole connection, with a
+        traceback): the other links of the connection have nothing to do with that chunk."""
+        log.error("consumer of stream %r: %s", self.entry.name, exc)
+        self.end(InternalError(str(exc)))
 
     def _send_checked(self, batch: list, outs: list[bytes], room: int, tag: int) -> int:
         """Send ``outs`` (``batch``'s messages as spliced) one by one, the client's backlog

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from amqp_stream.streamproto import ResponseCode
 from amqp_stream.testing import BrokerProcess
 from conformance.streamclient import OK, Chunk, ServerClosed, StreamClient, offset_first
 from tests.polling import wait_for
@@ -127,8 +128,10 @@ def _segment(broker: BrokerProcess, stream: str) -> Path:
 
 def test_a_chunk_that_cannot_be_sent_closes_its_connection_only(brokers):
     """The segment is cut short under the broker (its index still says the chunk is whole):
-    the sendfile in the worker comes up short, that consumer's connection is closed with one
-    log line, and another connection goes on publishing."""
+    the reader finds the chunk runs past the end of the file before it is sent, the chunk
+    before it goes out, then a Close with INTERNAL_ERROR naming the segment, one log line,
+    and another connection goes on publishing. (Cut between that check and the sendfile in
+    the worker, the sendfile comes up short: the socket is closed, "cannot send a chunk".)"""
     broker = brokers[1]
     _fill(broker, "cut", [[b"a" * 100], [b"b" * 200_000]])
     seg = _segment(broker, "cut")
@@ -136,14 +139,16 @@ def test_a_chunk_that_cannot_be_sent_closes_its_connection_only(brokers):
     other = StreamClient("127.0.0.1", broker.stream_port)
     assert other.create_stream("alive") == OK
     assert other.declare_publisher(1, "alive") == OK
-    before = broker.log_text().count("cannot send a chunk")
+    line = f"{seg}: corrupt data at byte"
+    before = broker.log_text().count(line)
     c = StreamClient("127.0.0.1", broker.stream_port, timeout=30)
     assert c.subscribe(0, "cut", offset_first(), credit=10) == OK
     assert c.next_chunk().num_records == 1  # the first chunk is whole
     closed = c.wait_closed()
-    assert isinstance(closed, ServerClosed) and closed.code is None  # the socket, no Close
-    wait_for(lambda: broker.log_text().count("cannot send a chunk") > before, 10, "the log line")
-    assert broker.log_text().count("cannot send a chunk") == before + 1
+    assert isinstance(closed, ServerClosed) and closed.code == ResponseCode.INTERNAL_ERROR
+    assert line in closed.reason and "runs past the end of the segment" in closed.reason
+    wait_for(lambda: broker.log_text().count(line) > before, 10, "the log line")
+    assert broker.log_text().count(line) == before + 1
     other.publish(1, [(0, b"still here")])
     assert other.wait_confirms(1, [0]) == {0: OK}
     other.close()
