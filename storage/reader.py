@@ -574,6 +574,9 @@ class Reader:
                 chunk_id = t[6]
                 if chunk_id != rec[0] or (seg.expect is not None and chunk_id != seg.expect):
                     self._check_id(ChunkHeader._make(t), rec, seg)  # raises
+                # skipped unread: its sizes must agree with the index (a damaged filter size
+                # would make a filter of other bytes, and pass the chunk over in silence)
+                self._check_extent(seg, pos, ChunkHeader._make(t))
                 seg.expect = self._next_id = chunk_id + t[3]
                 stats.chunks_skipped += 1
                 return None
@@ -859,6 +862,7 @@ class Reader:
             self._hint = fs
         self.stats.bytes_read += len(head)
         self._check_id(h, rec, seg)
+        self._check_extent(seg, pos, h)
         self._next_id = h.next_offset
         if matches is not None and not matches(head[_HB:_HB + fs], h.filter_scheme,
                                                h.filter_param):
@@ -866,7 +870,6 @@ class Reader:
             return None
         if h.next_offset <= self._min:  # wholly below the start offset
             return None
-        self._check_extent(seg, pos, h)
         self.stats.chunks_read += 1
         blocks = self._blocks_of(seg, rec, h) if seg.derived is not None and matches is None else None
         if blocks is not None:
@@ -879,14 +882,16 @@ class Reader:
 
     @staticmethod
     def _check_extent(seg: _Open, pos: int, h: ChunkHeader) -> None:
-        """For ``read_location``, whose caller sends the data section without reading it: the
-        chunk at ``pos`` must end where the index's next record puts the next chunk, whose id
-        must be this one's next offset (the last record read: it must end inside the segment
-        file). Why: the data CRC covers neither the header's sizes nor its record count, so a
-        header damaged on disk would otherwise go out as good: a wrong count gives a client
-        wrong offsets under a CRC that holds, a wrong length sends the bytes at the wrong
-        place (a data length near 2 GiB, the rest of the segment). ``_read`` needs no such
-        check: it decodes and CRC-checks what it gives."""
+        """For ``read_location``, whose caller sends the data section without reading it, and
+        for a chunk a filter passes over unread: the chunk at ``pos`` must end where the
+        index's next record puts the next chunk, whose id must be this one's next offset (the
+        last record read: it must end inside the segment file). Why: the data CRC covers
+        neither the header's sizes nor its record count, so a header damaged on disk would
+        otherwise go out as good: a wrong count gives a client wrong offsets under a CRC that
+        holds, a wrong length sends the bytes at the wrong place (a data length near 2 GiB,
+        the rest of the segment), a wrong filter size makes other bytes the filter and passes
+        the chunk over in silence. A chunk ``_read`` gives out needs no such check: it is
+        decoded and CRC-checked."""
         end = pos + h.size
         if seg.ri < len(seg.recs):  # (``_next`` has moved ``ri`` past this chunk's record)
             nxt = seg.recs[seg.ri]
@@ -956,6 +961,10 @@ class Reader:
             fs = t[10]
             if (t[0] != CHUNK_MAGIC_VERSION or t[1] or not t[2] or t[6] != rec[0]
                     or _HB + fs > want or 0 < fs < _MIN_FILTER or (expect is not None and t[6] != expect)):
+                break
+            # it must end where the next chunk starts (else its filter size is damaged, and
+            # its filter is not one): the last buffered one is left to ``_read``, which checks
+            if i + 1 == n or recs[i + 1][3] != rec[3] + _HB + fs + t[8] + t[9]:
                 break
             key = (head[_HB:_HB + fs], t[11], t[12])
             verdict = verdicts.get(key)
