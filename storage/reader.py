@@ -963,9 +963,16 @@ class Reader:
                     or _HB + fs > want or 0 < fs < _MIN_FILTER or (expect is not None and t[6] != expect)):
                 break
             # it must end where the next chunk starts (else its filter size is damaged, and
-            # its filter is not one): the last buffered one is left to ``_read``, which checks
-            if i + 1 == n or recs[i + 1][3] != rec[3] + _HB + fs + t[8] + t[9]:
-                break
+            # its filter is not one), the last buffered one inside the file (as
+            # ``_check_extent``); else ``_read`` reads it and names the damage
+            end = rec[3] + _HB + fs + t[8] + t[9]
+            if i + 1 < n:
+                if recs[i + 1][3] != end:
+                    break
+            elif end > seg.size:
+                seg.size = os.fstat(fd).st_size
+                if end > seg.size:
+                    break
             key = (head[_HB:_HB + fs], t[11], t[12])
             verdict = verdicts.get(key)
             if verdict is None:
