@@ -22,6 +22,12 @@ from tests.storage.test_replication_verbs import files_of
 
 pytestmark = pytest.mark.timeout(60)
 
+# Known hole (not fixed): the last indexed chunk has no next index record to check its header
+# against, only the file's size; a smaller size or another record count goes out as good (the
+# follower then refuses the leader's next chunk as not at its next offset, for ever).
+TAIL_HOLE = ("records less", "records more", "data length less", "no filter")
+TAIL_HOLE_WHY = "the last indexed chunk's header is checked against the file size only"
+
 
 def _raw_all(stream: Stream, written: dict) -> tuple[list[tuple[bytes, bool]], Exception | None]:
     """Every chunk ``read_raw`` gives until the end or an error, each checked before it is read
@@ -49,9 +55,12 @@ def _raw_all(stream: Stream, written: dict) -> tuple[list[tuple[bytes, bool]], E
     raise AssertionError("read_raw did not come to an end")
 
 
+@pytest.mark.parametrize("chunk", [DAMAGED, CHUNKS - 1], ids=["older segment", "last chunk"])
 @pytest.mark.parametrize("damage", DAMAGE)
-def test_read_raw_gives_chunks_as_written_or_names_the_damage(tmp_path, damage):
-    s, written, seg = _damaged(str(tmp_path / "s"), False, damage)
+def test_read_raw_gives_chunks_as_written_or_names_the_damage(tmp_path, request, damage, chunk):
+    if chunk == CHUNKS - 1 and damage in TAIL_HOLE:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=TAIL_HOLE_WHY))
+    s, written, seg = _damaged(str(tmp_path / "s"), False, damage, chunk)
     try:
         got, error = _raw_all(s, written)
     finally:
