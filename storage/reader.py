@@ -395,7 +395,8 @@ class Reader:
     def read_raw(self) -> RawChunk | None:
         """The next chunk of any type (tracking ones too), whole and unfiltered, as it lies on
         disk (see ``RawChunk``), or None at the end. Its data is not CRC-checked here: whoever
-        receives it checks the CRC its header carries."""
+        receives it checks the CRC its header carries; its header must agree with the index
+        (else ``CorruptionError``), which that CRC does not cover."""
         return cast("RawChunk | None", self._next(None, self._raw))
 
     def _next(self, max_skips: int | None, read: Callable) -> object:
@@ -882,11 +883,12 @@ class Reader:
 
     @staticmethod
     def _check_extent(seg: _Open, pos: int, h: ChunkHeader) -> None:
-        """For ``read_location``, whose caller sends the data section without reading it, and
-        for a chunk a filter passes over unread: the chunk at ``pos`` must end where the
-        index's next record puts the next chunk, whose id must be this one's next offset (the
-        last record read: it must end inside the segment file). Why: the data CRC covers
-        neither the header's sizes nor its record count, so a header damaged on disk would
+        """For ``read_location``, whose caller sends the data section without reading it, for
+        ``read_raw`` (whole chunks sent unread), and for a chunk a filter passes over unread:
+        the chunk at ``pos`` must end where the index's next record puts the next chunk, whose
+        id must be this one's next offset, and inside the segment file (a file cut inside the
+        chunk: ``sendfile`` would come short, a leader resend it for ever). Why: the data CRC
+        covers neither the header's sizes nor its record count, so a header damaged on disk would
         otherwise go out as good: a wrong count gives a client wrong offsets under a CRC that
         holds, a wrong length sends the bytes at the wrong place (a data length near 2 GiB,
         the rest of the segment), a wrong filter size makes other bytes the filter and passes
@@ -899,17 +901,22 @@ class Reader:
                 raise CorruptionError(seg.spath, pos, f"header says chunk {h.chunk_id} ends at "
                                       f"byte {end} before offset {h.next_offset}; the index "
                                       f"puts chunk {nxt[0]} at byte {nxt[3]}")
-        elif end > seg.size:
-            seg.size = os.fstat(seg.sfd).st_size  # (once per growth of the file, at the tail)
+        if end > seg.size:  # (index and header may agree on a segment cut inside the chunk)
+            seg.size = os.fstat(seg.sfd).st_size  # (once a segment, then once per growth)
             if end > seg.size:
                 raise CorruptionError(seg.spath, pos, f"chunk {h.chunk_id} runs past the end "
                                       f"of the segment ({end} > {seg.size} bytes)")
 
     def _raw(self, seg: _Open, rec: IndexTuple, nxt: int) -> RawChunk:
-        """``_read`` for ``read_raw``: the header only."""
+        """``_read`` for ``read_raw``: the header only, its extent checked against the index
+        (``_check_extent``). Why: the chunk goes to a follower byte for byte, its size from the
+        header; a damaged size or record count the follower's CRC check does not see would
+        send the wrong bytes (a data length near 2 GiB: a frame head the follower waits on
+        for good, the leader's ``sendfile`` short) or give the chunks after it wrong offsets."""
         pos = rec[3]
         h = decode_header(os.pread(seg.sfd, _HB, pos), path=seg.spath, position=pos)
         self._check_id(h, rec, seg)
+        self._check_extent(seg, pos, h)
         self._next_id = h.next_offset
         self.stats.chunks_read += 1
         self.stats.bytes_read += h.size
