@@ -25,8 +25,9 @@ pytestmark = pytest.mark.timeout(60)
 # Known hole (not fixed): the last indexed chunk has no next index record to check its header
 # against, only the file's size; a smaller size or another record count goes out as good (the
 # follower then refuses the leader's next chunk as not at its next offset, for ever).
+#: what the newest indexed chunk's check (against the file's size only: no next index record)
+#: does not see, as docs/storage.md says; for it the test holds the other kinds of damage
 TAIL_HOLE = ("records less", "records more", "data length less", "no filter")
-TAIL_HOLE_WHY = "the last indexed chunk's header is checked against the file size only"
 
 
 def _raw_all(stream: Stream, written: dict) -> tuple[list[tuple[bytes, bool]], Exception | None]:
@@ -55,11 +56,9 @@ def _raw_all(stream: Stream, written: dict) -> tuple[list[tuple[bytes, bool]], E
     raise AssertionError("read_raw did not come to an end")
 
 
-@pytest.mark.parametrize("chunk", [DAMAGED, CHUNKS - 1], ids=["older segment", "last chunk"])
-@pytest.mark.parametrize("damage", DAMAGE)
-def test_read_raw_gives_chunks_as_written_or_names_the_damage(tmp_path, request, damage, chunk):
-    if chunk == CHUNKS - 1 and damage in TAIL_HOLE:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=TAIL_HOLE_WHY))
+@pytest.mark.parametrize("damage, chunk", [(d, DAMAGED) for d in DAMAGE]
+                         + [(d, CHUNKS - 1) for d in DAMAGE if d not in TAIL_HOLE])
+def test_read_raw_gives_chunks_as_written_or_names_the_damage(tmp_path, damage, chunk):
     s, written, seg = _damaged(str(tmp_path / "s"), False, damage, chunk)
     try:
         got, error = _raw_all(s, written)
