@@ -896,7 +896,11 @@ class Reader:
         decoded and CRC-checked."""
         end = pos + h.size
         if seg.ri < len(seg.recs):  # (``_next`` has moved ``ri`` past this chunk's record)
-            nxt = seg.recs[seg.ri]
+            nxt: IndexTuple | IndexRecord | None = seg.recs[seg.ri]
+        else:  # the last record of a batch: the index's next one, when it is written (a
+            # record follows its chunk into the segment: its place holds, committed or not)
+            nxt = read_index_record(seg.ifd, seg.idx_next)
+        if nxt is not None:
             if nxt[3] != end or nxt[0] != h.next_offset:
                 raise CorruptionError(seg.spath, pos, f"header says chunk {h.chunk_id} ends at "
                                       f"byte {end} before offset {h.next_offset}; the index "

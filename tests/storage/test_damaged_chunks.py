@@ -268,3 +268,21 @@ def test_a_damaged_data_length_allocates_no_more_than_the_file_holds(tmp_path, p
         tracemalloc.stop()
     assert (ei.value.path, ei.value.position) == (seg, rec[3])
     assert peak < 64 << 20
+
+
+@pytest.mark.parametrize("damage", ["records less", "records more", "data length less", "no filter"])
+def test_a_chunk_at_the_end_of_a_batch_of_index_records_is_checked_against_the_next(
+        tmp_path, monkeypatch, damage):
+    """A reader takes index records in batches (4,096; two with a derived-key skip table): the
+    last chunk of a batch has no next record in hand, and is checked against the index's next
+    record all the same (batches of one here: every chunk is such a last one)."""
+    from storage import reader as reader_module
+    monkeypatch.setattr(reader_module, "_INDEX_BATCH", 1)
+    s, written, seg = _damaged(str(tmp_path / "s"), False, damage)
+    try:
+        with s.reader(OffsetSpec.first()) as r:
+            got, error = _read_all(r, True, written)
+    finally:
+        s.close()
+    assert error is not None and error.path == seg
+    assert got == sorted(written)[:len(got)] and len(got) < len(written)
