@@ -283,9 +283,6 @@ class StreamConnection(SocketConnection):
     def write(self, writable: bool = False) -> None:
         if self.closed or self.lost or (self.writing and not writable) or self.batch is not None:
             return
-        if self.buf and not self.out:  # (a turn's frames alone: a Credit's answer)
-            self._write_buf()
-            return
         out = self._take_buf()
         if self.adapter.senders is not None and FileRange in map(type, out):
             self._hand_over(out)
@@ -329,28 +326,6 @@ class StreamConnection(SocketConnection):
             self.wait_writable(True)
             self._own_files()
             return
-        self.wait_writable(False)
-        if self.finishing:
-            self.close()
-
-    def _write_buf(self) -> None:
-        """``write`` when all there is to send is this turn's frames (``buf``, nothing
-        queued before them): one ``send`` of it, no queue (what is left of it is queued)."""
-        buf = self.buf
-        try:
-            n = self.sock.send(buf)
-        except (BlockingIOError, InterruptedError):
-            n = 0
-        except OSError as exc:
-            self._lost(exc)
-            return
-        self._count_sent(n, 1)
-        if n < len(buf):
-            self.buf = bytearray()
-            self.out.append(memoryview(buf)[n:] if n else buf)
-            self.wait_writable(True)
-            return
-        buf.clear()
         self.wait_writable(False)
         if self.finishing:
             self.close()

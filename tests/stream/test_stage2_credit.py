@@ -300,9 +300,8 @@ def _send_pend(broker, port: int) -> int:
 
 def test_chunks_the_socket_cannot_take_at_once_come_whole_and_in_order(broker):
     """The one-record chunks of a filtered read pile up beyond what the socket buffers hold
-    while the client reads nothing: what a write leaves is queued (a turn's frames go out in
-    one ``send`` when nothing waits before them: ``StreamConnection._write_buf``) and goes
-    out when the socket takes more; every chunk comes, whole and in order."""
+    while the client reads nothing: what a write leaves is queued and goes out when the
+    socket takes more; every chunk comes, whole and in order."""
     c, stream = _publishing_client(broker, False)
     n = 120_000
     for at in range(0, n, 4000):
