@@ -287,10 +287,18 @@ class _Open:
     derived: Cursor | None = None  # the segment's derived-key sidecar, when it helps
     table: Table | None = None  # its skip table (``storage.skiptable``), while it covers
     advised: int = 0  # stops below this index record were in a window ``Reader._advise`` saw
-    size: int = 0  # the segment file's size when last looked at (``Reader._check_extent``)
+    size: int = 0  # the segment file's size when last looked at (``_inside``)
     cold: bool = False  # a window of its stops was found out of the page cache
     #: the last ``Reader._select``: (entry, table, its answer)
     selected: tuple[ChunkEntry, Table | None, tuple[list[Block], int]] | None = None
+
+
+def _inside(seg: _Open, end: int) -> bool:
+    """Whether byte ``end`` is within the segment file (its size looked up again only when
+    ``end`` is past the size last seen: once a segment, then once per growth)."""
+    if end > seg.size:
+        seg.size = os.fstat(seg.sfd).st_size
+    return end <= seg.size
 
 
 class Reader:
@@ -905,11 +913,9 @@ class Reader:
                 raise CorruptionError(seg.spath, pos, f"header says chunk {h.chunk_id} ends at "
                                       f"byte {end} before offset {h.next_offset}; the index "
                                       f"puts chunk {nxt[0]} at byte {nxt[3]}")
-        if end > seg.size:  # (index and header may agree on a segment cut inside the chunk)
-            seg.size = os.fstat(seg.sfd).st_size  # (once a segment, then once per growth)
-            if end > seg.size:
-                raise CorruptionError(seg.spath, pos, f"chunk {h.chunk_id} runs past the end "
-                                      f"of the segment ({end} > {seg.size} bytes)")
+        if not _inside(seg, end):  # (index and header may agree on a segment cut inside it)
+            raise CorruptionError(seg.spath, pos, f"chunk {h.chunk_id} runs past the end of "
+                                  f"the segment ({end} > {seg.size} bytes)")
 
     def _raw(self, seg: _Open, rec: IndexTuple, nxt: int) -> RawChunk:
         """``_read`` for ``read_raw``: the header only, its extent checked against the index
@@ -980,10 +986,8 @@ class Reader:
             if i + 1 < n:
                 if recs[i + 1][3] != end:
                     break
-            elif end > seg.size:
-                seg.size = os.fstat(fd).st_size
-                if end > seg.size:
-                    break
+            elif not _inside(seg, end):
+                break
             key = (head[_HB:_HB + fs], t[11], t[12])
             verdict = verdicts.get(key)
             if verdict is None:
