@@ -22,6 +22,8 @@ Every figure is the best of ``--repeat`` runs (default 3): the machines are shar
 from __future__ import annotations
 
 import argparse
+import ctypes
+import mmap
 import os
 import random
 import shutil
@@ -106,19 +108,54 @@ def build_varied_stream(path: str, n: int) -> None:
         s.flush()
 
 
-def drop_cache(path: str) -> None:
-    """Drop the stream files' pages: write dirty pages back first, then POSIX_FADV_DONTNEED.
+def drop_cache(path: str, attempts: int = 20) -> None:
+    """Drop the stream files' pages: write dirty pages back first, then POSIX_FADV_DONTNEED,
+    until ``mincore`` finds none of them resident.
 
-    Each file is fsynced before it is dropped: the kernel keeps pages still under writeback,
-    and with a global sync alone a page survived the drop once in a full test run."""
+    The kernel keeps pages it cannot drop at that moment: still under writeback (each file is
+    fsynced first for those), or locked by a readahead still in flight (an earlier read's, a
+    probe's: a page survived the drop so once in a full test run). Reading a survivor waits
+    for its I/O; the next drop takes it."""
     os.sync()
-    for name in os.listdir(path):
-        fd = os.open(os.path.join(path, name), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+    names = [os.path.join(path, name) for name in os.listdir(path)]
+    for _ in range(attempts):
+        left = 0
+        for name in names:
+            fd = os.open(name, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                for page in resident_pages(fd):
+                    os.pread(fd, 1, page * mmap.PAGESIZE)  # waits for a read in flight
+                    left += 1
+            finally:
+                os.close(fd)
+        if not left:
+            return
+    raise RuntimeError(f"{path}: {left} pages stay in the page cache after {attempts} drops")
+
+
+def resident_pages(fd: int) -> list[int]:
+    """The numbers of ``fd``'s pages in the page cache, by ``mincore`` on a mapping of the file:
+    unlike a read that may not wait (``RWF_NOWAIT``), it starts no readahead."""
+    size = os.fstat(fd).st_size
+    if not size:
+        return []
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if address in (None, ctypes.c_void_p(-1).value):
+        raise OSError(ctypes.get_errno(), "mmap")
+    try:
+        pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+        vector = (ctypes.c_ubyte * pages)()
+        if libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(size), vector) != 0:
+            raise OSError(ctypes.get_errno(), "mincore")
+        return [i for i, flags in enumerate(vector) if flags & 1]
+    finally:
+        libc.munmap(ctypes.c_void_p(address), ctypes.c_size_t(size))
 
 
 def scan(path: str, values=()) -> tuple[float, int, int, int, float]:
