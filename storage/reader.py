@@ -529,11 +529,13 @@ class Reader:
         if hits is None:
             return None
         first = span.headers[0][6]
-        ends = [t[6] + t[3] - first for t in span.headers]  # (entries before each chunk's end)
         stats = self.stats
         stats.prefilter_records_dropped += n - len(hits)
-        stats.prefilter_chunks_skipped += len(ends) - len({bisect.bisect_right(ends, h)
-                                                              for h in hits})
+        before = 0  # the hits before the chunk's end, for each chunk in turn: none in it, skipped
+        for t in span.headers:
+            upto = bisect.bisect_left(hits, t[6] + t[3] - first, before)
+            stats.prefilter_chunks_skipped += upto == before
+            before = upto
         return Matches(_bodies_at(data, first, stride, n, hits))
 
     def _next(self, max_skips: int | None, read: Callable) -> object:
