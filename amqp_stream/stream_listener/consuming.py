@@ -280,6 +280,11 @@ class Subscription:
                     break
                 self.waiting = False
                 read = True
+                if self.match is not None:  # (consecutive stored chunks at once, as _prefetch)
+                    span = reader.read_span(PREFETCH_RECORDS, self.end_offset)
+                    if span is not None:
+                        sent += self._add_span(span)
+                        continue
                 if self.held is not _NOTHING:
                     loc, self.held = self.held, _NOTHING
                 else:
@@ -397,10 +402,11 @@ class Subscription:
         self.runs_bytes += len(frames.buf)
         return len(frames.ends)
 
-    def _add_span(self, span: Span) -> None:
+    def _add_span(self, span: Span) -> int:
         """Stage 2: queue the rebuilt chunks of the stored chunks of ``span``: when the
         columns tell for them all at once and the matches make one-record chunks, their frames
-        in one buffer (``_ones``); else chunk by chunk, as ``_add_runs`` (the same frames)."""
+        in one buffer (``_ones``); else chunk by chunk, as ``_add_runs`` (the same frames).
+        How many stored chunks gave none (they count towards a turn's, as in ``pump``)."""
         committed = self.entry.stream.committed_chunk_id
         headers = span.headers
         found = self.reader.span_matches(span)
@@ -409,8 +415,8 @@ class Subscription:
             if frames is not None:
                 self.runs.append(frames)
                 self.runs_bytes += len(frames.buf)
-                return
-        at = 0
+                return 0
+        at = none = 0
         for j, t in enumerate(headers):
             if found is not None:  # its share of the matches (a run across its end, say)
                 lo, nxt = at, t[6] + t[3]
@@ -421,9 +427,12 @@ class Subscription:
             else:
                 records, looked = self._span_records(span, j)
             frames = self._rebuilt(records, looked, t[4], t[5], committed)
-            if frames is not None:
+            if frames is None:
+                none += 1
+            else:
                 self.runs.append(frames)
                 self.runs_bytes += len(frames.buf)
+        return none
 
     def _span_records(self, span: Span, j: int) -> tuple[list[tuple[int, bytes]], int]:
         """``_records`` for chunk ``j`` of ``span`` (read and CRC-checked already)."""

@@ -65,7 +65,7 @@ _ks = st.one_of(st.lists(st.integers(0, 3), min_size=1, max_size=120),  # (runs 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(frames=st.lists(st.tuples(_ks, st.sampled_from([0, 0, 0, 1, 2])), min_size=2, max_size=12),
-       sql=st.sampled_from(sorted(FILTERS)), initial=st.sampled_from([1, 3, 10]))
+       sql=st.sampled_from(sorted(FILTERS)), initial=st.sampled_from([1, 3, 10, 100]))
 def test_spans_deliver_what_stored_chunks_give_one_by_one(broker, frames, sql, initial):
     wanted = FILTERS[sql]
     stream = f"spans-{next(_names)}"
