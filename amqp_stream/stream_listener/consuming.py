@@ -35,11 +35,18 @@ chunk per match, and a client grants credit a chunk at a time (ten ahead by defa
 and the Java client): so once the credit is used up the subscription goes on scanning in later
 loop turns (``_prefetch``, up to ``RUNS_AHEAD`` stored chunks or ``RUNS_AHEAD_BYTES``; a turn
 scans up to ``PREFETCH_RECORDS`` records, several small chunks), and the next Credit finds its
-chunks ready. A stored chunk's rebuilt chunks are kept as their Deliver
-frames, back to back in one buffer (``_Frames``; one-record chunks of columns' matches packed
-with one ``struct`` call each, ``_ones``), so a grant sends a slice of it: one copy, one write,
-no Python per chunk (a v2 frame's committed chunk id is written as built, and again when it
-is sent only if the stream's moved meanwhile). With broker-derived filter keys
+chunks ready. Consecutive stored chunks are read at once where they can be (``Reader.read_span``:
+one ``preadv``, each chunk checked as ``read_location`` checks it and against its CRC; the
+first that does not hold is left to ``read_location``, which names the damage as before) and
+their records matched as one run of columns (``Reader.span_matches``): the ~1,000-record
+chunks a publisher the writer keeps up with leaves then share what a chunk cost on its own
+(two ``pread``s, the columns' numpy calls: ~20 µs). A stored chunk's rebuilt chunks are kept
+as their Deliver frames, back to back in one buffer (``_Frames``; one-record chunks of
+columns' matches packed with one ``struct`` call each, ``_ones``; a span's in one buffer, each
+with its own stored chunk's timestamp and epoch), so a grant sends a slice of it: one copy,
+one write, no Python per chunk (a v2 frame's committed chunk id is written as built, and
+again when it is sent only if the stream's moved meanwhile). ``RUNS_AHEAD`` counts such
+buffers: a span's is one, as a stored chunk's. With broker-derived filter keys
 (``amqp_stream.derived_keys``) the reader skips chunks whose index rules out the filter's
 required values and may name the blocks of a chunk that can match (``ChunkLocation.blocks``):
 only those are read (each checked against its own CRC; a mismatch reads the chunk whole).
@@ -83,8 +90,8 @@ log = logging.getLogger("amqp_stream.stream_listener")
 
 SCAN_BUDGET = 1000  # chunks a stage-1 scan may pass over per turn (see amqp.consuming)
 CHUNKS_PER_TURN = 64
-RUNS_AHEAD = 1024  # stage 2: stored chunks whose matches are kept ready for credit to come
-RUNS_AHEAD_BYTES = 1 << 20  # ... and their bytes at most (past it, one stored chunk's more)
+RUNS_AHEAD = 1024  # stage 2: stored chunks (or spans) whose matches are kept ready for credit
+RUNS_AHEAD_BYTES = 1 << 20  # ... and their bytes at most (past it, one stored chunk's or span's more)
 PREFETCH_RECORDS = 8192  # stage 2: stored records one prefetch turn scans (a chunk at least)
 # Header bytes 45-47 are osiris's Reserved:24 (zero from RabbitMQ; rstream's test_deliver
 # checks it); this log keeps its filter scheme and flags there. They stay off the wire.
