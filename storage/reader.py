@@ -445,7 +445,8 @@ class Reader:
         publisher's frames make; a span of them shares those, and its data sections side by
         side are one run of entries for the caller's columns (``span_matches``)."""
         seg = self._seg
-        if seg is None or self._last_at is not None or self._matches is not None or seg.derived:
+        if (seg is None or self._last_at is not None or self._matches is not None
+                or seg.derived is not None):
             return None
         recs, i = seg.recs, seg.ri
         lim = self.source.committed_end()
