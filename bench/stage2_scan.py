@@ -4,7 +4,8 @@ this one, in turns, per scanned record.
 Why: ``bench.stage2_ab`` measures the broker whole (the scan and the credit round trips) and its
 figures move with the machine's load and with the chunk sizes the writer made; this one times
 only what the subscription does per stored chunk (read, CRC, columns, frames:
-``Subscription._add_runs``) over one stream on disk with chunks of a given size, CPU time, best
+``Subscription._add_runs``; runs of consecutive chunks at once, ``_add_span``, where the checkout
+has them, as its prefetch does) over one stream on disk with chunks of a given size, CPU time, best
 of five passes. The stream is ``bench.stage2_ab``'s (message ``i``: ``k = i % 100``,
 ``zone = 'z<k>'``, ``region = 'r00'``).
 
@@ -56,8 +57,16 @@ def scan(directory: str, n: int, chunk: int) -> None:
             with s.reader(OffsetSpec.first(), columns=column_matcher(f)) as r:
                 sub = Subscription(conn, 1, entry, r, 0, 0, fast_match.bytes_matcher(f),
                                    lambda *a: None)
+                spans = hasattr(r, "read_span")  # (a checkout before them: chunk by chunk)
                 t0 = time.process_time()
-                while (loc := r.read_location(1000)) is not None:
+                while True:
+                    span = r.read_span(8192) if spans else None
+                    if span is not None:
+                        sub._add_span(span)
+                        continue
+                    loc = r.read_location(1000)
+                    if loc is None:
+                        break
                     if loc is not SCAN_PAUSED:
                         sub._add_runs(loc)
                 best = min(best, time.process_time() - t0)

@@ -31,7 +31,7 @@ from storage.format import (
 __all__ = [
     "list_files", "list_segments", "segment_path", "index_path", "fsync_dir", "replace_file",
     "index_count", "read_index_records", "read_index_tuples", "read_index_record", "pread_exact",
-    "pread_scratch", "IndexTuple", "in_page_cache", "advise", "LOCK_FILE", "lock_directory",
+    "pread_scratch", "scratch", "IndexTuple", "in_page_cache", "advise", "LOCK_FILE", "lock_directory",
     "create_segment", "IOV_MAX", "writev_all", "truncate_quietly",
 ]
 
@@ -169,6 +169,17 @@ SCRATCH_KEEP = 16 << 20
 _scratch = threading.local()
 
 
+def scratch(size: int) -> memoryview:
+    """This thread's scratch buffer (``pread_scratch``), at least ``size`` bytes, writable:
+    valid only until this thread's next use of it."""
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or len(buf) < size:
+        buf = bytearray(1 << max(16, (size - 1).bit_length()))
+        if len(buf) <= SCRATCH_KEEP:
+            _scratch.buf = buf
+    return memoryview(buf)
+
+
 def pread_scratch(fd: int, size: int, position: int) -> memoryview:
     """``pread_exact`` into this thread's scratch buffer: a read-only view of what was read
     (short = end of file), valid only until this thread's next call (copy out what is kept).
@@ -182,12 +193,7 @@ def pread_scratch(fd: int, size: int, position: int) -> memoryview:
     length near 4 GiB) must fail its checks, not allocate its length first."""
     if size > SCRATCH_KEEP:  # (rare: chunks are cut at ``max_chunk_bytes``, 8 MiB by default)
         size = max(0, min(size, os.fstat(fd).st_size - position))
-    buf = getattr(_scratch, "buf", None)
-    if buf is None or len(buf) < size:
-        buf = bytearray(1 << max(16, (size - 1).bit_length()))
-        if len(buf) <= SCRATCH_KEEP:
-            _scratch.buf = buf
-    view = memoryview(buf)
+    view = scratch(size)
     got = 0
     while got < size:
         n = os.preadv(fd, [view[got:size]], position + got)

@@ -63,12 +63,13 @@ def _damage(segment: Path, at: int, change) -> None:
         os.close(fd)
 
 
-def _consume_stream(b: BrokerProcess, stream: str, properties=None) -> tuple[list[bytes], str]:
+def _consume_stream(b: BrokerProcess, stream: str, properties=None,
+                    credit: int = 10) -> tuple[list[bytes], str]:
     """Deliveries (each chunk as sent) until the broker closes the connection: its reason."""
     got: list[bytes] = []
     c = StreamClient(b.stream_url, on_chunk=lambda chunk: got.append(bytes(chunk)))
     try:
-        c.subscribe(1, stream, OffsetSpec(OffsetType.FIRST), 10, properties)
+        c.subscribe(1, stream, OffsetSpec(OffsetType.FIRST), credit, properties)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             c.pump(1)
@@ -182,3 +183,29 @@ def test_a_rotten_data_section_is_refused_or_sent_under_a_failing_crc(tmp_path):
             assert all(int(body[1:]) < damaged[0] for body in bodies), filters
         assert "CRC mismatch" in b.log_text()
         _still_serves(b)
+
+
+@pytest.mark.parametrize("damage", ["bit rot", "records more"])
+def test_stage_2_over_a_run_of_chunks_sends_the_matches_before_the_damage(tmp_path, damage):
+    """Chunk 6 of 8 damaged (a bit of its data; its header's record count): stage 2 reads the
+    chunks before it at once (``Reader.read_span``) and, with the credit there, sends every
+    match of theirs, in order and under CRCs that hold, then the Close naming the damage."""
+    with BrokerProcess(tmp_path / "data") as b:
+        _fill(b, "bad")
+        segment, records = _chunks(b, "bad")
+        assert len(records) >= 8
+        damaged = records[6]
+        if damage == "bit rot":
+            head = CHUNK_HEADER.unpack_from(segment.read_bytes(), damaged[3])
+            _damage(segment, damaged[3] + HB + head[10] + 30, lambda v: bytes([v[0] ^ 0x04]) + v[1:])
+        else:
+            _damage(segment, damaged[3] + 4,
+                    lambda v: (int.from_bytes(v, "big") + 1).to_bytes(4, "big"))
+        got, reason = _consume_stream(b, "bad", {"sql-filter": "region = 'r1'"}, credit=1000)
+        if damage == "bit rot":
+            assert f"chunk {damaged[0]}: CRC mismatch" in reason
+        else:
+            assert f"{segment}: corrupt data at byte {damaged[3]}" in reason
+        assert all(_crc_holds(chunk) for chunk in got)
+        offsets = [CHUNK_HEADER.unpack_from(chunk)[6] for chunk in got]
+        assert offsets == [i for i in range(damaged[0]) if i % 3 == 1]
