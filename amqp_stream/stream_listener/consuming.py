@@ -287,7 +287,7 @@ class Subscription:
                     break
                 self.waiting = False
                 read = True
-                if self.match is not None:  # (consecutive stored chunks at once, as _prefetch)
+                if self.match is not None and self.held is _NOTHING:  # (spans: as _prefetch)
                     span = reader.read_span(PREFETCH_RECORDS, self.end_offset)
                     if span is not None:
                         sent += self._add_span(span)
