@@ -539,6 +539,15 @@ class Reader:
             before = upto
         return Matches(_bodies_at(data, first, stride, n, hits))
 
+    def span_records(self, span: Span) -> list[tuple[int, bytes]]:
+        """Every record of ``span``'s chunks, in order, each body a ``bytes`` of its own
+        (``span.data`` is the scratch buffer): for a caller whose columns could not tell."""
+        out: list[tuple[int, bytes]] = []
+        data, starts = span.data, span.starts
+        for j, t in enumerate(span.headers):
+            out += decode_records(bytes(data[starts[j]:starts[j + 1]]), t[6], entries=t[2])
+        return out
+
     def _next(self, max_skips: int | None, read: Callable) -> object:
         if max_skips is not None and max_skips < 1:
             raise ValueError("max_skips must be at least 1")

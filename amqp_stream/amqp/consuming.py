@@ -10,9 +10,12 @@ the usual shapes, else ``amqp_stream.wire.with_stream_offset``) as raw bytes (``
 Matches that credit or the turn leave unsent wait in ``ready`` for the next turn. Dropped
 records use no credit and leave the delivery count alone. A chunk whose records the reader
 chose by columns (``storage.reader.Matches``: ``amqp_stream.columns``, for a chunk whose records
-share one layout) is all matches: no slice is evaluated. Where ``whole`` is set (a function of
-a chunk giving the indexes of its matching records, or None), a chunk it answers is decided in
-one step, before any slice: the place for a per-chunk (columnar) matcher.
+share one layout) is all matches: no slice is evaluated. Consecutive stored chunks are read
+at once where the reader can (``Reader.read_span``: one ``preadv``, each chunk checked as a
+lone one is, no stage-1 or derived-key filter) and their records chosen by columns in one
+pass (``Reader.span_matches``), up to ``SPAN_RECORDS`` records: the ~1,000-record chunks a
+loaded publisher leaves then share a chunk's fixed costs; a span the columns cannot tell for
+is sliced as one chunk.
 
 The loop calls proton's C functions directly (``cproton_ffi.lib``) for the per-message steps
 (create the delivery, send, settle; proton's settle of the current delivery advances the link,
@@ -93,6 +96,9 @@ _OFFSET, _DATA = operator.itemgetter(0), operator.itemgetter(1)
 # chunks a stage-1 scan may pass over in one turn: one header pread each, ~2 µs from the page
 # cache (one run), so a slice is about as long as the 200 stage-2 drops a turn allows
 SCAN_BUDGET = 1000
+#: stage 2: records a span of consecutive stored chunks holds at most (``Reader.read_span``);
+#: ~0.3 ms of columns, and its matches wait in ``ready`` for credit (bodies copied out)
+SPAN_RECORDS = 8192
 
 
 class _NotStarted:
@@ -189,10 +195,6 @@ class Consumer:
         # a slice of records at a time (``selection``)
         self.match = fast_match.bytes_matcher(filters.stage2)
         self.select = selection(self.match)
-        # stage 2 for a whole chunk in one step, where one can tell (a chunk -> the indexes of
-        # its matching records, or None: then ``select`` slice by slice); the place for a
-        # columnar matcher of chunks whose records share one layout. None: none in place
-        self.whole: Callable[[Any], list[int] | None] | None = None
         self.schedule = schedule  # schedule(consumer, soon): ask for another turn
         # a named consumer (``tracking.CONSUMER_NAME`` on attach): starts after its stored
         # offset and stores what the client accepts; where another cluster node leads the
@@ -266,7 +268,8 @@ class Consumer:
         turn = self.turn
         turn.start()
         select = self.select
-        whole = self.whole
+        # (a named consumer's reader until the leader answers, a follower's remote reader: none)
+        read_span = getattr(self.reader, "read_span", None) if select is not None else None
         head = _SPLICED_HEAD.pack
         records = self.records
         pos = self.pos
@@ -299,6 +302,17 @@ class Consumer:
             while credit > 0:
                 if ri >= len(ready):
                     if pos >= n:
+                        span = read_span(SPAN_RECORDS) if read_span is not None else None
+                        if span is not None:
+                            found = self.reader.span_matches(span)
+                            if found is not None:  # all matches: the columns chose them
+                                records = ready = found
+                                ri = 0
+                                pos = n = len(found)
+                            else:
+                                records = self.reader.span_records(span)
+                                pos, n = 0, len(records)
+                            continue
                         chunk = self.reader.read_chunk(SCAN_BUDGET)
                         if chunk is SCAN_PAUSED:  # a long stage-1 scan: let others in, go on
                             self.scheduled = True
@@ -314,11 +328,6 @@ class Consumer:
                         n = len(records)
                         if select is None or type(records) is Matches:  # no stage 2, or the
                             ready, ri, pos = records, 0, n  # reader's columns chose them
-                        elif whole is not None and (picked := whole(chunk)) is not None:
-                            # stage 2 decided for the whole chunk at once: the indexes of
-                            # its records that match, in order
-                            ready, ri, pos = [records[i] for i in picked], 0, n
-                            dropped += n - len(ready)
                         continue
                     assert select is not None  # (without one, pos reached n above)
                     size = turn.next_slice()
