@@ -17,7 +17,7 @@ from bench import proton_floor
 from sqlfilter import compile_sql
 from storage import OffsetSpec, Stream, StreamConfig
 from storage.reader import Reader
-from tests.broker.in_process import StreamEntry
+from bench.in_process import StreamEntry
 
 install()
 

@@ -22,7 +22,7 @@ from amqp_stream.amqp.consuming import ROWS_AT_LEAST, Consumer, spliced_rows
 from amqp_stream.amqp.source_filters import SourceFilters
 from amqp_stream.wire import with_stream_offset
 from bench import proton_floor
-from tests.broker.in_process import StreamEntry
+from bench.in_process import StreamEntry
 from storage import OffsetSpec, Stream, StreamConfig
 
 

@@ -1,6 +1,7 @@
 """A ``Consumer`` driven in-process: what it asks of the broker's stream entry, over a real
 ``storage.Stream`` on disk (no derived keys, no metrics), for tests that send over proton's
-engine to a receiving engine without a socket (``bench.proton_floor``'s pair)."""
+engine to a receiving engine without a socket (``bench.proton_floor``'s pair), and for
+benches that time a consumer alone (``bench.amqp_scan``)."""
 
 from __future__ import annotations
 
