@@ -28,6 +28,7 @@ batches, of one shape and of mixed ones.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Collection, Iterator, Sequence
 
 import numpy as np
@@ -48,6 +49,8 @@ _ANNOTATIONS, _PROPERTIES, _APPLICATION, _DATA, _VALUE = 0x72, 0x73, 0x74, 0x75,
 _SKIPPED = {0x70: 0xC0, 0x71: 0xC1, 0x78: 0xC1}
 _FILTER_KEY = FILTER_VALUE.encode("ascii")
 _EXPIRY, _CREATION = PROPERTY_ORDER.index("absolute_expiry_time"), PROPERTY_ORDER.index("creation_time")
+# a word's first n bytes, whatever the machine's byte order
+_FIRST = [np.frombuffer(b"\xff" * n + bytes(8 - n), "=u8")[0] for n in range(8)]
 _PAD = 16  # zero bytes after the last message: a gather a few bytes past it stays in the buffer
 
 # sizes of the fixed-width values read or skipped (0: not one); variable ones by their length
@@ -114,6 +117,8 @@ class _Batch:
         self.raw = b"".join(pieces) + bytes(_PAD)
         self.buf = np.frombuffer(self.raw, np.uint8)
         self._views: dict[str, Any] = {}
+        # what is made of one field's values once, for the map column and a declared column alike
+        self.made: dict[tuple[str, int], Any] = {}
 
     @classmethod
     def of(cls, datas: Sequence[bytes]) -> _Batch:
@@ -152,7 +157,7 @@ class _Batch:
             else:
                 raise _Shape
             if check and _IS_TEXT[c0]:
-                self.texts(start, length, np.ones(self.n, bool), ascii_only=_IS_ASCII[c])
+                self.check_texts(c, start, length)
             return c, start, length, start + length
         size = _SIZE[c]
         var8, var32 = _VAR8[c], _VAR32[c]
@@ -168,6 +173,34 @@ class _Batch:
         if texts is not None and texts.any():
             self.texts(start, length, texts, ascii_only=_IS_ASCII[c])
         return c, start, length, start + length
+
+    def check_texts(self, c: Any, start: Any, length: Any) -> None:
+        """Raise ``_Shape`` unless the texts of constructor ``c`` (one in every message) at
+        ``start`` are UTF-8 (ASCII: symbols); one text in every message (a content type, a
+        symbol) is checked once."""
+        ascii_only = _IS_ASCII[c]
+        size = int(length[0])
+        if (length == size).all() and self.same(start, size):
+            first = int(start[0])
+            try:
+                self.raw[first:first + size].decode("ascii" if ascii_only[0] else "utf-8")
+            except UnicodeDecodeError:
+                raise _Shape from None
+        else:
+            self.texts(start, length, np.ones(self.n, bool), ascii_only=ascii_only)
+
+    def same(self, pos: Any, size: int) -> bool:
+        """Whether the ``size`` bytes at ``pos`` are the first message's in every message: 8
+        bytes at a time (native order: only compared), the last word overlapping the one
+        before; a shorter run masked out of one word (the pad keeps a word in the buffer)."""
+        if size < 8:
+            words = self.fixed(pos, "=u8") & _FIRST[size]
+            return bool((words == words[0]).all())
+        for at in (*range(0, size - 8, 8), size - 8):
+            words = self.fixed(pos + at, "=u8")
+            if not (words == words[0]).all():
+                return False
+        return True
 
     def spans(self, start: Any, length: Any, valid: Any, kind: Any = None) -> Any:
         """The binary (or ``kind``) array of the bytes ``[start, start + length)`` of each message,
@@ -215,13 +248,8 @@ class _Batch:
         size = _one(self.buf[pos + 1])
         first = int(pos[0])
         key = self.raw[first + 2:first + 2 + size]
-        if size < 6:
-            whole = self.buf[pos[:, None] + np.arange(2 + size)]
-            _all(whole == whole[0])
-        else:  # 8 bytes at a time, the last word overlapping the one before
-            for at in (*range(0, size + 2 - 8, 8), size + 2 - 8):
-                words = self.fixed(pos + at, ">u8")
-                _all(words == words[0])
+        if not self.same(pos, 2 + size):
+            raise _Shape
         return key, pos + 2 + size
 
 
@@ -375,6 +403,13 @@ def _times(b: _Batch, props: list | None) -> Any:
 
 def _text_of(b: _Batch, values: tuple[Any, Any, Any]) -> Any:
     """An application property's values as the map column's text (``batches._text``)."""
+    key = ("text", id(values))
+    if key not in b.made:
+        b.made[key] = _make_text(b, values)
+    return b.made[key]
+
+
+def _make_text(b: _Batch, values: tuple[Any, Any, Any]) -> Any:
     c, start, length = values
     kinds = {_KIND.get(int(k), "other") for k in np.unique(c)}
     if "other" in kinds:
@@ -399,6 +434,13 @@ def _text_of(b: _Batch, values: tuple[Any, Any, Any]) -> Any:
 
 def _ints(b: _Batch, c: Any, start: Any) -> tuple[Any, Any]:
     """(values, which are integers) of the integers among the values at ``start``."""
+    key = ("ints", id(start))
+    if key not in b.made:
+        b.made[key] = _make_ints(b, c, start)
+    return b.made[key]
+
+
+def _make_ints(b: _Batch, c: Any, start: Any) -> tuple[Any, Any]:
     one = b.buf[np.minimum(start, len(b.buf) - 1)]
     v = np.where(_IS_SIGNED8[c], one.view(np.int8).astype(np.int64), one.astype(np.int64))
     if (c == 0x71).any():
@@ -410,15 +452,22 @@ def _ints(b: _Batch, c: Any, start: Any) -> tuple[Any, Any]:
 
 def _map(b: _Batch, columns: Columns, keys: list[str], values: list[tuple[Any, Any, Any]]) -> Any:
     """The application_properties map column: the same keys in every message."""
-    n, k = b.n, len(keys)
-    ends = pa.array(np.arange(0, n * k + 1, k, dtype=np.int32) if k else np.zeros(n + 1, np.int32))
-    if not k:
-        items = pa.array([], pa.string())
-        return pa.MapArray.from_arrays(ends, pa.array([], pa.string()), items, type=columns._map_type)
+    ends, key_column, order = _map_layout(tuple(keys), b.n)
+    if not keys:
+        return pa.MapArray.from_arrays(ends, key_column, pa.array([], pa.string()), type=columns._map_type)
     texts = pa.concat_arrays([_text_of(b, v) for v in values])
-    order = (np.arange(n)[:, None] + np.arange(k)[None, :] * n).ravel()
-    key_column = pa.array(keys, pa.string()).take(np.tile(np.arange(k), n))
     return pa.MapArray.from_arrays(ends, key_column, texts.take(order), type=columns._map_type)
+
+
+@functools.lru_cache(maxsize=16)
+def _map_layout(keys: tuple[str, ...], n: int) -> tuple[Any, Any, Any]:
+    """(offsets, keys, the order of the items) of a map column of ``n`` rows of ``keys``, whose
+    texts come key after key: the same for every batch of a writer's messages."""
+    k = len(keys)
+    ends = pa.array(np.arange(0, n * k + 1, k, dtype=np.int32) if k else np.zeros(n + 1, np.int32))
+    key_column = pa.array(keys, pa.string()).take(np.tile(np.arange(k), n))
+    order = pa.array((np.arange(n)[:, None] + np.arange(k)[None, :] * n).ravel())
+    return ends, key_column, order
 
 
 def _app_column(b: _Batch, values: tuple[Any, Any, Any] | None, dtype: Any, arrow_type: Any) -> Any:
@@ -440,8 +489,8 @@ def _app_column(b: _Batch, values: tuple[Any, Any, Any] | None, dtype: Any, arro
         return pa.array(ints.astype(np.float64), arrow_type, mask=~valid)
     if kind is None or dtype not in _TAKES.get(kind, ()):
         raise _Shape
-    if kind == _STR_KIND:
-        return b.texts(start, length, c != 0x40)
+    if kind == _STR_KIND:  # the map column's texts: only strings and nulls here
+        return _text_of(b, values)
     if kind == _INT_KIND:
         ints, valid = _ints(b, c, start)
         bound = 1 << (_BITS[dtype] - 1)
