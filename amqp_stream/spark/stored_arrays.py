@@ -149,7 +149,7 @@ class _Batch:
         c0 = int(c[0])
         if (c == c0).all():  # the usual case: one encoding in every message
             if _SIZE[c0]:
-                return c, pos + 1, np.full(self.n, _SIZE[c0] - 1), pos + _SIZE[c0]
+                return c, pos + 1, self.full(_SIZE[c0] - 1), pos + _SIZE[c0]
             if _VAR8[c0]:
                 start, length = pos + 2, self.byte(pos + 1)
             elif _VAR32[c0]:
@@ -173,6 +173,14 @@ class _Batch:
         if texts is not None and texts.any():
             self.texts(start, length, texts, ascii_only=_IS_ASCII[c])
         return c, start, length, start + length
+
+    def full(self, size: int) -> Any:
+        """``size`` in every message (a fixed width's length: one array a batch, read only)."""
+        key = ("full", size)
+        if key not in self.made:
+            self.made[key] = np.full(self.n, size)
+            self.made[key].flags.writeable = False
+        return self.made[key]
 
     def check_texts(self, c: Any, start: Any, length: Any) -> None:
         """Raise ``_Shape`` unless the texts of constructor ``c`` (one in every message) at
@@ -241,16 +249,19 @@ class _Batch:
         return first, end, _one(count)
 
     def key(self, pos: Any, constructors: tuple[int, ...]) -> tuple[bytes, Any]:
-        """(the key's bytes, next positions) of a str8/sym8 key every message has, alike."""
-        c = _one(self.buf[pos])
-        if c not in constructors:
-            raise _Shape
-        size = _one(self.buf[pos + 1])
+        """(the key's bytes, next positions) of a str8/sym8 key every message has, alike: its
+        constructor, size and bytes the first message's in every message."""
         first = int(pos[0])
-        key = self.raw[first + 2:first + 2 + size]
-        if not self.same(pos, 2 + size):
+        c, size = self.raw[first], self.raw[first + 1]
+        if c not in constructors or not self.same(pos, 2 + size):
             raise _Shape
-        return key, pos + 2 + size
+        return self.raw[first + 2:first + 2 + size], pos + 2 + size
+
+    def codes(self, c: Any) -> list[int]:
+        """The constructors among ``c`` (``np.unique``'s, by a table of 256)."""
+        seen = np.zeros(256, bool)
+        seen[c] = True
+        return np.flatnonzero(seen).tolist()
 
 
 def _declared_plan(columns: Columns) -> list[tuple[str, bool, Any, Any]] | None:
@@ -300,8 +311,10 @@ def _decode(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] |
         if done.all():
             break
         _all(~done)
-        _all((b.buf[pos] == 0) & (b.buf[pos + 1] == 0x53))
-        code = _one(b.buf[pos + 2])
+        first = int(pos[0])  # a section descriptor, the same in every message
+        code = b.raw[first + 2]
+        if b.raw[first] != 0 or b.raw[first + 1] != 0x53 or not b.same(pos, 3):
+            raise _Shape
         if code in seen:
             raise _Shape
         seen.add(code)
@@ -411,7 +424,7 @@ def _text_of(b: _Batch, values: tuple[Any, Any, Any]) -> Any:
 
 def _make_text(b: _Batch, values: tuple[Any, Any, Any]) -> Any:
     c, start, length = values
-    kinds = {_KIND.get(int(k), "other") for k in np.unique(c)}
+    kinds = {_KIND.get(k, "other") for k in b.codes(c)}
     if "other" in kinds:
         raise _Shape
     parts = []
@@ -476,7 +489,7 @@ def _app_column(b: _Batch, values: tuple[Any, Any, Any] | None, dtype: Any, arro
     if values is None:
         return pa.nulls(b.n, arrow_type)
     c, start, length = values
-    kinds: set[str | None] = {_KIND.get(int(k), "other") for k in np.unique(c)} - {None}
+    kinds: set[str | None] = {_KIND.get(k, "other") for k in b.codes(c)} - {None}
     if not kinds:
         return pa.nulls(b.n, arrow_type)
     if len(kinds) != 1:
