@@ -174,6 +174,20 @@ class _Batch:
             self.texts(start, length, texts, ascii_only=_IS_ASCII[c])
         return c, start, length, start + length
 
+    @functools.cached_property
+    def null(self) -> Any:
+        """0x40 (null) in every message (read only)."""
+        out = np.full(self.n, 0x40, np.uint8)
+        out.flags.writeable = False
+        return out
+
+    def nulls(self, pos: Any, most: int) -> int:
+        """How many nulls (0x40) follow at ``pos`` in every message, up to ``most``: those of the
+        first message, when every message has them (else none)."""
+        first = int(pos[0])
+        run = len(self.raw[first:first + most]) - len(self.raw[first:first + most].lstrip(b"\x40"))
+        return run if run > 1 and self.same(pos, run) else 0
+
     def full(self, size: int) -> Any:
         """``size`` in every message (a fixed width's length: one array a batch, read only)."""
         key = ("full", size)
@@ -237,6 +251,10 @@ class _Batch:
     def compound(self, pos: Any, c8: int, c32: int, empty: int = -1) -> tuple[Any, Any, int]:
         """(first items, ends, the count every message has) of the lists or maps at ``pos``."""
         c = self.buf[pos]
+        if self.raw[int(pos[0])] == c8 and (c == c8).all():  # the usual case: list8 / map8 in every message
+            end = pos + 2 + self.byte(pos + 1)
+            _all(end <= self.ends)
+            return pos + 3, end, _one(self.buf[pos + 2])
         is8, is32, is0 = c == c8, c == c32, c == empty
         _all(is8 | is32 | is0)
         first = np.where(is8, pos + 3, np.where(is32, pos + 9, pos + 1))
@@ -337,9 +355,14 @@ def _decode(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] |
         elif code == _PROPERTIES:
             pos, end, count = b.compound(pos, 0xC0, 0xD0, 0x45)
             props = []
-            for i in range(count):  # a declared text column's texts are checked as it is made
-                c, start, length, pos = b.skip(pos, check=i not in text_properties)
-                props.append((c, start, length))
+            while len(props) < count:  # a declared text column's texts are checked as it is made
+                nulls = b.nulls(pos, count - len(props))
+                for k in range(nulls):  # null fields, a run of them at once
+                    props.append((b.null, pos + k + 1, b.full(0)))
+                pos = pos + nulls if nulls else pos
+                if len(props) < count:
+                    c, start, length, pos = b.skip(pos, check=len(props) not in text_properties)
+                    props.append((c, start, length))
             _all(pos == end)
         elif code == _APPLICATION:
             pos, end, count = b.compound(pos, 0xC1, 0xD1)
