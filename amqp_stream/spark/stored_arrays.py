@@ -52,6 +52,7 @@ _EXPIRY, _CREATION = PROPERTY_ORDER.index("absolute_expiry_time"), PROPERTY_ORDE
 # a word's first n bytes, whatever the machine's byte order
 _FIRST = [np.frombuffer(b"\xff" * n + bytes(8 - n), "=u8")[0] for n in range(8)]
 _PAD = 16  # zero bytes after the last message: a gather a few bytes past it stays in the buffer
+_PADDING = bytes(_PAD)
 
 # sizes of the fixed-width values read or skipped (0: not one); variable ones by their length
 _SIZE = np.zeros(256, np.int64)
@@ -114,7 +115,7 @@ class _Batch:
     def __init__(self, pieces: Sequence[bytes], starts: Any, ends: Any):
         self.n = len(starts)
         self.starts, self.ends = starts, ends
-        self.raw = b"".join(pieces) + bytes(_PAD)
+        self.raw = b"".join([*pieces, _PADDING])  # one copy, the pad with it
         self.buf = np.frombuffer(self.raw, np.uint8)
         self._views: dict[str, Any] = {}
         # what is made of one field's values once, for the map column and a declared column alike
@@ -233,8 +234,9 @@ class _Batch:
         bounds[1:2 * n:2] = start + length
         bounds[2 * n] = bounds[2 * n - 1]
         arr = pa.Array.from_buffers(kind or pa.binary(), 2 * n, [None, pa.py_buffer(bounds), pa.py_buffer(self.raw)])
-        take = np.arange(0, 2 * n, 2, dtype=np.int32)
-        return arr.take(pa.array(take, mask=None if valid.all() else ~valid))
+        if valid.all():
+            return arr.take(_evens(n))
+        return arr.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32), mask=~valid))
 
     def texts(self, start: Any, length: Any, valid: Any, ascii_only: Any = None) -> Any:
         """``spans`` as strings, checked UTF-8 (ASCII where ``ascii_only``)."""
@@ -493,6 +495,12 @@ def _map(b: _Batch, columns: Columns, keys: list[str], values: list[tuple[Any, A
         return pa.MapArray.from_arrays(ends, key_column, pa.array([], pa.string()), type=columns._map_type)
     texts = pa.concat_arrays([_text_of(b, v) for v in values])
     return pa.MapArray.from_arrays(ends, key_column, texts.take(order), type=columns._map_type)
+
+
+@functools.lru_cache(maxsize=4)
+def _evens(n: int) -> Any:
+    """0, 2, ..., 2n - 2: the spans of a ``_Batch.spans`` array that hold the values."""
+    return pa.array(np.arange(0, 2 * n, 2, dtype=np.int32))
 
 
 @functools.lru_cache(maxsize=16)
