@@ -278,10 +278,17 @@ class _Batch:
         return self.raw[first + 2:first + 2 + size], pos + 2 + size
 
     def codes(self, c: Any) -> list[int]:
-        """The constructors among ``c`` (``np.unique``'s, by a table of 256)."""
-        seen = np.zeros(256, bool)
-        seen[c] = True
-        return np.flatnonzero(seen).tolist()
+        """The constructors among ``c`` (``np.unique``'s, by a table of 256; once a field)."""
+        key = ("codes", id(c))
+        if key not in self.made:
+            c0 = int(c[0])
+            if (c == c0).all():
+                self.made[key] = [c0]
+            else:
+                seen = np.zeros(256, bool)
+                seen[c] = True
+                self.made[key] = np.flatnonzero(seen).tolist()
+        return self.made[key]
 
 
 def _declared_plan(columns: Columns) -> list[tuple[str, bool, Any, Any]] | None:
