@@ -45,6 +45,7 @@ __all__ = ["StreamClient", "parse_stream_url", "publish_frame", "offset_spec", "
 
 DEFAULT_STREAM_URL = "rabbitmq-stream://127.0.0.1:5552"
 READ_SIZE = 4 << 20
+_U32 = struct.Struct(">I").unpack_from
 _IOV_MAX = 1024  # buffers a sendmsg takes at most (Linux)
 
 
@@ -334,11 +335,31 @@ class StreamClient:
         return True
 
     def _frames(self, pos: int, n: int) -> None:
-        buf: bytes | memoryview = self._space
-        if self._carry:  # a frame cut by the previous read: join (rare with big reads)
-            buf, pos, n = self._carry + bytes(self._space[pos:n]), 0, len(self._carry) + n - pos
-            self._carry = b""
+        """Handle the whole frames of ``self._space[pos:n]`` (after the one the previous read
+        cut, if any) and keep the start of one this read cuts."""
         credits: dict[int, int] = {}
+        carry, self._carry = self._carry, b""
+        if carry:  # only the cut frame is joined: the rest of the read is handled where it is
+            size = 4 + _U32(carry)[0] if len(carry) >= 4 else 0
+            need = size - len(carry)
+            frame = carry + bytes(self._space[pos:pos + need]) if size and 0 < need <= n - pos else b""
+            if frame and self._walk(frame, 0, size, credits) == size:
+                pos += need
+            else:  # still cut (a frame longer than a read), or not handled: join what came
+                carry += bytes(self._space[pos:n])
+                end = self._walk(carry, 0, len(carry), credits)
+                self._carry, pos = carry[end:], n
+        if pos < n:
+            end = self._walk(self._space, pos, n, credits)
+            if end < n:
+                self._carry = bytes(self._space[end:n])
+        if credits and self.auto_credit:
+            self.sock.sendall(b"".join(encode(Credit(sub, c * self._credits.get(sub, 1)))
+                                       for sub, c in credits.items()))
+
+    def _walk(self, buf: bytes | memoryview, pos: int, n: int, credits: dict[int, int]) -> int:
+        """Handle the whole frames of ``buf[pos:n]`` (chunks counted in ``credits``); where the
+        first frame not whole begins (``n``: none)."""
         while pos < n:
             left = n - pos
             if left < 8:
@@ -376,11 +397,7 @@ class StreamClient:
             else:
                 self._frame(bytes(buf[pos + 4:pos + 4 + size]))
             pos += 4 + size
-        if pos < n:
-            self._carry = bytes(buf[pos:n])
-        if credits and self.auto_credit:
-            self.sock.sendall(b"".join(encode(Credit(sub, c * self._credits.get(sub, 1)))
-                                       for sub, c in credits.items()))
+        return pos
 
     def _frame(self, content: bytes) -> None:
         frame = decode(content)

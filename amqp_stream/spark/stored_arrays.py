@@ -28,6 +28,7 @@ batches, of one shape and of mixed ones.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Collection, Iterator, Sequence
 
 import numpy as np
@@ -48,7 +49,10 @@ _ANNOTATIONS, _PROPERTIES, _APPLICATION, _DATA, _VALUE = 0x72, 0x73, 0x74, 0x75,
 _SKIPPED = {0x70: 0xC0, 0x71: 0xC1, 0x78: 0xC1}
 _FILTER_KEY = FILTER_VALUE.encode("ascii")
 _EXPIRY, _CREATION = PROPERTY_ORDER.index("absolute_expiry_time"), PROPERTY_ORDER.index("creation_time")
+# a word's first n bytes, whatever the machine's byte order
+_FIRST = [np.frombuffer(b"\xff" * n + bytes(8 - n), "=u8")[0] for n in range(8)]
 _PAD = 16  # zero bytes after the last message: a gather a few bytes past it stays in the buffer
+_PADDING = bytes(_PAD)
 
 # sizes of the fixed-width values read or skipped (0: not one); variable ones by their length
 _SIZE = np.zeros(256, np.int64)
@@ -111,9 +115,11 @@ class _Batch:
     def __init__(self, pieces: Sequence[bytes], starts: Any, ends: Any):
         self.n = len(starts)
         self.starts, self.ends = starts, ends
-        self.raw = b"".join(pieces) + bytes(_PAD)
+        self.raw = b"".join([*pieces, _PADDING])  # one copy, the pad with it
         self.buf = np.frombuffer(self.raw, np.uint8)
         self._views: dict[str, Any] = {}
+        # what is made of one field's values once, for the map column and a declared column alike
+        self.made: dict[tuple[str, int], Any] = {}
 
     @classmethod
     def of(cls, datas: Sequence[bytes]) -> _Batch:
@@ -144,7 +150,7 @@ class _Batch:
         c0 = int(c[0])
         if (c == c0).all():  # the usual case: one encoding in every message
             if _SIZE[c0]:
-                return c, pos + 1, np.full(self.n, _SIZE[c0] - 1), pos + _SIZE[c0]
+                return c, pos + 1, self.full(_SIZE[c0] - 1), pos + _SIZE[c0]
             if _VAR8[c0]:
                 start, length = pos + 2, self.byte(pos + 1)
             elif _VAR32[c0]:
@@ -152,7 +158,7 @@ class _Batch:
             else:
                 raise _Shape
             if check and _IS_TEXT[c0]:
-                self.texts(start, length, np.ones(self.n, bool), ascii_only=_IS_ASCII[c])
+                self.check_texts(c, start, length)
             return c, start, length, start + length
         size = _SIZE[c]
         var8, var32 = _VAR8[c], _VAR32[c]
@@ -169,6 +175,56 @@ class _Batch:
             self.texts(start, length, texts, ascii_only=_IS_ASCII[c])
         return c, start, length, start + length
 
+    @functools.cached_property
+    def null(self) -> Any:
+        """0x40 (null) in every message (read only)."""
+        out = np.full(self.n, 0x40, np.uint8)
+        out.flags.writeable = False
+        return out
+
+    def nulls(self, pos: Any, most: int) -> int:
+        """How many nulls (0x40) follow at ``pos`` in every message, up to ``most``: those of the
+        first message, when every message has them (else none)."""
+        first = int(pos[0])
+        run = len(self.raw[first:first + most]) - len(self.raw[first:first + most].lstrip(b"\x40"))
+        return run if run > 1 and self.same(pos, run) else 0
+
+    def full(self, size: int) -> Any:
+        """``size`` in every message (a fixed width's length: one array a batch, read only)."""
+        key = ("full", size)
+        if key not in self.made:
+            self.made[key] = np.full(self.n, size)
+            self.made[key].flags.writeable = False
+        return self.made[key]
+
+    def check_texts(self, c: Any, start: Any, length: Any) -> None:
+        """Raise ``_Shape`` unless the texts of constructor ``c`` (one in every message) at
+        ``start`` are UTF-8 (ASCII: symbols); one text in every message (a content type, a
+        symbol) is checked once."""
+        ascii_only = _IS_ASCII[c]
+        size = int(length[0])
+        if (length == size).all() and self.same(start, size):
+            first = int(start[0])
+            try:
+                self.raw[first:first + size].decode("ascii" if ascii_only[0] else "utf-8")
+            except UnicodeDecodeError:
+                raise _Shape from None
+        else:
+            self.texts(start, length, np.ones(self.n, bool), ascii_only=ascii_only)
+
+    def same(self, pos: Any, size: int) -> bool:
+        """Whether the ``size`` bytes at ``pos`` are the first message's in every message: 8
+        bytes at a time (native order: only compared), the last word overlapping the one
+        before; a shorter run masked out of one word (the pad keeps a word in the buffer)."""
+        if size < 8:
+            words = self.fixed(pos, "=u8") & _FIRST[size]
+            return bool((words == words[0]).all())
+        for at in (*range(0, size - 8, 8), size - 8):
+            words = self.fixed(pos + at, "=u8")
+            if not (words == words[0]).all():
+                return False
+        return True
+
     def spans(self, start: Any, length: Any, valid: Any, kind: Any = None) -> Any:
         """The binary (or ``kind``) array of the bytes ``[start, start + length)`` of each message,
         null where not ``valid``."""
@@ -178,8 +234,9 @@ class _Batch:
         bounds[1:2 * n:2] = start + length
         bounds[2 * n] = bounds[2 * n - 1]
         arr = pa.Array.from_buffers(kind or pa.binary(), 2 * n, [None, pa.py_buffer(bounds), pa.py_buffer(self.raw)])
-        take = np.arange(0, 2 * n, 2, dtype=np.int32)
-        return arr.take(pa.array(take, mask=None if valid.all() else ~valid))
+        if valid.all():
+            return arr.take(_evens(n))
+        return arr.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32), mask=~valid))
 
     def texts(self, start: Any, length: Any, valid: Any, ascii_only: Any = None) -> Any:
         """``spans`` as strings, checked UTF-8 (ASCII where ``ascii_only``)."""
@@ -196,6 +253,10 @@ class _Batch:
     def compound(self, pos: Any, c8: int, c32: int, empty: int = -1) -> tuple[Any, Any, int]:
         """(first items, ends, the count every message has) of the lists or maps at ``pos``."""
         c = self.buf[pos]
+        if self.raw[int(pos[0])] == c8 and (c == c8).all():  # the usual case: list8 / map8 in every message
+            end = pos + 2 + self.byte(pos + 1)
+            _all(end <= self.ends)
+            return pos + 3, end, _one(self.buf[pos + 2])
         is8, is32, is0 = c == c8, c == c32, c == empty
         _all(is8 | is32 | is0)
         first = np.where(is8, pos + 3, np.where(is32, pos + 9, pos + 1))
@@ -208,21 +269,26 @@ class _Batch:
         return first, end, _one(count)
 
     def key(self, pos: Any, constructors: tuple[int, ...]) -> tuple[bytes, Any]:
-        """(the key's bytes, next positions) of a str8/sym8 key every message has, alike."""
-        c = _one(self.buf[pos])
-        if c not in constructors:
-            raise _Shape
-        size = _one(self.buf[pos + 1])
+        """(the key's bytes, next positions) of a str8/sym8 key every message has, alike: its
+        constructor, size and bytes the first message's in every message."""
         first = int(pos[0])
-        key = self.raw[first + 2:first + 2 + size]
-        if size < 6:
-            whole = self.buf[pos[:, None] + np.arange(2 + size)]
-            _all(whole == whole[0])
-        else:  # 8 bytes at a time, the last word overlapping the one before
-            for at in (*range(0, size + 2 - 8, 8), size + 2 - 8):
-                words = self.fixed(pos + at, ">u8")
-                _all(words == words[0])
-        return key, pos + 2 + size
+        c, size = self.raw[first], self.raw[first + 1]
+        if c not in constructors or not self.same(pos, 2 + size):
+            raise _Shape
+        return self.raw[first + 2:first + 2 + size], pos + 2 + size
+
+    def codes(self, c: Any) -> list[int]:
+        """The constructors among ``c`` (``np.unique``'s, by a table of 256; once a field)."""
+        key = ("codes", id(c))
+        if key not in self.made:
+            c0 = int(c[0])
+            if (c == c0).all():
+                self.made[key] = [c0]
+            else:
+                seen = np.zeros(256, bool)
+                seen[c] = True
+                self.made[key] = np.flatnonzero(seen).tolist()
+        return self.made[key]
 
 
 def _declared_plan(columns: Columns) -> list[tuple[str, bool, Any, Any]] | None:
@@ -272,8 +338,10 @@ def _decode(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] |
         if done.all():
             break
         _all(~done)
-        _all((b.buf[pos] == 0) & (b.buf[pos + 1] == 0x53))
-        code = _one(b.buf[pos + 2])
+        first = int(pos[0])  # a section descriptor, the same in every message
+        code = b.raw[first + 2]
+        if b.raw[first] != 0 or b.raw[first + 1] != 0x53 or not b.same(pos, 3):
+            raise _Shape
         if code in seen:
             raise _Shape
         seen.add(code)
@@ -296,9 +364,14 @@ def _decode(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] |
         elif code == _PROPERTIES:
             pos, end, count = b.compound(pos, 0xC0, 0xD0, 0x45)
             props = []
-            for i in range(count):  # a declared text column's texts are checked as it is made
-                c, start, length, pos = b.skip(pos, check=i not in text_properties)
-                props.append((c, start, length))
+            while len(props) < count:  # a declared text column's texts are checked as it is made
+                nulls = b.nulls(pos, count - len(props))
+                for k in range(nulls):  # null fields, a run of them at once
+                    props.append((b.null, pos + k + 1, b.full(0)))
+                pos = pos + nulls if nulls else pos
+                if len(props) < count:
+                    c, start, length, pos = b.skip(pos, check=len(props) not in text_properties)
+                    props.append((c, start, length))
             _all(pos == end)
         elif code == _APPLICATION:
             pos, end, count = b.compound(pos, 0xC1, 0xD1)
@@ -375,8 +448,15 @@ def _times(b: _Batch, props: list | None) -> Any:
 
 def _text_of(b: _Batch, values: tuple[Any, Any, Any]) -> Any:
     """An application property's values as the map column's text (``batches._text``)."""
+    key = ("text", id(values))
+    if key not in b.made:
+        b.made[key] = _make_text(b, values)
+    return b.made[key]
+
+
+def _make_text(b: _Batch, values: tuple[Any, Any, Any]) -> Any:
     c, start, length = values
-    kinds = {_KIND.get(int(k), "other") for k in np.unique(c)}
+    kinds = {_KIND.get(k, "other") for k in b.codes(c)}
     if "other" in kinds:
         raise _Shape
     parts = []
@@ -399,6 +479,13 @@ def _text_of(b: _Batch, values: tuple[Any, Any, Any]) -> Any:
 
 def _ints(b: _Batch, c: Any, start: Any) -> tuple[Any, Any]:
     """(values, which are integers) of the integers among the values at ``start``."""
+    key = ("ints", id(start))
+    if key not in b.made:
+        b.made[key] = _make_ints(b, c, start)
+    return b.made[key]
+
+
+def _make_ints(b: _Batch, c: Any, start: Any) -> tuple[Any, Any]:
     one = b.buf[np.minimum(start, len(b.buf) - 1)]
     v = np.where(_IS_SIGNED8[c], one.view(np.int8).astype(np.int64), one.astype(np.int64))
     if (c == 0x71).any():
@@ -410,15 +497,28 @@ def _ints(b: _Batch, c: Any, start: Any) -> tuple[Any, Any]:
 
 def _map(b: _Batch, columns: Columns, keys: list[str], values: list[tuple[Any, Any, Any]]) -> Any:
     """The application_properties map column: the same keys in every message."""
-    n, k = b.n, len(keys)
-    ends = pa.array(np.arange(0, n * k + 1, k, dtype=np.int32) if k else np.zeros(n + 1, np.int32))
-    if not k:
-        items = pa.array([], pa.string())
-        return pa.MapArray.from_arrays(ends, pa.array([], pa.string()), items, type=columns._map_type)
+    ends, key_column, order = _map_layout(tuple(keys), b.n)
+    if not keys:
+        return pa.MapArray.from_arrays(ends, key_column, pa.array([], pa.string()), type=columns._map_type)
     texts = pa.concat_arrays([_text_of(b, v) for v in values])
-    order = (np.arange(n)[:, None] + np.arange(k)[None, :] * n).ravel()
-    key_column = pa.array(keys, pa.string()).take(np.tile(np.arange(k), n))
     return pa.MapArray.from_arrays(ends, key_column, texts.take(order), type=columns._map_type)
+
+
+@functools.lru_cache(maxsize=4)
+def _evens(n: int) -> Any:
+    """0, 2, ..., 2n - 2: the spans of a ``_Batch.spans`` array that hold the values."""
+    return pa.array(np.arange(0, 2 * n, 2, dtype=np.int32))
+
+
+@functools.lru_cache(maxsize=16)
+def _map_layout(keys: tuple[str, ...], n: int) -> tuple[Any, Any, Any]:
+    """(offsets, keys, the order of the items) of a map column of ``n`` rows of ``keys``, whose
+    texts come key after key: the same for every batch of a writer's messages."""
+    k = len(keys)
+    ends = pa.array(np.arange(0, n * k + 1, k, dtype=np.int32) if k else np.zeros(n + 1, np.int32))
+    key_column = pa.array(keys, pa.string()).take(np.tile(np.arange(k), n))
+    order = pa.array((np.arange(n)[:, None] + np.arange(k)[None, :] * n).ravel())
+    return ends, key_column, order
 
 
 def _app_column(b: _Batch, values: tuple[Any, Any, Any] | None, dtype: Any, arrow_type: Any) -> Any:
@@ -427,7 +527,7 @@ def _app_column(b: _Batch, values: tuple[Any, Any, Any] | None, dtype: Any, arro
     if values is None:
         return pa.nulls(b.n, arrow_type)
     c, start, length = values
-    kinds: set[str | None] = {_KIND.get(int(k), "other") for k in np.unique(c)} - {None}
+    kinds: set[str | None] = {_KIND.get(k, "other") for k in b.codes(c)} - {None}
     if not kinds:
         return pa.nulls(b.n, arrow_type)
     if len(kinds) != 1:
@@ -440,8 +540,8 @@ def _app_column(b: _Batch, values: tuple[Any, Any, Any] | None, dtype: Any, arro
         return pa.array(ints.astype(np.float64), arrow_type, mask=~valid)
     if kind is None or dtype not in _TAKES.get(kind, ()):
         raise _Shape
-    if kind == _STR_KIND:
-        return b.texts(start, length, c != 0x40)
+    if kind == _STR_KIND:  # the map column's texts: only strings and nulls here
+        return _text_of(b, values)
     if kind == _INT_KIND:
         ints, valid = _ints(b, c, start)
         bound = 1 << (_BITS[dtype] - 1)

@@ -232,6 +232,9 @@ def _rows(chunk: bytes, rng: OffsetRange, batches: StoredBatches) -> bool:
 def _record_spans(chunk: bytes, pos: int, end: int) -> tuple[Any, Any] | None:
     """(starts, ends) of the simple entries filling ``chunk[pos:end]`` (``record_starts``);
     None when a sub-batch is among them or the sizes do not add up."""
+    spans = record_spans(chunk, pos, end)
+    if spans is not None:
+        return spans
     starts = record_starts(chunk, pos, end)
     if starts is None:
         return None
@@ -240,3 +243,39 @@ def _record_spans(chunk: bytes, pos: int, end: int) -> tuple[Any, Any] | None:
     e[:-1] = s[1:] - 4
     e[-1] = end
     return s, e
+
+
+def record_spans(chunk: bytes, pos: int, end: int) -> tuple[Any, Any] | None:
+    """``_record_spans`` found by numpy, without a Python step a record; None when not found
+    this way (the caller then walks the sizes with ``record_starts``).
+
+    Why: the sizes chain (each record's size says where the next begins), so the walk took a
+    ``struct`` call a record, ~0.3 µs (a fifth of the read outside Spark). A writer's records
+    begin alike (``00 53 72``: the same first section), so every place where the first
+    record's first three bytes recur is a candidate start; those whose 4-byte size before them
+    leads exactly to the next candidate, the first at ``pos + 4`` and the last ending at
+    ``end``, are the walk's starts (the walk from ``pos`` meets them one after the other). A
+    candidate inside a record (the three bytes in a value: an int 21,362 is ``00 00 53 72``)
+    is dropped when no candidate's size leads to it; whatever is left must make that chain, or
+    it is None (a record that begins otherwise, a sub-batch's flagged size, bytes that do not
+    add up), and the walk decides."""
+    n = end - pos
+    if n < 8 or len(chunk) < end:
+        return None
+    buf = np.frombuffer(chunk, np.uint8, n, pos)
+    b0, b1, b2 = buf[4], buf[5], buf[6]
+    # the candidates' second byte at 5..n-2, so that a candidate's three bytes lie within
+    q = np.flatnonzero(buf[5:n - 1] == b1) + 5
+    r = q[(buf[q - 1] == b0) & (buf[q + 1] == b2)] - 1
+    if not len(r) or r[0] != 4:
+        return None
+    sizes = np.ndarray((n - 3,), ">u4", chunk, pos, (1,))[r - 4].astype(np.int64)
+    ends = r + sizes
+    if not (ends[:-1] + 4 == r[1:]).all():  # candidates inside records: those no size leads to out
+        keep = np.isin(r, ends + 4)
+        keep[0] = True
+        r, sizes, ends = r[keep], sizes[keep], ends[keep]
+    if (ends[-1] != n or (sizes & 0x80000000).any()
+            or not (ends[:-1] + 4 == r[1:]).all()):
+        return None
+    return r + pos, ends + pos

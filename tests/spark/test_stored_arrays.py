@@ -268,3 +268,19 @@ def test_a_chunks_records_in_a_range(bodies, at, start, stop, sub_batch):
     rows = [] if batch is None else [(r["offset"], r["body"]) for r in batch.to_pylist()]
     assert rows == [(100 + i, b) for i, b in enumerate(bodies) if rng.start <= 100 + i < rng.end]
     assert done == (rng.end <= 100 + len(datas))
+
+
+@pytest.mark.parametrize("content_type, read", [(b"\xa3\x10application/json", True), (b"\xa3\x02\xc3\xa9", False),
+                                                (b"\xa1\x03\xed\xa0\x80", False), (b"\xa1\x02\xc3\xa9", True)])
+def test_a_text_alike_in_every_message_is_checked_once(content_type, read):
+    """A content type the same in every message is checked once, as the walk would check each:
+    a symbol that is not ASCII, a string that is not UTF-8, leave the batch to the walk."""
+    declared = _usual_schema()
+    datas = []
+    for i in range(50):
+        props = b"\xa1\x03m-" + bytes([0x30 + i % 10]) + b"\x40" * 5 + content_type
+        datas.append(b"\x00\x53\x73\xc0" + bytes([len(props) + 1, 7]) + props
+                     + b"\x00\x53\x74\xc1\x06\x02\xa1\x01n\x54" + bytes([i]) + b"\x00\x53\x75\xa0\x01x")
+    got = stored_batch(Columns(declared), datas, np.arange(len(datas)))
+    assert (got is not None) == read
+    assert _same(_columns(datas, declared, None, None), _reference(datas, declared, None, None))
