@@ -280,6 +280,10 @@ class Span:
     starts: list[int]
     records: int
 
+    def section(self, j: int) -> memoryview:
+        """Chunk ``j``'s data section (a view of the scratch buffer)."""
+        return self.data[self.starts[j]:self.starts[j + 1]]
+
 
 class ScanPaused:
     """The type of ``SCAN_PAUSED``: "the scan budget is used, nothing found yet, call again"."""
@@ -543,9 +547,8 @@ class Reader:
         """Every record of ``span``'s chunks, in order, each body a ``bytes`` of its own
         (``span.data`` is the scratch buffer): for a caller whose columns could not tell."""
         out: list[tuple[int, bytes]] = []
-        data, starts = span.data, span.starts
         for j, t in enumerate(span.headers):
-            out += decode_records(bytes(data[starts[j]:starts[j + 1]]), t[6], entries=t[2])
+            out += decode_records(bytes(span.section(j)), t[6], entries=t[2])
         return out
 
     def _next(self, max_skips: int | None, read: Callable) -> object:

@@ -29,7 +29,7 @@ batches, of one shape and of mixed ones.
 from __future__ import annotations
 
 import functools
-from typing import Any, Collection, Iterator, Sequence
+from typing import Any, Callable, Collection, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -118,8 +118,9 @@ class _Batch:
         self.raw = b"".join([*pieces, _PADDING])  # one copy, the pad with it
         self.buf = np.frombuffer(self.raw, np.uint8)
         self._views: dict[str, Any] = {}
-        # what is made of one field's values once, for the map column and a declared column alike
-        self.made: dict[tuple[str, int], Any] = {}
+        # what is made of one field's values once, for the map column and a declared column
+        # alike: by what it is made of (``once``), that object kept with it
+        self.made: dict[tuple[str, int], tuple[Any, Any]] = {}
 
     @classmethod
     def of(cls, datas: Sequence[bytes]) -> _Batch:
@@ -178,24 +179,31 @@ class _Batch:
     @functools.cached_property
     def null(self) -> Any:
         """0x40 (null) in every message (read only)."""
-        out = np.full(self.n, 0x40, np.uint8)
-        out.flags.writeable = False
-        return out
+        return _read_only(np.full(self.n, 0x40, np.uint8))
 
     def nulls(self, pos: Any, most: int) -> int:
         """How many nulls (0x40) follow at ``pos`` in every message, up to ``most``: those of the
         first message, when every message has them (else none)."""
         first = int(pos[0])
-        run = len(self.raw[first:first + most]) - len(self.raw[first:first + most].lstrip(b"\x40"))
+        head = self.raw[first:first + most]
+        run = len(head) - len(head.lstrip(b"\x40"))
         return run if run > 1 and self.same(pos, run) else 0
+
+    def once(self, kind: str, of: Any, make: Callable[[], Any]) -> Any:
+        """``make()``, made once a batch for each ``kind`` and object ``of``. The object is kept
+        with what was made of it, so that its ``id`` is not another object's meanwhile."""
+        key = (kind, id(of))
+        hit = self.made.get(key)
+        if hit is None:
+            hit = self.made[key] = (of, make())
+        return hit[1]
 
     def full(self, size: int) -> Any:
         """``size`` in every message (a fixed width's length: one array a batch, read only)."""
-        key = ("full", size)
+        key = ("full", int(size))  # (by value: each size is a new numpy scalar)
         if key not in self.made:
-            self.made[key] = np.full(self.n, size)
-            self.made[key].flags.writeable = False
-        return self.made[key]
+            self.made[key] = (size, _read_only(np.full(self.n, size)))
+        return self.made[key][1]
 
     def check_texts(self, c: Any, start: Any, length: Any) -> None:
         """Raise ``_Shape`` unless the texts of constructor ``c`` (one in every message) at
@@ -279,16 +287,21 @@ class _Batch:
 
     def codes(self, c: Any) -> list[int]:
         """The constructors among ``c`` (``np.unique``'s, by a table of 256; once a field)."""
-        key = ("codes", id(c))
-        if key not in self.made:
-            c0 = int(c[0])
-            if (c == c0).all():
-                self.made[key] = [c0]
-            else:
-                seen = np.zeros(256, bool)
-                seen[c] = True
-                self.made[key] = np.flatnonzero(seen).tolist()
-        return self.made[key]
+        return self.once("codes", c, lambda: _codes(c))
+
+
+def _codes(c: Any) -> list[int]:
+    c0 = int(c[0])
+    if (c == c0).all():
+        return [c0]
+    seen = np.zeros(256, bool)
+    seen[c] = True
+    return np.flatnonzero(seen).tolist()
+
+
+def _read_only(a: Any) -> Any:
+    a.flags.writeable = False
+    return a
 
 
 def _declared_plan(columns: Columns) -> list[tuple[str, bool, Any, Any]] | None:
@@ -448,10 +461,7 @@ def _times(b: _Batch, props: list | None) -> Any:
 
 def _text_of(b: _Batch, values: tuple[Any, Any, Any]) -> Any:
     """An application property's values as the map column's text (``batches._text``)."""
-    key = ("text", id(values))
-    if key not in b.made:
-        b.made[key] = _make_text(b, values)
-    return b.made[key]
+    return b.once("text", values, lambda: _make_text(b, values))
 
 
 def _make_text(b: _Batch, values: tuple[Any, Any, Any]) -> Any:
@@ -479,10 +489,7 @@ def _make_text(b: _Batch, values: tuple[Any, Any, Any]) -> Any:
 
 def _ints(b: _Batch, c: Any, start: Any) -> tuple[Any, Any]:
     """(values, which are integers) of the integers among the values at ``start``."""
-    key = ("ints", id(start))
-    if key not in b.made:
-        b.made[key] = _make_ints(b, c, start)
-    return b.made[key]
+    return b.once("ints", start, lambda: _make_ints(b, c, start))
 
 
 def _make_ints(b: _Batch, c: Any, start: Any) -> tuple[Any, Any]:

@@ -444,7 +444,7 @@ class Subscription:
     def _span_records(self, span: Span, j: int) -> tuple[list[tuple[int, bytes]], int]:
         """``_records`` for chunk ``j`` of ``span`` (read and CRC-checked already)."""
         t = span.headers[j]
-        data = span.data[span.starts[j]:span.starts[j + 1]]
+        data = span.section(j)
         found = self.reader.candidates(data, t[6], t[2], t[13])
         if found is not None:
             return found, t[2] if type(found) is Matches else 0
