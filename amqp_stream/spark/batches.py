@@ -21,10 +21,10 @@ import math
 from typing import Any, Callable
 
 from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, DoubleType, IntegerType,
-                               LongType, ShortType, StringType, StructField, StructType)
+                               LongType, ShortType, StringType, StructType)
 
 from amqp_stream.client import PROPERTY_NAMES
-from amqp_stream.spark.mapping import _EPOCH, _STRING, BASE_COLUMNS, STREAM_COLUMN, _body_bytes, to_spark
+from amqp_stream.spark.mapping import _EPOCH, _STRING, _body_bytes, declared_columns, fixed_columns, to_spark
 
 __all__ = ["Columns", "BATCH_ROWS", "read_arrow_schema"]
 
@@ -41,10 +41,7 @@ def read_arrow_schema(declared: StructType, super_stream: bool = False) -> Any:
     """The Arrow schema Spark expects of a batch of the read schema (``records_to_arrow_batches``
     compares them exactly)."""
     from pyspark.sql.pandas.types import to_arrow_schema
-    fields = list(BASE_COLUMNS.fields)
-    if super_stream:
-        fields.append(StructField(STREAM_COLUMN, StringType(), False))
-    return to_arrow_schema(StructType(fields + list(declared.fields)), timezone="UTC")
+    return to_arrow_schema(StructType(fixed_columns(super_stream).fields + declared.fields), timezone="UTC")
 
 
 def _spark_converter(dtype: DataType) -> Callable[[Any], Any] | None:
@@ -74,15 +71,45 @@ class Columns:
     ``add`` takes what ``message_to_row`` takes (``offset``, ``chunk_timestamp``,
     ``filter_value``, ``body``, ``properties``, ``application_properties``); ``batch`` gives
     the rows added since the last one. ``stream``: a super stream's partition stream, the
-    ``stream`` column of every row."""
+    ``stream`` column of every row. ``output``: the schema of the batches when it is not the
+    whole read schema (fixed columns left out or in another order: ``Columns.of``); a fixed
+    column left out is not made, so a read of a few columns pays for those alone (the map of
+    every application property as text costs most)."""
 
-    def __init__(self, declared: StructType, stream: str | None = None):
+    def __init__(self, declared: StructType, stream: str | None = None, output: StructType | None = None):
+        from pyspark.sql.pandas.types import to_arrow_schema
         self.declared, self.stream = declared, stream
-        self.schema = read_arrow_schema(declared, stream is not None)
+        # every column a read can give (the fixed ones, then the declared), and the ones it gives
+        self.full = read_arrow_schema(declared, stream is not None)
+        self.schema = self.full if output is None else to_arrow_schema(output, timezone="UTC")
+        names = self.full.names
+        self._projection = None if self.schema.names == names else [names.index(n) for n in self.schema.names]
+        self._given = set(self.schema.names)
         self._declared = [(f.name, f.dataType, f.name in PROPERTY_NAMES, _spark_converter(f.dataType))
                           for f in declared.fields]
-        self._map_type = self.schema.field("application_properties").type
+        self._map_type = self.full.field("application_properties").type
         self._clear()
+
+    @classmethod
+    def of(cls, schema: StructType, stream: str | None = None) -> "Columns":
+        """The columns of ``schema``, the schema Spark resolved (``read_schema``'s or one given
+        with ``.schema(...)``: any of the fixed columns, in any order)."""
+        return cls(declared_columns(schema, stream is not None), stream, schema)
+
+    def gives(self, name: str) -> bool:
+        """Whether the fixed column ``name`` is among those read: a column left out is not made."""
+        return name in self._given
+
+    def record_batch(self, arrays: list[Any]) -> Any:
+        """``arrays`` (one per column of ``full``; None for one not given) as a batch of ``schema``."""
+        import pyarrow as pa  # type: ignore[import-untyped]
+        if self._projection is not None:
+            arrays = [arrays[i] for i in self._projection]
+        for field, array in zip(self.schema, arrays, strict=True):
+            if not field.nullable and array.null_count:  # Spark would take the schema's word for it
+                raise ValueError(f"column {field.name} is NOT NULL in the given schema, but {array.null_count} "
+                                 f"of {len(array)} messages have no value for it")
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def _clear(self) -> None:
         """Empty every column list in place (``stored_columns`` holds their ``append``s)."""
@@ -131,16 +158,19 @@ class Columns:
 
     def batch(self) -> Any:
         """The rows added since the last batch as one ``pyarrow.RecordBatch`` of ``schema``."""
-        import pyarrow as pa  # type: ignore[import-untyped]
-        n = len(self.offsets)
-        columns: list[Any] = [pa.array(self.offsets, pa.int64()), self._timestamps(),
-                              pa.array(self.filter_values, pa.string()), self._bodies(), self._map()]
+        import pyarrow as pa
+        n, gives = len(self.offsets), self.gives
+        columns: list[Any] = [pa.array(self.offsets, pa.int64()),
+                              self._timestamps() if gives("timestamp") else None,
+                              pa.array(self.filter_values, pa.string()) if gives("filter_value") else None,
+                              self._bodies() if gives("body") else None,
+                              self._map() if gives("application_properties") else None]
         if self.stream is not None:
             columns.append(pa.array([self.stream] * n, pa.string()))
         for values, (_, dtype, _, conv) in zip(self.values, self._declared, strict=True):
-            columns.append(_column(values, dtype, conv, self.schema.field(len(columns)).type))
+            columns.append(_column(values, dtype, conv, self.full.field(len(columns)).type))
         self._clear()
-        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+        return self.record_batch(columns)
 
     def _timestamps(self) -> Any:
         import pyarrow as pa

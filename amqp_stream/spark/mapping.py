@@ -40,7 +40,8 @@ from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, ByteType, Cal
 
 from amqp_stream.client import PROPERTY_NAMES, StreamMessage, build_message
 
-__all__ = ["BASE_COLUMNS", "STREAM_COLUMN", "read_schema", "declared_columns", "check_readable", "WritePlan", "message_to_row",
+__all__ = ["BASE_COLUMNS", "STREAM_COLUMN", "read_schema", "fixed_columns", "declared_columns",
+           "check_schema_options", "check_readable", "WritePlan", "message_to_row",
            "to_spark"]
 
 BASE_COLUMNS = StructType([
@@ -96,6 +97,25 @@ def check_properties_ddl(ddl: str) -> None:
                              f"{m.group(2)!r}{hint}")
 
 
+def check_schema_options(ddl: str | None, schema: StructType, super_stream: bool = False) -> None:
+    """``ValueError`` when a schema given with ``.schema(...)`` declares other columns than the
+    ``properties`` option does: Spark uses the given schema and never asks for the option's, so
+    the option would be dropped without a word. The names are compared (the types are the given
+    schema's)."""
+    if not ddl or not ddl.strip():
+        return
+    check_properties_ddl(ddl)
+    named = [_unquote(_ENTRY.fullmatch(e).group(1)) for e in _top_level_entries(ddl)]  # type: ignore[union-attr]
+    declared = declared_columns(schema, super_stream).names
+    if sorted(named) != sorted(declared):
+        raise ValueError(f"the schema given with .schema() declares {declared}, the properties option "
+                         f"{named}: give one of them, or the same columns in both")
+
+
+def _unquote(name: str) -> str:
+    return name[1:-1].replace("``", "`") if name.startswith("`") else name
+
+
 def _top_level_entries(ddl: str) -> list[str]:
     """Split on commas outside <...>, (...), backticks and quotes."""
     entries, depth, quote, start = [], 0, "", 0
@@ -116,14 +136,29 @@ def _top_level_entries(ddl: str) -> list[str]:
     return entries
 
 
+def fixed_columns(super_stream: bool = False) -> StructType:
+    """The columns a read can give beyond the declared ones: ``BASE_COLUMNS`` (and a super
+    stream's ``stream``)."""
+    if not super_stream:
+        return BASE_COLUMNS
+    return StructType(list(BASE_COLUMNS.fields) + [StructField(STREAM_COLUMN, StringType(), False)])
+
+
 def declared_columns(schema: StructType, super_stream: bool = False) -> StructType:
-    """The typed columns beyond the fixed ones, from the schema Spark resolved."""
-    fixed = BASE_COLUMNS.names + ([STREAM_COLUMN] if super_stream else [])
-    fields = [f for f in schema.fields if f.name not in fixed]
+    """The typed columns beyond the fixed ones, from the schema Spark resolved: the read schema
+    (``read_schema``), or one the user gave with ``.schema(...)``, which may leave fixed
+    columns out and put the columns in any order, but gives a fixed column its own type."""
+    fixed = fixed_columns(super_stream)
+    fields = [f for f in schema.fields if f.name not in fixed.names]
     names = [f.name for f in schema.fields]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ValueError(f"properties option redefines column(s) {dup}")
+    for f in schema.fields:
+        if f.name in fixed.names and f.dataType != fixed[f.name].dataType:
+            raise ValueError(f"schema: column {f.name} is the read's own, of type "
+                             f"{fixed[f.name].dataType.simpleString()}, not {f.dataType.simpleString()} "
+                             f"(give a property of that name another column name)")
     declared = StructType(fields)
     check_readable(declared)
     return declared

@@ -27,6 +27,7 @@ import logging
 from typing import Any, Iterator
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
 try:  # PySpark >= 4.2: read limits and Trigger.AvailableNow for Python stream readers
     from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
                                                   SupportsTriggerAvailableNow)
@@ -71,12 +72,12 @@ def _partitions(ranges: list[OffsetRange], pd: Pushdown, stream: str | None = No
     return [ReadPartition(r.start, r.end, pd, stream) for r in ranges]
 
 
-def read_partition(opts: SourceOptions, part: ReadPartition, declared) -> Iterator:
-    """A task's rows as Arrow record batches; a super stream's with the partition stream's name
-    after the fixed columns."""
+def read_partition(opts: SourceOptions, part: ReadPartition, schema: StructType) -> Iterator:
+    """A task's rows as Arrow record batches of ``schema``; a super stream's with the partition
+    stream's name in its ``stream`` column."""
     if part.stream is None:
-        return read_range(opts, part, part.pushdown, declared)
-    return read_range(opts.for_partition(part.stream), part, part.pushdown, declared, part.stream)
+        return read_range(opts, part, part.pushdown, schema)
+    return read_range(opts.for_partition(part.stream), part, part.pushdown, schema, part.stream)
 
 
 def stream_bounds(opts: SourceOptions) -> tuple[int, int]:
@@ -144,14 +145,14 @@ def _merge(a: Pushdown, b: Pushdown) -> Pushdown:
     return Pushdown(values, sql, a.pushed + b.pushed, max(a.offset_start, b.offset_start), end)
 
 
-def read_range(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, declared,
+def read_range(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, schema: StructType,
                stream: str | None = None) -> Iterator:
-    """The rows of ``[rng.start, rng.end)`` that pass ``pd`` as Arrow record batches of at most
-    ``BATCH_ROWS`` rows, column by column (``batches``); over the stream protocol with
-    ``streamUrl`` (``stream_read``). ``stream``: a super stream's partition stream, the value of
-    the ``stream`` column."""
+    """The rows of ``[rng.start, rng.end)`` that pass ``pd`` as Arrow record batches of
+    ``schema`` (``Columns.of``) of at most ``BATCH_ROWS`` rows, column by column (``batches``);
+    over the stream protocol with ``streamUrl`` (``stream_read``). ``stream``: a super stream's
+    partition stream, the value of the ``stream`` column."""
     if opts.stream_url is not None:
-        yield from read_range_stream(opts, rng, pd, declared, stream)
+        yield from read_range_stream(opts, rng, pd, schema, stream)
         return
     if rng.end <= rng.start or pd.empty:
         return
@@ -167,7 +168,7 @@ def read_range(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, declared,
         if missing and any("offset" not in k for k in missing):
             raise amqp.ConsumerError(f"the broker did not put filter(s) {missing} in place for stream "
                                      f"{opts.stream!r} (invalid SQL filter?)")
-        columns = Columns(declared, stream)
+        columns = Columns.of(schema, stream)
         for m in consumer.read_available(end=rng.end, timeout=opts.timeout):
             if m.offset is None or m.offset < rng.start:
                 continue
@@ -202,7 +203,7 @@ class BatchReader(DataSourceReader):
     bounds, offsets, stored consumer offset, ``numPartitions``): at least one task each."""
 
     def __init__(self, opts: SourceOptions, schema):
-        self.opts = opts
+        self.opts, self.schema = opts, schema
         self.declared = declared_columns(schema, opts.super_stream is not None)
         self.pd = explicit_pushdown(opts)
         self.only: set[str] | None = None  # a super stream's partitions the query's predicates allow
@@ -224,7 +225,7 @@ class BatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition):
         assert isinstance(partition, ReadPartition)
-        return read_partition(self.opts, partition, self.declared)
+        return read_partition(self.opts, partition, self.schema)
 
 
 class PushdownBatchReader(BatchReader):
@@ -257,7 +258,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     micro-batch (``failOnDataLoss``, default true) or are skipped with a warning."""
 
     def __init__(self, opts: SourceOptions, schema):
-        self.opts = opts
+        self.opts, self.schema = opts, schema
         self.declared = declared_columns(schema, opts.super_stream is not None)
         self.pd = explicit_pushdown(opts)
         self.progress: Positions = {}  # with consumerName: the ends whose progress is stored
@@ -341,7 +342,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition):
         assert isinstance(partition, ReadPartition)
-        return read_partition(self.opts, partition, self.declared)
+        return read_partition(self.opts, partition, self.schema)
 
     def commit(self, end: dict) -> None:
         """With ``consumerName``: store the last offset of the committed micro-batch (in each

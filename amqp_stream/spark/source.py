@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pyspark.sql.datasource import DataSource
 
-from amqp_stream.spark.mapping import read_schema
+from amqp_stream.spark.mapping import check_schema_options, read_schema
 from amqp_stream.spark.options import SourceOptions
 from amqp_stream.spark.reader import BatchReader, PushdownBatchReader, StreamReader
 from amqp_stream.spark.writer import BatchWriter, StreamWriter
@@ -26,15 +26,19 @@ class AmqpStreamDataSource(DataSource):
     def _opts(self) -> SourceOptions:
         return SourceOptions.parse(self.options)
 
+    def _super_stream(self) -> bool:
+        return any(str(k).lower() == "superstream" for k in self.options)
+
     def schema(self):
-        super_stream = any(str(k).lower() == "superstream" for k in self.options)
-        return read_schema(self.options.get("properties"), super_stream)
+        return read_schema(self.options.get("properties"), self._super_stream())
 
     def reader(self, schema):
+        check_schema_options(self.options.get("properties"), schema, self._super_stream())
         opts = self._opts()
         return PushdownBatchReader(opts, schema) if opts.pushdown else BatchReader(opts, schema)
 
     def streamReader(self, schema):
+        check_schema_options(self.options.get("properties"), schema, self._super_stream())
         return StreamReader(self._opts(), schema)
 
     def writer(self, schema, overwrite: bool):

@@ -309,7 +309,7 @@ def _declared_plan(columns: Columns) -> list[tuple[str, bool, Any, Any]] | None:
     when a column of a type this module does not make has a value that is not null."""
     plan = []
     for i, (name, dtype, is_property, conv) in enumerate(columns._declared):
-        arrow_type = columns.schema.field(len(columns.schema) - len(columns._declared) + i).type
+        arrow_type = columns.full.field(len(columns.full) - len(columns._declared) + i).type
         plan.append((name, is_property, type(dtype), arrow_type))
         if to_spark(None, dtype) is not None or (conv is not None and conv(None) is not None):
             return None
@@ -335,7 +335,7 @@ def _read(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] | N
 
 
 def _decode(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] | None) -> Any:
-    n = b.n
+    n, gives = b.n, columns.gives
     pos = b.starts.copy()
     nothing = np.zeros(n, bool)
     fv: Any = None
@@ -406,7 +406,7 @@ def _decode(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] |
                 raise _Shape
             c, start, length, pos = b.skip(pos)
             _all((c == 0xA0) | (c == 0xB0))
-            body = b.spans(start, length, ~nothing)
+            body = b.spans(start, length, ~nothing) if gives("body") else nothing
         elif code in _SKIPPED:  # read to check it, as the walk does
             kind = _SKIPPED[code]
             pos, end, count = b.compound(pos, kind, kind | 0x10, 0x45 if kind == 0xC0 else -1)
@@ -417,11 +417,11 @@ def _decode(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] |
             raise _Shape
         _all(pos <= b.ends)
 
-    times = _times(b, props)
-    out: list[Any] = [pa.array(offsets, pa.int64()), times,
-                      fv if fv is not None else pa.nulls(n, pa.string()),
-                      body if body is not None else pa.nulls(n, pa.binary()),
-                      _map(b, columns, app_keys, app_values)]
+    times = _times(b, props, gives("timestamp"))
+    fv = fv if fv is not None else pa.nulls(n, pa.string())
+    out: list[Any] = [pa.array(offsets, pa.int64()), times, fv,
+                      (body if body is not None else pa.nulls(n, pa.binary())) if gives("body") else None,
+                      _map(b, columns, app_keys, app_values) if gives("application_properties") else None]
     if columns.stream is not None:
         out.append(pa.array([columns.stream] * n, pa.string()))
     plan = _declared_plan(columns)
@@ -433,24 +433,27 @@ def _decode(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] |
             out.append(_property_column(b, props, PROPERTY_ORDER.index(name), dtype, arrow_type))
         else:
             out.append(_app_column(b, app.get(name), dtype, arrow_type))
-    batch = pa.RecordBatch.from_arrays(out, schema=columns.schema)
+    batch = columns.record_batch(out)
     if wanted is not None:
-        keep = pc.fill_null(pc.is_in(batch.column(2), value_set=pa.array(list(wanted), pa.string())), False)
+        keep = pc.fill_null(pc.is_in(fv, value_set=pa.array(list(wanted), pa.string())), False)
         if not pc.all(keep).as_py():
             batch = batch.filter(keep)
     return batch
 
 
-def _times(b: _Batch, props: list | None) -> Any:
-    """The timestamp column: the creation time (ms, as the walk's float arithmetic makes it)."""
+def _times(b: _Batch, props: list | None, given: bool = True) -> Any:
+    """The timestamp column: the creation time (ms, as the walk's float arithmetic makes it).
+    Not ``given``: only the check that the walk would read these times alike (None)."""
     kind = pa.timestamp("us", tz="UTC")
     if props is None or len(props) <= _EXPIRY:
-        return pa.nulls(b.n, kind)
+        return pa.nulls(b.n, kind) if given else None
     _all(_IS_TIME[props[_EXPIRY][0]])  # anything else: the walk leaves it to today's path
     if len(props) <= _CREATION:
-        return pa.nulls(b.n, kind)
+        return pa.nulls(b.n, kind) if given else None
     c, start, _ = props[_CREATION]
     _all(_IS_TIME[c])
+    if not given:
+        return None
     ct = np.where(c == 0x83, b.fixed(start, ">i8").astype(np.int64), 0)
     present = ct != 0
     ms = ct.astype(np.float64) / 1000.0 * 1000  # int(int(ct) / 1000.0 * 1000)

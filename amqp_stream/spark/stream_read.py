@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 import numpy as np
+from pyspark.sql.types import StructType
 
 from amqp_stream import client as amqp
 from amqp_stream.client.names import _ZERO_IS_ABSENT, FILTER_VALUE
@@ -155,10 +156,10 @@ def subscribe_properties(pd: Pushdown, match_unfiltered: bool, end: int) -> dict
     return props
 
 
-def read_range_stream(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, declared,
+def read_range_stream(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, schema: StructType,
                       stream: str | None = None) -> Iterator[Any]:
     """The rows of ``[rng.start, rng.end)`` that pass ``pd``, read over the stream protocol, as
-    Arrow record batches: of at most ``BATCH_ROWS`` rows, and the rows that came are yielded
+    Arrow record batches of ``schema``: of at most ``BATCH_ROWS`` rows, and the rows that came are yielded
     before the read waits for more (``stream``: a super stream's partition, the ``stream``
     column)."""
     if rng.end <= rng.start or pd.empty:
@@ -177,7 +178,7 @@ def read_range_stream(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, decla
         except amqp.ClientError as exc:
             raise amqp.ConsumerError(f"cannot read stream {opts.stream!r} over {opts.stream_url}: "
                                      f"{exc} (invalid SQL filter?)") from exc
-        batches = StoredBatches(Columns(declared, stream), pd.filter_values)
+        batches = StoredBatches(Columns.of(schema, stream), pd.filter_values)
         done = False
         while not done:
             if not chunks and len(batches):  # what came so far, before waiting for more

@@ -18,7 +18,7 @@ from pyspark.sql.types import StructType
 from amqp_stream.client.names import FILTER_VALUE
 from amqp_stream.spark import stored_arrays
 from amqp_stream.spark.batches import Columns
-from amqp_stream.spark.mapping import BASE_COLUMNS, declared_columns
+from amqp_stream.spark.mapping import BASE_COLUMNS, declared_columns, fixed_columns
 from amqp_stream.spark.stored_arrays import StoredBatches, stored_batch
 from amqp_stream.spark.stored_columns import stored_adder
 from amqp_stream.wire import encode
@@ -284,3 +284,50 @@ def test_a_text_alike_in_every_message_is_checked_once(content_type, read):
     got = stored_batch(Columns(declared), datas, np.arange(len(datas)))
     assert (got is not None) == read
     assert _same(_columns(datas, declared, None, None), _reference(datas, declared, None, None))
+
+
+@st.composite
+def _given(draw, declared: StructType, stream) -> StructType:
+    """A schema given with ``.schema(...)``: some of the whole read's columns, in any order."""
+    whole = list(fixed_columns(stream is not None).fields) + list(declared.fields)
+    picked = draw(st.lists(st.sampled_from(range(len(whole))), unique=True, min_size=1, max_size=len(whole)))
+    return StructType([whole[i] for i in picked])
+
+
+def _read_as(datas: list[bytes], columns: Columns, wanted, walk: bool) -> tuple[list, list] | str:
+    """(column names, rows) of one batch read as columns, or by the walk."""
+    try:
+        if walk:
+            add = stored_adder(columns, wanted)
+            for i, d in enumerate(datas):
+                add(d, 100 + i)
+            batch = columns.batch()
+        else:
+            batches = StoredBatches(columns, wanted)
+            batches.extend(100, datas)
+            batch = batches.batch()
+        return ([], []) if batch is None else (batch.schema.names, batch.to_pylist())
+    except Exception as exc:  # noqa: BLE001
+        return type(exc).__name__
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shaped(), st.none() | st.just("p-1"), _wanted, st.data())
+def test_a_given_schema_gives_those_columns_of_the_whole_read(batch, stream, wanted, data):
+    """``Columns.of`` a given schema (fixed columns left out, any order): as columns and by the
+    walk, the whole read's rows, those columns in that order. A column left out is not made, so
+    an error only it would raise (a time past year 9999) is not raised."""
+    datas, declared = batch
+    given_schema = data.draw(_given(declared, stream))
+    whole = _columns(datas, declared, stream, wanted)
+    names = given_schema.names
+    for walk in (False, True):
+        got = _read_as(datas, Columns.of(given_schema, stream), wanted, walk)
+        if isinstance(whole, str):
+            assert got == whole or not isinstance(got, str), (got, whole)
+            continue
+        assert not isinstance(got, str), got
+        got_names, got_rows = got
+        assert got_rows == [] or got_names == names
+        assert _same(got_rows, [{n: r[n] for n in names} for r in whole])
+

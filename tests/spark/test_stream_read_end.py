@@ -12,6 +12,7 @@ import time
 from pyspark.sql.types import LongType, StructField, StructType
 
 from amqp_stream.client.stream import StreamClient
+from amqp_stream.spark.mapping import BASE_COLUMNS
 from amqp_stream.spark.offsets import OffsetRange
 from amqp_stream.spark.options import SourceOptions
 from amqp_stream.spark.pushdown import Pushdown
@@ -19,7 +20,7 @@ from amqp_stream.spark.stream_read import read_range_stream
 from amqp_stream.testing import BrokerProcess
 from tests.stream.test_end_offset import publish_chunks
 
-DECLARED = StructType([StructField("n", LongType())])
+READ = StructType(list(BASE_COLUMNS.fields) + [StructField("n", LongType())])
 
 
 def options(b: BrokerProcess, stream: str) -> SourceOptions:
@@ -43,7 +44,7 @@ def test_filtered_read_ends_at_the_broker_end_not_a_quiet_socket(broker, stream_
     monkeypatch.setattr(StreamClient, "pump", watched)
     for pd in (Pushdown(("eu",)), Pushdown(None, "n < 10")):
         quiet.clear()
-        batches = read_range_stream(options(broker, stream_name), OffsetRange(0, end), pd, DECLARED)
+        batches = read_range_stream(options(broker, stream_name), OffsetRange(0, end), pd, READ)
         assert [n for b in batches for n in b.column(b.num_columns - 1).to_pylist()] == list(range(10)), pd
         assert quiet == [], f"the read waited on a quiet socket ({pd})"
 
@@ -72,7 +73,7 @@ def test_rows_are_not_lost_while_the_broker_is_stopped(tmp_path):
         t.start()
         got = []
         try:
-            for batch in read_range_stream(options(b, "s"), OffsetRange(0, end), Pushdown(("eu",)), DECLARED):
+            for batch in read_range_stream(options(b, "s"), OffsetRange(0, end), Pushdown(("eu",)), READ):
                 got += batch.column(batch.num_columns - 1).to_pylist()
                 if not first.is_set():  # the rows that came before the broker stops
                     first.set()
