@@ -18,7 +18,8 @@ Against Parquet (``--parquet``, issue 25 item 18): ``--rows`` rows of five colum
 and cached) with 1 and with 2 partitions: Spark's own Parquet write of the DataFrame, then the
 same DataFrame written to a stream over AMQP 1.0 (the default) and to another over the stream
 protocol (``streamUrl``), on a fresh broker; Spark's Parquet read of those files,
-then the stream read with its five columns declared (``numPartitions`` 1 and 2), over AMQP 1.0
+then the stream read of the same five columns (given with ``.schema(...)``; ``--read-schema
+full``: the source's whole read schema, those five declared) (``numPartitions`` 1 and 2), over AMQP 1.0
 and over the stream protocol (``streamUrl``). Reads end in
 Spark's ``noop`` sink, so every column of every row is produced and nothing is collected.
 Each write starts with the previous one's stream deleted, as Parquet's ``overwrite`` deletes its
@@ -114,6 +115,10 @@ def main(argv=None) -> int:
                     help="with --parquet: leave out the AMQP 1.0 write and read (streamUrl only)")
     ap.add_argument("--write-only", action="store_true",
                     help="with --parquet: writes only (no reads, no read ceiling, no per-message floor)")
+    ap.add_argument("--read-schema", choices=("same", "full"), default="same",
+                    help="with --parquet: read the DataFrame's own five columns (.schema(...), the default), "
+                         "or the source's whole read schema with the five declared (offset, timestamp, "
+                         "filter_value, body, application_properties too)")
     args = ap.parse_args(argv)
 
     from pyspark.sql import SparkSession
@@ -189,7 +194,7 @@ def write_phase(args, spark, tmp: str, rows, df1, df2) -> None:
 
 
 PARQUET_COLUMNS = ("cast(id as int) as n", "format_string('r%02d', (id * 7919) % 100) as region",
-                   "id * 0.25 as amount", "concat('m-', id) as message_id", "id * 3 as k")
+                   "cast(id * 0.25 as double) as amount", "concat('m-', id) as message_id", "id * 3 as k")
 PARQUET_SCHEMA = "n INT, region STRING, amount DOUBLE, message_id STRING, k BIGINT"
 
 
@@ -207,7 +212,8 @@ def parquet_phase(args, spark, tmp: str) -> None:
 
     def stream_read(url: str, stream_url: str | None, parts: int):
         r = (spark.read.format("amqp-stream").option("url", url).option("stream", "w")
-             .option("properties", PARQUET_SCHEMA).option("numPartitions", parts))
+             .option("numPartitions", parts))
+        r = r.schema(PARQUET_SCHEMA) if args.read_schema == "same" else r.option("properties", PARQUET_SCHEMA)
         return (r.option("streamUrl", stream_url) if stream_url else r).load()
 
     # warm-up: the JVM's Parquet and Python data source paths, the Python workers
@@ -218,6 +224,11 @@ def parquet_phase(args, spark, tmp: str) -> None:
         small.write.format("amqp-stream").option("url", broker.url).option("stream", "w").option("declare", "true") \
             .mode("append").save()
         read_schema = stream_read(broker.url, None, 1).schema
+        if args.read_schema == "same":  # the rows written come back, every column
+            want = sorted(small.collect())
+            for stream_url in (None, broker.stream_url):
+                got = sorted(stream_read(broker.url, stream_url, 2).collect())
+                assert got == want, f"read back over {stream_url or broker.url}: {got[:2]} against {want[:2]}"
         for stream_url in ([None] if amqp_too else []) + [broker.stream_url]:
             stream_read(broker.url, stream_url, 1).write.format("noop").mode("overwrite").save()
 
@@ -283,7 +294,7 @@ def parquet_phase(args, spark, tmp: str) -> None:
                     note("streamUrl read", timed(lambda: stream_read(broker.url, broker.stream_url, parts)
                                                  .write.format("noop").mode("overwrite").save())[1])
                     if parts == 1:
-                        floors.append(message_floor(broker, "w", args.rows))
+                        floors.append(message_floor(broker, "w", args.rows, read_schema))
                 except Exception:
                     print("broker log (tail):\n" + broker.log_text()[-3000:], file=sys.stderr)
                     raise
@@ -300,8 +311,9 @@ def parquet_phase(args, spark, tmp: str) -> None:
                 lines.append(f"  {parts} partition{'s' if parts > 1 else ' '}  parquet {what:<5} "
                              f"{args.rows / pq:>10,.0f} rows/s   {ours_label:<18} {args.rows / ours:>10,.0f} rows/s"
                              f"   x{pq / ours:.3f} of parquet{of_ceiling}")
-    print(f"\nagainst Parquet ({args.rows} rows of {PARQUET_SCHEMA}; best of {args.repeat}; the ceiling: a "
-          "Python data source that yields ready-made Arrow batches of the read schema / drops the written ones; "
+    print(f"\nagainst Parquet ({args.rows} rows of {PARQUET_SCHEMA}; best of {args.repeat}; reads of "
+          f"{'those five columns' if args.read_schema == 'same' else 'the whole read schema'}; the ceiling: a "
+          "Python data source that yields ready-made Arrow batches of that schema / drops the written ones; "
           "the floor write: one that sends the streamUrl sink's frames of its first batch again for every batch)")
     print("\n".join(lines))
     for (parts, stream), secs in sorted(broker_cpu.items()):
@@ -317,20 +329,18 @@ def parquet_phase(args, spark, tmp: str) -> None:
         print(f"  {label:<58} {rate:>10,.0f} msg/s  ({1e6 / rate:.2f} us a message)")
 
 
-def message_floor(broker: BrokerProcess, stream: str, rows: int) -> dict[str, float]:
+def message_floor(broker: BrokerProcess, stream: str, rows: int, schema) -> dict[str, float]:
     """Messages/s of the least Python work a reader can do per message, on one thread: the
     stream's chunks (fetched first, untimed) split into records, one ``struct.unpack`` each;
     and what the ``streamUrl`` read itself does outside Spark (same chunks, same code)."""
     import struct
 
-    from amqp_stream.spark.mapping import declared_columns
     from amqp_stream.spark.offsets import OffsetRange
     from amqp_stream.spark.options import SourceOptions
     from amqp_stream.spark.pushdown import Pushdown
     from amqp_stream.spark.stream_read import read_range_stream, subscribe_properties
     from amqp_stream.client.stream import StreamClient
     from amqp_stream.streamproto import OffsetSpec
-    from pyspark.sql.types import StructType
     from storage.format import CHUNK_HEADER, CHUNK_HEADER_BYTES, decode_header, decode_records
 
     opts = SourceOptions.parse({"url": broker.url, "stream": stream, "streamUrl": broker.stream_url})
@@ -340,9 +350,8 @@ def message_floor(broker: BrokerProcess, stream: str, rows: int) -> dict[str, fl
                          properties=subscribe_properties(Pushdown(None, None, []), False, rows))
         while client.records < rows:
             assert client.pump(30), "no chunk in 30 s"
-    declared = declared_columns(StructType.fromDDL(PARQUET_SCHEMA))
     got, secs = timed(lambda: sum(b.num_rows for b in read_range_stream(opts, OffsetRange(0, rows),
-                                                                          Pushdown(None, None, []), declared)))
+                                                                          Pushdown(None, None, []), schema)))
     first = struct.Struct(">B").unpack_from
 
     def floor() -> int:

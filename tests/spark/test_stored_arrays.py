@@ -69,7 +69,7 @@ def _spoilt(draw, encoded: bytes) -> bytes:
 
 
 # the declared types a writer's column of each kind is read as (text as a double: a decimal
-# written as its text, read as DOUBLE, as bench.spark does)
+# written as its text, read as DOUBLE: null, a text is no number)
 _MATCHING = {"int": ["integer", "long", "byte", "double"], "str": ["string", "double"], "double": ["double"],
              "bool": ["boolean"], "mixed": ["string"]}
 
@@ -194,7 +194,7 @@ def test_the_usual_messages_are_read_as_columns(wanted):
 @pytest.mark.parametrize("decimal_amount", [False, True])
 def test_the_sinks_messages_are_read_as_columns(decimal_amount):
     """The Spark sink's own messages (``ArrowEncoder``, the bench's rows) are of one shape; as in
-    bench.spark, a decimal ``amount`` (written as its text) read as DOUBLE too."""
+    a decimal ``amount`` (written as its text) read as DOUBLE too (null: a text is no number)."""
     import decimal
 
     import pyarrow as pa
