@@ -12,6 +12,11 @@ big-endian length), and ``pos`` moves on. Strings and binaries come out as Arrow
 the buffer itself (offsets ``[s0, e0, s1, e1, ...]``, then the even elements taken), numbers
 from their gathered big-endian bytes.
 
+Most batches are simpler still: every message laid out as the first, byte for byte but for the
+values (``_laid_out``). Then each field lies at the same distance from its message's start; the
+first message is walked once in Python and every other byte of it is compared with every
+message's, a word at a time, instead of the step-by-step walk (``_walk``) over all of them.
+
 What is read this way: ``0x00 0x53`` descriptors of the message-annotations, properties,
 application-properties sections and a binary body (a data section, or the amqp-value proton
 writes), each at most once, and header, delivery-annotations and footer sections read past; map8/map32 and list8/list32/list0
@@ -28,6 +33,7 @@ batches, of one shape and of mixed ones.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Callable, Collection, Iterator, Sequence
 
@@ -51,6 +57,7 @@ _FILTER_KEY = FILTER_VALUE.encode("ascii")
 _EXPIRY, _CREATION = PROPERTY_ORDER.index("absolute_expiry_time"), PROPERTY_ORDER.index("creation_time")
 # a word's first n bytes, whatever the machine's byte order
 _FIRST = [np.frombuffer(b"\xff" * n + bytes(8 - n), "=u8")[0] for n in range(8)]
+_WORD = np.uint64(2**64 - 1)
 _PAD = 16  # zero bytes after the last message: a gather a few bytes past it stays in the buffer
 _PADDING = bytes(_PAD)
 
@@ -205,6 +212,37 @@ class _Batch:
             self.made[key] = (size, _read_only(np.full(self.n, size)))
         return self.made[key][1]
 
+    def code(self, c: int) -> Any:
+        """Constructor ``c`` in every message (one array a batch, read only)."""
+        key = ("code", int(c))
+        if key not in self.made:
+            self.made[key] = (c, _read_only(np.full(self.n, c, np.uint8)))
+        return self.made[key][1]
+
+    def alike(self, runs: list[tuple[int, int]], origin: int) -> bool:
+        """Whether every message has the first message's bytes in each run ``(where, size)``
+        (``where`` in the buffer, in the first message, which starts at ``origin``): a word of
+        every message at a time, a word's bytes outside the runs masked out. (One gather per
+        word and message, the arrays a batch long: bigger ones cost fresh pages.)"""
+        if not runs:
+            return True
+        need = bytearray(max(where + size for where, size in runs) - origin + 8)
+        for where, size in runs:
+            need[where - origin:where - origin + size] = b"\xff" * size
+        first = self.fixed(self.starts[:1], "=u8")  # (a view made before the loop)
+        for at in range(0, len(need) - 8, 8):
+            mask = np.frombuffer(need, "=u8", 1, at)[0]
+            if not mask:
+                continue
+            words = self.fixed(self.starts + at, "=u8")
+            first = words[0]
+            if mask == _WORD:
+                if not (words == first).all():
+                    return False
+            elif not ((words & mask) == (first & mask)).all():
+                return False
+        return True
+
     def check_texts(self, c: Any, start: Any, length: Any) -> None:
         """Raise ``_Shape`` unless the texts of constructor ``c`` (one in every message) at
         ``start`` are UTF-8 (ASCII: symbols); one text in every message (a content type, a
@@ -334,18 +372,40 @@ def _read(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] | N
         return None
 
 
+Field = tuple[Any, Any, Any]  # a field of every message: (constructors, data starts, data lengths)
+
+
+@dataclasses.dataclass
+class _Fields:
+    """Where the fields the columns are made of lie in every message of a batch."""
+    fv: Field | None = None  # the filter value annotation
+    props: list[Field] | None = None  # the properties list's fields
+    app_keys: list[str] = dataclasses.field(default_factory=list)
+    app_values: list[Field] = dataclasses.field(default_factory=list)
+    body: Field | None = None
+
+
 def _decode(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] | None) -> Any:
-    n, gives = b.n, columns.gives
+    checked = _checked_when_made(columns)
+    try:
+        fields = _laid_out(b, checked)
+    except IndexError:  # the first message's sizes point past the buffer: _walk decides
+        fields = None
+    return _columns(columns, b, offsets, wanted, fields if fields is not None else _walk(b, checked))
+
+
+def _checked_when_made(columns: Columns) -> set[int]:
+    """The properties fields whose texts are checked as their column is made (declared text
+    properties), not when the fields are found."""
+    return {PROPERTY_ORDER.index(name) for name, dtype, is_property, _ in columns._declared
+            if is_property and type(dtype) is StringType}
+
+
+def _walk(b: _Batch, checked: set[int]) -> _Fields:
+    """The fields of a batch of one shape, found one step at a time over every message."""
     pos = b.starts.copy()
-    nothing = np.zeros(n, bool)
-    fv: Any = None
-    props: list[tuple[Any, Any, Any]] | None = None  # (constructors, starts, lengths) a field
-    app_keys: list[str] = []
-    app_values: list[tuple[Any, Any, Any]] = []  # (constructors, starts, lengths) a key
-    body: Any = None
+    f = _Fields()
     seen: set[int] = set()
-    text_properties = {PROPERTY_ORDER.index(name) for name, dtype, is_property, _ in columns._declared
-                       if is_property and type(dtype) is StringType}
     while True:
         done = pos == b.ends
         if done.all():
@@ -369,22 +429,22 @@ def _decode(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] |
                     raise _Shape
                 c, start, length, pos = b.skip(pos, check=key != _FILTER_KEY)
                 if key == _FILTER_KEY:  # its texts checked as they are made
-                    if fv is not None:
+                    if f.fv is not None:
                         raise _Shape
-                    _all(_IS_FILTER_VALUE[c])
-                    fv = b.texts(start, length, c != 0x40, ascii_only=_IS_ASCII[c])
+                    f.fv = (c, start, length)
             _all(pos == end)
         elif code == _PROPERTIES:
             pos, end, count = b.compound(pos, 0xC0, 0xD0, 0x45)
-            props = []
-            while len(props) < count:  # a declared text column's texts are checked as it is made
+            props: list[Field] = []
+            while len(props) < count:
                 nulls = b.nulls(pos, count - len(props))
                 for k in range(nulls):  # null fields, a run of them at once
                     props.append((b.null, pos + k + 1, b.full(0)))
                 pos = pos + nulls if nulls else pos
                 if len(props) < count:
-                    c, start, length, pos = b.skip(pos, check=len(props) not in text_properties)
+                    c, start, length, pos = b.skip(pos, check=len(props) not in checked)
                     props.append((c, start, length))
+            f.props = props
             _all(pos == end)
         elif code == _APPLICATION:
             pos, end, count = b.compound(pos, 0xC1, 0xD1)
@@ -393,20 +453,20 @@ def _decode(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] |
             for _ in range(count >> 1):
                 key, pos = b.key(pos, (0xA1,))
                 try:
-                    app_keys.append(key.decode())
+                    f.app_keys.append(key.decode())
                 except UnicodeDecodeError:
                     raise _Shape from None
                 c, start, length, pos = b.skip(pos, check=False)  # _text_of checks them
-                app_values.append((c, start, length))
+                f.app_values.append((c, start, length))
             _all(pos == end)
-            if len(set(app_keys)) != len(app_keys):
+            if len(set(f.app_keys)) != len(f.app_keys):
                 raise _Shape
         elif code == _DATA or code == _VALUE:  # the body, a binary (proton writes an amqp-value)
-            if body is not None:
+            if f.body is not None:
                 raise _Shape
             c, start, length, pos = b.skip(pos)
             _all((c == 0xA0) | (c == 0xB0))
-            body = b.spans(start, length, ~nothing) if gives("body") else nothing
+            f.body = (c, start, length)
         elif code in _SKIPPED:  # read to check it, as the walk does
             kind = _SKIPPED[code]
             pos, end, count = b.compound(pos, kind, kind | 0x10, 0x45 if kind == 0xC0 else -1)
@@ -416,21 +476,169 @@ def _decode(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] |
         else:
             raise _Shape
         _all(pos <= b.ends)
+    return f
 
-    times = _times(b, props, gives("timestamp"))
-    fv = fv if fv is not None else pa.nulls(n, pa.string())
-    out: list[Any] = [pa.array(offsets, pa.int64()), times, fv,
-                      (body if body is not None else pa.nulls(n, pa.binary())) if gives("body") else None,
-                      _map(b, columns, app_keys, app_values) if gives("application_properties") else None]
+
+def _laid_out(b: _Batch, checked: set[int]) -> _Fields | None:
+    """The fields of ``b`` when every message is laid out as its first, byte for byte but for
+    the values' own bytes (and the length of a body that ends the message); else None, and
+    ``_walk`` finds them.
+
+    Why: ``_walk`` takes a numpy step over every message for each constructor, size and key
+    (~0.4 µs a message for the bench's rows, bench/RESULTS.md). A writer's messages usually
+    share more than a shape: the same encodings and sizes everywhere (fixed-width numbers,
+    texts of one length), so every field lies at the same distance from its message's start.
+    The first message is walked here in Python, once; every byte of it that is not a value's
+    own (descriptors, constructors, sizes, counts, keys) is then compared with the same byte of
+    every message, a word at a time (one gather of a few words a message). Where they all
+    match, each message reads as the first does, step for step, so its fields lie where the
+    first's do. What this walk does not take (a section ``_walk`` only reads past, a 32-bit list
+    or map, a value that is not one scalar) it leaves to ``_walk``, which decides."""
+    raw, s0, e0 = b.raw, int(b.starts[0]), int(b.ends[0])
+    structure: list[tuple[int, int]] = []  # (where, how many bytes) in the first message
+    texts: list[Field] = []  # checked as the walk checks them
+    f = _Fields()
+    seen: set[int] = set()
+    last_length: tuple[int, int] | None = None  # a body ending the message: (where its length is, its size)
+
+    def scalar(p: int, check: bool) -> tuple[Field, int] | None:
+        c = raw[p]
+        if _SIZE[c]:
+            head, size = 1, int(_SIZE[c]) - 1
+        elif _VAR8[c]:
+            head, size = 2, raw[p + 1]
+        elif _VAR32[c]:
+            head, size = 5, int.from_bytes(raw[p + 1:p + 5], "big")
+        else:
+            return None
+        structure.append((p, head))
+        field = (b.code(c), b.starts + (p + head - s0), b.full(size))
+        if check and _IS_TEXT[c]:
+            texts.append(field)
+        return field, p + head + size
+
+    def map8(p: int) -> tuple[int, int, int] | None:
+        """(first item, end, count) of the map8 at ``p``."""
+        if raw[p] != 0xC1:
+            return None
+        structure.append((p, 3))
+        return p + 3, p + 2 + raw[p + 1], raw[p + 2]
+
+    p = s0
+    while p < e0:
+        if p + 3 > e0 or raw[p] != 0 or raw[p + 1] != 0x53 or raw[p + 2] in seen:
+            return None
+        code = raw[p + 2]
+        seen.add(code)
+        structure.append((p, 3))
+        p += 3
+        if code == _ANNOTATIONS or code == _APPLICATION:
+            m = map8(p)
+            if m is None or m[2] & 1:
+                return None
+            p, end, count = m
+            keys = (0xA3, 0xA1) if code == _ANNOTATIONS else (0xA1,)
+            for _ in range(count >> 1):
+                if raw[p] not in keys:
+                    return None
+                size = raw[p + 1]
+                key = raw[p + 2:p + 2 + size]
+                structure.append((p, 2 + size))
+                p += 2 + size
+                if code == _ANNOTATIONS:
+                    if not key.isascii():
+                        return None
+                    got = scalar(p, check=key != _FILTER_KEY)
+                    if got is None:
+                        return None
+                    if key == _FILTER_KEY:
+                        f.fv = got[0]
+                else:
+                    try:
+                        f.app_keys.append(key.decode())
+                    except UnicodeDecodeError:
+                        return None
+                    got = scalar(p, check=False)
+                    if got is None:
+                        return None
+                    f.app_values.append(got[0])
+                p = got[1]
+            if p != end or len(set(f.app_keys)) != len(f.app_keys):
+                return None
+        elif code == _PROPERTIES:
+            if raw[p] == 0x45:
+                structure.append((p, 1))
+                p, end, count = p + 1, p + 1, 0
+            elif raw[p] == 0xC0:
+                structure.append((p, 3))
+                p, end, count = p + 3, p + 2 + raw[p + 1], raw[p + 2]
+            else:
+                return None
+            f.props = []
+            for i in range(count):
+                got = scalar(p, check=i not in checked)
+                if got is None:
+                    return None
+                f.props.append(got[0])
+                p = got[1]
+            if p != end:
+                return None
+        elif code == _DATA or code == _VALUE:
+            c, at = raw[p], p
+            if c not in (0xA0, 0xB0) or f.body is not None:
+                return None
+            got = scalar(p, check=False)
+            assert got is not None
+            f.body, p = got
+            if p == e0:  # the body ends the message: its length is each message's own
+                structure[-1] = (at, 1)
+                last_length = (at + 1 - s0, 1 if c == 0xA0 else 4)
+        else:
+            return None
+    if p != e0:
+        return None
+    if last_length is None:
+        if not (b.ends - b.starts == e0 - s0).all():
+            return None
+    else:
+        where, size = last_length
+        at = b.starts + where
+        inside = np.minimum(at, len(b.raw) - _PAD)  # a message too short for it fails below
+        body = b.byte(inside) if size == 1 else b.u32(inside)
+        if not (at + size + body == b.ends).all():
+            return None
+        assert f.body is not None
+        f.body = (f.body[0], f.body[1], body)
+    if not b.alike(structure, s0):
+        return None
+    for c, start, length in texts:  # as _walk checks them: a text that is not is not read here
+        b.check_texts(c, start, length)
+    return f
+
+
+def _columns(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] | None, f: _Fields) -> Any:
+    """The batch of ``columns.schema`` made of the fields ``f`` of ``b``'s messages."""
+    n, gives = b.n, columns.gives
+    times = _times(b, f.props, gives("timestamp"))
+    fv = pa.nulls(n, pa.string())
+    if f.fv is not None:
+        c, start, length = f.fv
+        _all(_IS_FILTER_VALUE[c])
+        fv = b.texts(start, length, c != 0x40, ascii_only=_IS_ASCII[c])
+    body = None
+    if gives("body"):
+        body = pa.nulls(n, pa.binary()) if f.body is None else b.spans(f.body[1], f.body[2], np.ones(n, bool))
+    out: list[Any] = [pa.array(offsets, pa.int64()), times, fv, body,
+                      _map(b, columns, f.app_keys, f.app_values) if gives("application_properties") else None]
     if columns.stream is not None:
         out.append(pa.array([columns.stream] * n, pa.string()))
     plan = _declared_plan(columns)
     if plan is None:
         raise _Shape
-    app = dict(zip(app_keys, app_values, strict=True))
+    app = dict(zip(f.app_keys, f.app_values, strict=True))
     for name, is_property, dtype, arrow_type in plan:
         if is_property:
-            out.append(_property_column(b, props, PROPERTY_ORDER.index(name), dtype, arrow_type))
+            out.append(_property_column(b, f.props, PROPERTY_ORDER.index(name), dtype, arrow_type))
         else:
             out.append(_app_column(b, app.get(name), dtype, arrow_type))
     batch = columns.record_batch(out)

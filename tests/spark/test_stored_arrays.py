@@ -193,8 +193,8 @@ def test_the_usual_messages_are_read_as_columns(wanted):
 
 @pytest.mark.parametrize("decimal_amount", [False, True])
 def test_the_sinks_messages_are_read_as_columns(decimal_amount):
-    """The Spark sink's own messages (``ArrowEncoder``, the bench's rows) are of one shape; as in
-    a decimal ``amount`` (written as its text) read as DOUBLE too (null: a text is no number)."""
+    """The Spark sink's own messages (``ArrowEncoder``, the bench's rows) are of one shape; a
+    decimal ``amount`` (written as its text) read as DOUBLE too (null: a text is no number)."""
     import decimal
 
     import pyarrow as pa
@@ -331,3 +331,71 @@ def test_a_given_schema_gives_those_columns_of_the_whole_read(batch, stream, wan
         assert got_rows == [] or got_names == names
         assert _same(got_rows, [{n: r[n] for n in names} for r in whole])
 
+
+def _fields_of(f) -> list:
+    """``_Fields`` as plain lists, to compare two ways of finding them."""
+    def field(x):
+        return None if x is None else [np.asarray(x[0]).tolist(), np.asarray(x[1]).tolist(), np.asarray(x[2]).tolist()]
+    return [field(f.fv), None if f.props is None else [field(p) for p in f.props], f.app_keys,
+            [field(v) for v in f.app_values], field(f.body)]
+
+
+def _found(datas: list[bytes], declared: StructType):
+    """(fields by layout or None, fields by ``_walk`` or the exception's name) of one batch."""
+    b = stored_arrays._Batch.of(datas)
+    checked = stored_arrays._checked_when_made(Columns(declared))
+    try:
+        laid = stored_arrays._laid_out(b, checked)
+    except (stored_arrays._Shape, IndexError) as exc:
+        laid = type(exc).__name__
+    try:
+        walked = _fields_of(stored_arrays._walk(b, checked))
+    except (stored_arrays._Shape, IndexError) as exc:
+        walked = type(exc).__name__
+    return (laid if laid is None or isinstance(laid, str) else _fields_of(laid)), walked
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shaped(), st.integers(0, 3))
+def test_fields_found_by_layout_are_the_walks(batch, copies):
+    """Where the first message's layout holds for every message, its fields are those ``_walk``
+    finds, step by step (or ``_walk`` refuses the batch alike: a text that is not UTF-8).
+    Copies of the first message make batches whose layout holds more often."""
+    datas, declared = batch
+    datas = datas[:1] * copies + datas
+    laid, walked = _found(datas, declared)
+    if laid is not None:
+        assert laid == walked
+
+
+def _sink_messages(ids) -> list[bytes]:
+    import pyarrow as pa
+    from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField
+
+    from amqp_stream.spark.encoding import ArrowEncoder
+    from amqp_stream.spark.mapping import WritePlan
+    schema = StructType([StructField("n", IntegerType()), StructField("region", StringType()),
+                         StructField("amount", DoubleType()), StructField("message_id", StringType()),
+                         StructField("k", LongType())])
+    batch = pa.RecordBatch.from_arrays([
+        pa.array(list(ids), pa.int32()), pa.array([f"r{i % 7:02d}" for i in ids]),
+        pa.array([i * 0.25 for i in ids]), pa.array([f"m-{i}" for i in ids]),
+        pa.array([i * 3 for i in ids], pa.int64())], names=schema.names)
+    return [bytes(d) for d in ArrowEncoder(WritePlan.for_schema(schema, "region"), schema).encode(batch)]
+
+
+def test_the_sinks_messages_of_one_layout_are_read_by_it():
+    """The sink's messages with ids of one length (their JSON bodies of several lengths end
+    them): found by layout, the walk's fields and rows; one key spoilt in one message of the
+    same length, and the batch is left to ``_walk`` (which refuses it)."""
+    datas = _sink_messages(range(100_000, 101_000))
+    assert len({len(d) for d in datas}) > 1
+    declared = _usual_schema()
+    laid, walked = _found(datas, declared)
+    assert laid is not None and laid == walked
+    assert _same(_columns(datas, declared, None, None), _reference(datas, declared, None, None))
+    spoilt = list(datas)
+    spoilt[500] = spoilt[500].replace(b"region", b"regiom")
+    laid, walked = _found(spoilt, declared)
+    assert laid is None and walked == "_Shape"
+    assert _same(_columns(spoilt, declared, None, None), _reference(spoilt, declared, None, None))
