@@ -624,7 +624,8 @@ def _columns(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] 
     if f.fv is not None:
         c, start, length = f.fv
         _all(_IS_FILTER_VALUE[c])
-        fv = b.texts(start, length, c != 0x40, ascii_only=_IS_ASCII[c])
+        if gives("filter_value") or wanted is not None:  # else not made (nor its texts checked)
+            fv = b.texts(start, length, c != 0x40, ascii_only=_IS_ASCII[c])
     body = None
     if gives("body"):
         body = pa.nulls(n, pa.binary()) if f.body is None else b.spans(f.body[1], f.body[2], np.ones(n, bool))
