@@ -57,7 +57,7 @@ _FILTER_KEY = FILTER_VALUE.encode("ascii")
 _EXPIRY, _CREATION = PROPERTY_ORDER.index("absolute_expiry_time"), PROPERTY_ORDER.index("creation_time")
 # a word's first n bytes, whatever the machine's byte order
 _FIRST = [np.frombuffer(b"\xff" * n + bytes(8 - n), "=u8")[0] for n in range(8)]
-_WORD = np.uint64(2**64 - 1)
+_ROWS = 2048  # messages a gather of their words takes at once (_Batch.alike)
 _PAD = 16  # zero bytes after the last message: a gather a few bytes past it stays in the buffer
 _PADDING = bytes(_PAD)
 
@@ -221,25 +221,21 @@ class _Batch:
 
     def alike(self, runs: list[tuple[int, int]], origin: int) -> bool:
         """Whether every message has the first message's bytes in each run ``(where, size)``
-        (``where`` in the buffer, in the first message, which starts at ``origin``): a word of
-        every message at a time, a word's bytes outside the runs masked out. (One gather per
-        word and message, the arrays a batch long: bigger ones cost fresh pages.)"""
+        (``where`` in the buffer, in the first message, which starts at ``origin``): the words
+        holding them gathered ``_ROWS`` messages at a time, each message's words together (its
+        cache lines read once), the bytes outside the runs masked out."""
         if not runs:
             return True
         need = bytearray(max(where + size for where, size in runs) - origin + 8)
         for where, size in runs:
             need[where - origin:where - origin + size] = b"\xff" * size
-        first = self.fixed(self.starts[:1], "=u8")  # (a view made before the loop)
-        for at in range(0, len(need) - 8, 8):
-            mask = np.frombuffer(need, "=u8", 1, at)[0]
-            if not mask:
-                continue
-            words = self.fixed(self.starts + at, "=u8")
-            first = words[0]
-            if mask == _WORD:
-                if not (words == first).all():
-                    return False
-            elif not ((words & mask) == (first & mask)).all():
+        words = np.frombuffer(need, "=u8", len(need) // 8)
+        at = np.flatnonzero(words) * 8
+        masks = words[words != 0]
+        first = self.fixed(self.starts[0] + at, "=u8") & masks
+        for lo in range(0, self.n, _ROWS):
+            rows = self.fixed(self.starts[lo:lo + _ROWS, None] + at, "=u8")
+            if not ((rows & masks) == first).all():
                 return False
         return True
 
