@@ -556,6 +556,8 @@ def _laid_out(b: _Batch, checked: set[int]) -> _Fields | None:
                     if got is None:
                         return None
                     if key == _FILTER_KEY:
+                        if f.fv is not None:  # twice: as _walk, not read here
+                            return None
                         f.fv = got[0]
                 else:
                     try:

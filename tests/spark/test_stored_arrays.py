@@ -399,3 +399,15 @@ def test_the_sinks_messages_of_one_layout_are_read_by_it():
     laid, walked = _found(spoilt, declared)
     assert laid is None and walked == "_Shape"
     assert _same(_columns(spoilt, declared, None, None), _reference(spoilt, declared, None, None))
+
+
+def test_a_filter_value_twice_is_not_read_by_layout():
+    """Two filter-value annotations in every message: ``_walk`` refuses the batch, and so does
+    the layout (which would otherwise keep the second): the walk's rows, or its error, come out."""
+    declared = _usual_schema()
+    items = (b"\xa3\x15" + FILTER_VALUE.encode() + b"\xa1\x02r1") * 2
+    ann = b"\x00\x53\x72\xc1" + bytes([1 + len(items), 4]) + items
+    datas = [ann + b"\x00\x53\x75\xa0\x01" + bytes([i]) for i in range(20)]
+    laid, walked = _found(datas, declared)
+    assert laid is None and walked == "_Shape"
+    assert _same(_columns(datas, declared, None, None), _reference(datas, declared, None, None))
