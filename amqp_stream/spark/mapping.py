@@ -158,7 +158,7 @@ def declared_columns(schema: StructType, super_stream: bool = False) -> StructTy
         if f.name in fixed.names and f.dataType != fixed[f.name].dataType:
             raise ValueError(f"schema: column {f.name} is the read's own, of type "
                              f"{fixed[f.name].dataType.simpleString()}, not {f.dataType.simpleString()} "
-                             f"(give a property of that name another column name)")
+                             f"(a property of that name is read from application_properties)")
     declared = StructType(fields)
     check_readable(declared)
     return declared
