@@ -82,9 +82,10 @@ SPARK_TYPES = ("STRING", "VARCHAR", "CHAR", "INT", "INTEGER", "BIGINT", "LONG", 
 _ENTRY = re.compile(r"\s*(`(?:[^`]|``)+`|[A-Za-z_][A-Za-z0-9_]*)\s*:?\s*([A-Za-z_]*)(.*)", re.S)
 
 
-def check_properties_ddl(ddl: str) -> None:
-    """``ValueError`` naming the entry of the ``properties`` option that is not ``name TYPE``
-    with a Spark type (the rest of each entry is left to Spark)."""
+def check_properties_ddl(ddl: str) -> list[str]:
+    """The column names of the ``properties`` option; ``ValueError`` naming the entry that is
+    not ``name TYPE`` with a Spark type (the rest of each entry is left to Spark)."""
+    names = []
     for entry in _top_level_entries(ddl):
         m = _ENTRY.fullmatch(entry)
         if not entry.strip() or m is None or not m.group(2):
@@ -95,6 +96,8 @@ def check_properties_ddl(ddl: str) -> None:
             hint = f"; did you mean {close[0]}?" if close else ""
             raise ValueError(f"properties option {ddl!r}: column {m.group(1)}: unknown type "
                              f"{m.group(2)!r}{hint}")
+        names.append(_unquote(m.group(1)))
+    return names
 
 
 def check_schema_options(ddl: str | None, schema: StructType, super_stream: bool = False) -> None:
@@ -104,8 +107,7 @@ def check_schema_options(ddl: str | None, schema: StructType, super_stream: bool
     schema's)."""
     if not ddl or not ddl.strip():
         return
-    check_properties_ddl(ddl)
-    named = [_unquote(_ENTRY.fullmatch(e).group(1)) for e in _top_level_entries(ddl)]  # type: ignore[union-attr]
+    named = check_properties_ddl(ddl)
     declared = declared_columns(schema, super_stream).names
     if sorted(named) != sorted(declared):
         raise ValueError(f"the schema given with .schema() declares {declared}, the properties option "

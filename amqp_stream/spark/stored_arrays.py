@@ -217,15 +217,8 @@ class _Batch:
         """Constructor ``c`` in every message (one array a batch, read only)."""
         key = ("code", int(c))
         if key not in self.made:
-            array = _read_only(np.full(self.n, c, np.uint8))
-            self.made[key] = (c, array)
-            self.made[("uniform", id(array))] = (array, int(c))
+            self.made[key] = (c, _read_only(np.full(self.n, c, np.uint8)))
         return self.made[key][1]
-
-    def uniform(self, c: Any) -> int | None:
-        """The constructor of ``c`` when it is one ``code`` made (else None: not known)."""
-        hit = self.made.get(("uniform", id(c)))
-        return hit[1] if hit is not None and hit[0] is c else None
 
     def alike(self, runs: list[tuple[int, int]], origin: int) -> bool:
         """Whether every message has the first message's bytes in each run ``(where, size)``
@@ -711,9 +704,9 @@ def _ints(b: _Batch, c: Any, start: Any) -> tuple[Any, Any]:
 
 
 def _make_ints(b: _Batch, c: Any, start: Any) -> tuple[Any, Any]:
-    c0 = b.uniform(c)
-    if c0 in _WIDE:  # one wide encoding in every message (a layout's): its gather alone
-        return b.fixed(start, _WIDE[c0]).astype(np.int64), _IS_INT[c]
+    codes = b.codes(c)
+    if len(codes) == 1 and codes[0] in _WIDE:  # one wide encoding in every message: its gather alone
+        return b.fixed(start, _WIDE[codes[0]]).astype(np.int64), _IS_INT[c]
     one = b.buf[np.minimum(start, len(b.buf) - 1)]
     v = np.where(_IS_SIGNED8[c], one.view(np.int8).astype(np.int64), one.astype(np.int64))
     if (c == 0x71).any():

@@ -61,10 +61,12 @@ than the delivered chunk's own id.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import functools
 import itertools
 import logging
+import operator
 import os
 import struct
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -101,6 +103,7 @@ _pack_len = SIMPLE_ENTRY.pack
 _EPOCH = slice(16, 24)  # the epoch's bytes in a chunk header
 _DELIVER_HEAD_MAX = 4 + 2 + 2 + 1 + 8  # a Deliver v2: size, key, version, subscription, committed id
 _NOTHING = object()  # no reader result held over (``Subscription.held``)
+_OFFSET = operator.itemgetter(0)  # a record's offset
 _TIMESTAMP_AT = 8  # a chunk header's timestamp, then its epoch, chunk id and CRC
 _STAMPS = struct.Struct(">qQQI")
 _COMMITTED = struct.Struct(">Q")  # a Deliver v2's committed chunk id, at byte 9 of its frame
@@ -426,13 +429,11 @@ class Subscription:
         at = none = 0
         for j, t in enumerate(headers):
             if found is not None:  # its share of the matches (a run across its end, say)
-                lo, nxt = at, t[6] + t[3]
-                while at < len(found) and found[at][0] < nxt:
-                    at += 1
+                lo, at = at, bisect.bisect_left(found, t[6] + t[3], at, key=_OFFSET)
                 records: list[tuple[int, bytes]] = Matches(found[lo:at])
                 looked = t[2]
             else:
-                records, looked = self._span_records(span, j)
+                records, looked = self._chosen(span.section(j), t[6], t[2], t[13])
             frames = self._rebuilt(records, looked, t[4], t[5], committed)
             if frames is None:
                 none += 1
@@ -440,15 +441,6 @@ class Subscription:
                 self.runs.append(frames)
                 self.runs_bytes += len(frames.buf)
         return none
-
-    def _span_records(self, span: Span, j: int) -> tuple[list[tuple[int, bytes]], int]:
-        """``_records`` for chunk ``j`` of ``span`` (read and CRC-checked already)."""
-        t = span.headers[j]
-        data = span.section(j)
-        found = self.reader.candidates(data, t[6], t[2], t[13])
-        if found is not None:
-            return found, t[2] if type(found) is Matches else 0
-        return decode_records(bytes(data), t[6], entries=t[2]), 0
 
     def _prefetch_soon(self) -> None:
         if (not self.prefetching and not self.closed and not self.waiting
@@ -542,10 +534,17 @@ class Subscription:
         if len(data) != loc.length or crc32(data) != loc.crc:
             raise CorruptionError(f"stream {self.entry.name!r}", loc.position,
                                   f"chunk {loc.chunk_id}: CRC mismatch or short read")
-        found = self.reader.candidates(data, loc.chunk_id, loc.entries, loc.header[HEADER_FLAGS_AT])
+        return self._chosen(data, loc.chunk_id, loc.entries, loc.header[HEADER_FLAGS_AT])
+
+    def _chosen(self, data: bytes | memoryview, chunk_id: int, entries: int,
+                flags: int) -> tuple[list[tuple[int, bytes]], int]:
+        """``_records`` of a stored chunk's data section, read and checked: the matches when
+        the columns can tell (and how many records they decided), else every record (a body
+        ``bytes`` of its own: ``data`` may be the scratch buffer) and 0."""
+        found = self.reader.candidates(data, chunk_id, entries, flags)
         if found is not None:
-            return found, loc.entries if type(found) is Matches else 0
-        return decode_records(data, loc.chunk_id, entries=loc.entries), 0
+            return found, entries if type(found) is Matches else 0
+        return decode_records(bytes(data), chunk_id, entries=entries), 0
 
     def _rebuild(self, loc: ChunkLocation) -> _Frames | None:
         """Stage 2: the runs of matching records of the chunk at ``loc``, as the frames of
