@@ -58,7 +58,8 @@ _EXPIRY, _CREATION = PROPERTY_ORDER.index("absolute_expiry_time"), PROPERTY_ORDE
 # a word's first n bytes, whatever the machine's byte order
 _FIRST = [np.frombuffer(b"\xff" * n + bytes(8 - n), "=u8")[0] for n in range(8)]
 _WIDE = {0x71: ">i4", 0x81: ">i8"}  # int and long: their big-endian values
-_ROWS = 2048  # messages a gather of their words takes at once (_Batch.alike)
+_ROWS = 2048  # messages whose structure words _Batch.alike copies out at once
+_GAP = 4  # words without a structure byte that split _Batch.alike's rows
 _PAD = 16  # zero bytes after the last message: a gather a few bytes past it stays in the buffer
 _PADDING = bytes(_PAD)
 
@@ -222,22 +223,30 @@ class _Batch:
 
     def alike(self, runs: list[tuple[int, int]], origin: int) -> bool:
         """Whether every message has the first message's bytes in each run ``(where, size)``
-        (``where`` in the buffer, in the first message, which starts at ``origin``): the words
-        holding them gathered ``_ROWS`` messages at a time, each message's words together (its
-        cache lines read once), the bytes outside the runs masked out."""
+        (``where`` in the buffer, in the first message, which starts at ``origin``).
+
+        The words holding the runs are copied out of every message as one row (one index a
+        message, ``_ROWS`` messages at a time: ~3x a gather of each word by its own index),
+        the bytes outside the runs masked out, and compared with the first message's row. A
+        stretch of more than ``_GAP`` words without a run byte (a long value) splits the row,
+        so that it is not copied."""
         if not runs:
             return True
         need = bytearray(max(where + size for where, size in runs) - origin + 8)
         for where, size in runs:
             need[where - origin:where - origin + size] = b"\xff" * size
         words = np.frombuffer(need, "=u8", len(need) // 8)
-        at = np.flatnonzero(words) * 8
-        masks = words[words != 0]
-        first = self.fixed(self.starts[0] + at, "=u8") & masks
-        for lo in range(0, self.n, _ROWS):
-            rows = self.fixed(self.starts[lo:lo + _ROWS, None] + at, "=u8")
-            if not ((rows & masks) == first).all():
-                return False
+        used = np.flatnonzero(words)
+        for part in np.split(used, np.flatnonzero(np.diff(used) > _GAP) + 1):
+            lo, hi = int(part[0]), int(part[-1]) + 1
+            masks, width = words[lo:hi], 8 * (hi - lo)
+            rows_of = np.ndarray((len(self.raw) - width + 1,), np.dtype((np.void, width)), self.raw, 0, (1,))
+            first = rows_of[self.starts[:1] + 8 * lo].view("=u8") & masks
+            for at in range(0, self.n, _ROWS):
+                rows = rows_of[self.starts[at:at + _ROWS] + 8 * lo].view("=u8").reshape(-1, hi - lo)
+                rows &= masks
+                if not (rows == first).all():
+                    return False
         return True
 
     def check_texts(self, c: Any, start: Any, length: Any) -> None:

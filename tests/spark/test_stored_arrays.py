@@ -411,3 +411,23 @@ def test_a_filter_value_twice_is_not_read_by_layout():
     laid, walked = _found(datas, declared)
     assert laid is None and walked == "_Shape"
     assert _same(_columns(datas, declared, None, None), _reference(datas, declared, None, None))
+
+
+def test_structure_past_a_long_value_is_compared():
+    """A 64-byte value splits the words ``alike`` copies out of each message in two: a key
+    after it spoilt in one message (the second part) or before it (the first) leaves the batch
+    to ``_walk``; unspoilt, the layout's fields are the walk's."""
+    declared = _usual_schema()
+
+    def message(i: int, first_key: bytes = b"a", second_key: bytes = b"b") -> bytes:
+        items = (b"\xa1\x01" + first_key + b"\xa1\x40" + bytes([0x41 + i % 26]) * 64
+                 + b"\xa1\x01" + second_key + b"\x54" + bytes([i]))
+        return (b"\x00\x53\x74\xc1" + bytes([1 + len(items), 4]) + items
+                + b"\x00\x53\x75\xa0\x01" + bytes([i]))
+
+    datas = [message(i) for i in range(40)]
+    laid, walked = _found(datas, declared)
+    assert laid is not None and laid == walked
+    for spoilt in (message(7, second_key=b"c"), message(7, first_key=b"c")):
+        laid, walked = _found(datas[:7] + [spoilt] + datas[8:], declared)
+        assert laid is None and walked == "_Shape"
