@@ -414,9 +414,9 @@ def test_a_filter_value_twice_is_not_read_by_layout():
 
 
 def test_structure_past_a_long_value_is_compared():
-    """A 64-byte value splits the words ``alike`` copies out of each message in two: a key
-    after it spoilt in one message (the second part) or before it (the first) leaves the batch
-    to ``_walk``; unspoilt, the layout's fields are the walk's."""
+    """A 64-byte value between two keys: either key spoilt in one message leaves the batch to
+    ``_walk`` (the rows compared reach past the value); unspoilt, the layout's fields are the
+    walk's."""
     declared = _usual_schema()
 
     def message(i: int, first_key: bytes = b"a", second_key: bytes = b"b") -> bytes:
@@ -431,3 +431,28 @@ def test_structure_past_a_long_value_is_compared():
     for spoilt in (message(7, second_key=b"c"), message(7, first_key=b"c")):
         laid, walked = _found(datas[:7] + [spoilt] + datas[8:], declared)
         assert laid is None and walked == "_Shape"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 6), st.data())
+def test_reads_from_the_head_are_the_buffers(length, count, data):
+    """Once ``lay_out`` keeps every message's first bytes, ``fixed``, ``same`` and ``spans`` at
+    ``at(d)`` read them from those rows: the same values as read from the buffer (positions
+    that are not ``at``'s), at every distance and width, with messages that differ or not."""
+    base = data.draw(st.binary(min_size=length + 8, max_size=length + 8))
+    datas = [bytes(b if data.draw(st.integers(0, 3)) else data.draw(st.integers(0, 255)) for b in base)
+             for _ in range(count)]
+    b = stored_arrays._Batch.of(datas)
+    width = -(-length // 8) * 8
+    assert b.lay_out(width, np.zeros(width // 8, "=u8"))  # nothing compared: every row kept
+    d = data.draw(st.integers(0, length - 1))
+    size = data.draw(st.integers(1, length - d))
+    pos = b.at(d)
+    for dtype in ("u1", ">u4", ">i8", ">f8"):
+        if d + np.dtype(dtype).itemsize <= width:
+            got, want = b.fixed(pos, dtype), b.fixed(b.starts + d, dtype)
+            assert got.tobytes() == want.tobytes()
+    assert b.same(pos, size) == b.same(b.starts + d, size) == (len({x[d:d + size] for x in datas}) == 1)
+    lengths = np.full(count, size)
+    valid = np.ones(count, bool)
+    assert b.spans(pos, lengths, valid).to_pylist() == [x[d:d + size] for x in datas]
