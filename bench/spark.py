@@ -236,6 +236,13 @@ def parquet_phase(args, spark, tmp: str) -> None:
         (spark.read.format("bench-ceiling").option("schema", read_schema.json()).option("rows", args.rows)
          .option("numPartitions", parts).load().write.format("noop").mode("overwrite").save())
 
+    def floor_read(broker: BrokerProcess, parts: int) -> None:
+        """The floor of a stream-protocol read from this broker (``bench.spark_ceiling``): the
+        stream's chunks received as the streamUrl read receives them, none decoded."""
+        (spark.read.format("bench-ceiling").option("schema", read_schema.json()).option("rows", args.rows)
+         .option("numPartitions", parts).option("streamUrl", broker.stream_url).option("stream", "w").load()
+         .write.format("noop").mode("overwrite").save())
+
     def floor_write(broker: BrokerProcess, df) -> None:
         """The floor of a stream-protocol sink into this broker (``bench.spark_ceiling``): the
         same frames sent for every batch, none encoded after the first; deleted after."""
@@ -288,6 +295,7 @@ def parquet_phase(args, spark, tmp: str) -> None:
                     note("parquet read", timed(lambda: spark.read.parquet(path).write.format("noop")
                                                .mode("overwrite").save())[1])
                     note("ceiling read", timed(lambda: ceiling_read(parts))[1])
+                    note("floor read", timed(lambda: floor_read(broker, parts))[1])
                     if amqp_too:
                         note("amqp-stream read", timed(lambda: stream_read(broker.url, None, parts)
                                                        .write.format("noop").mode("overwrite").save())[1])
@@ -314,7 +322,9 @@ def parquet_phase(args, spark, tmp: str) -> None:
     print(f"\nagainst Parquet ({args.rows} rows of {PARQUET_SCHEMA}; best of {args.repeat}; reads of "
           f"{'those five columns' if args.read_schema == 'same' else 'the whole read schema'}; the ceiling: a "
           "Python data source that yields ready-made Arrow batches of that schema / drops the written ones; "
-          "the floor write: one that sends the streamUrl sink's frames of its first batch again for every batch)")
+          "the floor write: one that sends the streamUrl sink's frames of its first batch again for every batch; "
+          "the floor read: one that receives the stream's chunks as the streamUrl read does and yields the "
+          "ceiling's batches, none decoded)")
     print("\n".join(lines))
     for (parts, stream), secs in sorted(broker_cpu.items()):
         print(f"  broker CPU, {parts} partition(s), {'streamUrl' if stream == 'w' else 'amqp-stream'} write: "

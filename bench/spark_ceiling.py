@@ -15,6 +15,11 @@ first batch once (as the ``streamUrl`` sink does) and then, for every batch Spar
 publishes those same frames again with the sink's own sender (window, confirms), so the broker
 stores as many messages of the same sizes and filter values as the real sink sends, and no row
 is encoded after the first batch. What the real sink costs beyond it is its encoding.
+With ``streamUrl`` and ``stream`` the read is the floor of a stream-protocol read from this
+broker: each task receives its share of the stream's first ``rows`` messages as the
+``streamUrl`` read does (its client, credits and end-of-range request) and yields the ready-made
+batch once for every ``BATCH_ROWS`` records received: the broker's sends, the socket and Spark's
+hand-over, no message decoded. What the real read costs beyond it is its decoding.
 
 Options: ``schema`` (a ``StructType``'s JSON); for the read ``rows`` (in all) and ``numPartitions``.
 """
@@ -88,6 +93,62 @@ class _Reader(DataSourceReader):
             left -= n
 
 
+class _Range(InputPartition):
+    def __init__(self, start: int, end: int):
+        self.start, self.end = start, end
+
+
+class _ReceiveReader(_Reader):
+    def __init__(self, schema, rows: int, parts: int, stream_url: str, stream: str):
+        super().__init__(schema, rows, parts)
+        self.stream_url, self.stream = stream_url, stream
+
+    def partitions(self):
+        import itertools
+        shares = [p.rows for p in super().partitions()]
+        return [_Range(end - n, end) for end, n in zip(itertools.accumulate(shares), shares, strict=True)]
+
+    def read(self, partition):
+        import pyarrow as pa  # type: ignore[import-untyped]
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from amqp_stream.client.stream import StreamClient
+        from amqp_stream.spark.pushdown import Pushdown
+        from amqp_stream.spark.stream_read import subscribe_properties
+        from amqp_stream.streamproto import OffsetSpec
+        from storage.format import CHUNK_HEADER
+        start, end = partition.start, partition.end
+        schema = to_arrow_schema(self.schema, timezone="UTC")
+        batch = pa.RecordBatch.from_arrays([_column(f, BATCH_ROWS) for f in self.schema.fields], schema=schema)
+        got = [0, False]  # records of the range received, the range's end seen
+
+        def chunk(c) -> None:
+            _, _, entries, records, _, _, first, *_ = CHUNK_HEADER.unpack_from(c)
+            if entries == 0:  # the broker's end-of-range chunk
+                got[1] = True
+            else:
+                got[0] += max(0, min(end, first + records) - max(start, first))
+                got[1] = got[1] or first + records >= end
+
+        client = StreamClient(self.stream_url, on_chunk=chunk)
+        try:
+            client.subscribe(1, self.stream, OffsetSpec.offset(start), credit=8,
+                             properties=subscribe_properties(Pushdown(None, None, []), False, end))
+            sent = 0
+            while not got[1]:
+                if not client.pump(30):
+                    raise RuntimeError(f"bench-ceiling floor read: nothing came at {start + got[0]}")
+                while got[0] - sent >= BATCH_ROWS:
+                    yield batch
+                    sent += BATCH_ROWS
+        finally:
+            client.close()
+        if got[0] != end - start:
+            raise RuntimeError(f"bench-ceiling floor read: {got[0]} of {end - start} records")
+        if got[0] > sent:
+            yield batch.slice(0, got[0] - sent)
+
+
 class _Writer(DataSourceArrowWriter):
     def write(self, iterator):
         return _Count(sum(batch.num_rows for batch in iterator))
@@ -131,7 +192,11 @@ class CeilingDataSource(DataSource):
         return StructType.fromJson(json.loads(self.options["schema"]))
 
     def reader(self, schema):
-        return _Reader(schema, int(self.options.get("rows", "0")), int(self.options.get("numPartitions", "1")))
+        rows, parts = int(self.options.get("rows", "0")), int(self.options.get("numPartitions", "1"))
+        stream_url = next((v for k, v in self.options.items() if k.lower() == "streamurl"), None)
+        if stream_url:
+            return _ReceiveReader(schema, rows, parts, stream_url, self.options["stream"])
+        return _Reader(schema, rows, parts)
 
     def writer(self, schema, overwrite: bool):
         if any(k.lower() == "streamurl" for k in self.options):
