@@ -781,8 +781,8 @@ def _map(b: _Batch, columns: Columns, keys: list[str], values: list[tuple[Any, A
 
 @functools.lru_cache(maxsize=8)
 def _steps(n: int, size: int) -> Any:
-    """0, size, ..., n * size: the offsets of ``n`` values of one size."""
-    return np.arange(0, (n + 1) * size, size, dtype=np.int32)
+    """0, size, ..., n * size: the offsets of ``n`` values of one size (shared: read only)."""
+    return _read_only(np.arange(0, (n + 1) * size, size, dtype=np.int32))
 
 
 @functools.lru_cache(maxsize=4)
