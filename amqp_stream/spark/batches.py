@@ -26,10 +26,14 @@ from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, Doub
 from amqp_stream.client import PROPERTY_NAMES
 from amqp_stream.spark.mapping import _EPOCH, _STRING, _body_bytes, declared_columns, fixed_columns, to_spark
 
-__all__ = ["Columns", "BATCH_ROWS", "read_arrow_schema"]
+__all__ = ["Columns", "BATCH_ROWS", "BATCH_BYTES", "read_arrow_schema"]
 
-#: rows per yielded batch at most (Spark's own default for Python UDF batches is 10,000)
+#: rows per yielded batch (Spark's own default for Python UDF batches is 10,000); the stream
+#: protocol's read adds whole chunks, so its batches pass it by at most a chunk's records
 BATCH_ROWS = 10_000
+#: the messages' bytes that also end a batch: 10,000 messages of a megabyte would otherwise
+#: be held at once by a task (its memory bounded by this, and a chunk or a message more)
+BATCH_BYTES = 64 << 20
 
 _BITS = {ByteType: 8, ShortType: 16, IntegerType: 32, LongType: 64}
 # the milliseconds a ``datetime`` can hold (years 1..9999): beyond, message_to_row's

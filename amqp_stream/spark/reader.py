@@ -40,7 +40,7 @@ except ImportError:  # older: every micro-batch reads all there is; batch reads 
 import sqlfilter
 
 from amqp_stream import client as amqp
-from amqp_stream.spark.batches import BATCH_ROWS, Columns
+from amqp_stream.spark.batches import BATCH_BYTES, BATCH_ROWS, Columns
 from amqp_stream.spark.mapping import STREAM_COLUMN, declared_columns
 from amqp_stream.spark.offsets import OffsetRange, resolve, split
 from amqp_stream.spark.options import OptionError, SourceOptions
@@ -148,7 +148,8 @@ def _merge(a: Pushdown, b: Pushdown) -> Pushdown:
 def read_range(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, schema: StructType,
                stream: str | None = None) -> Iterator:
     """The rows of ``[rng.start, rng.end)`` that pass ``pd`` as Arrow record batches of
-    ``schema`` (``Columns.of``) of at most ``BATCH_ROWS`` rows, column by column (``batches``);
+    ``schema`` (``Columns.of``) of at most ``BATCH_ROWS`` rows (fewer when their bodies reach
+    ``BATCH_BYTES``), column by column (``batches``);
     over the stream protocol with ``streamUrl`` (``stream_read``). ``stream``: a super stream's
     partition stream, the value of the ``stream`` column."""
     if opts.stream_url is not None:
@@ -169,6 +170,7 @@ def read_range(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, schema: Stru
             raise amqp.ConsumerError(f"the broker did not put filter(s) {missing} in place for stream "
                                      f"{opts.stream!r} (invalid SQL filter?)")
         columns = Columns.of(schema, stream)
+        held = 0  # the batch's bodies' bytes
         for m in consumer.read_available(end=rng.end, timeout=opts.timeout):
             if m.offset is None or m.offset < rng.start:
                 continue
@@ -176,8 +178,10 @@ def read_range(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, schema: Stru
                 continue
             m.application_properties = _owned(m.application_properties)
             columns.add(m)
-            if len(columns) >= BATCH_ROWS:
+            held += len(m.body) if isinstance(m.body, (bytes, str)) else 0
+            if len(columns) >= BATCH_ROWS or held >= BATCH_BYTES:
                 yield columns.batch()
+                held = 0
         if len(columns):
             yield columns.batch()
         consumer.close()

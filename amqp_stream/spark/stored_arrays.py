@@ -865,6 +865,11 @@ class StoredBatches:
     def __len__(self) -> int:
         return self._count
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the pieces held (their messages, and the chunks' headers with them)."""
+        return self._size
+
     def extend(self, first: int, datas: Sequence[bytes]) -> None:
         """Messages at ``first``, ``first + 1``, ..."""
         if datas:

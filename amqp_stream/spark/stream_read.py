@@ -4,8 +4,8 @@ Why: the AMQP 1.0 read goes through proton's reactor and builds a ``proton.Messa
 delivery (~4,600 rows/s for 2 partitions). Here a task subscribes at its range's start with the
 pushed-down filters (``filter.N``, ``match-unfiltered``, and this broker's ``sql-filter``:
 docs/stream-protocol.md), takes Deliver chunks whole, splits their records with the storage
-format's own ``decode_records`` (sub-batches too), gathers the messages of a batch (up to
-``BATCH_ROWS``, or what came before the socket has nothing more for now) and yields them as an
+format's own ``decode_records`` (sub-batches too), gathers the messages of a batch (whole chunks up to
+``BATCH_ROWS`` or ``BATCH_BYTES``, or what came before the socket has nothing more for now) and yields them as an
 Arrow record batch: read as columns by ``stored_arrays`` when they share one shape (a writer's
 messages do), else one walk a message by ``stored_columns`` (today's ``stored_message`` for
 anything unusual).
@@ -39,7 +39,7 @@ from pyspark.sql.types import StructType
 from amqp_stream import client as amqp
 from amqp_stream.client.names import _ZERO_IS_ABSENT, FILTER_VALUE
 from amqp_stream.client.stream import StreamClient
-from amqp_stream.spark.batches import BATCH_ROWS, Columns
+from amqp_stream.spark.batches import BATCH_BYTES, BATCH_ROWS, Columns
 from amqp_stream.spark.offsets import OffsetRange
 from amqp_stream.spark.options import SourceOptions
 from amqp_stream.spark.pushdown import Pushdown
@@ -159,8 +159,8 @@ def subscribe_properties(pd: Pushdown, match_unfiltered: bool, end: int) -> dict
 def read_range_stream(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, schema: StructType,
                       stream: str | None = None) -> Iterator[Any]:
     """The rows of ``[rng.start, rng.end)`` that pass ``pd``, read over the stream protocol, as
-    Arrow record batches of ``schema``: of at most ``BATCH_ROWS`` rows, and the rows that came are yielded
-    before the read waits for more (``stream``: a super stream's partition, the ``stream``
+    Arrow record batches of ``schema``: whole chunks up to ``BATCH_ROWS`` rows or ``BATCH_BYTES``,
+    and the rows that came are yielded before the read waits for more (``stream``: a super stream's partition, the ``stream``
     column)."""
     if rng.end <= rng.start or pd.empty:
         return
@@ -193,7 +193,7 @@ def read_range_stream(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, schem
                     f"this broker's {END_OFFSET_PROPERTY} extension never says where a range ends)")
             while chunks:
                 done = _rows(chunks.pop(0), rng, batches)
-                if len(batches) >= BATCH_ROWS:
+                if len(batches) >= BATCH_ROWS or batches.nbytes >= BATCH_BYTES:
                     yield from batches.drain()
                 if done:
                     break
