@@ -170,8 +170,12 @@ class Core:
 
     # -- streams ---------------------------------------------------------------------------
     def exists(self, name: str) -> bool:
+        """Whether stream ``name`` exists. On a cluster node a miss in the view asks ZooKeeper
+        (``ClusterNode.look_up``): a stream declared through another node a moment ago, before
+        this node's watch fired, exists here too (a GET or an equal PUT through any node finds
+        it at once), as RabbitMQ answers from its cluster-wide metadata store."""
         if self.cluster is not None:
-            return self.cluster.exists(name)
+            return self.cluster.exists(name) or self.cluster.look_up(name) is not None
         return self.registry.exists(name)
 
     def stream(self, name: str) -> StreamEntry:
