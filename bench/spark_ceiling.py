@@ -191,15 +191,18 @@ class CeilingDataSource(DataSource):
         from pyspark.sql.types import StructType
         return StructType.fromJson(json.loads(self.options["schema"]))
 
+    def _stream_url(self) -> str | None:
+        return next((v for k, v in self.options.items() if k.lower() == "streamurl"), None)
+
     def reader(self, schema):
         rows, parts = int(self.options.get("rows", "0")), int(self.options.get("numPartitions", "1"))
-        stream_url = next((v for k, v in self.options.items() if k.lower() == "streamurl"), None)
+        stream_url = self._stream_url()
         if stream_url:
             return _ReceiveReader(schema, rows, parts, stream_url, self.options["stream"])
         return _Reader(schema, rows, parts)
 
     def writer(self, schema, overwrite: bool):
-        if any(k.lower() == "streamurl" for k in self.options):
+        if self._stream_url():
             return _ResendWriter(self.options, schema)
         return _Writer()
 

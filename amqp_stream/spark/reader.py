@@ -149,9 +149,9 @@ def read_range(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, schema: Stru
                stream: str | None = None) -> Iterator:
     """The rows of ``[rng.start, rng.end)`` that pass ``pd`` as Arrow record batches of
     ``schema`` (``Columns.of``) of at most ``BATCH_ROWS`` rows (fewer when their bodies reach
-    ``BATCH_BYTES``), column by column (``batches``);
-    over the stream protocol with ``streamUrl`` (``stream_read``). ``stream``: a super stream's
-    partition stream, the value of the ``stream`` column."""
+    ``BATCH_BYTES``), column by column (``batches``); over the stream protocol with
+    ``streamUrl`` (``stream_read``). ``stream``: a super stream's partition stream, the value of
+    the ``stream`` column."""
     if opts.stream_url is not None:
         yield from read_range_stream(opts, rng, pd, schema, stream)
         return

@@ -60,7 +60,7 @@ _EXPIRY, _CREATION = PROPERTY_ORDER.index("absolute_expiry_time"), PROPERTY_ORDE
 # a word's first n bytes, whatever the machine's byte order
 _FIRST = [np.frombuffer(b"\xff" * n + bytes(8 - n), "=u8")[0] for n in range(8)]
 _WIDE = {0x71: ">i4", 0x81: ">i8"}  # int and long: their big-endian values
-_ROWS = 2048  # messages whose words a comparison takes at once (_Batch.lay_out, _rows_alike)
+_ROWS = 2048  # rows a comparison of messages' words takes at once (_alike)
 _PAD = 16  # zero bytes after the last message: a gather a few bytes past it stays in the buffer
 _PADDING = bytes(_PAD)
 
@@ -132,9 +132,9 @@ class _Batch:
         # alike: by what it is made of (``once``), that object kept with it
         self.made: dict[tuple[str, int], tuple[Any, Any]] = {}
         # a laid-out batch's first bytes of every message, a row each (``lay_out``), and the
-        # positions known to lie at one distance into every message: id -> (positions, distance)
+        # positions known to lie at one distance into every message (``at``'s): id -> distance
         self.head: Any = None
-        self._into: dict[int, tuple[Any, int]] = {}
+        self._into: dict[int, int] = {}
 
     @classmethod
     def of(cls, datas: Sequence[bytes]) -> _Batch:
@@ -168,17 +168,17 @@ class _Batch:
         key = ("at", d)
         if key not in self.made:
             pos = _read_only(self.starts + d)
-            self.made[key] = (d, pos)  # kept: its id stays its own
-            self._into[id(pos)] = (pos, d)
+            self.made[key] = (d, pos)  # kept with the batch: its id stays its own
+            self._into[id(pos)] = d
         return self.made[key][1]
 
     def in_head(self, pos: Any, width: int) -> int | None:
         """How far into every message ``pos`` lies, when it is one of ``at``'s and its ``width``
         bytes lie in the head; else None."""
-        hit = self._into.get(id(pos))
-        if self.head is None or hit is None or hit[0] is not pos or hit[1] + width > self.head.shape[1]:
+        d = self._into.get(id(pos))
+        if self.head is None or d is None or d + width > self.head.shape[1]:
             return None
-        return hit[1]
+        return d
 
     def lay_out(self, width: int, masks: Any) -> bool:
         """Whether every message's first ``width`` bytes (a multiple of 8), masked by the words
@@ -190,15 +190,17 @@ class _Batch:
         costs a cache miss a message (~15-30 ns; the copy ~15 ns a message for all)."""
         if int(self.starts.max()) + width > len(self.raw):  # a message too short for it
             return False
-        rows_of = np.ndarray((len(self.raw) - width + 1,), np.dtype((np.void, width)), self.raw, 0, (1,))
-        head = rows_of[self.starts].view(np.uint8).reshape(self.n, width)
-        words = head.view("=u8")
-        first = words[0] & masks
-        for lo in range(0, self.n, _ROWS):
-            if not ((words[lo:lo + _ROWS] & masks) == first).all():
-                return False
+        head = self._rows(self.starts, width)
+        if not _alike(head.view("=u8"), masks):
+            return False
         self.head = _read_only(head)
         return True
+
+    def _rows(self, at: Any, width: int) -> Any:
+        """The ``width`` bytes at each of ``at``, a row each: one index a message (~3x a gather
+        of each word by its own index)."""
+        rows_of = np.ndarray((len(self.raw) - width + 1,), np.dtype((np.void, width)), self.raw, 0, (1,))
+        return rows_of[at].view(np.uint8).reshape(len(at), width)
 
     def skip(self, pos: Any, check: bool = True) -> tuple[Any, Any, Any, Any]:
         """(constructors, data starts, data lengths, next positions) of the values at ``pos``;
@@ -256,36 +258,29 @@ class _Batch:
 
     def full(self, size: int) -> Any:
         """``size`` in every message (a fixed width's length: one array a batch, read only)."""
-        key = ("full", int(size))  # (by value: each size is a new numpy scalar)
-        if key not in self.made:
-            self.made[key] = (size, _read_only(np.full(self.n, size)))
-        return self.made[key][1]
+        return self._every("full", int(size), np.int64)
 
     def code(self, c: int) -> Any:
         """Constructor ``c`` in every message (one array a batch, read only)."""
-        key = ("code", int(c))
+        return self._every("code", int(c), np.uint8)
+
+    def _every(self, kind: str, value: int, dtype: Any) -> Any:
+        key = (kind, value)  # by value: each size read is a new numpy scalar
         if key not in self.made:
-            self.made[key] = (c, _read_only(np.full(self.n, c, np.uint8)))
+            self.made[key] = (value, _read_only(np.full(self.n, value, dtype)))
         return self.made[key][1]
 
     def _rows_alike(self, at: Any, masks: Any) -> bool:
         """Whether the ``len(masks)`` words at ``at`` (one place a message), masked, are the
-        first message's in every message. Why this way: the words are copied out as one row a
-        message (one index a message, ``_ROWS`` messages at a time), ~3x faster than a gather
-        of each word by its own index."""
-        d = self.in_head(at, 8 * len(masks))
-        if d is not None:  # the head's columns, in order
-            cols = np.ndarray((self.n, len(masks)), "=u8", self.head, d, (self.head.shape[1], 8)) & masks
-            return bool((cols == cols[0]).all())
+        first message's in every message: the head's columns where they lie in it, else rows
+        copied out (``_rows``)."""
         width = 8 * len(masks)
-        rows_of = np.ndarray((len(self.raw) - width + 1,), np.dtype((np.void, width)), self.raw, 0, (1,))
-        first = rows_of[at[:1]].view("=u8") & masks
-        for lo in range(0, self.n, _ROWS):
-            rows = rows_of[at[lo:lo + _ROWS]].view("=u8").reshape(-1, len(masks))
-            rows &= masks
-            if not (rows == first).all():
-                return False
-        return True
+        d = self.in_head(at, width)
+        if d is not None:
+            words = np.ndarray((self.n, len(masks)), "=u8", self.head, d, (self.head.shape[1], 8))
+        else:
+            words = self._rows(at, width).view("=u8")
+        return _alike(words, masks)
 
     def check_texts(self, c: Any, start: Any, length: Any) -> None:
         """Raise ``_Shape`` unless the texts of constructor ``c`` (one in every message) at
@@ -382,6 +377,16 @@ def _codes(c: Any) -> list[int]:
     seen = np.zeros(256, bool)
     seen[c] = True
     return np.flatnonzero(seen).tolist()
+
+
+def _alike(words: Any, masks: Any) -> bool:
+    """Whether every row of ``words``, masked by ``masks``, is the first's (``_ROWS`` rows at a
+    time: the temporaries stay small)."""
+    first = words[0] & masks
+    for lo in range(0, len(words), _ROWS):
+        if not ((words[lo:lo + _ROWS] & masks) == first).all():
+            return False
+    return True
 
 
 def _read_only(a: Any) -> Any:

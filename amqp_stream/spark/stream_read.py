@@ -4,9 +4,9 @@ Why: the AMQP 1.0 read goes through proton's reactor and builds a ``proton.Messa
 delivery (~4,600 rows/s for 2 partitions). Here a task subscribes at its range's start with the
 pushed-down filters (``filter.N``, ``match-unfiltered``, and this broker's ``sql-filter``:
 docs/stream-protocol.md), takes Deliver chunks whole, splits their records with the storage
-format's own ``decode_records`` (sub-batches too), gathers the messages of a batch (whole chunks up to
-``BATCH_ROWS`` or ``BATCH_BYTES``, or what came before the socket has nothing more for now) and yields them as an
-Arrow record batch: read as columns by ``stored_arrays`` when they share one shape (a writer's
+format's own ``decode_records`` (sub-batches too), gathers the messages of a batch (whole
+chunks up to ``BATCH_ROWS`` or ``BATCH_BYTES``, or what came before the socket has nothing more
+for now) and yields them as an Arrow record batch: read as columns by ``stored_arrays`` when they share one shape (a writer's
 messages do), else one walk a message by ``stored_columns`` (today's ``stored_message`` for
 anything unusual).
 
@@ -160,8 +160,8 @@ def read_range_stream(opts: SourceOptions, rng: OffsetRange, pd: Pushdown, schem
                       stream: str | None = None) -> Iterator[Any]:
     """The rows of ``[rng.start, rng.end)`` that pass ``pd``, read over the stream protocol, as
     Arrow record batches of ``schema``: whole chunks up to ``BATCH_ROWS`` rows or ``BATCH_BYTES``,
-    and the rows that came are yielded before the read waits for more (``stream``: a super stream's partition, the ``stream``
-    column)."""
+    and the rows that came are yielded before the read waits for more (``stream``: a super
+    stream's partition, the ``stream`` column)."""
     if rng.end <= rng.start or pd.empty:
         return
     chunks: list[bytes] = []
