@@ -541,6 +541,11 @@ class Stream:
         """A replica's log takes chunks only through ``append_chunks``: appends are refused."""
         self._writer.set_follower(follower)
 
+    @property
+    def follower(self) -> bool:
+        """Appends refused (``set_follower``): a replica's log, or a leader handing over."""
+        return self._writer.follower
+
     def append_chunks(self, chunks: Sequence[tuple[bytes | memoryview, bool]]) -> int:
         """Append whole chunks as another log holds them (see ``Writer.append_chunks``);
         returns the new local end. ``StaleEpochError`` for a chunk of an older epoch."""

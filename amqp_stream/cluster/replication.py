@@ -183,13 +183,29 @@ class Replication:
                 self._reconfigure(layout)
                 continue
             role = self.leaders.get(name)
-            if applied is not None and role is not None and applied.leader == layout.leader \
-                    and layout.epoch == applied.epoch + 1 and role.epoch == applied.epoch \
-                    and (applied.members, applied.catching_up) != (layout.members,
-                                                                   layout.catching_up):
+            if applied is not None and role is not None and self._carries_on(role, applied,
+                                                                             layout):
                 self._reepoch(role, layout)
                 continue
             self._apply(layout)
+
+    def _carries_on(self, role: LeaderRole, applied: StreamLayout,
+                    layout: StreamLayout) -> bool:
+        """This node leads ``layout``'s newer epoch as it led ``applied``'s, and its role
+        still takes appends: the role carries on in place (``_reepoch``). One epoch more
+        with other members is a member change (``membership``). Several epochs more are
+        layouts this node did not see in between (a delete-replica then an add-replica
+        within one poll): meanwhile nothing but its own role touched its log (no replica
+        link ran) and no replica acknowledged a newer epoch to it, so its log is the new
+        epoch's leader log, as a re-elected Raft leader's is, and what it holds waits for
+        the new epoch's commit. (A leader handing over refuses appends: it starts afresh.)"""
+        if not (applied.leader == layout.leader == self.node and role.epoch == applied.epoch
+                and not role.stream.follower):
+            return False
+        if layout.epoch == applied.epoch + 1:
+            return (applied.members, applied.catching_up) != (layout.members,
+                                                               layout.catching_up)
+        return layout.epoch > applied.epoch + 1
 
     def _reconfigure(self, layout: StreamLayout) -> None:
         """Members added, caught up or removed under the same leader and epoch: the role

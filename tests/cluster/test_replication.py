@@ -20,7 +20,7 @@ from amqp_stream.cluster import auth  # noqa: E402
 from amqp_stream.cluster import replication_wire as wire  # noqa: E402
 from amqp_stream.cluster.layout import Node, StreamLayout  # noqa: E402
 from storage.format import HEADER_CHUNK_ID_AT  # noqa: E402
-from tests.cluster.checker import check, log_dir, log_end, raw_chunks, records  # noqa: E402
+from tests.cluster.checker import body_of, check, log_dir, log_end, raw_chunks, records  # noqa: E402
 from amqp_stream.cluster.testing import Cluster  # noqa: E402
 from tests.polling import wait_for  # noqa: E402
 
@@ -500,6 +500,44 @@ def test_a_stream_shrunk_to_one_member_confirms_on_local_durability_again(cluste
             await publish(p, bodies("alone", 100), confirmed)
     asyncio.run(go())
     assert len(confirmed) == 200
+
+
+def test_member_changes_the_leader_saw_only_the_last_of_carry_its_held_publishes(cluster):
+    """A delete-replica and an add-replica within one of the leader's polls: it sees epoch 1
+    then epoch 3 (never 2). It still leads, so it carries on in place: what waited for the
+    quorum is confirmed once the new members hold it, and nothing is answered with an
+    error (it was failed, as on a change of leader; CI saw it once)."""
+    confirmed: list[bytes] = []
+    errors: list[int] = []
+    cluster.brokers["n2"].kill()
+    cluster.brokers["n3"].kill()
+
+    async def go():
+        async with producer(cluster, "n1") as p:
+            held = bodies("held", 100)
+            pending = {}
+
+            def on_confirm(status: ConfirmationStatus) -> None:
+                body = pending.pop(status.message_id)
+                (confirmed.append(body) if status.is_confirmed else errors.append(status.response_code))
+            ids = await p.send_batch(STREAM, [AMQPMessage(body=b) for b in held],
+                                     on_publish_confirm=on_confirm)
+            pending.update(zip(ids, held, strict=True))
+            n1_log = log_dir(cluster.data_dirs()["n1"], STREAM)
+            await until(lambda: sum(body_of(r) in pending.values() for _, r in records(n1_log))
+                        == 100, 10, "n1 holding the publishes it cannot confirm")
+            assert confirmed == [] and errors == []
+            layout = StreamLayout(STREAM, 3, "n1", ("n1", "n2"))
+            cluster.set_layouts([(layout, {})])
+            cluster.start("n2")
+            await until(lambda: not pending, 30, "every held publish answered")
+            assert errors == [] and confirmed == held
+            await publish(p, bodies("after", 100), confirmed)
+    asyncio.run(go())
+    assert len(confirmed) == 200
+    assert "left unconfirmed" not in cluster.log("n1")
+    dirs = cluster.data_dirs()
+    check({n: dirs[n] for n in ("n1", "n2")}, STREAM, confirmed)
 
 
 def test_a_replica_restarted_alone_serves_what_was_committed_before(cluster):
