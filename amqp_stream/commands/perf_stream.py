@@ -12,7 +12,8 @@ this broker's stage-2 `sql-filter`; they count records from chunk headers and de
 only for what they report: every message's `value` when stage-1 values were asked for (the
 client-side post-filter, stage 3: `matched`) and one send time per chunk (latency); a chunk's
 records are split with ``storage.format.decode_records`` (sub-entry batches opened). After
-publishing ends, a consumer stops once nothing has arrived for `IDLE_S` seconds (a filtered
+publishing ends (the producers' last confirms came), a consumer stops once nothing has arrived
+for `IDLE_S` seconds, counted from the later of its last delivery and that end (a filtered
 consumer cannot know where its last chunk is).
 
 Super streams (`--super-streams`): the run makes `--stream` a super stream of
@@ -275,8 +276,15 @@ def consumer(args: Any, index: int, interrupted: threading.Event, counters: Any,
                 answer_updates()
             started.wait()
             idle_since = time.monotonic()
+            publishing = True
             while not interrupted.is_set() and not c.gone & set(args.partitions):
                 if c.pump(0.2):
+                    idle_since = time.monotonic()
+                elif publishing and ready.is_set():
+                    # the last confirms just came: the chunks they committed are delivered
+                    # after them, so the quiet that ends the run counts from here (a loaded
+                    # broker's last confirm can come over IDLE_S after the last delivery)
+                    publishing = False
                     idle_since = time.monotonic()
                 elif ready.is_set() and time.monotonic() - idle_since >= IDLE_S:
                     break
