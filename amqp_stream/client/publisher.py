@@ -147,6 +147,13 @@ class Publisher:
     def unsettled(self) -> int:
         return len(self._pending)
 
+    @property
+    def sent(self) -> int:
+        """Messages numbered for sending: never fewer than went to the link (a count the
+        caller keeps after ``send`` returns misses one when a Ctrl-C lands in between, and
+        the broker may store it), at most one more (numbered, not yet sent)."""
+        return self._seq
+
     def publish(self, body: Any, *, properties: Mapping[str, Any] | None = None,
                 application_properties: Mapping[str, Any] | None = None,
                 filter_value: str | None = None, message_id: Any = None,

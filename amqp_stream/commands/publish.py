@@ -137,12 +137,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         with open_client(args) as client, _publisher(client, args) as pub:
             if progress is None:
-                ticker = _Ticker(lambda: (sent, pub.accepted))
+                ticker = _Ticker(lambda: (pub.sent, pub.accepted))
             try:
                 for number, text, size in _lines(source):
                     interrupt.check()  # a Ctrl-C that landed in proton and was dropped there
                     if progress:
-                        progress.advance(size, sent)
+                        progress.advance(size, pub.sent)
                     if not text:
                         continue
                     body, record = parse_line(text, args.format, number)
@@ -156,15 +156,15 @@ def run(args: argparse.Namespace) -> int:
                     if value == "":
                         value = None
                     pub.send(build_message(body, application_properties=props or None, filter_value=value))
-                    sent += 1
                 outcomes = pub.flush(check=False)
             except KeyboardInterrupt:
                 if progress:
-                    progress.stop(sent)
+                    progress.stop(pub.sent)
                     progress = None
-                _report_interrupt(pub, target, sent, number)
+                _report_interrupt(pub, target, number)
                 raise  # exit 130 (the connection is dropped: client.leave)
             finally:
+                sent = pub.sent
                 if progress:
                     progress.stop(sent)
                 if ticker:
@@ -199,7 +199,7 @@ def _publisher(client: Any, args: argparse.Namespace) -> Any:
     return client.publisher(args.stream, window=args.window)
 
 
-def _report_interrupt(pub: Any, target: str, sent: int, line: int) -> None:
+def _report_interrupt(pub: Any, target: str, line: int) -> None:
     """After Ctrl-C: how many messages the broker confirmed, so the user knows what to publish
     again. The outcomes already sent back are collected (a short wait, at most
     ``INTERRUPT_WAIT_S``; a second Ctrl-C ends the process at once)."""
@@ -208,7 +208,7 @@ def _report_interrupt(pub: Any, target: str, sent: int, line: int) -> None:
         pub.flush(check=False)
     except (ClientError, KeyboardInterrupt):
         pass  # what has come is counted; the rest stays unconfirmed
-    failed = len(pub.failed)
+    sent, failed = pub.sent, len(pub.failed)
     unconfirmed = max(0, sent - pub.accepted - failed)
     print(f"amqp-stream publish: interrupted after input line {line}: {plural(sent, 'message')} sent "
           f"to {target}, {pub.accepted} confirmed, {failed} not accepted, {unconfirmed} unconfirmed "
