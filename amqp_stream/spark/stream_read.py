@@ -6,9 +6,9 @@ pushed-down filters (``filter.N``, ``match-unfiltered``, and this broker's ``sql
 docs/stream-protocol.md), takes Deliver chunks whole, splits their records with the storage
 format's own ``decode_records`` (sub-batches too), gathers the messages of a batch (whole
 chunks up to ``BATCH_ROWS`` or ``BATCH_BYTES``, or what came before the socket has nothing more
-for now) and yields them as an Arrow record batch: read as columns by ``stored_arrays`` when they share one shape (a writer's
-messages do), else one walk a message by ``stored_columns`` (today's ``stored_message`` for
-anything unusual).
+for now) and yields them as an Arrow record batch: read as columns by ``stored_arrays`` when
+they share one shape (a writer's messages do), else one walk a message by ``stored_columns``
+(today's ``stored_message`` for anything unusual).
 
 ``stored_message`` decodes a message in one walk over its sections (the usual smallulong
 descriptors); anything else, and any message it cannot read, goes to ``wire_message`` (the

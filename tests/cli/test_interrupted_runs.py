@@ -1,6 +1,7 @@
 """Ctrl-C in the middle of a run (issue 25 item 22): `publish --file` says how many messages
 the broker confirmed; `perf` does not count what a consumer had not reached as a saving of the
-filters. Real subprocesses, a real SIGINT, the session broker."""
+filters. Real subprocesses, a real SIGINT, the session broker (and, for a Ctrl-C at one
+exact point, the command in process with the interrupt raised there)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import sys
 
 import pytest
 
+from amqp_stream.cli import main
+from amqp_stream.client.publisher import Publisher
 from tests.cli.test_commands import _consumer_figures, _summary, cli
 from tests.polling import wait_for
 
@@ -78,9 +81,6 @@ def test_a_ctrl_c_inside_a_send_counts_the_message_the_link_took(broker, stream_
     counts it as sent (a count kept after ``send`` missed it, and the broker stored it: CI saw
     31,149 sent and 31,150 stored). The signal's exact moment cannot be caused for real, so
     the 50th send raises it once the message is out; the command runs in this process."""
-    from amqp_stream.cli import main
-    from amqp_stream.client.publisher import Publisher
-
     path = tmp_path / "lines.txt"
     path.write_text("".join(f"line {n}\n" for n in range(200)))
     assert cli("declare", stream_name, url=broker.url).returncode == 0

@@ -1,13 +1,24 @@
 """`amqp-stream perf --protocol stream`: the load tool over RabbitMQ's stream protocol, run as a
 subprocess against the session broker's stream port, its summary checked exactly where the
-published sequence makes the answer known."""
+published sequence makes the answer known (the end of a consumer's run: its worker driven in
+process)."""
 
 from __future__ import annotations
 
+import threading
+import time
+
+import proton
 import pytest
 
+from amqp_stream.cli import build_parser
+from amqp_stream.client.stream import StreamClient, publish_frame
+from amqp_stream.commands import perf_stream
+from amqp_stream.commands.perf import Counters
+from amqp_stream.streamproto import OffsetSpec
 from amqp_stream.testing import free_port
 from tests.cli.test_commands import _consumer_figures, _summary, cli
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -90,18 +101,6 @@ def test_a_consumer_counts_the_chunk_the_last_confirm_committed_after_a_long_qui
     delivery. The quiet that ends a consumer counts from the end of publishing, so that chunk
     is counted (before, the consumer left at once: 600 of 601 in a CI run). Driven in
     process, the late delivery made on purpose."""
-    import threading
-    import time
-
-    import proton
-
-    from amqp_stream.cli import build_parser
-    from amqp_stream.client.stream import StreamClient, publish_frame
-    from amqp_stream.commands import perf_stream
-    from amqp_stream.commands.perf import Counters
-    from amqp_stream.streamproto import OffsetSpec
-    from tests.polling import wait_for
-
     args = build_parser("perf").parse_args(
         ["perf", "--protocol", "stream", "--stream-url", _stream_url(broker), "--stream",
          stream_name, "--producers", "0", "--user", "guest", "--password", "guest"])
@@ -118,7 +117,8 @@ def test_a_consumer_counts_the_chunk_the_last_confirm_committed_after_a_long_qui
 
         def publish(n: int) -> None:
             c.send(publish_frame(1, [(n, None, proton.Message(body=n).encode())]))
-            wait_for(lambda: c.pump(0.05) is not None and c.confirmed == n, 10, f"confirm {n}")
+            while c.confirmed < n:
+                assert c.pump(10), f"no confirm of {n}"
         publish(1)
         t = threading.Thread(target=perf_stream.consumer,
                              args=(args, 0, interrupted, counters, started, ready), daemon=True)

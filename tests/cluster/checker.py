@@ -21,7 +21,7 @@ from storage.reader import DirectorySource, Reader
 
 DATA_SECTION = 0x75
 
-__all__ = ["log_dir", "local_end", "log_end", "raw_chunks", "records", "body_of", "Report", "check"]
+__all__ = ["log_dir", "local_end", "log_end", "last_epoch", "raw_chunks", "records", "body_of", "Report", "check"]
 
 
 def log_dir(data_dir: str | os.PathLike[str], stream: str) -> Path:
@@ -46,11 +46,21 @@ def raw_chunks(directory: str | os.PathLike[str]) -> list[tuple[int, int, int, b
 def log_end(directory: str | os.PathLike[str]) -> int | None:
     """The end of the log in ``directory``, for polling a live member: ``None`` while it reads
     as cut short (a member truncating its tail under the reader, as a deposed leader does)."""
+    return _last(directory, 2)
+
+
+def last_epoch(directory: str | os.PathLike[str]) -> int | None:
+    """The epoch of the last chunk of the log in ``directory`` (0: empty), polled as
+    ``log_end``."""
+    return _last(directory, 1)
+
+
+def _last(directory: str | os.PathLike[str], field: int) -> int | None:
     try:
         chunks = raw_chunks(directory)
     except CorruptionError:
         return None
-    return chunks[-1][2] if chunks else 0
+    return chunks[-1][field] if chunks else 0
 
 
 def local_end(broker, stream: str) -> int:

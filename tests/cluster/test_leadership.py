@@ -14,8 +14,7 @@ from rstream import schema
 
 from amqp_stream.cluster.coordination import read_view
 from amqp_stream.streamproto.constants import ResponseCode
-from storage.errors import CorruptionError
-from tests.cluster.checker import check, log_dir, raw_chunks
+from tests.cluster.checker import check, last_epoch, log_dir, raw_chunks
 from tests.cluster.faults import ZkLayout
 from tests.cluster.publisher import Publisher, body
 from tests.cluster.test_replicated_nodes import converged, declare, published
@@ -187,7 +186,7 @@ def test_a_member_change_raises_the_epoch_and_the_leader_carries_on(nodes, strea
                 assert (layout.leader, layout.epoch) == ("n1", epoch)
                 # n1 takes the layout in at its next poll: the next change waits for it (two
                 # changes within one poll are seen as one: test_replication covers that)
-                await until(lambda: last_epoch(n1, stream_name) == epoch,
+                await until(lambda: last_epoch(log_dir(n1.data_dir, stream_name)) == epoch,
                             f"n1's chunks stamped with epoch {epoch}", 20)
             await until(lambda: read_view(url, 10).layouts[stream_name].catching_up == (),
                         "n3 counted again", 30)
@@ -209,16 +208,6 @@ def test_a_member_change_raises_the_epoch_and_the_leader_carries_on(nodes, strea
     assert epochs == sorted(epochs) and set(epochs) == {1, 2, 3}
     for b in brokers.values():
         assert "truncating from" not in b.log_text()
-
-
-def last_epoch(broker, stream: str) -> int:
-    """The epoch of the last chunk in ``broker``'s log of ``stream`` (0: none, or the tail
-    being written as it is read)."""
-    try:
-        chunks = raw_chunks(log_dir(broker.data_dir, stream))
-    except CorruptionError:
-        return 0
-    return chunks[-1][1] if chunks else 0
 
 
 def test_publishes_during_a_leadership_transfer_are_refused_as_rabbitmq_refuses_them(

@@ -519,7 +519,10 @@ def test_member_changes_the_leader_saw_only_the_last_of_carry_its_held_publishes
 
             def on_confirm(status: ConfirmationStatus) -> None:
                 body = pending.pop(status.message_id)
-                (confirmed.append(body) if status.is_confirmed else errors.append(status.response_code))
+                if status.is_confirmed:
+                    confirmed.append(body)
+                else:
+                    errors.append(status.response_code)
             ids = await p.send_batch(STREAM, [AMQPMessage(body=b) for b in held],
                                      on_publish_confirm=on_confirm)
             pending.update(zip(ids, held, strict=True))
