@@ -32,7 +32,11 @@ __all__ = ["FilterValue", "ChunkData", "PARTS_MAX", "FRAMES_APART_MAX", "RUN_CUT
 # one record's stage-1 value(s): one, a tuple of several (each goes into the Bloom), None: none
 FilterValue = Union[str, bytes, bytearray, tuple, None]
 
-PARTS_MAX = 4  # parts of a chunk's data section written apart at most (``Entries.span``)
+#: parts of a chunk's data section written apart at most (``Entries.span``): a chunk the writer
+#: cuts across client frames when it is behind holds up to ``max_chunk_bytes`` (8 MiB), ~35 of
+#: the Spark sink's frames; joined, each such chunk was 8 MiB of fresh memory (page faults:
+#: ~0.1 µs of the broker's CPU a row, ``bench/RESULTS.md``)
+PARTS_MAX = 64
 #: a chunk's data section: one buffer, or a few parts of it (``Entries.span``)
 ChunkData = Union[bytes, bytearray, memoryview, list]
 

@@ -310,8 +310,8 @@ class EntryRun:
 
 _MASKED_FROM = 256  # entries from which ``EntrySpans.entries`` masks rather than joins
 #: buffers ``EntrySpans.entries`` puts data sections in (the writer's chunk parts, held until
-#: written)
-_DATA = KeptBuffers(32, 32 << 20)
+#: written: up to ``storage.chunking.PARTS_MAX`` a chunk)
+_DATA = KeptBuffers(128, 32 << 20)
 #: the bytes of source it compresses at once (its result: below glibc's smallest mmap
 #: threshold, 128 KiB, so the allocator reuses it)
 _BLOCK = 64 << 10

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+import storage.chunking
 import storage.format
 from amqp_stream.derived_keys import deriver
 from storage import StorageError, Stream, StreamConfig
@@ -136,15 +137,18 @@ def _store(directory: Path, config: StreamConfig, turns: list, runs: bool) -> tu
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_scenario(), st.sampled_from((1, 20, storage.format._MASKED_FROM)))
+@given(_scenario(), st.sampled_from((1, 20, storage.format._MASKED_FROM)),
+       st.sampled_from((2, storage.chunking.PARTS_MAX)))
 @example((StreamConfig(min_chunk_entries=3, max_chunk_entries=7, max_chunk_bytes=150),
           [("append", [("run", [b"abcdefghij"] * 40, 8), ("body", b"x"),
-                       ("run", [b"yz"] * 9, 0)], False)]), 1)
-def test_runs_store_the_bytes_of_one_body_per_record(scenario, masked_from):
+                       ("run", [b"yz"] * 9, 0)], False)]), 1, 2)
+def test_runs_store_the_bytes_of_one_body_per_record(scenario, masked_from, parts_max):
     """``masked_from``: the entries from which ``EntrySpans`` cuts a chunk's part with a numpy
-    mask (the spans here hold at most 80)."""
+    mask (the spans here hold at most 80); ``parts_max``: the parts of a chunk written apart,
+    above which they are joined (2: joins are common)."""
     config, turns = scenario
     default, storage.format._MASKED_FROM = storage.format._MASKED_FROM, masked_from
+    parts_default, storage.chunking.PARTS_MAX = storage.chunking.PARTS_MAX, parts_max
     try:
         with tempfile.TemporaryDirectory() as tmp:
             fast = _store(Path(tmp, "runs"), config, turns, runs=True)
@@ -154,12 +158,29 @@ def test_runs_store_the_bytes_of_one_body_per_record(scenario, masked_from):
                         if name.endswith((".derived", ".skip"))}
     finally:
         storage.format._MASKED_FROM = default
+        storage.chunking.PARTS_MAX = parts_default
     assert fast[0] == plain[0]
     assert fast[1].keys() == plain[1].keys() and fast[1]
     for name in fast[1]:
         assert fast[1][name] == plain[1][name], name
     for name, (a, b) in sidecars.items():
         assert a == b, name
+
+
+def test_a_chunk_across_many_frames_is_written_from_its_parts(tmp_path):
+    """A writer that is behind cuts chunks across client frames (up to ``max_chunk_bytes``):
+    40 frames' spans make one chunk's data section of 40 parts, not one joined copy (fresh
+    memory for the whole chunk), and the segment holds the bytes of one body per record."""
+    bodies = [[b"f%02d-%03d" % (f, k) + b"." * (k % 7) for k in range(50)] for f in range(40)]
+    spans = [_spans(frame, 0) for frame in bodies]
+    data = storage.chunking.Entries(spans).span(0, 40 * 50)
+    assert type(data) is list and len(data) == 40
+    assert b"".join(data) == encode_entries([b for frame in bodies for b in frame])
+    for queue, name in ((spans, "runs"), ([b for frame in bodies for b in frame], "plain")):
+        with Stream.open(tmp_path / name, StreamConfig(max_chunk_entries=4000)) as s:
+            s.append_batch(queue, None, lambda o, e: None, entries=2000 if name == "runs" else None)
+            s.flush(10)
+    assert _files(tmp_path / "runs") == _files(tmp_path / "plain")
 
 
 def test_a_run_that_does_not_add_up_is_refused(tmp_path):
