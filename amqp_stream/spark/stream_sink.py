@@ -9,12 +9,14 @@ read it out of each message.
 
 Exactly once works as over AMQP: the frame's publishing ids are the numbering's, and the
 publisher is declared with the numbering's reference, so the broker drops what an earlier
-attempt stored (RabbitMQ's own deduplication on this protocol). At most ``window`` messages
-are unconfirmed; a PublishError frame, a lost connection or a timeout fails the task.
+attempt stored (RabbitMQ's own deduplication on this protocol). At most ``WINDOW_BYTES`` of
+frames (or ``window`` messages, when more) are unconfirmed; a PublishError frame, a lost
+connection or a timeout fails the task.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any, Iterable, Iterator
 
 from amqp_stream import client as amqp
@@ -29,9 +31,13 @@ from amqp_stream.spark.super_stream import KeyRouter, route_indices
 __all__ = ["publish_over_stream", "publish_routed", "Numbered", "FRAME_MESSAGES", "merged"]
 
 _PUBLISHER_ID = 1
-#: Publish frames in flight at least: a Spark batch (10,000 rows) makes ~10 frames at once, and
-#: the broker stores them while the task encodes the next batch (with 2 it waited after 2)
-WINDOW_FRAMES = 10
+#: Publish frames' bytes unconfirmed at most (or ``window`` messages, when that is more). Why
+#: not ten frames (~2.3 MB of the bench's rows), as before: the task then waited while the
+#: broker wrote and fsynced each group (up to 4 MiB), where it could encode the next batch; and
+#: not more: two tasks' frames in flight then outgrew the broker's kept frame buffers (32 MiB,
+#: ``streamproto.connection.FRAMES_KEPT_BYTES``), each frame past them fresh memory, page faults
+#: on this VM (``bench/RESULTS.md``, "The Spark sink's window")
+WINDOW_BYTES = 8 << 20
 #: Spark's batches (10,000 rows by default) are encoded this many rows at a time at least: the
 #: kernels' fixed cost a batch (~1 ms of numpy and Arrow calls) is then paid half as often
 MERGE_ROWS = 20_000
@@ -122,8 +128,8 @@ def publish_routed(opts, encoder: ArrowEncoder, batches: Iterable, partitions: l
 
 class _Sender:
     """One stream-protocol connection publishing Arrow batches: Publish frames of at most
-    ``FRAME_MESSAGES`` messages and ``frame_max`` bytes, at most ``window`` (or ``WINDOW_FRAMES`` frames)
-    messages unconfirmed, every PublishError frame counted as a failure."""
+    ``FRAME_MESSAGES`` messages and ``frame_max`` bytes, at most ``WINDOW_BYTES`` of them (or
+    ``window`` messages) unconfirmed, every PublishError frame counted as a failure."""
 
     def __init__(self, opts, encoder: ArrowEncoder, where: str):
         self.opts, self.encoder, self.where, self.streams = opts, encoder, where, opts.stream
@@ -134,7 +140,10 @@ class _Sender:
                                     f"{exc}") from exc
         self.sent = 0
         self.limit = (self.client.frame_max or 1 << 20) - 64
-        self.window = max(opts.window, WINDOW_FRAMES * FRAME_MESSAGES)
+        self.window = opts.window
+        # the frames sent and not yet confirmed: (messages sent up to its end, its bytes)
+        self.flight: deque[tuple[int, int]] = deque()
+        self.flight_bytes = 0
 
     def __enter__(self) -> "_Sender":
         return self
@@ -164,18 +173,30 @@ class _Sender:
         parts: list[bytes | memoryview] = []
         queued = 0
         for frame, count in frames:
-            if self.sent + queued - client.confirmed - client.errors > self.window - count:
+            size = sum(memoryview(p).nbytes for p in frame)
+            if self._full(queued + count, size):
                 if parts:  # what is queued goes first: its confirms make the room
                     client.send_parts(parts)
                     self.sent += queued
                     parts, queued = [], 0
-                while self.sent - client.confirmed - client.errors > self.window - count:
+                while self._full(count, size):
                     _pump(client, self.opts.timeout, self.sent)
             parts.extend(frame)
             queued += count
+            self.flight.append((self.sent + queued, size))
+            self.flight_bytes += size
         if parts:
             client.send_parts(parts)
             self.sent += queued
+
+    def _full(self, count: int, size: int) -> bool:
+        """Whether ``count`` messages (past those sent) and a frame of ``size`` bytes more would
+        overfill the window (never when nothing is in flight)."""
+        done = self.client.confirmed + self.client.errors
+        while self.flight and self.flight[0][0] <= done:
+            self.flight_bytes -= self.flight.popleft()[1]
+        return (bool(self.flight) and self.flight_bytes + size > WINDOW_BYTES
+                and self.sent - done + count > self.window)
 
     def frames(self, publisher_id: int, batch, first: int) -> Iterable[tuple[Frame, int]]:
         """The Publish frames of ``batch`` (its first row with publishing id ``first``): built a
