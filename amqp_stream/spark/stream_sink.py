@@ -141,7 +141,9 @@ class _Sender:
         self.sent = 0
         self.limit = (self.client.frame_max or 1 << 20) - 64
         self.window = opts.window
-        # the frames sent and not yet confirmed: (messages sent up to its end, its bytes)
+        # the frames sent and not yet confirmed: (messages sent up to its end, its bytes). Confirms
+        # are counted, not matched: frames count as confirmed in the order they went (a super
+        # stream's publishers may be confirmed out of order; the bound is then off by a frame)
         self.flight: deque[tuple[int, int]] = deque()
         self.flight_bytes = 0
 
