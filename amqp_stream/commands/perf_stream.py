@@ -27,7 +27,8 @@ Single active consumer (`--single-active-consumer`): each subscription carries
 `single-active-consumer`, `name` (`--consumer-names`) and, on a partition, `super-stream`.
 Consumers join one after another (a lock, in the order their threads get it, not by number), so
 the broker's choice follows that order: on a partition of index i the i mod members-th to join.
-Becoming active, a consumer starts after the offset its name stored there (else at `--from`); it stores its offset every
+Becoming active, a consumer starts after the offset its name stored there (else at `--from`,
+where `next` on a partition that held nothing is its offset 0: `_pin_next`); it stores its offset every
 `STORE_EVERY` messages of a partition, as PerfTest does, and when it steps down, before it
 answers, so the member taking over starts after the last message counted: each message is
 counted once across the group. Chunks that come after a step-down are not counted.
@@ -194,10 +195,30 @@ class _Sub:
 
     stream: str
     active: bool
+    spec: OffsetSpec  # where it starts, and where a member taking it over starts if none stored
     start: int = 0  # records below it (in the first chunk after a takeover) are not counted
     last: int | None = None  # the last offset counted
     stored: int | None = None
     since_store: int = 0
+
+
+def _pin_next(c: StreamClient, subs: list[_Sub]) -> None:
+    """``next`` on a stream that holds nothing is offset 0 (or its first offset, where retention
+    took everything): so pinned, a member of a single active consumer group that takes a
+    partition over from one that stored nothing starts where the group began, not at the end
+    as it is when the takeover comes. Publishing may have begun by then (the members that joined
+    first answer their step-downs once the run has started), and the messages in between were
+    counted by nobody. A stream that holds messages, or a broker without StreamStats (RabbitMQ
+    before 3.11), keeps ``next`` as it is."""
+    for sub in subs:
+        if sub.spec.type != OffsetSpec.next().type:
+            continue
+        try:
+            stats = c.stats(sub.stream)
+        except ClientError:
+            continue
+        if stats.get("first_chunk_id") == -1 and stats.get("committed_chunk_id") == -1:
+            sub.spec = OffsetSpec.offset(0)
 
 
 def consumer(args: Any, index: int, interrupted: threading.Event, counters: Any,
@@ -214,7 +235,7 @@ def consumer(args: Any, index: int, interrupted: threading.Event, counters: Any,
         properties.update({"single-active-consumer": "true", "name": name})
         if args.super_streams:
             properties["super-stream"] = args.stream
-    subs = [_Sub(stream, active=not sac) for stream in args.partitions]
+    subs = [_Sub(stream, active=not sac, spec=args.start_spec) for stream in args.partitions]
     counted = 0  # records counted (a step-down leaves later chunks of that stream out)
     read_from: set[str] = set()
 
@@ -258,7 +279,7 @@ def consumer(args: Any, index: int, interrupted: threading.Event, counters: Any,
             sub = subs[update.subscription_id]
             if update.active:
                 stored = c.query_offset(name, sub.stream)
-                start = OffsetSpec.offset(stored + 1) if stored is not None else args.start_spec
+                start = OffsetSpec.offset(stored + 1) if stored is not None else sub.spec
                 sub.start = stored + 1 if stored is not None else 0
                 sub.active = True
                 c.answer_update(update, start)
@@ -269,9 +290,11 @@ def consumer(args: Any, index: int, interrupted: threading.Event, counters: Any,
 
     try:
         with _client(args, on_chunk=on_chunk) as c:
+            if sac:
+                _pin_next(c, subs)
             with _JOIN if sac else contextlib.nullcontext():
                 for sid, sub in enumerate(subs):
-                    c.subscribe(sid, sub.stream, args.start_spec, credit=10,
+                    c.subscribe(sid, sub.stream, sub.spec, credit=10,
                                 properties=properties)
                 answer_updates()
             started.wait()

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from amqp_stream.client import ClientError
-from amqp_stream.client.stream import StreamClient
+from amqp_stream.client.stream import StreamClient, publish_frame
+from amqp_stream.commands.perf_stream import _pin_next, _Sub
 from amqp_stream.streamproto import OffsetSpec
 from tests.cli.test_commands import _consumer_figures, _summary, cli
 from tests.polling import wait_for
@@ -110,3 +111,25 @@ def test_perf_group_member_stepping_down_stores_where_it_is(broker, stream_name)
     finally:
         with StreamClient(broker.stream_url) as c:
             c.delete_super_stream(stream_name)
+
+
+def test_next_is_pinned_to_the_start_of_an_empty_stream_only(broker, stream_name):
+    """``perf_stream._pin_next``: a group member that takes a partition over from one that
+    stored nothing starts at the spec its subscription had; ``next`` on an empty stream becomes
+    offset 0, so that the messages published before the takeover are counted (CI once counted
+    600 of 601: the member that joined first answered its step-down after publishing began).
+    A stream that holds messages keeps ``next``."""
+    empty, full = f"{stream_name}-empty", f"{stream_name}-full"
+    with StreamClient(broker.stream_url) as c:
+        c.create(empty)
+        c.create(full)
+        c.declare_publisher(1, full)
+        c.send(publish_frame(1, [(1, None, b"m")]))
+        wait_for(lambda: c.pump(0.2) is not None and c.confirmed >= 1, 20, "the confirm")
+        subs = [_Sub(empty, active=False, spec=OffsetSpec.next()),
+                _Sub(full, active=False, spec=OffsetSpec.next()),
+                _Sub(empty, active=False, spec=OffsetSpec.first())]
+        _pin_next(c, subs)
+        assert [s.spec for s in subs] == [OffsetSpec.offset(0), OffsetSpec.next(), OffsetSpec.first()]
+        c.delete(empty)
+        c.delete(full)
