@@ -48,7 +48,7 @@ import proton
 
 from amqp_stream.client import ClientError
 from amqp_stream.client.stream import StreamClient, publish_frame
-from amqp_stream.streamproto import OffsetSpec, ResponseCode
+from amqp_stream.streamproto import OffsetSpec, OffsetType, ResponseCode
 from amqp_stream.commands.perf import abort_start, due, value_of
 from amqp_stream.streamproto.traffic import CHUNK_HEADER, chunk_header
 from amqp_stream.wire import MessageView
@@ -211,7 +211,7 @@ def _pin_next(c: StreamClient, subs: list[_Sub]) -> None:
     counted by nobody. A stream that holds messages, or a broker without StreamStats (RabbitMQ
     before 3.11), keeps ``next`` as it is."""
     for sub in subs:
-        if sub.spec.type != OffsetSpec.next().type:
+        if sub.spec.type != OffsetType.NEXT:
             continue
         try:
             stats = c.stats(sub.stream)

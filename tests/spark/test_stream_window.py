@@ -16,7 +16,7 @@ from amqp_stream.spark.encoding import ArrowEncoder
 from amqp_stream.spark.mapping import WritePlan
 from amqp_stream.spark.options import SourceOptions
 from amqp_stream.spark.writer import publish_batches
-from amqp_stream.streamproto import Key
+from amqp_stream.streamproto import Publish, decode
 
 SCHEMA = StructType([StructField("n", IntegerType()), StructField("text", StringType())])
 ROWS = 6000
@@ -24,15 +24,15 @@ BOUND = 100_000  # bytes: three frames of 100 messages of ~320 bytes (the body i
 
 
 def _frames(parts) -> list[tuple[int, int]]:
-    """(messages, bytes) of each Publish frame in one send's buffers."""
+    """(messages, bytes) of each Publish frame in one send's buffers (the protocol's decoder)."""
     raw = b"".join(bytes(p) for p in parts)
     out, pos = [], 0
     while pos < len(raw):
-        size = int.from_bytes(raw[pos:pos + 4], "big")
-        assert int.from_bytes(raw[pos + 4:pos + 6], "big") == Key.PUBLISH
-        out.append((int.from_bytes(raw[pos + 9:pos + 13], "big"), 4 + size))
-        pos += 4 + size
-    assert pos == len(raw)
+        size = 4 + int.from_bytes(raw[pos:pos + 4], "big")
+        publish = decode(memoryview(raw)[pos + 4:pos + size])
+        assert isinstance(publish, Publish)
+        out.append((len(publish.messages), size))
+        pos += size
     return out
 
 
