@@ -456,3 +456,79 @@ def test_reads_from_the_head_are_the_buffers(length, count, data):
     lengths = np.full(count, size)
     valid = np.ones(count, bool)
     assert b.spans(pos, lengths, valid).to_pylist() == [x[d:d + size] for x in datas]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=40), min_size=1, max_size=5), st.integers(1, 24),
+       st.integers(0, 5), st.data())
+def test_rows_of_the_pieces_are_the_joined_bytes_to_each_pieces_end(pieces, width, d, data):
+    """``_rows`` before the pieces are joined: each message's row is the joined buffer's bytes
+    from its place up to its piece's end, zeros after; once joined, the joined buffer's."""
+    starts: list[int] = []
+    begin = 0
+    for piece in pieces:  # messages start anywhere in their piece, at least one a piece
+        places = data.draw(st.sets(st.integers(0, len(piece) - 1), min_size=1, max_size=4))
+        starts += [begin + p for p in sorted(places)]
+        begin += len(piece)
+    ends = starts[1:] + [begin]
+    piece_end = {s: next(b for b in np.cumsum([len(p) for p in pieces]) if b > s) for s in starts}
+    b = stored_arrays._Batch(pieces, np.array(starts), np.array(ends))
+    at = b.starts + d
+    rows = b._rows(at, width)
+    joined = b"".join(pieces) + bytes(stored_arrays._PAD + 64)
+    for row, s, a in zip(rows, starts, at.tolist(), strict=True):
+        have = max(0, min(width, int(piece_end[s]) - a))
+        assert row.tobytes() == joined[a:a + have] + bytes(width - have)
+    assert "raw" not in b.__dict__  # nothing joined for them
+    if int(at.max()) + width <= b.size + stored_arrays._PAD:  # within the joined buffer and its pad
+        b.raw  # noqa: B018 - joined now
+        assert [r.tobytes() for r in b._rows(at, width)] == [joined[a:a + width] for a in at.tolist()]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 3000), st.integers(0, 5), st.integers(0, 3), st.data())
+def test_alike_is_the_masked_rows_compared(n, k, skew, data):
+    """``_alike`` (the last row first, then flat runs of words against repeated masks, over
+    ``_ROWS`` rows at a time) says what comparing every masked row with the first says, for
+    rows one after the other and for a column of wider rows, with a row that differs anywhere."""
+    words = np.tile(np.array(data.draw(st.lists(st.integers(0, 2**64 - 1), min_size=k + skew, max_size=k + skew)),
+                             np.uint64), (n, 1))
+    if data.draw(st.booleans()):
+        i, j = data.draw(st.integers(0, n - 1)), data.draw(st.integers(0, k + skew - 1)) if k + skew else 0
+        if k + skew:
+            words[i, j] ^= np.uint64(1) << np.uint64(data.draw(st.integers(0, 63)))
+    masks = np.array(data.draw(st.lists(st.sampled_from([0, 2**64 - 1, 0xFF00, 2**63]), min_size=k, max_size=k)),
+                     np.uint64)
+    column = words[:, skew:skew + k]  # not one after the other when skew or the rows are wider
+    want = bool(((column & masks) == (column[0] & masks)).all())
+    assert stored_arrays._alike(column, masks) is want
+    assert stored_arrays._alike(np.ascontiguousarray(column), masks) is want
+
+
+def test_a_laid_out_batch_of_chunks_is_read_from_its_pieces(monkeypatch):
+    """Chunks of the sink's messages of one layout, read without their bodies: their rows come
+    from the chunks where they lie, and the chunks are never joined (the join was a copy of
+    every byte); the rows are the walk's."""
+    from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField
+
+    datas = _sink_messages(range(100_000, 103_000))
+    schema = StructType([StructField("n", IntegerType()), StructField("region", StringType()),
+                         StructField("amount", DoubleType()), StructField("message_id", StringType()),
+                         StructField("k", LongType())])
+    want = Columns.of(schema)
+    add = stored_adder(want, None)
+    for i, d in enumerate(datas):
+        add(d, i)
+    monkeypatch.setattr(stored_arrays._Batch, "raw", property(lambda self: pytest.fail("the chunks were joined")))
+    batches = StoredBatches(Columns.of(schema))
+    first = 0
+    for size in (1, 700, 1299, 1000):  # chunks: a header's bytes, then size-prefixed records
+        records = datas[first:first + size]
+        piece = bytes(11) + b"".join(struct.pack(">I", len(r)) + r for r in records)
+        lengths = np.array([len(r) for r in records])
+        ends = 11 + np.cumsum(lengths + 4)
+        batches.extend_spans(first, piece, ends - lengths, ends)
+        first += size
+    got = batches.batch()
+    assert got is not None and got.num_rows == len(datas)
+    assert _same(got.to_pylist(), want.batch().to_pylist())
