@@ -44,10 +44,10 @@ from typing import Any, Callable, Collection, Iterator, Sequence
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
-from pyspark.sql.types import BooleanType, ByteType, DoubleType, IntegerType, LongType, ShortType, StringType
+from pyspark.sql.types import BooleanType, DoubleType, StringType
 
 from amqp_stream.client.names import FILTER_VALUE
-from amqp_stream.spark.batches import _MAX_MS, _MIN_MS, Columns
+from amqp_stream.spark.batches import _BITS, _MAX_MS, _MIN_MS, Columns
 from amqp_stream.spark.encoding import PROPERTY_ORDER
 from amqp_stream.spark.mapping import to_spark
 from amqp_stream.spark.stored_columns import stored_adder
@@ -87,8 +87,7 @@ _INTS = (*_SIGNED8, *_UNSIGNED8, 0x71, 0x81)
 _INT_KIND, _STR_KIND, _DOUBLE_KIND, _BOOL_KIND = "int", "str", "double", "bool"
 _KIND = {**{c: _INT_KIND for c in _INTS}, 0xA1: _STR_KIND, 0xB1: _STR_KIND, 0x82: _DOUBLE_KIND,
          0x41: _BOOL_KIND, 0x42: _BOOL_KIND, 0x40: None}
-_BITS = {ByteType: 8, ShortType: 16, IntegerType: 32, LongType: 64}
-_WIDTH = {ByteType: np.int8, ShortType: np.int16, IntegerType: np.int32, LongType: np.int64}
+_WIDTH = {t: np.dtype(f"int{bits}").type for t, bits in _BITS.items()}  # the integer types' numpy types
 # the declared types a column of one kind goes to Arrow as it is (batches._column)
 _TAKES = {_STR_KIND: (StringType,), _DOUBLE_KIND: (DoubleType,), _BOOL_KIND: (BooleanType,),
           _INT_KIND: tuple(_BITS)}
