@@ -156,10 +156,8 @@ class _Batch:
 
     @classmethod
     def of(cls, datas: Sequence[bytes]) -> _Batch:
-        """The messages ``datas``, one after the other."""
-        lengths = np.fromiter(map(len, datas), np.int64, len(datas))
-        ends = np.cumsum(lengths)
-        return cls(datas, ends - lengths, ends)
+        """The messages ``datas``, one after the other in one piece (``_joined``)."""
+        return cls(*_joined(datas))
 
     def byte(self, pos: Any) -> Any:
         return self.fixed(pos, "u1").astype(np.int64)
@@ -224,20 +222,21 @@ class _Batch:
             rows_of = np.ndarray((len(self.raw) - width + 1,), row, self.raw, 0, (1,))
             return rows_of[at].view(np.uint8).reshape(len(at), width)
         parts = []
-        for piece, lo, hi, offset in self._spread():
+        for piece, lo, hi, offset in self._spread:
             local = at[lo:hi] - offset
             fits = len(piece) - width  # the last place a whole row starts in the piece
             k = int(np.searchsorted(local, fits, side="right")) if fits >= 0 else 0
             if k:
                 parts.append(np.ndarray((fits + 1,), row, piece, 0, (1,))[local[:k]])
             if k < len(local):  # rows that run past the piece's end
-                tails = [bytes(piece[p:]).ljust(width, b"\0") for p in local[k:].tolist()]
+                tails = [bytes(piece[p:p + width]).ljust(width, b"\0") for p in local[k:].tolist()]
                 parts.append(np.frombuffer(b"".join(tails), row))
         if not parts:
             return np.zeros((0, width), np.uint8)
         rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
         return rows.view(np.uint8).reshape(len(at), width)
 
+    @functools.cached_property
     def _spread(self) -> list[tuple[bytes, int, int, int]]:
         """(piece, its first message, the message after its last, where it begins in ``raw``)
         of each piece: its messages are those that start in it."""
@@ -412,6 +411,14 @@ class _Batch:
     def codes(self, c: Any) -> list[int]:
         """The constructors among ``c`` (``np.unique``'s, by a table of 256; once a field)."""
         return self.once("codes", c, lambda: _codes(c))
+
+
+def _joined(datas: Sequence[bytes]) -> tuple[list[bytes], Any, Any]:
+    """(one piece of the messages ``datas`` joined, their starts, their ends): rows are then read
+    from the piece with one index, not a Python step a message as from a piece each."""
+    lengths = np.fromiter(map(len, datas), np.int64, len(datas))
+    ends = np.cumsum(lengths)
+    return [b"".join(datas)], ends - lengths, ends
 
 
 def _codes(c: Any) -> list[int]:
@@ -941,9 +948,8 @@ class StoredBatches:
     def extend(self, first: int, datas: Sequence[bytes]) -> None:
         """Messages at ``first``, ``first + 1``, ..."""
         if datas:
-            lengths = np.fromiter(map(len, datas), np.int64, len(datas))
-            ends = np.cumsum(lengths)
-            self.extend_spans(first, b"".join(datas), ends - lengths, ends)
+            pieces, starts, ends = _joined(datas)
+            self.extend_spans(first, pieces[0], starts, ends)
 
     def extend_spans(self, first: int, piece: bytes, starts: Any, ends: Any) -> None:
         """Messages at ``first``, ``first + 1``, ..., the bytes ``piece[starts[i]:ends[i]]``
