@@ -12,14 +12,17 @@ big-endian length), and ``pos`` moves on. Strings and binaries come out as Arrow
 the buffer itself (offsets ``[s0, e0, s1, e1, ...]``, then the even elements taken), numbers
 from their gathered big-endian bytes.
 
-Most batches are simpler still: every message laid out as the first, byte for byte but for the
-values (``_laid_out``). Then each field lies at the same distance from its message's start; the
-first message is walked once in Python, every message's first bytes (up to a body that ends
-it) are copied out once as a row, and the first's structure bytes are compared with every row's,
-a word at a time, instead of the step-by-step walk (``_walk``) over all of them; the fields are
-then read from the rows in order (``_Batch.lay_out``). The rows are copied from the buffers the
-messages came in (a delivered chunk each): the buffers are joined only when a field is read
-from anywhere else (a body, a text past the rows, the walk), as that join copies every byte.
+Most batches are simpler still: every message laid out as the first, byte for byte but for
+the values and the lengths of some texts (``_laid_out``). Then each field lies at the same
+distance from its message's start, or from the end of the last text before it whose length
+differs between messages: the messages are cut there into segments (``_segments``). The first
+message is walked once in Python, each segment's bytes are copied out of every message once as
+a row, and the first's structure bytes are compared with every row's, a word at a time, instead
+of the step-by-step walk (``_walk``) over all of them; the fields, and the texts of several
+lengths, are then read from the rows in order (``_Batch.keep``). The rows are copied from the
+buffers the messages came in (a delivered chunk each): the buffers are joined only when a
+field is read from anywhere else (a body, a text past the rows, the walk), as that join copies
+every byte.
 
 What is read this way: ``0x00 0x53`` descriptors of the message-annotations, properties,
 application-properties sections and a binary body (a data section, or the amqp-value proton
@@ -37,6 +40,7 @@ batches, of one shape and of mixed ones.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 from typing import Any, Callable, Collection, Iterator, Sequence
@@ -135,16 +139,18 @@ class _Batch:
         self._views: dict[str, Any] = {}
         # what is made of one field's values once, for the map column and a declared column
         # alike: by what it is made of (``once``), that object kept with it
-        self.made: dict[tuple[str, int], tuple[Any, Any]] = {}
-        # a laid-out batch's first bytes of every message, a row each (``lay_out``), and the
-        # positions known to lie at one distance into every message (``at``'s): id -> distance
-        self.head: Any = None
-        self._into: dict[int, int] = {}
+        self.made: dict[tuple[str, int] | tuple[str, int, int], tuple[Any, Any]] = {}
+        # a laid-out batch's segments (``_laid_out``): where each begins in every message, and
+        # its bytes there, a row a message (``keep``); the positions known to lie at one
+        # distance into a segment of every message (``place``'s): id -> (segment, distance)
+        self.bases: list[Any] = []
+        self.heads: list[Any] = []
+        self._into: dict[int, tuple[int, int]] = {}
 
     @functools.cached_property
     def raw(self) -> bytes:
         """The pieces joined, the pad after them: made when a field is read from anywhere but
-        the laid-out rows (``head``) or the first message.
+        the laid-out rows (``heads``) or the first message.
 
         Why not always: the join is a copy of every byte, 7 % of a Spark read's task; the
         rows of a laid-out batch are copied from the pieces themselves (``_rows``)."""
@@ -166,51 +172,52 @@ class _Batch:
         return self.fixed(pos, ">u4").astype(np.int64)
 
     def fixed(self, pos: Any, dtype: str) -> Any:
-        """The big-endian ``dtype`` values at ``pos``: a view of the head's rows where ``pos``
-        lies in it (read only), else one gather from a view of the buffer with a value starting
-        at every byte."""
+        """The big-endian ``dtype`` values at ``pos``: a view of a segment's rows where ``pos``
+        lies in them (read only), else one gather from a view of the buffer with a value
+        starting at every byte."""
         width = np.dtype(dtype).itemsize
-        d = self.in_head(pos, width)
-        if d is not None:
-            return np.ndarray((self.n,), dtype, self.head, d, (self.head.shape[1],))
+        hit = self.in_head(pos, width)
+        if hit is not None:
+            rows, d = hit
+            return np.ndarray((self.n,), dtype, rows, d, (rows.shape[1],))
         view = self._views.get(dtype)
         if view is None:
             view = self._views[dtype] = np.ndarray((len(self.raw) - width + 1,), dtype, self.raw, 0, (1,))
         return view[pos]
 
-    def at(self, d: int) -> Any:
-        """``starts + d``: one array for each distance ``d``, known to lie ``d`` bytes into
-        every message (``in_head``)."""
-        key = ("at", d)
+    def place(self, k: int, d: int) -> Any:
+        """``bases[k] + d``: one array for each segment ``k`` and distance ``d``, known to lie
+        ``d`` bytes into segment ``k`` of every message (``in_head``)."""
+        key = ("at", k, d)
         if key not in self.made:
-            pos = _read_only(self.starts + d)
+            pos = _read_only(self.bases[k] + d)
             self.made[key] = (d, pos)  # kept with the batch: its id stays its own
-            self._into[id(pos)] = d
+            self._into[id(pos)] = (k, d)
         return self.made[key][1]
 
-    def in_head(self, pos: Any, width: int) -> int | None:
-        """How far into every message ``pos`` lies, when it is one of ``at``'s and its ``width``
-        bytes lie in the head; else None."""
-        d = self._into.get(id(pos))
-        if self.head is None or d is None or d + width > self.head.shape[1]:
+    def in_head(self, pos: Any, width: int) -> tuple[Any, int] | None:
+        """(the rows, how far into them) where ``pos`` is one of ``place``'s and its ``width``
+        bytes lie in its segment's rows; else None."""
+        hit = self._into.get(id(pos))
+        if hit is None:
             return None
-        return d
+        rows, d = self.heads[hit[0]], hit[1]
+        return (rows, d) if d + width <= rows.shape[1] else None
 
-    def lay_out(self, width: int, masks: Any) -> bool:
-        """Whether every message's first ``width`` bytes (a multiple of 8), masked by the words
-        ``masks``, are the first message's; if so they are kept as ``head``, a row a message.
+    def rows_at(self, at: Any, width: int) -> Any | None:
+        """``_rows(at, width)``; None when a row would run past the pad after the last piece."""
+        if int(at.max()) + width > self.size + _PAD:
+            return None
+        return self._rows(at, width)
 
-        Why: the rows are copied out of the buffer once (one index a message); every field in
-        them is then read from the rows in order (``fixed``: a strided view) instead of being
-        gathered from every message again. Each gather over a batch larger than the cache
-        costs a cache miss a message (~15-30 ns; the copy ~15 ns a message for all)."""
-        if int(self.starts.max()) + width > self.size + _PAD:  # a message too short for it
-            return False
-        head = self._rows(self.starts, width)
-        if not _alike(head.view("=u8"), masks):
-            return False
-        self.head = _read_only(head)
-        return True
+    def keep(self, bases: list[Any], heads: list[Any]) -> None:
+        """Keep the segments (``_laid_out``): their fields are then read from ``heads``.
+
+        Why: every field of a segment is read from its rows in order (``fixed``: a strided
+        view) instead of being gathered from every message again. Each gather over a batch
+        larger than the cache costs a cache miss a message (~15-30 ns; the rows' copy ~15 ns
+        a message for all)."""
+        self.bases, self.heads = bases, [_read_only(h) for h in heads]
 
     def _rows(self, at: Any, width: int) -> Any:
         """The ``width`` bytes at each of ``at`` (one place in each message), a row each: one
@@ -315,12 +322,13 @@ class _Batch:
 
     def _rows_alike(self, at: Any, masks: Any) -> bool:
         """Whether the ``len(masks)`` words at ``at`` (one place a message), masked, are the
-        first message's in every message: the head's columns where they lie in it, else rows
+        first message's in every message: a segment's columns where they lie in it, else rows
         copied out (``_rows``)."""
         width = 8 * len(masks)
-        d = self.in_head(at, width)
-        if d is not None:
-            words = np.ndarray((self.n, len(masks)), "=u8", self.head, d, (self.head.shape[1], 8))
+        hit = self.in_head(at, width)
+        if hit is not None:
+            rows, d = hit
+            words = np.ndarray((self.n, len(masks)), "=u8", rows, d, (rows.shape[1], 8))
         else:
             words = self._rows(at, width).view("=u8")
         return _alike(words, masks)
@@ -354,17 +362,23 @@ class _Batch:
         """The binary (or ``kind``) array of the bytes ``[start, start + length)`` of each message,
         null where not ``valid``."""
         n = self.n
-        size = int(length[0]) if n else 0
-        d = self.in_head(start, size) if size else None
-        if d is not None and valid.all() and (length == size).all():  # the head's columns, copied
-            data = np.ascontiguousarray(self.head[:, d:d + size])
-            return pa.Array.from_buffers(kind or pa.binary(), n, [None, pa.py_buffer(_steps(n, size)),
-                                                                  pa.py_buffer(data)])
+        longest = int(length.max()) if n else 0
+        hit = self.in_head(start, longest) if longest else None
+        buffer, first = self.raw if hit is None else hit[0], start
+        if hit is not None:
+            rows, d = hit
+            if valid.all() and (length == longest).all():  # one size: a segment's columns, copied
+                data = np.ascontiguousarray(rows[:, d:d + longest])
+                return pa.Array.from_buffers(kind or pa.binary(), n, [None, pa.py_buffer(_steps(n, longest)),
+                                                                      pa.py_buffer(data)])
+            # sizes that differ, all within the rows: taken from them, not from the joined
+            # pieces (no join of the batch for texts of several lengths)
+            first = np.arange(d, n * rows.shape[1], rows.shape[1], dtype=np.int64)
         bounds = np.empty(2 * n + 1, np.int32)
-        bounds[0:2 * n:2] = start
-        bounds[1:2 * n:2] = start + length
+        bounds[0:2 * n:2] = first
+        bounds[1:2 * n:2] = first + length
         bounds[2 * n] = bounds[2 * n - 1]
-        arr = pa.Array.from_buffers(kind or pa.binary(), 2 * n, [None, pa.py_buffer(bounds), pa.py_buffer(self.raw)])
+        arr = pa.Array.from_buffers(kind or pa.binary(), 2 * n, [None, pa.py_buffer(bounds), pa.py_buffer(buffer)])
         if valid.all():
             return arr.take(_evens(n))
         return arr.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32), mask=~valid))
@@ -600,28 +614,39 @@ def _walk(b: _Batch, checked: set[int]) -> _Fields:
 
 def _laid_out(b: _Batch, checked: set[int]) -> _Fields | None:
     """The fields of ``b`` when every message is laid out as its first, byte for byte but for
-    the values' own bytes (and the length of a body that ends the message); else None, and
-    ``_walk`` finds them.
+    the values' own bytes and the lengths of some texts (or of a body that ends the message);
+    else None, and ``_walk`` finds them.
 
     Why: ``_walk`` takes a numpy step over every message for each constructor, size and key
-    (~0.4 µs a message for the bench's rows, bench/RESULTS.md). A writer's messages usually
-    share more than a shape: the same encodings and sizes everywhere (fixed-width numbers,
-    texts of one length), so every field lies at the same distance from its message's start.
-    The first message is walked here in Python, once; every byte of it that is not a value's
-    own (descriptors, constructors, sizes, counts, keys) is then compared with the same byte of
-    every message, a word at a time (``_Batch.lay_out``: the rows it keeps are where the fields
-    are then read, as ``_Batch.at`` positions). Where they all
-    match, each message reads as the first does, step for step, so its fields lie where the
-    first's do. What this walk does not take (a section ``_walk`` only reads past, a 32-bit list
-    or map, a value that is not one scalar) it leaves to ``_walk``, which decides."""
+    (~0.3 µs a message for the bench's rows, bench/RESULTS.md). A writer's messages usually
+    share more than a shape: the same encodings everywhere, numbers of fixed widths, so every
+    field lies at the same distance from its message's start, or from the end of the last
+    text before it whose length differs between messages (an id of 7 digits here, 8 there).
+    The first message is walked here in Python, once; the messages are cut into segments at
+    those texts (``_segments``), and every byte of the first message that is not a value's own
+    (descriptors, constructors, sizes, counts, keys) is compared with the same byte of every
+    message's segment, a word at a time. Where they all match, each message reads as the first
+    does, step for step, so its fields lie where the first's do in each segment (``place``).
+    What this walk does not take (a section ``_walk`` only reads past, a 32-bit list or map, a
+    value that is not one scalar) it leaves to ``_walk``, which decides."""
     raw, s0, e0 = b.lead, int(b.starts[0]), int(b.ends[0])
     structure: list[tuple[int, int]] = []  # (where, how many bytes) in the first message
-    texts: list[Field] = []  # checked as the walk checks them
-    f = _Fields()
+    # a field placed once the segments are known: (constructor, where it is, its head, size)
+    Placed = tuple[int, int, int, int]
+    texts: list[Placed] = []  # checked as the walk checks them
+    sized: list[Placed] = []  # texts and binaries: their lengths may differ between messages
+    fv: Placed | None = None
+    props: list[Placed] | None = None
+    app_keys: list[str] = []
+    app_values: list[Placed] = []
+    body: Placed | None = None
+    # lists and maps: (where, where their items end) in the first message; their sizes are
+    # checked once the segments are known (a size counts the texts in them)
+    compounds: list[tuple[int, int]] = []
     seen: set[int] = set()
-    last_length: tuple[int, int] | None = None  # a body ending the message: (where its length is, its size)
+    ends_body = False  # a body ending the message: its length is each message's own
 
-    def scalar(p: int, check: bool) -> tuple[Field, int] | None:
+    def scalar(p: int, check: bool) -> tuple[Placed, int] | None:
         c = raw[p]
         if _SIZE[c]:
             head, size = 1, int(_SIZE[c]) - 1
@@ -631,8 +656,10 @@ def _laid_out(b: _Batch, checked: set[int]) -> _Fields | None:
             head, size = 5, int.from_bytes(raw[p + 1:p + 5], "big")
         else:
             return None
-        structure.append((p, head))
-        field = (b.code(c), b.at(p + head - s0), b.full(size))
+        structure.append((p - s0, head))
+        field = (c, p - s0, head, size)
+        if head > 1:
+            sized.append(field)
         if check and _IS_TEXT[c]:
             texts.append(field)
         return field, p + head + size
@@ -641,7 +668,13 @@ def _laid_out(b: _Batch, checked: set[int]) -> _Fields | None:
         """(first item, end, count) of the map8 at ``p``."""
         if raw[p] != 0xC1:
             return None
-        structure.append((p, 3))
+        return compound(p)
+
+    def compound(p: int) -> tuple[int, int, int]:
+        """(first item, end, count) of the list8 or map8 at ``p``: its constructor and count
+        are structure, its size is checked apart."""
+        structure.extend(((p - s0, 1), (p + 2 - s0, 1)))
+        compounds.append((p - s0, p + 2 + raw[p + 1] - s0))
         return p + 3, p + 2 + raw[p + 1], raw[p + 2]
 
     p = s0
@@ -650,7 +683,7 @@ def _laid_out(b: _Batch, checked: set[int]) -> _Fields | None:
             return None
         code = raw[p + 2]
         seen.add(code)
-        structure.append((p, 3))
+        structure.append((p - s0, 3))
         p += 3
         if code == _ANNOTATIONS or code == _APPLICATION:
             m = map8(p)
@@ -663,7 +696,7 @@ def _laid_out(b: _Batch, checked: set[int]) -> _Fields | None:
                     return None
                 size = raw[p + 1]
                 key = raw[p + 2:p + 2 + size]
-                structure.append((p, 2 + size))
+                structure.append((p - s0, 2 + size))
                 p += 2 + size
                 if code == _ANNOTATIONS:
                     if not key.isascii():
@@ -672,73 +705,135 @@ def _laid_out(b: _Batch, checked: set[int]) -> _Fields | None:
                     if got is None:
                         return None
                     if key == _FILTER_KEY:
-                        if f.fv is not None:  # twice: as _walk, not read here
+                        if fv is not None:  # twice: as _walk, not read here
                             return None
-                        f.fv = got[0]
+                        fv = got[0]
                 else:
                     try:
-                        f.app_keys.append(key.decode())
+                        app_keys.append(key.decode())
                     except UnicodeDecodeError:
                         return None
                     got = scalar(p, check=False)
                     if got is None:
                         return None
-                    f.app_values.append(got[0])
+                    app_values.append(got[0])
                 p = got[1]
-            if p != end or len(set(f.app_keys)) != len(f.app_keys):
+            if p != end or len(set(app_keys)) != len(app_keys):
                 return None
         elif code == _PROPERTIES:
             if raw[p] == 0x45:
-                structure.append((p, 1))
+                structure.append((p - s0, 1))
                 p, end, count = p + 1, p + 1, 0
             elif raw[p] == 0xC0:
-                structure.append((p, 3))
-                p, end, count = p + 3, p + 2 + raw[p + 1], raw[p + 2]
+                p, end, count = compound(p)
             else:
                 return None
-            f.props = []
+            props = []
             for i in range(count):
                 got = scalar(p, check=i not in checked)
                 if got is None:
                     return None
-                f.props.append(got[0])
+                props.append(got[0])
                 p = got[1]
             if p != end:
                 return None
         elif code == _DATA or code == _VALUE:
-            c, at = raw[p], p
-            if c not in (0xA0, 0xB0) or f.body is not None:
+            if raw[p] not in (0xA0, 0xB0) or body is not None:
                 return None
             got = scalar(p, check=False)
             assert got is not None
-            f.body, p = got
-            if p == e0:  # the body ends the message: its length is each message's own
-                structure[-1] = (at, 1)
-                last_length = (at + 1 - s0, 1 if c == 0xA0 else 4)
+            body, p = got
+            if p == e0:  # the body ends the message: only its constructor is structure
+                ends_body = True
+                structure[-1] = (body[1], 1)
+                sized.pop()
         else:
             return None
     if p != e0:
         return None
-    # the rows compared and kept: every byte up to the body that ends the message, else all
-    width = -(-(e0 - s0 if last_length is None else last_length[0] + last_length[1]) // 8) * 8
-    need = bytearray(width)
+    # the bytes compared: every byte up to the body's length when it ends the message, else all
+    end = body[1] + body[2] if ends_body and body is not None else e0 - s0
+    need = bytearray(-(-end // 8) * 8)
     for where, size in structure:
-        need[where - s0:where - s0 + size] = b"\xff" * size
-    if not b.lay_out(width, np.frombuffer(need, "=u8")):
+        need[where:where + size] = b"\xff" * size
+    cut = _segments(b, need, end, sized)
+    if cut is None:
         return None
-    if last_length is None:
-        if not (b.ends - b.starts == e0 - s0).all():
+    tops, bases, heads, lengths = cut
+    b.keep(bases, heads)
+
+    def place(field: Placed) -> Field:
+        c, where, head, size = field
+        k = bisect.bisect_right(tops, where) - 1  # the segment of its constructor
+        length = lengths.get(where)
+        return b.code(c), b.place(k, where + head - tops[k]), b.full(size) if length is None else length
+
+    k = len(tops) - 1
+    if not ends_body:
+        if not (bases[k] + (end - tops[k]) == b.ends).all():
             return None
+        f = _Fields(body=None if body is None else place(body))
     else:
-        where, size = last_length
-        body = b.byte(b.at(where)) if size == 1 else b.u32(b.at(where))
-        if not (b.starts + where + size + body == b.ends).all():
+        assert body is not None
+        c, where, head, _ = body
+        at = b.place(k, where + 1 - tops[k])
+        length = b.byte(at) if head == 2 else b.u32(at)
+        if not (at + head - 1 + length == b.ends).all():
             return None
-        assert f.body is not None
-        f.body = (f.body[0], f.body[1], body)
-    for c, start, length in texts:  # as _walk checks them: a text that is not is not read here
-        b.check_texts(c, start, length)
+        f = _Fields(body=(b.code(c), b.place(k, where + head - tops[k]), length))
+    for where, items_end in compounds:  # each message's size leads to where its items end
+        kc, ke = (bisect.bisect_right(tops, x) - 1 for x in (where, items_end))
+        size = b.byte(b.place(kc, where + 1 - tops[kc]))
+        if not (bases[kc] + (where + 2 - tops[kc]) + size == bases[ke] + (items_end - tops[ke])).all():
+            return None
+    f.fv = None if fv is None else place(fv)
+    f.props = None if props is None else [place(x) for x in props]
+    f.app_keys, f.app_values = app_keys, [place(x) for x in app_values]
+    for field in texts:  # as _walk checks them: a text that is not is not read here
+        b.check_texts(*place(field))
     return f
+
+
+def _segments(b: _Batch, need: bytearray, end: int,
+              sized: list[tuple[int, int, int, int]]) -> tuple[list[int], list[Any], list[Any], dict[int, Any]] | None:
+    """(where each segment begins in the first message, where in every message, its rows, the
+    lengths of the values that end segments by where their constructors are) of ``b``'s
+    messages laid out as the first, bytes ``need`` compared up to ``end``; None when not.
+
+    A segment ends at the first of the ``sized`` values (texts, binaries) whose length differs
+    between messages, and the next begins after that value in each message. Each segment's
+    rows are copied out once, wide enough for the rest of the first message: most batches are
+    one segment, so one copy and one comparison, the first message's lengths being everyone's."""
+    top, base = 0, b.starts
+    tops: list[int] = []
+    bases: list[Any] = []
+    heads: list[Any] = []
+    lengths: dict[int, Any] = {}
+    waiting = iter(sized)
+    while True:
+        width = max(8, -(-(end - top) // 8) * 8)
+        rows = b.rows_at(base, width)
+        if rows is None:
+            return None
+        stop, cut = width, None
+        for _, where, head, size in waiting:
+            at = where + 1 - top  # its length, 1 or 4 bytes
+            length = rows[:, at] if head == 2 else np.ascontiguousarray(rows[:, at:at + 4]).view(">u4")[:, 0]
+            if (length != size).any():
+                stop, cut = at, (where, head, size, length.astype(np.int64))
+                break
+        masks = np.frombuffer(bytes(need[top:top + stop]).ljust(width, b"\0"), "=u8")
+        if not _alike(rows.view("=u8"), masks):
+            return None
+        tops.append(top)
+        bases.append(base)
+        heads.append(rows)
+        if cut is None:
+            return tops, bases, heads, lengths
+        where, head, size, length = cut
+        lengths[where] = length
+        base = base + (where + head - top) + length
+        top = where + head + size
 
 
 def _columns(columns: Columns, b: _Batch, offsets: Any, wanted: Collection[str] | None, f: _Fields) -> Any:

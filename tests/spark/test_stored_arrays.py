@@ -401,6 +401,95 @@ def test_the_sinks_messages_of_one_layout_are_read_by_it():
     assert _same(_columns(spoilt, declared, None, None), _reference(spoilt, declared, None, None))
 
 
+def _small(constructor: int, items: list[bytes]) -> bytes:
+    """A list8 or map8 (``constructor``) of ``items`` (a map's: keys and values)."""
+    body = b"".join(items)
+    return bytes([constructor, len(body) + 1, len(items)]) + body
+
+
+@st.composite
+def texts_of_several_lengths(draw) -> tuple[list[bytes], StructType]:
+    """Messages laid out alike but for the lengths of their texts (ids, keys' values, a filter
+    value, a body that ends them or not), the encodings fixed for the batch; now and then one
+    message spoilt (a list's or map's size off by one, a key changed, a text not UTF-8)."""
+    lengths = st.integers(0, 12)
+    fv = draw(st.booleans())
+    props = draw(st.sampled_from([None, "message_id", "message_id+subject"]))
+    app = draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=4))
+    kinds = {k: draw(st.sampled_from(["str", "str", "int", "double"])) for k in app}
+    str32 = {k: draw(st.integers(0, 4)) == 0 for k in app}
+    body = draw(st.sampled_from(["end", "middle", None]))
+
+    def text(key: str | None = None) -> bytes:
+        raw = "é".encode() * draw(st.integers(0, 1)) + b"x" * draw(lengths)
+        return (b"\xb1" + struct.pack(">I", len(raw)) if key and str32[key] else bytes([0xA1, len(raw)])) + raw
+
+    out = []
+    for i in range(draw(st.integers(1, 12))):
+        sections = []
+        if fv:
+            sections.append(b"\x00\x53\x72" + _small(0xC1, [encode(proton.symbol(FILTER_VALUE)), text()]))
+        if props:
+            fields = [text(), b"\x40", b"\x40", text() if "subject" in props else b"\x40", b"\x40", b"\x40",
+                      encode(proton.symbol("application/json")), b"\x40", b"\x40",
+                      encode(proton.timestamp(1795823780661 + i))]
+            sections.append(b"\x00\x53\x73" + _small(0xC0, fields))
+        if body == "middle":
+            sections.append(b"\x00\x53\x75" + encode(bytes(draw(lengths))))
+        values = {"str": lambda k: text(k), "int": lambda k: encode(proton.int32(1000 + i)),
+                  "double": lambda k: encode(i * 0.5)}
+        sections.append(b"\x00\x53\x74" + _small(0xC1, [x for k in app for x in (encode(k), values[kinds[k]](k))]))
+        if body == "end":
+            sections.append(b"\x00\x53\x75" + encode(bytes(draw(lengths))))
+        out.append(b"".join(sections))
+    if len(out) > 1 and draw(st.integers(0, 3)) == 0:
+        i = draw(st.integers(1, len(out) - 1))
+        m = bytearray(out[i])
+        where = draw(st.sampled_from([at for at in range(len(m) - 1) if m[at] in (0xC0, 0xC1, 0xA1)] or [0]))
+        m[where + 1] = (m[where + 1] + draw(st.sampled_from([1, 255]))) % 256 if m[where] != 0xA1 \
+            else m[where + 1]
+        if m[where] == 0xA1 and len(m) > where + 2:
+            m[where + 2] = draw(st.sampled_from([0xFF, ord("y")]))
+        out[i] = bytes(m)
+    return out, _declared(draw, kinds)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts_of_several_lengths())
+def test_texts_of_several_lengths_are_read_by_layout(batch):
+    """Messages laid out alike but for their texts' lengths: read in segments, the fields
+    ``_walk`` finds and the rows ``stored_adder`` gives (or both refuse a spoilt message)."""
+    datas, declared = batch
+    laid, walked = _found(datas, declared)
+    if laid is not None:
+        assert laid == walked
+    assert _same(_columns(datas, declared, None, None), _reference(datas, declared, None, None))
+
+
+def test_texts_of_several_lengths_make_segments():
+    """The batches above are read in more than one segment, and by layout most of the time
+    (the property test is not vacuous)."""
+    seen = []
+    original = stored_arrays._segments
+
+    def counted(*args):
+        cut = original(*args)
+        seen.append(0 if cut is None else len(cut[0]))
+        return cut
+
+    @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(texts_of_several_lengths())
+    def run(batch):
+        _found(*batch)
+
+    stored_arrays._segments = counted
+    try:
+        run()
+    finally:
+        stored_arrays._segments = original
+    assert sum(n > 1 for n in seen) > len(seen) // 3
+
+
 def test_a_filter_value_twice_is_not_read_by_layout():
     """Two filter-value annotations in every message: ``_walk`` refuses the batch, and so does
     the layout (which would otherwise keep the second): the walk's rows, or its error, come out."""
@@ -435,27 +524,39 @@ def test_structure_past_a_long_value_is_compared():
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 40), st.integers(1, 6), st.data())
-def test_reads_from_the_head_are_the_buffers(length, count, data):
-    """Once ``lay_out`` keeps every message's first bytes, ``fixed``, ``same`` and ``spans`` at
-    ``at(d)`` read them from those rows: the same values as read from the buffer (positions
-    that are not ``at``'s), at every distance and width, with messages that differ or not."""
-    base = data.draw(st.binary(min_size=length + 8, max_size=length + 8))
+def test_reads_from_the_segments_are_the_buffers(length, count, data):
+    """Once ``keep`` keeps the segments' rows (every message's bytes from a place of its own in
+    each), ``fixed``, ``same`` and ``spans`` at ``place(k, d)`` read them from those rows: the
+    same values as read from the buffer (positions that are not ``place``'s), at every segment,
+    distance and width (texts of one size or several, some null), with messages that differ
+    or not."""
+    base = data.draw(st.binary(min_size=length + 16, max_size=length + 16))
     datas = [bytes(b if data.draw(st.integers(0, 3)) else data.draw(st.integers(0, 255)) for b in base)
              for _ in range(count)]
     b = stored_arrays._Batch.of(datas)
     width = -(-length // 8) * 8
-    assert b.lay_out(width, np.zeros(width // 8, "=u8"))  # nothing compared: every row kept
+    segments = data.draw(st.integers(1, 3))
+    bases = [b.starts] + [b.starts + np.array(data.draw(st.lists(st.integers(0, 8), min_size=count, max_size=count)))
+                          for _ in range(segments - 1)]
+    b.keep(bases, [b.rows_at(at, width) for at in bases])
+    k = data.draw(st.integers(0, segments - 1))
     d = data.draw(st.integers(0, length - 1))
     size = data.draw(st.integers(1, length - d))
-    pos = b.at(d)
+    pos, plain = b.place(k, d), bases[k] + d
+    assert b.in_head(pos, size) is not None and b.in_head(plain, size) is None
     for dtype in ("u1", ">u4", ">i8", ">f8"):
         if d + np.dtype(dtype).itemsize <= width:
-            got, want = b.fixed(pos, dtype), b.fixed(b.starts + d, dtype)
+            got, want = b.fixed(pos, dtype), b.fixed(plain, dtype)
             assert got.tobytes() == want.tobytes()
-    assert b.same(pos, size) == b.same(b.starts + d, size) == (len({x[d:d + size] for x in datas}) == 1)
-    lengths = np.full(count, size)
+    want = [x[s + d:s + d + size] for x, s in zip(datas, (bases[k] - b.starts).tolist(), strict=True)]
+    assert b.same(pos, size) == b.same(plain, size) == (len(set(want)) == 1)
     valid = np.ones(count, bool)
-    assert b.spans(pos, lengths, valid).to_pylist() == [x[d:d + size] for x in datas]
+    assert b.spans(pos, np.full(count, size), valid).to_pylist() == want
+    sizes = data.draw(st.lists(st.integers(0, length - d), min_size=count, max_size=count))  # of several lengths
+    valid = np.array(data.draw(st.lists(st.booleans(), min_size=count, max_size=count)))
+    got = b.spans(pos, np.array(sizes), valid).to_pylist()
+    assert got == [x[s + d:s + d + n] if ok else None
+                   for x, s, n, ok in zip(datas, (bases[k] - b.starts).tolist(), sizes, valid, strict=True)]
 
 
 @settings(max_examples=300, deadline=None)
@@ -505,13 +606,17 @@ def test_alike_is_the_masked_rows_compared(n, k, skew, data):
     assert stored_arrays._alike(np.ascontiguousarray(column), masks) is want
 
 
-def test_a_laid_out_batch_of_chunks_is_read_from_its_pieces(monkeypatch):
-    """Chunks of the sink's messages of one layout, read without their bodies: their rows come
-    from the chunks where they lie, and the chunks are never joined (the join was a copy of
-    every byte); the rows are the walk's."""
+@pytest.mark.parametrize("ids", [range(100_000, 103_000), range(8_500, 11_500)])
+def test_a_laid_out_batch_of_chunks_is_read_from_its_pieces(monkeypatch, ids):
+    """Chunks of the sink's messages of one layout (ids of one length, or of two: two
+    segments), read without their bodies: their rows come from the chunks where they lie, the
+    ids of several lengths from those rows, and the chunks are never joined (the join was a
+    copy of every byte); the rows are the walk's."""
     from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField
 
-    datas = _sink_messages(range(100_000, 103_000))
+    datas = _sink_messages(ids)
+    laid, walked = _found(datas, _usual_schema())
+    assert laid is not None and laid == walked
     schema = StructType([StructField("n", IntegerType()), StructField("region", StringType()),
                          StructField("amount", DoubleType()), StructField("message_id", StringType()),
                          StructField("k", LongType())])
