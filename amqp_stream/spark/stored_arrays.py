@@ -756,7 +756,7 @@ def _laid_out(b: _Batch, checked: set[int]) -> _Fields | None:
     need = bytearray(-(-end // 8) * 8)
     for where, size in structure:
         need[where:where + size] = b"\xff" * size
-    cut = _segments(b, need, end, sized)
+    cut = _segments(b, need, end, sized, compounds)
     if cut is None:
         return None
     tops, bases, heads, lengths = cut
@@ -781,7 +781,9 @@ def _laid_out(b: _Batch, checked: set[int]) -> _Fields | None:
         if not (at + head - 1 + length == b.ends).all():
             return None
         f = _Fields(body=(b.code(c), b.place(k, where + head - tops[k]), length))
-    for where, items_end in compounds:  # each message's size leads to where its items end
+    for where, items_end in compounds:  # a size a cut lies in: each leads to where its items end
+        if not any(where < at < items_end for at in lengths):
+            continue  # compared with the structure
         kc, ke = (bisect.bisect_right(tops, x) - 1 for x in (where, items_end))
         size = b.byte(b.place(kc, where + 1 - tops[kc]))
         if not (bases[kc] + (where + 2 - tops[kc]) + size == bases[ke] + (items_end - tops[ke])).all():
@@ -794,8 +796,8 @@ def _laid_out(b: _Batch, checked: set[int]) -> _Fields | None:
     return f
 
 
-def _segments(b: _Batch, need: bytearray, end: int,
-              sized: list[tuple[int, int, int, int]]) -> tuple[list[int], list[Any], list[Any], dict[int, Any]] | None:
+def _segments(b: _Batch, need: bytearray, end: int, sized: list[tuple[int, int, int, int]],
+              compounds: list[tuple[int, int]]) -> tuple[list[int], list[Any], list[Any], dict[int, Any]] | None:
     """(where each segment begins in the first message, where in every message, its rows, the
     lengths of the values that end segments by where their constructors are) of ``b``'s
     messages laid out as the first, bytes ``need`` compared up to ``end``; None when not.
@@ -803,7 +805,9 @@ def _segments(b: _Batch, need: bytearray, end: int,
     A segment ends at the first of the ``sized`` values (texts, binaries) whose length differs
     between messages, and the next begins after that value in each message. Each segment's
     rows are copied out once, wide enough for the rest of the first message: most batches are
-    one segment, so one copy and one comparison, the first message's lengths being everyone's."""
+    one segment, so one copy and one comparison, the first message's lengths being everyone's.
+    The sizes of the lists and maps (``compounds``) are compared with the structure unless a
+    cut lies in them (their sizes then differ: ``_laid_out`` checks where each leads)."""
     top, base = 0, b.starts
     tops: list[int] = []
     bases: list[Any] = []
@@ -822,7 +826,11 @@ def _segments(b: _Batch, need: bytearray, end: int,
             if (length != size).any():
                 stop, cut = at, (where, head, size, length.astype(np.int64))
                 break
-        masks = np.frombuffer(bytes(need[top:top + stop]).ljust(width, b"\0"), "=u8")
+        compared = bytearray(need[top:top + stop]).ljust(width, b"\0")
+        for where, items_end in compounds:  # the sizes of lists and maps no cut lies in
+            if top <= where + 1 < top + stop and not (cut is not None and where < cut[0] < items_end):
+                compared[where + 1 - top] = 0xFF
+        masks = np.frombuffer(compared, "=u8")
         if not _alike(rows.view("=u8"), masks):
             return None
         tops.append(top)
