@@ -15,7 +15,8 @@ broker's ``amqp_stream_read_bytes_total`` says how much it read. The baseline is
 
 Against Parquet (``--parquet``, issue 25 item 18): ``--rows`` rows of five columns
 (``n INT, region STRING, amount DOUBLE, message_id STRING, k BIGINT``, made by ``spark.range``
-and cached) with 1 and with 2 partitions: Spark's own Parquet write of the DataFrame, then the
+and cached; ids counted up, or ``--texts several``: ids and regions of several lengths in every
+batch, as real ids are) with 1 and with 2 partitions: Spark's own Parquet write of the DataFrame, then the
 same DataFrame written to a stream over AMQP 1.0 (the default) and to another over the stream
 protocol (``streamUrl``), on a fresh broker; Spark's Parquet read of those files,
 then the stream read of the same five columns (given with ``.schema(...)``; ``--read-schema
@@ -119,6 +120,9 @@ def main(argv=None) -> int:
                     help="with --parquet: read the DataFrame's own five columns (.schema(...), the default), "
                          "or the source's whole read schema with the five declared (offset, timestamp, "
                          "filter_value, body, application_properties too)")
+    ap.add_argument("--texts", choices=("one", "several"), default="one",
+                    help="with --parquet: ids and regions of one length in most batches (ids counted up, the "
+                         "default), or of several lengths in every batch (hashed, as real ids are)")
     args = ap.parse_args(argv)
 
     from pyspark.sql import SparkSession
@@ -195,6 +199,11 @@ def write_phase(args, spark, tmp: str, rows, df1, df2) -> None:
 
 PARQUET_COLUMNS = ("cast(id as int) as n", "format_string('r%02d', (id * 7919) % 100) as region",
                    "cast(id * 0.25 as double) as amount", "concat('m-', id) as message_id", "id * 3 as k")
+# --texts several: ids and regions of several lengths in every batch, as real ids are (hashed);
+# the ids above grow a digit at each power of ten, so their batches mostly hold one length
+SEVERAL_COLUMNS = ("cast(id as int) as n", "format_string('r%d', (id * 7919) % 1000) as region",
+                   "cast(id * 0.25 as double) as amount", "concat('m-', (id * 7919) % 100000000) as message_id",
+                   "id * 3 as k")
 PARQUET_SCHEMA = "n INT, region STRING, amount DOUBLE, message_id STRING, k BIGINT"
 
 
@@ -206,7 +215,8 @@ def parquet_phase(args, spark, tmp: str) -> None:
     from bench.spark_ceiling import CeilingDataSource
 
     spark.dataSource.register(CeilingDataSource)
-    base = spark.range(args.rows).selectExpr(*PARQUET_COLUMNS)
+    columns = SEVERAL_COLUMNS if args.texts == "several" else PARQUET_COLUMNS
+    base = spark.range(args.rows).selectExpr(*columns)
     runs = iter(range(10**6))
     amqp_too = not args.skip_amqp
 
@@ -217,7 +227,7 @@ def parquet_phase(args, spark, tmp: str) -> None:
         return (r.option("streamUrl", stream_url) if stream_url else r).load()
 
     # warm-up: the JVM's Parquet and Python data source paths, the Python workers
-    small = spark.range(2000).selectExpr(*PARQUET_COLUMNS)
+    small = spark.range(2000).selectExpr(*columns)
     small.write.mode("overwrite").parquet(os.path.join(tmp, "warm"))
     spark.read.parquet(os.path.join(tmp, "warm")).write.format("noop").mode("overwrite").save()
     with BrokerProcess(os.path.join(tmp, "warm-broker")) as broker:
@@ -319,7 +329,8 @@ def parquet_phase(args, spark, tmp: str) -> None:
                 lines.append(f"  {parts} partition{'s' if parts > 1 else ' '}  parquet {what:<5} "
                              f"{args.rows / pq:>10,.0f} rows/s   {ours_label:<18} {args.rows / ours:>10,.0f} rows/s"
                              f"   x{pq / ours:.3f} of parquet{of_ceiling}")
-    print(f"\nagainst Parquet ({args.rows} rows of {PARQUET_SCHEMA}; best of {args.repeat}; reads of "
+    print(f"\nagainst Parquet ({args.rows} rows of {PARQUET_SCHEMA}, texts of {args.texts} length(s) in a batch; "
+          f"best of {args.repeat}; reads of "
           f"{'those five columns' if args.read_schema == 'same' else 'the whole read schema'}; the ceiling: a "
           "Python data source that yields ready-made Arrow batches of that schema / drops the written ones; "
           "the floor write: one that sends the streamUrl sink's frames of its first batch again for every batch; "

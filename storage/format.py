@@ -401,8 +401,9 @@ class EntrySpans:
     """Simple entries of varying sizes as a client's frame holds them: entry ``k`` is
     ``raw[starts[k] + skip:starts[k + 1]]`` (its size field and record), after ``skip`` bytes
     that are not stored (a Publish frame's publishing id, and in Publish v2 the filter value
-    and its length, when every entry's is as long). ``starts`` holds ``count + 1`` ascending
-    places. Taken as ``EntryRun`` is (``Stream.append_batch(..., entries=)``).
+    and its length), or after ``skips[k]`` bytes where they differ from entry to entry (filter
+    values of several lengths). ``starts`` holds ``count + 1`` ascending places. Taken as
+    ``EntryRun`` is (``Stream.append_batch(..., entries=)``).
 
     Why: a frame of messages of varying sizes holds a data section's simple entries apart by
     the same few bytes each; the decoder walks the frame once to find where each entry starts
@@ -410,22 +411,34 @@ class EntrySpans:
     chunk's part is cut with C-level maps over ``starts``. The caller checks that each entry's
     size field matches its span (``streamproto``'s decoder finds ``starts`` by those fields)."""
 
-    __slots__ = ("raw", "starts", "skip", "count", "_largest", "_places")
+    __slots__ = ("raw", "starts", "skip", "skips", "count", "_largest", "_places")
 
     def __init__(self, raw: bytes | bytearray, starts: list[int], skip: int,
-                 largest: int | None = None, places: np.ndarray | None = None) -> None:
-        if len(starts) < 2 or skip < 0 or starts[-1] > len(raw) or starts[0] < 0:
+                 largest: int | None = None, places: np.ndarray | None = None,
+                 skips: np.ndarray | None = None) -> None:
+        if (len(starts) < 2 or skip < 0 or starts[-1] > len(raw) or starts[0] < 0
+                or (skips is not None and (len(skips) != len(starts) - 1 or int(skips.min()) < 0))):
             raise StorageError(f"entry spans of {len(starts) - 1} entries do not lie in "
                                f"{len(raw)} bytes")
         self.raw, self.starts, self.skip, self.count = raw, starts, skip, len(starts) - 1
+        self.skips = skips  # each entry's, when they differ (``skip`` is then not used)
         self._largest = largest  # the largest record's size, when the caller knows it
         # ``starts`` as an array of ``np.intp``, when the caller has made one
         self._places = places if places is not None and len(places) == len(starts) else None
 
     def _from(self, first: int, n: int, extra: int) -> Iterable[slice]:
         starts = self.starts
-        return map(slice, map(operator.add, starts[first:first + n],
-                              itertools.repeat(self.skip + extra)), starts[first + 1:first + n + 1])
+        skips = itertools.repeat(self.skip + extra) if self.skips is None else \
+            (self.skips[first:first + n] + extra).tolist()
+        return map(slice, map(operator.add, starts[first:first + n], skips), starts[first + 1:first + n + 1])
+
+    def _skipped(self, first: int, n: int) -> int:
+        """The bytes entries ``first .. first + n`` have before their size fields."""
+        return n * self.skip if self.skips is None else int(self.skips[first:first + n].sum())
+
+    def records_bytes(self) -> int:
+        """The bytes of all the records (their size fields not counted)."""
+        return self.starts[-1] - self.starts[0] - 4 * self.count - self._skipped(0, self.count)
 
     def entries(self, first: int, n: int) -> bytes | memoryview:
         """The data section bytes of entries ``first .. first + n``: the span less each
@@ -437,15 +450,16 @@ class EntrySpans:
         Entries of about one size (the usual frame) are copied as rows (``_rows``: a few
         bytes of memcpy each); the others by a mask over the span's bytes (``_masked``)."""
         skip = self.skip
-        if n < _MASKED_FROM or not skip:
+        if n < _MASKED_FROM or (not skip and self.skips is None):
             return b"".join(map(self.raw.__getitem__, self._from(first, n, 0)))
         starts, places = self.starts, self._places
         at = places[first:first + n + 1] if places is not None else \
             np.fromiter(starts[first:first + n + 1], np.intp, n + 1)
-        begins = at[:-1] + skip  # where each entry's size field is
+        # where each entry's size field is
+        begins = at[:-1] + (skip if self.skips is None else self.skips[first:first + n])
         sizes = at[1:] - begins  # what each takes in the data section
         longest = int(sizes.max())
-        total = starts[first + n] - starts[first] - n * skip
+        total = starts[first + n] - starts[first] - self._skipped(first, n)
         if _ROWS_IN_ORDER and longest * n <= _ROWS_SPREAD * total:
             return _rows(self.raw, begins, sizes, longest, total)
         return self._masked(first, n)
@@ -463,9 +477,15 @@ class EntrySpans:
         heads = np.fromiter(starts[first:first + n], np.intp, n)
         heads -= low
         # row k: keep[k .. k + skip] (entries are longer than ``skip``: the rows never overlap)
-        np.ndarray((span - skip + 1, skip), bool, keep, 0, (1, 1))[heads] = False
+        if self.skips is None:
+            np.ndarray((span - skip + 1, skip), bool, keep, 0, (1, 1))[heads] = False
+        else:  # the entries of each skip apart
+            mine = self.skips[first:first + n]
+            for width in np.unique(mine).tolist():
+                if width:
+                    np.ndarray((span - width + 1, width), bool, keep, 0, (1, 1))[heads[mine == width]] = False
         src = np.frombuffer(self.raw, np.uint8, span, low)
-        data = _DATA.take(span - n * skip)
+        data = _DATA.take(span - self._skipped(first, n))
         out = np.frombuffer(data, np.uint8)
         at = 0
         for a in range(0, span, _BLOCK):  # a block at a time: each compress's result is small
@@ -480,14 +500,15 @@ class EntrySpans:
         """The bytes each of entries ``first .. first + n`` takes in a data section (4 and its
         record)."""
         starts = self.starts
-        return [d - self.skip for d in map(operator.sub, starts[first + 1:first + n + 1],
-                                             starts[first:first + n])]
+        spans = map(operator.sub, starts[first + 1:first + n + 1], starts[first:first + n])
+        if self.skips is not None:
+            return list(map(operator.sub, spans, self.skips[first:first + n].tolist()))
+        return [d - self.skip for d in spans]
 
     def largest(self) -> int:
         """The size of the largest record."""
         if self._largest is None:
-            starts = self.starts
-            self._largest = max(map(operator.sub, starts[1:], starts[:-1])) - self.skip - 4
+            self._largest = max(self.sizes(0, self.count)) - 4
         return self._largest
 
     def bodies(self, first: int, n: int) -> list[bytes]:

@@ -215,7 +215,7 @@ class Stream:
                 largest = max(largest, x.size)
             elif isinstance(x, EntrySpans):
                 counted += x.count
-                total = x.starts[-1] - x.starts[0] - x.count * (x.skip + 4)  # all its records
+                total = x.records_bytes()  # all its records
                 largest = max(largest, total if total <= MAX_RECORD_BYTES else x.largest())
             else:
                 counted += 1

@@ -1,7 +1,8 @@
-"""A Publish v2 frame of many messages of varying sizes whose filter fields have one length
-is decoded frame-at-once (``SpannedEntries``): ids and filter fields of up to 8 bytes read as
-words of the frame (``_coded_values``), longer ones as rows. For random frames (values of 0 to
-12 bytes, some not UTF-8, none, lengths mixed, empty messages last, values seen before or not)
+"""A Publish v2 frame of many messages of varying sizes is decoded frame-at-once
+(``SpannedEntries``): ids and filter fields of up to 8 bytes read as words of the frame
+(``_coded_values``), longer ones as rows, fields of several lengths a length at a time
+(``_varied``). For random frames (values of 0 to 12 bytes, some not UTF-8, none, lengths
+mixed, some entries without one, empty messages last, values seen before or not)
 the messages are those of the per-message walk, or the frame is refused as the walk refuses
 it; so for runs of frames (fields of 0 to 300 bytes, few messages or many, the tables of
 values decoded before carried over, emptied or not), with the entries storage cuts from them."""
@@ -37,8 +38,8 @@ def _frame(draw):
     for k, size in enumerate(sizes):
         out += struct.pack(">Q", seed + k)
         value = None if kind == "none" else pool[(seed + k * 3) % len(pool)]
-        if kind == "mixed" and k == count // 2:
-            value = b"x" * (width + 1)
+        if kind == "mixed" and (k == count // 2 or (seed + k) % 5 == 0):
+            value = b"x" * ((seed + k) % 13) if (seed + k) % 7 else None
         if value is None:
             out += b"\xff\xff"
         else:
@@ -74,9 +75,14 @@ def test_a_frame_decoded_at_once_gives_the_walks_messages(frame):
         assert got is None
         return
     assert got == expected
-    assert (type(got) is SpannedEntries) is not mixed  # several lengths: the walk's tuples
-    if not mixed:
-        assert got.id_bytes() == struct.pack(f">{count}Q", *(m[0] for m in expected))
+    assert type(got) is SpannedEntries  # several lengths too, without the walk's tuples
+    assert got.id_bytes() == struct.pack(f">{count}Q", *(m[0] for m in expected))
+    if mixed:
+        run = got.run()
+        assert bytes(run.entries(0, count)) == b"".join(struct.pack(">I", len(m[2])) + bytes(m[2]) for m in expected)
+        assert run.sizes(0, count) == [4 + len(m[2]) for m in expected]
+        assert run.records_bytes() == sum(len(m[2]) for m in expected)
+        assert run.largest() == max(len(m[2]) for m in expected)
 
 
 def test_short_filter_fields_are_looked_up_as_numbers():
