@@ -125,7 +125,8 @@ class StreamPublisher:
         if type(messages) is PackedEntries and messages.size <= self.max_message_size:
             # messages of one size, none too large: no object per message
             count = messages.count
-            bodies.append(messages.run())
+            run = messages.run()
+            bodies.append(run)
             self.runs = True
             values += itertools.repeat(None, count)
             self.confirm += messages.id_bytes()
@@ -136,7 +137,8 @@ class StreamPublisher:
         if type(messages) is SpannedEntries and messages.fits(self.max_message_size):
             # messages of varying sizes, none too large: found by one walk, left in the frame
             count = messages.count
-            bodies.append(messages.run())
+            run = messages.run()
+            bodies.append(run)
             self.runs = True
             if messages.values is None:
                 values += itertools.repeat(None, count)
@@ -146,8 +148,7 @@ class StreamPublisher:
             self.confirm += messages.id_bytes()
             self.entries += count
             self.published += count
-            starts = messages.starts
-            self._taken(start, starts[-1] - starts[0] - count * (messages.skip + 4))
+            self._taken(start, run.records_bytes())
             return
         errors: list[tuple[int, int]] = []
         ids: list[int] = []

@@ -1,5 +1,5 @@
 """A Publish frame of messages of varying sizes (``SpannedEntries``: v1 without sub-entry
-batches, v2 whose filter values all have one length or none) is walked once and stored as one
+batches, v2 whose filter values have one length, several or none) is walked once and stored as one
 ``storage.format.EntrySpans``, for named publishers too (deduplication over the ids), and gives
 the bytes and confirms of the per-message walk: for random turns of frames (v1 and v2, sizes
 varying, filter values of one length, of several or none, sub-entry batches, messages too
@@ -115,20 +115,40 @@ def test_a_named_v2_publisher_hands_storage_the_frames_whole(tmp_path):
         stream.close()
 
 
+def test_a_v2_frame_of_several_value_lengths_is_held_as_its_messages_bytes(tmp_path):
+    """Filter values of several lengths (and none): one ``EntrySpans`` with each entry's own
+    skip, the values in order, and the bytes held (what the budget and throttling count) those
+    of the messages, not of their heads."""
+    stream = storage.Stream.open(tmp_path / "s", storage.StreamConfig(filter_size=16))
+    entry = StreamEntry("s", {}, tmp_path / "s", stream)
+    pub = StreamPublisher(_Socket(), 1, "", entry, ByteBudget(1 << 40), 1 << 40, 100,
+                          lambda fn, *a: None, lambda p: None, lambda p, e: None)
+    messages = tuple((i, None if i % 11 == 0 else f"r{i * 7919 % 1000}", b"m" * (i % 9), None)
+                     for i in range(traffic.NUMPY_FROM + 44))
+    try:
+        pub.publish(decode(encode(Publish(1, messages, 2))[4:]).messages)
+        assert [type(b) for b in pub.bodies] == [EntrySpans] and pub.bodies[0].skips is not None
+        assert pub.values == [m[1] for m in messages]
+        assert pub.held == sum(len(m[2]) for m in messages)
+    finally:
+        stream.close()
+
+
 @st.composite
 def _large_frame(draw, next_id: list[int]) -> bytes:
     """A frame of many messages (decoded by numpy, cut by the writer as rows or by a mask):
     v1 or v2 (values of 3 or 12 bytes: words or rows, or none), sizes near one another, spread,
     or near but for one, messages too large for some scenarios; the bytes from a seeded
     generator."""
-    kind = draw(st.sampled_from(("v1", "v2 short", "v2 long", "v2 none")))
+    kind = draw(st.sampled_from(("v1", "v2 short", "v2 long", "v2 none", "v2 lengths")))
     count = draw(st.sampled_from((traffic.NUMPY_FROM, 300, 900)))
     rnd = random.Random(draw(st.integers(0, 1 << 30)))
     if draw(st.integers(0, 4)) == 0:  # back into ids already used (deduplicated if named)
         next_id[0] = max(0, next_id[0] - draw(st.sampled_from((1, 100, 1000))))
     spread, base = draw(st.sampled_from(("near", "wide", "one large"))), draw(st.integers(0, 200))
     large = rnd.randrange(count)
-    values = {"v2 short": ("r01", "r02", "é1"), "v2 long": ("region-eu-1\0", "région-eu-1")}
+    values = {"v2 short": ("r01", "r02", "é1"), "v2 long": ("region-eu-1\0", "région-eu-1"),
+              "v2 lengths": ("r1", "r12", "région-eu-1", "", None)}
     messages = []
     for _ in range(count):
         size = rnd.randrange(1500) if spread == "wide" else base + rnd.randrange(30)
