@@ -137,8 +137,8 @@ class StreamPublisher:
         if type(messages) is SpannedEntries and messages.fits(self.max_message_size):
             # messages of varying sizes, none too large: found by one walk, left in the frame
             count = messages.count
-            run = messages.run()
-            bodies.append(run)
+            spans = messages.run()
+            bodies.append(spans)
             self.runs = True
             if messages.values is None:
                 values += itertools.repeat(None, count)
@@ -148,7 +148,7 @@ class StreamPublisher:
             self.confirm += messages.id_bytes()
             self.entries += count
             self.published += count
-            self._taken(start, run.records_bytes())
+            self._taken(start, spans.records_bytes())
             return
         errors: list[tuple[int, int]] = []
         ids: list[int] = []
