@@ -364,8 +364,9 @@ class _Batch:
         n = self.n
         longest = int(length.max()) if n else 0
         hit = self.in_head(start, longest) if longest else None
-        buffer, first = self.raw if hit is None else hit[0], start
-        if hit is not None:
+        if hit is None:
+            buffer, first = self.raw, start
+        else:
             rows, d = hit
             if valid.all() and (length == longest).all():  # one size: a segment's columns, copied
                 data = np.ascontiguousarray(rows[:, d:d + longest])
@@ -373,7 +374,7 @@ class _Batch:
                                                                       pa.py_buffer(data)])
             # sizes that differ, all within the rows: taken from them, not from the joined
             # pieces (no join of the batch for texts of several lengths)
-            first = np.arange(d, n * rows.shape[1], rows.shape[1], dtype=np.int64)
+            buffer, first = rows, np.arange(d, n * rows.shape[1], rows.shape[1], dtype=np.int64)
         bounds = np.empty(2 * n + 1, np.int32)
         bounds[0:2 * n:2] = first
         bounds[1:2 * n:2] = first + length
@@ -762,31 +763,31 @@ def _laid_out(b: _Batch, checked: set[int]) -> _Fields | None:
     tops, bases, heads, lengths = cut
     b.keep(bases, heads)
 
+    def placed(where: int, into: int = 0) -> Any:
+        """Every message's place of the first's byte ``where + into``, in the segment of ``where``."""
+        k = bisect.bisect_right(tops, where) - 1
+        return b.place(k, where + into - tops[k])
+
     def place(field: Placed) -> Field:
         c, where, head, size = field
-        k = bisect.bisect_right(tops, where) - 1  # the segment of its constructor
         length = lengths.get(where)
-        return b.code(c), b.place(k, where + head - tops[k]), b.full(size) if length is None else length
+        return b.code(c), placed(where, head), b.full(size) if length is None else length
 
-    k = len(tops) - 1
     if not ends_body:
-        if not (bases[k] + (end - tops[k]) == b.ends).all():
+        if not (placed(end) == b.ends).all():
             return None
         f = _Fields(body=None if body is None else place(body))
     else:
         assert body is not None
         c, where, head, _ = body
-        at = b.place(k, where + 1 - tops[k])
-        length = b.byte(at) if head == 2 else b.u32(at)
-        if not (at + head - 1 + length == b.ends).all():
+        length = b.byte(placed(where, 1)) if head == 2 else b.u32(placed(where, 1))
+        value = placed(where, head)
+        if not (value + length == b.ends).all():
             return None
-        f = _Fields(body=(b.code(c), b.place(k, where + head - tops[k]), length))
+        f = _Fields(body=(b.code(c), value, length))
     for where, items_end in compounds:  # a size a cut lies in: each leads to where its items end
-        if not any(where < at < items_end for at in lengths):
-            continue  # compared with the structure
-        kc, ke = (bisect.bisect_right(tops, x) - 1 for x in (where, items_end))
-        size = b.byte(b.place(kc, where + 1 - tops[kc]))
-        if not (bases[kc] + (where + 2 - tops[kc]) + size == bases[ke] + (items_end - tops[ke])).all():
+        if any(where < at < items_end for at in lengths) and \
+                not (placed(where, 2) + b.byte(placed(where, 1)) == placed(items_end)).all():
             return None
     f.fv = None if fv is None else place(fv)
     f.props = None if props is None else [place(x) for x in props]

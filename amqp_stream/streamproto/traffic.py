@@ -419,7 +419,7 @@ def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntr
     places = np.fromiter(starts, np.intp, count + 1)
     firsts = places[:-1]
     # the frame as big-endian words, one starting at each byte (a view): a word an entry
-    words = np.ndarray((end - 7,), _IDS, src, 0, (1,))
+    words = _words_of(src)
     id_bytes = words[firsts].tobytes()
     values: list[str | None] | None = None
     if version != 1:
@@ -485,7 +485,7 @@ def _varied(src: bytes | bytearray, pos: int, count: int) -> SpannedEntries | No
     places = np.fromiter(starts, np.intp, count + 1)
     firsts = places[:-1]
     apart = np.array(skips, np.intp)
-    id_bytes = np.ndarray((end - 7,), _IDS, src, 0, (1,))[firsts].tobytes()
+    id_bytes = _words_of(src)[firsts].tobytes()
     values = np.empty(count, object)
     for skip in np.unique(apart).tolist():
         which = np.flatnonzero(apart == skip)
@@ -496,6 +496,11 @@ def _varied(src: bytes | bytearray, pos: int, count: int) -> SpannedEntries | No
             return None
         values[which] = got
     return SpannedEntries(src, starts, 0, id_bytes, values.tolist(), places, apart)
+
+
+def _words_of(src: bytes | bytearray) -> np.ndarray:
+    """``src`` as big-endian 8-byte words, one starting at each byte (a view, no copy)."""
+    return np.ndarray((len(src) - 7,), _IDS, src, 0, (1,))
 
 
 @lru_cache(maxsize=64)
