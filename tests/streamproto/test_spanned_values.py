@@ -172,3 +172,56 @@ def test_frames_one_after_another_give_the_walks_messages_and_entries(frames, ke
                     struct.pack(">I", len(m[2])) + m[2] for m in expected)
     finally:
         traffic.VALUES_KEPT = default
+
+
+def _damaged(raw: bytes, damage: list[tuple[str, int, int]]) -> bytes:
+    """``raw`` with its entries damaged: a byte set, bytes cut out or put in, the end cut off,
+    bytes after the end (the 5-byte head, version and count, kept)."""
+    out = bytearray(raw)
+    for kind, where, byte in damage:
+        if len(out) <= 6:
+            break
+        at = 5 + where % (len(out) - 5)
+        if kind == "set":
+            out[at] = byte
+        elif kind == "cut":
+            del out[at:at + 1 + byte % 4]
+        elif kind == "insert":
+            out[at:at] = bytes([byte]) * (1 + byte % 4)
+        elif kind == "append":
+            out += bytes([byte]) * (1 + where % 12)
+        else:
+            del out[at:]
+    return bytes(out)
+
+
+@settings(max_examples=300, deadline=None, print_blob=False)
+@given(_frame(), st.lists(st.tuples(st.sampled_from(("set", "set", "cut", "insert", "end", "append")),
+                                    st.integers(0, 1 << 20), st.integers(0, 255)),
+                          min_size=1, max_size=3))
+def test_a_damaged_frame_is_decoded_or_refused_as_the_walk_does(frame, damage):
+    """A client's frame with a length field, a size or a value changed, bytes missing or extra,
+    or its end cut off (what a hostile or broken publisher sends): decoded at once it gives the
+    walk's messages and storage the walk's entries, or it is refused as the walk refuses it;
+    never something else."""
+    raw, count, _ = frame
+    view = memoryview(_damaged(raw, damage))
+    try:  # (``frames.decode`` makes either a FrameError)
+        expected = walk_messages(view, 5, count, 2)
+    except (ValueError, struct.error):
+        expected = None
+    try:
+        got = Publish.decode_content(view, 0, 2, 2).messages
+    except (ValueError, struct.error):
+        got = None
+    if expected is None:
+        assert got is None
+        event("refused")
+        return
+    assert got == expected
+    event(type(got).__name__)
+    if type(got) is SpannedEntries:
+        run = got.run()
+        assert bytes(run.entries(0, count)) == b"".join(struct.pack(">I", len(m[2])) + bytes(m[2]) for m in expected)
+        assert run.records_bytes() == sum(len(m[2]) for m in expected)
+        assert run.largest() == max(len(m[2]) for m in expected)
