@@ -40,31 +40,8 @@ NIL_DEF = 2  # tag_val_def of [] in erl_term.h, the value mixed for a list's tai
 NIL_WHEN_HASH_ZERO = 3468870702  # make_hash2 shortcut for [] while the running hash is 0
 
 
-def _mix(a: int, b: int, c: int) -> int:
-    """Jenkins' ``mix(a, b, c)`` on 32-bit words; returns the new ``c`` (all we ever use)."""
-    a = (a - b - c) & _M32
-    a ^= c >> 13
-    b = (b - c - a) & _M32
-    b ^= (a << 8) & _M32
-    c = (c - a - b) & _M32
-    c ^= b >> 13
-    a = (a - b - c) & _M32
-    a ^= c >> 12
-    b = (b - c - a) & _M32
-    b ^= (a << 16) & _M32
-    c = (c - a - b) & _M32
-    c ^= b >> 5
-    a = (a - b - c) & _M32
-    a ^= c >> 3
-    b = (b - c - a) & _M32
-    b ^= (a << 10) & _M32
-    c = (c - a - b) & _M32
-    c ^= b >> 15
-    return c
-
-
 def _mix_abc(a: int, b: int, c: int) -> tuple[int, int, int]:
-    """Jenkins' ``mix`` returning all three words (needed between 12-byte blocks)."""
+    """Jenkins' ``mix(a, b, c)`` on 32-bit words: all three new words (between 12-byte blocks)."""
     a = (a - b - c) & _M32
     a ^= c >> 13
     b = (b - c - a) & _M32
@@ -84,6 +61,11 @@ def _mix_abc(a: int, b: int, c: int) -> tuple[int, int, int]:
     c = (c - a - b) & _M32
     c ^= b >> 15
     return a, b, c
+
+
+def _mix(a: int, b: int, c: int) -> int:
+    """Jenkins' ``mix(a, b, c)``'s new ``c`` (the last mix of a hash needs no more)."""
+    return _mix_abc(a, b, c)[2]
 
 
 def _block_hash(data: bytes, initval: int) -> int:
