@@ -225,3 +225,90 @@ def test_a_damaged_frame_is_decoded_or_refused_as_the_walk_does(frame, damage):
         assert bytes(run.entries(0, count)) == b"".join(struct.pack(">I", len(m[2])) + bytes(m[2]) for m in expected)
         assert run.records_bytes() == sum(len(m[2]) for m in expected)
         assert run.largest() == max(len(m[2]) for m in expected)
+
+
+@st.composite
+def _writers_frame(draw):
+    """A v2 frame of a writer's messages: each begins with the same section descriptor
+    (``00 53 72``), filter values of 1 to 3 digits, other lengths or none; the bodies either
+    free of the descriptor's bytes (``clean``) or made of them, so that the descriptor recurs
+    inside bodies and values."""
+    count = draw(st.integers(2, 600))
+    clean = draw(st.booleans())
+    rnd = random.Random(draw(st.integers(0, 1 << 30)))
+    alphabet = b"\x01ab" if clean else b"\x00Sr\x01"
+    out = bytearray(struct.pack(">Bi", 3, count))
+    for k in range(count):
+        out += struct.pack(">Q", k)
+        pick = rnd.random()
+        if pick < 0.1:
+            out += b"\xff\xff"
+        else:
+            value = (b"r%d" % rnd.randint(0, 999) if pick < 0.8 or clean
+                     else bytes(rnd.choice(b"\x00Sr") for _ in range(rnd.randint(0, 6))))
+            out += struct.pack(">H", len(value)) + value
+        body = b"\x00Sr" + bytes(rnd.choice(alphabet) for _ in range(rnd.randint(0, 40)))
+        out += struct.pack(">I", len(body)) + body
+    return bytes(out), count, clean
+
+
+def _walked(raw: bytes, pos: int, count: int) -> tuple[list[int], list[int]] | None:
+    """(each entry's start and the end, each entry's skip) by a plain walk; None when the
+    entries do not fill the frame."""
+    starts, skips = [], []
+    try:
+        for _ in range(count):
+            (length,) = struct.unpack_from(">H", raw, pos + 8)
+            skip = 10 + (0 if length == 0xFFFF else length)
+            (size,) = struct.unpack_from(">I", raw, pos + skip)
+            starts.append(pos)
+            skips.append(skip)
+            pos += skip + 4 + size
+    except struct.error:
+        return None
+    return (starts + [pos], skips) if pos == len(raw) else None
+
+
+@settings(max_examples=300, deadline=None, print_blob=False)
+@given(_writers_frame(), st.lists(st.tuples(st.sampled_from(("set", "cut", "insert", "end", "append")),
+                                            st.integers(0, 1 << 20), st.integers(0, 255)), max_size=2))
+def test_entries_chained_by_numpy_are_the_walks(frame, damage):
+    """``_chained`` finds the entries of a writer's frame (messages that begin alike, filter
+    values of several lengths) without a step an entry: the walk's starts and skips whenever
+    it gives an answer, and always when the descriptor's bytes do not recur inside the
+    entries; none for a frame the entries do not fill (damaged: see ``_damaged``). The frame
+    decodes to the walk's messages, or is refused as the walk refuses it, either way."""
+    raw, count, clean = frame
+    raw = _damaged(raw, damage)
+    chained = traffic._chained(raw, 5, count)
+    walked = _walked(raw, 5, count)
+    if chained is None:
+        assert not (clean and not damage)
+        event("left to the walk")
+    else:
+        event("chained")
+        assert (chained[0].tolist(), chained[1].tolist()) == walked
+    view = memoryview(raw)
+    try:
+        expected = walk_messages(view, 5, count, 2)
+    except (ValueError, struct.error):
+        expected = None
+    try:
+        got = Publish.decode_content(view, 0, 2, 2).messages
+    except (ValueError, struct.error):
+        got = None
+    assert got == expected
+
+
+def test_a_messages_first_bytes_inside_a_value_do_not_stop_the_chain():
+    """A filter value and a body that hold the messages' first three bytes make candidates
+    that no entry's chain leads to: they are dropped, and the entries are still found."""
+    entries = []
+    for k in range(300):
+        value = b"\x00Sr" if k == 5 else b"r%d" % (k % 150)
+        body = b"\x00Sr" + (b"a\x00Srb" if k == 7 else b"ab" * (k % 5))
+        entries.append(struct.pack(">QH", k, len(value)) + value + struct.pack(">I", len(body)) + body)
+    raw = struct.pack(">Bi", 3, 300) + b"".join(entries)
+    chained = traffic._chained(raw, 5, 300)
+    assert chained is not None
+    assert (chained[0].tolist(), chained[1].tolist()) == _walked(raw, 5, 300)
