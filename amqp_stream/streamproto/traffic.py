@@ -402,21 +402,28 @@ def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntr
     head = skip + 4
     if count < NUMPY_FROM:
         return _few(src, pos, count, version, length, skip)
-    starts = [pos] * (count + 1)
-    at = pos
-    size_at = _size_at(skip)
-    # a size with its top bit set (a sub-entry batch, or a v2 error) takes ``at`` 2 GiB on:
-    # the frame does not add up, and the caller's walk tells what it is
-    try:
-        for k in range(count):
-            starts[k] = at
-            at += head + size_at(src, at)[0]
-    except struct.error:  # an entry's head runs past the frame
-        return None if version == 1 else _varied(src, pos, count)
-    if at != end:
-        return None if version == 1 else _varied(src, pos, count)
-    starts[count] = at
-    places = np.fromiter(starts, np.intp, count + 1)
+    chained = _chained(src, pos, count, version)
+    if chained is not None:
+        places, apart = chained
+        if (apart != skip).any():  # filter fields of several lengths
+            return _varied_values(src, places.tolist(), places, apart)
+        starts = places.tolist()
+    else:
+        starts = [pos] * (count + 1)
+        at = pos
+        size_at = _size_at(skip)
+        # a size with its top bit set (a sub-entry batch, or a v2 error) takes ``at`` 2 GiB
+        # on: the frame does not add up, and the caller's walk tells what it is
+        try:
+            for k in range(count):
+                starts[k] = at
+                at += head + size_at(src, at)[0]
+        except struct.error:  # an entry's head runs past the frame
+            return None if version == 1 else _varied(src, pos, count, False)
+        if at != end:
+            return None if version == 1 else _varied(src, pos, count, False)
+        starts[count] = at
+        places = np.fromiter(starts, np.intp, count + 1)
     firsts = places[:-1]
     # the frame as big-endian words, one starting at each byte (a view): a word an entry
     words = _words_of(src)
@@ -446,19 +453,19 @@ def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntr
     return SpannedEntries(src, starts, skip, id_bytes, values, places)
 
 
-def _varied(src: bytes | bytearray, pos: int, count: int) -> SpannedEntries | None:
+def _varied(src: bytes | bytearray, pos: int, count: int, chain: bool = True) -> SpannedEntries | None:
     """``_spanned`` for a Publish v2 frame whose filter values have several lengths (a
     writer's regions, tenants, ids): the entries found by numpy (``_chained``), else by a walk
     that reads each entry's filter length and size (one ``struct`` call an entry whose skip is
     the one before's, two otherwise); the values decoded a length at a time as ``_spanned``
     decodes one length (``_coded_values``, ``_values``); None when the entries do not fill the
-    frame.
+    frame. (``chain``: False where ``_chained`` has been tried.)
 
     Why: the walk per message (``walk_messages``) makes a tuple, a ``str`` and a view a
     message; it was 28 % of the broker's time storing a Spark sink's rows whose filter
     values differ in length (bench/RESULTS.md)."""
     end = len(src)
-    chained = _chained(src, pos, count)
+    chained = _chained(src, pos, count, 2) if chain else None
     if chained is not None:
         places, apart = chained
         return _varied_values(src, places.tolist(), places, apart)
@@ -513,16 +520,18 @@ def _varied_values(src: bytes | bytearray, starts: list[int], places: np.ndarray
     return SpannedEntries(src, starts, 0, id_bytes, values.tolist(), places, apart)
 
 
-def _chained(src: bytes | bytearray, pos: int, count: int) -> tuple[np.ndarray, np.ndarray] | None:
+def _chained(src: bytes | bytearray, pos: int, count: int,
+             version: int) -> tuple[np.ndarray, np.ndarray] | None:
     """(where each of the ``count`` entries from ``pos`` starts, and the frame's end; each
-    entry's skip) of a Publish v2 frame, found by numpy: ``_varied``'s walk without a Python
-    step an entry; None when not found this way (the walk then decides).
+    entry's skip) of a Publish frame's simple entries, found by numpy: the walk of
+    ``_spanned`` and ``_varied`` without a Python step an entry; None when not found this way
+    (the walk then decides).
 
-    Why: that walk was ~250 ns an entry for a writer's values of 1 to 3 digits (its skip
+    Why: the walk was ~100 ns an entry, ~250 for a writer's values of 1 to 3 digits (the skip
     changes every few entries). A writer's messages begin alike, so every place where the
     first message's first three bytes recur is a candidate message; a candidate's size field
-    (the 4 bytes before it) gives where its entry ends, and the next entry's filter length
-    field (8 bytes on) where the next message begins. The candidates that chain so from the
+    (the 4 bytes before it) gives where its entry ends, and the next entry's publishing id
+    and (v2) filter length field where the next message begins. The candidates that chain so from the
     first message, ``count`` of them, the last ending the frame, are the walk's messages (it
     meets them one after the other); a candidate no other's chain leads to (three bytes inside
     a value) is dropped, and whatever is left must chain, or the walk decides (a message that
@@ -530,8 +539,11 @@ def _chained(src: bytes | bytearray, pos: int, count: int) -> tuple[np.ndarray, 
     end = len(src)
     if count < 2 or pos + 10 > end:
         return None
-    (length,) = U16.unpack_from(src, pos + 8)
-    first = pos + 14 + (0 if length == _NO_FILTER else length)  # the first message
+    if version == 1:
+        first = pos + 12  # the first message
+    else:
+        (length,) = U16.unpack_from(src, pos + 8)
+        first = pos + 14 + (0 if length == _NO_FILTER else length)
     if first + 3 > end:
         return None
     buf = np.frombuffer(src, np.uint8)
@@ -548,6 +560,8 @@ def _chained(src: bytes | bytearray, pos: int, count: int) -> tuple[np.ndarray, 
     def chain(r: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """Where each candidate's chain leads: the message after its entry (-1: a head past
         the frame, which no candidate is)."""
+        if version == 1:
+            return np.where(ends + 12 <= end, ends + 12, -1)
         inside = ends + 10 <= end
         fields = np.full(len(r), -1, np.int64)
         fields[inside] = np.ndarray((end - 1,), ">u2", src, 0, (1,))[ends[inside] + 8]

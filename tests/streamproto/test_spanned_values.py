@@ -229,10 +229,11 @@ def test_a_damaged_frame_is_decoded_or_refused_as_the_walk_does(frame, damage):
 
 @st.composite
 def _writers_frame(draw):
-    """A v2 frame of a writer's messages: each begins with the same section descriptor
-    (``00 53 72``), filter values of 1 to 3 digits, other lengths or none; the bodies either
-    free of the descriptor's bytes (``clean``) or made of them, so that the descriptor recurs
-    inside bodies and values."""
+    """A frame of a writer's messages: each begins with the same section descriptor
+    (``00 53 72``); in v2 filter values of 1 to 3 digits, other lengths or none; the bodies
+    either free of the descriptor's bytes (``clean``) or made of them, so that the descriptor
+    recurs inside bodies and values."""
+    version = draw(st.sampled_from((1, 2, 2)))
     count = draw(st.integers(2, 600))
     clean = draw(st.booleans())
     rnd = random.Random(draw(st.integers(0, 1 << 30)))
@@ -241,7 +242,9 @@ def _writers_frame(draw):
     for k in range(count):
         out += struct.pack(">Q", k)
         pick = rnd.random()
-        if pick < 0.1:
+        if version == 1:
+            pass
+        elif pick < 0.1:
             out += b"\xff\xff"
         else:
             value = (b"r%d" % rnd.randint(0, 999) if pick < 0.8 or clean
@@ -249,17 +252,17 @@ def _writers_frame(draw):
             out += struct.pack(">H", len(value)) + value
         body = b"\x00Sr" + bytes(rnd.choice(alphabet) for _ in range(rnd.randint(0, 40)))
         out += struct.pack(">I", len(body)) + body
-    return bytes(out), count, clean
+    return bytes(out), count, clean, version
 
 
-def _walked(raw: bytes, pos: int, count: int) -> tuple[list[int], list[int]] | None:
+def _walked(raw: bytes, pos: int, count: int, version: int = 2) -> tuple[list[int], list[int]] | None:
     """(each entry's start and the end, each entry's skip) by a plain walk; None when the
     entries do not fill the frame."""
     starts, skips = [], []
     try:
         for _ in range(count):
             (length,) = struct.unpack_from(">H", raw, pos + 8)
-            skip = 10 + (0 if length == 0xFFFF else length)
+            skip = 8 if version == 1 else 10 + (0 if length == 0xFFFF else length)
             (size,) = struct.unpack_from(">I", raw, pos + skip)
             starts.append(pos)
             skips.append(skip)
@@ -273,15 +276,15 @@ def _walked(raw: bytes, pos: int, count: int) -> tuple[list[int], list[int]] | N
 @given(_writers_frame(), st.lists(st.tuples(st.sampled_from(("set", "cut", "insert", "end", "append")),
                                             st.integers(0, 1 << 20), st.integers(0, 255)), max_size=2))
 def test_entries_chained_by_numpy_are_the_walks(frame, damage):
-    """``_chained`` finds the entries of a writer's frame (messages that begin alike, filter
-    values of several lengths) without a step an entry: the walk's starts and skips whenever
+    """``_chained`` finds the entries of a writer's frame (messages that begin alike; in v2
+    filter values of several lengths) without a step an entry: the walk's starts and skips whenever
     it gives an answer, and always when the descriptor's bytes do not recur inside the
     entries; none for a frame the entries do not fill (damaged: see ``_damaged``). The frame
     decodes to the walk's messages, or is refused as the walk refuses it, either way."""
-    raw, count, clean = frame
+    raw, count, clean, version = frame
     raw = _damaged(raw, damage)
-    chained = traffic._chained(raw, 5, count)
-    walked = _walked(raw, 5, count)
+    chained = traffic._chained(raw, 5, count, version)
+    walked = _walked(raw, 5, count, version)
     if chained is None:
         assert not (clean and not damage)
         event("left to the walk")
@@ -290,11 +293,11 @@ def test_entries_chained_by_numpy_are_the_walks(frame, damage):
         assert (chained[0].tolist(), chained[1].tolist()) == walked
     view = memoryview(raw)
     try:
-        expected = walk_messages(view, 5, count, 2)
+        expected = walk_messages(view, 5, count, version)
     except (ValueError, struct.error):
         expected = None
     try:
-        got = Publish.decode_content(view, 0, 2, 2).messages
+        got = Publish.decode_content(view, 0, 2, version).messages
     except (ValueError, struct.error):
         got = None
     assert got == expected
@@ -309,6 +312,6 @@ def test_a_messages_first_bytes_inside_a_value_do_not_stop_the_chain():
         body = b"\x00Sr" + (b"a\x00Srb" if k == 7 else b"ab" * (k % 5))
         entries.append(struct.pack(">QH", k, len(value)) + value + struct.pack(">I", len(body)) + body)
     raw = struct.pack(">Bi", 3, 300) + b"".join(entries)
-    chained = traffic._chained(raw, 5, 300)
+    chained = traffic._chained(raw, 5, 300, 2)
     assert chained is not None
     assert (chained[0].tolist(), chained[1].tolist()) == _walked(raw, 5, 300)
