@@ -550,6 +550,11 @@ def _chained(src: bytes | bytearray, pos: int, count: int,
     b0, b1, b2 = buf[first], buf[first + 1], buf[first + 2]
     near = buf[first + 1:end - 1] == b1  # a candidate's second byte, its third compared too
     near &= buf[first + 2:end] == b2
+    # about one a message in a writer's frame; many more (bodies of those bytes over and
+    # over, as a hostile client may send) would cost ~4 ns each from here on: the walk's
+    found = int(np.count_nonzero(near))
+    if found < count or found > 4 * count:
+        return None
     q = np.flatnonzero(near) + first
     r = q[buf[q] == b0]  # candidate messages, ascending; the first is ``first``
     if len(r) < count:

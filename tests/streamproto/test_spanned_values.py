@@ -315,3 +315,16 @@ def test_a_messages_first_bytes_inside_a_value_do_not_stop_the_chain():
     chained = traffic._chained(raw, 5, 300, 2)
     assert chained is not None
     assert (chained[0].tolist(), chained[1].tolist()) == _walked(raw, 5, 300)
+
+
+def test_a_frame_of_the_first_bytes_over_and_over_is_left_to_the_walk():
+    """Bodies that repeat the messages' second and third bytes (``53 72``) many times, as a
+    hostile client may send: ``_chained`` gives up before it looks at each place (~4 ns a
+    place), though these would chain (their first byte differs), and the walk gives the
+    frame's messages."""
+    raw = struct.pack(">Bi", 3, 300) + b"".join(
+        struct.pack(">QH", k, 2) + b"r1" + struct.pack(">I", 93) + b"\x00Sr" + b"\x01Sr" * 30
+        for k in range(300))
+    assert traffic._chained(raw, 5, 300, 2) is None
+    view = memoryview(raw)
+    assert Publish.decode_content(view, 0, 2, 2).messages == walk_messages(view, 5, 300, 2)
