@@ -4,7 +4,8 @@ Strategy: this module owns the frame layout (PROTOCOL.adoc of rabbitmq-server, c
 what ``rabbit_stream_core.erl`` really writes and reads). Control commands are declared as
 data: each dataclass lists one field codec (``_types``) per field, and ``Frame`` encodes and
 decodes them all, so a layout is written once for both directions. The traffic frames
-(Publish, PublishConfirm, Deliver) are coded by hand in ``traffic`` and re-exported here.
+(Publish, PublishConfirm, Deliver) are coded by hand in ``traffic``, a Publish's entries in
+``entries``, and re-exported here.
 
 Layout (all integers big-endian; types in ``_types``)::
 
@@ -36,9 +37,9 @@ from amqp_stream.streamproto._types import (
 )
 from amqp_stream.streamproto.constants import RESPONSE_FLAG, Key
 from amqp_stream.streamproto.errors import FrameError
+from amqp_stream.streamproto.entries import PackedEntries, PublishedMessage, SpannedEntries
 from amqp_stream.streamproto.traffic import (
-    CHUNK_HEADER, ChunkHeader, Deliver, PackedEntries, Publish, SpannedEntries, PublishConfirm, PublishedMessage,
-    chunk_header, deliver_head,
+    CHUNK_HEADER, ChunkHeader, Deliver, Publish, PublishConfirm, chunk_header, deliver_head,
 )
 
 FRAME_SIZE = struct.Struct(">I")            # size of what follows

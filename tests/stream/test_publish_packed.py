@@ -27,7 +27,7 @@ from amqp_stream.core import ByteBudget
 from amqp_stream.stream_listener.publishing import StreamPublisher
 from amqp_stream.streamproto import PackedEntries, Publish, PublishConfirm
 from amqp_stream.streamproto.frames import decode, encode
-from amqp_stream.streamproto.traffic import walk_messages
+from amqp_stream.streamproto.entries import walk_messages
 from amqp_stream.streams import StreamEntry
 from storage.format import (CHUNK_HEADER, EntryRun, CHUNK_HEADER_BYTES, INDEX_HEADER_BYTES,
                             INDEX_RECORD_BYTES, SEGMENT_HEADER_BYTES)

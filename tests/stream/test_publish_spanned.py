@@ -20,7 +20,7 @@ import storage
 from amqp_stream.core import ByteBudget
 from amqp_stream.stream_listener.publishing import StreamPublisher
 from amqp_stream.streamproto import Publish, PublishConfirm, SpannedEntries
-from amqp_stream.streamproto import traffic
+from amqp_stream.streamproto import entries
 from amqp_stream.streamproto.frames import decode, encode
 from amqp_stream.streams import StreamEntry
 from storage import format as fmt
@@ -67,7 +67,7 @@ def _v2(first: int, last: int, value: str = "r07") -> bytes:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_scenario(), st.sampled_from((1, 30, traffic.NUMPY_FROM)))
+@given(_scenario(), st.sampled_from((1, 30, entries.NUMPY_FROM)))
 @example((storage.StreamConfig(filter_size=16), "producer-a", 45,
           [[_v2(0, 9)], [_v2(9, 18), _v2(12, 30)]]), 1)  # 9 again next turn, 12-18 in the same one
 def test_spanned_frames_store_the_bytes_and_send_the_confirms_of_the_plain_path(scenario, numpy_from):
@@ -76,15 +76,15 @@ def test_spanned_frames_store_the_bytes_and_send_the_confirms_of_the_plain_path(
     config, reference, max_size, turns = scenario
     spanned = sum(type(decode(raw).messages) is SpannedEntries for frames in turns for raw in frames)
     event(f"spanned frames: {min(spanned, 3)}{'+' if spanned >= 3 else ''}")
-    default, traffic.NUMPY_FROM = traffic.NUMPY_FROM, numpy_from
+    default, entries.NUMPY_FROM = entries.NUMPY_FROM, numpy_from
     if numpy_from == 30:  # the filter values decoded before forgotten: decoded afresh
-        traffic._FIELDS.clear()
-        traffic._TABLES.clear()
-        traffic._CODES.clear()
+        entries._FIELDS.clear()
+        entries._TABLES.clear()
+        entries._CODES.clear()
     try:
         same_as_the_plain_path(config, reference, max_size, turns)
     finally:
-        traffic.NUMPY_FROM = default
+        entries.NUMPY_FROM = default
 
 
 def test_a_named_v2_publisher_hands_storage_the_frames_whole(tmp_path):
@@ -124,7 +124,7 @@ def test_a_v2_frame_of_several_value_lengths_is_held_as_its_messages_bytes(tmp_p
     pub = StreamPublisher(_Socket(), 1, "", entry, ByteBudget(1 << 40), 1 << 40, 100,
                           lambda fn, *a: None, lambda p: None, lambda p, e: None)
     messages = tuple((i, None if i % 11 == 0 else f"r{i * 7919 % 1000}", b"m" * (i % 9), None)
-                     for i in range(traffic.NUMPY_FROM + 44))
+                     for i in range(entries.NUMPY_FROM + 44))
     try:
         pub.publish(decode(encode(Publish(1, messages, 2))[4:]).messages)
         assert [type(b) for b in pub.bodies] == [EntrySpans] and pub.bodies[0].skips is not None
@@ -141,7 +141,7 @@ def _large_frame(draw, next_id: list[int]) -> bytes:
     or near but for one, messages too large for some scenarios; the bytes from a seeded
     generator."""
     kind = draw(st.sampled_from(("v1", "v2 short", "v2 long", "v2 none", "v2 lengths")))
-    count = draw(st.sampled_from((traffic.NUMPY_FROM, 300, 900)))
+    count = draw(st.sampled_from((entries.NUMPY_FROM, 300, 900)))
     rnd = random.Random(draw(st.integers(0, 1 << 30)))
     if draw(st.integers(0, 4)) == 0:  # back into ids already used (deduplicated if named)
         next_id[0] = max(0, next_id[0] - draw(st.sampled_from((1, 100, 1000))))

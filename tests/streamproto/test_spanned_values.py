@@ -15,13 +15,14 @@ import struct
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from amqp_stream.streamproto import SpannedEntries, traffic
-from amqp_stream.streamproto.traffic import Publish, walk_messages
+from amqp_stream.streamproto import SpannedEntries, entries
+from amqp_stream.streamproto.entries import walk_messages
+from amqp_stream.streamproto.traffic import Publish
 
 
 @st.composite
 def _frame(draw):
-    count = draw(st.integers(traffic.NUMPY_FROM, 700))
+    count = draw(st.integers(entries.NUMPY_FROM, 700))
     width = draw(st.integers(0, 12))
     pool = draw(st.lists(st.binary(min_size=width, max_size=width), min_size=1, max_size=6))
     kind = draw(st.sampled_from(("one length", "one length", "none", "mixed", "not utf-8")))
@@ -46,7 +47,7 @@ def _frame(draw):
             out += struct.pack(">H", len(value)) + value
         out += struct.pack(">I", size) + bytes([k % 256]) * size
     if draw(st.booleans()):
-        traffic._CODES.clear()
+        entries._CODES.clear()
     return bytes(out), count, kind == "mixed"
 
 
@@ -87,13 +88,13 @@ def test_a_frame_decoded_at_once_gives_the_walks_messages(frame):
 
 def test_short_filter_fields_are_looked_up_as_numbers():
     """Values of up to 8 bytes go by ``_coded_values``: the same ``str`` objects each frame."""
-    entries = b"".join(struct.pack(">QH", k, 3) + b"r%02d" % (k % 9) + struct.pack(">I", k % 50)
-                       + b"m" * (k % 50) for k in range(400))
-    raw = struct.pack(">Bi", 1, 400) + entries
-    traffic._CODES.clear()
+    frame = b"".join(struct.pack(">QH", k, 3) + b"r%02d" % (k % 9) + struct.pack(">I", k % 50)
+                     + b"m" * (k % 50) for k in range(400))
+    raw = struct.pack(">Bi", 1, 400) + frame
+    entries._CODES.clear()
     first = Publish.decode_content(memoryview(raw), 0, 2, 2).messages
     again = Publish.decode_content(memoryview(raw), 0, 2, 2).messages
-    assert 5 in traffic._CODES
+    assert 5 in entries._CODES
     assert first.values == [f"r{k % 9:02d}" for k in range(400)]
     assert all(a is b for a, b in zip(first.values, again.values, strict=True))
 
@@ -106,7 +107,7 @@ def _run_of_frames(draw):
     frames = []
     for _ in range(draw(st.integers(1, 5))):
         version = draw(st.sampled_from((1, 2, 2)))
-        count = draw(st.sampled_from((1, 2, 9, traffic.NUMPY_FROM - 1, traffic.NUMPY_FROM, 500)))
+        count = draw(st.sampled_from((1, 2, 9, entries.NUMPY_FROM - 1, entries.NUMPY_FROM, 500)))
         width = draw(st.sampled_from((0, 1, 2, 5, 6, 7, 8, 9, 16, 17, 100, 255, 300)))
         kind = draw(st.sampled_from(("text", "text", "text", "none", "not utf-8", "lengths")))
         seed = draw(st.integers(0, 1 << 30))
@@ -133,17 +134,17 @@ def _run_of_frames(draw):
 
 
 @settings(max_examples=300, deadline=None, print_blob=False)
-@given(_run_of_frames(), st.sampled_from((1, 3, traffic.VALUES_KEPT)), st.booleans())
+@given(_run_of_frames(), st.sampled_from((1, 3, entries.VALUES_KEPT)), st.booleans())
 def test_frames_one_after_another_give_the_walks_messages_and_entries(frames, kept, forget):
     """The decoded-values tables carry over from frame to frame (``_CODES``, ``_TABLES``,
     ``_FIELDS``; ``kept``: how many they hold before they are emptied): whatever came before,
     a frame gives the walk's messages (or is refused as the walk refuses it), and the
     ``EntrySpans`` storage takes from it hold the walk's entries."""
-    default, traffic.VALUES_KEPT = traffic.VALUES_KEPT, kept
+    default, entries.VALUES_KEPT = entries.VALUES_KEPT, kept
     if forget:
-        traffic._CODES.clear()
-        traffic._TABLES.clear()
-        traffic._FIELDS.clear()
+        entries._CODES.clear()
+        entries._TABLES.clear()
+        entries._FIELDS.clear()
     try:
         for version, count, content, form in frames:
             if form == "bytearray":
@@ -165,13 +166,13 @@ def test_frames_one_after_another_give_the_walks_messages_and_entries(frames, ke
                 event("refused")
                 continue
             assert got == expected
-            event(f"{type(got).__name__} of {'many' if count >= traffic.NUMPY_FROM else 'few'}")
+            event(f"{type(got).__name__} of {'many' if count >= entries.NUMPY_FROM else 'few'}")
             if type(got) is SpannedEntries:  # (else the walk's tuples, or packed entries)
                 assert got.id_bytes() == struct.pack(f">{count}Q", *(m[0] for m in expected))
                 assert bytes(got.run().entries(0, count)) == b"".join(
                     struct.pack(">I", len(m[2])) + m[2] for m in expected)
     finally:
-        traffic.VALUES_KEPT = default
+        entries.VALUES_KEPT = default
 
 
 def _damaged(raw: bytes, damage: list[tuple[str, int, int]]) -> bytes:
@@ -283,7 +284,7 @@ def test_entries_chained_by_numpy_are_the_walks(frame, damage):
     decodes to the walk's messages, or is refused as the walk refuses it, either way."""
     raw, count, clean, version = frame
     raw = _damaged(raw, damage)
-    chained = traffic._chained(raw, 5, count, version)
+    chained = entries._chained(raw, 5, count, version)
     walked = _walked(raw, 5, count, version)
     if chained is None:
         assert not (clean and not damage)
@@ -306,13 +307,13 @@ def test_entries_chained_by_numpy_are_the_walks(frame, damage):
 def test_a_messages_first_bytes_inside_a_value_do_not_stop_the_chain():
     """A filter value and a body that hold the messages' first three bytes make candidates
     that no entry's chain leads to: they are dropped, and the entries are still found."""
-    entries = []
+    parts = []
     for k in range(300):
         value = b"\x00Sr" if k == 5 else b"r%d" % (k % 150)
         body = b"\x00Sr" + (b"a\x00Srb" if k == 7 else b"ab" * (k % 5))
-        entries.append(struct.pack(">QH", k, len(value)) + value + struct.pack(">I", len(body)) + body)
-    raw = struct.pack(">Bi", 3, 300) + b"".join(entries)
-    chained = traffic._chained(raw, 5, 300, 2)
+        parts.append(struct.pack(">QH", k, len(value)) + value + struct.pack(">I", len(body)) + body)
+    raw = struct.pack(">Bi", 3, 300) + b"".join(parts)
+    chained = entries._chained(raw, 5, 300, 2)
     assert chained is not None
     assert (chained[0].tolist(), chained[1].tolist()) == _walked(raw, 5, 300)
 
@@ -325,6 +326,6 @@ def test_a_frame_of_the_first_bytes_over_and_over_is_left_to_the_walk():
     raw = struct.pack(">Bi", 3, 300) + b"".join(
         struct.pack(">QH", k, 2) + b"r1" + struct.pack(">I", 93) + b"\x00Sr" + b"\x01Sr" * 30
         for k in range(300))
-    assert traffic._chained(raw, 5, 300, 2) is None
+    assert entries._chained(raw, 5, 300, 2) is None
     view = memoryview(raw)
     assert Publish.decode_content(view, 0, 2, 2).messages == walk_messages(view, 5, 300, 2)
