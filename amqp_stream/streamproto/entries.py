@@ -44,6 +44,7 @@ def _whole(buf: memoryview) -> bytes | bytearray:
         return obj
     return bytes(buf)
 
+
 PublishedMessage = tuple  # (publishing_id, filter_value | None, data, batch | None)
 """A published entry: ``data`` is a ``memoryview`` of the frame. ``batch`` is ``None`` for a
 simple message, ``(compression, records, uncompressed_size)`` for a sub-entry batch, whose
