@@ -510,11 +510,11 @@ def _chained(src: bytes | bytearray, pos: int, count: int,
     changes every few entries). A writer's messages begin alike, so every place where the
     first message's first three bytes recur is a candidate message; a candidate's size field
     (the 4 bytes before it) gives where its entry ends, and the next entry's publishing id
-    and (v2) filter length field where the next message begins. The candidates that chain so from the
-    first message, ``count`` of them, the last ending the frame, are the walk's messages (it
-    meets them one after the other); a candidate no other's chain leads to (three bytes inside
-    a value) is dropped, and whatever is left must chain, or the walk decides (a message that
-    begins otherwise, sizes that do not add up, a head past the frame)."""
+    and (v2) filter length field where the next message begins. The candidates that chain so
+    from the first message, ``count`` of them, the last ending the frame, are the walk's
+    messages (it meets them one after the other); a candidate no other's chain leads to (three
+    bytes inside a value) is dropped, and whatever is left must chain, or the walk decides (a
+    message that begins otherwise, sizes that do not add up, a head past the frame)."""
     end = len(src)
     if count < 2 or pos + 10 > end:
         return None
