@@ -960,6 +960,28 @@ def record_starts(data: bytes, start: int, end: int) -> list[int] | None:
     return starts if pos == end and starts else None
 
 
+def chained(found: np.ndarray, ends: np.ndarray, leads: np.ndarray,
+            count: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """Of candidate records ``found`` (ascending, the first one known to be a record), where
+    each ``ends`` and where the entry after it would put the next record (``leads``), those a
+    walk of the sizes from the first meets: (the records, their ends); None when they do not
+    chain (or are not ``count``). The walk's answer without a Python step a record, for
+    ``record_starts``' entries found by their first bytes (a chunk's, a Publish frame's).
+
+    Why: sizes chain, so a walk cannot skip a record; a writer's records begin alike, so every
+    place where the first record's first bytes recur is a candidate. Candidates inside a record
+    (those bytes in a value) are dropped where no candidate leads to them; whatever is left
+    must chain, one candidate leading to the next, or the caller walks."""
+    if (count is None or len(found) == count) and (leads[:-1] == found[1:]).all():
+        return found, ends
+    keep = np.isin(found, leads)
+    keep[0] = True
+    found, ends, leads = found[keep], ends[keep], leads[keep]
+    if (count is not None and len(found) != count) or not (leads[:-1] == found[1:]).all():
+        return None
+    return found, ends
+
+
 def decode_records(data: bytes, chunk_id: int, *, path: str = "?", position: int = 0,
                    entries: int = 0) -> list[tuple[int, bytes]]:
     """``[(offset, body), ...]`` for a user chunk's data section; sub-batches are expanded

@@ -48,7 +48,7 @@ from amqp_stream.streamproto import OffsetSpec
 from amqp_stream.streamproto.constants import END_OFFSET_PROPERTY
 from amqp_stream.wire import MessageView, decode, split_sections
 from amqp_stream.spark.encoding import PROPERTY_ORDER
-from storage.format import CHUNK_HEADER, CHUNK_HEADER_BYTES, decode_header, decode_records, record_starts
+from storage.format import CHUNK_HEADER, CHUNK_HEADER_BYTES, chained, decode_header, decode_records, record_starts
 
 __all__ = ["read_range_stream", "subscribe_properties", "wire_message", "stored_message"]
 
@@ -270,13 +270,11 @@ def record_spans(chunk: bytes, pos: int, end: int) -> tuple[Any, Any] | None:
     r = q[(buf[q - 1] == b0) & (buf[q + 1] == b2)] - 1
     if not len(r) or r[0] != 4:
         return None
-    sizes = np.ndarray((n - 3,), ">u4", chunk, pos, (1,))[r - 4].astype(np.int64)
-    ends = r + sizes
-    if not (ends[:-1] + 4 == r[1:]).all():  # candidates inside records: those no size leads to out
-        keep = np.isin(r, ends + 4)
-        keep[0] = True
-        r, sizes, ends = r[keep], sizes[keep], ends[keep]
-    if (ends[-1] != n or (sizes & 0x80000000).any()
-            or not (ends[:-1] + 4 == r[1:]).all()):
+    ends = r + np.ndarray((n - 3,), ">u4", chunk, pos, (1,))[r - 4].astype(np.int64)
+    walked = chained(r, ends, ends + 4)
+    if walked is None:
+        return None
+    r, ends = walked
+    if ends[-1] != n or ((ends - r) & 0x80000000).any():
         return None
     return r + pos, ends + pos

@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from amqp_stream.streamproto._types import U16, U32, _bad
-from storage.format import EntryRun, EntrySpans
+from storage.format import EntryRun, EntrySpans, chained
 
 __all__ = ["PublishedMessage", "PackedEntries", "SpannedEntries", "walk_messages"]
 
@@ -385,7 +385,7 @@ def _spanned(buf: memoryview, pos: int, count: int, version: int) -> SpannedEntr
     if chained is not None:
         places, apart = chained
         if (apart != skip).any():  # filter fields of several lengths
-            return _varied_values(src, places.tolist(), places, apart)
+            return _varied_values(src, places, apart)
         starts = places.tolist()
     else:
         starts = [pos] * (count + 1)
@@ -446,8 +446,7 @@ def _varied(src: bytes | bytearray, pos: int, count: int, chain: bool = True) ->
     end = len(src)
     chained = _chained(src, pos, count, 2) if chain else None
     if chained is not None:
-        places, apart = chained
-        return _varied_values(src, places.tolist(), places, apart)
+        return _varied_values(src, *chained)
     starts = [pos] * (count + 1)
     skips = [0] * count
     at = pos
@@ -473,13 +472,12 @@ def _varied(src: bytes | bytearray, pos: int, count: int, chain: bool = True) ->
     if at != end:
         return None
     starts[count] = at
-    return _varied_values(src, starts, np.fromiter(starts, np.intp, count + 1), np.array(skips, np.intp))
+    return _varied_values(src, np.fromiter(starts, np.intp, count + 1), np.array(skips, np.intp))
 
 
-def _varied_values(src: bytes | bytearray, starts: list[int], places: np.ndarray,
-                   apart: np.ndarray) -> SpannedEntries | None:
-    """``_varied``'s entries from where they start (``starts``, and as an array ``places``)
-    and their skips (``apart``): the ids, and the values a filter field length at a time."""
+def _varied_values(src: bytes | bytearray, places: np.ndarray, apart: np.ndarray) -> SpannedEntries | None:
+    """``_varied``'s entries from where they start (``places``, and the frame's end) and their
+    skips (``apart``): the ids, and the values a filter field length at a time."""
     end, count = len(src), len(apart)
     firsts = places[:-1]
     words = _words_of(src)
@@ -496,7 +494,7 @@ def _varied_values(src: bytes | bytearray, starts: list[int], places: np.ndarray
         if got is None:
             return None
         values[which] = got
-    return SpannedEntries(src, starts, 0, id_bytes, values.tolist(), places, apart)
+    return SpannedEntries(src, places.tolist(), 0, id_bytes, values.tolist(), places, apart)
 
 
 def _chained(src: bytes | bytearray, pos: int, count: int,
@@ -512,9 +510,8 @@ def _chained(src: bytes | bytearray, pos: int, count: int,
     (the 4 bytes before it) gives where its entry ends, and the next entry's publishing id
     and (v2) filter length field where the next message begins. The candidates that chain so
     from the first message, ``count`` of them, the last ending the frame, are the walk's
-    messages (it meets them one after the other); a candidate no other's chain leads to (three
-    bytes inside a value) is dropped, and whatever is left must chain, or the walk decides (a
-    message that begins otherwise, sizes that do not add up, a head past the frame)."""
+    messages (``storage.format.chained``); otherwise the walk decides (a message that begins
+    otherwise, sizes that do not add up, a head past the frame)."""
     end = len(src)
     if count < 2 or pos + 10 > end:
         return None
@@ -541,26 +538,19 @@ def _chained(src: bytes | bytearray, pos: int, count: int,
     sizes = np.ndarray((end - 3,), ">u4", src, 0, (1,))[r - 4].astype(np.int64)
     ends = r + sizes  # where each candidate's entry ends: the next entry's start
 
-    def chain(r: np.ndarray, ends: np.ndarray) -> np.ndarray:
-        """Where each candidate's chain leads: the message after its entry (-1: a head past
-        the frame, which no candidate is)."""
-        if version == 1:
-            return np.where(ends + 12 <= end, ends + 12, -1)
+    # where each candidate's chain leads: the message after its entry (-1: a head past the
+    # frame, which no candidate is)
+    if version == 1:
+        leads = np.where(ends + 12 <= end, ends + 12, -1)
+    else:
         inside = ends + 10 <= end
         fields = np.full(len(r), -1, np.int64)
         fields[inside] = np.ndarray((end - 1,), ">u2", src, 0, (1,))[ends[inside] + 8]
-        return np.where(inside, ends + 14 + np.where(fields == _NO_FILTER, 0, fields), -1)
-
-    leads = chain(r, ends)
-    if len(r) != count or not (leads[:-1] == r[1:]).all():
-        keep = np.isin(r, leads)
-        keep[0] = True
-        r, ends = r[keep], ends[keep]
-        if len(r) != count:
-            return None
-        leads = chain(r, ends)
-        if not (leads[:-1] == r[1:]).all():
-            return None
+        leads = np.where(inside, ends + 14 + np.where(fields == _NO_FILTER, 0, fields), -1)
+    walked = chained(r, ends, leads, count)
+    if walked is None:
+        return None
+    r, ends = walked
     if r[0] != first or ends[-1] != end:
         return None
     places = np.empty(count + 1, np.intp)
