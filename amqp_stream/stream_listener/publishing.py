@@ -125,8 +125,7 @@ class StreamPublisher:
         if type(messages) is PackedEntries and messages.size <= self.max_message_size:
             # messages of one size, none too large: no object per message
             count = messages.count
-            run = messages.run()
-            bodies.append(run)
+            bodies.append(messages.run())
             self.runs = True
             values += itertools.repeat(None, count)
             self.confirm += messages.id_bytes()
