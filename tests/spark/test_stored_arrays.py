@@ -286,6 +286,32 @@ def test_a_text_alike_in_every_message_is_checked_once(content_type, read):
     assert _same(_columns(datas, declared, None, None), _reference(datas, declared, None, None))
 
 
+_ENCODED = {0x71: ">i", 0x81: ">q", 0x51: ">b", 0x54: ">b", 0x55: ">b", 0x50: ">B", 0x52: ">B", 0x53: ">B",
+            0x82: ">d"}
+
+
+@pytest.mark.parametrize("code, values", [(0x71, [5, -70000, 2**31 - 1]), (0x81, [7, -(2**40), 2**63 - 1]),
+                                          (0x54, [-128, 0, 127]), (0x55, [-3, 4, 100]), (0x51, [-1, 2, 3]),
+                                          (0x50, [0, 200, 255]), (0x52, [1, 128, 3]), (0x53, [9, 250, 0]),
+                                          (0x82, [1.5, -0.0, 1e300])])
+@pytest.mark.parametrize("declared_type", ["byte", "short", "integer", "long", "double"])
+@pytest.mark.parametrize("null_at", [None, 1])
+def test_numbers_of_one_encoding_in_a_column_of_any_width(code, values, declared_type, null_at):
+    """A column whose values all have one encoding is read as it lies when the declared type
+    holds every value of that encoding (no bounds check, no mask): its rows are still the
+    walk's, where a value does not fit (a ubyte 200 as a byte, an int as a short), and where
+    a null is among them (each message's constructor then differs: no longer one encoding)."""
+    fields = [{"name": "a", "type": declared_type, "nullable": True, "metadata": {}}]
+    declared = declared_columns(StructType(list(BASE_COLUMNS.fields)
+                                           + list(StructType.fromJson({"type": "struct", "fields": fields}).fields)))
+    datas = []
+    for i, v in enumerate(values * 20):
+        value = b"\x40" if i == null_at else bytes([code]) + struct.pack(_ENCODED[code], v)
+        items = b"\xa1\x01a" + value
+        datas.append(b"\x00\x53\x74\xc1" + bytes([len(items) + 1, 2]) + items + b"\x00\x53\x75\xa0\x01x")
+    assert _same(_columns(datas, declared, None, None), _reference(datas, declared, None, None))
+
+
 @st.composite
 def _given(draw, declared: StructType, stream) -> StructType:
     """A schema given with ``.schema(...)``: some of the whole read's columns, in any order."""
