@@ -246,11 +246,13 @@ def parquet_phase(args, spark, tmp: str) -> None:
         (spark.read.format("bench-ceiling").option("schema", read_schema.json()).option("rows", args.rows)
          .option("numPartitions", parts).load().write.format("noop").mode("overwrite").save())
 
-    def floor_read(broker: BrokerProcess, parts: int) -> None:
+    def floor_read(broker: BrokerProcess, parts: int, records: bool = False) -> None:
         """The floor of a stream-protocol read from this broker (``bench.spark_ceiling``): the
-        stream's chunks received as the streamUrl read receives them, none decoded."""
+        stream's chunks received as the streamUrl read receives them, none decoded (``records``:
+        each copied and its records found, as the read does before its first field)."""
         (spark.read.format("bench-ceiling").option("schema", read_schema.json()).option("rows", args.rows)
-         .option("numPartitions", parts).option("streamUrl", broker.stream_url).option("stream", "w").load()
+         .option("numPartitions", parts).option("streamUrl", broker.stream_url).option("stream", "w")
+         .option("records", str(records).lower()).load()
          .write.format("noop").mode("overwrite").save())
 
     def floor_write(broker: BrokerProcess, df) -> None:
@@ -306,6 +308,7 @@ def parquet_phase(args, spark, tmp: str) -> None:
                                                .mode("overwrite").save())[1])
                     note("ceiling read", timed(lambda: ceiling_read(parts))[1])
                     note("floor read", timed(lambda: floor_read(broker, parts))[1])
+                    note("records read", timed(lambda: floor_read(broker, parts, records=True))[1])
                     if amqp_too:
                         note("amqp-stream read", timed(lambda: stream_read(broker.url, None, parts)
                                                        .write.format("noop").mode("overwrite").save())[1])
@@ -320,7 +323,8 @@ def parquet_phase(args, spark, tmp: str) -> None:
         df.unpersist()
         for what in ("write", "read") if reads else ("write",):
             pq = best[f"parquet {what}"]
-            for ours_label in (f"ceiling {what}", f"floor {what}", f"amqp-stream {what}", f"streamUrl {what}"):
+            for ours_label in (f"ceiling {what}", f"floor {what}", f"records {what}", f"amqp-stream {what}",
+                               f"streamUrl {what}"):
                 if ours_label not in best:
                     continue
                 ours = best[ours_label]
@@ -335,7 +339,8 @@ def parquet_phase(args, spark, tmp: str) -> None:
           "Python data source that yields ready-made Arrow batches of that schema / drops the written ones; "
           "the floor write: one that sends the streamUrl sink's frames of its first batch again for every batch; "
           "the floor read: one that receives the stream's chunks as the streamUrl read does and yields the "
-          "ceiling's batches, none decoded)")
+          "ceiling's batches, none decoded; the records read: the floor read that also copies each chunk and "
+          "finds its records as the streamUrl read does)")
     print("\n".join(lines))
     for (parts, stream), secs in sorted(broker_cpu.items()):
         print(f"  broker CPU, {parts} partition(s), {'streamUrl' if stream == 'w' else 'amqp-stream'} write: "

@@ -19,9 +19,12 @@ With ``streamUrl`` and ``stream`` the read is the floor of a stream-protocol rea
 broker: each task receives its share of the stream's first ``rows`` messages as the
 ``streamUrl`` read does (its client, credits and end-of-range request) and yields the ready-made
 batch once for every ``BATCH_ROWS`` records received: the broker's sends, the socket and Spark's
-hand-over, no message decoded. What the real read costs beyond it is its decoding.
+hand-over, no message decoded. What the real read costs beyond it is its decoding. With
+``records`` (true) each chunk is also copied and its records found as the read finds them
+(``stream_read._record_spans``): the least any decoding of a chunk does before its first field.
 
-Options: ``schema`` (a ``StructType``'s JSON); for the read ``rows`` (in all) and ``numPartitions``.
+Options: ``schema`` (a ``StructType``'s JSON); for the read ``rows`` (in all), ``numPartitions``
+and ``records``.
 """
 
 from __future__ import annotations
@@ -99,9 +102,9 @@ class _Range(InputPartition):
 
 
 class _ReceiveReader(_Reader):
-    def __init__(self, schema, rows: int, parts: int, stream_url: str, stream: str):
+    def __init__(self, schema, rows: int, parts: int, stream_url: str, stream: str, records: bool = False):
         super().__init__(schema, rows, parts)
-        self.stream_url, self.stream = stream_url, stream
+        self.stream_url, self.stream, self.records = stream_url, stream, records
 
     def partitions(self):
         import itertools
@@ -114,19 +117,23 @@ class _ReceiveReader(_Reader):
 
         from amqp_stream.client.stream import StreamClient
         from amqp_stream.spark.pushdown import Pushdown
-        from amqp_stream.spark.stream_read import subscribe_properties
+        from amqp_stream.spark.stream_read import _record_spans, subscribe_properties
         from amqp_stream.streamproto import OffsetSpec
-        from storage.format import CHUNK_HEADER
+        from storage.format import CHUNK_HEADER, CHUNK_HEADER_BYTES
         start, end = partition.start, partition.end
         schema = to_arrow_schema(self.schema, timezone="UTC")
         batch = pa.RecordBatch.from_arrays([_column(f, BATCH_ROWS) for f in self.schema.fields], schema=schema)
         got = [0, False]  # records of the range received, the range's end seen
 
         def chunk(c) -> None:
-            _, _, entries, records, _, _, first, *_ = CHUNK_HEADER.unpack_from(c)
+            _, _, entries, records, _, _, first, _, data_length, *_ = CHUNK_HEADER.unpack_from(c)
             if entries == 0:  # the broker's end-of-range chunk
                 got[1] = True
             else:
+                if self.records:  # copied and its records found, as the streamUrl read does
+                    spans = _record_spans(bytes(c), CHUNK_HEADER_BYTES, CHUNK_HEADER_BYTES + data_length)
+                    if spans is None or len(spans[0]) != records:
+                        raise RuntimeError(f"bench-ceiling floor read: the records of chunk {first} not found")
                 got[0] += max(0, min(end, first + records) - max(start, first))
                 got[1] = got[1] or first + records >= end
 
@@ -198,7 +205,8 @@ class CeilingDataSource(DataSource):
         rows, parts = int(self.options.get("rows", "0")), int(self.options.get("numPartitions", "1"))
         stream_url = self._stream_url()
         if stream_url:
-            return _ReceiveReader(schema, rows, parts, stream_url, self.options["stream"])
+            return _ReceiveReader(schema, rows, parts, stream_url, self.options["stream"],
+                                  self.options.get("records", "false") == "true")
         return _Reader(schema, rows, parts)
 
     def writer(self, schema, overwrite: bool):
