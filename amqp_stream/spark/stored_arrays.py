@@ -65,11 +65,11 @@ _FILTER_KEY = FILTER_VALUE.encode("ascii")
 _EXPIRY, _CREATION = PROPERTY_ORDER.index("absolute_expiry_time"), PROPERTY_ORDER.index("creation_time")
 # a word's first n bytes, whatever the machine's byte order
 _FIRST = [np.frombuffer(b"\xff" * n + bytes(8 - n), "=u8")[0] for n in range(8)]
-_WIDE = {0x71: ">i4", 0x81: ">i8"}  # int and long: their big-endian values
 # the integer encodings read as they lie: (their numpy type, the bits a signed type needs for
 # every value of it): a column of one of them into a type that wide needs no bounds check
 _AS_IS = {0x71: (">i4", 32), 0x81: (">i8", 64), 0x51: ("i1", 8), 0x54: ("i1", 8), 0x55: ("i1", 8),
           0x50: ("u1", 9), 0x52: ("u1", 9), 0x53: ("u1", 9)}
+_WIDE = {c: _AS_IS[c][0] for c in (0x71, 0x81)}  # int and long: their big-endian values
 _ROWS = 2048  # rows a comparison of messages' words takes at once (_alike)
 _PAD = 16  # zero bytes after the last message: a gather a few bytes past it stays in the buffer
 _PADDING = bytes(_PAD)
@@ -341,16 +341,13 @@ class _Batch:
         """Raise ``_Shape`` unless the texts of constructor ``c`` (one in every message) at
         ``start`` are UTF-8 (ASCII: symbols); one text in every message (a content type, a
         symbol) is checked once."""
-        ascii_only = _IS_ASCII[c]
         size = int(length[0])
         if (length == size).all() and self.same(start, size):
             first = int(start[0])
-            try:
-                self.lead[first:first + size].decode("ascii" if ascii_only[0] else "utf-8")
-            except UnicodeDecodeError:
-                raise _Shape from None
+            if not _decodes(self.lead[first:first + size], int(c[0])):
+                raise _Shape
         else:
-            self.texts(start, length, np.ones(self.n, bool), ascii_only=ascii_only)
+            self.texts(start, length, np.ones(self.n, bool), ascii_only=_IS_ASCII[c])
 
     def same(self, pos: Any, size: int) -> bool:
         """Whether the ``size`` bytes at ``pos`` are the first message's in every message (the
@@ -480,6 +477,15 @@ def _alike(words: Any, masks: Any) -> bool:
         np.equal(kept[:m], tiled_first[:m], out=same[:m])
         if not same[:m].all():
             return False
+    return True
+
+
+def _decodes(text: bytes, c: int) -> bool:
+    """Whether a text of constructor ``c`` decodes as the walk decodes it (a symbol: ASCII)."""
+    try:
+        text.decode("ascii" if _IS_ASCII[c] else "utf-8")
+    except UnicodeDecodeError:
+        return False
     return True
 
 
@@ -817,9 +823,7 @@ def _laid_out(b: _Batch, checked: set[int]) -> _Fields | None:
     for field in texts:  # as _walk checks them: a text that is not is not read here
         c, where, head, size = field
         if alike and where not in lengths:  # the first's bytes in every message: its check is theirs
-            try:
-                raw[s0 + where + head:s0 + where + head + size].decode("ascii" if _IS_ASCII[c] else "utf-8")
-            except UnicodeDecodeError:
+            if not _decodes(raw[s0 + where + head:s0 + where + head + size], c):
                 return None
         else:
             b.check_texts(*place(field))
@@ -827,7 +831,7 @@ def _laid_out(b: _Batch, checked: set[int]) -> _Fields | None:
 
 
 def _segments(b: _Batch, need: bytearray, end: int, sized: list[tuple[int, int, int, int]],
-              compounds: list[tuple[int, int]], values: bytearray | None = None,
+              compounds: list[tuple[int, int]], values: bytearray,
               ) -> tuple[list[int], list[Any], list[Any], dict[int, Any], bool] | None:
     """(where each segment begins in the first message, where in every message, its rows, the
     lengths of the values that end segments by where their constructors are, whether the bytes
@@ -851,7 +855,7 @@ def _segments(b: _Batch, need: bytearray, end: int, sized: list[tuple[int, int, 
     heads: list[Any] = []
     lengths: dict[int, Any] = {}
     waiting = iter(sized)
-    alike = values is not None
+    alike = True
     while True:
         width = max(8, -(-(end - top) // 8) * 8)
         rows = b.rows_at(base, width)
@@ -870,11 +874,12 @@ def _segments(b: _Batch, need: bytearray, end: int, sized: list[tuple[int, int, 
                 compared[where + 1 - top] = 0xFF
         masks = np.frombuffer(compared, "=u8")
         words = rows.view("=u8")
-        if alike:
-            assert values is not None
-            more = np.frombuffer(bytes(values[top:top + stop]).ljust(width, b"\0"), "=u8")
+        more = np.frombuffer(bytes(values[top:top + stop]).ljust(width, b"\0"), "=u8")
+        if alike and more.any():  # the checked texts' bytes in the same pass: mostly alike
             alike = bool(_alike(words, masks | more))
-        if not alike and not _alike(words, masks):
+            if not alike and not _alike(words, masks):
+                return None
+        elif not _alike(words, masks):
             return None
         tops.append(top)
         bases.append(base)
