@@ -17,8 +17,9 @@ the values and the lengths of some texts (``_laid_out``). Then each field lies a
 distance from its message's start, or from the end of the last text before it whose length
 differs between messages: the messages are cut there into segments (``_segments``). The first
 message is walked once in Python, each segment's bytes are copied out of every message once as
-a row, and the first's structure bytes are compared with every row's, a word at a time, instead
-of the step-by-step walk (``_walk``) over all of them; the fields, and the texts of several
+a row, and the first's structure bytes (with the texts the walk checks, a content type: mostly
+the same in every message) are compared with every row's, a word at a time, instead of the
+step-by-step walk (``_walk``) over all of them; the fields, and the texts of several
 lengths, are then read from the rows in order (``_Batch.keep``). The rows are copied from the
 buffers the messages came in (a delivered chunk each): the buffers are joined only when a
 field is read from anywhere else (a body, a text past the rows, the walk), as that join copies
