@@ -131,7 +131,7 @@ class _ReceiveReader(_Reader):
                 got[1] = True
             else:
                 if self.records:  # copied and its records found, as the streamUrl read does
-                    spans = _record_spans(bytes(c), CHUNK_HEADER_BYTES, CHUNK_HEADER_BYTES + data_length)
+                    spans = _record_spans(bytes(c), CHUNK_HEADER_BYTES, CHUNK_HEADER_BYTES + data_length, records)
                     if spans is None or len(spans[0]) != records:
                         raise RuntimeError(f"bench-ceiling floor read: the records of chunk {first} not found")
                 got[0] += max(0, min(end, first + records) - max(start, first))
