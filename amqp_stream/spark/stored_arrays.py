@@ -70,7 +70,6 @@ _FIRST = [np.frombuffer(b"\xff" * n + bytes(8 - n), "=u8")[0] for n in range(8)]
 # every value of it): a column of one of them into a type that wide needs no bounds check
 _AS_IS = {0x71: (">i4", 32), 0x81: (">i8", 64), 0x51: ("i1", 8), 0x54: ("i1", 8), 0x55: ("i1", 8),
           0x50: ("u1", 9), 0x52: ("u1", 9), 0x53: ("u1", 9)}
-_WIDE = {c: _AS_IS[c][0] for c in (0x71, 0x81)}  # int and long: their big-endian values
 _ROWS = 2048  # rows a comparison of messages' words takes at once (_alike)
 _PAD = 16  # zero bytes after the last message: a gather a few bytes past it stays in the buffer
 _PADDING = bytes(_PAD)
@@ -983,14 +982,13 @@ def _ints(b: _Batch, c: Any, start: Any) -> tuple[Any, Any]:
 
 def _make_ints(b: _Batch, c: Any, start: Any) -> tuple[Any, Any]:
     codes = b.codes(c)
-    if len(codes) == 1 and codes[0] in _WIDE:  # one wide encoding in every message: its gather alone
-        return b.fixed(start, _WIDE[codes[0]]).astype(np.int64), _IS_INT[c]
+    if len(codes) == 1 and codes[0] in _AS_IS:  # one integer encoding in every message: its gather alone
+        return b.fixed(start, _AS_IS[codes[0]][0]).astype(np.int64), _IS_INT[c]
     one = b.fixed(start, "u1") if b.in_head(start, 1) is not None else b.buf[np.minimum(start, len(b.buf) - 1)]
     v = np.where(_IS_SIGNED8[c], one.view(np.int8).astype(np.int64), one.astype(np.int64))
-    if (c == 0x71).any():
-        v = np.where(c == 0x71, b.fixed(start, ">i4").astype(np.int64), v)
-    if (c == 0x81).any():
-        v = np.where(c == 0x81, b.fixed(start, ">i8").astype(np.int64), v)
+    for wide in (0x71, 0x81):  # int and long
+        if (c == wide).any():
+            v = np.where(c == wide, b.fixed(start, _AS_IS[wide][0]).astype(np.int64), v)
     return v, _IS_INT[c]
 
 
@@ -1049,9 +1047,10 @@ def _app_column(b: _Batch, values: tuple[Any, Any, Any] | None, dtype: Any, arro
         return _text_of(b, values)
     if kind == _INT_KIND:
         codes = b.codes(c)
-        if len(codes) == 1 and _AS_IS.get(codes[0], ("", 65))[1] <= _BITS[dtype]:
+        as_is = _AS_IS.get(codes[0]) if len(codes) == 1 else None
+        if as_is is not None and as_is[1] <= _BITS[dtype]:
             # one encoding that every value of fits: read as it lies, no mask, no bounds
-            return pa.array(b.fixed(start, _AS_IS[codes[0]][0]).astype(_WIDTH[dtype]), arrow_type)
+            return pa.array(b.fixed(start, as_is[0]).astype(_WIDTH[dtype]), arrow_type)
         ints, valid = _ints(b, c, start)
         bound = 1 << (_BITS[dtype] - 1)
         _all(~valid | ((ints >= -bound) & (ints < bound)))
